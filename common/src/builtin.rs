@@ -1,0 +1,221 @@
+//! The built-in operator kinds (DESIGN §10) and their typed configs. Both the job manager (to validate a spec
+//! before anything runs) and the task manager (to build the operators) read configs through these types.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What an operator kind does in a job graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Produces records; has no input.
+    Source,
+    /// Consumes and produces records.
+    Operator,
+    /// Consumes records; has no output.
+    Sink,
+}
+
+impl Role {
+    /// The role's name as it appears on the wire.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Role::Source => "source",
+            Role::Operator => "operator",
+            Role::Sink => "sink",
+        }
+    }
+
+    /// Parses a role name.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "source" => Some(Role::Source),
+            "operator" => Some(Role::Operator),
+            "sink" => Some(Role::Sink),
+            _ => None,
+        }
+    }
+}
+
+/// What the job manager knows of an operator kind without running it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindInfo {
+    /// The kind's name in the registry.
+    pub kind: String,
+    /// Source, operator or sink.
+    pub role: Role,
+    /// Whether the kind keeps keyed state (its input is then partitioned by key).
+    pub keyed: bool,
+    /// The kind's version.
+    pub version: String,
+    /// Declared states: (name, state kind, type name).
+    pub states: Vec<(String, String, String)>,
+}
+
+/// The kinds that every Weir task manager ships.
+pub fn builtin_kinds() -> Vec<KindInfo> {
+    let v = env!("CARGO_PKG_VERSION").to_string();
+    vec![
+        KindInfo {
+            kind: "datagen".into(),
+            role: Role::Source,
+            keyed: false,
+            version: v.clone(),
+            states: vec![("splits".into(), "operator-list".into(), "(u32, u64)".into())],
+        },
+        KindInfo {
+            kind: "keyed-count".into(),
+            role: Role::Operator,
+            keyed: true,
+            version: v.clone(),
+            states: vec![("count".into(), "value".into(), "u64".into())],
+        },
+        KindInfo {
+            kind: "file-sink".into(),
+            role: Role::Sink,
+            keyed: false,
+            version: v.clone(),
+            states: vec![("pending-files".into(), "operator-list".into(), "PendingFile".into())],
+        },
+        KindInfo { kind: "blackhole".into(), role: Role::Sink, keyed: false, version: v, states: vec![] },
+    ]
+}
+
+/// A problem with one field of an operator's config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config field {field:?}: {message}")]
+pub struct ConfigFieldError {
+    /// The offending field.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+fn field_err(field: &str, message: impl Into<String>) -> ConfigFieldError {
+    ConfigFieldError { field: field.to_string(), message: message.into() }
+}
+
+struct ConfigReader<'a> {
+    map: &'a BTreeMap<String, String>,
+    allowed: &'static [&'static str],
+}
+
+impl<'a> ConfigReader<'a> {
+    fn new(map: &'a BTreeMap<String, String>, allowed: &'static [&'static str]) -> Result<Self, ConfigFieldError> {
+        if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            let known = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
+            return Err(field_err(unknown, format!("unknown field (known fields: {known})")));
+        }
+        Ok(ConfigReader { map, allowed })
+    }
+
+    fn u64(&self, field: &str) -> Result<Option<u64>, ConfigFieldError> {
+        debug_assert!(self.allowed.contains(&field));
+        match self.map.get(field) {
+            None => Ok(None),
+            Some(s) => s
+                .trim()
+                .replace('_', "")
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| field_err(field, format!("expected a non-negative integer, got {s:?}"))),
+        }
+    }
+
+    fn string(&self, field: &str) -> Option<String> {
+        self.map.get(field).cloned()
+    }
+}
+
+/// Config of the `datagen` source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatagenConfig {
+    /// Number of records; `None` = unbounded.
+    pub count: Option<u64>,
+    /// Number of distinct keys (at least 1).
+    pub keys: u64,
+    /// Seed of the key formula.
+    pub seed: u64,
+    /// Records per second for the whole source; 0 = as fast as possible.
+    pub rate_per_sec: u64,
+    /// Number of splits the sequence is cut into.
+    pub splits: u32,
+}
+
+impl DatagenConfig {
+    /// Reads and checks a datagen config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["count", "keys", "seed", "rate_per_sec", "splits"])?;
+        let keys = r.u64("keys")?.unwrap_or(1000);
+        if keys == 0 {
+            return Err(field_err("keys", "must be at least 1"));
+        }
+        let splits = r.u64("splits")?.unwrap_or(128);
+        if splits == 0 || splits > 1 << 20 {
+            return Err(field_err("splits", "must be between 1 and 1048576"));
+        }
+        Ok(DatagenConfig {
+            count: r.u64("count")?,
+            keys,
+            seed: r.u64("seed")?.unwrap_or(0),
+            rate_per_sec: r.u64("rate_per_sec")?.unwrap_or(0),
+            splits: splits as u32,
+        })
+    }
+}
+
+/// Config of the `file-sink`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSinkConfig {
+    /// Directory the committed files appear in.
+    pub path: String,
+}
+
+impl FileSinkConfig {
+    /// Reads and checks a file-sink config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["path"])?;
+        let path = r.string("path").unwrap_or_default();
+        if path.trim().is_empty() {
+            return Err(field_err("path", "is required (the directory to write committed files to)"));
+        }
+        Ok(FileSinkConfig { path })
+    }
+}
+
+/// Checks the config of a built-in kind; kinds that are not built in are checked by their task manager.
+pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Result<(), ConfigFieldError> {
+    match kind {
+        "datagen" => DatagenConfig::from_map(map).map(|_| ()),
+        "file-sink" => FileSinkConfig::from_map(map).map(|_| ()),
+        "keyed-count" | "blackhole" => ConfigReader::new(map, &[]).map(|_| ()),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn datagen_defaults_and_errors() {
+        let c = DatagenConfig::from_map(&m(&[("count", "10"), ("keys", "5")])).unwrap();
+        assert_eq!(c.count, Some(10));
+        assert_eq!(c.splits, 128);
+        let e = DatagenConfig::from_map(&m(&[("keys", "0")])).unwrap_err();
+        assert_eq!(e.field, "keys");
+        let e = DatagenConfig::from_map(&m(&[("kyes", "3")])).unwrap_err();
+        assert_eq!(e.field, "kyes");
+        let e = DatagenConfig::from_map(&m(&[("count", "-3")])).unwrap_err();
+        assert!(e.message.contains("non-negative"));
+    }
+
+    #[test]
+    fn file_sink_needs_path() {
+        assert_eq!(FileSinkConfig::from_map(&m(&[])).unwrap_err().field, "path");
+    }
+}

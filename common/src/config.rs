@@ -1,0 +1,65 @@
+//! Layered configuration: embedded defaults < TOML file < `WEIR_*` environment < command-line flags.
+//! Unknown keys in the file are errors; only the binary's own keys are read from the environment.
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::path::Path;
+
+/// A configuration that cannot be loaded, with the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// Loads `T` from its defaults, an optional TOML file, the `WEIR_<KEY>` variables of `keys`, and `flags`
+/// (a struct whose `None` fields are skipped when serialized).
+pub fn load<T, F>(file: Option<&Path>, keys: &[&str], flags: &F) -> Result<T, ConfigError>
+where
+    T: DeserializeOwned + Serialize + Default,
+    F: Serialize,
+{
+    let mut fig = Figment::from(Serialized::defaults(T::default()));
+    if let Some(path) = file {
+        if !path.exists() {
+            return Err(ConfigError(format!("config file {} does not exist", path.display())));
+        }
+        fig = fig.merge(Toml::file_exact(path));
+    }
+    let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    fig = fig.merge(Env::prefixed("WEIR_").filter(move |k| keys.iter().any(|x| x.as_str() == k.as_str())));
+    fig = fig.merge(Serialized::defaults(flags));
+    fig.extract().map_err(|e| ConfigError(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Serialize, Deserialize, Default, Debug, PartialEq)]
+    #[serde(deny_unknown_fields, default)]
+    struct C {
+        bind: String,
+        slots: u32,
+    }
+
+    #[derive(Serialize)]
+    struct Flags {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        slots: Option<u32>,
+    }
+
+    #[test]
+    fn layers_and_unknown_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, "bind = \"1.2.3.4:5\"\nslots = 2\n").unwrap();
+        let c: C = load(Some(&f), &["bind", "slots"], &Flags { slots: Some(7) }).unwrap();
+        assert_eq!(c, C { bind: "1.2.3.4:5".into(), slots: 7 });
+        std::fs::write(&f, "bnd = 1\n").unwrap();
+        let e = load::<C, _>(Some(&f), &[], &Flags { slots: None }).unwrap_err();
+        assert!(e.to_string().contains("bnd"), "{e}");
+        assert!(load::<C, _>(Some(&dir.path().join("nope.toml")), &[], &Flags { slots: None }).is_err());
+    }
+}

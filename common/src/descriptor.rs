@@ -1,0 +1,229 @@
+//! The execution graph (operators chained into vertices) and the descriptor the job manager sends a task
+//! manager to deploy one subtask of one vertex.
+
+use crate::checkpoint::OperatorSubtaskState;
+use crate::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
+use crate::keygroup::KeyGroupRange;
+use crate::spec::{Partitioning, ResolvedJob, StateBackendKind};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A chain of operators that runs as one task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Vertex {
+    /// Vertex id (its index in [`ExecutionGraph::vertices`]).
+    pub id: VertexId,
+    /// Indexes of the chained operators in [`ResolvedJob::operators`], head first.
+    pub operators: Vec<usize>,
+    /// Parallelism shared by the chain.
+    pub parallelism: u32,
+    /// The upstream vertex and the partitioning of the edge, if the head is not a source.
+    pub input: Option<(VertexId, Partitioning)>,
+    /// Downstream vertices fed by the chain's tail.
+    pub outputs: Vec<(VertexId, Partitioning)>,
+}
+
+/// Operators grouped into chained vertices.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionGraph {
+    /// Vertices in topological order.
+    pub vertices: Vec<Vertex>,
+}
+
+impl ExecutionGraph {
+    /// Chains operators joined by a forward edge with equal parallelism when the upstream has no other
+    /// consumer, and orders vertices so that every input comes before its consumers.
+    pub fn build(job: &ResolvedJob) -> ExecutionGraph {
+        let n = job.operators.len();
+        let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, op) in job.operators.iter().enumerate() {
+            if let Some(up) = op.input {
+                consumers[up].push(i);
+            }
+        }
+        let chained_to_input = |i: usize| -> bool {
+            let op = &job.operators[i];
+            match op.input {
+                Some(up) => {
+                    op.partitioning == Partitioning::Forward
+                        && job.operators[up].parallelism == op.parallelism
+                        && consumers[up].len() == 1
+                }
+                None => false,
+            }
+        };
+        // Topological order of operators (inputs first), depth-first from sources.
+        let mut order = Vec::with_capacity(n);
+        let mut stack: Vec<usize> = (0..n).filter(|&i| job.operators[i].input.is_none()).rev().collect();
+        while let Some(i) = stack.pop() {
+            order.push(i);
+            for &c in consumers[i].iter().rev() {
+                stack.push(c);
+            }
+        }
+        let mut vertex_of = vec![usize::MAX; n];
+        let mut vertices: Vec<Vertex> = Vec::new();
+        for &i in &order {
+            if chained_to_input(i) {
+                let up = job.operators[i].input.unwrap_or(i);
+                let v = vertex_of[up];
+                vertices[v].operators.push(i);
+                vertex_of[i] = v;
+            } else {
+                let id = vertices.len();
+                let input = job.operators[i]
+                    .input
+                    .map(|up| (VertexId(vertex_of[up] as u32), job.operators[i].partitioning));
+                if let Some((VertexId(up_v), p)) = input {
+                    vertices[up_v as usize].outputs.push((VertexId(id as u32), p));
+                }
+                vertices.push(Vertex {
+                    id: VertexId(id as u32),
+                    operators: vec![i],
+                    parallelism: job.operators[i].parallelism,
+                    input,
+                    outputs: Vec::new(),
+                });
+                vertex_of[i] = id;
+            }
+        }
+        ExecutionGraph { vertices }
+    }
+
+    /// Number of slots the job needs with slot sharing: the largest vertex parallelism.
+    pub fn slots_needed(&self) -> u32 {
+        self.vertices.iter().map(|v| v.parallelism).max().unwrap_or(0)
+    }
+}
+
+/// One operator of a deployed chain.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OperatorDescriptor {
+    /// Stable uid.
+    pub uid: String,
+    /// Registry kind.
+    pub kind: String,
+    /// Config as given in the spec.
+    pub config: BTreeMap<String, String>,
+}
+
+/// The input of a deployed task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InputDescriptor {
+    /// Upstream vertex.
+    pub from_vertex: VertexId,
+    /// Upstream parallelism.
+    pub from_parallelism: u32,
+    /// Edge partitioning.
+    pub partitioning: Partitioning,
+    /// Upstream subtasks that send to this subtask.
+    pub channels: Vec<SubtaskIndex>,
+}
+
+/// One output edge of a deployed task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutputDescriptor {
+    /// Downstream vertex.
+    pub to_vertex: VertexId,
+    /// Edge partitioning.
+    pub partitioning: Partitioning,
+    /// Downstream subtasks this subtask sends to, with the data address of the task manager of each.
+    pub targets: Vec<(SubtaskIndex, String)>,
+    /// Downstream parallelism.
+    pub to_parallelism: u32,
+}
+
+/// State to restore a task from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RestoreDescriptor {
+    /// The checkpoint restored from.
+    pub checkpoint_id: CheckpointId,
+    /// Per operator uid of the chain, the state of this subtask.
+    pub operators: BTreeMap<String, OperatorSubtaskState>,
+}
+
+/// Everything a task manager needs to run one subtask.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskDescriptor {
+    /// Job id.
+    pub job_id: JobId,
+    /// Job name, for logs.
+    pub job_name: String,
+    /// Deployment attempt.
+    pub attempt: AttemptNumber,
+    /// Vertex.
+    pub vertex: VertexId,
+    /// Subtask index.
+    pub subtask: SubtaskIndex,
+    /// Vertex parallelism.
+    pub parallelism: u32,
+    /// Number of key groups.
+    pub max_parallelism: u32,
+    /// Key groups this subtask owns.
+    pub key_group_range: KeyGroupRange,
+    /// The chained operators, head first.
+    pub operators: Vec<OperatorDescriptor>,
+    /// State backend.
+    pub state_backend: StateBackendKind,
+    /// Object-store URL of the checkpoint root.
+    pub checkpoint_root: String,
+    /// Incremental checkpoints.
+    pub incremental: bool,
+    /// Input, if the head is not a source.
+    pub input: Option<InputDescriptor>,
+    /// Outputs of the tail.
+    pub outputs: Vec<OutputDescriptor>,
+    /// State to restore.
+    pub restore: Option<RestoreDescriptor>,
+}
+
+/// The upstream subtasks of `to` (of `to_p`) on an edge from a vertex of parallelism `from_p`.
+pub fn input_channels(partitioning: Partitioning, from_p: u32, to: SubtaskIndex, to_p: u32) -> Vec<SubtaskIndex> {
+    match partitioning {
+        Partitioning::Forward => {
+            debug_assert_eq!(from_p, to_p);
+            vec![to]
+        }
+        _ => (0..from_p).map(SubtaskIndex).collect(),
+    }
+}
+
+/// The downstream subtasks that `from` sends to on an edge to a vertex of parallelism `to_p`.
+pub fn output_targets(partitioning: Partitioning, from: SubtaskIndex, to_p: u32) -> Vec<SubtaskIndex> {
+    match partitioning {
+        Partitioning::Forward => vec![from],
+        _ => (0..to_p).map(SubtaskIndex).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builtin::builtin_kinds;
+    use crate::spec::{parse_spec_text, resolve};
+
+    #[test]
+    fn chains_forward_edges_only() {
+        let text = r#"
+name: g
+parallelism: 2
+operators:
+  - { uid: src, kind: datagen }
+  - { uid: cnt, kind: keyed-count, input: src }
+  - { uid: bh, kind: blackhole, input: cnt }
+  - { uid: out, kind: file-sink, input: cnt, parallelism: 1, config: { path: /tmp/x } }
+"#;
+        let job = resolve(&parse_spec_text(text).unwrap(), &builtin_kinds()).unwrap();
+        let g = ExecutionGraph::build(&job);
+        // cnt has two consumers, so nothing chains to it.
+        assert_eq!(g.vertices.len(), 4);
+        let text2 = text.replace("  - { uid: out, kind: file-sink, input: cnt, parallelism: 1, config: { path: /tmp/x } }\n", "");
+        let job2 = resolve(&parse_spec_text(&text2).unwrap(), &builtin_kinds()).unwrap();
+        let g2 = ExecutionGraph::build(&job2);
+        assert_eq!(g2.vertices.len(), 2);
+        assert_eq!(g2.vertices[1].operators, vec![1, 2]);
+        assert_eq!(g2.vertices[1].input, Some((VertexId(0), Partitioning::KeyBy)));
+        assert_eq!(g2.vertices[0].outputs, vec![(VertexId(1), Partitioning::KeyBy)]);
+        assert_eq!(g2.slots_needed(), 2);
+    }
+}

@@ -1,0 +1,31 @@
+//! Shared foundations of Weir, used by every other crate.
+//!
+//! - [`ids`]: newtypes for every id and counter that crosses a module boundary.
+//! - [`keygroup`]: key-group arithmetic (Flink's `KeyGroupRangeAssignment`, with murmur3 over key bytes).
+//! - [`spec`]: the job spec as users write it (YAML/JSON), its protobuf form and its validation.
+//! - [`builtin`]: the built-in operator kinds and their typed configs.
+//! - [`datagen`]: the datagen record formula, shared by the source and by output verification.
+//! - [`checkpoint`]: checkpoint metadata and the one place that builds object-store paths.
+//! - [`descriptor`]: what the job manager sends a task manager to deploy one subtask.
+//! - [`store`]: object stores from URLs (`file://`, `s3://`, `memory://`).
+//! - [`config`]: layered config loading (defaults < TOML file < `WEIR_*` env < flags).
+//! - [`telemetry`]: tracing setup.
+
+pub mod builtin;
+pub mod checkpoint;
+pub mod config;
+pub mod datagen;
+pub mod descriptor;
+pub mod ids;
+pub mod keygroup;
+pub mod spec;
+pub mod store;
+pub mod telemetry;
+
+/// Milliseconds since the Unix epoch, the time unit of every timestamp Weir stores.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,247 @@
+//! Object stores from URLs: `file:///dir` (default), `s3://bucket/prefix` (any S3-compatible server, set up
+//! by the standard `AWS_*` variables or explicit options), `memory:///` (tests). The rest of Weir only sees
+//! [`Store`] and paths relative to its root.
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An object-store error with the URL and path it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The URL cannot be used.
+    #[error("invalid object-store URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// An object does not exist.
+    #[error("not found in object store: {0}")]
+    NotFound(String),
+    /// An immutable object exists already.
+    #[error("object already exists: {0}")]
+    AlreadyExists(String),
+    /// Any other failure (unreachable server, permissions, …).
+    #[error("object store {url}: {op} {path}: {source}")]
+    Io {
+        /// Store URL.
+        url: String,
+        /// Operation.
+        op: &'static str,
+        /// Relative path.
+        path: String,
+        /// Cause.
+        #[source]
+        source: object_store::Error,
+    },
+}
+
+/// An object store with a root prefix; every path given to it is relative to that root.
+#[derive(Clone, Debug)]
+pub struct Store {
+    inner: Arc<dyn ObjectStore>,
+    root: String,
+    url: String,
+}
+
+/// Options for opening an S3 store (anything not given comes from the `AWS_*` environment).
+#[derive(Clone, Debug, Default)]
+pub struct StoreOptions {
+    /// Extra `object_store` config keys, e.g. `aws_endpoint`, `aws_allow_http`.
+    pub options: BTreeMap<String, String>,
+    /// Per-request timeout.
+    pub request_timeout: Option<Duration>,
+}
+
+impl Store {
+    /// Opens the store a URL names.
+    pub fn open(url: &str, opts: &StoreOptions) -> Result<Store, StoreError> {
+        let bad = |reason: String| StoreError::InvalidUrl { url: url.to_string(), reason };
+        let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        let (inner, root): (Arc<dyn ObjectStore>, String) = match parsed.scheme() {
+            "file" => {
+                let dir = parsed.to_file_path().map_err(|_| bad("not an absolute local path".into()))?;
+                std::fs::create_dir_all(&dir).map_err(|e| bad(format!("cannot create {}: {e}", dir.display())))?;
+                let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                    .map_err(|e| bad(e.to_string()))?
+                    .with_automatic_cleanup(true);
+                (Arc::new(fs), String::new())
+            }
+            "memory" => (Arc::new(object_store::memory::InMemory::new()), parsed.path().trim_matches('/').to_string()),
+            "s3" | "s3a" => {
+                let bucket = parsed.host_str().ok_or_else(|| bad("missing bucket".into()))?;
+                let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+                if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
+                    b = b.with_region("us-east-1");
+                }
+                for (k, v) in &opts.options {
+                    let key = k.to_ascii_lowercase().parse().map_err(|_| bad(format!("unknown S3 option {k:?}")))?;
+                    b = b.with_config(key, v);
+                }
+                let timeout = opts.request_timeout.unwrap_or(Duration::from_secs(30));
+                let mut client = object_store::ClientOptions::new()
+                    .with_timeout(timeout)
+                    .with_connect_timeout(Duration::from_secs(5));
+                if std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v == "true" || v == "1")
+                    || opts.options.get("aws_allow_http").is_some_and(|v| v == "true")
+                {
+                    client = client.with_allow_http(true);
+                }
+                // Fail a checkpoint in seconds, not minutes, when the store is down: the coordinator retries
+                // with the next checkpoint anyway.
+                let retry = object_store::RetryConfig {
+                    max_retries: 3,
+                    retry_timeout: Duration::from_secs(10),
+                    ..Default::default()
+                };
+                let s3 = b.with_client_options(client).with_retry(retry).build().map_err(|e| bad(e.to_string()))?;
+                (Arc::new(s3), parsed.path().trim_matches('/').to_string())
+            }
+            other => return Err(bad(format!("unsupported scheme {other:?} (use file://, s3:// or memory://)"))),
+        };
+        Ok(Store { inner, root, url: url.to_string() })
+    }
+
+    /// The URL the store was opened from.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn path(&self, rel: &str) -> ObjPath {
+        if self.root.is_empty() {
+            ObjPath::from(rel)
+        } else {
+            ObjPath::from(format!("{}/{}", self.root, rel))
+        }
+    }
+
+    fn io(&self, op: &'static str, rel: &str, source: object_store::Error) -> StoreError {
+        match source {
+            object_store::Error::NotFound { .. } => StoreError::NotFound(format!("{}/{}", self.url, rel)),
+            object_store::Error::AlreadyExists { .. } => StoreError::AlreadyExists(format!("{}/{}", self.url, rel)),
+            source => StoreError::Io { url: self.url.clone(), op, path: rel.to_string(), source },
+        }
+    }
+
+    /// Writes an object, replacing any previous one.
+    pub async fn put(&self, rel: &str, data: Bytes) -> Result<(), StoreError> {
+        self.inner.put(&self.path(rel), PutPayload::from(data)).await.map_err(|e| self.io("put", rel, e))?;
+        Ok(())
+    }
+
+    /// Writes an immutable object: fails with [`StoreError::AlreadyExists`] if it exists, so that a stale
+    /// writer can never overwrite a newer artefact.
+    pub async fn put_new(&self, rel: &str, data: Bytes) -> Result<(), StoreError> {
+        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+        match self.inner.put_opts(&self.path(rel), PutPayload::from(data.clone()), opts).await {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::NotImplemented { .. }) | Err(object_store::Error::NotSupported { .. }) => {
+                if self.exists(rel).await? {
+                    return Err(StoreError::AlreadyExists(format!("{}/{}", self.url, rel)));
+                }
+                self.put(rel, data).await
+            }
+            Err(e) => Err(self.io("put", rel, e)),
+        }
+    }
+
+    /// Reads a whole object.
+    pub async fn get(&self, rel: &str) -> Result<Bytes, StoreError> {
+        let r = self.inner.get(&self.path(rel)).await.map_err(|e| self.io("get", rel, e))?;
+        r.bytes().await.map_err(|e| self.io("get", rel, e))
+    }
+
+    /// Whether an object exists.
+    pub async fn exists(&self, rel: &str) -> Result<bool, StoreError> {
+        match self.inner.head(&self.path(rel)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.io("head", rel, e)),
+        }
+    }
+
+    /// Uploads a local file.
+    pub async fn put_file(&self, rel: &str, local: &std::path::Path) -> Result<u64, StoreError> {
+        let data = tokio::fs::read(local).await.map_err(|e| StoreError::Io {
+            url: self.url.clone(),
+            op: "read local file for",
+            path: rel.to_string(),
+            source: object_store::Error::Generic { store: "local", source: Box::new(e) },
+        })?;
+        let len = data.len() as u64;
+        self.put(rel, Bytes::from(data)).await?;
+        Ok(len)
+    }
+
+    /// Downloads an object into a local file.
+    pub async fn get_file(&self, rel: &str, local: &std::path::Path) -> Result<u64, StoreError> {
+        let data = self.get(rel).await?;
+        tokio::fs::write(local, &data).await.map_err(|e| StoreError::Io {
+            url: self.url.clone(),
+            op: "write local file for",
+            path: rel.to_string(),
+            source: object_store::Error::Generic { store: "local", source: Box::new(e) },
+        })?;
+        Ok(data.len() as u64)
+    }
+
+    /// Relative paths of every object under a directory.
+    pub async fn list(&self, rel_dir: &str) -> Result<Vec<String>, StoreError> {
+        let prefix = self.path(rel_dir);
+        let metas: Vec<_> =
+            self.inner.list(Some(&prefix)).try_collect().await.map_err(|e| self.io("list", rel_dir, e))?;
+        let strip = if self.root.is_empty() { 0 } else { self.root.len() + 1 };
+        Ok(metas.into_iter().map(|m| m.location.as_ref()[strip..].to_string()).collect())
+    }
+
+    /// Deletes every object under a directory.
+    pub async fn delete_dir(&self, rel_dir: &str) -> Result<(), StoreError> {
+        for rel in self.list(rel_dir).await? {
+            match self.inner.delete(&self.path(&rel)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.io("delete", &rel, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes one object (absent is fine).
+    pub async fn delete(&self, rel: &str) -> Result<(), StoreError> {
+        match self.inner.delete(&self.path(rel)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.io("delete", rel, e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn file_store_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/root", dir.path().display());
+        let s = Store::open(&url, &StoreOptions::default()).unwrap();
+        s.put("a/b/c", Bytes::from_static(b"hi")).await.unwrap();
+        assert_eq!(&s.get("a/b/c").await.unwrap()[..], b"hi");
+        assert!(matches!(s.put_new("a/b/c", Bytes::from_static(b"x")).await, Err(StoreError::AlreadyExists(_))));
+        assert_eq!(s.list("a").await.unwrap(), vec!["a/b/c".to_string()]);
+        s.delete_dir("a").await.unwrap();
+        assert!(matches!(s.get("a/b/c").await, Err(StoreError::NotFound(_))));
+        assert!(Store::open("ftp://x/y", &StoreOptions::default()).is_err());
+    }
+
+    #[tokio::test]
+    async fn memory_store_with_prefix() {
+        let s = Store::open("memory:///pre/fix", &StoreOptions::default()).unwrap();
+        s.put_new("x/1", Bytes::from_static(b"1")).await.unwrap();
+        assert_eq!(s.list("x").await.unwrap(), vec!["x/1".to_string()]);
+    }
+}

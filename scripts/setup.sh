@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what building and testing Weir needs on a Debian machine. Idempotent and quiet when all is present.
+set -euo pipefail
+
+need_apt=()
+for pkg in libclang-dev protobuf-compiler etcd-server python3-venv; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# S3-compatible test server: moto's standalone server, in a venv of its own outside the clone.
+WEIR_TOOLS="${WEIR_TOOLS:-$HOME/.cache/weir/tools}"
+if [ ! -x "$WEIR_TOOLS/venv/bin/moto_server" ]; then
+  echo "setup: installing moto (S3 test server) into $WEIR_TOOLS/venv" >&2
+  mkdir -p "$WEIR_TOOLS"
+  python3 -m venv "$WEIR_TOOLS/venv"
+  "$WEIR_TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'moto[server]==5.*' >/dev/null
+fi
