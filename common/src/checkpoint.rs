@@ -166,7 +166,11 @@ impl CheckpointMetadata {
 
 /// Rejects empty, absolute and `..`-containing relative paths.
 pub fn check_relative_path(p: &str) -> Result<(), String> {
-    if p.is_empty() || p.starts_with('/') || p.contains('\\') || p.split('/').any(|c| c.is_empty() || c == ".." || c == ".") {
+    if p.is_empty()
+        || p.starts_with('/')
+        || p.contains('\\')
+        || p.split('/').any(|c| c.is_empty() || c == ".." || c == ".")
+    {
         return Err(format!("unsafe path {p:?} in checkpoint metadata"));
     }
     Ok(())

@@ -71,9 +71,8 @@ impl ExecutionGraph {
                 vertex_of[i] = v;
             } else {
                 let id = vertices.len();
-                let input = job.operators[i]
-                    .input
-                    .map(|up| (VertexId(vertex_of[up] as u32), job.operators[i].partitioning));
+                let input =
+                    job.operators[i].input.map(|up| (VertexId(vertex_of[up] as u32), job.operators[i].partitioning));
                 if let Some((VertexId(up_v), p)) = input {
                     vertices[up_v as usize].outputs.push((VertexId(id as u32), p));
                 }
@@ -217,7 +216,8 @@ operators:
         let g = ExecutionGraph::build(&job);
         // cnt has two consumers, so nothing chains to it.
         assert_eq!(g.vertices.len(), 4);
-        let text2 = text.replace("  - { uid: out, kind: file-sink, input: cnt, parallelism: 1, config: { path: /tmp/x } }\n", "");
+        let text2 = text
+            .replace("  - { uid: out, kind: file-sink, input: cnt, parallelism: 1, config: { path: /tmp/x } }\n", "");
         let job2 = resolve(&parse_spec_text(&text2).unwrap(), &builtin_kinds()).unwrap();
         let g2 = ExecutionGraph::build(&job2);
         assert_eq!(g2.vertices.len(), 2);

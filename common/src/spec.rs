@@ -387,13 +387,14 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
             }
             _ => {}
         }
-        let partitioning = if op.partitioning.is_empty() {
-            None
-        } else {
-            Some(Partitioning::parse(&op.partitioning).ok_or_else(|| {
-                op_err(&op.uid, "partitioning", "must be forward, rebalance, broadcast or key-by")
-            })?)
-        };
+        let partitioning =
+            if op.partitioning.is_empty() {
+                None
+            } else {
+                Some(Partitioning::parse(&op.partitioning).ok_or_else(|| {
+                    op_err(&op.uid, "partitioning", "must be forward, rebalance, broadcast or key-by")
+                })?)
+            };
         if info.keyed && partitioning.is_some_and(|p| p != Partitioning::KeyBy) {
             return Err(op_err(&op.uid, "partitioning", "a keyed operator's input must be partitioned key-by"));
         }
@@ -435,7 +436,10 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
                 return Err(op_err(
                     &op.uid,
                     "partitioning",
-                    format!("forward needs equal parallelism ({} has {}, this has {})", up.uid, up.parallelism, op.parallelism),
+                    format!(
+                        "forward needs equal parallelism ({} has {}, this has {})",
+                        up.uid, up.parallelism, op.parallelism
+                    ),
                 ));
             }
             op.partitioning = Partitioning::Rebalance;
@@ -564,8 +568,11 @@ operators:
         assert!(err_of(&no_input).contains("operator \"counts\": field \"input\": missing"));
         let dup = DEMO.replace("uid: out", "uid: counts");
         assert!(err_of(&dup).contains("duplicate uid"));
-        let too_wide = DEMO.replace("parallelism: 1,", "parallelism: 300,");
-        assert!(err_of(&too_wide).contains("operator \"out\": field \"parallelism\": 300 is above the job's max_parallelism 128"));
+        let too_wide = DEMO
+            .replace("parallelism: 1,", "parallelism: 300,")
+            .replace("name: demo", "name: demo\nmax_parallelism: 128");
+        assert!(err_of(&too_wide)
+            .contains("operator \"out\": field \"parallelism\": 300 is above the job's max_parallelism 128"));
         let zero_keys = DEMO.replace("keys: 10000", "keys: 0");
         assert!(err_of(&zero_keys).contains("operator \"events\": field \"config.keys\": must be at least 1"));
         assert!(err_of("name: x\noperators: [ {uid: a, kind: datagen").starts_with("malformed job spec"));
@@ -588,7 +595,12 @@ operators:
 
     #[test]
     fn restart_delays() {
-        let r = RestartSettings::ExponentialDelay { attempts: 3, initial_delay_ms: 100, max_delay_ms: 250, multiplier: 2.0 };
+        let r = RestartSettings::ExponentialDelay {
+            attempts: 3,
+            initial_delay_ms: 100,
+            max_delay_ms: 250,
+            multiplier: 2.0,
+        };
         assert_eq!(r.delay_for(1), Some(100));
         assert_eq!(r.delay_for(2), Some(200));
         assert_eq!(r.delay_for(3), Some(250));

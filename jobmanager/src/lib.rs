@@ -1,1 +1,40 @@
-//! placeholder
+//! Weir's job manager: accepts jobs over gRPC, schedules them onto task managers, coordinates their
+//! checkpoints and restarts them from the latest checkpoint when something fails.
+//!
+//! How the pieces fit, from the wire inwards:
+//!
+//! - [`server`] binds the listener and serves both gRPC services with tower layers (timeouts,
+//!   concurrency limits, tracing spans); [`service`] translates protobuf requests into [`JobManager`] calls.
+//! - [`manager`] holds the [`JobManager`]: the task-manager [`registry`], the checkpoint [`Store`], the
+//!   local [`job_store`], the task-manager clients ([`tm_client`]) and one coordinator per job. It resumes
+//!   stored jobs at start-up, watches heartbeats and routes task messages to their job.
+//! - `job` (private) is the coordinator of one job: a task that handles the job's events one at a time
+//!   (task states, acknowledgements, declines, lost task managers, cancel) and a timer for deployment,
+//!   checkpoint triggers and expiry. It performs the I/O; the decisions live in the modules below.
+//! - [`lifecycle`] is the job state machine (states, the table of allowed transitions, restart decisions);
+//!   [`coordinator`] holds the checkpoint decisions (when to trigger, when complete, what is stale, what is
+//!   subsumed and may be deleted, when failures are too many, what to restore from); [`descriptors`] builds
+//!   the task descriptors of a deployment; [`registry`] tracks task managers and assigns slots.
+//! - [`job_store`] persists each job as `<data_dir>/jobs/<job-id>.json`, written atomically.
+//! - [`config`] is the layered configuration and the command-line flags; [`error`] the error types.
+//!
+//! [`Store`]: weir_common::store::Store
+
+pub mod config;
+pub mod coordinator;
+pub mod descriptors;
+pub mod error;
+mod job;
+pub mod job_store;
+pub mod lifecycle;
+pub mod manager;
+pub mod registry;
+pub mod server;
+pub mod service;
+pub mod tm_client;
+
+pub use config::{Cli, JobManagerConfig};
+pub use error::{JobManagerError, JobRequestError};
+pub use manager::JobManager;
+pub use server::{bind, run, serve};
+pub use service::JobManagerService;

@@ -1,1 +1,57 @@
-//! placeholder
+//! Weir's state: keyed state (per key, partitioned into key groups) and operator state (per subtask), the
+//! RocksDB and heap backends behind one trait, and snapshots to and from an object store.
+//!
+//! - [`keyed`]: the [`KeyedStateBackend`] trait and typed state handles such as [`ValueState`].
+//! - [`rocks`]: RocksDB backend: a column family per state, row key `key_group | key`, a write-back cache.
+//! - [`heap`]: in-memory backend with the same behaviour, for small state and tests.
+//! - [`operator`]: operator list state, snapshotted as one blob plus per-state element offsets.
+//! - [`snapshot`]: uploading local snapshots to an object store and downloading them for restore.
+
+pub mod codec;
+pub mod heap;
+pub mod keyed;
+pub mod operator;
+pub mod rocks;
+pub mod snapshot;
+
+pub use codec::StateCodec;
+pub use keyed::{open_keyed_backend, KeyedStateBackend, LocalSnapshot, StateId, ValueState};
+pub use operator::OperatorStateStore;
+
+/// Errors of the state layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// RocksDB reported an error.
+    #[error("rocksdb: {0}")]
+    Rocks(#[from] rocksdb::Error),
+    /// Local file I/O failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The object store failed.
+    #[error(transparent)]
+    Store(#[from] weir_common::store::StoreError),
+    /// Stored bytes could not be decoded.
+    #[error("corrupt state: {0}")]
+    Corrupt(String),
+    /// A state was declared twice with different kinds, or used wrongly.
+    #[error("state {name:?}: {message}")]
+    Declaration {
+        /// State name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl StateError {
+    /// Wraps an I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        StateError::Io { context: context.into(), source }
+    }
+}

@@ -1,0 +1,262 @@
+//! The command line: every command, option and its help text.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The job manager address used when neither `--jobmanager`, `WEIR_JOBMANAGER` nor a config file names one.
+pub const DEFAULT_JOBMANAGER: &str = "http://127.0.0.1:6123";
+/// Default timeout of one call to the job manager, in seconds.
+pub const DEFAULT_RPC_TIMEOUT_SECS: u64 = 10;
+/// Default address the job manager of `weir local` binds to.
+pub const DEFAULT_LOCAL_BIND: &str = "127.0.0.1:6123";
+
+/// Weir's command line: submit and inspect jobs, list checkpoints, run a local cluster.
+#[derive(Parser, Debug)]
+#[command(name = "weir", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten, next_help_heading = "Global options")]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes (before or after the command name).
+#[derive(Args, Debug, Clone, Default)]
+pub struct GlobalArgs {
+    /// Address of the job manager's client API [default: http://127.0.0.1:6123]
+    #[arg(long, global = true, env = "WEIR_JOBMANAGER", value_name = "ADDR")]
+    pub jobmanager: Option<String>,
+    /// Output format: `text` for people, `json` for scripts [default: text]
+    #[arg(long, global = true, env = "WEIR_OUTPUT", value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+    /// Timeout of every call to the job manager, in seconds [default: 10]
+    #[arg(long, global = true, env = "WEIR_RPC_TIMEOUT", value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub rpc_timeout: Option<u64>,
+    /// TOML file with defaults for the options above (keys `jobmanager`, `output`, `rpc_timeout`);
+    /// `WEIR_*` variables and flags override it
+    #[arg(long, global = true, env = "WEIR_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// How results are printed on stdout.
+#[derive(ValueEnum, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    /// Short, aligned text for people.
+    #[default]
+    Text,
+    /// JSON for scripts.
+    Json,
+}
+
+/// The commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Submit, list, inspect and cancel jobs
+    #[command(subcommand)]
+    Job(JobCommand),
+    /// List the checkpoints of a job (in progress, completed and failed)
+    Checkpoints {
+        /// Job id
+        id: String,
+    },
+    /// Show the registered task managers and their slots
+    Cluster,
+    /// Run a job manager and task managers on this machine until Ctrl-C or SIGTERM
+    Local(LocalArgs),
+}
+
+/// `weir job …`
+#[derive(Subcommand, Debug)]
+pub enum JobCommand {
+    /// Submit a job spec (YAML or JSON) and print the job's id
+    Submit(SubmitArgs),
+    /// List all jobs
+    List,
+    /// Show one job
+    Status {
+        /// Job id
+        id: String,
+    },
+    /// Cancel a job (without a savepoint) and show its state
+    Cancel {
+        /// Job id
+        id: String,
+    },
+}
+
+/// `weir job submit`
+#[derive(Args, Debug, Clone)]
+pub struct SubmitArgs {
+    /// Job spec file, YAML or JSON
+    #[arg(value_name = "SPEC")]
+    pub spec: PathBuf,
+    /// Default parallelism of the job's operators, overriding the spec's `parallelism`
+    /// (operators with their own `parallelism` keep it)
+    #[arg(long, short = 'p', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub parallelism: Option<u32>,
+    /// Wait until the job ends, showing its progress on stderr; exit 0 only if it FINISHED
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// `weir local`
+#[derive(Args, Debug, Clone)]
+pub struct LocalArgs {
+    /// Number of task managers to start
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub taskmanagers: u32,
+    /// Task slots per task manager
+    #[arg(long, value_name = "S", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub slots: u32,
+    /// Directory for the cluster's state: DIR/jobmanager, DIR/tm-<i>, DIR/checkpoints, DIR/logs and
+    /// DIR/cluster.json (addresses and pids); created if missing
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Address the job manager binds to (port 0 picks a free one)
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_LOCAL_BIND)]
+    pub bind: String,
+    /// Checkpoint store URL (`file:///…`, `s3://bucket/prefix`) [default: file://DIR/checkpoints]
+    #[arg(long, value_name = "URL")]
+    pub checkpoint_store: Option<String>,
+    /// Write each process's stderr to DIR/logs/<name>.log (jobmanager.log, taskmanager-<i>.log) instead of
+    /// this terminal
+    #[arg(long)]
+    pub logs_to_files: bool,
+    /// The weir-jobmanager binary [default: next to this executable, else on PATH]
+    #[arg(long, value_name = "PATH")]
+    pub jobmanager_bin: Option<PathBuf>,
+    /// The weir-taskmanager binary, e.g. one built with your own operators
+    /// [default: next to this executable, else on PATH]
+    #[arg(long, value_name = "PATH")]
+    pub taskmanager_bin: Option<PathBuf>,
+    /// Seconds to wait for each process to listen and for all task managers to register
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub startup_timeout: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("weir").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn submit_with_options() {
+        let cli = parse(&["job", "submit", "job.yaml", "--parallelism", "4", "--wait"]).unwrap();
+        match cli.command {
+            Command::Job(JobCommand::Submit(s)) => {
+                assert_eq!(s.spec, PathBuf::from("job.yaml"));
+                assert_eq!(s.parallelism, Some(4));
+                assert!(s.wait);
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = parse(&["job", "submit", "-p", "2", "job.yaml"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Job(JobCommand::Submit(SubmitArgs { parallelism: Some(2), wait: false, .. }))
+        ));
+    }
+
+    #[test]
+    fn submit_rejects_bad_parallelism_and_missing_spec() {
+        assert!(parse(&["job", "submit", "job.yaml", "--parallelism", "0"]).is_err());
+        assert!(parse(&["job", "submit", "job.yaml", "--parallelism", "x"]).is_err());
+        assert!(parse(&["job", "submit"]).is_err());
+    }
+
+    #[test]
+    fn global_options_go_anywhere() {
+        let cli = parse(&["checkpoints", "abc", "--output", "json", "--jobmanager", "http://h:1"]).unwrap();
+        assert_eq!(cli.global.output, Some(OutputFormat::Json));
+        assert_eq!(cli.global.jobmanager.as_deref(), Some("http://h:1"));
+        assert!(matches!(cli.command, Command::Checkpoints { ref id } if id == "abc"));
+
+        let cli = parse(&["--output", "text", "--rpc-timeout", "3", "job", "list"]).unwrap();
+        assert_eq!(cli.global.output, Some(OutputFormat::Text));
+        assert_eq!(cli.global.rpc_timeout, Some(3));
+        assert!(matches!(cli.command, Command::Job(JobCommand::List)));
+
+        assert!(parse(&["job", "list", "--output", "yaml"]).is_err());
+        assert!(parse(&["job", "list", "--rpc-timeout", "0"]).is_err());
+    }
+
+    #[test]
+    fn job_subcommands() {
+        assert!(matches!(parse(&["job", "status", "j1"]).unwrap().command,
+                         Command::Job(JobCommand::Status { ref id }) if id == "j1"));
+        assert!(matches!(parse(&["job", "cancel", "j1"]).unwrap().command,
+                         Command::Job(JobCommand::Cancel { ref id }) if id == "j1"));
+        assert!(parse(&["job", "status"]).is_err());
+        assert!(parse(&["job", "frobnicate"]).is_err());
+        assert!(matches!(parse(&["cluster"]).unwrap().command, Command::Cluster));
+    }
+
+    #[test]
+    fn local_defaults_and_options() {
+        let cli = parse(&["local", "--dir", "/tmp/x"]).unwrap();
+        let Command::Local(l) = cli.command else { panic!() };
+        assert_eq!((l.taskmanagers, l.slots), (1, 1));
+        assert_eq!(l.bind, DEFAULT_LOCAL_BIND);
+        assert_eq!(l.checkpoint_store, None);
+        assert!(!l.logs_to_files);
+        assert_eq!(l.startup_timeout, 30);
+
+        let cli = parse(&[
+            "local",
+            "--taskmanagers",
+            "3",
+            "--slots",
+            "2",
+            "--dir",
+            "d",
+            "--bind",
+            "127.0.0.1:0",
+            "--checkpoint-store",
+            "s3://b/p",
+            "--logs-to-files",
+            "--taskmanager-bin",
+            "/opt/my-tm",
+        ])
+        .unwrap();
+        let Command::Local(l) = cli.command else { panic!() };
+        assert_eq!((l.taskmanagers, l.slots), (3, 2));
+        assert_eq!(l.bind, "127.0.0.1:0");
+        assert_eq!(l.checkpoint_store.as_deref(), Some("s3://b/p"));
+        assert!(l.logs_to_files);
+        assert_eq!(l.taskmanager_bin, Some(PathBuf::from("/opt/my-tm")));
+
+        assert!(parse(&["local"]).is_err(), "--dir is required");
+        assert!(parse(&["local", "--dir", "d", "--slots", "0"]).is_err());
+    }
+
+    #[test]
+    fn help_documents_every_option() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let help = cmd.find_subcommand_mut("local").unwrap().render_long_help().to_string();
+        for opt in [
+            "--taskmanagers",
+            "--slots",
+            "--dir",
+            "--bind",
+            "--checkpoint-store",
+            "--logs-to-files",
+            "--jobmanager",
+            "--output",
+        ] {
+            assert!(help.contains(opt), "{opt} missing from:\n{help}");
+        }
+    }
+}

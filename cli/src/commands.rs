@@ -1,0 +1,145 @@
+//! The client commands: `job submit|list|status|cancel`, `checkpoints`, `cluster`.
+
+use crate::args::{JobCommand, OutputFormat, SubmitArgs};
+use crate::client::JobManager;
+use crate::progress::Progress;
+use crate::render;
+use crate::settings::Settings;
+use crate::CliError;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use weir_proto as pb;
+
+/// How often `job submit --wait` asks for the job's state.
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// How long `--wait` keeps polling while the job manager is unreachable (e.g. while it restarts).
+const UNREACHABLE_GRACE: Duration = Duration::from_secs(60);
+
+/// `weir job …`
+pub async fn job(settings: &Settings, cmd: JobCommand) -> Result<ExitCode, CliError> {
+    match cmd {
+        JobCommand::Submit(args) => submit(settings, args).await,
+        JobCommand::List => {
+            let mut jobs = connect(settings).await?.list_jobs().await?;
+            jobs.sort_by(|a, b| (a.submit_time_ms, &a.id).cmp(&(b.submit_time_ms, &b.id)));
+            emit(settings, || render::jobs_table(&jobs), || render::jobs_json(&jobs));
+            Ok(ExitCode::SUCCESS)
+        }
+        JobCommand::Status { id } => {
+            let job = connect(settings).await?.get_job(&id).await?;
+            emit(settings, || render::job_text(&job, weir_common::now_ms()), || render::job_json(&job));
+            Ok(ExitCode::SUCCESS)
+        }
+        JobCommand::Cancel { id } => {
+            let job = connect(settings).await?.cancel_job(&id).await?;
+            emit(settings, || format!("{}\n", render::job_line(&job)), || render::job_json(&job));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `weir checkpoints ID`
+pub async fn checkpoints(settings: &Settings, id: &str) -> Result<ExitCode, CliError> {
+    let mut cs = connect(settings).await?.list_checkpoints(id).await?;
+    cs.sort_by_key(|c| c.id);
+    emit(settings, || render::checkpoints_table(&cs), || render::checkpoints_json(&cs));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weir cluster`
+pub async fn cluster(settings: &Settings) -> Result<ExitCode, CliError> {
+    let overview = connect(settings).await?.cluster_overview().await?;
+    emit(settings, || render::cluster_text(&overview), || render::cluster_json(&overview));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads and parses a spec file and applies `--parallelism`.
+pub fn load_spec(args: &SubmitArgs) -> Result<pb::JobSpec, CliError> {
+    let path = args.spec.display();
+    let text =
+        std::fs::read_to_string(&args.spec).map_err(|e| CliError::Spec(format!("cannot read job spec {path}: {e}")))?;
+    let mut spec = weir_common::spec::parse_spec_text(&text)
+        .map_err(|e| CliError::Spec(format!("invalid job spec {path}: {e}")))?;
+    if let Some(p) = args.parallelism {
+        spec.parallelism = p;
+    }
+    Ok(spec)
+}
+
+async fn submit(settings: &Settings, args: SubmitArgs) -> Result<ExitCode, CliError> {
+    let spec = load_spec(&args)?;
+    let jm = connect(settings).await?;
+    let id = jm.submit_job(spec).await?;
+    emit(settings, || format!("{id}\n"), || json!({ "id": id }));
+    if !args.wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let job = wait_for_job(&jm, &id, &mut Progress::stderr()).await?;
+    eprintln!("{}", render::job_line(&job));
+    Ok(if job.state == "FINISHED" { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Polls a job until it reaches a final state, showing state, last completed checkpoint and restarts.
+pub async fn wait_for_job<W: Write>(
+    jm: &JobManager,
+    id: &str,
+    progress: &mut Progress<W>,
+) -> Result<pb::JobInfo, CliError> {
+    let start = Instant::now();
+    let mut ticker = tokio::time::interval(POLL_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut unreachable_since: Option<Instant> = None;
+    loop {
+        ticker.tick().await;
+        let elapsed = render::duration_ms(start.elapsed().as_secs() * 1000);
+        match jm.get_job(id).await {
+            Ok(job) => {
+                unreachable_since = None;
+                let key = format!(
+                    "job {}: {}, last completed checkpoint {}, restarts {}",
+                    job.id,
+                    job.state,
+                    job.last_completed_checkpoint.map_or_else(|| "-".to_string(), |c| c.to_string()),
+                    job.restarts
+                );
+                progress.update(&key, &format!("{key} ({elapsed})"));
+                if render::is_terminal_state(&job.state) {
+                    progress.finish();
+                    return Ok(job);
+                }
+            }
+            Err(e) if e.is_transient() => {
+                let since = *unreachable_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > UNREACHABLE_GRACE {
+                    progress.finish();
+                    return Err(e);
+                }
+                progress.update("unreachable", &format!("job {id}: waiting for the job manager ({e}) ({elapsed})"));
+            }
+            Err(e) => {
+                progress.finish();
+                return Err(e);
+            }
+        }
+    }
+}
+
+async fn connect(settings: &Settings) -> Result<JobManager, CliError> {
+    JobManager::connect(&settings.jobmanager, settings.rpc_timeout).await
+}
+
+/// Prints a result on stdout in the chosen format.
+fn emit(settings: &Settings, text: impl FnOnce() -> String, json: impl FnOnce() -> Value) {
+    match settings.output {
+        OutputFormat::Text => print_stdout(&text()),
+        OutputFormat::Json => print_stdout(&render::json_text(&json())),
+    }
+}
+
+/// Writes to stdout and flushes; a closed pipe (`weir job list | head -1`) is not an error.
+pub fn print_stdout(s: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+}

@@ -1,0 +1,569 @@
+//! Output shapes, one function per shape and format, so text and JSON stay consistent across commands.
+//!
+//! JSON field names are a contract (DESIGN §10): a job has `id`, `name`, `state`, `last_completed_checkpoint`
+//! (number or null) and more; a checkpoint has `id`, `status`, `trigger_time` (ms since the epoch),
+//! `duration_ms`, `full_size_bytes`, `uploaded_bytes`, `failure_reason` (string or null) and more. Text the
+//! job manager leaves empty is `null` in JSON; so are the end time of a job that has not ended and the path
+//! of a checkpoint that has none.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::time::Duration;
+use weir_proto as pb;
+
+// ------------------------------------------------------------------------------------------------ jobs
+
+/// A job as printed by `--output json`.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct JobJson {
+    pub id: String,
+    pub name: String,
+    pub state: String,
+    pub last_completed_checkpoint: Option<u64>,
+    pub restarts: u32,
+    pub attempt: u32,
+    pub parallelism: u32,
+    pub max_parallelism: u32,
+    pub checkpoints_completed: u64,
+    pub checkpoints_failed: u64,
+    pub failure: Option<String>,
+    pub submit_time_ms: u64,
+    pub end_time_ms: Option<u64>,
+}
+
+impl From<&pb::JobInfo> for JobJson {
+    fn from(j: &pb::JobInfo) -> Self {
+        JobJson {
+            id: j.id.clone(),
+            name: j.name.clone(),
+            state: j.state.clone(),
+            last_completed_checkpoint: j.last_completed_checkpoint,
+            restarts: j.restarts,
+            attempt: j.attempt,
+            parallelism: j.parallelism,
+            max_parallelism: j.max_parallelism,
+            checkpoints_completed: j.checkpoints_completed,
+            checkpoints_failed: j.checkpoints_failed,
+            failure: non_empty(&j.failure),
+            submit_time_ms: j.submit_time_ms,
+            end_time_ms: non_zero(j.end_time_ms),
+        }
+    }
+}
+
+/// A job as a JSON value.
+pub fn job_json(job: &pb::JobInfo) -> Value {
+    to_value(&JobJson::from(job))
+}
+
+/// Jobs as a JSON array.
+pub fn jobs_json(jobs: &[pb::JobInfo]) -> Value {
+    Value::Array(jobs.iter().map(job_json).collect())
+}
+
+/// One job for people (`weir job status`), a `key: value` line per field; `now_ms` ages running jobs.
+pub fn job_text(job: &pb::JobInfo, now_ms: u64) -> String {
+    let mut rows: Vec<(&str, String)> = vec![
+        ("id", job.id.clone()),
+        ("name", job.name.clone()),
+        ("state", job.state.clone()),
+        ("parallelism", format!("{} (max parallelism {})", job.parallelism, job.max_parallelism)),
+        ("attempt", format!("{} ({} restarts)", job.attempt, job.restarts)),
+        (
+            "checkpoints",
+            format!(
+                "{} completed, {} failed, last completed: {}",
+                job.checkpoints_completed,
+                job.checkpoints_failed,
+                opt_u64(job.last_completed_checkpoint)
+            ),
+        ),
+        ("submitted", utc_time(job.submit_time_ms)),
+    ];
+    if job.end_time_ms > 0 {
+        rows.push(("ended", utc_time(job.end_time_ms)));
+    }
+    if job.submit_time_ms > 0 {
+        let end = if job.end_time_ms > 0 { job.end_time_ms } else { now_ms };
+        rows.push(("duration", duration_ms(end.saturating_sub(job.submit_time_ms))));
+    }
+    if !job.failure.is_empty() {
+        rows.push(("failure", job.failure.clone()));
+    }
+    key_values(&rows)
+}
+
+/// Jobs as a table (`weir job list`).
+pub fn jobs_table(jobs: &[pb::JobInfo]) -> String {
+    if jobs.is_empty() {
+        return "no jobs\n".to_string();
+    }
+    let rows = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.clone(),
+                j.name.clone(),
+                j.state.clone(),
+                j.parallelism.to_string(),
+                opt_u64(j.last_completed_checkpoint),
+                j.restarts.to_string(),
+                utc_time(j.submit_time_ms),
+            ]
+        })
+        .collect::<Vec<_>>();
+    table(&["ID", "NAME", "STATE", "PARALLELISM", "LAST CHECKPOINT", "RESTARTS", "SUBMITTED"], &rows)
+}
+
+/// One short line about a job (`weir job cancel`, the end of `--wait`).
+pub fn job_line(job: &pb::JobInfo) -> String {
+    let mut line = format!("job {} ({}): {}", job.id, job.name, job.state);
+    if !job.failure.is_empty() {
+        line.push_str(": ");
+        line.push_str(&job.failure);
+    }
+    line
+}
+
+/// Whether a job state is final.
+pub fn is_terminal_state(state: &str) -> bool {
+    matches!(state, "FINISHED" | "CANCELED" | "FAILED")
+}
+
+// ----------------------------------------------------------------------------------------- checkpoints
+
+/// A checkpoint as printed by `--output json`.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct CheckpointJson {
+    pub id: u64,
+    pub status: String,
+    /// Milliseconds since the Unix epoch.
+    pub trigger_time: u64,
+    pub duration_ms: u64,
+    pub full_size_bytes: u64,
+    pub uploaded_bytes: u64,
+    pub failure_reason: Option<String>,
+    pub path: Option<String>,
+    pub is_final: bool,
+}
+
+impl From<&pb::CheckpointInfo> for CheckpointJson {
+    fn from(c: &pb::CheckpointInfo) -> Self {
+        CheckpointJson {
+            id: c.id,
+            status: c.status.clone(),
+            trigger_time: c.trigger_time_ms,
+            duration_ms: c.duration_ms,
+            full_size_bytes: c.full_size_bytes,
+            uploaded_bytes: c.uploaded_bytes,
+            failure_reason: non_empty(&c.failure_reason),
+            path: non_empty(&c.path),
+            is_final: c.is_final,
+        }
+    }
+}
+
+/// A checkpoint as a JSON value.
+pub fn checkpoint_json(c: &pb::CheckpointInfo) -> Value {
+    to_value(&CheckpointJson::from(c))
+}
+
+/// Checkpoints as a JSON array.
+pub fn checkpoints_json(cs: &[pb::CheckpointInfo]) -> Value {
+    Value::Array(cs.iter().map(checkpoint_json).collect())
+}
+
+/// Checkpoints as a table (`weir checkpoints`).
+pub fn checkpoints_table(cs: &[pb::CheckpointInfo]) -> String {
+    if cs.is_empty() {
+        return "no checkpoints\n".to_string();
+    }
+    let rows = cs
+        .iter()
+        .map(|c| {
+            let mut note = if c.is_final { "final".to_string() } else { String::new() };
+            if !c.failure_reason.is_empty() {
+                if !note.is_empty() {
+                    note.push_str("; ");
+                }
+                note.push_str(&c.failure_reason);
+            }
+            vec![
+                c.id.to_string(),
+                c.status.clone(),
+                utc_time(c.trigger_time_ms),
+                duration_ms(c.duration_ms),
+                size(c.full_size_bytes),
+                size(c.uploaded_bytes),
+                note,
+            ]
+        })
+        .collect::<Vec<_>>();
+    table(&["ID", "STATUS", "TRIGGERED", "DURATION", "FULL SIZE", "UPLOADED", "NOTE"], &rows)
+}
+
+// --------------------------------------------------------------------------------------------- cluster
+
+/// One task manager as printed by `weir cluster --output json`.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct TaskManagerJson {
+    pub id: String,
+    pub rpc_address: String,
+    pub data_address: String,
+    pub slots: u32,
+    pub free_slots: u32,
+}
+
+/// The cluster as printed by `weir cluster --output json`.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct ClusterJson {
+    pub task_managers: Vec<TaskManagerJson>,
+    pub total_slots: u32,
+    pub free_slots: u32,
+}
+
+/// The cluster as a JSON value.
+pub fn cluster_json(c: &pb::ClusterOverviewResponse) -> Value {
+    to_value(&ClusterJson {
+        task_managers: c
+            .task_managers
+            .iter()
+            .map(|t| TaskManagerJson {
+                id: t.id.clone(),
+                rpc_address: t.rpc_address.clone(),
+                data_address: t.data_address.clone(),
+                slots: t.slots,
+                free_slots: t.free_slots,
+            })
+            .collect(),
+        total_slots: c.total_slots,
+        free_slots: c.free_slots,
+    })
+}
+
+/// The cluster for people: a summary line and a table of task managers.
+pub fn cluster_text(c: &pb::ClusterOverviewResponse) -> String {
+    let mut out = format!(
+        "{} task manager{}, {} slots ({} free)\n",
+        c.task_managers.len(),
+        if c.task_managers.len() == 1 { "" } else { "s" },
+        c.total_slots,
+        c.free_slots
+    );
+    if !c.task_managers.is_empty() {
+        let rows = c
+            .task_managers
+            .iter()
+            .map(|t| {
+                vec![
+                    t.id.clone(),
+                    t.rpc_address.clone(),
+                    t.data_address.clone(),
+                    t.slots.to_string(),
+                    t.free_slots.to_string(),
+                ]
+            })
+            .collect::<Vec<_>>();
+        out.push_str(&table(&["ID", "RPC ADDRESS", "DATA ADDRESS", "SLOTS", "FREE"], &rows));
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------------------ formatting
+
+/// Pretty JSON followed by a newline.
+pub fn json_text(v: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+    s.push('\n');
+    s
+}
+
+/// A left-aligned table with a header row; columns separated by two spaces, no trailing blanks.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(cell);
+            let pad = widths.get(i).copied().unwrap_or(0).saturating_sub(cell.chars().count());
+            line.extend(std::iter::repeat_n(' ', pad));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn key_values(rows: &[(&str, String)]) -> String {
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    let mut out = String::new();
+    for (k, v) in rows {
+        out.push_str(&format!("{:<width$} {v}\n", format!("{k}:")));
+    }
+    out
+}
+
+/// A duration in milliseconds for people: `850 ms`, `1.25 s`, `12.3 s`, `2m 03s`, `1h 02m`, `3d 04h`.
+pub fn duration_ms(ms: u64) -> String {
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < 10_000 {
+        format!("{:.2} s", ms as f64 / 1000.0)
+    } else if ms < 60_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        let s = ms / 1000;
+        if s < 3600 {
+            format!("{}m {:02}s", s / 60, s % 60)
+        } else if s < 86_400 {
+            format!("{}h {:02}m", s / 3600, (s % 3600) / 60)
+        } else {
+            format!("{}d {:02}h", s / 86_400, (s % 86_400) / 3600)
+        }
+    }
+}
+
+/// A [`Duration`] for people (see [`duration_ms`]).
+pub fn duration(d: Duration) -> String {
+    duration_ms(d.as_millis().min(u64::MAX as u128) as u64)
+}
+
+/// A byte count for people, in binary units: `512 B`, `1.5 KiB`, `12.0 MiB`, `3.2 GiB`.
+pub fn size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Milliseconds since the epoch as UTC time, `2024-05-01 12:00:03 UTC`; `-` for 0 (unknown).
+pub fn utc_time(ms: u64) -> String {
+    if ms == 0 {
+        return "-".to_string();
+    }
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, (rem % 3600) / 60, rem % 60)
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn opt_u64(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+fn non_zero(v: u64) -> Option<u64> {
+    (v != 0).then_some(v)
+}
+
+fn to_value<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("plain structs always serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn running_job() -> pb::JobInfo {
+        pb::JobInfo {
+            id: "j-1".into(),
+            name: "demo".into(),
+            state: "RUNNING".into(),
+            last_completed_checkpoint: None,
+            restarts: 0,
+            attempt: 1,
+            submit_time_ms: 1_700_000_000_000,
+            end_time_ms: 0,
+            failure: String::new(),
+            parallelism: 2,
+            max_parallelism: 128,
+            checkpoints_completed: 0,
+            checkpoints_failed: 0,
+        }
+    }
+
+    #[test]
+    fn job_json_fields_and_nulls() {
+        let v = job_json(&running_job());
+        assert_eq!(
+            v,
+            json!({
+                "id": "j-1", "name": "demo", "state": "RUNNING", "last_completed_checkpoint": null,
+                "restarts": 0, "attempt": 1, "parallelism": 2, "max_parallelism": 128,
+                "checkpoints_completed": 0, "checkpoints_failed": 0, "failure": null,
+                "submit_time_ms": 1_700_000_000_000u64, "end_time_ms": null
+            })
+        );
+        let failed = pb::JobInfo {
+            state: "FAILED".into(),
+            last_completed_checkpoint: Some(7),
+            restarts: 3,
+            attempt: 4,
+            end_time_ms: 1_700_000_060_000,
+            failure: "operator \"counts\": boom".into(),
+            checkpoints_completed: 7,
+            checkpoints_failed: 1,
+            ..running_job()
+        };
+        let v = job_json(&failed);
+        assert_eq!(v["last_completed_checkpoint"], json!(7));
+        assert_eq!(v["failure"], json!("operator \"counts\": boom"));
+        assert_eq!(v["end_time_ms"], json!(1_700_000_060_000u64));
+        assert_eq!(v["restarts"], json!(3));
+        assert_eq!(jobs_json(&[running_job(), failed]).as_array().unwrap().len(), 2);
+        assert_eq!(jobs_json(&[]), json!([]));
+    }
+
+    #[test]
+    fn checkpoint_json_fields_and_nulls() {
+        let done = pb::CheckpointInfo {
+            id: 3,
+            status: "COMPLETED".into(),
+            trigger_time_ms: 1_700_000_000_123,
+            duration_ms: 420,
+            full_size_bytes: 10_000,
+            uploaded_bytes: 2_000,
+            failure_reason: String::new(),
+            path: "file:///tmp/cp/j-1/chk-3".into(),
+            is_final: true,
+        };
+        assert_eq!(
+            checkpoint_json(&done),
+            json!({
+                "id": 3, "status": "COMPLETED", "trigger_time": 1_700_000_000_123u64, "duration_ms": 420,
+                "full_size_bytes": 10_000, "uploaded_bytes": 2_000, "failure_reason": null,
+                "path": "file:///tmp/cp/j-1/chk-3", "is_final": true
+            })
+        );
+        let failed = pb::CheckpointInfo {
+            status: "FAILED".into(),
+            failure_reason: "expired after 600000 ms".into(),
+            path: String::new(),
+            is_final: false,
+            ..done
+        };
+        let v = checkpoint_json(&failed);
+        assert_eq!(v["failure_reason"], json!("expired after 600000 ms"));
+        assert_eq!(v["path"], Value::Null);
+        assert_eq!(checkpoints_json(&[failed]).as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn text_outputs() {
+        let t = jobs_table(&[running_job()]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("ID   NAME  STATE"), "{t}");
+        assert!(
+            lines[1].contains("j-1") && lines[1].contains("RUNNING") && lines[1].contains("2023-11-14 22:13:20 UTC")
+        );
+        assert_eq!(jobs_table(&[]), "no jobs\n");
+
+        let s = job_text(&running_job(), 1_700_000_090_000);
+        assert!(s.contains("state:       RUNNING\n"), "{s}");
+        assert!(s.contains("last completed: -"), "{s}");
+        assert!(s.contains("duration:    1m 30s"), "{s}");
+        assert!(!s.contains("failure"));
+
+        let c = pb::CheckpointInfo {
+            id: 12,
+            status: "FAILED".into(),
+            trigger_time_ms: 1_700_000_000_000,
+            duration_ms: 1500,
+            full_size_bytes: 3 * 1024 * 1024,
+            uploaded_bytes: 100,
+            failure_reason: "declined".into(),
+            path: String::new(),
+            is_final: false,
+        };
+        let t = checkpoints_table(&[c]);
+        assert!(t.contains("1.50 s") && t.contains("3.0 MiB") && t.contains("100 B") && t.contains("declined"), "{t}");
+        assert_eq!(checkpoints_table(&[]), "no checkpoints\n");
+
+        let cluster = pb::ClusterOverviewResponse {
+            task_managers: vec![pb::TaskManagerInfo {
+                id: "tm-a".into(),
+                rpc_address: "http://127.0.0.1:5000".into(),
+                data_address: "127.0.0.1:5001".into(),
+                slots: 2,
+                free_slots: 1,
+            }],
+            total_slots: 2,
+            free_slots: 1,
+        };
+        assert!(cluster_text(&cluster).starts_with("1 task manager, 2 slots (1 free)\n"));
+        assert_eq!(cluster_json(&cluster)["task_managers"][0]["free_slots"], json!(1));
+    }
+
+    #[test]
+    fn table_alignment() {
+        let t = table(&["A", "LONG"], &[vec!["xyz".into(), "1".into()], vec!["q".into(), String::new()]]);
+        assert_eq!(t, "A    LONG\nxyz  1\nq\n");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_ms(0), "0 ms");
+        assert_eq!(duration_ms(999), "999 ms");
+        assert_eq!(duration_ms(1_250), "1.25 s");
+        assert_eq!(duration_ms(12_340), "12.3 s");
+        assert_eq!(duration_ms(123_000), "2m 03s");
+        assert_eq!(duration_ms(3_720_000), "1h 02m");
+        assert_eq!(duration_ms(273_600_000), "3d 04h");
+        assert_eq!(duration(Duration::from_secs(10)), "10.0 s");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(size(0), "0 B");
+        assert_eq!(size(1023), "1023 B");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(12 * 1024 * 1024), "12.0 MiB");
+        assert_eq!(size(5 * 1024 * 1024 * 1024 * 1024), "5.0 TiB");
+        assert_eq!(size(u64::MAX), "16.0 EiB");
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(utc_time(0), "-");
+        assert_eq!(utc_time(1), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc_time(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc_time(1_700_000_000_999), "2023-11-14 22:13:20 UTC");
+    }
+}

@@ -1,0 +1,117 @@
+//! The options every command shares, resolved from embedded defaults < `--config` TOML file < `WEIR_*`
+//! environment < flags (clap reads the environment variables together with the flags).
+
+use crate::args::{GlobalArgs, OutputFormat, DEFAULT_JOBMANAGER, DEFAULT_RPC_TIMEOUT_SECS};
+use crate::CliError;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The keys of the CLI's config file, with their defaults.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+struct FileConfig {
+    jobmanager: String,
+    output: OutputFormat,
+    rpc_timeout: u64,
+}
+
+impl Default for FileConfig {
+    fn default() -> Self {
+        FileConfig {
+            jobmanager: DEFAULT_JOBMANAGER.to_string(),
+            output: OutputFormat::Text,
+            rpc_timeout: DEFAULT_RPC_TIMEOUT_SECS,
+        }
+    }
+}
+
+/// Flags (and environment variables) given on this invocation; `None` leaves the lower layers alone.
+#[derive(Serialize)]
+struct Flags<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jobmanager: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<OutputFormat>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rpc_timeout: Option<u64>,
+}
+
+/// Resolved shared options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Job manager address, always with a scheme (`http://` is added when missing).
+    pub jobmanager: String,
+    /// Output format of stdout.
+    pub output: OutputFormat,
+    /// Timeout of every call to the job manager.
+    pub rpc_timeout: Duration,
+}
+
+impl Settings {
+    /// Layers the config file (if any) under the flags.
+    pub fn resolve(args: &GlobalArgs) -> Result<Settings, CliError> {
+        let flags =
+            Flags { jobmanager: args.jobmanager.as_deref(), output: args.output, rpc_timeout: args.rpc_timeout };
+        // The environment is already folded into the flags by clap, so no keys are read from it here.
+        let file: FileConfig = weir_common::config::load(args.config.as_deref(), &[], &flags)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        if file.rpc_timeout == 0 {
+            return Err(CliError::Usage("invalid configuration: rpc_timeout must be at least 1 second".into()));
+        }
+        Ok(Settings {
+            jobmanager: normalize_address(&file.jobmanager),
+            output: file.output,
+            rpc_timeout: Duration::from_secs(file.rpc_timeout),
+        })
+    }
+}
+
+/// Adds `http://` to an address given as `HOST:PORT`.
+pub fn normalize_address(addr: &str) -> String {
+    let addr = addr.trim();
+    if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_without_flags_or_file() {
+        let s = Settings::resolve(&GlobalArgs::default()).unwrap();
+        assert_eq!(s.jobmanager, DEFAULT_JOBMANAGER);
+        assert_eq!(s.output, OutputFormat::Text);
+        assert_eq!(s.rpc_timeout, Duration::from_secs(DEFAULT_RPC_TIMEOUT_SECS));
+    }
+
+    #[test]
+    fn file_then_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("weir.toml");
+        std::fs::write(&path, "jobmanager = \"10.0.0.1:7000\"\noutput = \"json\"\n").unwrap();
+        let mut args = GlobalArgs { config: Some(path.clone()), ..Default::default() };
+        let s = Settings::resolve(&args).unwrap();
+        assert_eq!(s.jobmanager, "http://10.0.0.1:7000");
+        assert_eq!(s.output, OutputFormat::Json);
+
+        args.jobmanager = Some("https://jm:6123".into());
+        args.output = Some(OutputFormat::Text);
+        let s = Settings::resolve(&args).unwrap();
+        assert_eq!(s.jobmanager, "https://jm:6123");
+        assert_eq!(s.output, OutputFormat::Text);
+
+        std::fs::write(&path, "jobmanagr = \"x\"\n").unwrap();
+        let e = Settings::resolve(&args).unwrap_err();
+        assert!(e.to_string().contains("jobmanagr"), "{e}");
+    }
+
+    #[test]
+    fn addresses_get_a_scheme() {
+        assert_eq!(normalize_address("127.0.0.1:6123"), "http://127.0.0.1:6123");
+        assert_eq!(normalize_address(" http://h:1 "), "http://h:1");
+    }
+}

@@ -1,0 +1,45 @@
+//! A bounded job survives three task-manager crashes with its output exact: every key once, every count
+//! right.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::time::Duration;
+use weir_integration_tests::{
+    read_sink_output, scenario_seed, verify_counts, Cluster, ClusterOptions, CountJob, JobState,
+};
+
+const RECORDS: u64 = 2_000_000;
+const KEYS: u64 = 100_000;
+const RATE: u64 = 100_000; // 20 s of input
+
+#[test]
+fn output_is_exact_after_three_taskmanager_crashes() -> anyhow::Result<()> {
+    let seed = scenario_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut cluster = Cluster::start(ClusterOptions::new(3, 2))?;
+    let out = cluster.output_dir("counts")?;
+    let job = CountJob::bounded("exactly-once", RECORDS, KEYS, seed % 1000)
+        .rate(RATE)
+        .parallelism(2)
+        .checkpoint_every_ms(500)
+        .into_files(&out);
+    let id = cluster.submit(&job.yaml())?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+
+    for crash in 1..=3 {
+        std::thread::sleep(Duration::from_millis(rng.random_range(1000..4000)));
+        let before = cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
+        let victim = cluster.kill_random_busy_taskmanager(&mut rng)?;
+        eprintln!("crash {crash}: killed tm-{victim} at checkpoint {:?}", before.last_completed_checkpoint);
+        cluster.start_taskmanager()?;
+    }
+
+    let done = cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(120))?;
+    assert!(done.restarts >= 1, "the job never restarted after three crashes: {done:?}");
+    let output = read_sink_output(&out)?;
+    if let Err(diff) = verify_counts(&output, job.seed, RECORDS, KEYS) {
+        panic!("{diff}");
+    }
+    cluster.stop();
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! The job manager crashes mid-job and comes back on the same address with the same data directory: the job
+//! resumes from its last completed checkpoint in a new attempt, and its output is exact.
+
+use std::time::Duration;
+use weir_integration_tests::{
+    read_sink_output, scenario_seed, verify_counts, wait_until, Cluster, ClusterOptions, CountJob, JobState,
+};
+
+const RECORDS: u64 = 1_000_000;
+const KEYS: u64 = 50_000;
+const RATE: u64 = 80_000; // 12.5 s of input
+
+#[test]
+fn job_resumes_after_a_jobmanager_crash() -> anyhow::Result<()> {
+    let seed = scenario_seed();
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 2))?;
+    let out = cluster.output_dir("counts")?;
+    let job = CountJob::bounded("jm-restart", RECORDS, KEYS, seed % 1000)
+        .rate(RATE)
+        .checkpoint_every_ms(500)
+        .into_files(&out);
+    let id = cluster.submit(&job.yaml())?;
+
+    let before = cluster.wait_for_checkpoints(&id, 3, Duration::from_secs(60))?;
+    cluster.kill_jobmanager();
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.restart_jobmanager()?;
+
+    let resumed = wait_until("for the job to be redeployed", Duration::from_secs(60), || {
+        let job = cluster.job(&id)?;
+        let redeployed = job.attempt > before.attempt && JobState::of(&job) == Some(JobState::Running);
+        Ok((redeployed || JobState::of(&job) == Some(JobState::Finished)).then_some(job))
+    })?;
+    assert!(
+        resumed.attempt > before.attempt,
+        "the job was not redeployed after the job manager restarted: attempt {} before, {} after",
+        before.attempt,
+        resumed.attempt
+    );
+    assert!(
+        resumed.last_completed_checkpoint >= before.last_completed_checkpoint,
+        "the restarted job manager forgot checkpoints: last completed {:?} before, {:?} after",
+        before.last_completed_checkpoint,
+        resumed.last_completed_checkpoint
+    );
+
+    cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(120))?;
+    let output = read_sink_output(&out)?;
+    if let Err(diff) = verify_counts(&output, job.seed, RECORDS, KEYS) {
+        panic!("{diff}");
+    }
+    cluster.stop();
+    Ok(())
+}

@@ -1,0 +1,856 @@
+//! The checkpoint coordinator's decisions, as plain data and functions tested without network or disk:
+//! may we trigger now, is a checkpoint complete, which acknowledgements are stale, which checkpoints are
+//! subsumed and which of their files may be deleted, is the failure count over the tolerance. The one
+//! function that touches the object store, [`load_restore_point`], picks the checkpoint to restore from and
+//! falls back to older ones when the newest `_metadata` is missing or corrupt.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use weir_common::checkpoint::{paths, CheckpointMetadata, OperatorCheckpoint, TaskSnapshot, METADATA_FORMAT_VERSION};
+use weir_common::descriptor::ExecutionGraph;
+use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
+use weir_common::spec::{CheckpointSettings, ResolvedJob};
+use weir_common::store::{Store, StoreError};
+use weir_proto as pb;
+
+/// One deployed subtask: its vertex and index.
+pub type TaskKey = (VertexId, SubtaskIndex);
+
+/// How many checkpoints the history keeps (newest last).
+pub const HISTORY_LIMIT: usize = 200;
+
+/// After a failed checkpoint, the final checkpoint is retried no sooner than this.
+pub const FINAL_RETRY_DELAY_MS: u64 = 500;
+
+/// Status of a checkpoint in the history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CheckpointStatus {
+    /// Triggered, not all acknowledgements in yet.
+    InProgress,
+    /// `_metadata` written and recorded.
+    Completed,
+    /// Declined, expired, aborted or not writable.
+    Failed,
+}
+
+impl CheckpointStatus {
+    /// The status's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointStatus::InProgress => "IN_PROGRESS",
+            CheckpointStatus::Completed => "COMPLETED",
+            CheckpointStatus::Failed => "FAILED",
+        }
+    }
+}
+
+/// One checkpoint in a job's history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointHistoryEntry {
+    /// Checkpoint id.
+    pub id: CheckpointId,
+    /// Current status.
+    pub status: CheckpointStatus,
+    /// When it was triggered.
+    pub trigger_time_ms: u64,
+    /// Trigger to completion or failure.
+    pub duration_ms: u64,
+    /// Bytes of state the checkpoint references.
+    pub full_size_bytes: u64,
+    /// Bytes uploaded for this checkpoint.
+    pub uploaded_bytes: u64,
+    /// Why it failed.
+    pub failure_reason: String,
+    /// URL of its `_metadata`.
+    pub path: String,
+    /// Taken when every task was at end of input.
+    pub is_final: bool,
+}
+
+impl CheckpointHistoryEntry {
+    /// A freshly triggered checkpoint.
+    pub fn in_progress(id: CheckpointId, trigger_time_ms: u64, path: String, is_final: bool) -> Self {
+        CheckpointHistoryEntry {
+            id,
+            status: CheckpointStatus::InProgress,
+            trigger_time_ms,
+            duration_ms: 0,
+            full_size_bytes: 0,
+            uploaded_bytes: 0,
+            failure_reason: String::new(),
+            path,
+            is_final,
+        }
+    }
+
+    /// The entry as the client API shows it (`now_ms` gives in-progress checkpoints their running time).
+    pub fn to_proto(&self, now_ms: u64) -> pb::CheckpointInfo {
+        let duration_ms = match self.status {
+            CheckpointStatus::InProgress => now_ms.saturating_sub(self.trigger_time_ms),
+            _ => self.duration_ms,
+        };
+        pb::CheckpointInfo {
+            id: self.id.0,
+            status: self.status.as_str().to_string(),
+            trigger_time_ms: self.trigger_time_ms,
+            duration_ms,
+            full_size_bytes: self.full_size_bytes,
+            uploaded_bytes: self.uploaded_bytes,
+            failure_reason: self.failure_reason.clone(),
+            path: self.path.clone(),
+            is_final: self.is_final,
+        }
+    }
+}
+
+/// A completed checkpoint the job keeps (the last `retained`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetainedCheckpoint {
+    /// Checkpoint id.
+    pub id: CheckpointId,
+    /// Path of its `_metadata`, relative to the checkpoint root.
+    pub metadata_path: String,
+    /// When it was triggered.
+    pub timestamp_ms: u64,
+    /// Bytes of state it references.
+    pub full_size_bytes: u64,
+    /// Bytes uploaded for it.
+    pub uploaded_bytes: u64,
+    /// Taken when every task was at end of input.
+    pub is_final: bool,
+}
+
+/// What the coordinator needs to know about the deployment's tasks to decide on a trigger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskReadiness {
+    /// The job is `RUNNING` and every task reported `RUNNING` or `END_OF_INPUT`.
+    pub all_running: bool,
+    /// Every task reported `END_OF_INPUT`.
+    pub all_end_of_input: bool,
+}
+
+/// Whether to trigger a checkpoint now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TriggerDecision {
+    /// Not now.
+    Wait,
+    /// A periodic checkpoint.
+    Periodic,
+    /// The final checkpoint: every task is at end of input.
+    Final,
+}
+
+/// The outcome of an acknowledgement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// Stale or unexpected; dropped.
+    Dropped(&'static str),
+    /// Recorded; more acknowledgements are due.
+    Pending {
+        /// Acknowledgements still missing.
+        remaining: usize,
+    },
+    /// Recorded; every task has acknowledged.
+    Complete,
+}
+
+/// A checkpoint in flight.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingCheckpoint {
+    /// Checkpoint id.
+    pub id: CheckpointId,
+    /// Attempt that was triggered.
+    pub attempt: AttemptNumber,
+    /// When it was triggered.
+    pub trigger_time_ms: u64,
+    /// Every task was at end of input when it was triggered.
+    pub is_final: bool,
+    /// Tasks that must acknowledge.
+    pub expected: BTreeSet<TaskKey>,
+    /// Acknowledgements received.
+    pub acks: BTreeMap<TaskKey, TaskSnapshot>,
+}
+
+impl PendingCheckpoint {
+    /// Bytes uploaded by every acknowledged task.
+    pub fn uploaded_bytes(&self) -> u64 {
+        self.acks.values().map(|s| s.uploaded_bytes).sum()
+    }
+}
+
+/// Whether `consecutive` failures exceed the tolerance (`None` = unlimited).
+pub fn over_tolerance(consecutive: u32, tolerable: Option<u32>) -> bool {
+    tolerable.is_some_and(|t| consecutive > t)
+}
+
+/// The checkpoint coordinator of one deployment (one attempt) of a job.
+#[derive(Clone, Debug)]
+pub struct CheckpointCoordinator {
+    settings: CheckpointSettings,
+    attempt: AttemptNumber,
+    last_trigger_ms: u64,
+    last_completion_ms: Option<u64>,
+    last_failure_ms: Option<u64>,
+    pending: Option<PendingCheckpoint>,
+    consecutive_failures: u32,
+    final_completed: Option<CheckpointId>,
+}
+
+impl CheckpointCoordinator {
+    /// A coordinator for a deployment that started at `now_ms`: the first periodic checkpoint comes one
+    /// interval later.
+    pub fn new(settings: CheckpointSettings, attempt: AttemptNumber, now_ms: u64) -> Self {
+        CheckpointCoordinator {
+            settings,
+            attempt,
+            last_trigger_ms: now_ms,
+            last_completion_ms: None,
+            last_failure_ms: None,
+            pending: None,
+            consecutive_failures: 0,
+            final_completed: None,
+        }
+    }
+
+    /// The attempt this coordinator serves.
+    pub fn attempt(&self) -> AttemptNumber {
+        self.attempt
+    }
+
+    /// The checkpoint in flight.
+    pub fn pending(&self) -> Option<&PendingCheckpoint> {
+        self.pending.as_ref()
+    }
+
+    /// Consecutive failed checkpoints since the last completed one.
+    pub fn consecutive_failures(&self) -> u32 {
+        self.consecutive_failures
+    }
+
+    /// The final checkpoint, once it completed.
+    pub fn final_completed(&self) -> Option<CheckpointId> {
+        self.final_completed
+    }
+
+    /// May a checkpoint be triggered now? Periodic: every task running, none in flight, `interval_ms`
+    /// since the last trigger and `min_pause_ms` since the last completion. Final: every task at end of
+    /// input, none in flight, no final checkpoint completed yet — at once, whatever the interval.
+    pub fn decide_trigger(&self, now_ms: u64, tasks: TaskReadiness) -> TriggerDecision {
+        if self.pending.is_some() || !tasks.all_running || self.final_completed.is_some() {
+            return TriggerDecision::Wait;
+        }
+        if tasks.all_end_of_input {
+            let retry_ok = self.last_failure_ms.is_none_or(|f| now_ms >= f.saturating_add(FINAL_RETRY_DELAY_MS));
+            return if retry_ok { TriggerDecision::Final } else { TriggerDecision::Wait };
+        }
+        let Some(interval) = self.settings.interval_ms else { return TriggerDecision::Wait };
+        let interval_ok = now_ms >= self.last_trigger_ms.saturating_add(interval);
+        let pause_ok = self.last_completion_ms.is_none_or(|c| now_ms >= c.saturating_add(self.settings.min_pause_ms));
+        if interval_ok && pause_ok {
+            TriggerDecision::Periodic
+        } else {
+            TriggerDecision::Wait
+        }
+    }
+
+    /// Starts checkpoint `id`, which every task in `expected` must acknowledge.
+    pub fn begin(&mut self, id: CheckpointId, now_ms: u64, expected: BTreeSet<TaskKey>, is_final: bool) {
+        self.last_trigger_ms = now_ms;
+        self.pending = Some(PendingCheckpoint {
+            id,
+            attempt: self.attempt,
+            trigger_time_ms: now_ms,
+            is_final,
+            expected,
+            acks: BTreeMap::new(),
+        });
+    }
+
+    /// Records an acknowledgement; acknowledgements of another attempt, of a checkpoint not in flight, of
+    /// a task not expected, or repeated ones are dropped.
+    pub fn acknowledge(
+        &mut self,
+        attempt: AttemptNumber,
+        id: CheckpointId,
+        task: TaskKey,
+        snapshot: TaskSnapshot,
+    ) -> AckOutcome {
+        if attempt != self.attempt {
+            return AckOutcome::Dropped("acknowledgement of another attempt");
+        }
+        let Some(p) = self.pending.as_mut() else { return AckOutcome::Dropped("no checkpoint in flight") };
+        if p.id != id {
+            return AckOutcome::Dropped("acknowledgement of a checkpoint not in flight");
+        }
+        if !p.expected.contains(&task) {
+            return AckOutcome::Dropped("acknowledgement from a task that is not part of the deployment");
+        }
+        if p.acks.contains_key(&task) {
+            return AckOutcome::Dropped("repeated acknowledgement");
+        }
+        p.acks.insert(task, snapshot);
+        let remaining = p.expected.len() - p.acks.len();
+        if remaining == 0 {
+            AckOutcome::Complete
+        } else {
+            AckOutcome::Pending { remaining }
+        }
+    }
+
+    /// Whether a decline concerns the checkpoint in flight of this attempt.
+    pub fn is_pending(&self, attempt: AttemptNumber, id: CheckpointId) -> bool {
+        attempt == self.attempt && self.pending.as_ref().is_some_and(|p| p.id == id)
+    }
+
+    /// The checkpoint in flight if it has been running for `timeout_ms` or longer.
+    pub fn expired(&self, now_ms: u64) -> Option<CheckpointId> {
+        self.pending
+            .as_ref()
+            .filter(|p| now_ms >= p.trigger_time_ms.saturating_add(self.settings.timeout_ms))
+            .map(|p| p.id)
+    }
+
+    /// Removes the checkpoint in flight (to complete or fail it).
+    pub fn take_pending(&mut self) -> Option<PendingCheckpoint> {
+        self.pending.take()
+    }
+
+    /// Records a completion: resets the failure count and, for a final checkpoint, stops triggering.
+    pub fn record_completion(&mut self, id: CheckpointId, now_ms: u64, is_final: bool) {
+        self.last_completion_ms = Some(now_ms);
+        self.consecutive_failures = 0;
+        if is_final {
+            self.final_completed = Some(id);
+        }
+    }
+
+    /// Records a failure; `counts` is false for aborts caused by failover or cancel. Returns whether the
+    /// consecutive failures are now over the tolerance (the job must fail over).
+    pub fn record_failure(&mut self, now_ms: u64, counts: bool) -> bool {
+        self.last_failure_ms = Some(now_ms);
+        if counts {
+            self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+        }
+        counts && over_tolerance(self.consecutive_failures, self.settings.tolerable_failures)
+    }
+}
+
+/// Assembles the `_metadata` of a fully acknowledged checkpoint: per operator uid, the state of each
+/// subtask, which must be complete (subtasks `0..parallelism`) and reference only safe paths.
+pub fn build_metadata(
+    job_id: &JobId,
+    job: &ResolvedJob,
+    graph: &ExecutionGraph,
+    pending: &PendingCheckpoint,
+) -> Result<CheckpointMetadata, String> {
+    let mut operators: BTreeMap<String, OperatorCheckpoint> = BTreeMap::new();
+    for (&(vertex, subtask), snap) in &pending.acks {
+        let v = graph.vertices.get(vertex.0 as usize).ok_or_else(|| format!("unknown vertex {vertex}"))?;
+        for (uid, state) in &snap.operators {
+            let idx = v.operators.iter().copied().find(|&i| job.operators[i].uid == *uid).ok_or_else(|| {
+                format!("task {vertex}/{subtask} acknowledged state for operator {uid:?}, which it does not run")
+            })?;
+            let entry = operators.entry(uid.clone()).or_insert_with(|| OperatorCheckpoint {
+                parallelism: job.operators[idx].parallelism,
+                subtasks: vec![],
+            });
+            let mut state = state.clone();
+            state.subtask = subtask;
+            entry.subtasks.push(state);
+        }
+    }
+    for (uid, op) in operators.iter_mut() {
+        op.subtasks.sort_by_key(|s| s.subtask);
+        let complete = op.subtasks.len() == op.parallelism as usize
+            && op.subtasks.iter().enumerate().all(|(i, s)| s.subtask.0 as usize == i);
+        if !complete {
+            return Err(format!(
+                "operator {uid:?}: state of {} of its {} subtasks was acknowledged",
+                op.subtasks.len(),
+                op.parallelism
+            ));
+        }
+    }
+    let meta = CheckpointMetadata {
+        format_version: METADATA_FORMAT_VERSION,
+        job_id: job_id.clone(),
+        checkpoint_id: pending.id,
+        timestamp_ms: pending.trigger_time_ms,
+        max_parallelism: job.max_parallelism,
+        is_final: pending.is_final,
+        operators,
+    };
+    meta.validate_paths()?;
+    Ok(meta)
+}
+
+/// The retained checkpoints subsumed when keeping the last `keep`: never the newest one, whatever `keep`.
+pub fn subsumed(retained: &[CheckpointId], keep: u32) -> Vec<CheckpointId> {
+    let mut ids: Vec<CheckpointId> = retained.to_vec();
+    ids.sort();
+    ids.dedup();
+    let keep = (keep as usize).max(1);
+    let drop = ids.len().saturating_sub(keep);
+    ids.truncate(drop);
+    ids
+}
+
+/// Every file the given checkpoints reference (relative paths).
+pub fn referenced_files<'a>(metas: impl IntoIterator<Item = &'a CheckpointMetadata>) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for m in metas {
+        for op in m.operators.values() {
+            for st in &op.subtasks {
+                for f in st.keyed.iter().flat_map(|k| k.files.iter()) {
+                    out.insert(f.path.clone());
+                }
+                if let Some(o) = &st.operator_state {
+                    out.insert(o.file.path.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// How to delete a checkpoint's directory without touching files a retained checkpoint still uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DirCleanup {
+    /// Nothing in the directory is referenced: delete it whole.
+    WholeDir(String),
+    /// Delete these files only (the others are referenced).
+    Files(Vec<String>),
+}
+
+/// Decides how to clean up the directory `dir`, given its listing (needed only when something in it is
+/// referenced) and the files retained checkpoints reference.
+pub fn plan_dir_cleanup(dir: &str, referenced: &HashSet<String>, listing: Option<&[String]>) -> Option<DirCleanup> {
+    let prefix = format!("{dir}/");
+    if !referenced.iter().any(|p| p.starts_with(&prefix)) {
+        return Some(DirCleanup::WholeDir(dir.to_string()));
+    }
+    let files = listing?.iter().filter(|p| p.starts_with(&prefix) && !referenced.contains(*p)).cloned().collect();
+    Some(DirCleanup::Files(files))
+}
+
+/// The checkpoint a deployment restores from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestorePoint {
+    /// The retained checkpoint.
+    pub checkpoint: RetainedCheckpoint,
+    /// Its `_metadata`.
+    pub metadata: CheckpointMetadata,
+    /// Newer retained checkpoints that were skipped, with the reason.
+    pub skipped: Vec<(CheckpointId, String)>,
+}
+
+/// Why no checkpoint could be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// Every retained checkpoint's `_metadata` is missing or corrupt.
+    #[error("no retained checkpoint can be restored: {}", describe(.0))]
+    NoneReadable(Vec<(CheckpointId, String)>),
+    /// The object store could not be read; try again later.
+    #[error("cannot read checkpoint {checkpoint}: {source}")]
+    Unavailable {
+        /// The checkpoint being read.
+        checkpoint: CheckpointId,
+        /// The store error.
+        #[source]
+        source: StoreError,
+    },
+}
+
+fn describe(tried: &[(CheckpointId, String)]) -> String {
+    tried.iter().map(|(id, why)| format!("checkpoint {id}: {why}")).collect::<Vec<_>>().join("; ")
+}
+
+/// Picks the newest retained checkpoint whose `_metadata` is readable and belongs to this job, falling back
+/// to older ones when it is missing or corrupt (each skip is logged as a warning). `Ok(None)` when nothing
+/// is retained (deploy from scratch).
+pub async fn load_restore_point(
+    store: &Store,
+    job_id: &JobId,
+    retained: &[RetainedCheckpoint],
+) -> Result<Option<RestorePoint>, RestoreError> {
+    let mut candidates: Vec<&RetainedCheckpoint> = retained.iter().collect();
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.id));
+    let mut skipped = Vec::new();
+    for c in candidates {
+        let path = if c.metadata_path.is_empty() { paths::metadata(job_id, c.id) } else { c.metadata_path.clone() };
+        let why = match store.get(&path).await {
+            Ok(bytes) => match CheckpointMetadata::from_bytes(&bytes) {
+                Ok(m) if m.job_id != *job_id || m.checkpoint_id != c.id => {
+                    format!("{path} describes checkpoint {} of job {}", m.checkpoint_id, m.job_id)
+                }
+                Ok(metadata) => return Ok(Some(RestorePoint { checkpoint: c.clone(), metadata, skipped })),
+                Err(e) => format!("{path}: {e}"),
+            },
+            Err(StoreError::NotFound(p)) => format!("{p} is missing"),
+            Err(source) => return Err(RestoreError::Unavailable { checkpoint: c.id, source }),
+        };
+        tracing::warn!(job_id = %job_id, checkpoint_id = c.id.0, reason = %why, "cannot restore from checkpoint, falling back to the previous one");
+        skipped.push((c.id, why));
+    }
+    if skipped.is_empty() {
+        Ok(None)
+    } else {
+        Err(RestoreError::NoneReadable(skipped))
+    }
+}
+
+/// Deletes the directories of checkpoints that are no longer needed (subsumed or failed) without touching a
+/// retained checkpoint or any file a retained checkpoint references. `known` holds the metadata of retained
+/// checkpoints already in memory; the others are read from the store. Errors are logged, never returned:
+/// a leftover file is harmless, a deleted one that is still needed is not.
+pub async fn delete_checkpoint_dirs(
+    store: &Store,
+    job_id: &JobId,
+    retained: &[RetainedCheckpoint],
+    known: &BTreeMap<CheckpointId, std::sync::Arc<CheckpointMetadata>>,
+    ids: &[CheckpointId],
+) {
+    let mut metas = Vec::new();
+    let mut complete = true;
+    for r in retained {
+        if let Some(m) = known.get(&r.id) {
+            metas.push(m.clone());
+            continue;
+        }
+        match store
+            .get(&r.metadata_path)
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|b| CheckpointMetadata::from_bytes(&b))
+        {
+            Ok(m) => metas.push(std::sync::Arc::new(m)),
+            Err(error) => {
+                tracing::warn!(job_id = %job_id, checkpoint_id = r.id.0, %error, "cannot read a retained checkpoint's metadata; keeping the files of older checkpoints");
+                complete = false;
+            }
+        }
+    }
+    let referenced = referenced_files(metas.iter().map(|m| m.as_ref()));
+    for &id in ids {
+        if retained.iter().any(|r| r.id == id) {
+            continue;
+        }
+        let dir = paths::checkpoint_dir(job_id, id);
+        let result = if !complete {
+            store.delete(&paths::metadata(job_id, id)).await
+        } else {
+            let plan = match plan_dir_cleanup(&dir, &referenced, None) {
+                Some(plan) => Ok(plan),
+                None => store.list(&dir).await.map(|listing| {
+                    plan_dir_cleanup(&dir, &referenced, Some(&listing)).unwrap_or(DirCleanup::Files(Vec::new()))
+                }),
+            };
+            match plan {
+                Ok(DirCleanup::WholeDir(d)) => store.delete_dir(&d).await,
+                Ok(DirCleanup::Files(files)) => {
+                    let mut r = Ok(());
+                    for f in files {
+                        if let Err(e) = store.delete(&f).await {
+                            r = Err(e);
+                        }
+                    }
+                    r
+                }
+                Err(e) => Err(e),
+            }
+        };
+        match result {
+            Ok(()) => tracing::debug!(job_id = %job_id, checkpoint_id = id.0, "deleted checkpoint directory"),
+            Err(error) => {
+                tracing::warn!(job_id = %job_id, checkpoint_id = id.0, %error, "cannot delete checkpoint directory")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::descriptors::tests::demo_job;
+    use bytes::Bytes;
+    use weir_common::checkpoint::{FileHandle, OperatorStateHandle, OperatorSubtaskState};
+    use weir_common::store::StoreOptions;
+
+    fn settings(interval: Option<u64>, min_pause: u64, tolerable: Option<u32>) -> CheckpointSettings {
+        CheckpointSettings {
+            interval_ms: interval,
+            timeout_ms: 1000,
+            min_pause_ms: min_pause,
+            max_concurrent: 1,
+            retained: 2,
+            incremental: true,
+            tolerable_failures: tolerable,
+        }
+    }
+
+    const RUNNING: TaskReadiness = TaskReadiness { all_running: true, all_end_of_input: false };
+    const AT_END: TaskReadiness = TaskReadiness { all_running: true, all_end_of_input: true };
+    const A1: AttemptNumber = AttemptNumber(1);
+
+    fn key(v: u32, s: u32) -> TaskKey {
+        (VertexId(v), SubtaskIndex(s))
+    }
+
+    fn snap(job: &JobId, id: u64, v: u32, s: u32, uid: &str) -> TaskSnapshot {
+        let mut operators = BTreeMap::new();
+        operators.insert(
+            uid.to_string(),
+            OperatorSubtaskState {
+                subtask: SubtaskIndex(s),
+                keyed: None,
+                operator_state: Some(OperatorStateHandle {
+                    file: FileHandle { path: format!("{job}/chk-{id}/{uid}/{s}/opstate"), size: 10 },
+                    states: vec![],
+                }),
+                end_of_input: false,
+            },
+        );
+        TaskSnapshot { vertex: VertexId(v), subtask: SubtaskIndex(s), operators, uploaded_bytes: 4 }
+    }
+
+    #[test]
+    fn trigger_timing_with_interval_and_min_pause() {
+        let mut c = CheckpointCoordinator::new(settings(Some(100), 250, None), A1, 1000);
+        assert_eq!(c.decide_trigger(1050, RUNNING), TriggerDecision::Wait, "interval since deployment not over");
+        assert_eq!(
+            c.decide_trigger(1100, TaskReadiness { all_running: false, all_end_of_input: false }),
+            TriggerDecision::Wait
+        );
+        assert_eq!(c.decide_trigger(1100, RUNNING), TriggerDecision::Periodic);
+        c.begin(CheckpointId(1), 1100, BTreeSet::from([key(0, 0)]), false);
+        assert_eq!(c.decide_trigger(1300, RUNNING), TriggerDecision::Wait, "one in flight at most");
+        c.take_pending();
+        c.record_completion(CheckpointId(1), 1300, false);
+        assert_eq!(c.decide_trigger(1400, RUNNING), TriggerDecision::Wait, "min pause after completion");
+        assert_eq!(c.decide_trigger(1550, RUNNING), TriggerDecision::Periodic);
+        // No interval: only the final checkpoint is ever triggered, at once.
+        let c = CheckpointCoordinator::new(settings(None, 0, None), A1, 0);
+        assert_eq!(c.decide_trigger(1_000_000, RUNNING), TriggerDecision::Wait);
+        assert_eq!(c.decide_trigger(1, AT_END), TriggerDecision::Final);
+    }
+
+    #[test]
+    fn final_checkpoint_rules() {
+        let mut c = CheckpointCoordinator::new(settings(Some(10_000), 5000, None), A1, 0);
+        c.begin(CheckpointId(1), 1, BTreeSet::from([key(0, 0)]), false);
+        assert_eq!(c.decide_trigger(2, AT_END), TriggerDecision::Wait, "after the one in flight");
+        c.take_pending();
+        assert!(!c.record_failure(3, true));
+        assert_eq!(c.decide_trigger(4, AT_END), TriggerDecision::Wait, "short pause before retrying");
+        assert_eq!(c.decide_trigger(3 + FINAL_RETRY_DELAY_MS, AT_END), TriggerDecision::Final);
+        c.begin(CheckpointId(2), 600, BTreeSet::from([key(0, 0)]), true);
+        c.take_pending();
+        c.record_completion(CheckpointId(2), 700, true);
+        assert_eq!(c.final_completed(), Some(CheckpointId(2)));
+        assert_eq!(c.decide_trigger(100_000, AT_END), TriggerDecision::Wait, "nothing after the final checkpoint");
+    }
+
+    #[test]
+    fn completion_only_when_all_acks_arrived_and_stale_acks_dropped() {
+        let job = JobId("j".into());
+        let mut c = CheckpointCoordinator::new(settings(Some(1), 0, None), AttemptNumber(2), 0);
+        assert_eq!(
+            c.acknowledge(AttemptNumber(2), CheckpointId(1), key(0, 0), snap(&job, 1, 0, 0, "a")),
+            AckOutcome::Dropped("no checkpoint in flight")
+        );
+        c.begin(CheckpointId(5), 10, BTreeSet::from([key(0, 0), key(0, 1), key(1, 0)]), false);
+        assert!(matches!(
+            c.acknowledge(AttemptNumber(1), CheckpointId(5), key(0, 0), snap(&job, 5, 0, 0, "a")),
+            AckOutcome::Dropped(_)
+        ));
+        assert!(matches!(
+            c.acknowledge(AttemptNumber(2), CheckpointId(4), key(0, 0), snap(&job, 4, 0, 0, "a")),
+            AckOutcome::Dropped(_)
+        ));
+        assert!(matches!(
+            c.acknowledge(AttemptNumber(2), CheckpointId(5), key(7, 0), snap(&job, 5, 7, 0, "a")),
+            AckOutcome::Dropped(_)
+        ));
+        assert_eq!(
+            c.acknowledge(AttemptNumber(2), CheckpointId(5), key(0, 0), snap(&job, 5, 0, 0, "a")),
+            AckOutcome::Pending { remaining: 2 }
+        );
+        assert!(matches!(
+            c.acknowledge(AttemptNumber(2), CheckpointId(5), key(0, 0), snap(&job, 5, 0, 0, "a")),
+            AckOutcome::Dropped("repeated acknowledgement")
+        ));
+        assert_eq!(
+            c.acknowledge(AttemptNumber(2), CheckpointId(5), key(1, 0), snap(&job, 5, 1, 0, "b")),
+            AckOutcome::Pending { remaining: 1 }
+        );
+        assert!(c.is_pending(AttemptNumber(2), CheckpointId(5)));
+        assert!(!c.is_pending(AttemptNumber(1), CheckpointId(5)));
+        assert_eq!(
+            c.acknowledge(AttemptNumber(2), CheckpointId(5), key(0, 1), snap(&job, 5, 0, 1, "a")),
+            AckOutcome::Complete
+        );
+        let p = c.take_pending().unwrap();
+        assert_eq!(p.uploaded_bytes(), 12);
+        assert_eq!(c.expired(100_000), None);
+    }
+
+    #[test]
+    fn expiry_and_tolerable_failures() {
+        let mut c = CheckpointCoordinator::new(settings(Some(1), 0, Some(1)), A1, 0);
+        c.begin(CheckpointId(1), 100, BTreeSet::new(), false);
+        assert_eq!(c.expired(1099), None);
+        assert_eq!(c.expired(1100), Some(CheckpointId(1)));
+        c.take_pending();
+        assert!(!c.record_failure(1100, true), "one failure is tolerated");
+        assert!(!c.record_failure(1200, false), "aborts do not count");
+        assert!(c.record_failure(1300, true), "the second consecutive failure is one too many");
+        c.record_completion(CheckpointId(3), 1400, false);
+        assert_eq!(c.consecutive_failures(), 0);
+        assert!(!over_tolerance(1000, None), "unlimited by default");
+        assert!(over_tolerance(1, Some(0)));
+    }
+
+    #[test]
+    fn metadata_from_acks() {
+        let job = demo_job();
+        let graph = ExecutionGraph::build(&job);
+        let id = JobId("j".into());
+        let mut c = CheckpointCoordinator::new(job.checkpointing.clone(), A1, 0);
+        let all: BTreeSet<TaskKey> = [key(0, 0), key(0, 1), key(1, 0), key(1, 1), key(2, 0)].into();
+        c.begin(CheckpointId(3), 5, all, true);
+        for (v, s, uid) in [(0, 0, "events"), (0, 1, "events"), (1, 0, "counts"), (1, 1, "counts"), (2, 0, "out")] {
+            c.acknowledge(A1, CheckpointId(3), key(v, s), snap(&id, 3, v, s, uid));
+        }
+        let p = c.take_pending().unwrap();
+        let m = build_metadata(&id, &job, &graph, &p).unwrap();
+        assert!(m.is_final);
+        assert_eq!(m.operators["counts"].parallelism, 2);
+        assert_eq!(m.operators["out"].subtasks.len(), 1);
+        assert_eq!(m.full_size(), 50);
+        assert_eq!(m.timestamp_ms, 5);
+
+        // A task claiming an operator it does not run, or a missing subtask, fails the checkpoint.
+        let mut bad = p.clone();
+        bad.acks.insert(key(2, 0), snap(&id, 3, 2, 0, "counts"));
+        assert!(build_metadata(&id, &job, &graph, &bad).unwrap_err().contains("does not run"));
+        let mut missing = p.clone();
+        missing.acks.remove(&key(1, 1));
+        assert!(build_metadata(&id, &job, &graph, &missing).unwrap_err().contains("1 of its 2 subtasks"));
+        let mut unsafe_path = p;
+        unsafe_path.acks.insert(key(2, 0), snap(&JobId("other".into()), 3, 2, 0, "out"));
+        assert!(build_metadata(&id, &job, &graph, &unsafe_path).is_err());
+    }
+
+    #[test]
+    fn subsumption_keeps_last_n_and_never_the_latest() {
+        let ids: Vec<CheckpointId> = [3, 1, 2, 5].into_iter().map(CheckpointId).collect();
+        assert_eq!(subsumed(&ids, 2), vec![CheckpointId(1), CheckpointId(2)]);
+        assert_eq!(subsumed(&ids, 1), vec![CheckpointId(1), CheckpointId(2), CheckpointId(3)]);
+        assert_eq!(subsumed(&ids, 0), vec![CheckpointId(1), CheckpointId(2), CheckpointId(3)], "the latest stays");
+        assert!(subsumed(&ids, 10).is_empty());
+        assert!(subsumed(&[], 1).is_empty());
+    }
+
+    #[test]
+    fn cleanup_spares_referenced_files() {
+        let referenced: HashSet<String> = ["j/chk-2/a/0/sst1".to_string(), "j/shared/x".to_string()].into();
+        assert_eq!(plan_dir_cleanup("j/chk-1", &referenced, None), Some(DirCleanup::WholeDir("j/chk-1".into())));
+        assert_eq!(plan_dir_cleanup("j/chk-2", &referenced, None), None, "needs a listing");
+        let listing =
+            vec!["j/chk-2/_metadata".to_string(), "j/chk-2/a/0/sst1".to_string(), "j/chk-2/a/0/sst2".to_string()];
+        assert_eq!(
+            plan_dir_cleanup("j/chk-2", &referenced, Some(&listing)),
+            Some(DirCleanup::Files(vec!["j/chk-2/_metadata".into(), "j/chk-2/a/0/sst2".into()]))
+        );
+        assert!(plan_dir_cleanup("j/chk-1", &referenced, None).is_some(), "chk-1 is not a prefix of chk-12");
+        let r12: HashSet<String> = ["j/chk-12/f".to_string()].into();
+        assert_eq!(plan_dir_cleanup("j/chk-1", &r12, None), Some(DirCleanup::WholeDir("j/chk-1".into())));
+    }
+
+    fn meta(job: &JobId, id: u64) -> CheckpointMetadata {
+        CheckpointMetadata {
+            format_version: METADATA_FORMAT_VERSION,
+            job_id: job.clone(),
+            checkpoint_id: CheckpointId(id),
+            timestamp_ms: id,
+            max_parallelism: 128,
+            is_final: false,
+            operators: BTreeMap::new(),
+        }
+    }
+
+    fn retained(job: &JobId, id: u64) -> RetainedCheckpoint {
+        RetainedCheckpoint {
+            id: CheckpointId(id),
+            metadata_path: paths::metadata(job, CheckpointId(id)),
+            timestamp_ms: id,
+            full_size_bytes: 0,
+            uploaded_bytes: 0,
+            is_final: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn restore_falls_back_when_newest_metadata_is_corrupt_or_missing() {
+        let store = Store::open("memory:///", &StoreOptions::default()).unwrap();
+        let job = JobId("j1".into());
+        assert!(load_restore_point(&store, &job, &[]).await.unwrap().is_none());
+
+        let r = vec![retained(&job, 1), retained(&job, 2), retained(&job, 3)];
+        store.put_new(&paths::metadata(&job, CheckpointId(1)), Bytes::from(meta(&job, 1).to_bytes())).await.unwrap();
+        store.put_new(&paths::metadata(&job, CheckpointId(2)), Bytes::from_static(b"{ corrupt")).await.unwrap();
+        // Checkpoint 3's _metadata is missing.
+        let p = load_restore_point(&store, &job, &r).await.unwrap().unwrap();
+        assert_eq!(p.checkpoint.id, CheckpointId(1));
+        assert_eq!(p.metadata, meta(&job, 1));
+        assert_eq!(p.skipped.iter().map(|s| s.0).collect::<Vec<_>>(), vec![CheckpointId(3), CheckpointId(2)]);
+
+        // The newest readable one wins.
+        store.put_new(&paths::metadata(&job, CheckpointId(3)), Bytes::from(meta(&job, 3).to_bytes())).await.unwrap();
+        let p = load_restore_point(&store, &job, &r).await.unwrap().unwrap();
+        assert_eq!(p.checkpoint.id, CheckpointId(3));
+        assert!(p.skipped.is_empty());
+
+        // Metadata of another checkpoint under this name is not trusted; nothing readable is an error.
+        let other = JobId("j2".into());
+        store.put_new(&paths::metadata(&other, CheckpointId(1)), Bytes::from(meta(&job, 1).to_bytes())).await.unwrap();
+        let err = load_restore_point(&store, &other, &[retained(&other, 1)]).await.unwrap_err();
+        assert!(matches!(err, RestoreError::NoneReadable(ref v) if v.len() == 1), "{err}");
+        assert!(err.to_string().contains("checkpoint 1"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn deleting_dirs_spares_retained_files() {
+        let store = Store::open("memory:///", &StoreOptions::default()).unwrap();
+        let job = JobId("j".into());
+        for p in ["j/chk-1/_metadata", "j/chk-1/a/0/x", "j/chk-2/a/0/shared-sst", "j/chk-2/a/0/y", "j/chk-2/_metadata"]
+        {
+            store.put(p, Bytes::from_static(b"1")).await.unwrap();
+        }
+        let mut m3 = meta(&job, 3);
+        m3.operators.insert(
+            "a".into(),
+            OperatorCheckpoint {
+                parallelism: 1,
+                subtasks: vec![OperatorSubtaskState {
+                    subtask: SubtaskIndex(0),
+                    keyed: None,
+                    operator_state: Some(OperatorStateHandle {
+                        file: FileHandle { path: "j/chk-2/a/0/shared-sst".into(), size: 1 },
+                        states: vec![],
+                    }),
+                    end_of_input: false,
+                }],
+            },
+        );
+        store.put("j/chk-3/_metadata", Bytes::from(m3.to_bytes())).await.unwrap();
+        let retained = vec![retained(&job, 3)];
+        // Checkpoint 3 is retained: asking to delete it does nothing.
+        let ids = [CheckpointId(1), CheckpointId(2), CheckpointId(3)];
+        delete_checkpoint_dirs(&store, &job, &retained, &BTreeMap::new(), &ids).await;
+        let mut left = store.list("j").await.unwrap();
+        left.sort();
+        assert_eq!(left, vec!["j/chk-2/a/0/shared-sst".to_string(), "j/chk-3/_metadata".to_string()]);
+    }
+}

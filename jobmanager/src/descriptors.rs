@@ -1,0 +1,322 @@
+//! Building the `TaskDescriptor` of every subtask of a deployment: chain, key-group range, input channels,
+//! output targets with the data address of the task manager running each downstream subtask, and the state
+//! to restore. Plain functions, no I/O.
+
+use crate::registry::SlotTarget;
+use std::collections::BTreeMap;
+use weir_common::checkpoint::CheckpointMetadata;
+use weir_common::descriptor::{
+    input_channels, output_targets, ExecutionGraph, InputDescriptor, OperatorDescriptor, OutputDescriptor,
+    RestoreDescriptor, TaskDescriptor,
+};
+use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
+use weir_common::keygroup::KeyGroupRange;
+use weir_common::spec::ResolvedJob;
+
+/// Why a deployment cannot be described.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeployError {
+    /// Fewer slots than the widest vertex needs.
+    #[error("the job needs {needed} slots but {got} were assigned")]
+    NotEnoughSlots {
+        /// Slots needed.
+        needed: u32,
+        /// Slots given.
+        got: usize,
+    },
+    /// The job's number of key groups differs from the checkpoint's.
+    #[error("cannot restore from checkpoint {checkpoint}: it was taken with max_parallelism {stored}, the job has {now}; max_parallelism can never change for a job's state")]
+    MaxParallelismChanged {
+        /// The checkpoint.
+        checkpoint: CheckpointId,
+        /// Max parallelism in the checkpoint.
+        stored: u32,
+        /// Max parallelism of the job.
+        now: u32,
+    },
+    /// An operator's parallelism differs from the checkpoint's (rescaling is not supported yet).
+    #[error("cannot restore from checkpoint {checkpoint}: operator {uid:?} ran with parallelism {stored} and now has {now}; restoring with a different parallelism is not supported yet")]
+    ParallelismChanged {
+        /// The checkpoint.
+        checkpoint: CheckpointId,
+        /// Operator uid.
+        uid: String,
+        /// Parallelism in the checkpoint.
+        stored: u32,
+        /// Parallelism in the job.
+        now: u32,
+    },
+    /// The checkpoint lacks the state of one subtask.
+    #[error("checkpoint {checkpoint} has no state for subtask {subtask} of operator {uid:?}")]
+    MissingSubtask {
+        /// The checkpoint.
+        checkpoint: CheckpointId,
+        /// Operator uid.
+        uid: String,
+        /// The subtask.
+        subtask: SubtaskIndex,
+    },
+}
+
+/// Everything needed to describe one deployment of a job.
+#[derive(Clone, Copy, Debug)]
+pub struct DeployPlan<'a> {
+    /// The job's id.
+    pub job_id: &'a JobId,
+    /// The validated job.
+    pub job: &'a ResolvedJob,
+    /// Its execution graph.
+    pub graph: &'a ExecutionGraph,
+    /// The attempt being deployed.
+    pub attempt: AttemptNumber,
+    /// Slot `i` runs subtask `i` of every vertex.
+    pub slots: &'a [SlotTarget],
+    /// Object-store URL of the checkpoint root.
+    pub checkpoint_root: &'a str,
+    /// The checkpoint to restore from, if any.
+    pub restore: Option<&'a CheckpointMetadata>,
+}
+
+/// Checks that a checkpoint can be restored into the job as it is now (same parallelism everywhere).
+pub fn check_restorable(job: &ResolvedJob, meta: &CheckpointMetadata) -> Result<(), DeployError> {
+    if meta.max_parallelism != job.max_parallelism {
+        return Err(DeployError::MaxParallelismChanged {
+            checkpoint: meta.checkpoint_id,
+            stored: meta.max_parallelism,
+            now: job.max_parallelism,
+        });
+    }
+    for op in &job.operators {
+        let Some(stored) = meta.operators.get(&op.uid) else { continue };
+        if stored.parallelism != op.parallelism {
+            return Err(DeployError::ParallelismChanged {
+                checkpoint: meta.checkpoint_id,
+                uid: op.uid.clone(),
+                stored: stored.parallelism,
+                now: op.parallelism,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Builds the descriptor of every subtask, vertices in topological order and subtasks in index order.
+pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, DeployError> {
+    let needed = plan.graph.slots_needed();
+    if plan.slots.len() < needed as usize {
+        return Err(DeployError::NotEnoughSlots { needed, got: plan.slots.len() });
+    }
+    if let Some(meta) = plan.restore {
+        check_restorable(plan.job, meta)?;
+    }
+    let job = plan.job;
+    let mut out = Vec::new();
+    for vertex in &plan.graph.vertices {
+        let p = vertex.parallelism;
+        for s in 0..p {
+            let subtask = SubtaskIndex(s);
+            let operators = vertex
+                .operators
+                .iter()
+                .map(|&i| OperatorDescriptor {
+                    uid: job.operators[i].uid.clone(),
+                    kind: job.operators[i].kind.clone(),
+                    config: job.operators[i].config.clone(),
+                })
+                .collect();
+            let input = vertex.input.map(|(from, partitioning)| {
+                let from_p = vertex_parallelism(plan.graph, from);
+                InputDescriptor {
+                    from_vertex: from,
+                    from_parallelism: from_p,
+                    partitioning,
+                    channels: input_channels(partitioning, from_p, subtask, p),
+                }
+            });
+            let outputs = vertex
+                .outputs
+                .iter()
+                .map(|&(to, partitioning)| {
+                    let to_p = vertex_parallelism(plan.graph, to);
+                    let targets = output_targets(partitioning, subtask, to_p)
+                        .into_iter()
+                        .map(|t| (t, plan.slots[t.0 as usize].data_address.clone()))
+                        .collect();
+                    OutputDescriptor { to_vertex: to, partitioning, targets, to_parallelism: to_p }
+                })
+                .collect();
+            let restore = match plan.restore {
+                None => None,
+                Some(meta) => {
+                    let mut ops = BTreeMap::new();
+                    for &i in &vertex.operators {
+                        let uid = &job.operators[i].uid;
+                        let Some(stored) = meta.operators.get(uid) else { continue };
+                        let state = stored.subtasks.iter().find(|st| st.subtask == subtask).ok_or_else(|| {
+                            DeployError::MissingSubtask { checkpoint: meta.checkpoint_id, uid: uid.clone(), subtask }
+                        })?;
+                        ops.insert(uid.clone(), state.clone());
+                    }
+                    Some(RestoreDescriptor { checkpoint_id: meta.checkpoint_id, operators: ops })
+                }
+            };
+            out.push(TaskDescriptor {
+                job_id: plan.job_id.clone(),
+                job_name: job.name.clone(),
+                attempt: plan.attempt,
+                vertex: vertex.id,
+                subtask,
+                parallelism: p,
+                max_parallelism: job.max_parallelism,
+                key_group_range: KeyGroupRange::for_subtask(subtask, p, job.max_parallelism),
+                operators,
+                state_backend: job.state_backend,
+                checkpoint_root: plan.checkpoint_root.to_string(),
+                incremental: job.checkpointing.incremental,
+                input,
+                outputs,
+                restore,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn vertex_parallelism(graph: &ExecutionGraph, v: VertexId) -> u32 {
+    graph.vertices.get(v.0 as usize).map(|v| v.parallelism).unwrap_or(0)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use weir_common::builtin::builtin_kinds;
+    use weir_common::checkpoint::{OperatorCheckpoint, OperatorSubtaskState, METADATA_FORMAT_VERSION};
+    use weir_common::spec::{parse_spec_text, resolve, Partitioning};
+
+    pub(crate) const DEMO: &str = r#"
+name: demo
+parallelism: 2
+checkpointing: { interval_ms: 100, retained: 2 }
+restart: { strategy: fixed-delay, attempts: 3, delay_ms: 10 }
+operators:
+  - { uid: events, kind: datagen, config: { count: 1000, keys: 10, seed: 1 } }
+  - { uid: counts, kind: keyed-count, input: events }
+  - { uid: out, kind: file-sink, input: counts, parallelism: 1, config: { path: /tmp/out } }
+"#;
+
+    pub(crate) fn demo_job() -> ResolvedJob {
+        resolve(&parse_spec_text(DEMO).unwrap(), &builtin_kinds()).unwrap()
+    }
+
+    fn slots() -> Vec<SlotTarget> {
+        (0..2)
+            .map(|i| SlotTarget {
+                tm_id: format!("tm{i}"),
+                instance: i,
+                rpc_address: format!("http://rpc{i}"),
+                data_address: format!("data{i}:1"),
+            })
+            .collect()
+    }
+
+    fn subtask_state(s: u32) -> OperatorSubtaskState {
+        OperatorSubtaskState { subtask: SubtaskIndex(s), keyed: None, operator_state: None, end_of_input: false }
+    }
+
+    #[test]
+    fn datagen_keyed_count_file_sink() {
+        let job = demo_job();
+        let graph = ExecutionGraph::build(&job);
+        let id = JobId("j".into());
+        let slots = slots();
+        let plan = DeployPlan {
+            job_id: &id,
+            job: &job,
+            graph: &graph,
+            attempt: AttemptNumber(1),
+            slots: &slots,
+            checkpoint_root: "file:///cp",
+            restore: None,
+        };
+        let d = build_descriptors(&plan).unwrap();
+        assert_eq!(d.len(), 5, "2 datagen + 2 keyed-count + 1 sink");
+        let find = |v: u32, s: u32| d.iter().find(|t| t.vertex == VertexId(v) && t.subtask == SubtaskIndex(s)).unwrap();
+
+        let src1 = find(0, 1);
+        assert_eq!(src1.operators[0].uid, "events");
+        assert!(src1.input.is_none());
+        assert_eq!(src1.outputs.len(), 1);
+        assert_eq!(src1.outputs[0].partitioning, Partitioning::KeyBy);
+        assert_eq!(
+            src1.outputs[0].targets,
+            vec![(SubtaskIndex(0), "data0:1".to_string()), (SubtaskIndex(1), "data1:1".to_string())]
+        );
+        assert_eq!(src1.key_group_range, KeyGroupRange { start: 64, end: 127 });
+
+        let cnt0 = find(1, 0);
+        assert_eq!(cnt0.key_group_range, KeyGroupRange { start: 0, end: 63 });
+        let input = cnt0.input.as_ref().unwrap();
+        assert_eq!(input.from_vertex, VertexId(0));
+        assert_eq!(input.channels, vec![SubtaskIndex(0), SubtaskIndex(1)]);
+        assert_eq!(cnt0.outputs[0].targets, vec![(SubtaskIndex(0), "data0:1".to_string())], "the sink runs in slot 0");
+        assert_eq!(cnt0.outputs[0].partitioning, Partitioning::Rebalance);
+
+        let sink = find(2, 0);
+        assert_eq!(sink.parallelism, 1);
+        assert_eq!(sink.key_group_range, KeyGroupRange { start: 0, end: 127 });
+        assert_eq!(sink.input.as_ref().unwrap().channels, vec![SubtaskIndex(0), SubtaskIndex(1)]);
+        assert!(sink.outputs.is_empty());
+        assert!(d
+            .iter()
+            .all(|t| t.attempt == AttemptNumber(1) && t.restore.is_none() && t.checkpoint_root == "file:///cp"));
+
+        // Restoring takes each operator's subtask state; a changed parallelism fails clearly.
+        let mut operators = BTreeMap::new();
+        for (uid, p) in [("events", 2), ("counts", 2), ("out", 1)] {
+            operators.insert(
+                uid.to_string(),
+                OperatorCheckpoint { parallelism: p, subtasks: (0..p).map(subtask_state).collect() },
+            );
+        }
+        let mut meta = CheckpointMetadata {
+            format_version: METADATA_FORMAT_VERSION,
+            job_id: id.clone(),
+            checkpoint_id: CheckpointId(7),
+            timestamp_ms: 1,
+            max_parallelism: 128,
+            is_final: false,
+            operators,
+        };
+        let d = build_descriptors(&DeployPlan { restore: Some(&meta), ..plan }).unwrap();
+        let r = find_restore(&d, 1, 1);
+        assert_eq!(r.checkpoint_id, CheckpointId(7));
+        assert_eq!(r.operators["counts"].subtask, SubtaskIndex(1));
+        assert_eq!(r.operators.len(), 1);
+
+        meta.operators.get_mut("counts").unwrap().parallelism = 3;
+        let err = build_descriptors(&DeployPlan { restore: Some(&meta), ..plan }).unwrap_err();
+        assert!(err.to_string().contains("operator \"counts\" ran with parallelism 3 and now has 2"), "{err}");
+        meta.operators.get_mut("counts").unwrap().parallelism = 2;
+        meta.operators.get_mut("counts").unwrap().subtasks.pop();
+        assert!(matches!(
+            build_descriptors(&DeployPlan { restore: Some(&meta), ..plan }),
+            Err(DeployError::MissingSubtask { .. })
+        ));
+        meta.max_parallelism = 256;
+        assert!(matches!(
+            build_descriptors(&DeployPlan { restore: Some(&meta), ..plan }),
+            Err(DeployError::MaxParallelismChanged { .. })
+        ));
+        assert!(matches!(
+            build_descriptors(&DeployPlan { slots: &slots[..1], ..plan }),
+            Err(DeployError::NotEnoughSlots { needed: 2, got: 1 })
+        ));
+    }
+
+    fn find_restore(d: &[TaskDescriptor], v: u32, s: u32) -> RestoreDescriptor {
+        d.iter()
+            .find(|t| t.vertex == VertexId(v) && t.subtask == SubtaskIndex(s))
+            .and_then(|t| t.restore.clone())
+            .unwrap()
+    }
+}

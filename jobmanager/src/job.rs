@@ -1,0 +1,860 @@
+//! The coordinator of one job: a task that owns the job's record and handles its events one at a time —
+//! task state reports, checkpoint acknowledgements and declines, lost task managers, cancel requests —
+//! plus a periodic tick for deployment, checkpoint triggers and expiry. Decisions come from
+//! [`crate::lifecycle`], [`crate::coordinator`] and [`crate::descriptors`]; this module does the I/O.
+
+use crate::coordinator::{
+    build_metadata, delete_checkpoint_dirs, load_restore_point, subsumed, AckOutcome, CheckpointCoordinator,
+    CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError, RetainedCheckpoint, TaskKey,
+    TaskReadiness, TriggerDecision,
+};
+use crate::descriptors::{build_descriptors, DeployPlan};
+use crate::error::JobRequestError;
+use crate::job_store::JobRecord;
+use crate::lifecycle::{restart_decision, transition, JobState, RestartDecision};
+use crate::manager::Shared;
+use crate::registry::SlotTarget;
+use crate::tm_client::is_connection_error;
+use bytes::Bytes;
+use futures::future::join_all;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, error, info, warn};
+use weir_common::checkpoint::{paths, CheckpointMetadata, TaskSnapshot};
+use weir_common::descriptor::ExecutionGraph;
+use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
+use weir_common::now_ms;
+use weir_common::spec::ResolvedJob;
+use weir_proto as pb;
+
+/// How often a job's coordinator looks at its timers.
+const TICK: Duration = Duration::from_millis(50);
+/// While waiting for the tasks to finish after the final checkpoint, its completion is re-sent this often
+/// (tasks tolerate late and repeated notifications; a lost one would otherwise stall the job).
+const FINAL_RENOTIFY_MS: u64 = 2000;
+/// Delay before retrying a deployment whose checkpoint could not be read from the store.
+const STORE_RETRY_MS: u64 = 1000;
+/// How often "waiting for slots" is logged while a job waits.
+const WAITING_LOG_EVERY_MS: u64 = 30_000;
+
+/// Something that happened to a job.
+#[derive(Debug)]
+pub(crate) enum JobEvent {
+    /// A task reported a state.
+    TaskState { tm_id: String, attempt: AttemptNumber, task: TaskKey, state: pb::TaskState, error: String },
+    /// A task acknowledged a checkpoint.
+    Acknowledge { attempt: AttemptNumber, task: TaskKey, checkpoint_id: CheckpointId, snapshot: Box<TaskSnapshot> },
+    /// A task declined a checkpoint.
+    Decline { attempt: AttemptNumber, task: TaskKey, checkpoint_id: CheckpointId, reason: String },
+    /// A task manager was lost.
+    TaskManagerLost { tm_id: String, instance: u64, reason: String },
+    /// A client asked to cancel the job.
+    Cancel { reply: oneshot::Sender<Result<pb::JobInfo, JobRequestError>> },
+}
+
+/// What clients can read about a job without waiting for its coordinator.
+#[derive(Clone, Debug)]
+pub(crate) struct JobView {
+    pub(crate) info: pb::JobInfo,
+    pub(crate) state: JobState,
+    pub(crate) history: Vec<CheckpointHistoryEntry>,
+}
+
+impl JobView {
+    pub(crate) fn of(record: &JobRecord) -> Self {
+        JobView { info: record.info(), state: record.state, history: record.history.clone() }
+    }
+}
+
+/// The handle the job manager keeps for each job.
+pub(crate) struct JobHandle {
+    pub(crate) tx: mpsc::UnboundedSender<JobEvent>,
+    pub(crate) view: Arc<Mutex<JobView>>,
+    pub(crate) task: Option<tokio::task::JoinHandle<()>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TaskStatus {
+    Deploying,
+    Running,
+    EndOfInput,
+    Finished,
+}
+
+/// One deployed attempt of the job.
+struct Deployment {
+    attempt: AttemptNumber,
+    slots: Vec<SlotTarget>,
+    tasks: BTreeMap<TaskKey, TaskStatus>,
+    coordinator: CheckpointCoordinator,
+    last_final_notify_ms: u64,
+}
+
+impl Deployment {
+    fn readiness(&self, job_running: bool) -> TaskReadiness {
+        let all_running =
+            job_running && self.tasks.values().all(|s| matches!(s, TaskStatus::Running | TaskStatus::EndOfInput));
+        let all_end_of_input = all_running && self.tasks.values().all(|s| *s == TaskStatus::EndOfInput);
+        TaskReadiness { all_running, all_end_of_input }
+    }
+
+    fn rpc_addresses(&self) -> Vec<String> {
+        let set: BTreeSet<&str> = self.slots.iter().map(|s| s.rpc_address.as_str()).collect();
+        set.into_iter().map(str::to_string).collect()
+    }
+
+    fn uses(&self, tm_id: &str, instance: u64) -> bool {
+        self.slots.iter().any(|s| s.tm_id == tm_id && s.instance == instance)
+    }
+}
+
+/// The outcome of a batch of RPCs to task managers.
+struct RpcFailure {
+    connection_lost: bool,
+    cause: String,
+}
+
+fn task_ref(job: &JobId, attempt: AttemptNumber, (vertex, subtask): TaskKey) -> pb::TaskRef {
+    pb::TaskRef { job_id: job.to_string(), attempt: attempt.0, vertex: vertex.0, subtask: subtask.0 }
+}
+
+/// "counts subtask 1" — a task named by the operators of its chain.
+fn describe_task(job: &ResolvedJob, graph: &ExecutionGraph, (vertex, subtask): TaskKey) -> String {
+    let uids: Vec<&str> = graph
+        .vertices
+        .get(vertex.0 as usize)
+        .map(|v| v.operators.iter().filter_map(|&i| job.operators.get(i)).map(|o| o.uid.as_str()).collect())
+        .unwrap_or_default();
+    if uids.is_empty() {
+        format!("vertex {vertex} subtask {subtask}")
+    } else {
+        format!("{} subtask {subtask}", uids.join("->"))
+    }
+}
+
+/// The coordinator task of one job.
+pub(crate) struct JobActor {
+    shared: Arc<Shared>,
+    record: JobRecord,
+    graph: ExecutionGraph,
+    view: Arc<Mutex<JobView>>,
+    deployment: Option<Deployment>,
+    restart_at_ms: u64,
+    retained_meta: BTreeMap<CheckpointId, Arc<CheckpointMetadata>>,
+    last_waiting_log_ms: Option<u64>,
+}
+
+impl JobActor {
+    /// Starts the coordinator of a job; `recovered` jobs were read from the job store at start-up.
+    pub(crate) fn spawn(shared: Arc<Shared>, record: JobRecord, recovered: bool) -> JobHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let view = Arc::new(Mutex::new(JobView::of(&record)));
+        let graph = ExecutionGraph::build(&record.job);
+        let shutdown = shared.shutdown_receiver();
+        let actor = JobActor {
+            shared,
+            record,
+            graph,
+            view: view.clone(),
+            deployment: None,
+            restart_at_ms: 0,
+            retained_meta: BTreeMap::new(),
+            last_waiting_log_ms: None,
+        };
+        let task = tokio::spawn(actor.run(rx, shutdown, recovered));
+        JobHandle { tx, view, task: Some(task) }
+    }
+
+    async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<JobEvent>,
+        mut shutdown: watch::Receiver<bool>,
+        recovered: bool,
+    ) {
+        if recovered && self.record.state.is_terminal() {
+            return;
+        }
+        if recovered {
+            self.recover().await;
+            self.publish();
+        }
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if *shutdown.borrow() || self.record.state.is_terminal() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => break,
+                event = rx.recv() => match event {
+                    Some(event) => self.handle(event).await,
+                    None => break,
+                },
+                _ = tick.tick() => self.on_tick().await,
+            }
+            self.publish();
+        }
+        if !self.record.state.is_terminal() {
+            info!(job_id = %self.record.id, state = %self.record.state, "job coordination stopped; the job resumes when the job manager restarts");
+        }
+        let _ = self.persist().await;
+        self.publish();
+    }
+
+    fn publish(&self) {
+        *self.view.lock() = JobView::of(&self.record);
+    }
+
+    /// Writes the record to the job store; failures are logged and returned.
+    async fn persist(&self) -> Result<(), String> {
+        let store = self.shared.job_store.clone();
+        let record = self.record.clone();
+        let result = match tokio::task::spawn_blocking(move || store.save(&record)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("job store writer panicked: {e}")),
+        };
+        if let Err(error) = &result {
+            error!(job_id = %self.record.id, %error, "cannot persist the job");
+        }
+        result
+    }
+
+    fn set_state(&mut self, to: JobState) -> bool {
+        let from = self.record.state;
+        match transition(from, to) {
+            Ok(to) => {
+                self.record.state = to;
+                if to.is_terminal() {
+                    self.record.end_time_ms = now_ms();
+                }
+                info!(job_id = %self.record.id, from = %from, to = %to, attempt = self.record.attempt.0, "job state changed");
+                true
+            }
+            Err(e) => {
+                error!(job_id = %self.record.id, from = %from, to = %to, error = %e, "refused job state change");
+                false
+            }
+        }
+    }
+
+    fn metadata_url(&self, id: CheckpointId) -> String {
+        format!("{}/{}", self.shared.store.url().trim_end_matches('/'), paths::metadata(&self.record.id, id))
+    }
+
+    /// After a job-manager restart: checkpoints that were in flight failed, and a job that was running is
+    /// redeployed (with the next attempt number) once enough slots are registered.
+    async fn recover(&mut self) {
+        let now = now_ms();
+        let mut interrupted = Vec::new();
+        for e in self.record.history.iter_mut().filter(|e| e.status == CheckpointStatus::InProgress) {
+            e.status = CheckpointStatus::Failed;
+            e.failure_reason = "the job manager stopped while the checkpoint was in progress".into();
+            e.duration_ms = now.saturating_sub(e.trigger_time_ms);
+            interrupted.push(e.id);
+        }
+        self.record.checkpoints_failed += interrupted.len() as u64;
+        if matches!(self.record.state, JobState::Running | JobState::Restarting) {
+            self.set_state(JobState::Restarting);
+        }
+        self.restart_at_ms = now;
+        info!(job_id = %self.record.id, state = %self.record.state, attempt = self.record.attempt.0,
+            latest_checkpoint = self.record.latest_completed().map(|r| r.id.0), "job recovered from the job store");
+        let _ = self.persist().await;
+        self.spawn_cleanup(interrupted);
+    }
+
+    async fn handle(&mut self, event: JobEvent) {
+        match event {
+            JobEvent::TaskState { tm_id, attempt, task, state, error } => {
+                self.on_task_state(tm_id, attempt, task, state, error).await
+            }
+            JobEvent::Acknowledge { attempt, task, checkpoint_id, snapshot } => {
+                self.on_acknowledge(attempt, task, checkpoint_id, *snapshot).await
+            }
+            JobEvent::Decline { attempt, task, checkpoint_id, reason } => {
+                self.on_decline(attempt, task, checkpoint_id, reason).await
+            }
+            JobEvent::TaskManagerLost { tm_id, instance, reason } => {
+                if self.deployment.as_ref().is_some_and(|d| d.uses(&tm_id, instance)) {
+                    self.failover(format!("task manager {tm_id} was lost: {reason}")).await;
+                }
+            }
+            JobEvent::Cancel { reply } => {
+                let result = self.cancel().await;
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    async fn on_tick(&mut self) {
+        let now = now_ms();
+        if self.deployment.is_none() {
+            if matches!(self.record.state, JobState::Created | JobState::Restarting) && now >= self.restart_at_ms {
+                self.try_deploy().await;
+            }
+            return;
+        }
+        self.coordinate(now).await;
+    }
+
+    // ------------------------------------------------------------------------------------------ tasks
+
+    async fn on_task_state(
+        &mut self,
+        tm_id: String,
+        attempt: AttemptNumber,
+        task: TaskKey,
+        state: pb::TaskState,
+        error_text: String,
+    ) {
+        let job_id = self.record.id.clone();
+        let name = describe_task(&self.record.job, &self.graph, task);
+        let Some(dep) = self.deployment.as_mut() else {
+            debug!(job_id = %job_id, attempt = attempt.0, task = %name, "dropping the state report of a task that is not deployed");
+            return;
+        };
+        if attempt != dep.attempt {
+            debug!(job_id = %job_id, attempt = attempt.0, current_attempt = dep.attempt.0, task = %name, "dropping a stale task state report");
+            return;
+        }
+        let Some(status) = dep.tasks.get_mut(&task) else {
+            warn!(job_id = %job_id, attempt = attempt.0, task = %name, "state report from an unknown task");
+            return;
+        };
+        match state {
+            pb::TaskState::Running => {
+                if *status == TaskStatus::Deploying {
+                    *status = TaskStatus::Running;
+                    debug!(job_id = %job_id, attempt = attempt.0, task = %name, "task running");
+                }
+            }
+            pb::TaskState::EndOfInput => {
+                if *status != TaskStatus::Finished {
+                    *status = TaskStatus::EndOfInput;
+                    info!(job_id = %job_id, attempt = attempt.0, task = %name, "task reached the end of its input");
+                }
+                // The final checkpoint is triggered at once, not at the next tick.
+                self.coordinate(now_ms()).await;
+            }
+            pb::TaskState::Finished => {
+                *status = TaskStatus::Finished;
+                info!(job_id = %job_id, attempt = attempt.0, task = %name, "task finished");
+                if dep.tasks.values().all(|s| *s == TaskStatus::Finished) {
+                    self.finish().await;
+                }
+            }
+            pb::TaskState::Failed => {
+                let cause = format!("task {name} failed on task manager {tm_id}: {error_text}");
+                self.failover(cause).await;
+            }
+            pb::TaskState::Canceled => {
+                let cause = format!("task {name} was canceled on task manager {tm_id} without being asked to");
+                self.failover(cause).await;
+            }
+            pb::TaskState::Unspecified => {}
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------ deployment
+
+    fn log_waiting(&mut self, now: u64, needed: u32, free: u32) {
+        if self.last_waiting_log_ms.is_none_or(|t| now >= t + WAITING_LOG_EVERY_MS) {
+            self.last_waiting_log_ms = Some(now);
+            info!(job_id = %self.record.id, needed_slots = needed, free_slots = free, "waiting for enough free slots");
+        }
+    }
+
+    async fn try_deploy(&mut self) {
+        let now = now_ms();
+        let job_id = self.record.id.clone();
+        let needed = self.graph.slots_needed();
+        let allocated = {
+            let mut registry = self.shared.registry.lock();
+            registry.allocate(&job_id, needed).ok_or_else(|| registry.free_slots())
+        };
+        let slots = match allocated {
+            Ok(slots) => slots,
+            Err(free) => {
+                self.log_waiting(now, needed, free);
+                return;
+            }
+        };
+        self.last_waiting_log_ms = None;
+
+        let restore = match load_restore_point(&self.shared.store, &job_id, &self.record.retained).await {
+            Ok(r) => r,
+            Err(e @ RestoreError::Unavailable { .. }) => {
+                self.shared.registry.lock().release(&job_id);
+                warn!(job_id = %job_id, error = %e, "cannot read the checkpoint to restore from; retrying");
+                self.restart_at_ms = now + STORE_RETRY_MS;
+                return;
+            }
+            Err(e) => {
+                self.shared.registry.lock().release(&job_id);
+                self.fail_job(e.to_string()).await;
+                return;
+            }
+        };
+        if let Some(r) = &restore {
+            if !r.skipped.is_empty() {
+                // Unreadable checkpoints can never be restored: stop retaining them.
+                let skipped: Vec<CheckpointId> = r.skipped.iter().map(|(id, _)| *id).collect();
+                warn!(job_id = %job_id, restore_checkpoint = r.checkpoint.id.0,
+                    dropped = ?skipped.iter().map(|c| c.0).collect::<Vec<_>>(), "restoring from an older checkpoint; dropping the unreadable newer ones");
+                self.record.retained.retain(|c| !skipped.contains(&c.id));
+                self.spawn_cleanup(skipped);
+            }
+        }
+
+        let attempt = AttemptNumber(self.record.attempt.0 + 1);
+        let checkpoint_root = self.shared.store.url().to_string();
+        let plan = DeployPlan {
+            job_id: &job_id,
+            job: &self.record.job,
+            graph: &self.graph,
+            attempt,
+            slots: &slots,
+            checkpoint_root: &checkpoint_root,
+            restore: restore.as_ref().map(|r| &r.metadata),
+        };
+        let descriptors = match build_descriptors(&plan) {
+            Ok(d) => d,
+            Err(e) => {
+                self.shared.registry.lock().release(&job_id);
+                self.fail_job(e.to_string()).await;
+                return;
+            }
+        };
+        let restore_id = restore.as_ref().map(|r| r.checkpoint.id);
+        if let Some(r) = restore {
+            self.retained_meta.insert(r.checkpoint.id, Arc::new(r.metadata));
+        }
+
+        // The attempt number is persisted before any task of it exists, so it is never reused.
+        self.record.attempt = attempt;
+        let tasks = descriptors.iter().map(|d| ((d.vertex, d.subtask), TaskStatus::Deploying)).collect();
+        let settings = self.record.job.checkpointing.clone();
+        self.deployment = Some(Deployment {
+            attempt,
+            slots: slots.clone(),
+            tasks,
+            coordinator: CheckpointCoordinator::new(settings.clone(), attempt, now),
+            last_final_notify_ms: 0,
+        });
+        if self.persist().await.is_err() {
+            self.undeploy(false);
+            self.restart_at_ms = now + STORE_RETRY_MS;
+            return;
+        }
+        let placement: Vec<&str> = slots.iter().map(|s| s.tm_id.as_str()).collect();
+        info!(job_id = %job_id, attempt = attempt.0, restore_checkpoint = restore_id.map(|c| c.0),
+            slots = ?placement, tasks = descriptors.len(), "deploying job");
+
+        // Consumers before producers.
+        let order: Vec<VertexId> = self.graph.vertices.iter().rev().map(|v| v.id).collect();
+        for vertex in order {
+            let calls = descriptors.iter().filter(|d| d.vertex == vertex).map(|d| {
+                let slot = slots[d.subtask.0 as usize].clone();
+                let key = (d.vertex, d.subtask);
+                let request = serde_json::to_vec(d).map(|json| pb::DeployTaskRequest {
+                    task: Some(task_ref(&job_id, attempt, key)),
+                    jm_session: self.shared.session.clone(),
+                    descriptor_json: json,
+                });
+                let clients = self.shared.clients.clone();
+                async move {
+                    let result = match (request, clients.get(&slot.rpc_address)) {
+                        (Ok(req), Ok(mut client)) => client.deploy_task(req).await.map(|_| ()),
+                        (Err(e), _) => Err(tonic::Status::internal(format!("cannot encode the task descriptor: {e}"))),
+                        (_, Err(e)) => Err(e),
+                    };
+                    (slot, key, result)
+                }
+            });
+            let results = join_all(calls).await;
+            if let Some(failure) = self.rpc_failures(results, "deployment") {
+                self.failover(failure.cause).await;
+                return;
+            }
+        }
+        if let Some(dep) = self.deployment.as_mut() {
+            dep.coordinator = CheckpointCoordinator::new(settings, attempt, now_ms());
+        }
+        self.set_state(JobState::Running);
+        let _ = self.persist().await;
+    }
+
+    /// Looks at RPC results; a connection error marks that task manager lost.
+    fn rpc_failures(
+        &self,
+        results: Vec<(SlotTarget, TaskKey, Result<(), tonic::Status>)>,
+        what: &str,
+    ) -> Option<RpcFailure> {
+        let mut failure: Option<RpcFailure> = None;
+        for (slot, key, result) in results {
+            let Err(status) = result else { continue };
+            let lost = is_connection_error(&status);
+            let name = describe_task(&self.record.job, &self.graph, key);
+            warn!(job_id = %self.record.id, tm_id = %slot.tm_id, task = %name, rpc = what, code = ?status.code(),
+                error = %status.message(), "task manager RPC failed");
+            if lost {
+                self.shared.tm_lost(&slot.tm_id, slot.instance, &format!("{what} RPC failed: {}", status.message()));
+            }
+            let cause = format!("{what} of {name} on task manager {} failed: {}", slot.tm_id, status.message());
+            match &mut failure {
+                None => failure = Some(RpcFailure { connection_lost: lost, cause }),
+                Some(f) => f.connection_lost |= lost,
+            }
+        }
+        failure
+    }
+
+    /// Stops using the current deployment: tells its task managers to cancel its tasks (best effort, in
+    /// the background) when `cancel_tasks`, and frees its slots.
+    fn undeploy(&mut self, cancel_tasks: bool) {
+        self.shared.registry.lock().release(&self.record.id);
+        let Some(dep) = self.deployment.take() else { return };
+        if !cancel_tasks {
+            return;
+        }
+        for address in dep.rpc_addresses() {
+            let clients = self.shared.clients.clone();
+            let job_id = self.record.id.clone();
+            let attempt = dep.attempt;
+            tokio::spawn(async move {
+                let req = pb::CancelTasksRequest { job_id: job_id.to_string(), up_to_attempt: attempt.0 };
+                let result = match clients.get(&address) {
+                    Ok(mut c) => c.cancel_job(req).await.map(|r| r.into_inner().canceled),
+                    Err(e) => Err(e),
+                };
+                match result {
+                    Ok(canceled) => debug!(job_id = %job_id, attempt = attempt.0, %address, canceled, "tasks canceled"),
+                    Err(e) => {
+                        debug!(job_id = %job_id, attempt = attempt.0, %address, error = %e.message(), "cannot cancel tasks")
+                    }
+                }
+            });
+        }
+    }
+
+    /// A failure: abort the checkpoint in flight, cancel the tasks and restart after the strategy's delay,
+    /// or fail the job when no restart is left.
+    async fn failover(&mut self, cause: String) {
+        if self.record.state.is_terminal() {
+            return;
+        }
+        warn!(job_id = %self.record.id, attempt = self.record.attempt.0, cause = %cause, "job fails over");
+        self.abort_pending(&format!("job failover: {cause}"));
+        self.undeploy(true);
+        self.record.failure = cause.clone();
+        match restart_decision(&self.record.job.restart, self.record.restarts) {
+            RestartDecision::GiveUp => {
+                self.set_state(JobState::Failed);
+                error!(job_id = %self.record.id, restarts = self.record.restarts, cause = %cause, "job failed: no restart left");
+            }
+            RestartDecision::Restart { number, delay_ms } => {
+                self.record.restarts = number;
+                self.set_state(JobState::Restarting);
+                self.restart_at_ms = now_ms().saturating_add(delay_ms);
+                info!(job_id = %self.record.id, restart = number, delay_ms, "job restarts after the delay");
+            }
+        }
+        let _ = self.persist().await;
+    }
+
+    /// A failure that no restart can fix.
+    async fn fail_job(&mut self, cause: String) {
+        if self.record.state.is_terminal() {
+            return;
+        }
+        error!(job_id = %self.record.id, cause = %cause, "job failed");
+        self.abort_pending(&format!("job failed: {cause}"));
+        self.undeploy(true);
+        self.record.failure = cause;
+        self.set_state(JobState::Failed);
+        let _ = self.persist().await;
+    }
+
+    async fn cancel(&mut self) -> Result<pb::JobInfo, JobRequestError> {
+        match self.record.state {
+            JobState::Canceled => return Ok(self.record.info()),
+            s if s.is_terminal() => {
+                return Err(JobRequestError::AlreadyTerminal { id: self.record.id.to_string(), state: s.as_str() })
+            }
+            _ => {}
+        }
+        self.abort_pending("the job was canceled");
+        self.undeploy(true);
+        self.set_state(JobState::Canceled);
+        let _ = self.persist().await;
+        Ok(self.record.info())
+    }
+
+    async fn finish(&mut self) {
+        self.abort_pending("the job finished");
+        self.undeploy(false);
+        if self.set_state(JobState::Finished) {
+            info!(job_id = %self.record.id, attempt = self.record.attempt.0,
+                final_checkpoint = self.record.latest_completed().map(|r| r.id.0), "job finished");
+        }
+        let _ = self.persist().await;
+    }
+
+    // ------------------------------------------------------------------------------------------ checkpoints
+
+    async fn coordinate(&mut self, now: u64) {
+        if self.record.state != JobState::Running {
+            return;
+        }
+        let Some(dep) = self.deployment.as_ref() else { return };
+        if dep.coordinator.expired(now).is_some() {
+            let timeout = self.record.job.checkpointing.timeout_ms;
+            self.fail_pending(format!("expired: not acknowledged by every task within {timeout} ms"), true).await;
+            return;
+        }
+        let Some(dep) = self.deployment.as_mut() else { return };
+        if let Some(final_id) = dep.coordinator.final_completed() {
+            if now >= dep.last_final_notify_ms.saturating_add(FINAL_RENOTIFY_MS) {
+                dep.last_final_notify_ms = now;
+                self.notify(final_id, true, true);
+            }
+            return;
+        }
+        match dep.coordinator.decide_trigger(now, dep.readiness(true)) {
+            TriggerDecision::Wait => {}
+            TriggerDecision::Periodic => self.trigger(false).await,
+            TriggerDecision::Final => self.trigger(true).await,
+        }
+    }
+
+    async fn trigger(&mut self, is_final: bool) {
+        let now = now_ms();
+        let job_id = self.record.id.clone();
+        let id = self.record.next_checkpoint_id;
+        self.record.next_checkpoint_id = CheckpointId(id.0 + 1);
+        let path = self.metadata_url(id);
+        self.record.push_history(CheckpointHistoryEntry::in_progress(id, now, path, is_final));
+        let Some(dep) = self.deployment.as_mut() else { return };
+        let expected: BTreeSet<TaskKey> = dep.tasks.keys().copied().collect();
+        dep.coordinator.begin(id, now, expected, is_final);
+        let attempt = dep.attempt;
+        // The id is persisted before any task hears of it, so ids never go backwards.
+        if let Err(e) = self.persist().await {
+            self.fail_pending(format!("cannot persist the checkpoint id counter: {e}"), true).await;
+            return;
+        }
+        info!(job_id = %job_id, checkpoint_id = id.0, attempt = attempt.0, is_final, "triggering checkpoint");
+        let Some(dep) = self.deployment.as_ref() else { return };
+        let mut calls = Vec::new();
+        for v in self.graph.vertices.iter().filter(|v| v.input.is_none()) {
+            for s in 0..v.parallelism {
+                let key = (v.id, SubtaskIndex(s));
+                let slot = dep.slots[s as usize].clone();
+                let clients = self.shared.clients.clone();
+                let req = pb::TriggerCheckpointRequest {
+                    task: Some(task_ref(&job_id, attempt, key)),
+                    checkpoint_id: id.0,
+                    timestamp_ms: now,
+                };
+                calls.push(async move {
+                    let result = match clients.get(&slot.rpc_address) {
+                        Ok(mut c) => c.trigger_checkpoint(req).await.map(|_| ()),
+                        Err(e) => Err(e),
+                    };
+                    (slot, key, result)
+                });
+            }
+        }
+        let results = join_all(calls).await;
+        if let Some(failure) = self.rpc_failures(results, "checkpoint trigger") {
+            if failure.connection_lost {
+                self.failover(failure.cause).await;
+            } else {
+                self.fail_pending(failure.cause, true).await;
+            }
+        }
+    }
+
+    async fn on_acknowledge(
+        &mut self,
+        attempt: AttemptNumber,
+        task: TaskKey,
+        checkpoint_id: CheckpointId,
+        snapshot: TaskSnapshot,
+    ) {
+        let job_id = self.record.id.clone();
+        let outcome = match self.deployment.as_mut() {
+            Some(dep) => dep.coordinator.acknowledge(attempt, checkpoint_id, task, snapshot),
+            None => AckOutcome::Dropped("the job is not deployed"),
+        };
+        match outcome {
+            AckOutcome::Dropped(reason) => {
+                debug!(job_id = %job_id, checkpoint_id = checkpoint_id.0, attempt = attempt.0, reason, "acknowledgement dropped");
+                // Files a task uploaded for a checkpoint that already failed are deleted again.
+                if self.record.is_failed_checkpoint(checkpoint_id) {
+                    self.spawn_cleanup(vec![checkpoint_id]);
+                }
+            }
+            AckOutcome::Pending { remaining } => {
+                debug!(job_id = %job_id, checkpoint_id = checkpoint_id.0, remaining, "checkpoint acknowledged by a task");
+            }
+            AckOutcome::Complete => self.complete_checkpoint().await,
+        }
+    }
+
+    async fn on_decline(&mut self, attempt: AttemptNumber, task: TaskKey, checkpoint_id: CheckpointId, reason: String) {
+        let pending = self.deployment.as_ref().is_some_and(|d| d.coordinator.is_pending(attempt, checkpoint_id));
+        if !pending {
+            debug!(job_id = %self.record.id, checkpoint_id = checkpoint_id.0, attempt = attempt.0, "stale decline dropped");
+            return;
+        }
+        let name = describe_task(&self.record.job, &self.graph, task);
+        self.fail_pending(format!("declined by {name}: {reason}"), true).await;
+    }
+
+    async fn complete_checkpoint(&mut self) {
+        let job_id = self.record.id.clone();
+        let Some(pending) = self.deployment.as_mut().and_then(|d| d.coordinator.take_pending()) else { return };
+        let id = pending.id;
+        let meta = match build_metadata(&job_id, &self.record.job, &self.graph, &pending) {
+            Ok(m) => m,
+            Err(reason) => {
+                self.record_failed(pending, format!("invalid acknowledgements: {reason}"), true).await;
+                return;
+            }
+        };
+        let metadata_path = paths::metadata(&job_id, id);
+        if let Err(e) = self.shared.store.put_new(&metadata_path, Bytes::from(meta.to_bytes())).await {
+            self.record_failed(pending, format!("cannot write _metadata: {e}"), true).await;
+            return;
+        }
+        let now = now_ms();
+        let full_size_bytes = meta.full_size();
+        let uploaded_bytes = pending.uploaded_bytes();
+        let duration_ms = now.saturating_sub(pending.trigger_time_ms);
+        if let Some(dep) = self.deployment.as_mut() {
+            dep.coordinator.record_completion(id, now, pending.is_final);
+            if pending.is_final {
+                dep.last_final_notify_ms = now;
+            }
+        }
+        self.record.retained.push(RetainedCheckpoint {
+            id,
+            metadata_path,
+            timestamp_ms: pending.trigger_time_ms,
+            full_size_bytes,
+            uploaded_bytes,
+            is_final: pending.is_final,
+        });
+        self.record.checkpoints_completed += 1;
+        if let Some(e) = self.record.history_mut(id) {
+            e.status = CheckpointStatus::Completed;
+            e.duration_ms = duration_ms;
+            e.full_size_bytes = full_size_bytes;
+            e.uploaded_bytes = uploaded_bytes;
+        }
+        let ids: Vec<CheckpointId> = self.record.retained.iter().map(|r| r.id).collect();
+        let gone = subsumed(&ids, self.record.job.checkpointing.retained);
+        self.record.retained.retain(|r| !gone.contains(&r.id));
+        self.retained_meta.insert(id, Arc::new(meta));
+        self.retained_meta.retain(|k, _| !gone.contains(k));
+        let _ = self.persist().await;
+        info!(job_id = %job_id, checkpoint_id = id.0, duration_ms, full_size_bytes, uploaded_bytes,
+            is_final = pending.is_final, subsumed = ?gone.iter().map(|c| c.0).collect::<Vec<_>>(), "checkpoint completed");
+        self.spawn_cleanup(gone);
+        self.notify(id, true, pending.is_final);
+    }
+
+    /// Fails the checkpoint in flight; `counts` toward the tolerable failures.
+    async fn fail_pending(&mut self, reason: String, counts: bool) {
+        if let Some(pending) = self.deployment.as_mut().and_then(|d| d.coordinator.take_pending()) {
+            self.record_failed(pending, reason, counts).await;
+        }
+    }
+
+    async fn record_failed(&mut self, pending: PendingCheckpoint, reason: String, counts: bool) {
+        let over = self.note_failure(&pending, &reason, counts);
+        let _ = self.persist().await;
+        self.notify(pending.id, false, false);
+        if over {
+            let tolerable = self.record.job.checkpointing.tolerable_failures.unwrap_or(0);
+            self.failover(format!(
+                "more than {tolerable} consecutive checkpoints failed; the last one, {}, because {reason}",
+                pending.id
+            ))
+            .await;
+        }
+    }
+
+    /// Bookkeeping of a failed checkpoint (history, counters, directory cleanup); returns whether the job
+    /// must fail over.
+    fn note_failure(&mut self, pending: &PendingCheckpoint, reason: &str, counts: bool) -> bool {
+        let now = now_ms();
+        if let Some(e) = self.record.history_mut(pending.id) {
+            e.status = CheckpointStatus::Failed;
+            e.failure_reason = reason.to_string();
+            e.duration_ms = now.saturating_sub(pending.trigger_time_ms);
+            e.uploaded_bytes = pending.uploaded_bytes();
+        }
+        self.record.checkpoints_failed += 1;
+        warn!(job_id = %self.record.id, checkpoint_id = pending.id.0, attempt = pending.attempt.0, reason, "checkpoint failed");
+        self.spawn_cleanup(vec![pending.id]);
+        match self.deployment.as_mut() {
+            Some(dep) if dep.attempt == pending.attempt => dep.coordinator.record_failure(now, counts),
+            _ => false,
+        }
+    }
+
+    /// Aborts the checkpoint in flight without counting it as a failure (failover, cancel, finish).
+    fn abort_pending(&mut self, reason: &str) {
+        if let Some(pending) = self.deployment.as_mut().and_then(|d| d.coordinator.take_pending()) {
+            self.note_failure(&pending, reason, false);
+        }
+    }
+
+    /// Sends `NotifyCheckpoint` to the task managers of the deployment (best effort, in the background);
+    /// `is_final` marks a completed final checkpoint, after which tasks finish.
+    fn notify(&self, id: CheckpointId, completed: bool, is_final: bool) {
+        let Some(dep) = self.deployment.as_ref() else { return };
+        for address in dep.rpc_addresses() {
+            let clients = self.shared.clients.clone();
+            let req = pb::NotifyCheckpointRequest {
+                job_id: self.record.id.to_string(),
+                attempt: dep.attempt.0,
+                checkpoint_id: id.0,
+                completed,
+                is_final: completed && is_final,
+            };
+            let job_id = self.record.id.clone();
+            tokio::spawn(async move {
+                let result = match clients.get(&address) {
+                    Ok(mut c) => c.notify_checkpoint(req).await.map(|_| ()),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = result {
+                    debug!(job_id = %job_id, checkpoint_id = id.0, %address, error = %e.message(), "checkpoint notification not delivered");
+                }
+            });
+        }
+    }
+
+    /// Deletes the directories of checkpoints no longer needed, in the background.
+    fn spawn_cleanup(&self, ids: Vec<CheckpointId>) {
+        let ids: Vec<CheckpointId> =
+            ids.into_iter().filter(|id| !self.record.retained.iter().any(|r| r.id == *id)).collect();
+        if ids.is_empty() {
+            return;
+        }
+        let store = self.shared.store.clone();
+        let job_id = self.record.id.clone();
+        let retained = self.record.retained.clone();
+        let known = self.retained_meta.clone();
+        tokio::spawn(async move {
+            delete_checkpoint_dirs(&store, &job_id, &retained, &known, &ids).await;
+        });
+    }
+}

@@ -1,0 +1,270 @@
+//! The local job store: one JSON file per job under `<data_dir>/jobs/<job-id>.json`, replaced atomically
+//! (temporary file, fsync, rename) whenever something important changes, and read back on start so that a
+//! restarted job manager resumes its jobs.
+
+use crate::coordinator::{CheckpointHistoryEntry, CheckpointStatus, RetainedCheckpoint, HISTORY_LIMIT};
+use crate::lifecycle::JobState;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use weir_common::ids::{AttemptNumber, CheckpointId, JobId};
+use weir_common::spec::ResolvedJob;
+use weir_proto as pb;
+
+/// Version of the job file format written by this build.
+pub const JOB_FILE_VERSION: u32 = 1;
+
+/// A job store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum JobStoreError {
+    /// A file or directory cannot be read or written.
+    #[error("job store {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A job file is not readable as a job.
+    #[error("job store {path}: unreadable job file: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Everything the job manager persists about one job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Format version of the file.
+    pub format_version: u32,
+    /// The job's id.
+    pub id: JobId,
+    /// The validated spec.
+    pub job: ResolvedJob,
+    /// Lifecycle state.
+    pub state: JobState,
+    /// The last attempt deployed (0 = never deployed); the next deployment uses `attempt + 1`.
+    pub attempt: AttemptNumber,
+    /// Restarts after failures so far.
+    pub restarts: u32,
+    /// When the job was submitted.
+    pub submit_time_ms: u64,
+    /// When it reached a terminal state (0 while it runs).
+    pub end_time_ms: u64,
+    /// The last failure's cause.
+    pub failure: String,
+    /// The id the next checkpoint gets; persisted before a trigger uses it, never goes backwards.
+    pub next_checkpoint_id: CheckpointId,
+    /// Completed checkpoints kept, oldest first.
+    pub retained: Vec<RetainedCheckpoint>,
+    /// The last [`HISTORY_LIMIT`] checkpoints, newest last.
+    pub history: Vec<CheckpointHistoryEntry>,
+    /// Checkpoints completed over the job's life.
+    pub checkpoints_completed: u64,
+    /// Checkpoints failed over the job's life.
+    pub checkpoints_failed: u64,
+}
+
+impl JobRecord {
+    /// A freshly submitted job.
+    pub fn new(id: JobId, job: ResolvedJob, now_ms: u64) -> Self {
+        JobRecord {
+            format_version: JOB_FILE_VERSION,
+            id,
+            job,
+            state: JobState::Created,
+            attempt: AttemptNumber(0),
+            restarts: 0,
+            submit_time_ms: now_ms,
+            end_time_ms: 0,
+            failure: String::new(),
+            next_checkpoint_id: CheckpointId(1),
+            retained: Vec::new(),
+            history: Vec::new(),
+            checkpoints_completed: 0,
+            checkpoints_failed: 0,
+        }
+    }
+
+    /// The newest retained checkpoint.
+    pub fn latest_completed(&self) -> Option<&RetainedCheckpoint> {
+        self.retained.iter().max_by_key(|r| r.id)
+    }
+
+    /// Appends to the history, dropping the oldest entries beyond [`HISTORY_LIMIT`].
+    pub fn push_history(&mut self, entry: CheckpointHistoryEntry) {
+        self.history.push(entry);
+        if self.history.len() > HISTORY_LIMIT {
+            let excess = self.history.len() - HISTORY_LIMIT;
+            self.history.drain(..excess);
+        }
+    }
+
+    /// The history entry of a checkpoint.
+    pub fn history_mut(&mut self, id: CheckpointId) -> Option<&mut CheckpointHistoryEntry> {
+        self.history.iter_mut().rev().find(|e| e.id == id)
+    }
+
+    /// Whether the history records this checkpoint as failed.
+    pub fn is_failed_checkpoint(&self, id: CheckpointId) -> bool {
+        self.history.iter().any(|e| e.id == id && e.status == CheckpointStatus::Failed)
+    }
+
+    /// The job as the client API shows it.
+    pub fn info(&self) -> pb::JobInfo {
+        pb::JobInfo {
+            id: self.id.to_string(),
+            name: self.job.name.clone(),
+            state: self.state.as_str().to_string(),
+            last_completed_checkpoint: self.latest_completed().map(|r| r.id.0),
+            restarts: self.restarts,
+            attempt: self.attempt.0,
+            submit_time_ms: self.submit_time_ms,
+            end_time_ms: self.end_time_ms,
+            failure: self.failure.clone(),
+            parallelism: self.job.parallelism,
+            max_parallelism: self.job.max_parallelism,
+            checkpoints_completed: self.checkpoints_completed,
+            checkpoints_failed: self.checkpoints_failed,
+        }
+    }
+}
+
+/// The directory of job files.
+#[derive(Clone, Debug)]
+pub struct JobStore {
+    dir: PathBuf,
+}
+
+impl JobStore {
+    /// Opens (creating it if needed) `<data_dir>/jobs`.
+    pub fn open(data_dir: &Path) -> Result<JobStore, JobStoreError> {
+        let dir = data_dir.join("jobs");
+        std::fs::create_dir_all(&dir).map_err(|source| JobStoreError::Io { path: dir.clone(), source })?;
+        Ok(JobStore { dir })
+    }
+
+    /// The file of a job.
+    pub fn path_of(&self, id: &JobId) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Writes a job's file atomically: a reader sees the old or the new content, never a mix.
+    pub fn save(&self, record: &JobRecord) -> Result<(), JobStoreError> {
+        let path = self.path_of(&record.id);
+        let tmp = self.dir.join(format!(".{}.json.tmp", record.id));
+        let io = |source| JobStoreError::Io { path: path.clone(), source };
+        let bytes = serde_json::to_vec_pretty(record)
+            .map_err(|e| JobStoreError::Corrupt { path: path.clone(), reason: e.to_string() })?;
+        {
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            f.write_all(&bytes).map_err(io)?;
+            f.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io)?;
+        // Make the rename itself durable; not every platform can open a directory, so this is best effort.
+        if let Ok(d) = std::fs::File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Reads one job file.
+    pub fn load(&self, path: &Path) -> Result<JobRecord, JobStoreError> {
+        let bytes = std::fs::read(path).map_err(|source| JobStoreError::Io { path: path.to_path_buf(), source })?;
+        let record: JobRecord = serde_json::from_slice(&bytes)
+            .map_err(|e| JobStoreError::Corrupt { path: path.to_path_buf(), reason: e.to_string() })?;
+        if record.format_version != JOB_FILE_VERSION {
+            return Err(JobStoreError::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!("unsupported format version {}", record.format_version),
+            });
+        }
+        let expected = self.path_of(&record.id);
+        if expected.file_name() != path.file_name() {
+            return Err(JobStoreError::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!("the file holds job {}", record.id),
+            });
+        }
+        Ok(record)
+    }
+
+    /// Reads every job file, oldest submission first; files that cannot be read are returned apart.
+    pub fn load_all(&self) -> Result<(Vec<JobRecord>, Vec<JobStoreError>), JobStoreError> {
+        let entries =
+            std::fs::read_dir(&self.dir).map_err(|source| JobStoreError::Io { path: self.dir.clone(), source })?;
+        let mut records = Vec::new();
+        let mut errors = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| JobStoreError::Io { path: self.dir.clone(), source })?;
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.starts_with('.') || !name.ends_with(".json") {
+                continue;
+            }
+            match self.load(&path) {
+                Ok(r) => records.push(r),
+                Err(e) => errors.push(e),
+            }
+        }
+        records.sort_by(|a, b| a.submit_time_ms.cmp(&b.submit_time_ms).then_with(|| a.id.cmp(&b.id)));
+        Ok((records, errors))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::descriptors::tests::demo_job;
+
+    #[test]
+    fn round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JobStore::open(dir.path()).unwrap();
+        let mut r = JobRecord::new(JobId::random(), demo_job(), 42);
+        r.state = JobState::Running;
+        r.attempt = AttemptNumber(3);
+        r.next_checkpoint_id = CheckpointId(8);
+        r.retained.push(RetainedCheckpoint {
+            id: CheckpointId(7),
+            metadata_path: format!("{}/chk-7/_metadata", r.id),
+            timestamp_ms: 5,
+            full_size_bytes: 100,
+            uploaded_bytes: 10,
+            is_final: false,
+        });
+        for i in 0..(HISTORY_LIMIT as u64 + 5) {
+            r.push_history(CheckpointHistoryEntry::in_progress(CheckpointId(i + 1), i, String::new(), false));
+        }
+        assert_eq!(r.history.len(), HISTORY_LIMIT);
+        assert_eq!(r.history[0].id, CheckpointId(6), "oldest entries are dropped");
+        store.save(&r).unwrap();
+        r.restarts = 2;
+        store.save(&r).unwrap();
+        let mut other = JobRecord::new(JobId::random(), demo_job(), 1);
+        other.state = JobState::Finished;
+        store.save(&other).unwrap();
+        std::fs::write(dir.path().join("jobs").join("broken.json"), b"{").unwrap();
+
+        let (loaded, errors) = store.load_all().unwrap();
+        assert_eq!(loaded, vec![other, r.clone()], "oldest submission first");
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].to_string().contains("broken.json"), "{}", errors[0]);
+        let info = r.info();
+        assert_eq!(info.state, "RUNNING");
+        assert_eq!(info.last_completed_checkpoint, Some(7));
+        assert_eq!(info.attempt, 3);
+        assert_eq!(info.restarts, 2);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("jobs"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty());
+    }
+}

@@ -1,0 +1,82 @@
+//! `weir-jobmanager`: parses the configuration, binds, serves until SIGTERM/SIGINT, and exits.
+
+use anyhow::Context;
+use clap::Parser;
+use std::io::Write;
+use std::process::ExitCode;
+use weir_jobmanager::{Cli, JobManager};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match cli.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("weir-jobmanager: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    weir_common::telemetry::init(config.log_json);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("weir-jobmanager: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match weir_jobmanager::bind(&config).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("weir-jobmanager: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let jm = match JobManager::start(config).await {
+            Ok(jm) => jm,
+            Err(e) => {
+                eprintln!("weir-jobmanager: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        match serve(jm, listener).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("weir-jobmanager: {e:#}");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+async fn serve(jm: JobManager, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+    let addr = listener.local_addr().context("reading the bound address")?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "weir-jobmanager listening on http://{addr}").context("writing to stdout")?;
+    stdout.flush().context("writing to stdout")?;
+    let result = weir_jobmanager::serve(jm.clone(), listener, shutdown_signal()).await;
+    jm.shutdown().await;
+    result.context("serving")
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown signal received");
+}

@@ -1,0 +1,329 @@
+//! The job manager itself: the state shared by the gRPC services and the job coordinators (registry,
+//! stores, clients, the coordinator of every job), start-up with recovery of stored jobs, the heartbeat
+//! monitor, and shutdown.
+
+use crate::config::JobManagerConfig;
+use crate::coordinator::TaskKey;
+use crate::error::{JobManagerError, JobRequestError};
+use crate::job::{JobActor, JobEvent, JobHandle};
+use crate::job_store::{JobRecord, JobStore};
+use crate::registry::{Registration, Registry};
+use crate::tm_client::TmClients;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{oneshot, watch};
+use tracing::{debug, error, info, warn};
+use weir_common::checkpoint::TaskSnapshot;
+use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
+use weir_common::now_ms;
+use weir_common::spec::resolve;
+use weir_common::store::Store;
+use weir_proto as pb;
+
+/// State shared by the services and the job coordinators.
+pub(crate) struct Shared {
+    pub(crate) config: JobManagerConfig,
+    pub(crate) session: String,
+    pub(crate) store: Store,
+    pub(crate) job_store: JobStore,
+    pub(crate) registry: Mutex<Registry>,
+    pub(crate) jobs: Mutex<BTreeMap<JobId, JobHandle>>,
+    pub(crate) clients: TmClients,
+    shutdown: watch::Sender<bool>,
+    monitor: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Shared {
+    pub(crate) fn shutdown_receiver(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Removes a task manager (if it is still this instance) and tells every job.
+    pub(crate) fn tm_lost(&self, tm_id: &str, instance: u64, reason: &str) {
+        let removed = self.registry.lock().remove(tm_id, instance);
+        if let Some(tm) = removed {
+            warn!(tm_id, instance, reason, "task manager lost");
+            self.clients.forget(&tm.rpc_address);
+            self.broadcast_lost(tm_id, instance, reason);
+        }
+    }
+
+    fn broadcast_lost(&self, tm_id: &str, instance: u64, reason: &str) {
+        for handle in self.jobs.lock().values() {
+            let _ = handle.tx.send(JobEvent::TaskManagerLost {
+                tm_id: tm_id.to_string(),
+                instance,
+                reason: reason.to_string(),
+            });
+        }
+    }
+}
+
+/// A task's identity as carried by a `TaskRef`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskAddress {
+    /// The job.
+    pub job_id: JobId,
+    /// The attempt the task belongs to.
+    pub attempt: AttemptNumber,
+    /// Its vertex and subtask.
+    pub task: TaskKey,
+}
+
+impl TaskAddress {
+    /// Reads a `TaskRef` from a task manager.
+    pub fn from_proto(task: Option<&pb::TaskRef>) -> Result<TaskAddress, String> {
+        let t = task.ok_or("task is required")?;
+        let job_id = JobId::parse(&t.job_id)?;
+        Ok(TaskAddress {
+            job_id,
+            attempt: AttemptNumber(t.attempt),
+            task: (VertexId(t.vertex), SubtaskIndex(t.subtask)),
+        })
+    }
+}
+
+/// The job manager: cheap to clone, every clone is the same instance.
+#[derive(Clone)]
+pub struct JobManager {
+    shared: Arc<Shared>,
+}
+
+impl JobManager {
+    /// Opens the stores, resumes every stored job and starts the heartbeat monitor.
+    pub async fn start(config: JobManagerConfig) -> Result<JobManager, JobManagerError> {
+        config.validate()?;
+        let url = config.checkpoint_store_url()?;
+        let store = Store::open(&url, &config.store_options())?;
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|source| JobManagerError::Directory { path: config.data_dir.clone(), source })?;
+        let job_store = JobStore::open(&config.data_dir)?;
+        let (records, errors) = job_store.load_all()?;
+        for e in errors {
+            error!(error = %e, "skipping an unreadable job file");
+        }
+        let (shutdown, _) = watch::channel(false);
+        let session = uuid::Uuid::new_v4().simple().to_string();
+        let shared = Arc::new(Shared {
+            config,
+            session,
+            store,
+            job_store,
+            registry: Mutex::new(Registry::new()),
+            jobs: Mutex::new(BTreeMap::new()),
+            clients: TmClients::default(),
+            shutdown,
+            monitor: Mutex::new(None),
+        });
+        info!(session = %shared.session, checkpoint_store = %url, jobs = records.len(), "job manager starting");
+        for record in records {
+            let id = record.id.clone();
+            let handle = JobActor::spawn(shared.clone(), record, true);
+            shared.jobs.lock().insert(id, handle);
+        }
+        let monitor = tokio::spawn(monitor_heartbeats(shared.clone()));
+        *shared.monitor.lock() = Some(monitor);
+        Ok(JobManager { shared })
+    }
+
+    /// This process's session id (a fresh random id per start).
+    pub fn session(&self) -> &str {
+        &self.shared.session
+    }
+
+    /// The configuration the job manager runs with.
+    pub fn config(&self) -> &JobManagerConfig {
+        &self.shared.config
+    }
+
+    /// The checkpoint store.
+    pub fn checkpoint_store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// Validates and accepts a job; it is deployed once enough slots are free.
+    pub async fn submit(&self, spec: &pb::JobSpec) -> Result<JobId, JobRequestError> {
+        if *self.shared.shutdown.borrow() {
+            return Err(JobRequestError::ShuttingDown);
+        }
+        let kinds = self.shared.registry.lock().kinds();
+        let job = resolve(spec, &kinds).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
+        let id = JobId::random();
+        let record = JobRecord::new(id.clone(), job, now_ms());
+        let store = self.shared.job_store.clone();
+        let copy = record.clone();
+        tokio::task::spawn_blocking(move || store.save(&copy))
+            .await
+            .map_err(|e| JobRequestError::Storage(e.to_string()))?
+            .map_err(|e| JobRequestError::Storage(e.to_string()))?;
+        info!(job_id = %id, name = %record.job.name, operators = record.job.operators.len(), "job submitted");
+        let handle = JobActor::spawn(self.shared.clone(), record, false);
+        self.shared.jobs.lock().insert(id.clone(), handle);
+        Ok(id)
+    }
+
+    /// Every job, oldest submission first.
+    pub fn list_jobs(&self) -> Vec<pb::JobInfo> {
+        let mut jobs: Vec<pb::JobInfo> = self.shared.jobs.lock().values().map(|h| h.view.lock().info.clone()).collect();
+        jobs.sort_by(|a, b| a.submit_time_ms.cmp(&b.submit_time_ms).then_with(|| a.id.cmp(&b.id)));
+        jobs
+    }
+
+    /// One job.
+    pub fn job(&self, id: &str) -> Result<pb::JobInfo, JobRequestError> {
+        let id = JobId::parse(id).map_err(JobRequestError::InvalidId)?;
+        let jobs = self.shared.jobs.lock();
+        let handle = jobs.get(&id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
+        let info = handle.view.lock().info.clone();
+        Ok(info)
+    }
+
+    /// A job's checkpoint history, newest last.
+    pub fn checkpoints(&self, id: &str) -> Result<Vec<pb::CheckpointInfo>, JobRequestError> {
+        let id = JobId::parse(id).map_err(JobRequestError::InvalidId)?;
+        let jobs = self.shared.jobs.lock();
+        let handle = jobs.get(&id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
+        let now = now_ms();
+        let view = handle.view.lock();
+        Ok(view.history.iter().map(|e| e.to_proto(now)).collect())
+    }
+
+    /// Cancels a job (a canceled job stays canceled; a finished or failed one cannot be canceled).
+    pub async fn cancel(&self, id: &str) -> Result<pb::JobInfo, JobRequestError> {
+        let id = JobId::parse(id).map_err(JobRequestError::InvalidId)?;
+        let (tx, view) = {
+            let jobs = self.shared.jobs.lock();
+            let handle = jobs.get(&id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
+            (handle.tx.clone(), handle.view.clone())
+        };
+        let (reply, answer) = oneshot::channel();
+        if tx.send(JobEvent::Cancel { reply }).is_ok() {
+            if let Ok(result) = answer.await {
+                return result;
+            }
+        }
+        // The job's coordinator has stopped: the job is over, or the job manager is shutting down.
+        let view = view.lock().clone();
+        match view.state {
+            crate::lifecycle::JobState::Canceled => Ok(view.info),
+            s if s.is_terminal() => Err(JobRequestError::AlreadyTerminal { id: id.to_string(), state: s.as_str() }),
+            _ => Err(JobRequestError::ShuttingDown),
+        }
+    }
+
+    /// The registered task managers and their slots.
+    pub fn cluster_overview(&self) -> pb::ClusterOverviewResponse {
+        self.shared.registry.lock().overview()
+    }
+
+    /// Registers a task manager; a known id replaces the old registration, which counts as lost.
+    pub fn register_task_manager(
+        &self,
+        req: &pb::RegisterTaskManagerRequest,
+    ) -> Result<pb::RegisterTaskManagerResponse, String> {
+        let reg = Registration::from_proto(req)?;
+        let (tm_id, rpc_address, data_address, slots) =
+            (reg.tm_id.clone(), reg.rpc_address.clone(), reg.data_address.clone(), reg.slots);
+        let (instance, old) = self.shared.registry.lock().register(reg, now_ms());
+        if let Some(old) = old {
+            warn!(tm_id = %old.id, instance = old.instance, "task manager registered again; its previous registration is lost");
+            if old.rpc_address != rpc_address {
+                self.shared.clients.forget(&old.rpc_address);
+            }
+            self.shared.broadcast_lost(&old.id, old.instance, "it registered again");
+        }
+        info!(tm_id = %tm_id, instance, rpc_address = %rpc_address, data_address = %data_address, slots, "task manager registered");
+        Ok(pb::RegisterTaskManagerResponse {
+            jm_session: self.shared.session.clone(),
+            heartbeat_interval_ms: self.shared.config.heartbeat_interval_ms,
+        })
+    }
+
+    /// Records a heartbeat; answers whether the task manager must register (again).
+    pub fn heartbeat(&self, req: &pb::HeartbeatRequest) -> pb::HeartbeatResponse {
+        let known =
+            req.jm_session == self.shared.session && self.shared.registry.lock().heartbeat(&req.tm_id, now_ms());
+        if !known {
+            debug!(tm_id = %req.tm_id, "heartbeat from an unregistered task manager; asking it to register");
+        }
+        pb::HeartbeatResponse { reregister: !known }
+    }
+
+    /// Routes a task's state report to its job (reports for unknown jobs are dropped).
+    pub fn task_state(&self, tm_id: &str, task: TaskAddress, state: pb::TaskState, error: String) {
+        self.route(
+            &task.job_id,
+            JobEvent::TaskState { tm_id: tm_id.to_string(), attempt: task.attempt, task: task.task, state, error },
+        );
+    }
+
+    /// Routes a checkpoint acknowledgement to its job.
+    pub fn acknowledge(&self, task: TaskAddress, checkpoint_id: CheckpointId, snapshot: TaskSnapshot) {
+        self.route(
+            &task.job_id,
+            JobEvent::Acknowledge {
+                attempt: task.attempt,
+                task: task.task,
+                checkpoint_id,
+                snapshot: Box::new(snapshot),
+            },
+        );
+    }
+
+    /// Routes a checkpoint decline to its job.
+    pub fn decline(&self, task: TaskAddress, checkpoint_id: CheckpointId, reason: String) {
+        self.route(&task.job_id, JobEvent::Decline { attempt: task.attempt, task: task.task, checkpoint_id, reason });
+    }
+
+    fn route(&self, job_id: &JobId, event: JobEvent) {
+        let jobs = self.shared.jobs.lock();
+        match jobs.get(job_id) {
+            Some(handle) => {
+                if handle.tx.send(event).is_err() {
+                    debug!(job_id = %job_id, "dropping a task message: the job is no longer coordinated");
+                }
+            }
+            None => debug!(job_id = %job_id, "dropping a task message for an unknown job"),
+        }
+    }
+
+    /// Stops coordinating: every job persists its record and stops (jobs are not canceled; a restarted job
+    /// manager resumes them).
+    pub async fn shutdown(&self) {
+        self.shared.shutdown.send_replace(true);
+        let tasks: Vec<_> = self.shared.jobs.lock().values_mut().filter_map(|h| h.task.take()).collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+        let monitor = self.shared.monitor.lock().take();
+        if let Some(m) = monitor {
+            let _ = m.await;
+        }
+        info!("job manager stopped");
+    }
+}
+
+/// Removes task managers whose heartbeats stopped.
+async fn monitor_heartbeats(shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown_receiver();
+    let period = Duration::from_millis((shared.config.heartbeat_interval_ms / 2).clamp(20, 1000));
+    let timeout = shared.config.heartbeat_timeout_ms;
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = tick.tick() => {
+                let expired = shared.registry.lock().expired(now_ms(), timeout);
+                for (tm_id, instance) in expired {
+                    shared.tm_lost(&tm_id, instance, &format!("no heartbeat for {timeout} ms"));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Serving the job manager over gRPC: both services on one listener, with request timeouts, a per-connection
+//! concurrency limit and a tracing span per request set as tower layers on the server builder.
+
+use crate::config::JobManagerConfig;
+use crate::error::JobManagerError;
+use crate::manager::JobManager;
+use crate::service::JobManagerService;
+use crate::tm_client::MAX_MESSAGE_BYTES;
+use std::future::Future;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Server;
+use weir_proto::client_api_server::ClientApiServer;
+use weir_proto::job_manager_internal_server::JobManagerInternalServer;
+
+/// Longest time one request may take before the server answers `CANCELLED`.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Requests served at once on one connection.
+pub const CONCURRENCY_PER_CONNECTION: usize = 256;
+
+/// Binds the configured address (port 0 picks a free port).
+pub async fn bind(config: &JobManagerConfig) -> Result<TcpListener, JobManagerError> {
+    TcpListener::bind(&config.bind).await.map_err(|source| JobManagerError::Bind { addr: config.bind.clone(), source })
+}
+
+/// Serves `ClientApi` and `JobManagerInternal` on `listener` until `shutdown` completes, then lets requests
+/// in flight finish.
+pub async fn serve<F>(jm: JobManager, listener: TcpListener, shutdown: F) -> Result<(), JobManagerError>
+where
+    F: Future<Output = ()> + Send,
+{
+    let service = JobManagerService::new(jm);
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    Server::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .concurrency_limit_per_connection(CONCURRENCY_PER_CONNECTION)
+        .trace_fn(|req| tracing::debug_span!("grpc", path = %req.uri().path()))
+        .add_service(ClientApiServer::new(service.clone()))
+        .add_service(
+            JobManagerInternalServer::new(service)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await?;
+    Ok(())
+}
+
+/// Starts a job manager, serves it until `shutdown`, then stops coordinating and persists every job.
+pub async fn run<F>(config: JobManagerConfig, listener: TcpListener, shutdown: F) -> Result<(), JobManagerError>
+where
+    F: Future<Output = ()> + Send,
+{
+    let jm = JobManager::start(config).await?;
+    let result = serve(jm.clone(), listener, shutdown).await;
+    jm.shutdown().await;
+    result
+}

@@ -1,0 +1,133 @@
+//! The gRPC services: `ClientApi` for the CLI and `JobManagerInternal` for task managers. Handlers only
+//! translate between protobuf and [`JobManager`] calls.
+
+use crate::manager::{JobManager, TaskAddress};
+use tonic::{Request, Response, Status};
+use tracing::warn;
+use weir_common::checkpoint::TaskSnapshot;
+use weir_common::ids::CheckpointId;
+use weir_proto as pb;
+use weir_proto::client_api_server::ClientApi;
+use weir_proto::job_manager_internal_server::JobManagerInternal;
+
+/// Implements both gRPC services on top of a [`JobManager`].
+#[derive(Clone)]
+pub struct JobManagerService {
+    jm: JobManager,
+}
+
+impl JobManagerService {
+    /// Serves this job manager.
+    pub fn new(jm: JobManager) -> Self {
+        JobManagerService { jm }
+    }
+}
+
+#[tonic::async_trait]
+impl ClientApi for JobManagerService {
+    async fn submit_job(
+        &self,
+        request: Request<pb::SubmitJobRequest>,
+    ) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        let spec = request.into_inner().spec.ok_or_else(|| Status::invalid_argument("spec is required"))?;
+        let id = self.jm.submit(&spec).await?;
+        Ok(Response::new(pb::SubmitJobResponse { job_id: id.to_string() }))
+    }
+
+    async fn list_jobs(
+        &self,
+        _request: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        Ok(Response::new(pb::ListJobsResponse { jobs: self.jm.list_jobs() }))
+    }
+
+    async fn get_job(&self, request: Request<pb::GetJobRequest>) -> Result<Response<pb::GetJobResponse>, Status> {
+        let job = self.jm.job(&request.into_inner().job_id)?;
+        Ok(Response::new(pb::GetJobResponse { job: Some(job) }))
+    }
+
+    async fn cancel_job(
+        &self,
+        request: Request<pb::CancelJobRequest>,
+    ) -> Result<Response<pb::CancelJobResponse>, Status> {
+        let job = self.jm.cancel(&request.into_inner().job_id).await?;
+        Ok(Response::new(pb::CancelJobResponse { job: Some(job) }))
+    }
+
+    async fn list_checkpoints(
+        &self,
+        request: Request<pb::ListCheckpointsRequest>,
+    ) -> Result<Response<pb::ListCheckpointsResponse>, Status> {
+        let checkpoints = self.jm.checkpoints(&request.into_inner().job_id)?;
+        Ok(Response::new(pb::ListCheckpointsResponse { checkpoints }))
+    }
+
+    async fn cluster_overview(
+        &self,
+        _request: Request<pb::ClusterOverviewRequest>,
+    ) -> Result<Response<pb::ClusterOverviewResponse>, Status> {
+        Ok(Response::new(self.jm.cluster_overview()))
+    }
+}
+
+#[tonic::async_trait]
+impl JobManagerInternal for JobManagerService {
+    async fn register_task_manager(
+        &self,
+        request: Request<pb::RegisterTaskManagerRequest>,
+    ) -> Result<Response<pb::RegisterTaskManagerResponse>, Status> {
+        let resp = self.jm.register_task_manager(request.get_ref()).map_err(Status::invalid_argument)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        Ok(Response::new(self.jm.heartbeat(request.get_ref())))
+    }
+
+    async fn update_task_state(
+        &self,
+        request: Request<pb::UpdateTaskStateRequest>,
+    ) -> Result<Response<pb::UpdateTaskStateResponse>, Status> {
+        let req = request.into_inner();
+        let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
+        let state = pb::TaskState::try_from(req.state)
+            .map_err(|_| Status::invalid_argument(format!("unknown task state {}", req.state)))?;
+        self.jm.task_state(&req.tm_id, task, state, req.error);
+        Ok(Response::new(pb::UpdateTaskStateResponse {}))
+    }
+
+    async fn acknowledge_checkpoint(
+        &self,
+        request: Request<pb::AcknowledgeCheckpointRequest>,
+    ) -> Result<Response<pb::AcknowledgeCheckpointResponse>, Status> {
+        let req = request.into_inner();
+        let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
+        let checkpoint_id = CheckpointId(req.checkpoint_id);
+        match serde_json::from_slice::<TaskSnapshot>(&req.snapshot_json) {
+            Ok(snapshot) => {
+                self.jm.acknowledge(task, checkpoint_id, snapshot);
+                Ok(Response::new(pb::AcknowledgeCheckpointResponse {}))
+            }
+            Err(e) => {
+                // The checkpoint cannot complete without this task's state: fail it now rather than at expiry.
+                let reason = format!("unreadable task snapshot: {e}");
+                warn!(job_id = %task.job_id, checkpoint_id = checkpoint_id.0, tm_id = %req.tm_id, error = %e, "unreadable checkpoint acknowledgement");
+                self.jm.decline(task, checkpoint_id, reason.clone());
+                Err(Status::invalid_argument(reason))
+            }
+        }
+    }
+
+    async fn decline_checkpoint(
+        &self,
+        request: Request<pb::DeclineCheckpointRequest>,
+    ) -> Result<Response<pb::DeclineCheckpointResponse>, Status> {
+        let req = request.into_inner();
+        let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
+        self.jm.decline(task, CheckpointId(req.checkpoint_id), req.reason);
+        Ok(Response::new(pb::DeclineCheckpointResponse {}))
+    }
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The demo: a local cluster counts 4 million records, loses a task manager halfway, recovers and verifies
+# its output exactly-once. Arguments go to weir-demo (e.g. --keep DIR to keep logs, checkpoints and output).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}"
+cargo build --release --workspace --bins
+exec "$CARGO_TARGET_DIR/release/weir-demo" "$@"

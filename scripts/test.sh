@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds everything in release (the only profile: RocksDB is built once) and runs every test of the workspace,
+# the multi-process integration tests included. The test runner's summary is the last thing printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}"
+# The integration tests start these binaries; they find them here.
+export WEIR_BIN_DIR="$CARGO_TARGET_DIR/release"
+
+cargo build --release --workspace --bins
+
+if cargo nextest --version >/dev/null 2>&1; then
+  # .config/nextest.toml runs the cluster tests one at a time, with a timeout.
+  exec cargo nextest run --release --workspace --no-fail-fast
+else
+  exec cargo test --release --workspace --no-fail-fast
+fi

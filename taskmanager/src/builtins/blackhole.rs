@@ -1,0 +1,23 @@
+//! `blackhole`: discards records, counting them.
+
+use crate::operator::{Operator, OperatorError, ProcessContext};
+use crate::record::Record;
+
+/// A sink that discards everything.
+#[derive(Default)]
+pub struct Blackhole {
+    /// Records discarded so far.
+    pub records: u64,
+}
+
+impl Operator for Blackhole {
+    fn process_batch(
+        &mut self,
+        records: &[Record],
+        _: &mut ProcessContext<'_>,
+        _: &mut Vec<Record>,
+    ) -> Result<(), OperatorError> {
+        self.records += records.len() as u64;
+        Ok(())
+    }
+}

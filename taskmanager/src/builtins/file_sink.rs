@@ -1,0 +1,244 @@
+//! `file-sink`: exactly-once text files of `key,value` lines.
+//!
+//! Records go to a hidden in-progress file (`.part-<subtask>-<attempt>-<seq>.inprogress`). At a checkpoint
+//! barrier the file is closed and becomes *pending* for that checkpoint (kept in operator state); when the
+//! checkpoint completes it is renamed to `part-<subtask>-<attempt>-<seq>` and so becomes visible. Because
+//! the completion notification is best effort, a restored sink first commits every pending file its state
+//! names (renames are idempotent: an already committed file is skipped), then deletes this subtask's other
+//! hidden files, which belong to attempts that never completed a checkpoint. No file is ever committed twice.
+
+use crate::operator::{InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
+use crate::record::{Record, Value};
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use weir_common::builtin::FileSinkConfig;
+use weir_common::ids::CheckpointId;
+
+const STATE: &str = "pending-files";
+
+struct InProgress {
+    name: String,
+    out: BufWriter<File>,
+}
+
+/// The exactly-once file sink.
+pub struct FileSink {
+    dir: PathBuf,
+    prefix: String,
+    seq: u64,
+    current: Option<InProgress>,
+    pending: Vec<(u64, String)>,
+    line: String,
+}
+
+fn hidden(name: &str) -> String {
+    format!(".{name}.inprogress")
+}
+
+impl FileSink {
+    /// A sink writing under `cfg.path`.
+    pub fn new(cfg: FileSinkConfig) -> Self {
+        FileSink {
+            dir: PathBuf::from(cfg.path),
+            prefix: String::new(),
+            seq: 0,
+            current: None,
+            pending: Vec::new(),
+            line: String::new(),
+        }
+    }
+
+    fn commit(dir: &Path, name: &str) -> Result<(), OperatorError> {
+        let from = dir.join(hidden(name));
+        let to = dir.join(name);
+        match std::fs::rename(&from, &to) {
+            Ok(()) => Ok(()),
+            // Already committed by an earlier notification or restore.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => Ok(()),
+            Err(e) => Err(OperatorError::io(format!("commit {}", to.display()), e)),
+        }
+    }
+
+    fn commit_up_to(&mut self, id: u64) -> Result<(), OperatorError> {
+        let dir = self.dir.clone();
+        let mut keep = Vec::new();
+        for (ckpt, name) in std::mem::take(&mut self.pending) {
+            if ckpt <= id {
+                Self::commit(&dir, &name)?;
+                tracing::debug!(file = %name, checkpoint_id = ckpt, "committed sink file");
+            } else {
+                keep.push((ckpt, name));
+            }
+        }
+        self.pending = keep;
+        Ok(())
+    }
+
+    fn writer(&mut self) -> Result<&mut BufWriter<File>, OperatorError> {
+        if self.current.is_none() {
+            let name = format!("{}{}", self.prefix, self.seq);
+            self.seq += 1;
+            let path = self.dir.join(hidden(&name));
+            let file = File::create(&path).map_err(|e| OperatorError::io(format!("create {}", path.display()), e))?;
+            self.current = Some(InProgress { name, out: BufWriter::with_capacity(256 << 10, file) });
+        }
+        match self.current.as_mut() {
+            Some(c) => Ok(&mut c.out),
+            None => Err(OperatorError::Other("file-sink: no open file".into())),
+        }
+    }
+}
+
+impl Operator for FileSink {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|e| OperatorError::io(format!("create {}", self.dir.display()), e))?;
+        self.prefix = format!("part-{}-{}-", ctx.info.subtask.0, ctx.info.attempt);
+        if ctx.restored {
+            for e in ctx.operator_state.list_state(STATE)?.iter() {
+                let text =
+                    std::str::from_utf8(e).map_err(|_| OperatorError::Other("file-sink: corrupt state".into()))?;
+                let (ckpt, name) =
+                    text.split_once('\t').ok_or_else(|| OperatorError::Other("file-sink: corrupt state".into()))?;
+                let ckpt = ckpt.parse().map_err(|_| OperatorError::Other("file-sink: corrupt state".into()))?;
+                if name.contains('/') || name.starts_with('.') {
+                    return Err(OperatorError::Other(format!("file-sink: unsafe file name {name:?} in state")));
+                }
+                self.pending.push((ckpt, name.to_string()));
+            }
+            // The checkpoint we restore from completed, so everything it lists as pending is committed now.
+            self.commit_up_to(u64::MAX)?;
+        }
+        let mine = format!(".part-{}-", ctx.info.subtask.0);
+        let entries =
+            std::fs::read_dir(&self.dir).map_err(|e| OperatorError::io(format!("list {}", self.dir.display()), e))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&mine) && name.ends_with(".inprogress") {
+                let _ = std::fs::remove_file(entry.path());
+                tracing::debug!(file = %name, "removed in-progress file of an earlier attempt");
+            }
+        }
+        Ok(())
+    }
+
+    fn process_batch(
+        &mut self,
+        records: &[Record],
+        _: &mut ProcessContext<'_>,
+        _: &mut Vec<Record>,
+    ) -> Result<(), OperatorError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut line = std::mem::take(&mut self.line);
+        let out = self.writer()?;
+        for r in records {
+            line.clear();
+            line.push_str(&r.key_text());
+            line.push(',');
+            match &r.value {
+                Value::Unit => {}
+                Value::I64(v) => {
+                    let _ = write!(line, "{v}");
+                }
+                Value::Bytes(b) => line.push_str(&String::from_utf8_lossy(b)),
+            }
+            line.push('\n');
+            out.write_all(line.as_bytes()).map_err(|e| OperatorError::io("write sink file", e))?;
+        }
+        self.line = line;
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
+        if let Some(mut cur) = self.current.take() {
+            cur.out.flush().map_err(|e| OperatorError::io("flush sink file", e))?;
+            cur.out.get_ref().sync_all().map_err(|e| OperatorError::io("sync sink file", e))?;
+            self.pending.push((ctx.checkpoint_id.0, cur.name));
+        }
+        let list = ctx.operator_state.list_state(STATE)?;
+        list.clear();
+        for (ckpt, name) in &self.pending {
+            list.push(format!("{ckpt}\t{name}").into_bytes());
+        }
+        Ok(())
+    }
+
+    fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
+        self.commit_up_to(id.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::RuntimeInfo;
+    use weir_common::ids::SubtaskIndex;
+    use weir_common::keygroup::KeyGroupRange;
+    use weir_state::OperatorStateStore;
+
+    fn visible(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn commits_on_completion_and_on_restore_once() -> Result<(), OperatorError> {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = FileSinkConfig { path: tmp.path().display().to_string() };
+        let info = |attempt| RuntimeInfo {
+            uid: "out".into(),
+            job_id: "j".into(),
+            attempt,
+            subtask: SubtaskIndex(0),
+            parallelism: 1,
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange { start: 0, end: 127 },
+        };
+        let i1 = info(1);
+        let mut store = OperatorStateStore::new();
+        let mut sink = FileSink::new(cfg.clone());
+        sink.initialize_state(&mut InitContext {
+            info: &i1,
+            restored: false,
+            operator_state: &mut store,
+            keyed: None,
+        })?;
+        let mut pc = ProcessContext { info: &i1, keyed: None };
+        sink.process_batch(&[Record::new_i64(&5u64.to_be_bytes(), 3)], &mut pc, &mut Vec::new())?;
+        sink.snapshot_state(&mut SnapshotContext {
+            checkpoint_id: CheckpointId(1),
+            timestamp_ms: 0,
+            operator_state: &mut store,
+        })?;
+        assert!(visible(tmp.path()).is_empty(), "nothing is visible before the checkpoint completes");
+        // Data after the checkpoint: lost with the failure, never committed.
+        sink.process_batch(&[Record::new_i64(&6u64.to_be_bytes(), 1)], &mut pc, &mut Vec::new())?;
+        drop(sink); // the task manager dies before the notification arrives
+
+        let i2 = info(2);
+        let mut restored = FileSink::new(cfg);
+        restored.initialize_state(&mut InitContext {
+            info: &i2,
+            restored: true,
+            operator_state: &mut store,
+            keyed: None,
+        })?;
+        assert_eq!(visible(tmp.path()), vec!["part-0-1-0".to_string()]);
+        assert_eq!(std::fs::read_to_string(tmp.path().join("part-0-1-0")).unwrap(), "5,3\n");
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1, "leftover in-progress files are removed");
+        // A late notification for the same checkpoint does nothing.
+        restored.pending.push((1, "part-0-1-0".into()));
+        restored.notify_checkpoint_complete(CheckpointId(1))?;
+        assert_eq!(visible(tmp.path()).len(), 1);
+        Ok(())
+    }
+}

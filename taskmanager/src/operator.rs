@@ -1,0 +1,171 @@
+//! The operator API: what users implement to add their own kinds (and what the built-in kinds use).
+//!
+//! A [`Source`] emits records and keeps its position in operator state; an [`Operator`] processes records
+//! in batches (a sink is an operator that emits nothing). Lifecycle hooks follow Flink's
+//! `CheckpointedFunction` and `CheckpointListener`:
+//!
+//! - `initialize_state` runs once before any record, with [`InitContext::is_restored`] telling whether
+//!   state was restored from a checkpoint;
+//! - `snapshot_state` runs at each checkpoint barrier, before the state is copied;
+//! - `notify_checkpoint_complete` / `notify_checkpoint_aborted` are **best effort**: a notification may
+//!   arrive late, more than once for the same id, or never (e.g. when a task manager dies right after the
+//!   checkpoint completed). Logic that commits side effects must be idempotent and must also commit what
+//!   its restored state says is pending (see the `file-sink`).
+
+use crate::record::Record;
+use weir_common::ids::{CheckpointId, SubtaskIndex};
+use weir_common::keygroup::KeyGroupRange;
+use weir_state::{KeyedStateBackend, OperatorStateStore};
+
+/// An error raised by an operator; it fails the task (and the job fails over).
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// A state access failed.
+    #[error(transparent)]
+    State(#[from] weir_state::StateError),
+    /// A local I/O operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Anything else, described.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl OperatorError {
+    /// Wraps an I/O error with context.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        OperatorError::Io { context: context.into(), source }
+    }
+}
+
+/// Where an operator runs.
+#[derive(Debug, Clone)]
+pub struct RuntimeInfo {
+    /// The operator's uid.
+    pub uid: String,
+    /// Job id.
+    pub job_id: String,
+    /// Attempt number of this deployment.
+    pub attempt: u32,
+    /// Subtask index.
+    pub subtask: SubtaskIndex,
+    /// Parallelism.
+    pub parallelism: u32,
+    /// Number of key groups.
+    pub max_parallelism: u32,
+    /// Key groups this subtask owns.
+    pub key_group_range: KeyGroupRange,
+}
+
+/// Given to `initialize_state`.
+pub struct InitContext<'a> {
+    /// Where the operator runs.
+    pub info: &'a RuntimeInfo,
+    /// Whether state was restored from a checkpoint.
+    pub restored: bool,
+    /// The operator's (non-keyed) state.
+    pub operator_state: &'a mut OperatorStateStore,
+    /// The keyed state, for keyed kinds.
+    pub keyed: Option<&'a mut dyn KeyedStateBackend>,
+}
+
+impl InitContext<'_> {
+    /// Whether state was restored from a checkpoint (Flink's `isRestored()`).
+    pub fn is_restored(&self) -> bool {
+        self.restored
+    }
+}
+
+/// Given to `process_batch` and `end_of_input`.
+pub struct ProcessContext<'a> {
+    /// Where the operator runs.
+    pub info: &'a RuntimeInfo,
+    /// The keyed state, for keyed kinds.
+    pub keyed: Option<&'a mut dyn KeyedStateBackend>,
+}
+
+impl ProcessContext<'_> {
+    /// The keyed backend, or an error for a kind that did not declare itself keyed.
+    pub fn keyed(&mut self) -> Result<&mut dyn KeyedStateBackend, OperatorError> {
+        match self.keyed.as_mut() {
+            Some(k) => Ok(&mut **k),
+            None => Err(OperatorError::Other(format!("operator {:?} is not keyed", self.info.uid))),
+        }
+    }
+}
+
+/// Given to `snapshot_state`.
+pub struct SnapshotContext<'a> {
+    /// Checkpoint id.
+    pub checkpoint_id: CheckpointId,
+    /// Trigger timestamp (ms since the epoch).
+    pub timestamp_ms: u64,
+    /// The operator's (non-keyed) state, to be written now.
+    pub operator_state: &'a mut OperatorStateStore,
+}
+
+/// What a source's `poll` produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceStatus {
+    /// More records may follow at once.
+    More,
+    /// Nothing now; poll again after this long (e.g. rate limiting).
+    Idle(std::time::Duration),
+    /// The source is exhausted.
+    Finished,
+}
+
+/// A source of records.
+pub trait Source: Send {
+    /// Restores or initializes the source's position.
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError>;
+    /// Appends up to `max` records to `out`.
+    fn poll(&mut self, out: &mut Vec<Record>, max: usize) -> Result<SourceStatus, OperatorError>;
+    /// Writes the source's position into operator state.
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError>;
+    /// A checkpoint completed (best effort, see the module docs).
+    fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    /// A checkpoint was aborted (best effort).
+    fn notify_checkpoint_aborted(&mut self, _id: CheckpointId) -> Result<(), OperatorError> {
+        Ok(())
+    }
+}
+
+/// An operator (or sink) that processes records in batches.
+pub trait Operator: Send {
+    /// Restores or initializes state.
+    fn initialize_state(&mut self, _ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    /// Processes a batch, appending any output to `out`.
+    fn process_batch(
+        &mut self,
+        records: &[Record],
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Vec<Record>,
+    ) -> Result<(), OperatorError>;
+    /// All input has been consumed (a real end of input, not a stop with savepoint).
+    fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, _out: &mut Vec<Record>) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    /// Writes operator state for a checkpoint (keyed state is snapshotted by the runtime).
+    fn snapshot_state(&mut self, _ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    /// A checkpoint completed (best effort, see the module docs).
+    fn notify_checkpoint_complete(&mut self, _id: CheckpointId) -> Result<(), OperatorError> {
+        Ok(())
+    }
+    /// A checkpoint was aborted (best effort).
+    fn notify_checkpoint_aborted(&mut self, _id: CheckpointId) -> Result<(), OperatorError> {
+        Ok(())
+    }
+}

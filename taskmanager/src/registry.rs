@@ -1,0 +1,67 @@
+//! The operator registry: kind name → factory. A task manager reports its registry when it registers, so the
+//! job manager can validate specs without running user code. Users build their own task-manager binary with
+//! extra kinds registered (as Flink users ship a jar).
+
+use crate::operator::{Operator, Source};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use weir_common::builtin::{KindInfo, Role};
+
+/// A freshly built operator instance.
+pub enum Instance {
+    /// A source.
+    Source(Box<dyn Source>),
+    /// An operator or sink.
+    Operator(Box<dyn Operator>),
+}
+
+type Factory = Arc<dyn Fn(&BTreeMap<String, String>) -> Result<Instance, String> + Send + Sync>;
+
+/// Kind name → description and factory.
+#[derive(Clone, Default)]
+pub struct Registry {
+    kinds: BTreeMap<String, (KindInfo, Factory)>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A registry with Weir's built-in kinds.
+    pub fn with_builtins() -> Self {
+        let mut r = Self::new();
+        crate::builtins::register_all(&mut r);
+        r
+    }
+
+    /// Registers a kind; `build` turns the spec's config into an instance or explains what is wrong.
+    pub fn register(
+        &mut self,
+        info: KindInfo,
+        build: impl Fn(&BTreeMap<String, String>) -> Result<Instance, String> + Send + Sync + 'static,
+    ) {
+        self.kinds.insert(info.kind.clone(), (info, Arc::new(build)));
+    }
+
+    /// Builds an instance of `kind`.
+    pub fn build(&self, kind: &str, config: &BTreeMap<String, String>) -> Result<Instance, String> {
+        let (info, f) = self.kinds.get(kind).ok_or_else(|| format!("unknown operator kind {kind:?}"))?;
+        let inst = f(config)?;
+        match (&inst, info.role) {
+            (Instance::Source(_), Role::Source) | (Instance::Operator(_), Role::Operator | Role::Sink) => Ok(inst),
+            _ => Err(format!("kind {kind:?} built an instance that does not match its declared role")),
+        }
+    }
+
+    /// The description of a kind.
+    pub fn info(&self, kind: &str) -> Option<&KindInfo> {
+        self.kinds.get(kind).map(|(i, _)| i)
+    }
+
+    /// Every kind's description.
+    pub fn kinds(&self) -> impl Iterator<Item = &KindInfo> {
+        self.kinds.values().map(|(i, _)| i)
+    }
+}

@@ -1,0 +1,292 @@
+//! The whole task-manager process: config (defaults < TOML file < `WEIR_*` env < flags), listeners, the
+//! gRPC server, the data server, registration, and shutdown on SIGTERM/SIGINT. A custom task-manager binary
+//! with extra operator kinds is `fn main() { weir_taskmanager::server::main_with_registry(my_registry()) }`.
+
+use crate::net::DataServer;
+use crate::registry::Registry;
+use crate::service::{TaskManager, TaskManagerService, TaskManagerSettings};
+use anyhow::Context;
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use weir_common::store::StoreOptions;
+use weir_proto::job_manager_internal_client::JobManagerInternalClient;
+
+/// Task-manager configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TmConfig {
+    /// Job manager address.
+    pub jobmanager: String,
+    /// gRPC listen address (port 0 = any free port).
+    pub bind: String,
+    /// Data-plane listen address (port 0 = any free port).
+    pub data_bind: String,
+    /// Host name other processes reach this one by, when binding to a wildcard address.
+    pub advertise_host: String,
+    /// Number of task slots.
+    pub slots: u32,
+    /// Local working directory (RocksDB instances, snapshots before upload).
+    pub data_dir: PathBuf,
+    /// Task-manager id; random when empty.
+    pub tm_id: String,
+    /// S3 endpoint for checkpoints on an S3-compatible server.
+    pub s3_endpoint: Option<String>,
+    /// Allow plain HTTP to the S3 endpoint.
+    pub s3_allow_http: bool,
+    /// Log as JSON lines.
+    pub log_json: bool,
+}
+
+impl Default for TmConfig {
+    fn default() -> Self {
+        TmConfig {
+            jobmanager: "http://127.0.0.1:6123".into(),
+            bind: "127.0.0.1:0".into(),
+            data_bind: "127.0.0.1:0".into(),
+            advertise_host: "127.0.0.1".into(),
+            slots: 1,
+            data_dir: PathBuf::from("weir-tm-data"),
+            tm_id: String::new(),
+            s3_endpoint: None,
+            s3_allow_http: false,
+            log_json: false,
+        }
+    }
+}
+
+const KEYS: &[&str] = &[
+    "jobmanager",
+    "bind",
+    "data_bind",
+    "advertise_host",
+    "slots",
+    "data_dir",
+    "tm_id",
+    "s3_endpoint",
+    "s3_allow_http",
+    "log_json",
+];
+
+/// Command-line flags of `weir-taskmanager`; each overrides the config file and environment.
+#[derive(Debug, Parser, Serialize)]
+#[command(name = "weir-taskmanager", version, about = "Weir task manager: runs tasks and keeps their state")]
+pub struct Flags {
+    /// TOML config file (keys as the long flags, with underscores).
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Job manager address [env: WEIR_JOBMANAGER] [default: http://127.0.0.1:6123].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jobmanager: Option<String>,
+    /// gRPC listen address; port 0 picks a free port [default: 127.0.0.1:0].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind: Option<String>,
+    /// Data-plane listen address; port 0 picks a free port [default: 127.0.0.1:0].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_bind: Option<String>,
+    /// Host advertised to other processes when binding a wildcard address [default: 127.0.0.1].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertise_host: Option<String>,
+    /// Number of task slots [default: 1].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u32>,
+    /// Local working directory [default: weir-tm-data].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// Task-manager id [default: random].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tm_id: Option<String>,
+    /// S3 endpoint URL for s3:// checkpoint stores (else AWS_ENDPOINT_URL).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3_endpoint: Option<String>,
+    /// Allow plain HTTP to the S3 endpoint.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub s3_allow_http: bool,
+    /// Log as JSON lines.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub log_json: bool,
+}
+
+/// Loads and checks the configuration.
+pub fn load_config(flags: &Flags) -> anyhow::Result<TmConfig> {
+    let cfg: TmConfig = weir_common::config::load(flags.config.as_deref(), KEYS, flags)?;
+    if cfg.slots == 0 {
+        anyhow::bail!("invalid configuration: slots must be at least 1");
+    }
+    if !cfg.jobmanager.starts_with("http://") && !cfg.jobmanager.starts_with("https://") {
+        anyhow::bail!("invalid configuration: jobmanager must be an http:// address, got {:?}", cfg.jobmanager);
+    }
+    cfg.bind.parse::<SocketAddr>().with_context(|| format!("invalid configuration: bind {:?}", cfg.bind))?;
+    cfg.data_bind
+        .parse::<SocketAddr>()
+        .with_context(|| format!("invalid configuration: data_bind {:?}", cfg.data_bind))?;
+    Ok(cfg)
+}
+
+fn advertised(addr: SocketAddr, host: &str) -> String {
+    if addr.ip().is_unspecified() {
+        format!("{host}:{}", addr.port())
+    } else {
+        addr.to_string()
+    }
+}
+
+/// Runs a task manager with the given registry until SIGTERM/SIGINT.
+pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
+    let tm_id = if cfg.tm_id.is_empty() {
+        format!("tm-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+    } else {
+        cfg.tm_id.clone()
+    };
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("cannot create data dir {}", cfg.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
+    // Leftovers of an earlier run of this directory are useless: tasks restore from checkpoints.
+    let _ = std::fs::remove_dir_all(data_dir.join("tasks"));
+    let rpc_listener =
+        tokio::net::TcpListener::bind(&cfg.bind).await.with_context(|| format!("cannot bind {}", cfg.bind))?;
+    let data_listener = tokio::net::TcpListener::bind(&cfg.data_bind)
+        .await
+        .with_context(|| format!("cannot bind {}", cfg.data_bind))?;
+    let rpc_address = format!("http://{}", advertised(rpc_listener.local_addr()?, &cfg.advertise_host));
+    let data_address = advertised(data_listener.local_addr()?, &cfg.advertise_host);
+
+    let data_server = Arc::new(DataServer::default());
+    tokio::spawn(data_server.clone().run(data_listener));
+
+    let channel = tonic::transport::Endpoint::from_shared(cfg.jobmanager.clone())
+        .with_context(|| format!("invalid job manager address {:?}", cfg.jobmanager))?
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(Duration::from_secs(30))
+        .connect_lazy();
+    let jm = JobManagerInternalClient::new(channel);
+
+    let mut options = BTreeMap::new();
+    if let Some(e) = &cfg.s3_endpoint {
+        options.insert("aws_endpoint".to_string(), e.clone());
+    }
+    if cfg.s3_allow_http {
+        options.insert("aws_allow_http".to_string(), "true".to_string());
+    }
+    let tm = TaskManager::new(
+        TaskManagerSettings {
+            id: tm_id.clone(),
+            slots: cfg.slots,
+            rpc_address: rpc_address.clone(),
+            data_address: data_address.clone(),
+            data_dir,
+            store_options: StoreOptions { options, request_timeout: None },
+        },
+        registry,
+        data_server,
+        jm.clone(),
+    );
+
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let server = tonic::transport::Server::builder()
+        .timeout(Duration::from_secs(60))
+        .concurrency_limit_per_connection(256)
+        .add_service(weir_proto::task_manager_api_server::TaskManagerApiServer::new(TaskManagerService(tm.clone())))
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(rpc_listener), {
+            let mut rx = shutdown_rx.clone();
+            async move {
+                let _ = rx.wait_for(|v| *v).await;
+            }
+        });
+    let server = tokio::spawn(server);
+    let registration = tokio::spawn(tm.clone().run_registration(jm, shutdown_rx));
+
+    println!("weir-taskmanager {tm_id} listening on {rpc_address} data {data_address}");
+    let _ = std::io::stdout().flush();
+    tracing::info!(tm_id = %tm_id, rpc = %rpc_address, data = %data_address, slots = cfg.slots, "task manager started");
+
+    wait_for_signal().await;
+    tracing::info!("shutting down: cancelling tasks");
+    let _ = shutdown_tx.send(true);
+    let canceled = tm.cancel_where(|_, _| true).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), registration).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    tracing::info!(canceled_tasks = canceled, "task manager stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Entry point of a task-manager binary: parses flags and config, runs until a signal, exits non-zero with
+/// a one-line reason on bad config.
+pub fn main_with_registry(registry: Registry) {
+    let flags = Flags::parse();
+    let cfg = match load_config(&flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("weir-taskmanager: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    weir_common::telemetry::init(cfg.log_json);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().worker_threads(2).build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("weir-taskmanager: cannot start runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(cfg, registry)) {
+        eprintln!("weir-taskmanager: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_matches_the_code() {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/taskmanager.toml");
+        let flags = Flags::parse_from(["weir-taskmanager", "--config", path.to_str().unwrap()]);
+        let cfg = load_config(&flags).unwrap();
+        assert_eq!(cfg.slots, 2);
+        // Every key of the code's config appears in the example.
+        let text = std::fs::read_to_string(&path).unwrap();
+        for key in KEYS {
+            assert!(text.contains(&format!("{key} =")), "deploy/taskmanager.toml lacks {key}");
+        }
+    }
+
+    #[test]
+    fn bad_config_is_refused() {
+        let flags = Flags::parse_from(["weir-taskmanager", "--slots", "0"]);
+        assert!(load_config(&flags).unwrap_err().to_string().contains("slots"));
+        let flags = Flags::parse_from(["weir-taskmanager", "--bind", "nonsense"]);
+        assert!(load_config(&flags).is_err());
+    }
+}

@@ -1,0 +1,278 @@
+//! The task manager as a service: the `TaskManagerApi` gRPC server (deploy, trigger, notify, cancel), the
+//! registration and heartbeat loop with the job manager, and shutdown.
+
+use crate::net::DataServer;
+use crate::registry::Registry;
+use crate::report::Reporter;
+use crate::task::{self, TaskEnv, TaskEvent, TaskHandle};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+use weir_common::descriptor::TaskDescriptor;
+use weir_common::store::StoreOptions;
+use weir_proto as pb;
+use weir_proto::job_manager_internal_client::JobManagerInternalClient;
+
+type TaskKey = (String, u32, u32);
+
+/// A task manager: its tasks, its registration with the job manager and its environment.
+pub struct TaskManager {
+    id: String,
+    env: Arc<TaskEnv>,
+    tasks: Mutex<HashMap<TaskKey, TaskHandle>>,
+    session: Mutex<Option<String>>,
+    slots: u32,
+    rpc_address: String,
+    data_address: String,
+}
+
+/// Settings for [`TaskManager::new`].
+pub struct TaskManagerSettings {
+    /// Task manager id.
+    pub id: String,
+    /// Number of slots.
+    pub slots: u32,
+    /// Advertised gRPC address (`http://host:port`).
+    pub rpc_address: String,
+    /// Advertised data-plane address (`host:port`).
+    pub data_address: String,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Object-store settings for checkpoints.
+    pub store_options: StoreOptions,
+}
+
+impl TaskManager {
+    /// Builds a task manager; call from inside a tokio runtime.
+    pub fn new(
+        settings: TaskManagerSettings,
+        registry: Registry,
+        data_server: Arc<DataServer>,
+        jm: JobManagerInternalClient<Channel>,
+    ) -> Arc<TaskManager> {
+        let reporter = Reporter::start(jm, settings.id.clone());
+        let env = Arc::new(TaskEnv {
+            runtime: tokio::runtime::Handle::current(),
+            data_server,
+            registry: Arc::new(registry),
+            data_dir: settings.data_dir,
+            reporter,
+            store_options: settings.store_options,
+            connect_timeout: Duration::from_secs(60),
+        });
+        Arc::new(TaskManager {
+            id: settings.id,
+            env,
+            tasks: Mutex::new(HashMap::new()),
+            session: Mutex::new(None),
+            slots: settings.slots,
+            rpc_address: settings.rpc_address,
+            data_address: settings.data_address,
+        })
+    }
+
+    /// The registry as the job manager sees it.
+    fn kinds(&self) -> Vec<pb::OperatorKindInfo> {
+        self.env
+            .registry
+            .kinds()
+            .map(|k| pb::OperatorKindInfo {
+                kind: k.kind.clone(),
+                version: k.version.clone(),
+                role: k.role.as_str().to_string(),
+                keyed: k.keyed,
+                states: k
+                    .states
+                    .iter()
+                    .map(|(n, kind, t)| pb::StateDeclaration {
+                        name: n.clone(),
+                        kind: kind.clone(),
+                        type_name: t.clone(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Cancels every task matching `pred` and waits (bounded) for their threads to end.
+    pub async fn cancel_where(&self, pred: impl Fn(&TaskKey, &TaskHandle) -> bool) -> u32 {
+        let victims: Vec<(TaskKey, TaskHandle)> = {
+            let mut tasks = self.tasks.lock();
+            let keys: Vec<TaskKey> = tasks.iter().filter(|(k, h)| pred(k, h)).map(|(k, _)| k.clone()).collect();
+            keys.into_iter().filter_map(|k| tasks.remove(&k).map(|h| (k, h))).collect()
+        };
+        let n = victims.len() as u32;
+        for (_, h) in &victims {
+            let _ = h.events.try_send(TaskEvent::Cancel);
+        }
+        for (key, mut h) in victims {
+            // A full event queue may have refused the cancel: keep trying until the thread ends.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+            while !*h.done.borrow() && tokio::time::Instant::now() < deadline {
+                let _ = h.events.try_send(TaskEvent::Cancel);
+                let _ = tokio::time::timeout(Duration::from_millis(200), h.done.changed()).await;
+            }
+            if !*h.done.borrow() {
+                tracing::warn!(job_id = %key.0, vertex = key.1, subtask = key.2, "task did not stop within 15 s");
+            }
+        }
+        n
+    }
+
+    /// Registers with the job manager and heartbeats until `shutdown` fires; re-registers (cancelling all
+    /// tasks) whenever the job manager asks or restarted.
+    pub async fn run_registration(
+        self: Arc<Self>,
+        jm: JobManagerInternalClient<Channel>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut interval = Duration::from_millis(1000);
+        loop {
+            // Register, retrying until it works.
+            let req = pb::RegisterTaskManagerRequest {
+                tm_id: self.id.clone(),
+                rpc_address: self.rpc_address.clone(),
+                data_address: self.data_address.clone(),
+                slots: self.slots,
+                operator_kinds: self.kinds(),
+            };
+            let resp = loop {
+                if *shutdown.borrow() {
+                    return;
+                }
+                match jm.clone().register_task_manager(req.clone()).await {
+                    Ok(r) => break r.into_inner(),
+                    Err(e) => {
+                        tracing::debug!(error = %e.message(), "registration failed, retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                            _ = shutdown.changed() => {}
+                        }
+                    }
+                }
+            };
+            let canceled = self.cancel_where(|_, _| true).await;
+            *self.session.lock() = Some(resp.jm_session.clone());
+            if resp.heartbeat_interval_ms > 0 {
+                interval = Duration::from_millis(resp.heartbeat_interval_ms);
+            }
+            tracing::info!(tm_id = %self.id, canceled_tasks = canceled, "registered with job manager");
+            // Heartbeat until asked to register again.
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = shutdown.changed() => { if *shutdown.borrow() { return; } }
+                }
+                let hb = pb::HeartbeatRequest { tm_id: self.id.clone(), jm_session: resp.jm_session.clone() };
+                match tokio::time::timeout(interval * 3, jm.clone().heartbeat(hb)).await {
+                    Ok(Ok(r)) if r.get_ref().reregister => {
+                        tracing::info!("job manager asked to register again");
+                        break;
+                    }
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::debug!(error = %e.message(), "heartbeat failed"),
+                    Err(_) => tracing::debug!("heartbeat timed out"),
+                }
+            }
+        }
+    }
+
+    fn check_session(&self, session: &str) -> Result<(), Status> {
+        match self.session.lock().as_deref() {
+            Some(s) if s == session => Ok(()),
+            _ => Err(Status::failed_precondition(
+                "stale job manager session: this task manager registered with another one",
+            )),
+        }
+    }
+
+    fn task_key(r: &pb::TaskRef) -> TaskKey {
+        (r.job_id.clone(), r.vertex, r.subtask)
+    }
+}
+
+/// The gRPC face of a [`TaskManager`].
+#[derive(Clone)]
+pub struct TaskManagerService(pub Arc<TaskManager>);
+
+#[tonic::async_trait]
+impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
+    async fn deploy_task(
+        &self,
+        req: Request<pb::DeployTaskRequest>,
+    ) -> Result<Response<pb::DeployTaskResponse>, Status> {
+        let req = req.into_inner();
+        let tm = &self.0;
+        tm.check_session(&req.jm_session)?;
+        let desc: TaskDescriptor = serde_json::from_slice(&req.descriptor_json)
+            .map_err(|e| Status::invalid_argument(format!("bad task descriptor: {e}")))?;
+        let key = (desc.job_id.0.clone(), desc.vertex.0, desc.subtask.0);
+        let attempt = desc.attempt.0;
+        // An older attempt of the same subtask must be gone before the new one starts (it may hold files).
+        tm.cancel_where(|k, h| *k == key && h.attempt < attempt).await;
+        {
+            let mut tasks = tm.tasks.lock();
+            tasks.retain(|_, h| !*h.done.borrow());
+            if tasks.get(&key).is_some_and(|h| h.attempt >= attempt) {
+                return Err(Status::already_exists("this subtask is already deployed for this or a newer attempt"));
+            }
+            tracing::info!(job_id = %desc.job_id, attempt, vertex = desc.vertex.0, subtask = desc.subtask.0, "deploying task");
+            let handle = task::spawn(desc, tm.env.clone()).map_err(Status::internal)?;
+            tasks.insert(key, handle);
+        }
+        Ok(Response::new(pb::DeployTaskResponse {}))
+    }
+
+    async fn trigger_checkpoint(
+        &self,
+        req: Request<pb::TriggerCheckpointRequest>,
+    ) -> Result<Response<pb::TriggerCheckpointResponse>, Status> {
+        let req = req.into_inner();
+        let r = req.task.ok_or_else(|| Status::invalid_argument("missing task"))?;
+        let sender = {
+            let tasks = self.0.tasks.lock();
+            tasks.get(&TaskManager::task_key(&r)).filter(|h| h.attempt == r.attempt).map(|h| h.events.clone())
+        };
+        match sender {
+            Some(tx) => {
+                let _ = tx.send(TaskEvent::Trigger { id: req.checkpoint_id, timestamp_ms: req.timestamp_ms }).await;
+                Ok(Response::new(pb::TriggerCheckpointResponse {}))
+            }
+            None => Err(Status::not_found("no such task for this attempt")),
+        }
+    }
+
+    async fn notify_checkpoint(
+        &self,
+        req: Request<pb::NotifyCheckpointRequest>,
+    ) -> Result<Response<pb::NotifyCheckpointResponse>, Status> {
+        let req = req.into_inner();
+        let senders: Vec<_> = {
+            let tasks = self.0.tasks.lock();
+            tasks
+                .iter()
+                .filter(|(k, h)| k.0 == req.job_id && h.attempt == req.attempt)
+                .map(|(_, h)| h.events.clone())
+                .collect()
+        };
+        for tx in senders {
+            let _ = tx
+                .send(TaskEvent::Notify { id: req.checkpoint_id, completed: req.completed, is_final: req.is_final })
+                .await;
+        }
+        Ok(Response::new(pb::NotifyCheckpointResponse {}))
+    }
+
+    async fn cancel_job(
+        &self,
+        req: Request<pb::CancelTasksRequest>,
+    ) -> Result<Response<pb::CancelTasksResponse>, Status> {
+        let req = req.into_inner();
+        let n = self.0.cancel_where(|k, h| k.0 == req.job_id && h.attempt <= req.up_to_attempt).await;
+        Ok(Response::new(pb::CancelTasksResponse { canceled: n }))
+    }
+}

@@ -1,0 +1,828 @@
+//! One running subtask: a chain of operators on its own thread, fed by input channels (or a source), writing
+//! to output channels, taking checkpoints at barriers.
+//!
+//! The record loop is the hot path: no blocking I/O but the data-plane hand-off, no per-record allocation
+//! beyond the records themselves, no logging per record. Uploads run on the tokio runtime while processing
+//! continues.
+
+use crate::align::{Alignment, BarrierAligner};
+use crate::net::{
+    begin_batch, encode_frame, finish_batch, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels,
+    OutputChannel,
+};
+use crate::operator::{
+    InitContext, Operator, OperatorError, ProcessContext, RuntimeInfo, SnapshotContext, Source, SourceStatus,
+};
+use crate::record::{decode_records, encode_record, Record};
+use crate::registry::{Instance, Registry};
+use crate::report::{Report, Reporter};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use weir_common::checkpoint::{paths, FileHandle, OperatorStateHandle, OperatorSubtaskState, TaskSnapshot};
+use weir_common::descriptor::TaskDescriptor;
+use weir_common::ids::{CheckpointId, SubtaskIndex};
+use weir_common::keygroup::key_group_for_key;
+use weir_common::spec::Partitioning;
+use weir_common::store::{Store, StoreOptions};
+use weir_proto as pb;
+use weir_state::keyed::LocalSnapshot;
+use weir_state::{open_keyed_backend, KeyedStateBackend, OperatorStateStore};
+
+/// Records per network batch.
+const BATCH_RECORDS: u32 = 1024;
+/// Bytes per network batch.
+const BATCH_BYTES: usize = 64 << 10;
+/// Longest time a partly filled batch waits before it is sent.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+/// Records a source emits per poll.
+const SOURCE_BATCH: usize = 1024;
+
+/// What a task may be told by the task manager.
+#[derive(Debug)]
+pub enum TaskEvent {
+    /// A frame or close from an input channel.
+    Channel(ChannelEvent),
+    /// Sources only: take checkpoint `id` and emit its barrier.
+    Trigger {
+        /// Checkpoint id.
+        id: u64,
+        /// Trigger time.
+        timestamp_ms: u64,
+    },
+    /// Checkpoint `id` completed or was aborted.
+    Notify {
+        /// Checkpoint id.
+        id: u64,
+        /// Completed (true) or aborted.
+        completed: bool,
+        /// A completed final checkpoint: finish.
+        is_final: bool,
+    },
+    /// Stop now.
+    Cancel,
+}
+
+/// What a task needs from its task manager.
+pub struct TaskEnv {
+    /// Runtime for network I/O and uploads.
+    pub runtime: tokio::runtime::Handle,
+    /// Accepts input connections.
+    pub data_server: Arc<DataServer>,
+    /// Operator kinds.
+    pub registry: Arc<Registry>,
+    /// The task manager's data directory.
+    pub data_dir: PathBuf,
+    /// Reports to the job manager.
+    pub reporter: Reporter,
+    /// Object-store settings.
+    pub store_options: StoreOptions,
+    /// How long a task waits for its channels to connect.
+    pub connect_timeout: Duration,
+}
+
+/// The task manager's handle on a running task.
+pub struct TaskHandle {
+    /// Attempt the task belongs to.
+    pub attempt: u32,
+    /// Sends events to the task.
+    pub events: mpsc::Sender<TaskEvent>,
+    /// Becomes `true` when the task's thread has ended.
+    pub done: watch::Receiver<bool>,
+}
+
+/// How a task's run ended without error.
+enum Exit {
+    Finished,
+    Canceled,
+}
+
+/// A task failure, described.
+#[derive(Debug, thiserror::Error)]
+enum TaskError {
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+    #[error(transparent)]
+    State(#[from] weir_state::StateError),
+    #[error(transparent)]
+    Net(#[from] crate::net::NetError),
+    #[error(transparent)]
+    Codec(#[from] crate::record::CodecError),
+    #[error(transparent)]
+    Align(#[from] crate::align::AlignmentError),
+    #[error(transparent)]
+    Store(#[from] weir_common::store::StoreError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Starts a task on its own thread.
+pub fn spawn(desc: TaskDescriptor, env: Arc<TaskEnv>) -> Result<TaskHandle, String> {
+    let (tx, rx) = mpsc::channel(256);
+    let (done_tx, done_rx) = watch::channel(false);
+    let attempt = desc.attempt.0;
+    let name = format!("task-{}-{}", desc.vertex.0, desc.subtask.0);
+    let events = tx.clone();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            run(desc, env, rx, events);
+            let _ = done_tx.send(true);
+        })
+        .map_err(|e| format!("cannot start task thread: {e}"))?;
+    Ok(TaskHandle { attempt, events: tx, done: done_rx })
+}
+
+fn task_ref(desc: &TaskDescriptor) -> pb::TaskRef {
+    pb::TaskRef {
+        job_id: desc.job_id.0.clone(),
+        attempt: desc.attempt.0,
+        vertex: desc.vertex.0,
+        subtask: desc.subtask.0,
+    }
+}
+
+fn run(desc: TaskDescriptor, env: Arc<TaskEnv>, rx: mpsc::Receiver<TaskEvent>, events: mpsc::Sender<TaskEvent>) {
+    let tref = task_ref(&desc);
+    let key = ChannelKey {
+        job_id: desc.job_id.0.clone(),
+        attempt: desc.attempt.0,
+        vertex: desc.vertex.0,
+        subtask: desc.subtask.0,
+    };
+    let work_dir = env
+        .data_dir
+        .join("tasks")
+        .join(format!("{}-a{}-v{}-s{}", desc.job_id, desc.attempt.0, desc.vertex.0, desc.subtask.0));
+    let span = tracing::info_span!("task", job_id = %desc.job_id, attempt = desc.attempt.0, vertex = desc.vertex.0, subtask = desc.subtask.0);
+    let _guard = span.enter();
+    let report_state = |state: pb::TaskState, error: String| {
+        env.reporter.send(Report::State(pb::UpdateTaskStateRequest {
+            tm_id: env.reporter.tm_id.clone(),
+            task: Some(tref.clone()),
+            state: state as i32,
+            error,
+        }));
+    };
+    let result = Task::setup(desc, env.clone(), rx, events, work_dir.clone(), &key).and_then(|mut t| {
+        report_state(pb::TaskState::Running, String::new());
+        t.run()
+    });
+    env.data_server.unregister(&key);
+    match result {
+        Ok(Exit::Finished) => {
+            tracing::info!("task finished");
+            report_state(pb::TaskState::Finished, String::new());
+        }
+        Ok(Exit::Canceled) => {
+            tracing::info!("task canceled");
+            report_state(pb::TaskState::Canceled, String::new());
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "task failed");
+            report_state(pb::TaskState::Failed, e.to_string());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work_dir);
+}
+
+/// Shortens the trait object's lifetime, which `Option::as_deref_mut` cannot do behind `&mut`.
+fn keyed_mut(k: &mut Option<Box<dyn KeyedStateBackend>>) -> Option<&mut dyn KeyedStateBackend> {
+    match k {
+        Some(b) => Some(b.as_mut()),
+        None => None,
+    }
+}
+
+enum Head {
+    Source(Box<dyn Source>),
+    Operator(Box<dyn Operator>),
+}
+
+struct ChainOp {
+    info: RuntimeInfo,
+    head: Head,
+    keyed: Option<Box<dyn KeyedStateBackend>>,
+    op_state: OperatorStateStore,
+}
+
+impl ChainOp {
+    fn process(&mut self, records: &[Record], out: &mut Vec<Record>) -> Result<(), OperatorError> {
+        match &mut self.head {
+            Head::Operator(op) => {
+                let mut ctx = ProcessContext { info: &self.info, keyed: keyed_mut(&mut self.keyed) };
+                op.process_batch(records, &mut ctx, out)
+            }
+            Head::Source(_) => Err(OperatorError::Other(format!("source {:?} cannot take input", self.info.uid))),
+        }
+    }
+}
+
+/// One output edge: a partitioner and a channel per target subtask.
+struct OutputEdge {
+    partitioning: Partitioning,
+    channels: Vec<OutputChannel>,
+    bufs: Vec<Vec<u8>>,
+    counts: Vec<u32>,
+    next: usize,
+    to_parallelism: u32,
+    max_parallelism: u32,
+}
+
+impl OutputEdge {
+    fn emit(&mut self, r: &Record) -> Result<(), TaskError> {
+        match self.partitioning {
+            Partitioning::Forward => self.push(0, r),
+            Partitioning::Rebalance => {
+                let t = self.next;
+                self.next = (self.next + 1) % self.channels.len();
+                self.push(t, r)
+            }
+            Partitioning::KeyBy => {
+                let kg = key_group_for_key(&r.key, self.max_parallelism);
+                let t = (kg.0 as u64 * self.to_parallelism as u64 / self.max_parallelism as u64) as usize;
+                self.push(t, r)
+            }
+            Partitioning::Broadcast => {
+                for t in 0..self.channels.len() {
+                    self.push(t, r)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn push(&mut self, t: usize, r: &Record) -> Result<(), TaskError> {
+        encode_record(r, &mut self.bufs[t])?;
+        self.counts[t] += 1;
+        if self.counts[t] >= BATCH_RECORDS || self.bufs[t].len() >= BATCH_BYTES {
+            self.flush(t)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, t: usize) -> Result<(), TaskError> {
+        if self.counts[t] == 0 {
+            return Ok(());
+        }
+        let mut buf = std::mem::replace(&mut self.bufs[t], Vec::with_capacity(BATCH_BYTES + 4096));
+        finish_batch(&mut buf, self.counts[t]);
+        self.counts[t] = 0;
+        begin_batch(&mut self.bufs[t]);
+        self.channels[t].send_blocking(buf)?;
+        Ok(())
+    }
+
+    fn flush_all(&mut self) -> Result<(), TaskError> {
+        for t in 0..self.channels.len() {
+            self.flush(t)?;
+        }
+        Ok(())
+    }
+
+    fn broadcast(&mut self, frame: &Frame) -> Result<(), TaskError> {
+        self.flush_all()?;
+        let bytes = encode_frame(frame);
+        for c in &self.channels {
+            c.send_blocking(bytes.clone())?;
+        }
+        Ok(())
+    }
+}
+
+struct Task {
+    desc: TaskDescriptor,
+    env: Arc<TaskEnv>,
+    store: Store,
+    rx: mpsc::Receiver<TaskEvent>,
+    ops: Vec<ChainOp>,
+    outputs: Vec<OutputEdge>,
+    inputs: Option<InputChannels>,
+    aligner: BarrierAligner,
+    deferred: Vec<VecDeque<Frame>>,
+    replay: VecDeque<(usize, Frame)>,
+    /// All input consumed and end-of-input work done.
+    input_ended: bool,
+    /// Restored from a snapshot taken at end of input: end-of-input work was done before.
+    restored_at_end: bool,
+    work_dir: PathBuf,
+    last_flush: Instant,
+}
+
+impl Task {
+    fn setup(
+        desc: TaskDescriptor,
+        env: Arc<TaskEnv>,
+        rx: mpsc::Receiver<TaskEvent>,
+        events: mpsc::Sender<TaskEvent>,
+        work_dir: PathBuf,
+        key: &ChannelKey,
+    ) -> Result<Task, TaskError> {
+        // Claim input connections first, so producers that connect early are held for us.
+        let incoming = desc.input.as_ref().map(|_| env.data_server.register(key.clone()));
+        std::fs::create_dir_all(&work_dir)
+            .map_err(|e| TaskError::Other(format!("cannot create {}: {e}", work_dir.display())))?;
+        let store = Store::open(&desc.checkpoint_root, &env.store_options)?;
+        let rt = env.runtime.clone();
+        let restored_at_end = desc.restore.as_ref().is_some_and(|r| r.operators.values().any(|s| s.end_of_input));
+
+        let mut ops = Vec::with_capacity(desc.operators.len());
+        for od in &desc.operators {
+            let info = RuntimeInfo {
+                uid: od.uid.clone(),
+                job_id: desc.job_id.0.clone(),
+                attempt: desc.attempt.0,
+                subtask: desc.subtask,
+                parallelism: desc.parallelism,
+                max_parallelism: desc.max_parallelism,
+                key_group_range: desc.key_group_range,
+            };
+            let keyed_kind = env.registry.info(&od.kind).is_some_and(|k| k.keyed);
+            let head = match env.registry.build(&od.kind, &od.config) {
+                Ok(Instance::Source(s)) => Head::Source(s),
+                Ok(Instance::Operator(o)) => Head::Operator(o),
+                Err(e) => return Err(TaskError::Other(format!("operator {:?}: {e}", od.uid))),
+            };
+            let restored = desc.restore.as_ref().and_then(|r| r.operators.get(&od.uid));
+            let mut op_state = OperatorStateStore::new();
+            if let Some(h) = restored.and_then(|s| s.operator_state.as_ref()) {
+                let blob = rt.block_on(store.get(&h.file.path))?;
+                op_state = OperatorStateStore::restore(&blob, &h.states)?;
+            }
+            let keyed = if keyed_kind {
+                let restore_dir = match restored.and_then(|s| s.keyed.as_ref()) {
+                    Some(h) => {
+                        let dir = work_dir.join(format!("restore-{}", od.uid));
+                        rt.block_on(weir_state::snapshot::download_keyed(&store, h, &dir))?;
+                        Some(dir)
+                    }
+                    None => None,
+                };
+                Some(open_keyed_backend(
+                    desc.state_backend,
+                    &work_dir.join(format!("state-{}", od.uid)),
+                    desc.max_parallelism,
+                    desc.key_group_range,
+                    restore_dir.as_deref(),
+                )?)
+            } else {
+                None
+            };
+            ops.push(ChainOp { info, head, keyed, op_state });
+        }
+        let is_restored = desc.restore.is_some();
+        for op in &mut ops {
+            let mut ctx = InitContext {
+                info: &op.info,
+                restored: is_restored,
+                operator_state: &mut op.op_state,
+                keyed: keyed_mut(&mut op.keyed),
+            };
+            match &mut op.head {
+                Head::Source(s) => s.initialize_state(&mut ctx)?,
+                Head::Operator(o) => o.initialize_state(&mut ctx)?,
+            }
+        }
+
+        let mut outputs = Vec::with_capacity(desc.outputs.len());
+        for out in &desc.outputs {
+            let mut channels = Vec::with_capacity(out.targets.len());
+            for (sub, addr) in &out.targets {
+                let hs = Handshake {
+                    to: ChannelKey {
+                        job_id: desc.job_id.0.clone(),
+                        attempt: desc.attempt.0,
+                        vertex: out.to_vertex.0,
+                        subtask: sub.0,
+                    },
+                    from_vertex: desc.vertex.0,
+                    from_subtask: desc.subtask.0,
+                };
+                channels.push(rt.block_on(OutputChannel::connect(addr, &hs, env.connect_timeout))?);
+            }
+            let n = channels.len();
+            let mut bufs = Vec::with_capacity(n);
+            for _ in 0..n {
+                let mut b = Vec::with_capacity(BATCH_BYTES + 4096);
+                begin_batch(&mut b);
+                bufs.push(b);
+            }
+            outputs.push(OutputEdge {
+                partitioning: out.partitioning,
+                channels,
+                bufs,
+                counts: vec![0; n],
+                next: desc.subtask.0 as usize % n.max(1),
+                to_parallelism: out.to_parallelism,
+                max_parallelism: desc.max_parallelism,
+            });
+        }
+
+        let (inputs, n_inputs) = match (&desc.input, incoming) {
+            (Some(input), Some(incoming)) => {
+                let producers: Vec<u32> = input.channels.iter().map(|s: &SubtaskIndex| s.0).collect();
+                let ch = rt.block_on(InputChannels::accept(
+                    incoming,
+                    &producers,
+                    events,
+                    TaskEvent::Channel,
+                    env.connect_timeout,
+                ))?;
+                let n = ch.len();
+                (Some(ch), n)
+            }
+            _ => (None, 0),
+        };
+        Ok(Task {
+            desc,
+            env,
+            store,
+            rx,
+            ops,
+            outputs,
+            inputs,
+            aligner: BarrierAligner::new(n_inputs),
+            deferred: (0..n_inputs).map(|_| VecDeque::new()).collect(),
+            replay: VecDeque::new(),
+            input_ended: false,
+            restored_at_end,
+            work_dir,
+            last_flush: Instant::now(),
+        })
+    }
+
+    fn run(&mut self) -> Result<Exit, TaskError> {
+        if matches!(self.ops.first().map(|o| &o.head), Some(Head::Source(_))) {
+            self.run_source()
+        } else {
+            self.run_consumer()
+        }
+    }
+
+    /// Waits for the next event, at most `timeout`.
+    fn next_event(&mut self, timeout: Duration) -> Option<TaskEvent> {
+        match self.rx.try_recv() {
+            Ok(ev) => Some(ev),
+            Err(mpsc::error::TryRecvError::Disconnected) => Some(TaskEvent::Cancel),
+            Err(mpsc::error::TryRecvError::Empty) => {
+                let rx = &mut self.rx;
+                match self.env.runtime.block_on(tokio::time::timeout(timeout, rx.recv())) {
+                    Ok(Some(ev)) => Some(ev),
+                    Ok(None) => Some(TaskEvent::Cancel),
+                    Err(_) => None,
+                }
+            }
+        }
+    }
+
+    fn run_source(&mut self) -> Result<Exit, TaskError> {
+        let mut source_done = false;
+        if self.restored_at_end {
+            self.end_of_input(1)?;
+            source_done = true;
+        }
+        let mut batch: Vec<Record> = Vec::with_capacity(SOURCE_BATCH);
+        loop {
+            // Control events first, between batches.
+            while let Ok(ev) = self.rx.try_recv() {
+                if let Some(exit) = self.on_control(ev)? {
+                    return Ok(exit);
+                }
+            }
+            if source_done {
+                if let Some(ev) = self.next_event(Duration::from_millis(500)) {
+                    if let Some(exit) = self.on_control(ev)? {
+                        return Ok(exit);
+                    }
+                }
+                continue;
+            }
+            batch.clear();
+            let status = match &mut self.ops[0].head {
+                Head::Source(s) => s.poll(&mut batch, SOURCE_BATCH)?,
+                Head::Operator(_) => return Err(TaskError::Other("chain head is not a source".into())),
+            };
+            if !batch.is_empty() {
+                let records = std::mem::take(&mut batch);
+                self.push_through(1, records)?;
+                batch = Vec::with_capacity(SOURCE_BATCH);
+            }
+            match status {
+                SourceStatus::More => self.maybe_flush()?,
+                SourceStatus::Idle(d) => {
+                    self.flush_outputs()?;
+                    if let Some(ev) = self.next_event(d) {
+                        if let Some(exit) = self.on_control(ev)? {
+                            return Ok(exit);
+                        }
+                    }
+                }
+                SourceStatus::Finished => {
+                    self.end_of_input(1)?;
+                    source_done = true;
+                }
+            }
+        }
+    }
+
+    fn run_consumer(&mut self) -> Result<Exit, TaskError> {
+        loop {
+            let ev = match self.replay.pop_front() {
+                Some((c, f)) => TaskEvent::Channel(ChannelEvent::Frame(c, f)),
+                None => match self.rx.try_recv() {
+                    Ok(ev) => ev,
+                    Err(mpsc::error::TryRecvError::Disconnected) => return Ok(Exit::Canceled),
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        // Idle: send partly filled batches before blocking.
+                        self.flush_outputs()?;
+                        match self.next_event(Duration::from_millis(500)) {
+                            Some(ev) => ev,
+                            None => continue,
+                        }
+                    }
+                },
+            };
+            match ev {
+                TaskEvent::Channel(ChannelEvent::Frame(c, frame)) => {
+                    if self.aligner.is_blocked(c) {
+                        self.deferred[c].push_back(frame);
+                    } else {
+                        self.on_frame(c, frame)?;
+                        self.maybe_flush()?;
+                    }
+                }
+                TaskEvent::Channel(ChannelEvent::Closed(c, err)) => {
+                    if let Some(err) = err {
+                        return Err(TaskError::Other(format!("input channel {c}: {err}")));
+                    }
+                }
+                other => {
+                    if let Some(exit) = self.on_control(other)? {
+                        return Ok(exit);
+                    }
+                }
+            }
+        }
+    }
+
+    fn release(&self, c: usize) {
+        if let Some(inputs) = &self.inputs {
+            inputs.release(c);
+        }
+    }
+
+    fn on_frame(&mut self, c: usize, frame: Frame) -> Result<(), TaskError> {
+        match frame {
+            Frame::Batch { count, body } => {
+                let mut records = Vec::with_capacity(count as usize);
+                decode_records(&body, count as usize, &mut records)?;
+                self.release(c);
+                if self.restored_at_end {
+                    return Err(TaskError::Other("records arrived after end of input".into()));
+                }
+                self.push_through(0, records)?;
+            }
+            Frame::Barrier { id, timestamp_ms } => {
+                self.release(c);
+                let a = self.aligner.on_barrier(c, id)?;
+                self.on_alignment(a, timestamp_ms)?;
+            }
+            Frame::EndOfInput => {
+                self.release(c);
+                let a = self.aligner.on_end_of_input(c);
+                self.on_alignment(a, crate::now_ms())?;
+                if self.aligner.all_ended() && !self.input_ended {
+                    self.end_of_input(0)?;
+                }
+            }
+            Frame::Credit(_) => return Err(TaskError::Other("unexpected credit frame on an input channel".into())),
+        }
+        Ok(())
+    }
+
+    fn on_alignment(&mut self, a: Alignment, timestamp_ms: u64) -> Result<(), TaskError> {
+        if let Alignment::Aligned(id) = a {
+            self.checkpoint(id, timestamp_ms)?;
+            for (c, q) in self.deferred.iter_mut().enumerate() {
+                self.replay.extend(q.drain(..).map(|f| (c, f)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles a non-data event; returns how the task ends, if it does.
+    fn on_control(&mut self, ev: TaskEvent) -> Result<Option<Exit>, TaskError> {
+        match ev {
+            TaskEvent::Trigger { id, timestamp_ms } => {
+                if matches!(self.ops.first().map(|o| &o.head), Some(Head::Source(_))) {
+                    self.checkpoint(id, timestamp_ms)?;
+                }
+            }
+            TaskEvent::Notify { id, completed, is_final } => {
+                let cid = CheckpointId(id);
+                for op in &mut self.ops {
+                    match (&mut op.head, completed) {
+                        (Head::Source(s), true) => s.notify_checkpoint_complete(cid)?,
+                        (Head::Source(s), false) => s.notify_checkpoint_aborted(cid)?,
+                        (Head::Operator(o), true) => o.notify_checkpoint_complete(cid)?,
+                        (Head::Operator(o), false) => o.notify_checkpoint_aborted(cid)?,
+                    }
+                }
+                if completed && is_final && self.input_ended {
+                    self.flush_outputs()?;
+                    return Ok(Some(Exit::Finished));
+                }
+            }
+            TaskEvent::Cancel => return Ok(Some(Exit::Canceled)),
+            TaskEvent::Channel(ChannelEvent::Closed(c, Some(err))) => {
+                return Err(TaskError::Other(format!("input channel {c}: {err}")))
+            }
+            TaskEvent::Channel(_) => {}
+        }
+        Ok(None)
+    }
+
+    /// Runs a batch through the chain from operator `start` and routes the tail's output.
+    fn push_through(&mut self, start: usize, mut records: Vec<Record>) -> Result<(), TaskError> {
+        for i in start..self.ops.len() {
+            let mut out = Vec::new();
+            self.ops[i].process(&records, &mut out)?;
+            records = out;
+            if records.is_empty() {
+                return Ok(());
+            }
+        }
+        self.route(&records)
+    }
+
+    fn route(&mut self, records: &[Record]) -> Result<(), TaskError> {
+        for edge in &mut self.outputs {
+            for r in records {
+                edge.emit(r)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn maybe_flush(&mut self) -> Result<(), TaskError> {
+        if self.last_flush.elapsed() >= FLUSH_INTERVAL {
+            self.flush_outputs()?;
+        }
+        Ok(())
+    }
+
+    fn flush_outputs(&mut self) -> Result<(), TaskError> {
+        for edge in &mut self.outputs {
+            edge.flush_all()?;
+        }
+        self.last_flush = Instant::now();
+        Ok(())
+    }
+
+    /// All input consumed: runs end-of-input hooks from operator `start` (unless they already ran before the
+    /// snapshot we restored from), forwards end of input and reports it.
+    fn end_of_input(&mut self, start: usize) -> Result<(), TaskError> {
+        if !self.restored_at_end {
+            for i in start..self.ops.len() {
+                let mut out = Vec::new();
+                {
+                    let op = &mut self.ops[i];
+                    let mut ctx = ProcessContext { info: &op.info, keyed: keyed_mut(&mut op.keyed) };
+                    if let Head::Operator(o) = &mut op.head {
+                        o.end_of_input(&mut ctx, &mut out)?;
+                    }
+                }
+                if !out.is_empty() {
+                    self.push_through(i + 1, out)?;
+                }
+            }
+        }
+        for edge in &mut self.outputs {
+            edge.broadcast(&Frame::EndOfInput)?;
+        }
+        self.input_ended = true;
+        tracing::info!("end of input");
+        self.env.reporter.send(Report::State(pb::UpdateTaskStateRequest {
+            tm_id: self.env.reporter.tm_id.clone(),
+            task: Some(task_ref(&self.desc)),
+            state: pb::TaskState::EndOfInput as i32,
+            error: String::new(),
+        }));
+        Ok(())
+    }
+
+    /// Takes checkpoint `id`: the synchronous part here, the upload on the runtime; then forwards the barrier.
+    fn checkpoint(&mut self, id: u64, timestamp_ms: u64) -> Result<(), TaskError> {
+        let started = Instant::now();
+        let cid = CheckpointId(id);
+        match self.snapshot_sync(cid, timestamp_ms) {
+            Ok(parts) => {
+                let sync_ms = started.elapsed().as_millis() as u64;
+                self.spawn_upload(cid, parts, sync_ms);
+            }
+            Err(e) => {
+                tracing::warn!(checkpoint_id = id, error = %e, "snapshot failed");
+                self.env.reporter.send(Report::Decline(pb::DeclineCheckpointRequest {
+                    tm_id: self.env.reporter.tm_id.clone(),
+                    task: Some(task_ref(&self.desc)),
+                    checkpoint_id: id,
+                    reason: format!("snapshot of vertex {} subtask {}: {e}", self.desc.vertex.0, self.desc.subtask.0),
+                }));
+            }
+        }
+        for edge in &mut self.outputs {
+            edge.broadcast(&Frame::Barrier { id, timestamp_ms })?;
+        }
+        Ok(())
+    }
+
+    fn snapshot_sync(&mut self, id: CheckpointId, timestamp_ms: u64) -> Result<Vec<SnapshotPart>, TaskError> {
+        let dir = self.work_dir.join(format!("chk-{}", id.0));
+        let mut parts = Vec::with_capacity(self.ops.len());
+        for op in &mut self.ops {
+            let mut ctx = SnapshotContext { checkpoint_id: id, timestamp_ms, operator_state: &mut op.op_state };
+            match &mut op.head {
+                Head::Source(s) => s.snapshot_state(&mut ctx)?,
+                Head::Operator(o) => o.snapshot_state(&mut ctx)?,
+            }
+            let keyed = match &mut op.keyed {
+                Some(k) => Some(k.snapshot_sync(&dir.join(&op.info.uid))?),
+                None => None,
+            };
+            let op_state = (!op.op_state.is_empty()).then(|| op.op_state.snapshot());
+            parts.push(SnapshotPart { uid: op.info.uid.clone(), keyed, op_state });
+        }
+        Ok(parts)
+    }
+
+    fn spawn_upload(&self, id: CheckpointId, parts: Vec<SnapshotPart>, sync_ms: u64) {
+        let store = self.store.clone();
+        let reporter = self.env.reporter.clone();
+        let tref = task_ref(&self.desc);
+        let job = self.desc.job_id.clone();
+        let (vertex, subtask) = (self.desc.vertex, self.desc.subtask);
+        let end_of_input = self.input_ended;
+        let dir = self.work_dir.join(format!("chk-{}", id.0));
+        self.env.runtime.spawn(async move {
+            let started = Instant::now();
+            let result: Result<TaskSnapshot, TaskError> = async {
+                let mut operators = BTreeMap::new();
+                let mut uploaded = 0;
+                for part in parts {
+                    let remote = paths::subtask_dir(&job, id, &part.uid, subtask);
+                    let keyed = match &part.keyed {
+                        Some(local) => {
+                            let (h, n) =
+                                weir_state::snapshot::upload_keyed(&store, local, &format!("{remote}/keyed")).await?;
+                            uploaded += n;
+                            Some(h)
+                        }
+                        None => None,
+                    };
+                    let operator_state = match part.op_state {
+                        Some((blob, states)) => {
+                            let path = format!("{remote}/opstate");
+                            let size = blob.len() as u64;
+                            store.put(&path, bytes::Bytes::from(blob)).await?;
+                            uploaded += size;
+                            Some(OperatorStateHandle { file: FileHandle { path, size }, states })
+                        }
+                        None => None,
+                    };
+                    operators.insert(part.uid, OperatorSubtaskState { subtask, keyed, operator_state, end_of_input });
+                }
+                Ok(TaskSnapshot { vertex, subtask, operators, uploaded_bytes: uploaded })
+            }
+            .await;
+            let _ = tokio::fs::remove_dir_all(&dir).await;
+            let async_ms = started.elapsed().as_millis() as u64;
+            match result {
+                Ok(snapshot) => reporter.send(Report::Ack(pb::AcknowledgeCheckpointRequest {
+                    tm_id: reporter.tm_id.clone(),
+                    task: Some(tref),
+                    checkpoint_id: id.0,
+                    snapshot_json: serde_json::to_vec(&snapshot).unwrap_or_default(),
+                    sync_duration_ms: sync_ms,
+                    async_duration_ms: async_ms,
+                })),
+                Err(e) => {
+                    tracing::warn!(checkpoint_id = id.0, error = %e, "checkpoint upload failed");
+                    reporter.send(Report::Decline(pb::DeclineCheckpointRequest {
+                        tm_id: reporter.tm_id.clone(),
+                        task: Some(tref),
+                        checkpoint_id: id.0,
+                        reason: format!("upload of vertex {} subtask {}: {e}", vertex.0, subtask.0),
+                    }))
+                }
+            }
+        });
+    }
+}
+
+struct SnapshotPart {
+    uid: String,
+    keyed: Option<LocalSnapshot>,
+    op_state: Option<(Vec<u8>, Vec<weir_common::checkpoint::StateMetaInfo>)>,
+}
