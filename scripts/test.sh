@@ -8,6 +8,8 @@ scripts/setup.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}"
 # The integration tests start these binaries; they find them here.
 export WEIR_BIN_DIR="$CARGO_TARGET_DIR/release"
+# Errors of the tests carry their own context; keep anyhow from appending a backtrace to each.
+export RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}"
 
 cargo build --release --workspace --bins
 

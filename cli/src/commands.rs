@@ -6,7 +6,8 @@ use crate::progress::Progress;
 use crate::render;
 use crate::settings::Settings;
 use crate::CliError;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -131,7 +132,7 @@ async fn connect(settings: &Settings) -> Result<JobManager, CliError> {
 }
 
 /// Prints a result on stdout in the chosen format.
-fn emit(settings: &Settings, text: impl FnOnce() -> String, json: impl FnOnce() -> Value) {
+fn emit<J: Serialize>(settings: &Settings, text: impl FnOnce() -> String, json: impl FnOnce() -> J) {
     match settings.output {
         OutputFormat::Text => print_stdout(&text()),
         OutputFormat::Json => print_stdout(&render::json_text(&json())),

@@ -365,14 +365,16 @@ pub async fn run(settings: &Settings, args: LocalArgs) -> Result<ExitCode, CliEr
         }
     };
 
-    let json = serde_json::to_value(&info).expect("plain structs always serialize");
-    if let Err(e) = write_cluster_file(&dir.join("cluster.json"), &json) {
+    if let Err(e) = write_cluster_file(&dir.join("cluster.json"), &info) {
         cluster.shutdown(STOP_GRACE).await;
         return Err(e.into());
     }
     match settings.output {
         OutputFormat::Text => print_stdout(&format!("jobmanager: {}\n", info.jobmanager)),
-        OutputFormat::Json => print_stdout(&format!("{json}\n")),
+        // One line: a script reads it while `weir local` keeps running.
+        OutputFormat::Json => {
+            print_stdout(&format!("{}\n", serde_json::to_string(&info).map_err(anyhow::Error::from)?))
+        }
     }
     eprintln!(
         "local cluster ready: job manager {} and {} task manager(s) with {} slot(s) each; state in {}; \
@@ -548,9 +550,10 @@ async fn wait_registered(
     }
 }
 
-fn write_cluster_file(path: &Path, json: &serde_json::Value) -> anyhow::Result<()> {
+/// Writes `cluster.json` atomically (a reader never sees half of it).
+fn write_cluster_file(path: &Path, info: &ClusterFile) -> anyhow::Result<()> {
     let tmp = path.with_extension("json.tmp");
-    let text = serde_json::to_string_pretty(json)? + "\n";
+    let text = serde_json::to_string_pretty(info)? + "\n";
     std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())

@@ -7,7 +7,6 @@
 //! of a checkpoint that has none.
 
 use serde::Serialize;
-use serde_json::Value;
 use std::time::Duration;
 use weir_proto as pb;
 
@@ -51,14 +50,14 @@ impl From<&pb::JobInfo> for JobJson {
     }
 }
 
-/// A job as a JSON value.
-pub fn job_json(job: &pb::JobInfo) -> Value {
-    to_value(&JobJson::from(job))
+/// A job for `--output json`.
+pub fn job_json(job: &pb::JobInfo) -> JobJson {
+    JobJson::from(job)
 }
 
-/// Jobs as a JSON array.
-pub fn jobs_json(jobs: &[pb::JobInfo]) -> Value {
-    Value::Array(jobs.iter().map(job_json).collect())
+/// Jobs for `--output json` (an array).
+pub fn jobs_json(jobs: &[pb::JobInfo]) -> Vec<JobJson> {
+    jobs.iter().map(job_json).collect()
 }
 
 /// One job for people (`weir job status`), a `key: value` line per field; `now_ms` ages running jobs.
@@ -163,14 +162,14 @@ impl From<&pb::CheckpointInfo> for CheckpointJson {
     }
 }
 
-/// A checkpoint as a JSON value.
-pub fn checkpoint_json(c: &pb::CheckpointInfo) -> Value {
-    to_value(&CheckpointJson::from(c))
+/// A checkpoint for `--output json`.
+pub fn checkpoint_json(c: &pb::CheckpointInfo) -> CheckpointJson {
+    CheckpointJson::from(c)
 }
 
-/// Checkpoints as a JSON array.
-pub fn checkpoints_json(cs: &[pb::CheckpointInfo]) -> Value {
-    Value::Array(cs.iter().map(checkpoint_json).collect())
+/// Checkpoints for `--output json` (an array).
+pub fn checkpoints_json(cs: &[pb::CheckpointInfo]) -> Vec<CheckpointJson> {
+    cs.iter().map(checkpoint_json).collect()
 }
 
 /// Checkpoints as a table (`weir checkpoints`).
@@ -222,9 +221,9 @@ pub struct ClusterJson {
     pub free_slots: u32,
 }
 
-/// The cluster as a JSON value.
-pub fn cluster_json(c: &pb::ClusterOverviewResponse) -> Value {
-    to_value(&ClusterJson {
+/// The cluster for `--output json`.
+pub fn cluster_json(c: &pb::ClusterOverviewResponse) -> ClusterJson {
+    ClusterJson {
         task_managers: c
             .task_managers
             .iter()
@@ -238,7 +237,7 @@ pub fn cluster_json(c: &pb::ClusterOverviewResponse) -> Value {
             .collect(),
         total_slots: c.total_slots,
         free_slots: c.free_slots,
-    })
+    }
 }
 
 /// The cluster for people: a summary line and a table of task managers.
@@ -271,9 +270,9 @@ pub fn cluster_text(c: &pb::ClusterOverviewResponse) -> String {
 
 // ------------------------------------------------------------------------------------------ formatting
 
-/// Pretty JSON followed by a newline.
-pub fn json_text(v: &Value) -> String {
-    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+/// Pretty JSON (fields in declaration order) followed by a newline.
+pub fn json_text<T: Serialize>(v: &T) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("plain structs always serialize");
     s.push('\n');
     s
 }
@@ -392,14 +391,14 @@ fn non_zero(v: u64) -> Option<u64> {
     (v != 0).then_some(v)
 }
 
-fn to_value<T: Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).expect("plain structs always serialize")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn to_value<T: Serialize>(v: &T) -> Value {
+        serde_json::to_value(v).unwrap()
+    }
 
     fn running_job() -> pb::JobInfo {
         pb::JobInfo {
@@ -421,7 +420,7 @@ mod tests {
 
     #[test]
     fn job_json_fields_and_nulls() {
-        let v = job_json(&running_job());
+        let v = to_value(&job_json(&running_job()));
         assert_eq!(
             v,
             json!({
@@ -442,13 +441,13 @@ mod tests {
             checkpoints_failed: 1,
             ..running_job()
         };
-        let v = job_json(&failed);
+        let v = to_value(&job_json(&failed));
         assert_eq!(v["last_completed_checkpoint"], json!(7));
         assert_eq!(v["failure"], json!("operator \"counts\": boom"));
         assert_eq!(v["end_time_ms"], json!(1_700_000_060_000u64));
         assert_eq!(v["restarts"], json!(3));
-        assert_eq!(jobs_json(&[running_job(), failed]).as_array().unwrap().len(), 2);
-        assert_eq!(jobs_json(&[]), json!([]));
+        assert_eq!(to_value(&jobs_json(&[running_job(), failed])).as_array().unwrap().len(), 2);
+        assert_eq!(to_value(&jobs_json(&[])), json!([]));
     }
 
     #[test]
@@ -465,7 +464,7 @@ mod tests {
             is_final: true,
         };
         assert_eq!(
-            checkpoint_json(&done),
+            to_value(&checkpoint_json(&done)),
             json!({
                 "id": 3, "status": "COMPLETED", "trigger_time": 1_700_000_000_123u64, "duration_ms": 420,
                 "full_size_bytes": 10_000, "uploaded_bytes": 2_000, "failure_reason": null,
@@ -479,10 +478,10 @@ mod tests {
             is_final: false,
             ..done
         };
-        let v = checkpoint_json(&failed);
+        let v = to_value(&checkpoint_json(&failed));
         assert_eq!(v["failure_reason"], json!("expired after 600000 ms"));
         assert_eq!(v["path"], Value::Null);
-        assert_eq!(checkpoints_json(&[failed]).as_array().unwrap().len(), 1);
+        assert_eq!(to_value(&checkpoints_json(&[failed])).as_array().unwrap().len(), 1);
     }
 
     #[test]
@@ -528,7 +527,14 @@ mod tests {
             free_slots: 1,
         };
         assert!(cluster_text(&cluster).starts_with("1 task manager, 2 slots (1 free)\n"));
-        assert_eq!(cluster_json(&cluster)["task_managers"][0]["free_slots"], json!(1));
+        assert_eq!(to_value(&cluster_json(&cluster))["task_managers"][0]["free_slots"], json!(1));
+    }
+
+    #[test]
+    fn json_text_keeps_field_order() {
+        let text = json_text(&job_json(&running_job()));
+        assert!(text.starts_with("{\n  \"id\": \"j-1\",\n  \"name\": \"demo\",\n  \"state\": \"RUNNING\""), "{text}");
+        assert!(text.ends_with("}\n"));
     }
 
     #[test]

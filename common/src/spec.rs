@@ -465,7 +465,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         }
     }
 
-    let c = spec.checkpointing.clone().unwrap_or_default();
+    let c = spec.checkpointing.unwrap_or_default();
     let checkpointing = CheckpointSettings {
         interval_ms: c.interval_ms.filter(|&i| i > 0),
         timeout_ms: c.timeout_ms.unwrap_or(600_000),

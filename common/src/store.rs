@@ -38,7 +38,7 @@ pub enum StoreError {
         path: String,
         /// Cause.
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
 }
 
@@ -125,7 +125,7 @@ impl Store {
         match source {
             object_store::Error::NotFound { .. } => StoreError::NotFound(format!("{}/{}", self.url, rel)),
             object_store::Error::AlreadyExists { .. } => StoreError::AlreadyExists(format!("{}/{}", self.url, rel)),
-            source => StoreError::Io { url: self.url.clone(), op, path: rel.to_string(), source },
+            source => StoreError::Io { url: self.url.clone(), op, path: rel.to_string(), source: Box::new(source) },
         }
     }
 
@@ -172,7 +172,7 @@ impl Store {
             url: self.url.clone(),
             op: "read local file for",
             path: rel.to_string(),
-            source: object_store::Error::Generic { store: "local", source: Box::new(e) },
+            source: Box::new(object_store::Error::Generic { store: "local", source: Box::new(e) }),
         })?;
         let len = data.len() as u64;
         self.put(rel, Bytes::from(data)).await?;
@@ -186,7 +186,7 @@ impl Store {
             url: self.url.clone(),
             op: "write local file for",
             path: rel.to_string(),
-            source: object_store::Error::Generic { store: "local", source: Box::new(e) },
+            source: Box::new(object_store::Error::Generic { store: "local", source: Box::new(e) }),
         })?;
         Ok(data.len() as u64)
     }

@@ -26,11 +26,15 @@ fn output_is_exact_after_three_taskmanager_crashes() -> anyhow::Result<()> {
     let id = cluster.submit(&job.yaml())?;
     cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
 
+    let mut completed = 0;
     for crash in 1..=3 {
-        std::thread::sleep(Duration::from_millis(rng.random_range(1000..4000)));
+        // Each crash follows one more completed checkpoint, at a random moment of the checkpoint cycle, so
+        // that every restore starts from a different checkpoint.
+        completed = cluster.wait_for_checkpoints(&id, completed + 1, Duration::from_secs(60))?.checkpoints_completed;
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..1500)));
         let before = cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
         let victim = cluster.kill_random_busy_taskmanager(&mut rng)?;
-        eprintln!("crash {crash}: killed tm-{victim} at checkpoint {:?}", before.last_completed_checkpoint);
+        eprintln!("crash {crash}: killed tm-{victim} after checkpoint {:?}", before.last_completed_checkpoint);
         cluster.start_taskmanager()?;
     }
 

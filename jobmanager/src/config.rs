@@ -208,6 +208,21 @@ mod tests {
         assert!(err.to_string().contains("bind"), "{err}");
     }
 
+    /// `deploy/jobmanager.toml` (kept by the lead, outside this crate) must load and name every key.
+    #[test]
+    fn example_config_matches_the_code() {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/jobmanager.toml");
+        if !path.exists() {
+            return;
+        }
+        let config = Cli { config: Some(path.clone()), ..Default::default() }.load().unwrap();
+        assert_eq!(config.heartbeat_timeout_ms, JobManagerConfig::default().heartbeat_timeout_ms);
+        let text = std::fs::read_to_string(&path).unwrap();
+        for key in CONFIG_KEYS {
+            assert!(text.contains(&format!("{key} =")), "deploy/jobmanager.toml lacks {key}");
+        }
+    }
+
     #[test]
     fn cli_parses_every_flag() {
         let cli = Cli::try_parse_from([

@@ -767,6 +767,8 @@ impl JobActor {
             is_final = pending.is_final, subsumed = ?gone.iter().map(|c| c.0).collect::<Vec<_>>(), "checkpoint completed");
         self.spawn_cleanup(gone);
         self.notify(id, true, pending.is_final);
+        // A final checkpoint waiting behind this one starts at once.
+        self.coordinate(now_ms()).await;
     }
 
     /// Fails the checkpoint in flight; `counts` toward the tolerable failures.

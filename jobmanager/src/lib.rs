@@ -18,7 +18,27 @@
 //! - [`job_store`] persists each job as `<data_dir>/jobs/<job-id>.json`, written atomically.
 //! - [`config`] is the layered configuration and the command-line flags; [`error`] the error types.
 //!
+//! Choices where `docs/protocol.md` is silent:
+//!
+//! - A job that was `CREATED` (never deployed) stays `CREATED` across a job-manager restart; `RUNNING` and
+//!   `RESTARTING` jobs become `RESTARTING` and are redeployed with the next attempt, which does not count as
+//!   a restart of the restart strategy. Checkpoints in flight at the restart are recorded as failed.
+//! - The final checkpoint is triggered even when periodic checkpoints are off; after a failed checkpoint
+//!   it is retried after [`coordinator::FINAL_RETRY_DELAY_MS`]. While tasks have not all reported
+//!   `FINISHED`, the final checkpoint's completion is re-sent every 2 s (tasks tolerate repeated
+//!   notifications).
+//! - Checkpoints aborted by failover, cancel or finish are recorded as failed but do not count toward
+//!   `tolerable_failures`.
+//! - Retained checkpoints whose `_metadata` is missing or corrupt are dropped from the retained list when a
+//!   restore skips them; if none is readable the job fails, and if the store cannot be reached the
+//!   deployment is retried a second later.
+//! - Deleting a checkpoint directory never deletes a file a retained checkpoint references.
+//! - Canceling a canceled job returns it unchanged; canceling a finished or failed job is
+//!   `FAILED_PRECONDITION`. Task messages for unknown jobs are dropped.
+//!
 //! [`Store`]: weir_common::store::Store
+
+#![warn(missing_docs)]
 
 pub mod config;
 pub mod coordinator;

@@ -18,6 +18,8 @@ use weir_proto::job_manager_internal_server::JobManagerInternalServer;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Requests served at once on one connection.
 pub const CONCURRENCY_PER_CONNECTION: usize = 256;
+/// After the shutdown signal, requests in flight get this long to finish.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Binds the configured address (port 0 picks a free port).
 pub async fn bind(config: &JobManagerConfig) -> Result<TcpListener, JobManagerError> {
@@ -32,7 +34,12 @@ where
 {
     let service = JobManagerService::new(jm);
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    Server::builder()
+    let (signaled, on_signal) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = signaled.send(());
+    };
+    let server = Server::builder()
         .timeout(REQUEST_TIMEOUT)
         .concurrency_limit_per_connection(CONCURRENCY_PER_CONNECTION)
         .trace_fn(|req| tracing::debug_span!("grpc", path = %req.uri().path()))
@@ -42,8 +49,19 @@ where
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
+        .serve_with_incoming_shutdown(incoming, shutdown);
+    tokio::pin!(server);
+    let grace_over = async move {
+        if on_signal.await.is_ok() {
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = &mut server => result?,
+        _ = grace_over => tracing::warn!(grace_ms = SHUTDOWN_GRACE.as_millis() as u64, "requests still in flight after the shutdown grace period; stopping anyway"),
+    }
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! The heap keyed backend: a hash map per state. Same behaviour as RocksDB, for small state and tests.
 //! A snapshot is one file: per state, its name and every `(row key, value)` entry, length-prefixed.
 
-use crate::keyed::{KeyedStateBackend, LocalSnapshot, RowKeyBuilder, StateId};
+use crate::keyed::{KeyedStateBackend, LocalSnapshot, RowKeyBuilder, RowVisitor, StateId};
 use crate::StateError;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -102,11 +102,7 @@ impl KeyedStateBackend for HeapBackend {
         Ok(())
     }
 
-    fn for_each_value(
-        &mut self,
-        state: StateId,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), StateError>,
-    ) -> Result<(), StateError> {
+    fn for_each_value(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError> {
         let prefix = self.row.prefix_len;
         // Key-group order, like RocksDB, so both backends emit the same sequence.
         let mut rows: Vec<(&Vec<u8>, &Vec<u8>)> = self.states[state.0].map.iter().collect();

@@ -28,6 +28,9 @@ pub struct LocalSnapshot {
     pub key_group_range: KeyGroupRange,
 }
 
+/// A visitor of `(key, value)` rows.
+pub type RowVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StateError> + 'a;
+
 /// Keyed state storage for one operator subtask.
 pub trait KeyedStateBackend: Send {
     /// Registers a value state, or returns the existing one of that name.
@@ -41,11 +44,7 @@ pub trait KeyedStateBackend: Send {
     /// Removes the value of the current key.
     fn delete_value(&mut self, state: StateId) -> Result<(), StateError>;
     /// Calls `f(key, value)` for every key of this backend's key-group range that has a value.
-    fn for_each_value(
-        &mut self,
-        state: StateId,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), StateError>,
-    ) -> Result<(), StateError>;
+    fn for_each_value(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError>;
     /// The synchronous part of a snapshot: writes an immutable copy of all state into `dir` (which must not
     /// exist yet, and should be on the same filesystem as the backend so RocksDB can hard-link).
     fn snapshot_sync(&mut self, dir: &Path) -> Result<LocalSnapshot, StateError>;

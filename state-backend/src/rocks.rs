@@ -2,7 +2,7 @@
 //! in front of RocksDB so that hot keys cost a hash lookup, not a RocksDB read and write. The cache is flushed
 //! into RocksDB in one write batch before every snapshot and whenever it grows past its byte budget.
 
-use crate::keyed::{KeyedStateBackend, LocalSnapshot, RowKeyBuilder, StateId};
+use crate::keyed::{KeyedStateBackend, LocalSnapshot, RowKeyBuilder, RowVisitor, StateId};
 use crate::StateError;
 use rocksdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 use std::collections::HashMap;
@@ -194,11 +194,7 @@ impl KeyedStateBackend for RocksDbBackend {
         Ok(())
     }
 
-    fn for_each_value(
-        &mut self,
-        state: StateId,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), StateError>,
-    ) -> Result<(), StateError> {
+    fn for_each_value(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError> {
         self.flush(false)?;
         let name = Self::cf_name(&self.states[state.0].name);
         let cf = self.db.cf_handle(&name).ok_or_else(|| StateError::Corrupt(format!("no column family {name}")))?;

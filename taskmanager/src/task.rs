@@ -166,9 +166,20 @@ fn run(desc: TaskDescriptor, env: Arc<TaskEnv>, rx: mpsc::Receiver<TaskEvent>, e
             error,
         }));
     };
-    let result = Task::setup(desc, env.clone(), rx, events, work_dir.clone(), &key).and_then(|mut t| {
-        report_state(pb::TaskState::Running, String::new());
-        t.run()
+    // A panic in an operator (user code included) fails the task like an error, so the job fails over.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Task::setup(desc, env.clone(), rx, events, work_dir.clone(), &key).and_then(|mut t| {
+            report_state(pb::TaskState::Running, String::new());
+            t.run()
+        })
+    }))
+    .unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(TaskError::Other(format!("task panicked: {msg}")))
     });
     env.data_server.unregister(&key);
     match result {
@@ -468,7 +479,8 @@ impl Task {
             Err(mpsc::error::TryRecvError::Disconnected) => Some(TaskEvent::Cancel),
             Err(mpsc::error::TryRecvError::Empty) => {
                 let rx = &mut self.rx;
-                match self.env.runtime.block_on(tokio::time::timeout(timeout, rx.recv())) {
+                // The timer must be created inside the runtime's context, hence the async block.
+                match self.env.runtime.block_on(async { tokio::time::timeout(timeout, rx.recv()).await }) {
                     Ok(Some(ev)) => Some(ev),
                     Ok(None) => Some(TaskEvent::Cancel),
                     Err(_) => None,
