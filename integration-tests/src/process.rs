@@ -196,15 +196,31 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// The last `lines` lines of a log file, headed by `name`.
+/// The last `lines` lines of a log file, headed by `name`; before them, the first few errors, warnings and
+/// panics from earlier in the log (where the cause of a failure often is).
 pub fn log_tail(name: &str, log: &Path, lines: usize) -> String {
+    const EARLIER: usize = 15;
     let text = match std::fs::read(log) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) => return format!("----- {name}: cannot read {}: {e}\n", log.display()),
     };
     let all: Vec<&str> = text.lines().collect();
     let start = all.len().saturating_sub(lines);
-    let mut out = format!("----- {name}: last {} of {} lines of {}\n", all.len() - start, all.len(), log.display());
+    let notable: Vec<&str> = all[..start]
+        .iter()
+        .copied()
+        .filter(|l| l.contains(" ERROR ") || l.contains(" WARN ") || l.contains("panicked"))
+        .take(EARLIER)
+        .collect();
+    let mut out = String::new();
+    if !notable.is_empty() {
+        out.push_str(&format!("----- {name}: first errors and warnings before the tail\n"));
+        for l in notable {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!("----- {name}: last {} of {} lines of {}\n", all.len() - start, all.len(), log.display()));
     for l in &all[start..] {
         out.push_str(l);
         out.push('\n');

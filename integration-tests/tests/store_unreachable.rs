@@ -1,10 +1,20 @@
-//! The checkpoint store goes away for a while: checkpoints fail with a reason, the job keeps running without
-//! a restart, and checkpoints complete again once the store is back.
+//! The checkpoint store becomes unreachable for a while — refusing connections, or swallowing them so that
+//! requests hang: checkpoints fail with a reason, the job keeps running without a restart, and checkpoints
+//! complete again once the store is back.
 
 use std::time::Duration;
 use weir_integration_tests::{
     describe_job, wait_until, Cluster, ClusterOptions, CountJob, JobState, S3Server, TcpProxy,
 };
+
+/// How the store goes away.
+#[derive(Clone, Copy, Debug)]
+enum Outage {
+    /// Connections are reset at once.
+    Refused,
+    /// Connections hang; only the checkpoint timeout ends the checkpoint.
+    Hanging,
+}
 
 /// The checkpoints `weir checkpoints ID --output json` lists (an array, or an object holding one).
 fn listed_checkpoints(json: &serde_json::Value) -> Vec<serde_json::Value> {
@@ -15,8 +25,7 @@ fn listed_checkpoints(json: &serde_json::Value) -> Vec<serde_json::Value> {
     }
 }
 
-#[test]
-fn checkpoints_fail_while_the_store_is_down_and_the_job_keeps_running() -> anyhow::Result<()> {
+fn store_outage(outage: Outage) -> anyhow::Result<()> {
     let s3 = S3Server::start()?;
     let proxy = TcpProxy::start(s3.addr())?;
     let mut cluster = Cluster::start(ClusterOptions::new(2, 2).with_s3(s3.endpoint_via(proxy.addr(), "checkpoints")))?;
@@ -28,15 +37,19 @@ fn checkpoints_fail_while_the_store_is_down_and_the_job_keeps_running() -> anyho
     let id = cluster.submit(&job.yaml())?;
     let healthy = cluster.wait_for_checkpoints(&id, 2, Duration::from_secs(60))?;
 
-    proxy.down();
-    let failed = wait_until("for a checkpoint to fail while the store is down", Duration::from_secs(60), || {
-        let listed = cluster.cli_json(&["checkpoints", &id])?;
-        Ok(listed_checkpoints(&listed).into_iter().find(|c| c["status"] == "FAILED"))
-    })?;
+    match outage {
+        Outage::Refused => proxy.down(),
+        Outage::Hanging => proxy.stall(),
+    }
+    let failed =
+        wait_until("for a checkpoint to fail while the store is unreachable", Duration::from_secs(60), || {
+            let listed = cluster.cli_json(&["checkpoints", &id])?;
+            Ok(listed_checkpoints(&listed).into_iter().find(|c| c["status"] == "FAILED"))
+        })?;
     let reason = failed["failure_reason"].as_str().unwrap_or_default();
     assert!(!reason.trim().is_empty(), "a failed checkpoint without failure_reason: {failed}");
     let failed_id = failed["id"].as_u64().expect("checkpoint id is a number");
-    eprintln!("checkpoint {failed_id} failed: {reason}");
+    eprintln!("{outage:?}: checkpoint {failed_id} failed: {reason}");
 
     let during = cluster.job(&id)?;
     assert_eq!(JobState::of(&during), Some(JobState::Running), "{}", describe_job(&during));
@@ -48,8 +61,8 @@ fn checkpoints_fail_while_the_store_is_down_and_the_job_keeps_running() -> anyho
     );
 
     proxy.up();
-    let recovered = cluster.wait_for_checkpoint_after(&id, failed_id, Duration::from_secs(60))?;
-    eprintln!("checkpoint {} completed after the store came back", recovered.id);
+    let recovered = cluster.wait_for_checkpoint_after(&id, failed_id, Duration::from_secs(90))?;
+    eprintln!("{outage:?}: checkpoint {} completed after the store came back", recovered.id);
     let after = cluster.job(&id)?;
     assert_eq!(JobState::of(&after), Some(JobState::Running), "{}", describe_job(&after));
     assert_eq!(after.restarts, healthy.restarts, "the job restarted: {}", describe_job(&after));
@@ -58,4 +71,14 @@ fn checkpoints_fail_while_the_store_is_down_and_the_job_keeps_running() -> anyho
     cluster.wait_for_state(&id, &[JobState::Canceled], Duration::from_secs(30))?;
     cluster.stop();
     Ok(())
+}
+
+#[test]
+fn checkpoints_fail_while_the_store_refuses_connections_and_the_job_keeps_running() -> anyhow::Result<()> {
+    store_outage(Outage::Refused)
+}
+
+#[test]
+fn checkpoints_expire_while_the_store_hangs_and_the_job_keeps_running() -> anyhow::Result<()> {
+    store_outage(Outage::Hanging)
 }

@@ -4,24 +4,28 @@
 //! Setup: 1 job manager and 1 task manager with 2 slots (one machine's worth of parallelism without
 //! loopback traffic between task managers; pass `--taskmanagers 2 --slots 1` to include the data plane's
 //! network path). Job: `datagen` (1,000,000 keys, unthrottled) → `keyed-count` → `blackhole`, parallelism 2,
-//! RocksDB state, a checkpoint every 5 s. Throughput is measured honestly from the outside: a bounded count
-//! of records divided by the time from RUNNING to FINISHED (which includes the final checkpoint).
+//! RocksDB state, a checkpoint every 5 s.
+//!
+//! Throughput is measured from the outside: a bounded count of records divided by the time from RUNNING to
+//! FINISHED (which includes the final checkpoint). Without `--records`, a short calibration run on a
+//! throwaway cluster picks a count that takes about `--seconds`; the measured run uses a fresh cluster, so
+//! start-up time and peak memory are its own.
 
 use anyhow::Result;
 use clap::Parser;
 use std::time::{Duration, Instant};
-use weir_integration_tests::{describe_job, Cluster, ClusterOptions, CountJob, JobState};
+use weir_integration_tests::{describe_job, CheckpointInfo, Cluster, ClusterOptions, CountJob, JobInfo, JobState};
 
 /// Measures a keyed count on a local cluster.
 #[derive(Parser)]
 #[command(name = "weir-bench")]
 struct Args {
-    /// Time limit of the run; a job not finished by then is cancelled and only a lower bound is reported.
+    /// About how long the measured run lasts (it is cancelled after twice this, reporting a lower bound).
     #[arg(long, default_value_t = 60)]
     seconds: u64,
-    /// Records the source generates.
-    #[arg(long, default_value_t = 30_000_000)]
-    records: u64,
+    /// Records the source generates [default: what takes about --seconds, from a calibration run].
+    #[arg(long)]
+    records: Option<u64>,
     /// Distinct keys.
     #[arg(long, default_value_t = 1_000_000)]
     keys: u64,
@@ -42,11 +46,57 @@ struct Args {
     backend: String,
 }
 
+/// Records in the calibration run.
+const CALIBRATION_RECORDS: u64 = 5_000_000;
+
 fn main() {
     if let Err(e) = run(Args::parse()) {
         eprintln!("bench failed: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// One run of the job on a fresh cluster.
+struct Run {
+    startup: Duration,
+    finished: bool,
+    elapsed: Duration,
+    job: JobInfo,
+    checkpoints: Vec<CheckpointInfo>,
+    peak_rss: Vec<(String, Option<u64>)>,
+}
+
+fn run_once(args: &Args, records: u64, limit: Duration) -> Result<Run> {
+    let mut cluster = Cluster::start(ClusterOptions::new(args.taskmanagers, args.slots))?;
+    let startup = cluster.startup_time();
+    let mut job = CountJob::bounded("bench", records, args.keys, 1)
+        .parallelism(args.parallelism)
+        .checkpoint_every_ms(args.checkpoint_ms)
+        .into_blackhole();
+    job.state_backend = args.backend.clone();
+    let id = cluster.submit(&job.yaml())?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
+    let running = Instant::now();
+    let (finished, info) = loop {
+        let info = cluster.job(&id)?;
+        match JobState::of(&info) {
+            Some(JobState::Finished) => break (true, info),
+            Some(s) if s.is_terminal() => anyhow::bail!("the job ended as {s}: {}", describe_job(&info)),
+            _ => {}
+        }
+        if running.elapsed() >= limit {
+            break (false, info);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = running.elapsed();
+    let peak_rss = cluster.peak_rss();
+    let checkpoints = cluster.checkpoints(&id)?;
+    if !finished {
+        cluster.cancel(&id)?;
+    }
+    cluster.stop();
+    Ok(Run { startup, finished, elapsed, job: info, checkpoints, peak_rss })
 }
 
 fn mib(kib: Option<u64>) -> String {
@@ -62,67 +112,55 @@ fn bytes(b: u64) -> String {
 }
 
 fn run(args: Args) -> Result<()> {
-    let mut cluster = Cluster::start(ClusterOptions::new(args.taskmanagers, args.slots))?;
-    let startup = cluster.startup_time();
-    let mut job = CountJob::bounded("bench", args.records, args.keys, 1)
-        .parallelism(args.parallelism)
-        .checkpoint_every_ms(args.checkpoint_ms)
-        .into_blackhole();
-    job.state_backend = args.backend.clone();
-    eprintln!(
-        "bench: {} records, {} keys, parallelism {}, {} backend, {} TM x {} slots, limit {} s",
-        args.records, args.keys, args.parallelism, args.backend, args.taskmanagers, args.slots, args.seconds
-    );
-    let id = cluster.submit(&job.yaml())?;
-    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
-    let running = Instant::now();
-    let limit = Duration::from_secs(args.seconds);
-    let (finished, info) = loop {
-        let info = cluster.job(&id)?;
-        match JobState::of(&info) {
-            Some(JobState::Finished) => break (true, info),
-            Some(s) if s.is_terminal() => anyhow::bail!("the job ended as {s}: {}", describe_job(&info)),
-            _ => {}
+    let records = match args.records {
+        Some(n) => n,
+        None => {
+            eprintln!("calibrating: {CALIBRATION_RECORDS} records on a throwaway cluster");
+            let probe = run_once(&args, CALIBRATION_RECORDS, Duration::from_secs(120))?;
+            if !probe.finished {
+                anyhow::bail!("the calibration run did not finish within 120 s");
+            }
+            let rate = CALIBRATION_RECORDS as f64 / probe.elapsed.as_secs_f64();
+            // Whole millions, at least the calibration's count.
+            let n = ((rate * args.seconds as f64 / 1e6).round() as u64).max(1) * 1_000_000;
+            n.max(CALIBRATION_RECORDS)
         }
-        if running.elapsed() >= limit {
-            break (false, info);
-        }
-        std::thread::sleep(Duration::from_millis(50));
     };
-    let elapsed = running.elapsed();
-    let rss = cluster.peak_rss();
-    let checkpoints = cluster.checkpoints(&id)?;
-    if !finished {
-        cluster.cancel(&id)?;
-    }
+    eprintln!(
+        "measuring: {records} records, {} keys, parallelism {}, {} backend, {} TM x {} slots, checkpoint every {} ms",
+        args.keys, args.parallelism, args.backend, args.taskmanagers, args.slots, args.checkpoint_ms
+    );
+    let r = run_once(&args, records, Duration::from_secs(args.seconds * 2))?;
 
-    println!("{:<28} {:.0} ms", "cluster start-up", startup.as_secs_f64() * 1000.0);
-    if finished {
+    println!(
+        "{:<28} {:.0} ms (spawn -> all task managers registered)",
+        "cluster start-up",
+        r.startup.as_secs_f64() * 1e3
+    );
+    let rate = records as f64 / r.elapsed.as_secs_f64();
+    if r.finished {
         println!(
-            "{:<28} {:.0} records/s ({} records in {:.2} s, RUNNING -> FINISHED)",
+            "{:<28} {rate:.0} records/s ({records} records in {:.2} s, RUNNING -> FINISHED)",
             "throughput",
-            args.records as f64 / elapsed.as_secs_f64(),
-            args.records,
-            elapsed.as_secs_f64()
+            r.elapsed.as_secs_f64()
         );
     } else {
         println!(
-            "{:<28} < {:.0} records/s (not finished within {} s; cancelled) {}",
+            "{:<28} < {rate:.0} records/s (not finished within {:.0} s; cancelled) {}",
             "throughput",
-            args.records as f64 / elapsed.as_secs_f64(),
-            args.seconds,
-            describe_job(&info)
+            r.elapsed.as_secs_f64(),
+            describe_job(&r.job)
         );
     }
-    println!("{:<28} {}", "restarts", info.restarts);
-    for (name, kib) in &rss {
+    println!("{:<28} {}", "restarts", r.job.restarts);
+    for (name, kib) in &r.peak_rss {
         println!("{:<28} {}", format!("peak RSS {name}"), mib(*kib));
     }
     println!();
     println!("{:>5}  {:<10} {:>9} {:>12} {:>12}  final", "chk", "status", "duration", "full size", "uploaded");
-    for c in &checkpoints {
+    for c in &r.checkpoints {
         println!(
-            "{:>5}  {:<10} {:>7} ms {:>12} {:>12}  {}",
+            "{:>5}  {:<10} {:>6} ms {:>12} {:>12}  {}",
             c.id,
             c.status,
             c.duration_ms,
@@ -131,6 +169,5 @@ fn run(args: Args) -> Result<()> {
             if c.is_final { "yes" } else { "" }
         );
     }
-    cluster.stop();
     Ok(())
 }
