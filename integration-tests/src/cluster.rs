@@ -274,6 +274,8 @@ impl Cluster {
     /// Starts a job manager on a free port and the task managers, and waits until all are registered.
     pub fn start(options: ClusterOptions) -> Result<Cluster> {
         let began = Instant::now();
+        binary("weir-jobmanager")?;
+        binary("weir-taskmanager")?;
         let dir = match &options.dir {
             Some(d) => {
                 std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
@@ -633,17 +635,13 @@ impl Cluster {
         })
     }
 
-    /// Waits until at least `n` checkpoints of the job completed (counted by the job manager); returns the
-    /// job's info then.
+    /// Waits until at least `n` checkpoints of the job completed (as the job manager counts them); returns
+    /// the job's info then.
     pub fn wait_for_checkpoints(&mut self, id: &str, n: u64, timeout: Duration) -> Result<JobInfo> {
         let what = format!("for {n} completed checkpoints of job {id}");
         wait_until(&what, timeout, || {
-            let job = self.job(id)?;
-            if let Some(s) = JobState::of(&job).filter(|s| s.is_terminal()) {
-                return Err(Fatal(format!("job ended as {s}: {}", describe_job(&job))).into());
-            }
-            let listed = self.checkpoints(id)?.iter().filter(|c| c.status == "COMPLETED").count() as u64;
-            Ok((job.checkpoints_completed.max(listed) >= n).then_some(job))
+            let job = self.live_job(id)?;
+            Ok((job.checkpoints_completed >= n).then_some(job))
         })
     }
 
@@ -651,8 +649,18 @@ impl Cluster {
     pub fn wait_for_checkpoint_after(&mut self, id: &str, after: u64, timeout: Duration) -> Result<CheckpointInfo> {
         let what = format!("for a checkpoint of job {id} after {after} to complete");
         wait_until(&what, timeout, || {
+            self.live_job(id)?;
             Ok(self.checkpoints(id)?.into_iter().find(|c| c.id > after && c.status == "COMPLETED"))
         })
+    }
+
+    /// The job's info; a [`Fatal`] error if it has ended.
+    fn live_job(&mut self, id: &str) -> Result<JobInfo> {
+        let job = self.job(id)?;
+        if let Some(s) = JobState::of(&job).filter(|s| s.is_terminal()) {
+            return Err(Fatal(format!("job ended as {s}: {}", describe_job(&job))).into());
+        }
+        Ok(job)
     }
 
     // --------------------------------------------------------------------------------- CLI
