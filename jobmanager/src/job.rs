@@ -477,7 +477,19 @@ impl JobActor {
             });
             let results = join_all(calls).await;
             if let Some(failure) = self.rpc_failures(results, "deployment") {
-                self.failover(failure.cause).await;
+                if failure.connection_lost {
+                    // The attempt never ran: a task manager that died before its loss was noticed is now
+                    // marked lost, so deploy again at once on the others, without spending a restart.
+                    warn!(job_id = %job_id, attempt = attempt.0, cause = %failure.cause,
+                        "deployment hit a lost task manager; deploying again without it");
+                    self.abort_pending(&format!("deployment failed: {}", failure.cause));
+                    self.undeploy(true);
+                    self.set_state(JobState::Restarting);
+                    self.restart_at_ms = now_ms();
+                    let _ = self.persist().await;
+                } else {
+                    self.failover(failure.cause).await;
+                }
                 return;
             }
         }
