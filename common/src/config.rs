@@ -27,7 +27,8 @@ where
         fig = fig.merge(Toml::file_exact(path));
     }
     let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-    fig = fig.merge(Env::prefixed("WEIR_").filter(move |k| keys.iter().any(|x| x.as_str() == k.as_str())));
+    // Variable names are matched case-insensitively (`WEIR_DATA_DIR` sets `data_dir`).
+    fig = fig.merge(Env::prefixed("WEIR_").filter(move |k| keys.iter().any(|x| k.as_str().eq_ignore_ascii_case(x))));
     fig = fig.merge(Serialized::defaults(flags));
     fig.extract().map_err(|e| ConfigError(e.to_string()))
 }
@@ -61,5 +62,18 @@ mod tests {
         let e = load::<C, _>(Some(&f), &[], &Flags { slots: None }).unwrap_err();
         assert!(e.to_string().contains("bnd"), "{e}");
         assert!(load::<C, _>(Some(&dir.path().join("nope.toml")), &[], &Flags { slots: None }).is_err());
+    }
+
+    #[test]
+    fn environment_sets_listed_keys_only() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("WEIR_SLOTS", "5");
+            jail.set_env("WEIR_JOBMANAGER", "http://elsewhere:1");
+            let c: C = load(None, &["bind", "slots"], &Flags { slots: None }).map_err(|e| e.to_string())?;
+            assert_eq!(c.slots, 5);
+            let c: C = load(None, &["bind", "slots"], &Flags { slots: Some(6) }).map_err(|e| e.to_string())?;
+            assert_eq!(c.slots, 6, "flags win over the environment");
+            Ok(())
+        });
     }
 }

@@ -59,15 +59,12 @@ pub fn open_keyed_backend(
     max_parallelism: u32,
     range: KeyGroupRange,
     restore_dir: Option<&Path>,
+    rocks: &crate::rocks::RocksOptions,
 ) -> Result<Box<dyn KeyedStateBackend>, StateError> {
     Ok(match kind {
-        StateBackendKind::Rocksdb => Box::new(RocksDbBackend::open(
-            work_dir,
-            max_parallelism,
-            range,
-            restore_dir,
-            crate::rocks::RocksOptions::default(),
-        )?),
+        StateBackendKind::Rocksdb => {
+            Box::new(RocksDbBackend::open(work_dir, max_parallelism, range, restore_dir, rocks.clone())?)
+        }
         StateBackendKind::Heap => Box::new(HeapBackend::open(max_parallelism, range, restore_dir)?),
     })
 }

@@ -7,6 +7,7 @@
 //! - [`operator`]: operator list state, snapshotted as one blob plus per-state element offsets.
 //! - [`snapshot`]: uploading local snapshots to an object store and downloading them for restore.
 
+pub mod cache;
 pub mod codec;
 pub mod heap;
 pub mod keyed;

@@ -2,39 +2,53 @@
 //! in front of RocksDB so that hot keys cost a hash lookup, not a RocksDB read and write. The cache is flushed
 //! into RocksDB in one write batch before every snapshot and whenever it grows past its byte budget.
 
+use crate::cache::{Cached, RowCache};
 use crate::keyed::{KeyedStateBackend, LocalSnapshot, RowKeyBuilder, RowVisitor, StateId};
 use crate::StateError;
 use rocksdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use weir_common::keygroup::KeyGroupRange;
 
 /// Tuning of the RocksDB backend.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RocksOptions {
-    /// Bytes the write-back cache may hold (keys + values + per-entry overhead) before it is flushed.
+    /// Bytes the write-back cache may use (measured cost of entries) before it is flushed and emptied.
     pub cache_bytes: usize,
     /// RocksDB memtable size per column family.
     pub write_buffer_bytes: usize,
+    /// Block cache shared by every backend that is given the same options (one per task manager).
+    pub block_cache: Option<rocksdb::Cache>,
+}
+
+impl RocksOptions {
+    /// A block cache of `bytes` to share between backends (keeps RocksDB types out of other crates).
+    pub fn shared_block_cache(bytes: usize) -> rocksdb::Cache {
+        rocksdb::Cache::new_lru_cache(bytes)
+    }
+}
+
+impl std::fmt::Debug for RocksOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksOptions")
+            .field("cache_bytes", &self.cache_bytes)
+            .field("write_buffer_bytes", &self.write_buffer_bytes)
+            .field("shared_block_cache", &self.block_cache.is_some())
+            .finish()
+    }
 }
 
 impl Default for RocksOptions {
     fn default() -> Self {
-        RocksOptions { cache_bytes: 96 << 20, write_buffer_bytes: 32 << 20 }
+        RocksOptions { cache_bytes: 64 << 20, write_buffer_bytes: 8 << 20, block_cache: None }
     }
 }
 
-/// Approximate bytes a cache entry costs beyond its key and value (hash-table slot, two heap headers).
-const ENTRY_OVERHEAD: usize = 64;
-
-struct CachedValue {
-    value: Option<Vec<u8>>,
-    dirty: bool,
-}
+/// Largest cache budget: offsets inside a cache's arena are 32-bit.
+const MAX_CACHE_BYTES: usize = 2 << 30;
 
 struct RocksState {
     name: String,
-    cache: HashMap<Vec<u8>, CachedValue>,
+    cache: RowCache,
 }
 
 /// Keyed state in a local RocksDB instance.
@@ -44,7 +58,6 @@ pub struct RocksDbBackend {
     range: KeyGroupRange,
     row: RowKeyBuilder,
     states: Vec<RocksState>,
-    cache_bytes: usize,
     opts: RocksOptions,
     write_opts: WriteOptions,
 }
@@ -52,7 +65,13 @@ pub struct RocksDbBackend {
 fn cf_options(opts: &RocksOptions) -> Options {
     let mut o = Options::default();
     o.set_write_buffer_size(opts.write_buffer_bytes);
+    o.set_max_write_buffer_number(2);
     o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    if let Some(cache) = &opts.block_cache {
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_block_cache(cache);
+        o.set_block_based_table_factory(&table);
+    }
     o
 }
 
@@ -95,8 +114,7 @@ impl RocksDbBackend {
             range,
             row: RowKeyBuilder::new(max_parallelism),
             states: Vec::new(),
-            cache_bytes: 0,
-            opts,
+            opts: RocksOptions { cache_bytes: opts.cache_bytes.min(MAX_CACHE_BYTES), ..opts },
             write_opts,
         })
     }
@@ -113,41 +131,34 @@ impl RocksDbBackend {
                 .db
                 .cf_handle(&Self::cf_name(&st.name))
                 .ok_or_else(|| StateError::Corrupt(format!("column family of state {:?} vanished", st.name)))?;
-            for (k, c) in st.cache.iter_mut().filter(|(_, c)| c.dirty) {
-                match &c.value {
-                    Some(v) => batch.put_cf(cf, k, v),
-                    None => batch.delete_cf(cf, k),
-                }
-                c.dirty = false;
-            }
+            st.cache.drain_dirty(|k, v| match v {
+                Some(v) => batch.put_cf(cf, k, v),
+                None => batch.delete_cf(cf, k),
+            });
         }
         if !batch.is_empty() {
             self.db.write_opt(batch, &self.write_opts)?;
         }
         if clear {
             for st in &mut self.states {
-                st.cache = HashMap::new();
+                st.cache.clear();
             }
-            self.cache_bytes = 0;
         }
         Ok(())
     }
 
-    fn ensure_cached(&mut self, state: StateId) -> Result<&mut CachedValue, StateError> {
-        if self.cache_bytes > self.opts.cache_bytes {
+    fn cache_bytes(&self) -> usize {
+        self.states.iter().map(|s| s.cache.memory_bytes()).sum()
+    }
+
+    /// Flushes and empties the cache when a new row would not fit its budget.
+    fn make_room(&mut self, state: StateId) -> Result<(), StateError> {
+        if matches!(self.states[state.0].cache.get(&self.row.row), Cached::Miss)
+            && self.cache_bytes() > self.opts.cache_bytes
+        {
             self.flush(true)?;
         }
-        let st = &mut self.states[state.0];
-        if !st.cache.contains_key(self.row.row.as_slice()) {
-            let cf = self
-                .db
-                .cf_handle(&Self::cf_name(&st.name))
-                .ok_or_else(|| StateError::Corrupt(format!("column family of state {:?} vanished", st.name)))?;
-            let value = self.db.get_cf(cf, &self.row.row)?;
-            self.cache_bytes += self.row.row.len() + value.as_ref().map_or(0, |v| v.len()) + ENTRY_OVERHEAD;
-            st.cache.insert(self.row.row.clone(), CachedValue { value, dirty: false });
-        }
-        st.cache.get_mut(self.row.row.as_slice()).ok_or_else(|| StateError::Corrupt("cache entry vanished".into()))
+        Ok(())
     }
 }
 
@@ -160,7 +171,7 @@ impl KeyedStateBackend for RocksDbBackend {
         if self.db.cf_handle(&cf).is_none() {
             self.db.create_cf(&cf, &cf_options(&self.opts))?;
         }
-        self.states.push(RocksState { name: name.to_string(), cache: HashMap::new() });
+        self.states.push(RocksState { name: name.to_string(), cache: RowCache::default() });
         Ok(StateId(self.states.len() - 1))
     }
 
@@ -169,28 +180,32 @@ impl KeyedStateBackend for RocksDbBackend {
     }
 
     fn get_value(&mut self, state: StateId) -> Result<Option<&[u8]>, StateError> {
-        Ok(self.ensure_cached(state)?.value.as_deref())
+        if matches!(self.states[state.0].cache.get(&self.row.row), Cached::Miss) {
+            self.make_room(state)?;
+            let st = &mut self.states[state.0];
+            let cf = self
+                .db
+                .cf_handle(&Self::cf_name(&st.name))
+                .ok_or_else(|| StateError::Corrupt(format!("column family of state {:?} vanished", st.name)))?;
+            let value = self.db.get_pinned_cf(cf, &self.row.row)?;
+            st.cache.insert_clean(&self.row.row, value.as_deref());
+        }
+        match self.states[state.0].cache.get(&self.row.row) {
+            Cached::Hit(v) => Ok(v),
+            Cached::Miss => Err(StateError::Corrupt("cache entry vanished".into())),
+        }
     }
 
     fn put_value(&mut self, state: StateId, value: &[u8]) -> Result<(), StateError> {
-        let entry = self.ensure_cached(state)?;
-        let old = entry.value.as_ref().map_or(0, |v| v.len());
-        match &mut entry.value {
-            Some(v) => {
-                v.clear();
-                v.extend_from_slice(value);
-            }
-            None => entry.value = Some(value.to_vec()),
-        }
-        entry.dirty = true;
-        self.cache_bytes = (self.cache_bytes + value.len()).saturating_sub(old);
+        // A write needs no read: the row is cached dirty and reaches RocksDB at the next flush.
+        self.make_room(state)?;
+        self.states[state.0].cache.put(&self.row.row, value);
         Ok(())
     }
 
     fn delete_value(&mut self, state: StateId) -> Result<(), StateError> {
-        let entry = self.ensure_cached(state)?;
-        entry.value = None;
-        entry.dirty = true;
+        self.make_room(state)?;
+        self.states[state.0].cache.delete(&self.row.row);
         Ok(())
     }
 

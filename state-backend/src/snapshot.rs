@@ -56,7 +56,7 @@ mod tests {
             let tmp = tempfile::tempdir().unwrap();
             let store = Store::open("memory:///", &StoreOptions::default()).unwrap();
             let range = KeyGroupRange { start: 0, end: 63 };
-            let mut b = open_keyed_backend(kind, &tmp.path().join("w"), 128, range, None).unwrap();
+            let mut b = open_keyed_backend(kind, &tmp.path().join("w"), 128, range, None, &Default::default()).unwrap();
             let mut st = ValueState::<u64>::register(b.as_mut(), "n").unwrap();
             b.set_current_key(b"k");
             st.update(b.as_mut(), &5).unwrap();
@@ -64,8 +64,15 @@ mod tests {
             let (handle, bytes) = upload_keyed(&store, &snap, "job/chk-1/op/0").await.unwrap();
             assert!(bytes > 0);
             download_keyed(&store, &handle, &tmp.path().join("dl")).await.unwrap();
-            let mut r =
-                open_keyed_backend(kind, &tmp.path().join("w2"), 128, range, Some(&tmp.path().join("dl"))).unwrap();
+            let mut r = open_keyed_backend(
+                kind,
+                &tmp.path().join("w2"),
+                128,
+                range,
+                Some(&tmp.path().join("dl")),
+                &Default::default(),
+            )
+            .unwrap();
             let st2 = ValueState::<u64>::register(r.as_mut(), "n").unwrap();
             r.set_current_key(b"k");
             assert_eq!(st2.value(r.as_mut()).unwrap(), Some(5), "{kind:?}");

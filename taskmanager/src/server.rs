@@ -41,6 +41,12 @@ pub struct TmConfig {
     pub s3_allow_http: bool,
     /// Log as JSON lines.
     pub log_json: bool,
+    /// MiB of write-back cache in front of each RocksDB keyed backend (per operator subtask).
+    pub state_cache_mb: u64,
+    /// MiB of RocksDB memtable per column family.
+    pub rocksdb_write_buffer_mb: u64,
+    /// MiB of RocksDB block cache shared by all tasks of this task manager.
+    pub rocksdb_block_cache_mb: u64,
 }
 
 impl Default for TmConfig {
@@ -56,6 +62,9 @@ impl Default for TmConfig {
             s3_endpoint: None,
             s3_allow_http: false,
             log_json: false,
+            state_cache_mb: 64,
+            rocksdb_write_buffer_mb: 8,
+            rocksdb_block_cache_mb: 16,
         }
     }
 }
@@ -71,6 +80,9 @@ const KEYS: &[&str] = &[
     "s3_endpoint",
     "s3_allow_http",
     "log_json",
+    "state_cache_mb",
+    "rocksdb_write_buffer_mb",
+    "rocksdb_block_cache_mb",
 ];
 
 /// Command-line flags of `weir-taskmanager`; each overrides the config file and environment.
@@ -121,6 +133,18 @@ pub struct Flags {
     #[arg(long)]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub log_json: bool,
+    /// MiB of write-back cache in front of each RocksDB keyed backend [default: 64].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_cache_mb: Option<u64>,
+    /// MiB of RocksDB memtable per column family [default: 8].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rocksdb_write_buffer_mb: Option<u64>,
+    /// MiB of RocksDB block cache shared by all tasks of this task manager [default: 16].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rocksdb_block_cache_mb: Option<u64>,
 }
 
 /// Loads and checks the configuration.
@@ -192,6 +216,13 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
             data_address: data_address.clone(),
             data_dir,
             store_options: StoreOptions { options, request_timeout: None },
+            rocks: weir_state::rocks::RocksOptions {
+                cache_bytes: (cfg.state_cache_mb as usize) << 20,
+                write_buffer_bytes: (cfg.rocksdb_write_buffer_mb.max(1) as usize) << 20,
+                block_cache: Some(weir_state::rocks::RocksOptions::shared_block_cache(
+                    (cfg.rocksdb_block_cache_mb.max(1) as usize) << 20,
+                )),
+            },
         },
         registry,
         data_server,

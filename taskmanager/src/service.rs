@@ -44,6 +44,8 @@ pub struct TaskManagerSettings {
     pub data_dir: PathBuf,
     /// Object-store settings for checkpoints.
     pub store_options: StoreOptions,
+    /// Tuning of RocksDB keyed backends.
+    pub rocks: weir_state::rocks::RocksOptions,
 }
 
 impl TaskManager {
@@ -63,6 +65,7 @@ impl TaskManager {
             reporter,
             store_options: settings.store_options,
             connect_timeout: Duration::from_secs(60),
+            rocks: settings.rocks,
         });
         Arc::new(TaskManager {
             id: settings.id,

@@ -81,6 +81,8 @@ pub struct TaskEnv {
     pub store_options: StoreOptions,
     /// How long a task waits for its channels to connect.
     pub connect_timeout: Duration,
+    /// Tuning of RocksDB keyed backends.
+    pub rocks: weir_state::rocks::RocksOptions,
 }
 
 /// The task manager's handle on a running task.
@@ -377,6 +379,7 @@ impl Task {
                     desc.max_parallelism,
                     desc.key_group_range,
                     restore_dir.as_deref(),
+                    &env.rocks,
                 )?)
             } else {
                 None
