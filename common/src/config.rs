@@ -65,6 +65,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API fixes the error type
     fn environment_sets_listed_keys_only() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("WEIR_SLOTS", "5");
