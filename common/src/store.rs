@@ -59,6 +59,20 @@ pub struct StoreOptions {
     pub request_timeout: Option<Duration>,
 }
 
+impl StoreOptions {
+    /// Options for an S3-compatible endpoint given in a binary's config (`None` = from `AWS_ENDPOINT_URL`).
+    pub fn s3(endpoint: Option<&str>, allow_http: bool) -> Self {
+        let mut options = BTreeMap::new();
+        if let Some(e) = endpoint {
+            options.insert("aws_endpoint".to_string(), e.to_string());
+        }
+        if allow_http {
+            options.insert("aws_allow_http".to_string(), "true".to_string());
+        }
+        StoreOptions { options, request_timeout: None }
+    }
+}
+
 impl Store {
     /// Opens the store a URL names.
     pub fn open(url: &str, opts: &StoreOptions) -> Result<Store, StoreError> {

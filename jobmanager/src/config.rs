@@ -2,7 +2,6 @@
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use weir_common::config::ConfigError;
 use weir_common::store::StoreOptions;
@@ -103,14 +102,7 @@ impl JobManagerConfig {
 
     /// Options for opening the checkpoint store.
     pub fn store_options(&self) -> StoreOptions {
-        let mut options = BTreeMap::new();
-        if let Some(endpoint) = &self.s3_endpoint {
-            options.insert("aws_endpoint".to_string(), endpoint.clone());
-        }
-        if self.s3_allow_http {
-            options.insert("aws_allow_http".to_string(), "true".to_string());
-        }
-        StoreOptions { options, ..Default::default() }
+        StoreOptions::s3(self.s3_endpoint.as_deref(), self.s3_allow_http)
     }
 }
 

@@ -8,7 +8,6 @@ use crate::service::{TaskManager, TaskManagerService, TaskManagerSettings};
 use anyhow::Context;
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -201,13 +200,6 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
         .connect_lazy();
     let jm = JobManagerInternalClient::new(channel);
 
-    let mut options = BTreeMap::new();
-    if let Some(e) = &cfg.s3_endpoint {
-        options.insert("aws_endpoint".to_string(), e.clone());
-    }
-    if cfg.s3_allow_http {
-        options.insert("aws_allow_http".to_string(), "true".to_string());
-    }
     let tm = TaskManager::new(
         TaskManagerSettings {
             id: tm_id.clone(),
@@ -215,7 +207,7 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
             rpc_address: rpc_address.clone(),
             data_address: data_address.clone(),
             data_dir,
-            store_options: StoreOptions { options, request_timeout: None },
+            store_options: StoreOptions::s3(cfg.s3_endpoint.as_deref(), cfg.s3_allow_http),
             rocks: weir_state::rocks::RocksOptions {
                 cache_bytes: (cfg.state_cache_mb as usize) << 20,
                 write_buffer_bytes: (cfg.rocksdb_write_buffer_mb.max(1) as usize) << 20,
