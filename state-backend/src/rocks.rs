@@ -43,6 +43,9 @@ impl Default for RocksOptions {
     }
 }
 
+/// Rows per write batch when the cache is flushed.
+const FLUSH_BATCH_ROWS: usize = 32 * 1024;
+
 /// Largest cache budget: offsets inside a cache's arena are 32-bit.
 const MAX_CACHE_BYTES: usize = 2 << 30;
 
@@ -125,16 +128,27 @@ impl RocksDbBackend {
 
     /// Writes every dirty cache entry into RocksDB in one batch; with `clear`, empties the cache too.
     pub fn flush(&mut self, clear: bool) -> Result<(), StateError> {
+        // Several moderate batches rather than one huge one: the batch is a copy of every dirty row.
         let mut batch = WriteBatch::default();
+        let mut write_error = None;
         for st in &mut self.states {
             let cf = self
                 .db
                 .cf_handle(&Self::cf_name(&st.name))
                 .ok_or_else(|| StateError::Corrupt(format!("column family of state {:?} vanished", st.name)))?;
-            st.cache.drain_dirty(|k, v| match v {
-                Some(v) => batch.put_cf(cf, k, v),
-                None => batch.delete_cf(cf, k),
+            let (db, write_opts) = (&self.db, &self.write_opts);
+            st.cache.drain_dirty(|k, v| {
+                match v {
+                    Some(v) => batch.put_cf(cf, k, v),
+                    None => batch.delete_cf(cf, k),
+                }
+                if batch.len() >= FLUSH_BATCH_ROWS && write_error.is_none() {
+                    write_error = db.write_opt(std::mem::take(&mut batch), write_opts).err();
+                }
             });
+        }
+        if let Some(e) = write_error {
+            return Err(e.into());
         }
         if !batch.is_empty() {
             self.db.write_opt(batch, &self.write_opts)?;

@@ -110,6 +110,44 @@ pub struct SnapshotContext<'a> {
     pub operator_state: &'a mut OperatorStateStore,
 }
 
+/// Records an operator passes on per chunk.
+pub const COLLECTOR_CHUNK: usize = 1024;
+
+/// Where an operator puts its output. Records are handed downstream in chunks as they are emitted, so an
+/// operator may emit any number of records (e.g. all its state at end of input) in bounded memory.
+pub struct Collector<'a> {
+    buf: Vec<Record>,
+    downstream: &'a mut dyn FnMut(Vec<Record>) -> Result<(), OperatorError>,
+}
+
+impl<'a> Collector<'a> {
+    /// A collector that hands chunks to `downstream`.
+    pub fn new(downstream: &'a mut dyn FnMut(Vec<Record>) -> Result<(), OperatorError>) -> Self {
+        Collector { buf: Vec::new(), downstream }
+    }
+
+    /// Emits one record.
+    pub fn emit(&mut self, r: Record) -> Result<(), OperatorError> {
+        if self.buf.capacity() == 0 {
+            self.buf.reserve_exact(COLLECTOR_CHUNK);
+        }
+        self.buf.push(r);
+        if self.buf.len() >= COLLECTOR_CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Hands what was emitted so far downstream.
+    pub fn flush(&mut self) -> Result<(), OperatorError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::take(&mut self.buf);
+        (self.downstream)(chunk)
+    }
+}
+
 /// What a source's `poll` produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceStatus {
@@ -145,15 +183,15 @@ pub trait Operator: Send {
     fn initialize_state(&mut self, _ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         Ok(())
     }
-    /// Processes a batch, appending any output to `out`.
+    /// Processes a batch, emitting any output to `out`.
     fn process_batch(
         &mut self,
         records: &[Record],
         ctx: &mut ProcessContext<'_>,
-        out: &mut Vec<Record>,
+        out: &mut Collector<'_>,
     ) -> Result<(), OperatorError>;
     /// All input has been consumed (a real end of input, not a stop with savepoint).
-    fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, _out: &mut Vec<Record>) -> Result<(), OperatorError> {
+    fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, _out: &mut Collector<'_>) -> Result<(), OperatorError> {
         Ok(())
     }
     /// Writes operator state for a checkpoint (keyed state is snapshotted by the runtime).

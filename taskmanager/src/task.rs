@@ -11,7 +11,7 @@ use crate::net::{
     OutputChannel,
 };
 use crate::operator::{
-    InitContext, Operator, OperatorError, ProcessContext, RuntimeInfo, SnapshotContext, Source, SourceStatus,
+    Collector, InitContext, Operator, OperatorError, ProcessContext, RuntimeInfo, SnapshotContext, Source, SourceStatus,
 };
 use crate::record::{decode_records, encode_record, Record};
 use crate::registry::{Instance, Registry};
@@ -221,16 +221,38 @@ struct ChainOp {
     op_state: OperatorStateStore,
 }
 
-impl ChainOp {
-    fn process(&mut self, records: &[Record], out: &mut Vec<Record>) -> Result<(), OperatorError> {
-        match &mut self.head {
-            Head::Operator(op) => {
-                let mut ctx = ProcessContext { info: &self.info, keyed: keyed_mut(&mut self.keyed) };
-                op.process_batch(records, &mut ctx, out)
-            }
-            Head::Source(_) => Err(OperatorError::Other(format!("source {:?} cannot take input", self.info.uid))),
+/// Runs `records` through the operators of `chain` (each one's output feeding the next, chunk by chunk)
+/// and routes what the last one emits to `outputs`.
+fn push_chain(chain: &mut [ChainOp], outputs: &mut [OutputEdge], records: Vec<Record>) -> Result<(), TaskError> {
+    let Some((op, rest)) = chain.split_first_mut() else {
+        return route(outputs, &records);
+    };
+    let Head::Operator(o) = &mut op.head else {
+        return Err(TaskError::Other(format!("source {:?} cannot take input", op.info.uid)));
+    };
+    let mut ctx = ProcessContext { info: &op.info, keyed: keyed_mut(&mut op.keyed) };
+    let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
+    let mut out = Collector::new(&mut downstream);
+    o.process_batch(&records, &mut ctx, &mut out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The part of a chain after an operator, as that operator's collector sees it.
+fn downstream_of(rest: &mut [ChainOp], outputs: &mut [OutputEdge], chunk: Vec<Record>) -> Result<(), OperatorError> {
+    push_chain(rest, outputs, chunk).map_err(|e| match e {
+        TaskError::Operator(e) => e,
+        other => OperatorError::Other(other.to_string()),
+    })
+}
+
+fn route(outputs: &mut [OutputEdge], records: &[Record]) -> Result<(), TaskError> {
+    for edge in outputs {
+        for r in records {
+            edge.emit(r)?;
         }
     }
+    Ok(())
 }
 
 /// One output edge: a partitioner and a channel per target subtask.
@@ -660,25 +682,8 @@ impl Task {
     }
 
     /// Runs a batch through the chain from operator `start` and routes the tail's output.
-    fn push_through(&mut self, start: usize, mut records: Vec<Record>) -> Result<(), TaskError> {
-        for i in start..self.ops.len() {
-            let mut out = Vec::new();
-            self.ops[i].process(&records, &mut out)?;
-            records = out;
-            if records.is_empty() {
-                return Ok(());
-            }
-        }
-        self.route(&records)
-    }
-
-    fn route(&mut self, records: &[Record]) -> Result<(), TaskError> {
-        for edge in &mut self.outputs {
-            for r in records {
-                edge.emit(r)?;
-            }
-        }
-        Ok(())
+    fn push_through(&mut self, start: usize, records: Vec<Record>) -> Result<(), TaskError> {
+        push_chain(&mut self.ops[start..], &mut self.outputs, records)
     }
 
     fn maybe_flush(&mut self) -> Result<(), TaskError> {
@@ -701,16 +706,15 @@ impl Task {
     fn end_of_input(&mut self, start: usize) -> Result<(), TaskError> {
         if !self.restored_at_end {
             for i in start..self.ops.len() {
-                let mut out = Vec::new();
-                {
-                    let op = &mut self.ops[i];
+                let (left, rest) = self.ops.split_at_mut(i + 1);
+                let op = &mut left[i];
+                let outputs = &mut self.outputs;
+                if let Head::Operator(o) = &mut op.head {
                     let mut ctx = ProcessContext { info: &op.info, keyed: keyed_mut(&mut op.keyed) };
-                    if let Head::Operator(o) = &mut op.head {
-                        o.end_of_input(&mut ctx, &mut out)?;
-                    }
-                }
-                if !out.is_empty() {
-                    self.push_through(i + 1, out)?;
+                    let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
+                    let mut out = Collector::new(&mut downstream);
+                    o.end_of_input(&mut ctx, &mut out)?;
+                    out.flush()?;
                 }
             }
         }

@@ -1,6 +1,6 @@
 //! `blackhole`: discards records, counting them.
 
-use crate::operator::{Operator, OperatorError, ProcessContext};
+use crate::operator::{Collector, Operator, OperatorError, ProcessContext};
 use crate::record::Record;
 
 /// A sink that discards everything.
@@ -15,7 +15,7 @@ impl Operator for Blackhole {
         &mut self,
         records: &[Record],
         _: &mut ProcessContext<'_>,
-        _: &mut Vec<Record>,
+        _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         self.records += records.len() as u64;
         Ok(())

@@ -7,7 +7,7 @@
 //! names (renames are idempotent: an already committed file is skipped), then deletes this subtask's other
 //! hidden files, which belong to attempts that never completed a checkpoint. No file is ever committed twice.
 
-use crate::operator::{InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
+use crate::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::record::{Record, Value};
 use std::fmt::Write as _;
 use std::fs::File;
@@ -128,7 +128,7 @@ impl Operator for FileSink {
         &mut self,
         records: &[Record],
         _: &mut ProcessContext<'_>,
-        _: &mut Vec<Record>,
+        _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if records.is_empty() {
             return Ok(());
@@ -213,7 +213,8 @@ mod tests {
             keyed: None,
         })?;
         let mut pc = ProcessContext { info: &i1, keyed: None };
-        sink.process_batch(&[Record::new_i64(&5u64.to_be_bytes(), 3)], &mut pc, &mut Vec::new())?;
+        let mut nothing = |_: Vec<Record>| Ok(());
+        sink.process_batch(&[Record::new_i64(&5u64.to_be_bytes(), 3)], &mut pc, &mut Collector::new(&mut nothing))?;
         sink.snapshot_state(&mut SnapshotContext {
             checkpoint_id: CheckpointId(1),
             timestamp_ms: 0,
@@ -221,7 +222,7 @@ mod tests {
         })?;
         assert!(visible(tmp.path()).is_empty(), "nothing is visible before the checkpoint completes");
         // Data after the checkpoint: lost with the failure, never committed.
-        sink.process_batch(&[Record::new_i64(&6u64.to_be_bytes(), 1)], &mut pc, &mut Vec::new())?;
+        sink.process_batch(&[Record::new_i64(&6u64.to_be_bytes(), 1)], &mut pc, &mut Collector::new(&mut nothing))?;
         drop(sink); // the task manager dies before the notification arrives
 
         let i2 = info(2);

@@ -1,6 +1,6 @@
 //! `keyed-count`: a per-key count in `ValueState<u64>`, emitted as `(key, count)` at end of input.
 
-use crate::operator::{InitContext, Operator, OperatorError, ProcessContext};
+use crate::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use crate::record::{Record, Value};
 use weir_state::ValueState;
 
@@ -27,7 +27,7 @@ impl Operator for KeyedCount {
         &mut self,
         records: &[Record],
         ctx: &mut ProcessContext<'_>,
-        _: &mut Vec<Record>,
+        _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         let backend = ctx.keyed()?;
         let state = self.count.as_mut().ok_or_else(|| OperatorError::Other("keyed-count not initialized".into()))?;
@@ -39,13 +39,22 @@ impl Operator for KeyedCount {
         Ok(())
     }
 
-    fn end_of_input(&mut self, ctx: &mut ProcessContext<'_>, out: &mut Vec<Record>) -> Result<(), OperatorError> {
+    fn end_of_input(&mut self, ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
         let backend = ctx.keyed()?;
         let state = self.state()?;
-        state.for_each(backend, |k, n| {
-            out.push(Record { key: k.into(), value: Value::I64(n as i64) });
-            Ok(())
-        })?;
+        // The state visitor speaks StateError; keep the collector's own error to return it unchanged.
+        let mut emit_error = None;
+        let visited = state.for_each(backend, |k, n| {
+            out.emit(Record { key: k.into(), value: Value::I64(n as i64) }).map_err(|e| {
+                let msg = e.to_string();
+                emit_error = Some(e);
+                weir_state::StateError::Corrupt(format!("emitting counts failed: {msg}"))
+            })
+        });
+        if let Some(e) = emit_error {
+            return Err(e);
+        }
+        visited?;
         Ok(())
     }
 }
