@@ -1,8 +1,9 @@
 //! `file-sink`: exactly-once text files of `key,value` lines.
 //!
-//! Records go to a hidden in-progress file (`.part-<subtask>-<attempt>-<seq>.inprogress`). At a checkpoint
-//! barrier the file is closed and becomes *pending* for that checkpoint (kept in operator state); when the
-//! checkpoint completes it is renamed to `part-<subtask>-<attempt>-<seq>` and so becomes visible. Because
+//! Records go to a hidden in-progress file (`.part-<job>-<subtask>-<attempt>-<seq>.inprogress`). At a
+//! checkpoint barrier the file is closed and becomes *pending* for that checkpoint (kept in operator state);
+//! when the checkpoint completes it is renamed to `part-<job>-<subtask>-<attempt>-<seq>` and so becomes
+//! visible. The job id in the name keeps jobs that share a directory apart. Because
 //! the completion notification is best effort, a restored sink first commits every pending file its state
 //! names (renames are idempotent: an already committed file is skipped), then deletes this subtask's other
 //! hidden files, which belong to attempts that never completed a checkpoint. No file is ever committed twice.
@@ -95,7 +96,7 @@ impl Operator for FileSink {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| OperatorError::io(format!("create {}", self.dir.display()), e))?;
-        self.prefix = format!("part-{}-{}-", ctx.info.subtask.0, ctx.info.attempt);
+        self.prefix = format!("part-{}-{}-{}-", ctx.info.job_id, ctx.info.subtask.0, ctx.info.attempt);
         if ctx.restored {
             for e in ctx.operator_state.list_state(STATE)?.iter() {
                 let text =
@@ -111,7 +112,7 @@ impl Operator for FileSink {
             // The checkpoint we restore from completed, so everything it lists as pending is committed now.
             self.commit_up_to(u64::MAX)?;
         }
-        let mine = format!(".part-{}-", ctx.info.subtask.0);
+        let mine = format!(".part-{}-{}-", ctx.info.job_id, ctx.info.subtask.0);
         let entries =
             std::fs::read_dir(&self.dir).map_err(|e| OperatorError::io(format!("list {}", self.dir.display()), e))?;
         for entry in entries.flatten() {
@@ -225,6 +226,8 @@ mod tests {
         sink.process_batch(&[Record::new_i64(&6u64.to_be_bytes(), 1)], &mut pc, &mut Collector::new(&mut nothing))?;
         drop(sink); // the task manager dies before the notification arrives
 
+        // Another job writing to the same directory: its in-progress file is not ours to remove.
+        std::fs::write(tmp.path().join(".part-other-0-1-0.inprogress"), "9,9\n").unwrap();
         let i2 = info(2);
         let mut restored = FileSink::new(cfg);
         restored.initialize_state(&mut InitContext {
@@ -233,11 +236,12 @@ mod tests {
             operator_state: &mut store,
             keyed: None,
         })?;
-        assert_eq!(visible(tmp.path()), vec!["part-0-1-0".to_string()]);
-        assert_eq!(std::fs::read_to_string(tmp.path().join("part-0-1-0")).unwrap(), "5,3\n");
-        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1, "leftover in-progress files are removed");
+        assert_eq!(visible(tmp.path()), vec!["part-j-0-1-0".to_string()]);
+        assert_eq!(std::fs::read_to_string(tmp.path().join("part-j-0-1-0")).unwrap(), "5,3\n");
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2, "our leftover in-progress files are removed");
+        assert!(tmp.path().join(".part-other-0-1-0.inprogress").exists());
         // A late notification for the same checkpoint does nothing.
-        restored.pending.push((1, "part-0-1-0".into()));
+        restored.pending.push((1, "part-j-0-1-0".into()));
         restored.notify_checkpoint_complete(CheckpointId(1))?;
         assert_eq!(visible(tmp.path()).len(), 1);
         Ok(())
