@@ -89,6 +89,19 @@ mod tests {
     }
 
     #[test]
+    fn example_config_matches_the_code() {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/weir.toml");
+        let args = GlobalArgs { config: Some(path.clone()), ..Default::default() };
+        let s = Settings::resolve(&args).unwrap();
+        assert_eq!(s.jobmanager, DEFAULT_JOBMANAGER);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let keys = toml::Value::try_from(FileConfig::default()).unwrap();
+        for key in keys.as_table().unwrap().keys() {
+            assert!(text.contains(&format!("{key} =")), "deploy/weir.toml lacks {key}");
+        }
+    }
+
+    #[test]
     fn file_then_flags() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("weir.toml");
