@@ -110,6 +110,7 @@ impl TaskManager {
         };
         let n = victims.len() as u32;
         for (_, h) in &victims {
+            let _ = h.cancel.send(true);
             let _ = h.events.try_send(TaskEvent::Cancel);
         }
         for (key, mut h) in victims {

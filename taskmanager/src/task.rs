@@ -93,6 +93,9 @@ pub struct TaskHandle {
     pub events: mpsc::Sender<TaskEvent>,
     /// Becomes `true` when the task's thread has ended.
     pub done: watch::Receiver<bool>,
+    /// Set to `true` to cancel the task, also while it is still setting up (the event queue is read only
+    /// once it runs).
+    pub cancel: watch::Sender<bool>,
 }
 
 /// How a task's run ended without error.
@@ -116,25 +119,42 @@ enum TaskError {
     Align(#[from] crate::align::AlignmentError),
     #[error(transparent)]
     Store(#[from] weir_common::store::StoreError),
+    #[error("canceled")]
+    Canceled,
     #[error("{0}")]
     Other(String),
+}
+
+/// Runs a setup step on the runtime, giving up as soon as the task is canceled.
+fn unless_canceled<T, E: Into<TaskError>>(
+    rt: &tokio::runtime::Handle,
+    cancel: &mut watch::Receiver<bool>,
+    step: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, TaskError> {
+    rt.block_on(async {
+        tokio::select! {
+            r = step => r.map_err(Into::into),
+            _ = cancel.wait_for(|c| *c) => Err(TaskError::Canceled),
+        }
+    })
 }
 
 /// Starts a task on its own thread.
 pub fn spawn(desc: TaskDescriptor, env: Arc<TaskEnv>) -> Result<TaskHandle, String> {
     let (tx, rx) = mpsc::channel(256);
     let (done_tx, done_rx) = watch::channel(false);
+    let (cancel_tx, cancel_rx) = watch::channel(false);
     let attempt = desc.attempt.0;
     let name = format!("task-{}-{}", desc.vertex.0, desc.subtask.0);
     let events = tx.clone();
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
-            run(desc, env, rx, events);
+            run(desc, env, rx, events, cancel_rx);
             let _ = done_tx.send(true);
         })
         .map_err(|e| format!("cannot start task thread: {e}"))?;
-    Ok(TaskHandle { attempt, events: tx, done: done_rx })
+    Ok(TaskHandle { attempt, events: tx, done: done_rx, cancel: cancel_tx })
 }
 
 fn task_ref(desc: &TaskDescriptor) -> pb::TaskRef {
@@ -146,7 +166,13 @@ fn task_ref(desc: &TaskDescriptor) -> pb::TaskRef {
     }
 }
 
-fn run(desc: TaskDescriptor, env: Arc<TaskEnv>, rx: mpsc::Receiver<TaskEvent>, events: mpsc::Sender<TaskEvent>) {
+fn run(
+    desc: TaskDescriptor,
+    env: Arc<TaskEnv>,
+    rx: mpsc::Receiver<TaskEvent>,
+    events: mpsc::Sender<TaskEvent>,
+    cancel: watch::Receiver<bool>,
+) {
     let tref = task_ref(&desc);
     let key = ChannelKey {
         job_id: desc.job_id.0.clone(),
@@ -170,7 +196,7 @@ fn run(desc: TaskDescriptor, env: Arc<TaskEnv>, rx: mpsc::Receiver<TaskEvent>, e
     };
     // A panic in an operator (user code included) fails the task like an error, so the job fails over.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        Task::setup(desc, env.clone(), rx, events, work_dir.clone(), &key).and_then(|mut t| {
+        Task::setup(desc, env.clone(), rx, events, work_dir.clone(), &key, cancel).and_then(|mut t| {
             report_state(pb::TaskState::Running, String::new());
             t.run()
         })
@@ -189,7 +215,7 @@ fn run(desc: TaskDescriptor, env: Arc<TaskEnv>, rx: mpsc::Receiver<TaskEvent>, e
             tracing::info!("task finished");
             report_state(pb::TaskState::Finished, String::new());
         }
-        Ok(Exit::Canceled) => {
+        Ok(Exit::Canceled) | Err(TaskError::Canceled) => {
             tracing::info!("task canceled");
             report_state(pb::TaskState::Canceled, String::new());
         }
@@ -354,6 +380,7 @@ impl Task {
         events: mpsc::Sender<TaskEvent>,
         work_dir: PathBuf,
         key: &ChannelKey,
+        mut cancel: watch::Receiver<bool>,
     ) -> Result<Task, TaskError> {
         // Claim input connections first, so producers that connect early are held for us.
         let incoming = desc.input.as_ref().map(|_| env.data_server.register(key.clone()));
@@ -436,7 +463,11 @@ impl Task {
                     from_vertex: desc.vertex.0,
                     from_subtask: desc.subtask.0,
                 };
-                channels.push(rt.block_on(OutputChannel::connect(addr, &hs, env.connect_timeout))?);
+                channels.push(unless_canceled(
+                    &rt,
+                    &mut cancel,
+                    OutputChannel::connect(addr, &hs, env.connect_timeout),
+                )?);
             }
             let n = channels.len();
             let mut bufs = Vec::with_capacity(n);
@@ -459,13 +490,9 @@ impl Task {
         let (inputs, n_inputs) = match (&desc.input, incoming) {
             (Some(input), Some(incoming)) => {
                 let producers: Vec<u32> = input.channels.iter().map(|s: &SubtaskIndex| s.0).collect();
-                let ch = rt.block_on(InputChannels::accept(
-                    incoming,
-                    &producers,
-                    events,
-                    TaskEvent::Channel,
-                    env.connect_timeout,
-                ))?;
+                let accept =
+                    InputChannels::accept(incoming, &producers, events, TaskEvent::Channel, env.connect_timeout);
+                let ch = unless_canceled(&rt, &mut cancel, accept)?;
                 let n = ch.len();
                 (Some(ch), n)
             }
@@ -844,4 +871,67 @@ struct SnapshotPart {
     uid: String,
     keyed: Option<LocalSnapshot>,
     op_state: Option<(Vec<u8>, Vec<weir_common::checkpoint::StateMetaInfo>)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_common::descriptor::{InputDescriptor, OperatorDescriptor};
+    use weir_common::ids::{AttemptNumber, JobId, VertexId};
+    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::spec::StateBackendKind;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_waiting_for_its_inputs_stops_when_canceled() {
+        let tmp = tempfile::tempdir().unwrap();
+        let jm = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let env = Arc::new(TaskEnv {
+            runtime: tokio::runtime::Handle::current(),
+            data_server: Arc::new(DataServer::default()),
+            registry: Arc::new(Registry::with_builtins()),
+            data_dir: tmp.path().to_path_buf(),
+            reporter: Reporter::start(
+                weir_proto::job_manager_internal_client::JobManagerInternalClient::new(jm),
+                "tm".into(),
+            ),
+            store_options: StoreOptions::default(),
+            connect_timeout: Duration::from_secs(600),
+            rocks: Default::default(),
+        });
+        let desc = TaskDescriptor {
+            job_id: JobId("j".into()),
+            job_name: "j".into(),
+            attempt: AttemptNumber(1),
+            vertex: VertexId(1),
+            subtask: SubtaskIndex(0),
+            parallelism: 1,
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange { start: 0, end: 127 },
+            operators: vec![OperatorDescriptor {
+                uid: "bh".into(),
+                kind: "blackhole".into(),
+                config: Default::default(),
+            }],
+            state_backend: StateBackendKind::Heap,
+            checkpoint_root: format!("file://{}/ckpt", tmp.path().display()),
+            incremental: false,
+            // A producer that never connects: setup waits for it.
+            input: Some(InputDescriptor {
+                from_vertex: VertexId(0),
+                from_parallelism: 1,
+                partitioning: Partitioning::Forward,
+                channels: vec![SubtaskIndex(0)],
+            }),
+            outputs: vec![],
+            restore: None,
+        };
+        let mut handle = spawn(desc, env).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!*handle.done.borrow(), "the task is still waiting for its input");
+        handle.cancel.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), handle.done.wait_for(|d| *d))
+            .await
+            .expect("a canceled task ends within seconds, not after the 600 s connect timeout")
+            .unwrap();
+    }
 }
