@@ -3,6 +3,31 @@
 //! Every access is scoped to the *current key*, set once per record with
 //! [`KeyedStateBackend::set_current_key`]. Rows are addressed by `key_group | key`, so that the state of a
 //! key-group range is one contiguous interval.
+//!
+//! ## State kinds
+//!
+//! A state is registered under a name with a [`StateKind`]; registering the same name again returns the same
+//! state if the kind matches and fails with [`StateError::Declaration`] naming both kinds if not. The kind is
+//! part of the snapshot, so the check holds across restores. The typed handles:
+//!
+//! | handle | per key | operations |
+//! |---|---|---|
+//! | [`ValueState<T>`] | one `T` | `value`, `update`, `clear`, `for_each` (all keys) |
+//! | [`ListState<T>`] | a list of `T` | `get`, `add`, `add_all`, `update`, `clear` |
+//! | [`MapState<K, V>`] | a map `K → V`, one row per entry | `get`, `put`, `remove`, `contains`, `is_empty`, `entries`, `keys`, `for_each`, `clear` |
+//! | [`ReducingState<T>`] | one `T`, folded by a reduce function | `get`, `add`, `clear` |
+//! | [`AggregatingState<In, Acc, Out>`] | one `Acc` of an [`AggregateFunction`] | `get`, `add`, `clear` |
+//!
+//! Every handle also has `clear_all`, which empties the state for every key of the backend at once (RocksDB:
+//! one range delete over the backend's key-group range; heap: clearing the maps).
+//!
+//! ## Value size limit
+//!
+//! A write whose serialized value — for a list, the list's total after the write — exceeds the backend's limit
+//! ([`DEFAULT_MAX_VALUE_BYTES`], changed with [`KeyedStateBackend::set_max_value_bytes`]) is refused with a
+//! [`StateError::Declaration`] naming the state and the size and suggesting [`MapState`]; nothing is written.
+//!
+//! Namespaces (windows, timers) do not exist yet; the RocksDB module docs say where they will go in row keys.
 
 use crate::codec::StateCodec;
 use crate::{heap::HeapBackend, rocks::RocksDbBackend, StateError};
@@ -31,13 +56,118 @@ pub struct LocalSnapshot {
 /// A visitor of `(key, value)` rows.
 pub type RowVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StateError> + 'a;
 
+/// A visitor of single byte strings (list elements).
+pub type ElementVisitor<'a> = dyn FnMut(&[u8]) -> Result<(), StateError> + 'a;
+
+/// The largest serialized value (or list total) a state accepts by default: 256 MiB.
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 256 << 20;
+
+/// What a state holds per key; declared when the state is registered and fixed for the state's lifetime
+/// (it is stored with the state, so it is checked again after a restore).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StateKind {
+    /// One value per key ([`ValueState`]).
+    Value,
+    /// A list of elements per key ([`ListState`]).
+    List,
+    /// A map of user keys to values per key ([`MapState`]).
+    Map,
+    /// One value per key folded by a reduce function ([`ReducingState`]).
+    Reducing,
+    /// One accumulator per key of an aggregate function ([`AggregatingState`]).
+    Aggregating,
+}
+
+impl StateKind {
+    /// The kind's name, as used in errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            StateKind::Value => "value",
+            StateKind::List => "list",
+            StateKind::Map => "map",
+            StateKind::Reducing => "reducing",
+            StateKind::Aggregating => "aggregating",
+        }
+    }
+
+    /// The byte that stores the kind (RocksDB meta row, heap snapshot).
+    pub(crate) fn to_byte(self) -> u8 {
+        match self {
+            StateKind::Value => 0,
+            StateKind::List => 1,
+            StateKind::Map => 2,
+            StateKind::Reducing => 3,
+            StateKind::Aggregating => 4,
+        }
+    }
+
+    /// The kind stored as `b`.
+    pub(crate) fn from_byte(b: u8) -> Result<Self, StateError> {
+        Ok(match b {
+            0 => StateKind::Value,
+            1 => StateKind::List,
+            2 => StateKind::Map,
+            3 => StateKind::Reducing,
+            4 => StateKind::Aggregating,
+            _ => return Err(StateError::Corrupt(format!("unknown state kind byte {b}"))),
+        })
+    }
+
+    /// Whether the state is stored as one value row per key (value, reducing, aggregating).
+    pub(crate) fn is_value_row(self) -> bool {
+        matches!(self, StateKind::Value | StateKind::Reducing | StateKind::Aggregating)
+    }
+}
+
+impl std::fmt::Display for StateKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The error for registering `name` as `wanted` when it exists as `existing`.
+pub(crate) fn kind_conflict(name: &str, existing: StateKind, wanted: StateKind) -> StateError {
+    StateError::Declaration {
+        name: name.to_string(),
+        message: format!("registered as {wanted} state but it already exists as {existing} state"),
+    }
+}
+
+/// The error for using a state through an operation of another kind.
+pub(crate) fn wrong_kind(name: &str, kind: StateKind, op: &str) -> StateError {
+    StateError::Declaration { name: name.to_string(), message: format!("{op} is not an operation of {kind} state") }
+}
+
+/// The error for a value (or list) larger than the limit; nothing has been written when it is returned.
+pub(crate) fn too_large(name: &str, kind: StateKind, size: usize, limit: usize) -> StateError {
+    StateError::Declaration {
+        name: name.to_string(),
+        message: format!(
+            "{kind} state value of {size} bytes exceeds the limit of {limit} bytes; nothing was written. \
+             Split large values over many rows with MapState instead"
+        ),
+    }
+}
+
 /// Keyed state storage for one operator subtask.
+///
+/// The byte-level methods below are what the typed handles ([`ValueState`], [`ListState`], [`MapState`],
+/// [`ReducingState`], [`AggregatingState`]) call; operators use the handles. Each method checks that the
+/// state was registered with a kind that supports it.
 pub trait KeyedStateBackend: Send {
+    /// Registers a state of `kind`, or returns the existing one of that name if it has the same kind; a state
+    /// of that name and another kind is a [`StateError::Declaration`] naming both kinds.
+    fn register_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError>;
     /// Registers a value state, or returns the existing one of that name.
-    fn register_value_state(&mut self, name: &str) -> Result<StateId, StateError>;
+    fn register_value_state(&mut self, name: &str) -> Result<StateId, StateError> {
+        self.register_state(name, StateKind::Value)
+    }
+    /// Sets the largest serialized value (or list total) a write may produce; larger writes are refused and
+    /// write nothing. Default [`DEFAULT_MAX_VALUE_BYTES`].
+    fn set_max_value_bytes(&mut self, limit: usize);
     /// Sets the key that following accesses are scoped to (its serialized bytes).
     fn set_current_key(&mut self, key: &[u8]);
-    /// The value of the current key, if any.
+    /// The value of the current key, if any (value, reducing and aggregating states).
     fn get_value(&mut self, state: StateId) -> Result<Option<&[u8]>, StateError>;
     /// Sets the value of the current key.
     fn put_value(&mut self, state: StateId, value: &[u8]) -> Result<(), StateError>;
@@ -45,11 +175,51 @@ pub trait KeyedStateBackend: Send {
     fn delete_value(&mut self, state: StateId) -> Result<(), StateError>;
     /// Calls `f(key, value)` for every key of this backend's key-group range that has a value.
     fn for_each_value(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError>;
+    /// Calls `f(element)` for every element of the current key's list, in order.
+    fn for_each_list_element(&mut self, state: StateId, f: &mut ElementVisitor<'_>) -> Result<(), StateError>;
+    /// Appends elements to the current key's list; `encoded` is their concatenation, each element a
+    /// little-endian `u32` length and its bytes (see [`encode_list_element`]).
+    fn append_list(&mut self, state: StateId, encoded: &[u8]) -> Result<(), StateError>;
+    /// Replaces the current key's list by `encoded` (same format; empty removes the list).
+    fn replace_list(&mut self, state: StateId, encoded: &[u8]) -> Result<(), StateError>;
+    /// The value of `user_key` in the current key's map.
+    fn map_get(&mut self, state: StateId, user_key: &[u8]) -> Result<Option<Vec<u8>>, StateError>;
+    /// Sets `user_key` to `value` in the current key's map.
+    fn map_put(&mut self, state: StateId, user_key: &[u8], value: &[u8]) -> Result<(), StateError>;
+    /// Removes `user_key` from the current key's map.
+    fn map_remove(&mut self, state: StateId, user_key: &[u8]) -> Result<(), StateError>;
+    /// Calls `f(user_key, value)` for every entry of the current key's map, in user-key byte order.
+    fn for_each_map_entry(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError>;
+    /// Whether the current key's map has no entry.
+    fn map_is_empty(&mut self, state: StateId) -> Result<bool, StateError>;
+    /// Removes everything the current key holds in `state` (any kind).
+    fn clear_key(&mut self, state: StateId) -> Result<(), StateError>;
+    /// Removes `state`'s data for every key of this backend (any kind), without visiting keys one by one.
+    fn clear_all(&mut self, state: StateId) -> Result<(), StateError>;
     /// The synchronous part of a snapshot: writes an immutable copy of all state into `dir` (which must not
     /// exist yet, and should be on the same filesystem as the backend so RocksDB can hard-link).
     fn snapshot_sync(&mut self, dir: &Path) -> Result<LocalSnapshot, StateError>;
     /// Name of the backend kind.
     fn kind(&self) -> &'static str;
+}
+
+/// Appends one list element in the stored list format: little-endian `u32` length, then the bytes.
+pub fn encode_list_element(element: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(element.len() as u32).to_le_bytes());
+    out.extend_from_slice(element);
+}
+
+/// Calls `f` for every element of a stored list (concatenated length-prefixed elements).
+pub(crate) fn decode_list(name: &str, mut bytes: &[u8], f: &mut ElementVisitor<'_>) -> Result<(), StateError> {
+    while !bytes.is_empty() {
+        let corrupt = || StateError::Corrupt(format!("list state {name:?}: truncated element"));
+        let len: [u8; 4] = bytes.get(..4).ok_or_else(corrupt)?.try_into().map_err(|_| corrupt())?;
+        let len = u32::from_le_bytes(len) as usize;
+        let elem = bytes.get(4..4 + len).ok_or_else(corrupt)?;
+        f(elem)?;
+        bytes = &bytes[4 + len..];
+    }
+    Ok(())
 }
 
 /// Opens a keyed backend in `work_dir`, restoring from a downloaded snapshot directory if given.
@@ -107,6 +277,302 @@ impl<T: StateCodec> ValueState<T> {
     ) -> Result<(), StateError> {
         backend.for_each_value(self.id, &mut |k, v| f(k, T::decode(v)?))
     }
+
+    /// Removes the value of every key of the backend.
+    pub fn clear_all(&self, backend: &mut dyn KeyedStateBackend) -> Result<(), StateError> {
+        backend.clear_all(self.id)
+    }
+}
+
+/// A typed list state: a list of `T` per key. Appends never read the list (RocksDB merges them).
+pub struct ListState<T> {
+    id: StateId,
+    scratch: Vec<u8>,
+    elem: Vec<u8>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: StateCodec> ListState<T> {
+    /// Registers (or finds) the list state `name` in a backend.
+    pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
+        let id = backend.register_state(name, StateKind::List)?;
+        Ok(ListState { id, scratch: Vec::new(), elem: Vec::new(), _t: PhantomData })
+    }
+
+    /// Every element of the current key's list, in insertion order (empty if none).
+    pub fn get(&self, backend: &mut dyn KeyedStateBackend) -> Result<Vec<T>, StateError> {
+        let mut out = Vec::new();
+        backend.for_each_list_element(self.id, &mut |e| {
+            out.push(T::decode(e)?);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn encode_all<'a>(&mut self, values: impl IntoIterator<Item = &'a T>)
+    where
+        T: 'a,
+    {
+        self.scratch.clear();
+        for v in values {
+            self.elem.clear();
+            v.encode(&mut self.elem);
+            encode_list_element(&self.elem, &mut self.scratch);
+        }
+    }
+
+    /// Appends one element to the current key's list.
+    pub fn add(&mut self, backend: &mut dyn KeyedStateBackend, value: &T) -> Result<(), StateError> {
+        self.encode_all(std::iter::once(value));
+        backend.append_list(self.id, &self.scratch)
+    }
+
+    /// Appends elements to the current key's list.
+    pub fn add_all<'a>(
+        &mut self,
+        backend: &mut dyn KeyedStateBackend,
+        values: impl IntoIterator<Item = &'a T>,
+    ) -> Result<(), StateError>
+    where
+        T: 'a,
+    {
+        self.encode_all(values);
+        if self.scratch.is_empty() {
+            return Ok(());
+        }
+        backend.append_list(self.id, &self.scratch)
+    }
+
+    /// Replaces the current key's list (an empty slice removes it).
+    pub fn update(&mut self, backend: &mut dyn KeyedStateBackend, values: &[T]) -> Result<(), StateError> {
+        self.encode_all(values);
+        backend.replace_list(self.id, &self.scratch)
+    }
+
+    /// Removes the current key's list.
+    pub fn clear(&self, backend: &mut dyn KeyedStateBackend) -> Result<(), StateError> {
+        backend.clear_key(self.id)
+    }
+
+    /// Removes the list of every key of the backend.
+    pub fn clear_all(&self, backend: &mut dyn KeyedStateBackend) -> Result<(), StateError> {
+        backend.clear_all(self.id)
+    }
+}
+
+/// A typed map state: a map of `K` to `V` per key, one storage row per entry, so a large map never has to
+/// be read or written whole.
+pub struct MapState<K, V> {
+    id: StateId,
+    key_buf: Vec<u8>,
+    val_buf: Vec<u8>,
+    _t: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K: StateCodec, V: StateCodec> MapState<K, V> {
+    /// Registers (or finds) the map state `name` in a backend.
+    pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
+        let id = backend.register_state(name, StateKind::Map)?;
+        Ok(MapState { id, key_buf: Vec::new(), val_buf: Vec::new(), _t: PhantomData })
+    }
+
+    fn key_bytes(&mut self, key: &K) -> &[u8] {
+        self.key_buf.clear();
+        key.encode(&mut self.key_buf);
+        &self.key_buf
+    }
+
+    /// The value of `key` in the current key's map.
+    pub fn get(&mut self, backend: &mut dyn KeyedStateBackend, key: &K) -> Result<Option<V>, StateError> {
+        let id = self.id;
+        backend.map_get(id, self.key_bytes(key))?.map(|v| V::decode(&v)).transpose()
+    }
+
+    /// Sets `key` to `value` in the current key's map.
+    pub fn put(&mut self, backend: &mut dyn KeyedStateBackend, key: &K, value: &V) -> Result<(), StateError> {
+        self.val_buf.clear();
+        value.encode(&mut self.val_buf);
+        self.key_buf.clear();
+        key.encode(&mut self.key_buf);
+        backend.map_put(self.id, &self.key_buf, &self.val_buf)
+    }
+
+    /// Removes `key` from the current key's map.
+    pub fn remove(&mut self, backend: &mut dyn KeyedStateBackend, key: &K) -> Result<(), StateError> {
+        let id = self.id;
+        backend.map_remove(id, self.key_bytes(key))
+    }
+
+    /// Whether the current key's map holds `key`.
+    pub fn contains(&mut self, backend: &mut dyn KeyedStateBackend, key: &K) -> Result<bool, StateError> {
+        let id = self.id;
+        Ok(backend.map_get(id, self.key_bytes(key))?.is_some())
+    }
+
+    /// Whether the current key's map is empty.
+    pub fn is_empty(&self, backend: &mut dyn KeyedStateBackend) -> Result<bool, StateError> {
+        backend.map_is_empty(self.id)
+    }
+
+    /// Calls `f(key, value)` for every entry of the current key's map, in the byte order of the encoded keys.
+    pub fn for_each(
+        &self,
+        backend: &mut dyn KeyedStateBackend,
+        mut f: impl FnMut(K, V) -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        backend.for_each_map_entry(self.id, &mut |k, v| f(K::decode(k)?, V::decode(v)?))
+    }
+
+    /// Every entry of the current key's map, in the byte order of the encoded keys.
+    pub fn entries(&self, backend: &mut dyn KeyedStateBackend) -> Result<Vec<(K, V)>, StateError> {
+        let mut out = Vec::new();
+        self.for_each(backend, |k, v| {
+            out.push((k, v));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Every key of the current key's map, in the byte order of the encoded keys.
+    pub fn keys(&self, backend: &mut dyn KeyedStateBackend) -> Result<Vec<K>, StateError> {
+        let mut out = Vec::new();
+        backend.for_each_map_entry(self.id, &mut |k, _| {
+            out.push(K::decode(k)?);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Removes every entry of the current key's map.
+    pub fn clear(&self, backend: &mut dyn KeyedStateBackend) -> Result<(), StateError> {
+        backend.clear_key(self.id)
+    }
+
+    /// Removes the map of every key of the backend.
+    pub fn clear_all(&self, backend: &mut dyn KeyedStateBackend) -> Result<(), StateError> {
+        backend.clear_all(self.id)
+    }
+}
+
+/// The reduce function of a [`ReducingState`]: folds a new value into the stored one.
+pub type ReduceFn<T> = Box<dyn Fn(T, T) -> T + Send>;
+
+/// A typed reducing state: one `T` per key; [`ReducingState::add`] folds a value into it with the reduce
+/// function given at registration. Stored as a value row.
+pub struct ReducingState<T> {
+    id: StateId,
+    reduce: ReduceFn<T>,
+    scratch: Vec<u8>,
+}
+
+impl<T: StateCodec> ReducingState<T> {
+    /// Registers (or finds) the reducing state `name` in a backend, with its reduce function.
+    pub fn register(
+        backend: &mut dyn KeyedStateBackend,
+        name: &str,
+        reduce: impl Fn(T, T) -> T + Send + 'static,
+    ) -> Result<Self, StateError> {
+        let id = backend.register_state(name, StateKind::Reducing)?;
+        Ok(ReducingState { id, reduce: Box::new(reduce), scratch: Vec::new() })
+    }
+
+    /// The current key's reduced value.
+    pub fn get(&self, backend: &mut dyn KeyedStateBackend) -> Result<Option<T>, StateError> {
+        backend.get_value(self.id)?.map(T::decode).transpose()
+    }
+
+    /// Folds `value` into the current key's value (or stores it, if there is none).
+    pub fn add(&mut self, backend: &mut dyn KeyedStateBackend, value: T) -> Result<(), StateError> {
+        let folded = match self.get(backend)? {
+            Some(old) => (self.reduce)(old, value),
+            None => value,
+        };
+        self.scratch.clear();
+        folded.encode(&mut self.scratch);
+        backend.put_value(self.id, &self.scratch)
+    }
+
+    /// Removes the current key's value.
+    pub fn clear(&self, backend: &mut dyn KeyedStateBackend) -> Result<(), StateError> {
+        backend.clear_key(self.id)
+    }
+
+    /// Removes the value of every key of the backend.
+    pub fn clear_all(&self, backend: &mut dyn KeyedStateBackend) -> Result<(), StateError> {
+        backend.clear_all(self.id)
+    }
+}
+
+/// The aggregate function of an [`AggregatingState`] (Flink's `AggregateFunction`).
+pub trait AggregateFunction<In, Acc, Out>: Send {
+    /// A new, empty accumulator.
+    fn create_accumulator(&self) -> Acc;
+    /// Adds `value` to `acc`.
+    fn add(&self, value: In, acc: Acc) -> Acc;
+    /// The result of an accumulator.
+    fn get_result(&self, acc: &Acc) -> Out;
+}
+
+/// A typed aggregating state: one accumulator `Acc` per key, fed `In` values, read as `Out`. Stored as a
+/// value row holding the accumulator.
+pub struct AggregatingState<In, Acc, Out> {
+    id: StateId,
+    function: Box<dyn AggregateFunction<In, Acc, Out>>,
+    scratch: Vec<u8>,
+}
+
+impl<In, Acc: StateCodec, Out> AggregatingState<In, Acc, Out> {
+    /// Registers (or finds) the aggregating state `name` in a backend, with its aggregate function.
+    pub fn register(
+        backend: &mut dyn KeyedStateBackend,
+        name: &str,
+        function: impl AggregateFunction<In, Acc, Out> + 'static,
+    ) -> Result<Self, StateError> {
+        let id = backend.register_state(name, StateKind::Aggregating)?;
+        Ok(AggregatingState { id, function: Box::new(function), scratch: Vec::new() })
+    }
+
+    /// The result for the current key, if anything was added since the last clear.
+    pub fn get(&self, backend: &mut dyn KeyedStateBackend) -> Result<Option<Out>, StateError> {
+        let acc = backend.get_value(self.id)?.map(Acc::decode).transpose()?;
+        Ok(acc.map(|a| self.function.get_result(&a)))
+    }
+
+    /// Adds `value` to the current key's accumulator (created if there is none).
+    pub fn add(&mut self, backend: &mut dyn KeyedStateBackend, value: In) -> Result<(), StateError> {
+        let acc = match backend.get_value(self.id)?.map(Acc::decode).transpose()? {
+            Some(acc) => acc,
+            None => self.function.create_accumulator(),
+        };
+        let acc = self.function.add(value, acc);
+        self.scratch.clear();
+        acc.encode(&mut self.scratch);
+        backend.put_value(self.id, &self.scratch)
+    }
+
+    /// Removes the current key's accumulator.
+    pub fn clear(&self, backend: &mut dyn KeyedStateBackend) -> Result<(), StateError> {
+        backend.clear_key(self.id)
+    }
+
+    /// Removes the accumulator of every key of the backend.
+    pub fn clear_all(&self, backend: &mut dyn KeyedStateBackend) -> Result<(), StateError> {
+        backend.clear_all(self.id)
+    }
+}
+
+/// The smallest byte string greater than every string starting with `prefix`, if there is one.
+pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut s = prefix.to_vec();
+    while let Some(last) = s.last_mut() {
+        if *last == 0xff {
+            s.pop();
+        } else {
+            *last += 1;
+            return Some(s);
+        }
+    }
+    None
 }
 
 /// Builds row keys (`key_group | key`) for the current key, shared by both backends.
@@ -131,6 +597,25 @@ impl RowKeyBuilder {
         self.row.clear();
         weir_common::keygroup::write_key_group_prefix(kg, self.max_parallelism, &mut self.row);
         self.row.extend_from_slice(key);
+    }
+
+    /// The prefix of the current key's map rows: `key_group | u32 BE key length | key`.
+    pub fn map_prefix(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.row[..self.prefix_len]);
+        out.extend_from_slice(&((self.row.len() - self.prefix_len) as u32).to_be_bytes());
+        out.extend_from_slice(&self.row[self.prefix_len..]);
+    }
+
+    /// The first row key of a key-group range and the first one past it (the key-group prefix of
+    /// `range.end + 1` always fits the prefix width, since key groups are `< max_parallelism`).
+    pub fn range_bounds(&self, range: KeyGroupRange) -> (Vec<u8>, Vec<u8>) {
+        use weir_common::ids::KeyGroup;
+        let mut lo = Vec::new();
+        weir_common::keygroup::write_key_group_prefix(KeyGroup(range.start), self.max_parallelism, &mut lo);
+        let mut hi = Vec::new();
+        weir_common::keygroup::write_key_group_prefix(KeyGroup(range.end + 1), self.max_parallelism, &mut hi);
+        (lo, hi)
     }
 
     /// First row-key byte string of a key-group range and the first one past it.

@@ -1,11 +1,20 @@
 //! Weir's state: keyed state (per key, partitioned into key groups) and operator state (per subtask), the
 //! RocksDB and heap backends behind one trait, and snapshots to and from an object store.
 //!
-//! - [`keyed`]: the [`KeyedStateBackend`] trait and typed state handles such as [`ValueState`].
-//! - [`rocks`]: RocksDB backend: a column family per state, row key `key_group | key`, a write-back cache.
+//! - [`keyed`]: the [`KeyedStateBackend`] trait and the typed state handles operators use — [`ValueState`],
+//!   [`ListState`], [`MapState`], [`ReducingState`] and [`AggregatingState`]. Registering a state declares its
+//!   [`StateKind`]; a name keeps its kind for good (also across snapshot and restore). Every handle has
+//!   `clear` (current key) and `clear_all` (every key of the backend). Writes larger than the backend's value
+//!   limit ([`DEFAULT_MAX_VALUE_BYTES`], [`KeyedStateBackend::set_max_value_bytes`]) are refused.
+//! - [`rocks`]: RocksDB backend: a column family per state, row key `key_group | key` (map rows
+//!   `key_group | len(key) | key | user key`), list appends through a merge operator, a write-back cache for
+//!   value rows. The module docs describe the row layout.
 //! - [`heap`]: in-memory backend with the same behaviour, for small state and tests.
 //! - [`operator`]: operator list state, snapshotted as one blob plus per-state element offsets.
 //! - [`snapshot`]: uploading local snapshots to an object store and downloading them for restore.
+//!
+//! The same test suite (`suite.rs`) runs every state kind, clear, clear_all, kind conflicts, the size limit and
+//! snapshot/restore round trips against both backends.
 
 pub mod cache;
 pub mod codec;
@@ -14,9 +23,14 @@ pub mod keyed;
 pub mod operator;
 pub mod rocks;
 pub mod snapshot;
+#[cfg(test)]
+mod suite;
 
 pub use codec::StateCodec;
-pub use keyed::{open_keyed_backend, KeyedStateBackend, LocalSnapshot, StateId, ValueState};
+pub use keyed::{
+    open_keyed_backend, AggregateFunction, AggregatingState, KeyedStateBackend, ListState, LocalSnapshot, MapState,
+    ReducingState, StateId, StateKind, ValueState, DEFAULT_MAX_VALUE_BYTES,
+};
 pub use operator::OperatorStateStore;
 
 /// Errors of the state layer.

@@ -46,6 +46,8 @@ pub struct TmConfig {
     pub rocksdb_write_buffer_mb: u64,
     /// MiB of RocksDB block cache shared by all tasks of this task manager.
     pub rocksdb_block_cache_mb: u64,
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`); empty = no metrics.
+    pub metrics_bind: String,
 }
 
 impl Default for TmConfig {
@@ -64,6 +66,7 @@ impl Default for TmConfig {
             state_cache_mb: 64,
             rocksdb_write_buffer_mb: 8,
             rocksdb_block_cache_mb: 16,
+            metrics_bind: String::new(),
         }
     }
 }
@@ -82,6 +85,7 @@ const KEYS: &[&str] = &[
     "state_cache_mb",
     "rocksdb_write_buffer_mb",
     "rocksdb_block_cache_mb",
+    "metrics_bind",
 ];
 
 /// Command-line flags of `weir-taskmanager`; each overrides the config file and environment.
@@ -144,6 +148,10 @@ pub struct Flags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rocksdb_block_cache_mb: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_bind: Option<String>,
 }
 
 /// Loads and checks the configuration.
@@ -159,6 +167,11 @@ pub fn load_config(flags: &Flags) -> anyhow::Result<TmConfig> {
     cfg.data_bind
         .parse::<SocketAddr>()
         .with_context(|| format!("invalid configuration: data_bind {:?}", cfg.data_bind))?;
+    if !cfg.metrics_bind.is_empty() {
+        cfg.metrics_bind
+            .parse::<SocketAddr>()
+            .with_context(|| format!("invalid configuration: metrics_bind {:?}", cfg.metrics_bind))?;
+    }
     Ok(cfg)
 }
 
@@ -189,6 +202,15 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
         .with_context(|| format!("cannot bind {}", cfg.data_bind))?;
     let rpc_address = format!("http://{}", advertised(rpc_listener.local_addr()?, &cfg.advertise_host));
     let data_address = advertised(data_listener.local_addr()?, &cfg.advertise_host);
+
+    if !cfg.metrics_bind.is_empty() {
+        let listener = tokio::net::TcpListener::bind(&cfg.metrics_bind)
+            .await
+            .with_context(|| format!("cannot bind metrics address {}", cfg.metrics_bind))?;
+        tracing::info!(address = %listener.local_addr()?, "serving metrics at /metrics");
+        let handle = crate::metrics::install().map_err(anyhow::Error::msg)?;
+        tokio::spawn(crate::metrics::serve(listener, handle));
+    }
 
     let data_server = Arc::new(DataServer::default());
     tokio::spawn(data_server.clone().run(data_listener));

@@ -157,6 +157,11 @@ pub fn spawn(desc: TaskDescriptor, env: Arc<TaskEnv>) -> Result<TaskHandle, Stri
     Ok(TaskHandle { attempt, events: tx, done: done_rx, cancel: cancel_tx })
 }
 
+/// Metric labels of a task.
+fn labels(desc: &TaskDescriptor) -> [(&'static str, String); 3] {
+    [("job_id", desc.job_id.0.clone()), ("vertex", desc.vertex.0.to_string()), ("subtask", desc.subtask.0.to_string())]
+}
+
 fn task_ref(desc: &TaskDescriptor) -> pb::TaskRef {
     pb::TaskRef {
         job_id: desc.job_id.0.clone(),
@@ -274,6 +279,7 @@ fn downstream_of(rest: &mut [ChainOp], outputs: &mut [OutputEdge], chunk: Vec<Re
 
 fn route(outputs: &mut [OutputEdge], records: &[Record]) -> Result<(), TaskError> {
     for edge in outputs {
+        edge.records_out.increment(records.len() as u64);
         for r in records {
             edge.emit(r)?;
         }
@@ -290,6 +296,7 @@ struct OutputEdge {
     next: usize,
     to_parallelism: u32,
     max_parallelism: u32,
+    records_out: metrics::Counter,
 }
 
 impl OutputEdge {
@@ -370,6 +377,8 @@ struct Task {
     restored_at_end: bool,
     work_dir: PathBuf,
     last_flush: Instant,
+    records_in: metrics::Counter,
+    sync_seconds: metrics::Histogram,
 }
 
 impl Task {
@@ -484,6 +493,7 @@ impl Task {
                 next: desc.subtask.0 as usize % n.max(1),
                 to_parallelism: out.to_parallelism,
                 max_parallelism: desc.max_parallelism,
+                records_out: metrics::counter!("weir_records_out_total", &labels(&desc)),
             });
         }
 
@@ -499,7 +509,6 @@ impl Task {
             _ => (None, 0),
         };
         Ok(Task {
-            desc,
             env,
             store,
             rx,
@@ -513,6 +522,9 @@ impl Task {
             restored_at_end,
             work_dir,
             last_flush: Instant::now(),
+            records_in: metrics::counter!("weir_records_in_total", &labels(&desc)),
+            sync_seconds: metrics::histogram!("weir_checkpoint_sync_seconds", &labels(&desc)),
+            desc,
         })
     }
 
@@ -643,6 +655,7 @@ impl Task {
                 let mut records = Vec::with_capacity(count as usize);
                 decode_records(&body, count as usize, &mut records)?;
                 self.release(c);
+                self.records_in.increment(count as u64);
                 if self.restored_at_end {
                     return Err(TaskError::Other("records arrived after end of input".into()));
                 }
@@ -765,6 +778,7 @@ impl Task {
         let cid = CheckpointId(id);
         match self.snapshot_sync(cid, timestamp_ms) {
             Ok(parts) => {
+                self.sync_seconds.record(started.elapsed().as_secs_f64());
                 let sync_ms = started.elapsed().as_millis() as u64;
                 self.spawn_upload(cid, parts, sync_ms);
             }
@@ -811,6 +825,8 @@ impl Task {
         let (vertex, subtask) = (self.desc.vertex, self.desc.subtask);
         let end_of_input = self.input_ended;
         let dir = self.work_dir.join(format!("chk-{}", id.0));
+        let async_seconds = metrics::histogram!("weir_checkpoint_async_seconds", &labels(&self.desc));
+        let uploaded_total = metrics::counter!("weir_checkpoint_uploaded_bytes_total", &labels(&self.desc));
         self.env.runtime.spawn(async move {
             let started = Instant::now();
             let result: Result<TaskSnapshot, TaskError> = async {
@@ -844,6 +860,10 @@ impl Task {
             .await;
             let _ = tokio::fs::remove_dir_all(&dir).await;
             let async_ms = started.elapsed().as_millis() as u64;
+            async_seconds.record(started.elapsed().as_secs_f64());
+            if let Ok(s) = &result {
+                uploaded_total.increment(s.uploaded_bytes);
+            }
             match result {
                 Ok(snapshot) => reporter.send(Report::Ack(pb::AcknowledgeCheckpointRequest {
                     tm_id: reporter.tm_id.clone(),

@@ -1,0 +1,53 @@
+//! A task manager started with `--metrics-bind` (here through `WEIR_METRICS_BIND`) serves Prometheus text at
+//! `/metrics` with the records each task handled and its checkpoint costs.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+use weir_integration_tests::{Cluster, ClusterOptions, CountJob, JobState};
+
+fn get(addr: &str, path: &str) -> anyhow::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// The value of the first sample of `name` whose labels contain `label`.
+fn sample(text: &str, name: &str, label: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .find_map(|l| l.rsplit(' ').next().and_then(|v| v.parse().ok()))
+}
+
+#[test]
+fn taskmanager_serves_record_and_checkpoint_metrics() -> anyhow::Result<()> {
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut options = ClusterOptions::new(1, 2);
+    options.env.push(("WEIR_METRICS_BIND".into(), addr.clone()));
+    let mut cluster = Cluster::start(options)?;
+    let job = CountJob::bounded("metrics", 200_000, 1000, 7).rate(100_000).checkpoint_every_ms(300).into_blackhole();
+    let id = cluster.submit(&job.yaml())?;
+    cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(90))?;
+
+    let page = get(&addr, "/metrics")?;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let job_label = format!("job_id=\"{id}\"");
+    // Every record reached the counters, and the blackhole discarded one count per key at end of input.
+    let discarded = sample(&page, "weir_blackhole_records_total", &job_label);
+    assert_eq!(discarded, Some(1000.0), "{page}");
+    let records_in: f64 = page
+        .lines()
+        .filter(|l| l.starts_with("weir_records_in_total") && l.contains(&job_label) && l.contains("vertex=\"1\""))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    assert_eq!(records_in, 200_000.0, "the counting vertex received every record");
+    assert!(page.contains("weir_checkpoint_sync_seconds"), "{page}");
+    assert!(sample(&page, "weir_checkpoint_uploaded_bytes_total", &job_label).is_some_and(|b| b > 0.0), "{page}");
+    assert!(get(&addr, "/nope")?.starts_with("HTTP/1.1 404"));
+    cluster.stop();
+    Ok(())
+}

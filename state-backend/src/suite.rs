@@ -1,0 +1,437 @@
+//! One test suite run against both keyed backends: every scenario takes a backend factory and is called for
+//! RocksDB (with a tiny write-back cache, so flushes happen mid-test) and for the heap.
+
+use crate::keyed::{
+    AggregateFunction, AggregatingState, KeyedStateBackend, ListState, MapState, ReducingState, StateKind, ValueState,
+};
+use crate::rocks::RocksOptions;
+use crate::{open_keyed_backend, StateError};
+use std::path::Path;
+use weir_common::keygroup::{key_group_for_key, KeyGroupRange};
+use weir_common::spec::StateBackendKind;
+
+const MAX_PARALLELISM: u32 = 128;
+const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
+
+/// Opens a backend in `work_dir`, restoring from `restore` if given.
+type Factory = fn(&Path, Option<&Path>) -> Box<dyn KeyedStateBackend>;
+
+fn rocks(work_dir: &Path, restore: Option<&Path>) -> Box<dyn KeyedStateBackend> {
+    let opts = RocksOptions { cache_bytes: 2048, ..Default::default() };
+    open_keyed_backend(StateBackendKind::Rocksdb, work_dir, MAX_PARALLELISM, RANGE, restore, &opts).unwrap()
+}
+
+fn heap(work_dir: &Path, restore: Option<&Path>) -> Box<dyn KeyedStateBackend> {
+    open_keyed_backend(StateBackendKind::Heap, work_dir, MAX_PARALLELISM, RANGE, restore, &Default::default()).unwrap()
+}
+
+/// Runs `scenario` against both backends, naming the backend in a failure.
+fn both(scenario: fn(Factory, &Path)) {
+    for (name, factory) in [("rocksdb", rocks as Factory), ("heap", heap as Factory)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let result = std::panic::catch_unwind(|| scenario(factory, tmp.path()));
+        if let Err(e) = result {
+            eprintln!("scenario failed on the {name} backend");
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+/// Snapshots `b` into `dir/snap-<tag>` and opens a new backend from it in `dir/restored-<tag>`.
+fn snapshot_and_restore(
+    factory: Factory,
+    b: &mut dyn KeyedStateBackend,
+    dir: &Path,
+    tag: &str,
+) -> Box<dyn KeyedStateBackend> {
+    let snap = b.snapshot_sync(&dir.join(format!("snap-{tag}"))).unwrap();
+    factory(&dir.join(format!("restored-{tag}")), Some(&snap.dir))
+}
+
+fn key(i: u64) -> [u8; 8] {
+    i.to_be_bytes()
+}
+
+fn declaration_message(e: StateError) -> String {
+    match e {
+        StateError::Declaration { name, message } => format!("{name}: {message}"),
+        other => panic!("expected a declaration error, got {other:?}"),
+    }
+}
+
+struct Avg;
+
+impl AggregateFunction<u32, Vec<u8>, f64> for Avg {
+    fn create_accumulator(&self) -> Vec<u8> {
+        [0u64.to_be_bytes(), 0u64.to_be_bytes()].concat()
+    }
+    fn add(&self, value: u32, acc: Vec<u8>) -> Vec<u8> {
+        let sum = u64::from_be_bytes(acc[..8].try_into().unwrap()) + value as u64;
+        let n = u64::from_be_bytes(acc[8..].try_into().unwrap()) + 1;
+        [sum.to_be_bytes(), n.to_be_bytes()].concat()
+    }
+    fn get_result(&self, acc: &Vec<u8>) -> f64 {
+        let sum = u64::from_be_bytes(acc[..8].try_into().unwrap());
+        let n = u64::from_be_bytes(acc[8..].try_into().unwrap());
+        sum as f64 / n as f64
+    }
+}
+
+fn value_and_reducing_and_aggregating(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let mut v = ValueState::<u64>::register(b, "v").unwrap();
+    let mut r = ReducingState::<u64>::register(b, "r", |a, x| a + x).unwrap();
+    let mut a = AggregatingState::register(b, "a", Avg).unwrap();
+    for i in 0..200u64 {
+        b.set_current_key(&key(i % 20));
+        assert_eq!(v.value(b).unwrap().is_some(), i >= 20);
+        v.update(b, &i).unwrap();
+        r.add(b, i).unwrap();
+        a.add(b, (i % 20) as u32 * 2).unwrap();
+    }
+    b.set_current_key(&key(3));
+    assert_eq!(v.value(b).unwrap(), Some(183));
+    assert_eq!(r.get(b).unwrap(), Some((0..10).map(|j| 3 + 20 * j).sum()));
+    assert_eq!(a.get(b).unwrap(), Some(6.0));
+    r.clear(b).unwrap();
+    a.clear(b).unwrap();
+    v.clear(b).unwrap();
+    assert_eq!(r.get(b).unwrap(), None);
+    assert_eq!(a.get(b).unwrap(), None);
+    assert_eq!(v.value(b).unwrap(), None);
+    b.set_current_key(&key(4));
+    assert_eq!(a.get(b).unwrap(), Some(8.0));
+
+    let mut restored = snapshot_and_restore(factory, b, dir, "1");
+    // Writes after the snapshot must not show up in it.
+    b.set_current_key(&key(4));
+    r.add(b, 1000).unwrap();
+    let b = restored.as_mut();
+    let v = ValueState::<u64>::register(b, "v").unwrap();
+    let r = ReducingState::<u64>::register(b, "r", |a, x| a + x).unwrap();
+    let a = AggregatingState::register(b, "a", Avg).unwrap();
+    b.set_current_key(&key(3));
+    assert_eq!((v.value(b).unwrap(), r.get(b).unwrap(), a.get(b).unwrap()), (None, None, None));
+    b.set_current_key(&key(4));
+    assert_eq!(v.value(b).unwrap(), Some(184));
+    assert_eq!(r.get(b).unwrap(), Some((0..10).map(|j| 4 + 20 * j).sum()));
+    assert_eq!(a.get(b).unwrap(), Some(8.0));
+    let mut n = 0;
+    v.for_each(b, |_, _| {
+        n += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(n, 19);
+}
+
+fn list_state(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let mut l = ListState::<String>::register(b, "l").unwrap();
+    b.set_current_key(b"k1");
+    assert!(l.get(b).unwrap().is_empty());
+    l.add(b, &"a".to_string()).unwrap();
+    l.add(b, &String::new()).unwrap();
+    l.add_all(b, &["b".to_string(), "cc".to_string()]).unwrap();
+    l.add_all(b, &[]).unwrap();
+    assert_eq!(l.get(b).unwrap(), ["a", "", "b", "cc"]);
+    b.set_current_key(b"k2");
+    assert!(l.get(b).unwrap().is_empty());
+    l.update(b, &["x".to_string()]).unwrap();
+    l.add(b, &"y".to_string()).unwrap();
+    assert_eq!(l.get(b).unwrap(), ["x", "y"]);
+    l.update(b, &["z".to_string()]).unwrap();
+    assert_eq!(l.get(b).unwrap(), ["z"]);
+    l.update(b, &[]).unwrap();
+    assert!(l.get(b).unwrap().is_empty());
+    l.add(b, &"after-empty-update".to_string()).unwrap();
+    assert_eq!(l.get(b).unwrap(), ["after-empty-update"]);
+    l.clear(b).unwrap();
+    assert!(l.get(b).unwrap().is_empty());
+    // Many keys and appends, through cache flushes.
+    let mut nums = ListState::<u64>::register(b, "nums").unwrap();
+    for i in 0..600u64 {
+        b.set_current_key(&key(i % 30));
+        nums.add(b, &i).unwrap();
+    }
+    b.set_current_key(&key(7));
+    let want: Vec<u64> = (0..20).map(|j| 7 + 30 * j).collect();
+    assert_eq!(nums.get(b).unwrap(), want);
+    b.set_current_key(b"k1");
+    assert_eq!(l.get(b).unwrap(), ["a", "", "b", "cc"]);
+
+    let mut restored = snapshot_and_restore(factory, b, dir, "1");
+    b.set_current_key(b"k1");
+    l.add(b, &"late".to_string()).unwrap();
+    let b = restored.as_mut();
+    let mut l = ListState::<String>::register(b, "l").unwrap();
+    let nums = ListState::<u64>::register(b, "nums").unwrap();
+    b.set_current_key(b"k1");
+    assert_eq!(l.get(b).unwrap(), ["a", "", "b", "cc"]);
+    l.add(b, &"d".to_string()).unwrap();
+    assert_eq!(l.get(b).unwrap(), ["a", "", "b", "cc", "d"]);
+    b.set_current_key(b"k2");
+    assert!(l.get(b).unwrap().is_empty());
+    b.set_current_key(&key(7));
+    assert_eq!(nums.get(b).unwrap(), want);
+}
+
+/// Two keys in the same key group, the second extending the first (`k` and `k…`).
+fn nested_keys_in_one_key_group() -> (Vec<u8>, Vec<u8>) {
+    let short = b"k".to_vec();
+    let kg = key_group_for_key(&short, MAX_PARALLELISM);
+    for i in 0u32.. {
+        let long = format!("k{i}").into_bytes();
+        if key_group_for_key(&long, MAX_PARALLELISM) == kg {
+            return (short, long);
+        }
+    }
+    unreachable!()
+}
+
+fn map_state(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let mut m = MapState::<String, u64>::register(b, "m").unwrap();
+    let (short, long) = nested_keys_in_one_key_group();
+    b.set_current_key(&short);
+    assert!(m.is_empty(b).unwrap());
+    assert_eq!(m.get(b, &"x".into()).unwrap(), None);
+    m.put(b, &"b".into(), &2).unwrap();
+    m.put(b, &"a".into(), &1).unwrap();
+    m.put(b, &"".into(), &0).unwrap();
+    m.put(b, &"0".into(), &9).unwrap();
+    m.put(b, &"a".into(), &11).unwrap();
+    b.set_current_key(&long);
+    // `long` = `short` + "0…": without the length prefix these rows would look like `short`'s user key "0…".
+    assert!(m.is_empty(b).unwrap());
+    m.put(b, &"z".into(), &26).unwrap();
+    assert_eq!(m.entries(b).unwrap(), [("z".to_string(), 26)]);
+    b.set_current_key(&short);
+    assert!(!m.is_empty(b).unwrap());
+    assert_eq!(m.get(b, &"a".into()).unwrap(), Some(11));
+    assert!(m.contains(b, &"b".into()).unwrap());
+    assert!(!m.contains(b, &"z".into()).unwrap());
+    let want = [("".to_string(), 0), ("0".into(), 9), ("a".into(), 11), ("b".into(), 2)];
+    assert_eq!(m.entries(b).unwrap(), want);
+    assert_eq!(m.keys(b).unwrap(), ["", "0", "a", "b"]);
+    let mut sum = 0;
+    m.for_each(b, |_, v| {
+        sum += v;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(sum, 22);
+    m.remove(b, &"0".into()).unwrap();
+    m.remove(b, &"nope".into()).unwrap();
+    assert!(!m.contains(b, &"0".into()).unwrap());
+    let want = [("".to_string(), 0), ("a".into(), 11), ("b".into(), 2)];
+    assert_eq!(m.entries(b).unwrap(), want);
+
+    let mut restored = snapshot_and_restore(factory, b, dir, "1");
+    m.put(b, &"late".into(), &1).unwrap();
+    let r = restored.as_mut();
+    let mut m2 = MapState::<String, u64>::register(r, "m").unwrap();
+    r.set_current_key(&short);
+    assert_eq!(m2.entries(r).unwrap(), want);
+    r.set_current_key(&long);
+    assert_eq!(m2.get(r, &"z".into()).unwrap(), Some(26));
+
+    // Clearing one key's map leaves the other key's alone.
+    b.set_current_key(&short);
+    m.clear(b).unwrap();
+    assert!(m.is_empty(b).unwrap());
+    assert!(m.entries(b).unwrap().is_empty());
+    b.set_current_key(&long);
+    assert_eq!(m.entries(b).unwrap(), [("z".to_string(), 26)]);
+    m.remove(b, &"z".into()).unwrap();
+    assert!(m.is_empty(b).unwrap());
+}
+
+fn kind_conflicts(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let s = b.register_state("s", StateKind::List).unwrap();
+    assert_eq!(b.register_state("s", StateKind::List).unwrap(), s);
+    let v = b.register_value_state("v").unwrap();
+    assert_eq!(b.register_state("v", StateKind::Value).unwrap(), v);
+    let msg = declaration_message(ValueState::<u64>::register(b, "s").err().unwrap());
+    assert!(msg.contains("s:") && msg.contains("value") && msg.contains("list"), "{msg}");
+    let msg = declaration_message(ReducingState::<u64>::register(b, "v", |a, _| a).err().unwrap());
+    assert!(msg.contains("reducing") && msg.contains("value"), "{msg}");
+    let msg = declaration_message(MapState::<u64, u64>::register(b, "s").err().unwrap());
+    assert!(msg.contains("map") && msg.contains("list"), "{msg}");
+    b.register_state("r", StateKind::Reducing).unwrap();
+    let msg = declaration_message(b.register_state("r", StateKind::Aggregating).err().unwrap());
+    assert!(msg.contains("aggregating") && msg.contains("reducing"), "{msg}");
+    b.register_state("m", StateKind::Map).unwrap();
+    // Byte-level access of the wrong kind is refused too.
+    b.set_current_key(b"k");
+    assert!(b.put_value(s, b"x").is_err());
+    assert!(b.append_list(v, &[0, 0, 0, 0]).is_err());
+    assert!(b.map_get(v, b"x").is_err());
+
+    // The kinds survive a snapshot.
+    let mut restored = snapshot_and_restore(factory, b, dir, "1");
+    let r = restored.as_mut();
+    for (name, kind) in [("s", StateKind::Map), ("v", StateKind::List), ("r", StateKind::Value), ("m", StateKind::List)]
+    {
+        let msg = declaration_message(r.register_state(name, kind).err().unwrap());
+        assert!(msg.contains(kind.name()), "{msg}");
+    }
+    r.register_state("s", StateKind::List).unwrap();
+    r.register_state("m", StateKind::Map).unwrap();
+    r.register_state("r", StateKind::Reducing).unwrap();
+    r.register_value_state("v").unwrap();
+}
+
+fn clear_all(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let mut v = ValueState::<u64>::register(b, "v").unwrap();
+    let mut keep = ValueState::<u64>::register(b, "keep").unwrap();
+    let mut l = ListState::<u64>::register(b, "l").unwrap();
+    let mut m = MapState::<u64, u64>::register(b, "m").unwrap();
+    let mut r = ReducingState::<u64>::register(b, "r", |a, x| a.max(x)).unwrap();
+    let mut a = AggregatingState::register(b, "a", Avg).unwrap();
+    let keys = 300u64;
+    for i in 0..keys {
+        b.set_current_key(&key(i));
+        v.update(b, &i).unwrap();
+        keep.update(b, &i).unwrap();
+        l.add(b, &i).unwrap();
+        m.put(b, &i, &i).unwrap();
+        r.add(b, i).unwrap();
+        a.add(b, i as u32).unwrap();
+    }
+    // Some rows reach RocksDB through a snapshot, the latest stay dirty in the cache.
+    let _ = b.snapshot_sync(&dir.join("mid")).unwrap();
+    for i in 0..10 {
+        b.set_current_key(&key(i));
+        v.update(b, &(i + 1000)).unwrap();
+        l.add(b, &i).unwrap();
+    }
+    v.clear_all(b).unwrap();
+    l.clear_all(b).unwrap();
+    m.clear_all(b).unwrap();
+    r.clear_all(b).unwrap();
+    a.clear_all(b).unwrap();
+    let check = |b: &mut dyn KeyedStateBackend| {
+        let v = ValueState::<u64>::register(b, "v").unwrap();
+        let keep = ValueState::<u64>::register(b, "keep").unwrap();
+        let l = ListState::<u64>::register(b, "l").unwrap();
+        let mut m = MapState::<u64, u64>::register(b, "m").unwrap();
+        let r = ReducingState::<u64>::register(b, "r", |a, x| a.max(x)).unwrap();
+        let a = AggregatingState::register(b, "a", Avg).unwrap();
+        for i in 0..keys {
+            b.set_current_key(&key(i));
+            assert_eq!(v.value(b).unwrap(), None);
+            assert_eq!(keep.value(b).unwrap(), Some(i));
+            assert!(l.get(b).unwrap().is_empty());
+            assert!(m.is_empty(b).unwrap());
+            assert_eq!(m.get(b, &i).unwrap(), None);
+            assert_eq!(r.get(b).unwrap(), None);
+            assert_eq!(a.get(b).unwrap(), None);
+        }
+        let mut n = 0;
+        v.for_each(b, |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 0);
+    };
+    check(b);
+    let mut restored = snapshot_and_restore(factory, b, dir, "1");
+    check(restored.as_mut());
+    // The states are usable after clear_all.
+    b.set_current_key(&key(5));
+    v.update(b, &55).unwrap();
+    l.add(b, &5).unwrap();
+    m.put(b, &5, &5).unwrap();
+    assert_eq!(v.value(b).unwrap(), Some(55));
+    assert_eq!(l.get(b).unwrap(), [5]);
+    assert_eq!(m.entries(b).unwrap(), [(5, 5)]);
+}
+
+fn size_limit(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    b.set_max_value_bytes(100);
+    let mut v = ValueState::<Vec<u8>>::register(b, "big-value").unwrap();
+    let mut l = ListState::<Vec<u8>>::register(b, "big-list").unwrap();
+    let mut m = MapState::<u64, Vec<u8>>::register(b, "big-map").unwrap();
+    let mut r = ReducingState::<Vec<u8>>::register(b, "big-reduce", |a, x| [a, x].concat()).unwrap();
+    b.set_current_key(b"k");
+    let check_err = |e: StateError, name: &str, size: usize| {
+        let msg = declaration_message(e);
+        assert!(msg.contains(name) && msg.contains(&size.to_string()) && msg.contains("MapState"), "{msg}");
+    };
+
+    v.update(b, &vec![1; 100]).unwrap();
+    check_err(v.update(b, &vec![2; 101]).unwrap_err(), "big-value", 101);
+    assert_eq!(v.value(b).unwrap(), Some(vec![1; 100]));
+
+    // Elements are 4-byte length + bytes: 3 elements of 26 bytes = 90 bytes.
+    l.add_all(b, &[vec![1; 26], vec![2; 26], vec![3; 26]]).unwrap();
+    check_err(l.add(b, &vec![4; 7]).unwrap_err(), "big-list", 101);
+    l.add(b, &vec![4; 6]).unwrap();
+    check_err(l.add(b, &vec![]).unwrap_err(), "big-list", 104);
+    assert_eq!(l.get(b).unwrap(), [vec![1; 26], vec![2; 26], vec![3; 26], vec![4; 6]]);
+    check_err(l.update(b, &[vec![0; 97]]).unwrap_err(), "big-list", 101);
+    assert_eq!(l.get(b).unwrap().len(), 4);
+    l.update(b, &[vec![0; 96]]).unwrap();
+    assert_eq!(l.get(b).unwrap(), [vec![0; 96]]);
+
+    check_err(m.put(b, &1, &vec![0; 101]).unwrap_err(), "big-map", 101);
+    assert!(m.is_empty(b).unwrap());
+    for i in 0..10 {
+        m.put(b, &i, &vec![0; 100]).unwrap();
+    }
+    assert_eq!(m.keys(b).unwrap().len(), 10);
+
+    r.add(b, vec![0; 60]).unwrap();
+    check_err(r.add(b, vec![0; 60]).unwrap_err(), "big-reduce", 120);
+    assert_eq!(r.get(b).unwrap(), Some(vec![0; 60]));
+
+    // After a restore (RocksDB: an empty list-length cache) the list total is still enforced.
+    let mut restored = snapshot_and_restore(factory, b, dir, "1");
+    let b = restored.as_mut();
+    b.set_max_value_bytes(100);
+    let mut l = ListState::<Vec<u8>>::register(b, "big-list").unwrap();
+    b.set_current_key(b"k");
+    check_err(l.add(b, &vec![]).unwrap_err(), "big-list", 104);
+    assert_eq!(l.get(b).unwrap(), [vec![0; 96]]);
+}
+
+#[test]
+fn value_reducing_and_aggregating_states() {
+    both(value_and_reducing_and_aggregating);
+}
+
+#[test]
+fn list_states() {
+    both(list_state);
+}
+
+#[test]
+fn map_states() {
+    both(map_state);
+}
+
+#[test]
+fn kind_conflicts_are_refused() {
+    both(kind_conflicts);
+}
+
+#[test]
+fn clear_all_empties_every_key() {
+    both(clear_all);
+}
+
+#[test]
+fn oversized_values_are_refused() {
+    both(size_limit);
+}

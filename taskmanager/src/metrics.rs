@@ -1,0 +1,68 @@
+//! Prometheus metrics of a task manager, served as text at `GET /metrics` on `--metrics-bind`.
+//!
+//! Recorded per task (labels `job_id`, `vertex`, `subtask`): `weir_records_in_total`,
+//! `weir_records_out_total`, `weir_checkpoint_sync_seconds`, `weir_checkpoint_async_seconds`,
+//! `weir_checkpoint_uploaded_bytes_total`; per `blackhole` subtask `weir_blackhole_records_total`. Counters
+//! are bumped once per batch, never per record. Without `--metrics-bind` no recorder is installed and every
+//! metric call is a no-op.
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Installs the process-wide Prometheus recorder.
+pub fn install() -> Result<PrometheusHandle, String> {
+    PrometheusBuilder::new().install_recorder().map_err(|e| format!("cannot install the metrics recorder: {e}"))
+}
+
+/// Serves `GET /metrics` until the listener fails; any other path is 404.
+pub async fn serve(listener: TcpListener, handle: PrometheusHandle) {
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut len = 0;
+            // Read the request head (bounded in size and time); the body of a GET is empty.
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                while len < buf.len() {
+                    match stream.read(&mut buf[len..]).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => len += n,
+                    }
+                    if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+            })
+            .await;
+            if read.is_err() {
+                return;
+            }
+            let head = String::from_utf8_lossy(&buf[..len]);
+            let path = head.split_whitespace().nth(1).unwrap_or("");
+            let (status, body) = if head.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
+                ("200 OK", handle.render())
+            } else {
+                ("404 Not Found", "not found: metrics are at /metrics\n".to_string())
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
