@@ -414,6 +414,31 @@ pub fn referenced_files<'a>(metas: impl IntoIterator<Item = &'a CheckpointMetada
     out
 }
 
+/// Every file one task's snapshot references (relative paths).
+pub fn snapshot_files(s: &TaskSnapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    for st in s.operators.values() {
+        out.extend(st.keyed.iter().flat_map(|k| k.files.iter()).map(|f| f.path.clone()));
+        out.extend(st.operator_state.iter().map(|o| o.file.path.clone()));
+    }
+    out
+}
+
+/// The shared (incremental) files among `candidates` that no retained checkpoint references any more: files of
+/// subsumed checkpoints and of failed ones. Files outside `shared_dir` go with their checkpoint's directory.
+pub fn unreferenced_shared_files(
+    candidates: impl IntoIterator<Item = String>,
+    referenced: &HashSet<String>,
+    shared_dir: &str,
+) -> Vec<String> {
+    let prefix = format!("{shared_dir}/");
+    let mut out: Vec<String> =
+        candidates.into_iter().filter(|p| p.starts_with(&prefix) && !referenced.contains(p)).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// How to delete a checkpoint's directory without touching files a retained checkpoint still uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DirCleanup {
@@ -510,6 +535,7 @@ pub async fn delete_checkpoint_dirs(
     retained: &[RetainedCheckpoint],
     known: &BTreeMap<CheckpointId, std::sync::Arc<CheckpointMetadata>>,
     ids: &[CheckpointId],
+    candidates: Vec<String>,
 ) {
     let mut metas = Vec::new();
     let mut complete = true;
@@ -532,6 +558,30 @@ pub async fn delete_checkpoint_dirs(
         }
     }
     let referenced = referenced_files(metas.iter().map(|m| m.as_ref()));
+    // The checkpoints being deleted name their shared files in their own `_metadata` (if they completed);
+    // read it before the directory goes, so that nothing leaks even after a job-manager restart.
+    let mut candidates = candidates;
+    for &id in ids {
+        if retained.iter().any(|r| r.id == id) {
+            continue;
+        }
+        if let Ok(m) = store
+            .get(&paths::metadata(job_id, id))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|b| CheckpointMetadata::from_bytes(&b))
+        {
+            candidates.extend(referenced_files([&m]));
+        }
+    }
+    if complete {
+        for path in unreferenced_shared_files(candidates, &referenced, &paths::shared_dir(job_id)) {
+            match store.delete(&path).await {
+                Ok(()) => tracing::debug!(job_id = %job_id, path = %path, "deleted shared file"),
+                Err(error) => tracing::warn!(job_id = %job_id, path = %path, %error, "cannot delete shared file"),
+            }
+        }
+    }
     for &id in ids {
         if retained.iter().any(|r| r.id == id) {
             continue;
@@ -572,6 +622,19 @@ pub async fn delete_checkpoint_dirs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_unreferenced_shared_files_are_deleted() {
+        let referenced: HashSet<String> = ["j/shared/a/0/x/1.sst".to_string()].into_iter().collect();
+        let candidates = vec![
+            "j/shared/a/0/x/1.sst".to_string(), // still used by a retained checkpoint
+            "j/shared/a/0/x/2.sst".to_string(), // only the subsumed or failed checkpoint used it
+            "j/shared/a/0/x/2.sst".to_string(),
+            "j/chk-3/a/0/keyed/MANIFEST-5".to_string(), // goes with its checkpoint's directory
+            "j/sharedfoo/3.sst".to_string(),
+        ];
+        assert_eq!(unreferenced_shared_files(candidates, &referenced, "j/shared"), vec!["j/shared/a/0/x/2.sst"]);
+    }
     use crate::descriptors::tests::demo_job;
     use bytes::Bytes;
     use weir_common::checkpoint::{FileHandle, OperatorStateHandle, OperatorSubtaskState};
@@ -848,7 +911,7 @@ mod tests {
         let retained = vec![retained(&job, 3)];
         // Checkpoint 3 is retained: asking to delete it does nothing.
         let ids = [CheckpointId(1), CheckpointId(2), CheckpointId(3)];
-        delete_checkpoint_dirs(&store, &job, &retained, &BTreeMap::new(), &ids).await;
+        delete_checkpoint_dirs(&store, &job, &retained, &BTreeMap::new(), &ids, Vec::new()).await;
         let mut left = store.list("j").await.unwrap();
         left.sort();
         assert_eq!(left, vec!["j/chk-2/a/0/shared-sst".to_string(), "j/chk-3/_metadata".to_string()]);

@@ -4,9 +4,9 @@
 //! [`crate::lifecycle`], [`crate::coordinator`] and [`crate::descriptors`]; this module does the I/O.
 
 use crate::coordinator::{
-    build_metadata, delete_checkpoint_dirs, load_restore_point, subsumed, AckOutcome, CheckpointCoordinator,
-    CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError, RetainedCheckpoint, TaskKey,
-    TaskReadiness, TriggerDecision,
+    build_metadata, delete_checkpoint_dirs, load_restore_point, referenced_files, snapshot_files, subsumed, AckOutcome,
+    CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError,
+    RetainedCheckpoint, TaskKey, TaskReadiness, TriggerDecision,
 };
 use crate::descriptors::{build_descriptors, DeployPlan};
 use crate::error::JobRequestError;
@@ -264,7 +264,7 @@ impl JobActor {
         info!(job_id = %self.record.id, state = %self.record.state, attempt = self.record.attempt.0,
             latest_checkpoint = self.record.latest_completed().map(|r| r.id.0), "job recovered from the job store");
         let _ = self.persist().await;
-        self.spawn_cleanup(interrupted);
+        self.spawn_cleanup(interrupted, Vec::new());
     }
 
     async fn handle(&mut self, event: JobEvent) {
@@ -406,7 +406,7 @@ impl JobActor {
                 warn!(job_id = %job_id, restore_checkpoint = r.checkpoint.id.0,
                     dropped = ?skipped.iter().map(|c| c.0).collect::<Vec<_>>(), "restoring from an older checkpoint; dropping the unreadable newer ones");
                 self.record.retained.retain(|c| !skipped.contains(&c.id));
-                self.spawn_cleanup(skipped);
+                self.spawn_cleanup(skipped, Vec::new());
             }
         }
 
@@ -699,6 +699,7 @@ impl JobActor {
         snapshot: TaskSnapshot,
     ) {
         let job_id = self.record.id.clone();
+        let files = snapshot_files(&snapshot);
         let outcome = match self.deployment.as_mut() {
             Some(dep) => dep.coordinator.acknowledge(attempt, checkpoint_id, task, snapshot),
             None => AckOutcome::Dropped("the job is not deployed"),
@@ -708,7 +709,7 @@ impl JobActor {
                 debug!(job_id = %job_id, checkpoint_id = checkpoint_id.0, attempt = attempt.0, reason, "acknowledgement dropped");
                 // Files a task uploaded for a checkpoint that already failed are deleted again.
                 if self.record.is_failed_checkpoint(checkpoint_id) {
-                    self.spawn_cleanup(vec![checkpoint_id]);
+                    self.spawn_cleanup(vec![checkpoint_id], files);
                 }
             }
             AckOutcome::Pending { remaining } => {
@@ -772,12 +773,17 @@ impl JobActor {
         let ids: Vec<CheckpointId> = self.record.retained.iter().map(|r| r.id).collect();
         let gone = subsumed(&ids, self.record.job.checkpointing.retained);
         self.record.retained.retain(|r| !gone.contains(&r.id));
+        let gone_files: Vec<String> = gone
+            .iter()
+            .filter_map(|g| self.retained_meta.get(g))
+            .flat_map(|m| referenced_files([m.as_ref()]))
+            .collect();
         self.retained_meta.insert(id, Arc::new(meta));
         self.retained_meta.retain(|k, _| !gone.contains(k));
         let _ = self.persist().await;
         info!(job_id = %job_id, checkpoint_id = id.0, duration_ms, full_size_bytes, uploaded_bytes,
             is_final = pending.is_final, subsumed = ?gone.iter().map(|c| c.0).collect::<Vec<_>>(), "checkpoint completed");
-        self.spawn_cleanup(gone);
+        self.spawn_cleanup(gone, gone_files);
         self.notify(id, true, pending.is_final);
         // A final checkpoint waiting behind this one starts at once.
         self.coordinate(now_ms()).await;
@@ -816,7 +822,7 @@ impl JobActor {
         }
         self.record.checkpoints_failed += 1;
         warn!(job_id = %self.record.id, checkpoint_id = pending.id.0, attempt = pending.attempt.0, reason, "checkpoint failed");
-        self.spawn_cleanup(vec![pending.id]);
+        self.spawn_cleanup(vec![pending.id], pending.acks.values().flat_map(snapshot_files).collect());
         match self.deployment.as_mut() {
             Some(dep) if dep.attempt == pending.attempt => dep.coordinator.record_failure(now, counts),
             _ => false,
@@ -857,10 +863,12 @@ impl JobActor {
     }
 
     /// Deletes the directories of checkpoints no longer needed, in the background.
-    fn spawn_cleanup(&self, ids: Vec<CheckpointId>) {
+    /// `files` are the files those checkpoints referenced, where known: shared (incremental) files among them
+    /// that no retained checkpoint references are deleted too.
+    fn spawn_cleanup(&self, ids: Vec<CheckpointId>, files: Vec<String>) {
         let ids: Vec<CheckpointId> =
             ids.into_iter().filter(|id| !self.record.retained.iter().any(|r| r.id == *id)).collect();
-        if ids.is_empty() {
+        if ids.is_empty() && files.is_empty() {
             return;
         }
         let store = self.shared.store.clone();
@@ -868,7 +876,7 @@ impl JobActor {
         let retained = self.record.retained.clone();
         let known = self.retained_meta.clone();
         tokio::spawn(async move {
-            delete_checkpoint_dirs(&store, &job_id, &retained, &known, &ids).await;
+            delete_checkpoint_dirs(&store, &job_id, &retained, &known, &ids, files).await;
         });
     }
 }

@@ -1,10 +1,38 @@
 //! Moving snapshots between local disk and the object store.
+//!
+//! Incremental snapshots: RocksDB's SST files are immutable, so an SST that the last *completed* checkpoint
+//! already holds is referenced again instead of uploaded ([`upload_keyed_incremental`]). New SSTs go to the
+//! job's shared directory, under a per-backend-instance folder (two attempts restored from the same
+//! checkpoint may create different files with the same number); MANIFEST, CURRENT and OPTIONS go to the
+//! checkpoint's own directory every time. The job manager deletes a shared file once no retained checkpoint
+//! references it.
 
 use crate::keyed::LocalSnapshot;
 use crate::StateError;
+use std::collections::HashMap;
 use std::path::Path;
 use weir_common::checkpoint::{check_relative_path, FileHandle, KeyedStateHandle};
 use weir_common::store::Store;
+
+/// Whether a snapshot file is immutable and may be shared between checkpoints (a RocksDB SST file).
+pub fn is_shareable(name: &str) -> bool {
+    name.ends_with(".sst")
+}
+
+/// The local name of a snapshot file: the last component of its remote path.
+pub fn local_name(f: &FileHandle) -> &str {
+    f.path.rsplit('/').next().unwrap_or(&f.path)
+}
+
+/// The shareable files of a handle, by local name: what a later snapshot may reuse once this one completed.
+pub fn shareable_files(handle: &KeyedStateHandle) -> HashMap<String, FileHandle> {
+    handle
+        .files
+        .iter()
+        .filter(|f| is_shareable(local_name(f)))
+        .map(|f| (local_name(f).to_string(), f.clone()))
+        .collect()
+}
 
 /// Uploads every file of a local snapshot under `remote_dir`; returns the handle and the bytes uploaded.
 pub async fn upload_keyed(
@@ -12,10 +40,30 @@ pub async fn upload_keyed(
     local: &LocalSnapshot,
     remote_dir: &str,
 ) -> Result<(KeyedStateHandle, u64), StateError> {
+    upload_keyed_incremental(store, local, remote_dir, None, &HashMap::new()).await
+}
+
+/// Uploads a local snapshot, reusing what `confirmed` (the shareable files of the last completed checkpoint,
+/// by local name) already holds; new shareable files go under `shared_dir` (if given), the rest under
+/// `exclusive_dir`. Returns the handle and the bytes uploaded now.
+pub async fn upload_keyed_incremental(
+    store: &Store,
+    local: &LocalSnapshot,
+    exclusive_dir: &str,
+    shared_dir: Option<&str>,
+    confirmed: &HashMap<String, FileHandle>,
+) -> Result<(KeyedStateHandle, u64), StateError> {
     let mut files = Vec::with_capacity(local.files.len());
     let mut uploaded = 0;
-    for (name, _) in &local.files {
-        let rel = format!("{remote_dir}/{name}");
+    for (name, size) in &local.files {
+        let shared = shared_dir.filter(|_| is_shareable(name));
+        if let (Some(_), Some(prev)) = (shared, confirmed.get(name)) {
+            if prev.size == *size {
+                files.push(prev.clone());
+                continue;
+            }
+        }
+        let rel = format!("{}/{name}", shared.unwrap_or(exclusive_dir));
         let size = store.put_file(&rel, &local.dir.join(name)).await?;
         uploaded += size;
         files.push(FileHandle { path: rel, size });
@@ -77,5 +125,70 @@ mod tests {
             r.set_current_key(b"k");
             assert_eq!(st2.value(r.as_mut()).unwrap(), Some(5), "{kind:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn incremental_snapshots_upload_only_new_files_and_survive_subsumption() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open("memory:///", &StoreOptions::default()).unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let rocks = crate::rocks::RocksOptions { cache_bytes: 1 << 20, ..Default::default() };
+        let mut b =
+            open_keyed_backend(StateBackendKind::Rocksdb, &tmp.path().join("w"), 128, range, None, &rocks).unwrap();
+        let mut st = ValueState::<u64>::register(b.as_mut(), "n").unwrap();
+        let keys = 200_000u64;
+        for k in 0..keys {
+            b.set_current_key(&k.to_be_bytes());
+            st.update(b.as_mut(), &k).unwrap();
+        }
+        let s1 = b.snapshot_sync(&tmp.path().join("s1")).unwrap();
+        let (h1, up1) =
+            upload_keyed_incremental(&store, &s1, "j/chk-1/op/0/keyed", Some("j/shared/op/0/i1"), &HashMap::new())
+                .await
+                .unwrap();
+        // Checkpoint 1 completed: its SST files may be reused. Then 1% of the keys change.
+        let confirmed = shareable_files(&h1);
+        assert!(!confirmed.is_empty());
+        for k in (0..keys).step_by(100) {
+            b.set_current_key(&k.to_be_bytes());
+            st.update(b.as_mut(), &(k + 1)).unwrap();
+        }
+        let s2 = b.snapshot_sync(&tmp.path().join("s2")).unwrap();
+        let (h2, up2) =
+            upload_keyed_incremental(&store, &s2, "j/chk-2/op/0/keyed", Some("j/shared/op/0/i1"), &confirmed)
+                .await
+                .unwrap();
+        let full2: u64 = h2.files.iter().map(|f| f.size).sum();
+        assert!(up2 * 5 < full2, "checkpoint 2 uploaded {up2} of {full2} bytes (checkpoint 1: {up1})");
+        assert!(h2.files.iter().any(|f| confirmed.values().any(|c| c == f)), "some SST files are reused");
+
+        // Checkpoint 1 is subsumed: its exclusive files and the shared files only it used are deleted.
+        store.delete_dir("j/chk-1").await.unwrap();
+        for f in &h1.files {
+            if f.path.starts_with("j/shared/") && !h2.files.contains(f) {
+                store.delete(&f.path).await.unwrap();
+            }
+        }
+        drop(b);
+        download_keyed(&store, &h2, &tmp.path().join("dl")).await.unwrap();
+        let mut r = open_keyed_backend(
+            StateBackendKind::Rocksdb,
+            &tmp.path().join("w2"),
+            128,
+            range,
+            Some(&tmp.path().join("dl")),
+            &rocks,
+        )
+        .unwrap();
+        let st2 = ValueState::<u64>::register(r.as_mut(), "n").unwrap();
+        let mut seen = 0u64;
+        st2.for_each(r.as_mut(), |k, v| {
+            let k = u64::from_be_bytes(k.try_into().unwrap());
+            assert_eq!(v, if k % 100 == 0 { k + 1 } else { k });
+            seen += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, keys);
     }
 }

@@ -360,6 +360,27 @@ impl OutputEdge {
     }
 }
 
+/// Shareable snapshot files (by local name) per operator uid.
+type SharedFiles = BTreeMap<String, std::collections::HashMap<String, FileHandle>>;
+
+/// What incremental checkpoints may reuse: the shareable files of the last completed checkpoint, and those
+/// of snapshots uploaded but not yet known to be complete (promoted on the completion notification).
+#[derive(Default)]
+struct Incremental {
+    confirmed: SharedFiles,
+    uploaded: BTreeMap<u64, SharedFiles>,
+}
+
+impl Incremental {
+    /// Checkpoint `id` completed: its files become the ones to reuse; older unconfirmed uploads never will.
+    fn completed(&mut self, id: u64) {
+        if let Some(files) = self.uploaded.remove(&id) {
+            self.confirmed = files;
+        }
+        self.uploaded.retain(|&k, _| k > id);
+    }
+}
+
 struct Task {
     desc: TaskDescriptor,
     env: Arc<TaskEnv>,
@@ -379,6 +400,9 @@ struct Task {
     last_flush: Instant,
     records_in: metrics::Counter,
     sync_seconds: metrics::Histogram,
+    incremental: Arc<parking_lot::Mutex<Incremental>>,
+    /// Names this task's folder in the job's shared directory (unique per deployment of a backend).
+    instance: String,
 }
 
 impl Task {
@@ -399,6 +423,7 @@ impl Task {
         let rt = env.runtime.clone();
         let restored_at_end = desc.restore.as_ref().is_some_and(|r| r.operators.values().any(|s| s.end_of_input));
 
+        let mut incremental = Incremental::default();
         let mut ops = Vec::with_capacity(desc.operators.len());
         for od in &desc.operators {
             let info = RuntimeInfo {
@@ -427,6 +452,8 @@ impl Task {
                     Some(h) => {
                         let dir = work_dir.join(format!("restore-{}", od.uid));
                         rt.block_on(weir_state::snapshot::download_keyed(&store, h, &dir))?;
+                        // The restored checkpoint completed, so its files may be referenced again.
+                        incremental.confirmed.insert(od.uid.clone(), weir_state::snapshot::shareable_files(h));
                         Some(dir)
                     }
                     None => None,
@@ -523,6 +550,8 @@ impl Task {
             work_dir,
             last_flush: Instant::now(),
             records_in: metrics::counter!("weir_records_in_total", &labels(&desc)),
+            incremental: Arc::new(parking_lot::Mutex::new(incremental)),
+            instance: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
             sync_seconds: metrics::histogram!("weir_checkpoint_sync_seconds", &labels(&desc)),
             desc,
         })
@@ -707,6 +736,9 @@ impl Task {
                         (Head::Operator(o), false) => o.notify_checkpoint_aborted(cid)?,
                     }
                 }
+                if completed {
+                    self.incremental.lock().completed(id);
+                }
                 if completed && is_final && self.input_ended {
                     self.flush_outputs()?;
                     return Ok(Some(Exit::Finished));
@@ -827,18 +859,33 @@ impl Task {
         let dir = self.work_dir.join(format!("chk-{}", id.0));
         let async_seconds = metrics::histogram!("weir_checkpoint_async_seconds", &labels(&self.desc));
         let uploaded_total = metrics::counter!("weir_checkpoint_uploaded_bytes_total", &labels(&self.desc));
+        let incremental = self.incremental.clone();
+        let confirmed = if self.desc.incremental { incremental.lock().confirmed.clone() } else { SharedFiles::new() };
+        let shared_root = self.desc.incremental.then(|| paths::shared_dir(&job));
+        let instance = self.instance.clone();
         self.env.runtime.spawn(async move {
             let started = Instant::now();
             let result: Result<TaskSnapshot, TaskError> = async {
                 let mut operators = BTreeMap::new();
                 let mut uploaded = 0;
+                let mut shareable = SharedFiles::new();
                 for part in parts {
                     let remote = paths::subtask_dir(&job, id, &part.uid, subtask);
                     let keyed = match &part.keyed {
                         Some(local) => {
-                            let (h, n) =
-                                weir_state::snapshot::upload_keyed(&store, local, &format!("{remote}/keyed")).await?;
+                            let shared =
+                                shared_root.as_ref().map(|r| format!("{r}/{}/{}/{instance}", part.uid, subtask.0));
+                            let empty = std::collections::HashMap::new();
+                            let (h, n) = weir_state::snapshot::upload_keyed_incremental(
+                                &store,
+                                local,
+                                &format!("{remote}/keyed"),
+                                shared.as_deref(),
+                                confirmed.get(&part.uid).unwrap_or(&empty),
+                            )
+                            .await?;
                             uploaded += n;
+                            shareable.insert(part.uid.clone(), weir_state::snapshot::shareable_files(&h));
                             Some(h)
                         }
                         None => None,
@@ -855,6 +902,7 @@ impl Task {
                     };
                     operators.insert(part.uid, OperatorSubtaskState { subtask, keyed, operator_state, end_of_input });
                 }
+                incremental.lock().uploaded.insert(id.0, shareable);
                 Ok(TaskSnapshot { vertex, subtask, operators, uploaded_bytes: uploaded })
             }
             .await;
