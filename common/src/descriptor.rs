@@ -1,7 +1,7 @@
 //! The execution graph (operators chained into vertices) and the descriptor the job manager sends a task
 //! manager to deploy one subtask of one vertex.
 
-use crate::checkpoint::OperatorSubtaskState;
+use crate::checkpoint::{DistributionMode, OperatorStateHandle, OperatorSubtaskState};
 use crate::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use crate::keygroup::KeyGroupRange;
 use crate::spec::{Partitioning, ResolvedJob, StateBackendKind};
@@ -139,6 +139,25 @@ pub struct RestoreDescriptor {
     pub checkpoint_id: CheckpointId,
     /// Per operator uid of the chain, the state of this subtask.
     pub operators: BTreeMap<String, OperatorSubtaskState>,
+    /// Per operator uid with union list state, the operator-state handles of every subtask (in subtask
+    /// order): each subtask receives every subtask's union elements.
+    #[serde(default)]
+    pub union_sources: BTreeMap<String, Vec<OperatorStateHandle>>,
+}
+
+/// The operator-state handles of every subtask of an operator that has union list state, in subtask order
+/// (`None` when the operator has none): what each subtask must read its union elements from.
+pub fn union_sources(subtasks: &[OperatorSubtaskState]) -> Option<Vec<OperatorStateHandle>> {
+    let has_union = subtasks
+        .iter()
+        .filter_map(|s| s.operator_state.as_ref())
+        .any(|h| h.states.iter().any(|m| m.mode == DistributionMode::Union));
+    if !has_union {
+        return None;
+    }
+    let mut ordered: Vec<&OperatorSubtaskState> = subtasks.iter().collect();
+    ordered.sort_by_key(|s| s.subtask);
+    Some(ordered.into_iter().filter_map(|s| s.operator_state.clone()).collect())
 }
 
 /// Everything a task manager needs to run one subtask.
@@ -200,6 +219,27 @@ mod tests {
     use super::*;
     use crate::builtin::builtin_kinds;
     use crate::spec::{parse_spec_text, resolve};
+
+    #[test]
+    fn union_sources_list_every_subtask_in_order() {
+        use crate::checkpoint::{FileHandle, StateMetaInfo};
+        let st = |i: u32, mode: DistributionMode| OperatorSubtaskState {
+            subtask: SubtaskIndex(i),
+            keyed: None,
+            operator_state: Some(OperatorStateHandle {
+                file: FileHandle { path: format!("j/chk-1/op/{i}/opstate"), size: 4 },
+                states: vec![StateMetaInfo { name: "s".into(), mode, offsets: vec![0] }],
+            }),
+            end_of_input: false,
+        };
+        assert_eq!(
+            union_sources(&[st(0, DistributionMode::SplitDistribute), st(1, DistributionMode::SplitDistribute)]),
+            None
+        );
+        let sources = union_sources(&[st(1, DistributionMode::Union), st(0, DistributionMode::Union)]).unwrap();
+        let paths: Vec<&str> = sources.iter().map(|h| h.file.path.as_str()).collect();
+        assert_eq!(paths, vec!["j/chk-1/op/0/opstate", "j/chk-1/op/1/opstate"]);
+    }
 
     #[test]
     fn chains_forward_edges_only() {

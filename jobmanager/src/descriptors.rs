@@ -6,8 +6,8 @@ use crate::registry::SlotTarget;
 use std::collections::BTreeMap;
 use weir_common::checkpoint::CheckpointMetadata;
 use weir_common::descriptor::{
-    input_channels, output_targets, ExecutionGraph, InputDescriptor, OperatorDescriptor, OutputDescriptor,
-    RestoreDescriptor, TaskDescriptor,
+    input_channels, output_targets, union_sources, ExecutionGraph, InputDescriptor, OperatorDescriptor,
+    OutputDescriptor, RestoreDescriptor, TaskDescriptor,
 };
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::keygroup::KeyGroupRange;
@@ -149,6 +149,7 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                 None => None,
                 Some(meta) => {
                     let mut ops = BTreeMap::new();
+                    let mut unions = BTreeMap::new();
                     for &i in &vertex.operators {
                         let uid = &job.operators[i].uid;
                         let Some(stored) = meta.operators.get(uid) else { continue };
@@ -156,8 +157,11 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                             DeployError::MissingSubtask { checkpoint: meta.checkpoint_id, uid: uid.clone(), subtask }
                         })?;
                         ops.insert(uid.clone(), state.clone());
+                        if let Some(sources) = union_sources(&stored.subtasks) {
+                            unions.insert(uid.clone(), sources);
+                        }
                     }
-                    Some(RestoreDescriptor { checkpoint_id: meta.checkpoint_id, operators: ops })
+                    Some(RestoreDescriptor { checkpoint_id: meta.checkpoint_id, operators: ops, union_sources: unions })
                 }
             };
             out.push(TaskDescriptor {

@@ -443,9 +443,17 @@ impl Task {
             };
             let restored = desc.restore.as_ref().and_then(|r| r.operators.get(&od.uid));
             let mut op_state = OperatorStateStore::new();
+            // Union list state: every subtask's elements, from every subtask's blob.
+            let mut union_blobs = Vec::new();
+            let sources = desc.restore.as_ref().and_then(|r| r.union_sources.get(&od.uid));
+            for src in sources.into_iter().flatten() {
+                union_blobs.push((rt.block_on(store.get(&src.file.path))?.to_vec(), src.states.clone()));
+            }
             if let Some(h) = restored.and_then(|s| s.operator_state.as_ref()) {
                 let blob = rt.block_on(store.get(&h.file.path))?;
-                op_state = OperatorStateStore::restore(&blob, &h.states)?;
+                op_state = OperatorStateStore::restore_with_union(&blob, &h.states, &union_blobs)?;
+            } else if !union_blobs.is_empty() {
+                op_state = OperatorStateStore::restore_with_union(&[], &[], &union_blobs)?;
             }
             let keyed = if keyed_kind {
                 let restore_dir = match restored.and_then(|s| s.keyed.as_ref()) {
