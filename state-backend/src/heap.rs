@@ -7,17 +7,33 @@
 //! A snapshot is one file, `WEIRHP02`: the state count, then per state its name, its kind byte and its rows —
 //! `(row key, value)` pairs for value and list kinds, `(row key, entry count, (user key, value)*)` for maps —
 //! every number a little-endian `u32` and every byte string length-prefixed. `WEIRHP01` files (value states
-//! only, no kind byte) are still read.
+//! only, no kind byte) are still read. A state with TTL stores its kind as a kind record with the TTL config
+//! instead of the kind byte (`kind | 0x80` and 10 more bytes, see [`crate::ttl`]); states without TTL are
+//! written exactly as before.
+//!
+//! TTL states are cleaned incrementally: every access of a TTL state checks the next
+//! [`DEFAULT_INCREMENTAL_CLEANUP_ENTRIES`] rows of that state ([`HeapBackend::set_incremental_cleanup_entries`])
+//! from a queue of its row keys, refilled with every row key once it runs empty, skipping the current key. A
+//! snapshot writes no expired value, list element or map entry.
 
 use crate::keyed::{
     decode_list, kind_conflict, too_large, wrong_kind, ElementVisitor, KeyedStateBackend, LocalSnapshot, RowKeyBuilder,
     RowVisitor, StateId, StateKind, DEFAULT_MAX_VALUE_BYTES,
 };
+use crate::ttl::{
+    check_ttl, encode_kind_record, record_has_ttl, retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock,
+    DEFAULT_INCREMENTAL_CLEANUP_ENTRIES, TTL_RECORD_LEN,
+};
 use crate::StateError;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::Arc;
 use weir_common::keygroup::KeyGroupRange;
+
+/// A map row's key and its entries that go into a snapshot.
+type LiveMap<'a> = (&'a Vec<u8>, Vec<(&'a Vec<u8>, &'a Vec<u8>)>);
 
 const MAGIC_V1: &[u8; 8] = b"WEIRHP01";
 const MAGIC: &[u8; 8] = b"WEIRHP02";
@@ -30,6 +46,17 @@ struct HeapState {
     rows: HashMap<Vec<u8>, Vec<u8>>,
     /// Map rows: row key to user key to value.
     maps: HashMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
+    ttl: Option<StateTtlConfig>,
+    /// Whether the state was registered since the backend opened (else it is only restored).
+    registered: bool,
+    /// Row keys still to check by incremental TTL cleanup.
+    cleanup_queue: Vec<Vec<u8>>,
+}
+
+impl HeapState {
+    fn new(name: String, kind: StateKind, ttl: Option<StateTtlConfig>, registered: bool) -> Self {
+        HeapState { name, kind, rows: HashMap::new(), maps: HashMap::new(), ttl, registered, cleanup_queue: Vec::new() }
+    }
 }
 
 /// Keyed state in memory.
@@ -38,6 +65,8 @@ pub struct HeapBackend {
     row: RowKeyBuilder,
     states: Vec<HeapState>,
     max_value_bytes: usize,
+    clock: Arc<dyn Clock>,
+    cleanup_entries: usize,
 }
 
 fn read_u32(r: &mut impl Read) -> Result<u32, StateError> {
@@ -66,6 +95,8 @@ impl HeapBackend {
             row: RowKeyBuilder::new(max_parallelism),
             states: Vec::new(),
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            clock: Arc::new(SystemClock),
+            cleanup_entries: DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
         };
         if let Some(dir) = restore_dir {
             let path = dir.join(FILE);
@@ -81,15 +112,21 @@ impl HeapBackend {
             let n_states = read_u32(&mut r)?;
             for _ in 0..n_states {
                 let name = String::from_utf8(read_bytes(&mut r)?).map_err(|e| StateError::Corrupt(e.to_string()))?;
-                let kind = if v2 {
-                    let mut k = [0u8; 1];
-                    r.read_exact(&mut k).map_err(|e| StateError::Corrupt(format!("heap snapshot truncated: {e}")))?;
-                    StateKind::from_byte(k[0])?
+                let (kind, ttl) = if v2 {
+                    let truncated = |e| StateError::Corrupt(format!("heap snapshot truncated: {e}"));
+                    let mut k = [0u8; TTL_RECORD_LEN];
+                    r.read_exact(&mut k[..1]).map_err(truncated)?;
+                    if record_has_ttl(k[0]) {
+                        r.read_exact(&mut k[1..]).map_err(truncated)?;
+                        crate::ttl::decode_kind_record(&k)?
+                    } else {
+                        (StateKind::from_byte(k[0])?, None)
+                    }
                 } else {
-                    StateKind::Value
+                    (StateKind::Value, None)
                 };
                 let n = read_u32(&mut r)?;
-                let mut st = HeapState { name, kind, rows: HashMap::new(), maps: HashMap::new() };
+                let mut st = HeapState::new(name, kind, ttl, false);
                 for _ in 0..n {
                     let k = read_bytes(&mut r)?;
                     if kind == StateKind::Map {
@@ -110,6 +147,56 @@ impl HeapBackend {
         Ok(b)
     }
 
+    /// Sets how many rows of a TTL state every access checks for expiry (0 turns incremental cleanup off).
+    pub fn set_incremental_cleanup_entries(&mut self, entries: usize) {
+        self.cleanup_entries = entries;
+    }
+
+    /// Incremental TTL cleanup: checks the next rows of `state` (not the current key's) and drops what expired.
+    fn incremental_cleanup(&mut self, state: StateId) {
+        let Some(ttl) = self.states[state.0].ttl else { return };
+        let now = self.clock.now_ms();
+        let current = &self.row.row;
+        let st = &mut self.states[state.0];
+        for _ in 0..self.cleanup_entries {
+            if st.cleanup_queue.is_empty() {
+                st.cleanup_queue = if st.kind == StateKind::Map {
+                    st.maps.keys().cloned().collect()
+                } else {
+                    st.rows.keys().cloned().collect()
+                };
+            }
+            let Some(k) = st.cleanup_queue.pop() else { return };
+            if &k == current {
+                continue;
+            }
+            match st.kind {
+                StateKind::Map => {
+                    if let Some(m) = st.maps.get_mut(&k) {
+                        m.retain(|_, v| !row_expired(&ttl, now, v));
+                        if m.is_empty() {
+                            st.maps.remove(&k);
+                        }
+                    }
+                }
+                StateKind::List => {
+                    if let Some(kept) = st.rows.get(&k).and_then(|v| retain_unexpired(&ttl, now, v)) {
+                        if kept.is_empty() {
+                            st.rows.remove(&k);
+                        } else {
+                            st.rows.insert(k, kept);
+                        }
+                    }
+                }
+                _ => {
+                    if st.rows.get(&k).is_some_and(|v| row_expired(&ttl, now, v)) {
+                        st.rows.remove(&k);
+                    }
+                }
+            }
+        }
+    }
+
     fn state(
         &mut self,
         state: StateId,
@@ -126,15 +213,35 @@ impl HeapBackend {
 
 impl KeyedStateBackend for HeapBackend {
     fn register_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
+        self.register_state_with_ttl(name, kind, None)
+    }
+
+    fn register_state_with_ttl(
+        &mut self,
+        name: &str,
+        kind: StateKind,
+        ttl: Option<StateTtlConfig>,
+    ) -> Result<StateId, StateError> {
         if let Some(i) = self.states.iter().position(|s| s.name == name) {
-            let existing = self.states[i].kind;
-            if existing != kind {
-                return Err(kind_conflict(name, existing, kind));
+            let st = &mut self.states[i];
+            if st.kind != kind {
+                return Err(kind_conflict(name, st.kind, kind));
             }
+            check_ttl(name, st.ttl.as_ref(), ttl.as_ref(), !st.registered)?;
+            st.ttl = ttl;
+            st.registered = true;
             return Ok(StateId(i));
         }
-        self.states.push(HeapState { name: name.to_string(), kind, rows: HashMap::new(), maps: HashMap::new() });
+        self.states.push(HeapState::new(name.to_string(), kind, ttl, true));
         Ok(StateId(self.states.len() - 1))
+    }
+
+    fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     fn set_max_value_bytes(&mut self, limit: usize) {
@@ -146,11 +253,13 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn get_value(&mut self, state: StateId) -> Result<Option<&[u8]>, StateError> {
+        self.incremental_cleanup(state);
         self.state(state, "get_value", StateKind::is_value_row)?;
         Ok(self.states[state.0].rows.get(self.row.row.as_slice()).map(|v| v.as_slice()))
     }
 
     fn put_value(&mut self, state: StateId, value: &[u8]) -> Result<(), StateError> {
+        self.incremental_cleanup(state);
         let limit = self.max_value_bytes;
         let st = self.state(state, "put_value", StateKind::is_value_row)?;
         if value.len() > limit {
@@ -170,6 +279,7 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn delete_value(&mut self, state: StateId) -> Result<(), StateError> {
+        self.incremental_cleanup(state);
         self.state(state, "delete_value", StateKind::is_value_row)?;
         self.states[state.0].rows.remove(self.row.row.as_slice());
         Ok(())
@@ -188,6 +298,7 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn for_each_list_element(&mut self, state: StateId, f: &mut ElementVisitor<'_>) -> Result<(), StateError> {
+        self.incremental_cleanup(state);
         let row = &self.row.row;
         let st = &self.states[state.0];
         if st.kind != StateKind::List {
@@ -200,6 +311,7 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn append_list(&mut self, state: StateId, encoded: &[u8]) -> Result<(), StateError> {
+        self.incremental_cleanup(state);
         let limit = self.max_value_bytes;
         let row = &self.row.row;
         let st = &mut self.states[state.0];
@@ -220,6 +332,7 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn replace_list(&mut self, state: StateId, encoded: &[u8]) -> Result<(), StateError> {
+        self.incremental_cleanup(state);
         let limit = self.max_value_bytes;
         let row = &self.row.row;
         let st = &mut self.states[state.0];
@@ -238,6 +351,7 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn map_get(&mut self, state: StateId, user_key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        self.incremental_cleanup(state);
         let st = &self.states[state.0];
         if st.kind != StateKind::Map {
             return Err(wrong_kind(&st.name, st.kind, "map get"));
@@ -246,6 +360,7 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn map_put(&mut self, state: StateId, user_key: &[u8], value: &[u8]) -> Result<(), StateError> {
+        self.incremental_cleanup(state);
         let limit = self.max_value_bytes;
         let row = &self.row.row;
         let st = &mut self.states[state.0];
@@ -267,6 +382,7 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn map_remove(&mut self, state: StateId, user_key: &[u8]) -> Result<(), StateError> {
+        self.incremental_cleanup(state);
         let row = &self.row.row;
         let st = &mut self.states[state.0];
         if st.kind != StateKind::Map {
@@ -282,6 +398,7 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn for_each_map_entry(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError> {
+        self.incremental_cleanup(state);
         let st = &self.states[state.0];
         if st.kind != StateKind::Map {
             return Err(wrong_kind(&st.name, st.kind, "map iteration"));
@@ -295,6 +412,7 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn map_is_empty(&mut self, state: StateId) -> Result<bool, StateError> {
+        self.incremental_cleanup(state);
         let st = &self.states[state.0];
         if st.kind != StateKind::Map {
             return Err(wrong_kind(&st.name, st.kind, "map is_empty"));
@@ -324,12 +442,21 @@ impl KeyedStateBackend for HeapBackend {
         let io = |e| StateError::io("write heap snapshot", e);
         w.write_all(MAGIC).map_err(io)?;
         w.write_all(&(self.states.len() as u32).to_le_bytes()).map_err(io)?;
+        let now = self.clock.now_ms();
         for st in &self.states {
             write_bytes(&mut w, st.name.as_bytes()).map_err(io)?;
-            w.write_all(&[st.kind.to_byte()]).map_err(io)?;
+            w.write_all(&encode_kind_record(st.kind, st.ttl.as_ref())).map_err(io)?;
+            // Full-snapshot TTL cleanup: expired values, elements and entries are left out.
+            let live = |v: &Vec<u8>| st.ttl.is_none_or(|t| !row_expired(&t, now, v));
             if st.kind == StateKind::Map {
-                w.write_all(&(st.maps.len() as u32).to_le_bytes()).map_err(io)?;
-                for (k, m) in &st.maps {
+                let maps: Vec<LiveMap<'_>> = st
+                    .maps
+                    .iter()
+                    .map(|(k, m)| (k, m.iter().filter(|(_, v)| live(v)).collect::<Vec<_>>()))
+                    .filter(|(_, m)| st.ttl.is_none() || !m.is_empty())
+                    .collect();
+                w.write_all(&(maps.len() as u32).to_le_bytes()).map_err(io)?;
+                for (k, m) in maps {
                     write_bytes(&mut w, k).map_err(io)?;
                     w.write_all(&(m.len() as u32).to_le_bytes()).map_err(io)?;
                     for (uk, v) in m {
@@ -338,10 +465,23 @@ impl KeyedStateBackend for HeapBackend {
                     }
                 }
             } else {
-                w.write_all(&(st.rows.len() as u32).to_le_bytes()).map_err(io)?;
-                for (k, v) in &st.rows {
+                let rows: Vec<(&Vec<u8>, Cow<'_, [u8]>)> = st
+                    .rows
+                    .iter()
+                    .filter_map(|(k, v)| match (&st.ttl, st.kind) {
+                        (None, _) => Some((k, Cow::Borrowed(v.as_slice()))),
+                        (Some(t), StateKind::List) => match retain_unexpired(t, now, v) {
+                            None => Some((k, Cow::Borrowed(v.as_slice()))),
+                            Some(kept) if kept.is_empty() => None,
+                            Some(kept) => Some((k, Cow::Owned(kept))),
+                        },
+                        (Some(_), _) => live(v).then_some((k, Cow::Borrowed(v.as_slice()))),
+                    })
+                    .collect();
+                w.write_all(&(rows.len() as u32).to_le_bytes()).map_err(io)?;
+                for (k, v) in rows {
                     write_bytes(&mut w, k).map_err(io)?;
-                    write_bytes(&mut w, v).map_err(io)?;
+                    write_bytes(&mut w, &v).map_err(io)?;
                 }
             }
         }
@@ -402,5 +542,52 @@ mod tests {
         let st = ValueState::<u64>::register(&mut r, "old").unwrap();
         r.set_current_key(b"k");
         assert_eq!(st.value(&mut r).unwrap(), Some(7));
+    }
+
+    #[test]
+    fn ttl_incremental_cleanup_and_snapshot_filtering() {
+        use crate::keyed::{ListState, MapState};
+        use crate::ttl::{ManualClock, StateTtlConfig};
+        use std::time::Duration;
+        let tmp = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let mut b = HeapBackend::open(128, range, None).unwrap();
+        let clock = Arc::new(ManualClock::new(1000));
+        b.set_clock(clock.clone());
+        let ttl = StateTtlConfig::new(Duration::from_millis(100));
+        let mut v = ValueState::<u64>::register_with_ttl(&mut b, "v", ttl).unwrap();
+        let mut l = ListState::<u64>::register_with_ttl(&mut b, "l", ttl).unwrap();
+        let mut m = MapState::<u64, u64>::register_with_ttl(&mut b, "m", ttl).unwrap();
+        let mut plain = ValueState::<u64>::register(&mut b, "plain").unwrap();
+        for i in 0u64..100 {
+            clock.set(if i < 50 { 1000 } else { 1050 });
+            b.set_current_key(&i.to_be_bytes());
+            v.update(&mut b, &i).unwrap();
+            l.add(&mut b, &i).unwrap();
+            m.put(&mut b, &i, &i).unwrap();
+            plain.update(&mut b, &i).unwrap();
+        }
+        clock.set(1100);
+        // The snapshot leaves out what expired.
+        let snap = b.snapshot_sync(&tmp.path().join("s")).unwrap();
+        let r = HeapBackend::open(128, range, Some(&snap.dir)).unwrap();
+        for (st, want) in r.states.iter().zip([50, 50, 50, 100]) {
+            assert_eq!(st.rows.len() + st.maps.len(), want, "state {}", st.name);
+        }
+        // Accesses of one key check 5 other rows of the state each: 40 accesses see every row.
+        b.set_current_key(&7u64.to_be_bytes());
+        v.value(&mut b).unwrap();
+        assert!(b.states[0].rows.len() > 50);
+        for _ in 0..40 {
+            v.value(&mut b).unwrap();
+        }
+        assert_eq!(b.states[0].rows.len(), 50);
+        assert_eq!(b.states[3].rows.len(), 100, "states without TTL are never cleaned");
+        b.set_incremental_cleanup_entries(0);
+        clock.set(2000);
+        for _ in 0..10 {
+            l.get(&mut b).unwrap();
+        }
+        assert!(b.states[1].rows.len() > 1, "cleanup turned off");
     }
 }

@@ -11,10 +11,14 @@
 //!   value rows. The module docs describe the row layout.
 //! - [`heap`]: in-memory backend with the same behaviour, for small state and tests.
 //! - [`operator`]: operator list state, snapshotted as one blob plus per-state element offsets.
+//! - [`ttl`]: state time-to-live ([`StateTtlConfig`], the typed handles' `register_with_ttl`), an injectable
+//!   [`Clock`] ([`KeyedStateBackend::set_clock`]), lazy, snapshot, incremental (heap) and compaction-filter
+//!   (RocksDB) cleanup.
 //! - [`snapshot`]: uploading local snapshots to an object store and downloading them for restore.
 //!
 //! The same test suite (`suite.rs`) runs every state kind, clear, clear_all, kind conflicts, the size limit and
-//! snapshot/restore round trips against both backends.
+//! snapshot/restore round trips against both backends, and state TTL (every kind, both update types, both
+//! visibilities, snapshot/restore) with a [`ManualClock`].
 
 pub mod cache;
 pub mod codec;
@@ -25,6 +29,7 @@ pub mod rocks;
 pub mod snapshot;
 #[cfg(test)]
 mod suite;
+pub mod ttl;
 
 pub use codec::StateCodec;
 pub use keyed::{
@@ -32,6 +37,7 @@ pub use keyed::{
     ReducingState, StateId, StateKind, ValueState, DEFAULT_MAX_VALUE_BYTES,
 };
 pub use operator::OperatorStateStore;
+pub use ttl::{Clock, ManualClock, StateTtlConfig, SystemClock, TtlUpdateType, TtlVisibility};
 
 /// Errors of the state layer.
 #[derive(Debug, thiserror::Error)]

@@ -53,11 +53,11 @@ fn decode_map(name: &str, mut b: &[u8]) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, St
     Ok(map)
 }
 
+/// A state's name, distribution mode and elements.
+type StateElements = (String, DistributionMode, Vec<Vec<u8>>);
+
 /// The elements of every state in a blob, by name.
-fn read_elements(
-    blob: &[u8],
-    metas: &[StateMetaInfo],
-) -> Result<Vec<(String, DistributionMode, Vec<Vec<u8>>)>, StateError> {
+fn read_elements(blob: &[u8], metas: &[StateMetaInfo]) -> Result<Vec<StateElements>, StateError> {
     let mut out = Vec::with_capacity(metas.len());
     for meta in metas {
         let mut elems = Vec::with_capacity(meta.offsets.len());

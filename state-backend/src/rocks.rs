@@ -24,18 +24,41 @@
 //!
 //! Every state's kind is stored in the default column family (row `weir.kind.<name>`, one byte), so the kind is
 //! checked again when the state is registered after a restore; a column family without that row predates
-//! kinds and is a value state.
+//! kinds and is a value state. A state with TTL stores a kind record with its TTL config there instead (see
+//! [`crate::ttl`]); rows of TTL states carry an 8-byte timestamp before each value, list element and map value.
+//!
+//! ## TTL compaction filter
+//!
+//! Every state column family gets a compaction filter factory (`weir.ttl-filter-factory`) and periodic
+//! compaction every [`DEFAULT_PERIODIC_COMPACTION_SECS`] (so that cold files are filtered too; changed with
+//! [`RocksDbBackend::set_periodic_compaction_seconds`]). States without TTL keep their rows: their filter keeps
+//! everything. A RocksDB snapshot is a checkpoint of the files, so it may hold expired rows; they are never
+//! returned and are dropped by the next read or compaction. Each compaction's
+//! filter looks up the TTL config of its state by name in a registry the backend fills from the kind rows right
+//! after opening (so also after a restore, before the state is registered again) and on every registration;
+//! a state without TTL keeps every row. The filter drops value and map rows whose timestamp expired and list rows
+//! whose every element expired (a partly expired list is trimmed when it is read: RocksDB's filter API here can
+//! only keep or drop a row); it reads the clock once per 1000 rows.
 
 use crate::cache::{Cached, RowCache};
 use crate::keyed::{
     decode_list, kind_conflict, prefix_successor, too_large, wrong_kind, ElementVisitor, KeyedStateBackend,
     LocalSnapshot, RowKeyBuilder, RowVisitor, StateId, StateKind, DEFAULT_MAX_VALUE_BYTES,
 };
+use crate::ttl::{
+    check_ttl, decode_kind_record, encode_kind_record, list_all_expired, row_expired, Clock, SharedClock,
+    StateTtlConfig, DEFAULT_PERIODIC_COMPACTION_SECS, FILTER_CLOCK_REFRESH_ROWS,
+};
 use crate::StateError;
+use rocksdb::compaction_filter::{CompactionFilter, Decision};
+use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
     ColumnFamily, Direction, IteratorMode, MergeOperands, Options, ReadOptions, WriteBatch, WriteOptions, DB,
 };
+use std::collections::HashMap;
+use std::ffi::CStr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use weir_common::keygroup::KeyGroupRange;
 
 /// Tuning of the RocksDB backend.
@@ -81,6 +104,7 @@ const MAX_CACHE_BYTES: usize = 2 << 30;
 struct RocksState {
     name: String,
     kind: StateKind,
+    ttl: Option<StateTtlConfig>,
     /// Value rows (value kinds), or the byte length of touched lists (list kind, clean rows only).
     cache: RowCache,
 }
@@ -106,6 +130,62 @@ fn concat_merge(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) 
     Some(out)
 }
 
+/// The TTL configs of the states that have one, by state name, shared with the compaction filters.
+type TtlRegistry = Arc<RwLock<HashMap<String, (StateKind, StateTtlConfig)>>>;
+
+/// Creates a [`TtlFilter`] per compaction of one state's column family.
+struct TtlFilterFactory {
+    state: String,
+    registry: TtlRegistry,
+    clock: SharedClock,
+}
+
+impl CompactionFilterFactory for TtlFilterFactory {
+    type Filter = TtlFilter;
+
+    fn create(&mut self, _context: CompactionFilterContext) -> TtlFilter {
+        let config = self.registry.read().unwrap_or_else(|e| e.into_inner()).get(&self.state).copied();
+        TtlFilter { config, clock: self.clock.clone(), now: self.clock.now_ms(), rows: 0 }
+    }
+
+    fn name(&self) -> &CStr {
+        c"weir.ttl-filter-factory"
+    }
+}
+
+/// Drops expired rows of a TTL state during one compaction.
+struct TtlFilter {
+    config: Option<(StateKind, StateTtlConfig)>,
+    clock: SharedClock,
+    now: u64,
+    rows: u32,
+}
+
+impl CompactionFilter for TtlFilter {
+    fn filter(&mut self, _level: u32, _key: &[u8], value: &[u8]) -> Decision {
+        let Some((kind, ttl)) = &self.config else { return Decision::Keep };
+        self.rows += 1;
+        if self.rows >= FILTER_CLOCK_REFRESH_ROWS {
+            self.rows = 0;
+            self.now = self.clock.now_ms();
+        }
+        let expired = if *kind == StateKind::List {
+            list_all_expired(ttl, self.now, value)
+        } else {
+            row_expired(ttl, self.now, value)
+        };
+        if expired {
+            Decision::Remove
+        } else {
+            Decision::Keep
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"weir.ttl-filter"
+    }
+}
+
 fn cf_handle<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, StateError> {
     db.cf_handle(&RocksDbBackend::cf_name(name))
         .ok_or_else(|| StateError::Corrupt(format!("column family of state {name:?} vanished")))
@@ -123,6 +203,9 @@ pub struct RocksDbBackend {
     max_value_bytes: usize,
     /// Scratch row key of map rows.
     map_row: Vec<u8>,
+    clock: SharedClock,
+    ttl_registry: TtlRegistry,
+    periodic_compaction_secs: u64,
 }
 
 fn cf_options(opts: &RocksOptions) -> Options {
@@ -136,6 +219,25 @@ fn cf_options(opts: &RocksOptions) -> Options {
         table.set_block_cache(cache);
         o.set_block_based_table_factory(&table);
     }
+    o
+}
+
+/// Options of a state's column family: [`cf_options`] plus the TTL compaction filter factory and periodic
+/// compaction.
+fn state_cf_options(
+    opts: &RocksOptions,
+    state: &str,
+    registry: &TtlRegistry,
+    clock: &SharedClock,
+    periodic_compaction_secs: u64,
+) -> Options {
+    let mut o = cf_options(opts);
+    o.set_compaction_filter_factory(TtlFilterFactory {
+        state: state.to_string(),
+        registry: registry.clone(),
+        clock: clock.clone(),
+    });
+    o.set_periodic_compaction_seconds(periodic_compaction_secs);
     o
 }
 
@@ -163,12 +265,33 @@ impl RocksDbBackend {
         db_opts.create_missing_column_families(true);
         db_opts.increase_parallelism(2);
         let existing = if restore_dir.is_some() { DB::list_cf(&db_opts, &path).unwrap_or_default() } else { vec![] };
+        let (clock, ttl_registry) = (SharedClock::default(), TtlRegistry::default());
         let db = if existing.is_empty() {
             DB::open(&db_opts, &path)?
         } else {
-            let cfs = existing.iter().map(|n| rocksdb::ColumnFamilyDescriptor::new(n, cf_options(&opts)));
+            let cfs = existing.iter().map(|n| {
+                let o = match n.strip_prefix("state.") {
+                    Some(state) => {
+                        state_cf_options(&opts, state, &ttl_registry, &clock, DEFAULT_PERIODIC_COMPACTION_SECS)
+                    }
+                    None => cf_options(&opts),
+                };
+                rocksdb::ColumnFamilyDescriptor::new(n, o)
+            });
             DB::open_cf_descriptors(&db_opts, &path, cfs)?
         };
+        // The compaction filters must know the TTL of restored states before they are registered again.
+        {
+            let mut registry = ttl_registry.write().unwrap_or_else(|e| e.into_inner());
+            let prefix = b"weir.kind.";
+            for item in db.iterator(IteratorMode::From(prefix, Direction::Forward)) {
+                let (k, v) = item?;
+                let Some(name) = k.strip_prefix(prefix) else { break };
+                if let Ok((kind, Some(ttl))) = decode_kind_record(&v) {
+                    registry.insert(String::from_utf8_lossy(name).into_owned(), (kind, ttl));
+                }
+            }
+        }
         let mut write_opts = WriteOptions::default();
         // Durability comes from checkpoints, not from the WAL (as in Flink).
         write_opts.disable_wal(true);
@@ -182,7 +305,26 @@ impl RocksDbBackend {
             write_opts,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             map_row: Vec::new(),
+            clock,
+            ttl_registry,
+            periodic_compaction_secs: DEFAULT_PERIODIC_COMPACTION_SECS,
         })
+    }
+
+    /// Sets the periodic compaction of every state column family, open ones included (default
+    /// [`DEFAULT_PERIODIC_COMPACTION_SECS`]; 0 turns it off): files older than `secs` are compacted, so that the
+    /// TTL compaction filter also reaches data that no write compacts.
+    pub fn set_periodic_compaction_seconds(&mut self, secs: u64) -> Result<(), StateError> {
+        self.periodic_compaction_secs = secs;
+        let value = secs.to_string();
+        for name in DB::list_cf(&Options::default(), &self.path)? {
+            if name.starts_with("state.") {
+                if let Some(cf) = self.db.cf_handle(&name) {
+                    self.db.set_options_cf(cf, &[("periodic_compaction_seconds", value.as_str())])?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn cf_name(state: &str) -> String {
@@ -286,32 +428,61 @@ impl RocksDbBackend {
 
 impl KeyedStateBackend for RocksDbBackend {
     fn register_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
+        self.register_state_with_ttl(name, kind, None)
+    }
+
+    fn register_state_with_ttl(
+        &mut self,
+        name: &str,
+        kind: StateKind,
+        ttl: Option<StateTtlConfig>,
+    ) -> Result<StateId, StateError> {
         if let Some(i) = self.states.iter().position(|s| s.name == name) {
-            let existing = self.states[i].kind;
-            if existing != kind {
-                return Err(kind_conflict(name, existing, kind));
+            let st = &self.states[i];
+            if st.kind != kind {
+                return Err(kind_conflict(name, st.kind, kind));
             }
+            check_ttl(name, st.ttl.as_ref(), ttl.as_ref(), false)?;
             return Ok(StateId(i));
         }
         let cf = Self::cf_name(name);
         let stored = match self.db.get(kind_row(name))? {
-            Some(b) if b.len() == 1 => Some(StateKind::from_byte(b[0])?),
-            Some(_) => return Err(StateError::Corrupt(format!("kind row of state {name:?} is malformed"))),
+            Some(b) => Some(
+                decode_kind_record(&b)
+                    .map_err(|_| StateError::Corrupt(format!("kind row of state {name:?} is malformed")))?,
+            ),
             // A column family from before kinds were recorded holds value rows.
-            None if self.db.cf_handle(&cf).is_some() => Some(StateKind::Value),
+            None if self.db.cf_handle(&cf).is_some() => Some((StateKind::Value, None)),
             None => None,
         };
-        if let Some(existing) = stored {
+        if let Some((existing, stored_ttl)) = stored {
             if existing != kind {
                 return Err(kind_conflict(name, existing, kind));
             }
+            check_ttl(name, stored_ttl.as_ref(), ttl.as_ref(), true)?;
+        }
+        {
+            let mut registry = self.ttl_registry.write().unwrap_or_else(|e| e.into_inner());
+            match ttl {
+                Some(t) => registry.insert(name.to_string(), (kind, t)),
+                None => registry.remove(name),
+            };
         }
         if self.db.cf_handle(&cf).is_none() {
-            self.db.create_cf(&cf, &cf_options(&self.opts))?;
+            let o = state_cf_options(&self.opts, name, &self.ttl_registry, &self.clock, self.periodic_compaction_secs);
+            self.db.create_cf(&cf, &o)?;
         }
-        self.db.put_opt(kind_row(name), [kind.to_byte()], &self.write_opts)?;
-        self.states.push(RocksState { name: name.to_string(), kind, cache: RowCache::default() });
+        self.db.put_opt(kind_row(name), encode_kind_record(kind, ttl.as_ref()), &self.write_opts)?;
+        self.states.push(RocksState { name: name.to_string(), kind, ttl, cache: RowCache::default() });
         Ok(StateId(self.states.len() - 1))
+    }
+
+    fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock.set(clock);
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     fn set_max_value_bytes(&mut self, limit: usize) {
@@ -618,5 +789,94 @@ mod tests {
             }
             assert!(kept > 0 && cleared > 0);
         }
+    }
+
+    #[test]
+    fn ttl_compaction_filter_drops_expired_rows() {
+        use crate::keyed::{ListState, MapState};
+        use crate::ttl::{ManualClock, StateTtlConfig};
+        use std::time::Duration;
+        fn rows(b: &RocksDbBackend, name: &str) -> usize {
+            let cf = b.db.cf_handle(&RocksDbBackend::cf_name(name)).unwrap();
+            b.db.iterator_cf(cf, IteratorMode::Start).count()
+        }
+        fn compact(b: &mut RocksDbBackend, names: &[&str]) {
+            b.flush(true).unwrap();
+            for name in names {
+                let cf = b.db.cf_handle(&RocksDbBackend::cf_name(name)).unwrap();
+                b.db.flush_cf(cf).unwrap();
+                // Twice: merged list rows only reach the filter once they are plain values.
+                for _ in 0..2 {
+                    b.db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
+                }
+            }
+        }
+        let names = ["v", "l", "m", "plain"];
+        let tmp = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let mut b = RocksDbBackend::open(&tmp.path().join("a"), 128, range, None, Default::default()).unwrap();
+        let clock = Arc::new(ManualClock::new(1000));
+        b.set_clock(clock.clone());
+        let ttl = StateTtlConfig::new(Duration::from_millis(100));
+        let mut v = ValueState::<u64>::register_with_ttl(&mut b, "v", ttl).unwrap();
+        let mut l = ListState::<u64>::register_with_ttl(&mut b, "l", ttl).unwrap();
+        let mut m = MapState::<u64, u64>::register_with_ttl(&mut b, "m", ttl).unwrap();
+        let mut plain = ValueState::<u64>::register(&mut b, "plain").unwrap();
+        for i in 0u64..100 {
+            clock.set(if i < 50 { 1000 } else { 1050 });
+            b.set_current_key(&i.to_be_bytes());
+            v.update(&mut b, &i).unwrap();
+            l.add(&mut b, &i).unwrap();
+            m.put(&mut b, &i, &i).unwrap();
+            m.put(&mut b, &(i + 1000), &i).unwrap();
+            plain.update(&mut b, &i).unwrap();
+        }
+        // A list with an expired and an unexpired element is kept whole (and trimmed when read).
+        b.set_current_key(&0u64.to_be_bytes());
+        clock.set(1050);
+        l.add(&mut b, &7).unwrap();
+        compact(&mut b, &names);
+        assert_eq!(names.map(|n| rows(&b, n)), [100, 100, 200, 100], "nothing expired yet");
+        clock.set(1100);
+        let snap = b.snapshot_sync(&tmp.path().join("snap")).unwrap();
+        compact(&mut b, &names);
+        assert_eq!(names.map(|n| rows(&b, n)), [50, 51, 100, 100]);
+        b.set_current_key(&0u64.to_be_bytes());
+        assert_eq!(l.get(&mut b).unwrap(), [7]);
+
+        // After a restore the filters know the TTL from the stored kind rows, before the states are registered.
+        let mut r =
+            RocksDbBackend::open(&tmp.path().join("b"), 128, range, Some(&snap.dir), Default::default()).unwrap();
+        let clock = Arc::new(ManualClock::new(1100));
+        r.set_clock(clock.clone());
+        assert_eq!(names.map(|n| rows(&r, n)), [100, 100, 200, 100]);
+        compact(&mut r, &names);
+        assert_eq!(names.map(|n| rows(&r, n)), [50, 51, 100, 100]);
+        clock.set(1150);
+        compact(&mut r, &names);
+        assert_eq!(names.map(|n| rows(&r, n)), [0, 0, 0, 100]);
+    }
+
+    #[test]
+    fn periodic_compaction_is_set_on_state_column_families() {
+        fn options_file(b: &RocksDbBackend) -> String {
+            let mut files: Vec<_> = std::fs::read_dir(&b.path)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("OPTIONS-"))
+                .collect();
+            files.sort_by_key(|n| n[8..].parse::<u64>().unwrap_or(0));
+            std::fs::read_to_string(b.path.join(files.last().unwrap())).unwrap()
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let mut b = RocksDbBackend::open(tmp.path(), 128, range, None, Default::default()).unwrap();
+        b.register_state("a", StateKind::Value).unwrap();
+        let default = format!("periodic_compaction_seconds={DEFAULT_PERIODIC_COMPACTION_SECS}");
+        assert!(options_file(&b).contains(&default));
+        b.set_periodic_compaction_seconds(3600).unwrap();
+        b.register_state("b", StateKind::Map).unwrap();
+        let opts = options_file(&b);
+        assert_eq!(opts.matches("periodic_compaction_seconds=3600").count(), 2, "{opts}");
     }
 }

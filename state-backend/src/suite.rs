@@ -435,3 +435,286 @@ fn clear_all_empties_every_key() {
 fn oversized_values_are_refused() {
     both(size_limit);
 }
+
+// ---- State TTL -------------------------------------------------------------------------------------------------
+
+use crate::ttl::{ManualClock, StateTtlConfig, TtlUpdateType, TtlVisibility};
+use std::sync::Arc;
+use std::time::Duration;
+
+const T0: u64 = 1_000_000;
+
+fn ttl(ms: u64) -> StateTtlConfig {
+    StateTtlConfig::new(Duration::from_millis(ms))
+}
+
+fn manual_clock(b: &mut dyn KeyedStateBackend) -> Arc<ManualClock> {
+    let clock = Arc::new(ManualClock::new(T0));
+    b.set_clock(clock.clone());
+    clock
+}
+
+fn ttl_value_kinds(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let clock = manual_clock(b);
+    let mut v = ValueState::<u64>::register_with_ttl(b, "v", ttl(100)).unwrap();
+    let mut r = ReducingState::<u64>::register_with_ttl(b, "r", |a, x| a + x, ttl(100)).unwrap();
+    let mut a = AggregatingState::register_with_ttl(b, "a", Avg, ttl(100)).unwrap();
+    b.set_current_key(&key(1));
+    v.update(b, &5).unwrap();
+    r.add(b, 3).unwrap();
+    a.add(b, 4).unwrap();
+    clock.set(T0 + 99);
+    // OnCreateAndWrite: these reads do not extend the lifetime.
+    assert_eq!((v.value(b).unwrap(), r.get(b).unwrap(), a.get(b).unwrap()), (Some(5), Some(3), Some(4.0)));
+    r.add(b, 1).unwrap(); // a write: re-stamped at T0 + 99
+    clock.set(T0 + 100);
+    assert_eq!((v.value(b).unwrap(), r.get(b).unwrap(), a.get(b).unwrap()), (None, Some(4), None));
+    clock.set(T0 + 199);
+    // An expired reducing value is not folded into.
+    r.add(b, 7).unwrap();
+    a.add(b, 2).unwrap();
+    assert_eq!((r.get(b).unwrap(), a.get(b).unwrap()), (Some(7), Some(2.0)));
+
+    // OnReadAndWrite: a read extends the lifetime.
+    let rw = ttl(100).with_update_type(TtlUpdateType::OnReadAndWrite);
+    let mut vr = ValueState::<u64>::register_with_ttl(b, "vr", rw).unwrap();
+    let mut rr = ReducingState::<u64>::register_with_ttl(b, "rr", |a, x| a + x, rw).unwrap();
+    let mut ar = AggregatingState::register_with_ttl(b, "ar", Avg, rw).unwrap();
+    clock.set(T0);
+    vr.update(b, &1).unwrap();
+    rr.add(b, 2).unwrap();
+    ar.add(b, 3).unwrap();
+    for t in [60, 150, 240] {
+        clock.set(T0 + t);
+        assert_eq!((vr.value(b).unwrap(), rr.get(b).unwrap(), ar.get(b).unwrap()), (Some(1), Some(2), Some(3.0)));
+    }
+    clock.set(T0 + 340);
+    assert_eq!((vr.value(b).unwrap(), rr.get(b).unwrap(), ar.get(b).unwrap()), (None, None, None));
+
+    // ReturnExpiredIfNotCleanedUp: the read that finds the expired value returns it and cleans it up.
+    let rx = ttl(100).with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp);
+    let mut vx = ValueState::<u64>::register_with_ttl(b, "vx", rx).unwrap();
+    let mut ax = AggregatingState::register_with_ttl(b, "ax", Avg, rx).unwrap();
+    let mut rx_ = ReducingState::<u64>::register_with_ttl(b, "rx", |a, x| a + x, rx).unwrap();
+    b.set_current_key(&key(2));
+    clock.set(T0);
+    vx.update(b, &9).unwrap();
+    ax.add(b, 6).unwrap();
+    rx_.add(b, 4).unwrap();
+    clock.set(T0 + 500);
+    assert_eq!((vx.value(b).unwrap(), ax.get(b).unwrap(), rx_.get(b).unwrap()), (Some(9), Some(6.0), Some(4)));
+    assert_eq!((vx.value(b).unwrap(), ax.get(b).unwrap(), rx_.get(b).unwrap()), (None, None, None));
+    // `add` never folds into an expired value, whatever the visibility.
+    clock.set(T0);
+    rx_.add(b, 4).unwrap();
+    clock.set(T0 + 500);
+    rx_.add(b, 1).unwrap();
+    assert_eq!(rx_.get(b).unwrap(), Some(1));
+
+    // for_each skips expired values.
+    for i in 0..20u64 {
+        clock.set(if i < 10 { T0 } else { T0 + 50 });
+        b.set_current_key(&key(100 + i));
+        v.update(b, &i).unwrap();
+    }
+    clock.set(T0 + 100);
+    let mut seen = Vec::new();
+    v.for_each(b, |_, x| {
+        seen.push(x);
+        Ok(())
+    })
+    .unwrap();
+    seen.sort();
+    assert_eq!(seen, (10..20).collect::<Vec<_>>());
+
+    // The TTL config is part of the declaration.
+    let e = ValueState::<u64>::register(b, "v").err().unwrap();
+    assert!(declaration_message(e).contains("TTL"));
+    assert!(ValueState::<u64>::register_with_ttl(b, "v", ttl(200)).is_err());
+    assert!(ValueState::<u64>::register_with_ttl(b, "v", ttl(100)).is_ok());
+}
+
+fn ttl_lists(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let clock = manual_clock(b);
+    let mut l = ListState::<u64>::register_with_ttl(b, "l", ttl(100)).unwrap();
+    b.set_current_key(&key(1));
+    l.add(b, &1).unwrap();
+    clock.set(T0 + 50);
+    l.add_all(b, [2, 3].iter()).unwrap();
+    clock.set(T0 + 99);
+    assert_eq!(l.get(b).unwrap(), [1, 2, 3]);
+    clock.set(T0 + 100);
+    assert_eq!(l.get(b).unwrap(), [2, 3]);
+    l.add(b, &4).unwrap();
+    clock.set(T0 + 150);
+    assert_eq!(l.get(b).unwrap(), [4]);
+    l.update(b, &[5, 6]).unwrap();
+    clock.set(T0 + 249);
+    assert_eq!(l.get(b).unwrap(), [5, 6]);
+    clock.set(T0 + 250);
+    assert_eq!(l.get(b).unwrap(), Vec::<u64>::new());
+
+    let rw = ttl(100).with_update_type(TtlUpdateType::OnReadAndWrite);
+    let mut lr = ListState::<u64>::register_with_ttl(b, "lr", rw).unwrap();
+    clock.set(T0);
+    lr.add(b, &7).unwrap();
+    for t in [60, 150, 240] {
+        clock.set(T0 + t);
+        assert_eq!(lr.get(b).unwrap(), [7], "t={t}");
+    }
+    clock.set(T0 + 340);
+    assert_eq!(lr.get(b).unwrap(), Vec::<u64>::new());
+
+    let rx = ttl(100).with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp);
+    let mut lx = ListState::<u64>::register_with_ttl(b, "lx", rx).unwrap();
+    b.set_current_key(&key(2));
+    clock.set(T0);
+    lx.add(b, &8).unwrap();
+    clock.set(T0 + 50);
+    lx.add(b, &9).unwrap();
+    clock.set(T0 + 100);
+    assert_eq!(lx.get(b).unwrap(), [8, 9]);
+    assert_eq!(lx.get(b).unwrap(), [9]);
+}
+
+fn ttl_maps(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let clock = manual_clock(b);
+    let mut m = MapState::<u64, u64>::register_with_ttl(b, "m", ttl(100)).unwrap();
+    b.set_current_key(&key(1));
+    m.put(b, &1, &10).unwrap();
+    clock.set(T0 + 50);
+    m.put(b, &2, &20).unwrap();
+    clock.set(T0 + 99);
+    assert_eq!(m.entries(b).unwrap(), [(1, 10), (2, 20)]);
+    clock.set(T0 + 100);
+    assert_eq!(m.get(b, &1).unwrap(), None);
+    assert!(!m.contains(b, &1).unwrap());
+    assert!(m.contains(b, &2).unwrap());
+    assert_eq!(m.entries(b).unwrap(), [(2, 20)]);
+    assert_eq!(m.keys(b).unwrap(), [2]);
+    assert!(!m.is_empty(b).unwrap());
+    clock.set(T0 + 150);
+    assert!(m.is_empty(b).unwrap());
+    assert_eq!(m.get(b, &2).unwrap(), None);
+
+    let rw = ttl(100).with_update_type(TtlUpdateType::OnReadAndWrite);
+    let mut mr = MapState::<u64, u64>::register_with_ttl(b, "mr", rw).unwrap();
+    clock.set(T0);
+    mr.put(b, &1, &1).unwrap();
+    mr.put(b, &2, &2).unwrap();
+    clock.set(T0 + 60);
+    assert_eq!(mr.get(b, &1).unwrap(), Some(1));
+    clock.set(T0 + 150);
+    // Key 1 was read at +60; key 2 expired at +100.
+    assert_eq!(mr.entries(b).unwrap(), [(1, 1)]);
+    clock.set(T0 + 249);
+    assert_eq!(mr.keys(b).unwrap(), [1]);
+    clock.set(T0 + 349);
+    assert!(mr.is_empty(b).unwrap());
+
+    let rx = ttl(100).with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp);
+    let mut mx = MapState::<u64, u64>::register_with_ttl(b, "mx", rx).unwrap();
+    b.set_current_key(&key(2));
+    clock.set(T0);
+    mx.put(b, &1, &1).unwrap();
+    mx.put(b, &2, &2).unwrap();
+    clock.set(T0 + 100);
+    assert_eq!(mx.get(b, &1).unwrap(), Some(1));
+    assert_eq!(mx.get(b, &1).unwrap(), None);
+    assert_eq!(mx.entries(b).unwrap(), [(2, 2)]);
+    assert!(mx.is_empty(b).unwrap());
+}
+
+fn ttl_snapshot_restore(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let clock = manual_clock(b);
+    let mut v = ValueState::<u64>::register_with_ttl(b, "v", ttl(100)).unwrap();
+    let mut r = ReducingState::<u64>::register_with_ttl(b, "r", |a, x| a + x, ttl(100)).unwrap();
+    let mut a = AggregatingState::register_with_ttl(b, "a", Avg, ttl(100)).unwrap();
+    let mut l = ListState::<u64>::register_with_ttl(b, "l", ttl(100)).unwrap();
+    let mut m = MapState::<u64, u64>::register_with_ttl(b, "m", ttl(100)).unwrap();
+    let mut plain = ValueState::<u64>::register(b, "plain").unwrap();
+    for i in 0..20u64 {
+        clock.set(if i < 10 { T0 } else { T0 + 50 });
+        b.set_current_key(&key(i));
+        v.update(b, &i).unwrap();
+        r.add(b, i).unwrap();
+        a.add(b, i as u32).unwrap();
+        l.add(b, &i).unwrap();
+        m.put(b, &i, &i).unwrap();
+        plain.update(b, &i).unwrap();
+    }
+    // One list with an expired and an unexpired element.
+    b.set_current_key(&key(15));
+    clock.set(T0);
+    l.add(b, &99).unwrap();
+    clock.set(T0 + 100);
+    let mut restored = snapshot_and_restore(factory, b, dir, "ttl");
+    let b = restored.as_mut();
+    let clock = manual_clock(b);
+    clock.set(T0 + 100);
+    // TTL cannot be turned off (or on) across a restore; its parameters may change.
+    assert!(ValueState::<u64>::register(b, "v").is_err());
+    assert!(ValueState::<u64>::register_with_ttl(b, "plain", ttl(100)).is_err());
+    let plain = ValueState::<u64>::register(b, "plain").unwrap();
+    let v = ValueState::<u64>::register_with_ttl(b, "v", ttl(100)).unwrap();
+    let r = ReducingState::<u64>::register_with_ttl(b, "r", |a, x| a + x, ttl(100)).unwrap();
+    let a = AggregatingState::register_with_ttl(b, "a", Avg, ttl(100)).unwrap();
+    let l = ListState::<u64>::register_with_ttl(b, "l", ttl(100)).unwrap();
+    let mut m = MapState::<u64, u64>::register_with_ttl(b, "m", ttl(100)).unwrap();
+    for i in 0..20u64 {
+        b.set_current_key(&key(i));
+        let want = (i >= 10).then_some(i);
+        assert_eq!(v.value(b).unwrap(), want, "key {i}");
+        assert_eq!(r.get(b).unwrap(), want);
+        assert_eq!(a.get(b).unwrap(), want.map(|x| x as f64));
+        assert_eq!(l.get(b).unwrap(), want.into_iter().collect::<Vec<_>>());
+        assert_eq!(m.get(b, &i).unwrap(), want);
+        assert_eq!(plain.value(b).unwrap(), Some(i));
+    }
+    clock.set(T0 + 150);
+    for i in 10..20u64 {
+        b.set_current_key(&key(i));
+        assert_eq!((v.value(b).unwrap(), l.get(b).unwrap(), m.entries(b).unwrap()), (None, vec![], vec![]));
+    }
+    // A longer TTL after a restore applies to the stored timestamps.
+    let mut restored = snapshot_and_restore(factory, b, dir, "ttl2");
+    let b = restored.as_mut();
+    let clock = manual_clock(b);
+    clock.set(T0 + 150);
+    let v = ValueState::<u64>::register_with_ttl(b, "v", ttl(1000)).unwrap();
+    let mut n = 0;
+    v.for_each(b, |_, _| {
+        n += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(n, 0, "expired values were cleaned up on read before the second snapshot");
+}
+
+#[test]
+fn ttl_value_reducing_and_aggregating_states() {
+    both(ttl_value_kinds);
+}
+
+#[test]
+fn ttl_list_states() {
+    both(ttl_lists);
+}
+
+#[test]
+fn ttl_map_states() {
+    both(ttl_maps);
+}
+
+#[test]
+fn ttl_survives_snapshot_and_restore() {
+    both(ttl_snapshot_restore);
+}
