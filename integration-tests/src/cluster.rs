@@ -182,6 +182,9 @@ pub enum CheckpointStore {
     S3(S3Endpoint),
 }
 
+/// The task-manager binary unless [`ClusterOptions::taskmanager_binary`] names another.
+pub const DEFAULT_TASKMANAGER_BINARY: &str = "weir-taskmanager";
+
 /// What cluster to start.
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
@@ -199,6 +202,9 @@ pub struct ClusterOptions {
     pub dir: Option<PathBuf>,
     /// Extra environment for every process.
     pub env: Vec<(String, String)>,
+    /// The task-manager binary (found like every Weir binary): `weir-taskmanager`, or a user's own build
+    /// with extra operator kinds registered, such as `weir-example-taskmanager`.
+    pub taskmanager_binary: String,
 }
 
 impl Default for ClusterOptions {
@@ -211,6 +217,7 @@ impl Default for ClusterOptions {
             heartbeat_timeout_ms: 3000,
             dir: None,
             env: Vec::new(),
+            taskmanager_binary: DEFAULT_TASKMANAGER_BINARY.to_string(),
         }
     }
 }
@@ -230,6 +237,12 @@ impl ClusterOptions {
     /// Keep the cluster's files in `dir`.
     pub fn in_dir(mut self, dir: &Path) -> Self {
         self.dir = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Run task managers from the binary `name` instead of `weir-taskmanager`.
+    pub fn with_taskmanager_binary(mut self, name: &str) -> Self {
+        self.taskmanager_binary = name.to_string();
         self
     }
 }
@@ -275,7 +288,7 @@ impl Cluster {
     pub fn start(options: ClusterOptions) -> Result<Cluster> {
         let began = Instant::now();
         binary("weir-jobmanager")?;
-        binary("weir-taskmanager")?;
+        binary(&options.taskmanager_binary)?;
         let dir = match &options.dir {
             Some(d) => {
                 std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
@@ -386,7 +399,7 @@ impl Cluster {
         let id = format!("tm-{index}");
         let data = self.dir().join(&id);
         std::fs::create_dir_all(&data)?;
-        let mut cmd = Command::new(binary("weir-taskmanager")?);
+        let mut cmd = Command::new(binary(&self.options.taskmanager_binary)?);
         cmd.arg("--jobmanager")
             .arg(self.jobmanager_url())
             .arg("--bind")

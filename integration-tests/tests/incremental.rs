@@ -17,7 +17,12 @@ const RECORDS: u64 = 2_000_000;
 const SPLITS: u32 = 128;
 
 /// (sum of the counts in keyed state, records the sources had emitted) of one checkpoint.
-fn totals(rt: &tokio::runtime::Runtime, store: &Store, meta: &CheckpointMetadata, scratch: &Path) -> anyhow::Result<(u64, u64)> {
+fn totals(
+    rt: &tokio::runtime::Runtime,
+    store: &Store,
+    meta: &CheckpointMetadata,
+    scratch: &Path,
+) -> anyhow::Result<(u64, u64)> {
     let mut counted = 0;
     for st in &meta.operators["counts"].subtasks {
         let h = st.keyed.as_ref().ok_or_else(|| anyhow::anyhow!("keyed-count subtask without keyed state"))?;
@@ -73,7 +78,7 @@ fn retained_incremental_checkpoints_stay_restorable_and_consistent() -> anyhow::
     let metas: Vec<CheckpointMetadata> = listing
         .iter()
         .filter(|p| p.ends_with("/_metadata"))
-        .map(|p| Ok(CheckpointMetadata::from_bytes(&rt.block_on(store.get(p))?).map_err(anyhow::Error::msg)?))
+        .map(|p| CheckpointMetadata::from_bytes(&rt.block_on(store.get(p))?).map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<_>>()?;
     assert_eq!(metas.len(), 3, "exactly the retained checkpoints are left: {listing:#?}");
 
