@@ -29,7 +29,7 @@ fn taskmanager_serves_record_and_checkpoint_metrics() -> anyhow::Result<()> {
     let mut options = ClusterOptions::new(1, 2);
     options.env.push(("WEIR_METRICS_BIND".into(), addr.clone()));
     let mut cluster = Cluster::start(options)?;
-    let job = CountJob::bounded("metrics", 200_000, 1000, 7).rate(100_000).checkpoint_every_ms(300).into_blackhole();
+    let job = CountJob::bounded("metrics", 200_000, 1000, 7).rate(50_000).checkpoint_every_ms(300).into_blackhole();
     let id = cluster.submit(&job.yaml())?;
     cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(90))?;
 
@@ -47,6 +47,18 @@ fn taskmanager_serves_record_and_checkpoint_metrics() -> anyhow::Result<()> {
     assert_eq!(records_in, 200_000.0, "the counting vertex received every record");
     assert!(page.contains("weir_checkpoint_sync_seconds"), "{page}");
     assert!(sample(&page, "weir_checkpoint_uploaded_bytes_total", &job_label).is_some_and(|b| b > 0.0), "{page}");
+    // RocksDB's own properties, per operator and state, published by the task threads every few seconds.
+    let keys_line = page
+        .lines()
+        .find(|l| {
+            l.starts_with("weir_rocksdb_property")
+                && l.contains(&job_label)
+                && l.contains("operator=\"counts\"")
+                && l.contains("state=\"count\"")
+                && l.contains("property=\"rocksdb.estimate-num-keys\"")
+        })
+        .ok_or_else(|| anyhow::anyhow!("no rocksdb.estimate-num-keys gauge for the counts operator:\n{page}"))?;
+    assert!(keys_line.contains("rocksdb.estimate-num-keys"));
     assert!(get(&addr, "/nope")?.starts_with("HTTP/1.1 404"));
     cluster.stop();
     Ok(())

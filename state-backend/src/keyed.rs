@@ -222,6 +222,11 @@ pub trait KeyedStateBackend: Send {
     fn snapshot_sync(&mut self, dir: &Path) -> Result<LocalSnapshot, StateError>;
     /// Name of the backend kind.
     fn kind(&self) -> &'static str;
+    /// Engine properties per state for monitoring, as `(state, property, value)` (RocksDB's native
+    /// `rocksdb.*` properties; none for the heap).
+    fn properties(&self) -> Vec<(String, &'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Appends one list element in the stored list format: little-endian `u32` length, then the bytes.

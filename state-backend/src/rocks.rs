@@ -95,6 +95,19 @@ impl Default for RocksOptions {
     }
 }
 
+/// RocksDB properties reported per state (Flink's `state.backend.rocksdb.metrics.*`). The block cache is
+/// shared, so `block-cache-usage` is the same for every state of a task manager: do not sum it.
+pub const MONITORED_PROPERTIES: &[&str] = &[
+    "rocksdb.block-cache-usage",
+    "rocksdb.mem-table-flush-pending",
+    "rocksdb.num-running-compactions",
+    "rocksdb.num-running-flushes",
+    "rocksdb.estimate-num-keys",
+    "rocksdb.estimate-live-data-size",
+    "rocksdb.total-sst-files-size",
+    "rocksdb.cur-size-all-mem-tables",
+];
+
 /// Rows per write batch when the cache is flushed.
 const FLUSH_BATCH_ROWS: usize = 32 * 1024;
 
@@ -683,6 +696,19 @@ impl KeyedStateBackend for RocksDbBackend {
         }
         files.sort();
         Ok(LocalSnapshot { dir: dir.to_path_buf(), files, backend: "rocksdb", key_group_range: self.range })
+    }
+
+    fn properties(&self) -> Vec<(String, &'static str, u64)> {
+        let mut out = Vec::new();
+        for st in &self.states {
+            let Some(cf) = self.db.cf_handle(&Self::cf_name(&st.name)) else { continue };
+            for prop in MONITORED_PROPERTIES {
+                if let Ok(Some(v)) = self.db.property_int_value_cf(cf, *prop) {
+                    out.push((st.name.clone(), *prop, v));
+                }
+            }
+        }
+        out
     }
 
     fn kind(&self) -> &'static str {

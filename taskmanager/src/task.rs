@@ -37,6 +37,8 @@ const BATCH_RECORDS: u32 = 1024;
 const BATCH_BYTES: usize = 64 << 10;
 /// Longest time a partly filled batch waits before it is sent.
 const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+/// How often a task publishes its state engine's properties.
+const STATE_METRICS_INTERVAL: Duration = Duration::from_secs(2);
 /// Records a source emits per poll.
 const SOURCE_BATCH: usize = 1024;
 
@@ -401,6 +403,7 @@ struct Task {
     records_in: metrics::Counter,
     sync_seconds: metrics::Histogram,
     incremental: Arc<parking_lot::Mutex<Incremental>>,
+    last_state_metrics: Instant,
     /// Names this task's folder in the job's shared directory (unique per deployment of a backend).
     instance: String,
 }
@@ -559,6 +562,7 @@ impl Task {
             last_flush: Instant::now(),
             records_in: metrics::counter!("weir_records_in_total", &labels(&desc)),
             incremental: Arc::new(parking_lot::Mutex::new(incremental)),
+            last_state_metrics: Instant::now(),
             instance: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
             sync_seconds: metrics::histogram!("weir_checkpoint_sync_seconds", &labels(&desc)),
             desc,
@@ -778,7 +782,29 @@ impl Task {
             edge.flush_all()?;
         }
         self.last_flush = Instant::now();
+        if self.last_state_metrics.elapsed() >= STATE_METRICS_INTERVAL {
+            self.publish_state_metrics();
+        }
         Ok(())
+    }
+
+    /// Publishes the state engine's properties (RocksDB's `rocksdb.*`) as gauges, labelled by operator and
+    /// state. Runs on the task thread, which owns the backends, every few seconds.
+    fn publish_state_metrics(&mut self) {
+        self.last_state_metrics = Instant::now();
+        for op in &self.ops {
+            let Some(k) = &op.keyed else { continue };
+            for (state, property, value) in k.properties() {
+                let labels = [
+                    ("job_id", self.desc.job_id.0.clone()),
+                    ("operator", op.info.uid.clone()),
+                    ("subtask", self.desc.subtask.0.to_string()),
+                    ("state", state),
+                    ("property", property.to_string()),
+                ];
+                metrics::gauge!("weir_rocksdb_property", &labels).set(value as f64);
+            }
+        }
     }
 
     /// All input consumed: runs end-of-input hooks from operator `start` (unless they already ran before the
