@@ -44,9 +44,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use weir_common::builtin::{KindInfo, Role};
 use weir_common::ids::CheckpointId;
+use weir_taskmanager::commit::{hidden_name, PendingFiles};
 use weir_taskmanager::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use weir_taskmanager::record::{decode_records, encode_record, Record, Value};
 
@@ -109,10 +110,6 @@ impl BufferingSinkConfig {
     }
 }
 
-fn hidden(name: &str) -> String {
-    format!(".{name}.inprogress")
-}
-
 fn corrupt(what: &str) -> OperatorError {
     OperatorError::Other(format!("{KIND}: corrupt {what} in restored state"))
 }
@@ -129,8 +126,8 @@ pub struct BufferingSink {
     buffer: Vec<Record>,
     /// Hidden files written since the last barrier (visible names).
     staged: Vec<String>,
-    /// Hidden files waiting for their checkpoint to complete: (checkpoint id, visible name).
-    pending: Vec<(u64, String)>,
+    /// Hidden files waiting for their checkpoint to complete.
+    pending: PendingFiles,
     line: String,
 }
 
@@ -138,13 +135,13 @@ impl BufferingSink {
     /// A sink writing under `cfg.path`.
     pub fn new(cfg: BufferingSinkConfig) -> Self {
         BufferingSink {
-            dir: PathBuf::from(cfg.path),
+            dir: PathBuf::from(&cfg.path),
             threshold: cfg.threshold,
             prefix: String::new(),
             seq: 0,
             buffer: Vec::with_capacity(cfg.threshold),
             staged: Vec::new(),
-            pending: Vec::new(),
+            pending: PendingFiles::new(&cfg.path),
             line: String::new(),
         }
     }
@@ -161,7 +158,7 @@ impl BufferingSink {
         }
         let name = format!("{}{}", self.prefix, self.seq);
         self.seq += 1;
-        let path = self.dir.join(hidden(&name));
+        let path = self.dir.join(hidden_name(&name));
         let file = File::create(&path).map_err(|e| OperatorError::io(format!("create {}", path.display()), e))?;
         let mut out = BufWriter::with_capacity(64 << 10, file);
         let line = &mut self.line;
@@ -188,47 +185,13 @@ impl BufferingSink {
         Ok(())
     }
 
-    fn commit(dir: &Path, name: &str) -> Result<(), OperatorError> {
-        let from = dir.join(hidden(name));
-        let to = dir.join(name);
-        match std::fs::rename(&from, &to) {
-            Ok(()) => Ok(()),
-            // Already committed by an earlier notification or restore.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => Ok(()),
-            Err(e) => Err(OperatorError::io(format!("commit {}", to.display()), e)),
-        }
-    }
-
-    /// Commits every file pending for a checkpoint up to `id`.
-    fn commit_up_to(&mut self, id: u64) -> Result<(), OperatorError> {
-        let mut keep = Vec::new();
-        for (ckpt, name) in std::mem::take(&mut self.pending) {
-            if ckpt <= id {
-                Self::commit(&self.dir, &name)?;
-                tracing::debug!(file = %name, checkpoint_id = ckpt, "committed buffered file");
-            } else {
-                keep.push((ckpt, name));
-            }
-        }
-        self.pending = keep;
-        Ok(())
-    }
-
     fn restore(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        for e in ctx.operator_state.list_state(PENDING_STATE)?.iter() {
-            let text = std::str::from_utf8(e).map_err(|_| corrupt("pending file"))?;
-            let (ckpt, name) = text.split_once('\t').ok_or_else(|| corrupt("pending file"))?;
-            let ckpt = ckpt.parse().map_err(|_| corrupt("pending file"))?;
-            if name.contains('/') || name.starts_with('.') {
-                return Err(OperatorError::Other(format!("{KIND}: unsafe file name {name:?} in state")));
-            }
-            self.pending.push((ckpt, name.to_string()));
-        }
         for e in ctx.operator_state.list_state(BUFFER_STATE)?.iter() {
             decode_records(e, 1, &mut self.buffer).map_err(|_| corrupt("buffered record"))?;
         }
         // The checkpoint we restore from completed, so everything it lists as pending is committed now.
-        self.commit_up_to(u64::MAX)
+        let restored = ctx.operator_state.list_state(PENDING_STATE)?.clone();
+        self.pending.restore_and_commit(&restored, KIND)
     }
 }
 
@@ -242,16 +205,7 @@ impl Operator for BufferingSink {
         }
         // This subtask's remaining hidden files were written after the last completed checkpoint by an attempt
         // that died; their records are replayed, so they must never become visible.
-        let mine = format!(".{FILE_PREFIX}-{}-{}-", ctx.info.job_id, ctx.info.subtask.0);
-        let entries =
-            std::fs::read_dir(&self.dir).map_err(|e| OperatorError::io(format!("list {}", self.dir.display()), e))?;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(&mine) && name.ends_with(".inprogress") {
-                let _ = std::fs::remove_file(entry.path());
-                tracing::debug!(file = %name, "removed uncommitted file of an earlier attempt");
-            }
-        }
+        self.pending.remove_uncommitted(&format!("{FILE_PREFIX}-{}-{}-", ctx.info.job_id, ctx.info.subtask.0))?;
         tracing::debug!(restored = ctx.restored, buffered = self.buffer.len(), "buffering-sink initialized");
         Ok(())
     }
@@ -277,10 +231,10 @@ impl Operator for BufferingSink {
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
         let id = ctx.checkpoint_id.0;
-        self.pending.extend(self.staged.drain(..).map(|name| (id, name)));
-        let pending = ctx.operator_state.list_state(PENDING_STATE)?;
-        pending.clear();
-        pending.extend(self.pending.iter().map(|(ckpt, name)| format!("{ckpt}\t{name}").into_bytes()));
+        for name in self.staged.drain(..) {
+            self.pending.add(id, name);
+        }
+        *ctx.operator_state.list_state(PENDING_STATE)? = self.pending.to_state();
         let buffer = ctx.operator_state.list_state(BUFFER_STATE)?;
         buffer.clear();
         for r in &self.buffer {
@@ -292,13 +246,14 @@ impl Operator for BufferingSink {
     }
 
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
-        self.commit_up_to(id.0)
+        self.pending.commit_up_to(id.0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;
     use weir_state::OperatorStateStore;

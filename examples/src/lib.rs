@@ -2,19 +2,26 @@
 //!
 //! - [`buffering_sink`]: the `buffering-sink` kind, Flink's `BufferingSink` (the `CheckpointedFunction`
 //!   example) made exactly-once.
+//! - [`distinct_values`]: the keyed `distinct-values` kind, a per-key count of distinct recent values in a
+//!   `MapState` with time-to-live.
 //! - [`registry`]: the built-in kinds plus the kinds of this crate; the `weir-example-taskmanager` binary runs
 //!   a task manager with it.
 
 pub mod buffering_sink;
+pub mod distinct_values;
 
 use weir_taskmanager::registry::{Instance, Registry};
 
-/// Weir's built-in kinds plus `buffering-sink`.
+/// Weir's built-in kinds plus `buffering-sink` and `distinct-values`.
 pub fn registry() -> Registry {
     let mut r = Registry::with_builtins();
     r.register(buffering_sink::kind_info(), |config| {
         let cfg = buffering_sink::BufferingSinkConfig::from_map(config)?;
         Ok(Instance::Operator(Box::new(buffering_sink::BufferingSink::new(cfg))))
+    });
+    r.register(distinct_values::kind_info(), |config| {
+        let cfg = distinct_values::DistinctValuesConfig::from_map(config)?;
+        Ok(Instance::Operator(Box::new(distinct_values::DistinctValues::new(cfg))))
     });
     r
 }
@@ -38,5 +45,17 @@ mod tests {
         assert!(matches!(r.build(buffering_sink::KIND, &config), Ok(Instance::Operator(_))));
         let err = r.build(buffering_sink::KIND, &BTreeMap::new()).err().expect("path is required");
         assert!(err.contains("path"), "{err}");
+    }
+
+    #[test]
+    fn registry_has_distinct_values() {
+        let r = registry();
+        let info = r.info(distinct_values::KIND).expect("distinct-values registered");
+        assert_eq!(info.role, Role::Operator);
+        assert!(info.keyed, "its input must be partitioned by key");
+        assert!(matches!(r.build(distinct_values::KIND, &BTreeMap::new()), Ok(Instance::Operator(_))));
+        let config: BTreeMap<String, String> = [("ttl_ms".to_string(), "0".to_string())].into();
+        let err = r.build(distinct_values::KIND, &config).err().expect("ttl_ms must be positive");
+        assert!(err.contains("ttl_ms"), "{err}");
     }
 }

@@ -21,10 +21,12 @@ fn main() {
     let rounds = 5;
     let tmp = tempfile::tempdir().expect("temp dir");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let store = Store::open(&format!("file://{}/store", tmp.path().display()), &StoreOptions::default()).expect("store");
+    let store =
+        Store::open(&format!("file://{}/store", tmp.path().display()), &StoreOptions::default()).expect("store");
     let range = KeyGroupRange { start: 0, end: 127 };
-    let mut b = open_keyed_backend(StateBackendKind::Rocksdb, &tmp.path().join("db"), 128, range, None, &Default::default())
-        .expect("backend");
+    let mut b =
+        open_keyed_backend(StateBackendKind::Rocksdb, &tmp.path().join("db"), 128, range, None, &Default::default())
+            .expect("backend");
     let mut st = ValueState::<Vec<u8>>::register(b.as_mut(), "v").expect("register");
     // Incompressible values, so that the state on disk really is ~1 GB.
     let value = |k: u64, round: u64| {

@@ -4,6 +4,7 @@
 //! - [`registry`]: kind name → factory; users build their own task-manager binary with more kinds.
 //! - [`builtins`]: `datagen`, `keyed-count`, `file-sink`, `blackhole`.
 //! - [`record`]: records and their batch codec.
+//! - [`commit`]: exactly-once file commits for sinks (hidden, pending, renamed on completion).
 //! - [`net`]: the data plane (framed TCP, credit-based flow control).
 //! - [`align`]: barrier alignment.
 //! - [`task`]: one subtask's thread: the record loop, checkpoints, end of input.
@@ -14,6 +15,7 @@
 
 pub mod align;
 pub mod builtins;
+pub mod commit;
 pub mod metrics;
 pub mod net;
 pub mod operator;

@@ -8,12 +8,13 @@
 //! names (renames are idempotent: an already committed file is skipped), then deletes this subtask's other
 //! hidden files, which belong to attempts that never completed a checkpoint. No file is ever committed twice.
 
+use crate::commit::{hidden_name, PendingFiles};
 use crate::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::record::{Record, Value};
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use weir_common::builtin::FileSinkConfig;
 use weir_common::ids::CheckpointId;
 
@@ -30,58 +31,28 @@ pub struct FileSink {
     prefix: String,
     seq: u64,
     current: Option<InProgress>,
-    pending: Vec<(u64, String)>,
+    pending: PendingFiles,
     line: String,
-}
-
-fn hidden(name: &str) -> String {
-    format!(".{name}.inprogress")
 }
 
 impl FileSink {
     /// A sink writing under `cfg.path`.
     pub fn new(cfg: FileSinkConfig) -> Self {
         FileSink {
-            dir: PathBuf::from(cfg.path),
+            dir: PathBuf::from(&cfg.path),
             prefix: String::new(),
             seq: 0,
             current: None,
-            pending: Vec::new(),
+            pending: PendingFiles::new(&cfg.path),
             line: String::new(),
         }
-    }
-
-    fn commit(dir: &Path, name: &str) -> Result<(), OperatorError> {
-        let from = dir.join(hidden(name));
-        let to = dir.join(name);
-        match std::fs::rename(&from, &to) {
-            Ok(()) => Ok(()),
-            // Already committed by an earlier notification or restore.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => Ok(()),
-            Err(e) => Err(OperatorError::io(format!("commit {}", to.display()), e)),
-        }
-    }
-
-    fn commit_up_to(&mut self, id: u64) -> Result<(), OperatorError> {
-        let dir = self.dir.clone();
-        let mut keep = Vec::new();
-        for (ckpt, name) in std::mem::take(&mut self.pending) {
-            if ckpt <= id {
-                Self::commit(&dir, &name)?;
-                tracing::debug!(file = %name, checkpoint_id = ckpt, "committed sink file");
-            } else {
-                keep.push((ckpt, name));
-            }
-        }
-        self.pending = keep;
-        Ok(())
     }
 
     fn writer(&mut self) -> Result<&mut BufWriter<File>, OperatorError> {
         if self.current.is_none() {
             let name = format!("{}{}", self.prefix, self.seq);
             self.seq += 1;
-            let path = self.dir.join(hidden(&name));
+            let path = self.dir.join(hidden_name(&name));
             let file = File::create(&path).map_err(|e| OperatorError::io(format!("create {}", path.display()), e))?;
             self.current = Some(InProgress { name, out: BufWriter::with_capacity(256 << 10, file) });
         }
@@ -98,31 +69,10 @@ impl Operator for FileSink {
             .map_err(|e| OperatorError::io(format!("create {}", self.dir.display()), e))?;
         self.prefix = format!("part-{}-{}-{}-", ctx.info.job_id, ctx.info.subtask.0, ctx.info.attempt);
         if ctx.restored {
-            for e in ctx.operator_state.list_state(STATE)?.iter() {
-                let text =
-                    std::str::from_utf8(e).map_err(|_| OperatorError::Other("file-sink: corrupt state".into()))?;
-                let (ckpt, name) =
-                    text.split_once('\t').ok_or_else(|| OperatorError::Other("file-sink: corrupt state".into()))?;
-                let ckpt = ckpt.parse().map_err(|_| OperatorError::Other("file-sink: corrupt state".into()))?;
-                if name.contains('/') || name.starts_with('.') {
-                    return Err(OperatorError::Other(format!("file-sink: unsafe file name {name:?} in state")));
-                }
-                self.pending.push((ckpt, name.to_string()));
-            }
-            // The checkpoint we restore from completed, so everything it lists as pending is committed now.
-            self.commit_up_to(u64::MAX)?;
+            let restored = ctx.operator_state.list_state(STATE)?.clone();
+            self.pending.restore_and_commit(&restored, "file-sink")?;
         }
-        let mine = format!(".part-{}-{}-", ctx.info.job_id, ctx.info.subtask.0);
-        let entries =
-            std::fs::read_dir(&self.dir).map_err(|e| OperatorError::io(format!("list {}", self.dir.display()), e))?;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(&mine) && name.ends_with(".inprogress") {
-                let _ = std::fs::remove_file(entry.path());
-                tracing::debug!(file = %name, "removed in-progress file of an earlier attempt");
-            }
-        }
-        Ok(())
+        self.pending.remove_uncommitted(&format!("part-{}-{}-", ctx.info.job_id, ctx.info.subtask.0))
     }
 
     fn process_batch(
@@ -158,18 +108,14 @@ impl Operator for FileSink {
         if let Some(mut cur) = self.current.take() {
             cur.out.flush().map_err(|e| OperatorError::io("flush sink file", e))?;
             cur.out.get_ref().sync_all().map_err(|e| OperatorError::io("sync sink file", e))?;
-            self.pending.push((ctx.checkpoint_id.0, cur.name));
+            self.pending.add(ctx.checkpoint_id.0, cur.name);
         }
-        let list = ctx.operator_state.list_state(STATE)?;
-        list.clear();
-        for (ckpt, name) in &self.pending {
-            list.push(format!("{ckpt}\t{name}").into_bytes());
-        }
+        *ctx.operator_state.list_state(STATE)? = self.pending.to_state();
         Ok(())
     }
 
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
-        self.commit_up_to(id.0)
+        self.pending.commit_up_to(id.0)
     }
 }
 
@@ -177,6 +123,7 @@ impl Operator for FileSink {
 mod tests {
     use super::*;
     use crate::operator::RuntimeInfo;
+    use std::path::Path;
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;
     use weir_state::OperatorStateStore;
@@ -241,7 +188,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2, "our leftover in-progress files are removed");
         assert!(tmp.path().join(".part-other-0-1-0.inprogress").exists());
         // A late notification for the same checkpoint does nothing.
-        restored.pending.push((1, "part-j-0-1-0".into()));
+        restored.pending.add(1, "part-j-0-1-0".into());
         restored.notify_checkpoint_complete(CheckpointId(1))?;
         assert_eq!(visible(tmp.path()).len(), 1);
         Ok(())

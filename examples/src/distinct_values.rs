@@ -1,0 +1,456 @@
+//! `distinct-values`: per key, the number of distinct values seen recently — a keyed user operator with
+//! time-to-live state (Flink's `StateTtlConfig` on a `MapState`).
+//!
+//! # State
+//!
+//! - `distinct-values`, a `MapState<i64, u64>` per key: each value seen → how often it was seen. It is
+//!   registered with a TTL of `ttl_ms` (default update type: a value's clock restarts each time it is seen
+//!   again; default visibility: an expired value is never read). A value not seen for `ttl_ms` is therefore
+//!   forgotten, and counts as new if it comes back.
+//! - `keys`, a `ValueState` marker per key with the same TTL, written with every record. A map state cannot
+//!   be iterated over all keys, a value state can: the marker lists the keys at end of input. Being written
+//!   with every record of its key, it expires exactly when the key's last value does.
+//!
+//! Both states are keyed state, snapshotted by the runtime at every checkpoint and restored after a
+//! failure; expired entries are dropped on read, by the heap backend's snapshots and incremental cleanup,
+//! and by RocksDB compaction filters.
+//!
+//! # Output
+//!
+//! At end of input, one record per key that still has an unexpired value: the key and the number of its
+//! distinct unexpired values (`Value::I64`). A key whose values all expired has no state left and, as a key
+//! that was never seen, emits nothing.
+//!
+//! Input values must be `Value::I64`; any other value fails the task with an error naming the key.
+//!
+//! Config: `ttl_ms` (the time-to-live in milliseconds, default 60000, at least 1).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+use weir_common::builtin::{KindInfo, Role};
+use weir_state::{KeyedStateBackend, MapState, StateError, StateTtlConfig, ValueState};
+use weir_taskmanager::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
+use weir_taskmanager::record::{Record, Value};
+
+/// The kind's name in the registry.
+pub const KIND: &str = "distinct-values";
+/// Time-to-live unless the config says otherwise: one minute.
+pub const DEFAULT_TTL_MS: u64 = 60_000;
+
+/// Keyed map state: value → times seen, with TTL.
+pub const VALUES_STATE: &str = "distinct-values";
+/// Keyed value state: a marker per key (same TTL), to list the keys at end of input.
+pub const KEYS_STATE: &str = "keys";
+
+/// What the job manager learns about `distinct-values` when a task manager with it registers.
+pub fn kind_info() -> KindInfo {
+    KindInfo {
+        kind: KIND.into(),
+        role: Role::Operator,
+        keyed: true,
+        version: env!("CARGO_PKG_VERSION").into(),
+        states: vec![
+            (VALUES_STATE.into(), "map".into(), "i64 -> u64".into()),
+            (KEYS_STATE.into(), "value".into(), "()".into()),
+        ],
+    }
+}
+
+/// Config of `distinct-values`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DistinctValuesConfig {
+    /// How long a value is remembered after it was last seen, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+impl Default for DistinctValuesConfig {
+    fn default() -> Self {
+        DistinctValuesConfig { ttl_ms: DEFAULT_TTL_MS }
+    }
+}
+
+impl DistinctValuesConfig {
+    /// Reads and checks the config; an error names the field.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, String> {
+        if let Some(unknown) = map.keys().find(|k| k.as_str() != "ttl_ms") {
+            return Err(format!("config field {unknown:?}: unknown field (known fields: ttl_ms)"));
+        }
+        let ttl_ms = match map.get("ttl_ms") {
+            None => DEFAULT_TTL_MS,
+            Some(s) => s
+                .trim()
+                .replace('_', "")
+                .parse::<u64>()
+                .ok()
+                .filter(|&t| t >= 1)
+                .ok_or_else(|| format!("config field \"ttl_ms\": expected a positive integer, got {s:?}"))?,
+        };
+        Ok(DistinctValuesConfig { ttl_ms })
+    }
+
+    /// The TTL of both states: `ttl_ms`, default update type and visibility.
+    pub fn ttl(&self) -> StateTtlConfig {
+        StateTtlConfig::new(Duration::from_millis(self.ttl_ms))
+    }
+}
+
+/// The registered states.
+struct States {
+    values: MapState<i64, u64>,
+    keys: ValueState<Vec<u8>>,
+}
+
+/// The operator; see the module docs.
+pub struct DistinctValues {
+    ttl: StateTtlConfig,
+    states: Option<States>,
+}
+
+impl DistinctValues {
+    /// An operator with the config's TTL.
+    pub fn new(cfg: DistinctValuesConfig) -> Self {
+        DistinctValues { ttl: cfg.ttl(), states: None }
+    }
+
+    fn states(&mut self) -> Result<&mut States, OperatorError> {
+        self.states.as_mut().ok_or_else(|| OperatorError::Other(format!("{KIND} used before initialize_state")))
+    }
+}
+
+/// The number of distinct unexpired values of the backend's current key (expired ones are removed).
+fn distinct(values: &MapState<i64, u64>, backend: &mut dyn KeyedStateBackend) -> Result<u64, StateError> {
+    let mut n = 0;
+    values.for_each(backend, |_, _| {
+        n += 1;
+        Ok(())
+    })?;
+    Ok(n)
+}
+
+impl Operator for DistinctValues {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        let backend = ctx
+            .keyed
+            .as_mut()
+            .ok_or_else(|| OperatorError::Other(format!("{KIND} needs keyed state (declare the kind keyed)")))?;
+        let values = MapState::register_with_ttl(&mut **backend, VALUES_STATE, self.ttl)?;
+        let keys = ValueState::register_with_ttl(&mut **backend, KEYS_STATE, self.ttl)?;
+        self.states = Some(States { values, keys });
+        tracing::debug!(restored = ctx.restored, ttl_ms = self.ttl.ttl_ms(), "distinct-values initialized");
+        Ok(())
+    }
+
+    fn process_batch(
+        &mut self,
+        records: &[Record],
+        ctx: &mut ProcessContext<'_>,
+        _: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let backend = ctx.keyed()?;
+        let states = self.states()?;
+        let marker = Vec::new();
+        for r in records {
+            let Value::I64(v) = r.value else {
+                return Err(OperatorError::Other(format!(
+                    "{KIND}: record of key {} has a {} value; only i64 values are counted",
+                    r.key_text(),
+                    match r.value {
+                        Value::Unit => "unit",
+                        _ => "bytes",
+                    }
+                )));
+            };
+            backend.set_current_key(&r.key);
+            let seen = states.values.get(backend, &v)?.unwrap_or(0);
+            states.values.put(backend, &v, &(seen + 1))?;
+            states.keys.update(backend, &marker)?;
+        }
+        Ok(())
+    }
+
+    fn end_of_input(&mut self, ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        let backend = ctx.keyed()?;
+        let states = self.states()?;
+        // The visitor borrows the backend, which the map reads need too: list the keys first.
+        let mut keys = Vec::new();
+        states.keys.for_each(backend, |k, _| {
+            keys.push(k.to_vec());
+            Ok(())
+        })?;
+        for key in keys {
+            backend.set_current_key(&key);
+            let n = distinct(&states.values, backend)?;
+            if n > 0 {
+                out.emit(Record { key: key.as_slice().into(), value: Value::I64(n as i64) })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::sync::Arc;
+    use weir_common::ids::SubtaskIndex;
+    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::spec::StateBackendKind;
+    use weir_state::rocks::RocksOptions;
+    use weir_state::{open_keyed_backend, ManualClock, OperatorStateStore};
+    use weir_taskmanager::operator::RuntimeInfo;
+
+    const MAX_PARALLELISM: u32 = 128;
+    const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
+    const T0: u64 = 1_000_000;
+    const TTL_MS: u64 = 1000;
+
+    fn info() -> RuntimeInfo {
+        RuntimeInfo {
+            uid: "distinct".into(),
+            job_id: "j".into(),
+            attempt: 1,
+            subtask: SubtaskIndex(0),
+            parallelism: 1,
+            max_parallelism: MAX_PARALLELISM,
+            key_group_range: RANGE,
+        }
+    }
+
+    /// A backend of `kind` in `work_dir`, restored from `restore` if given, on `clock`.
+    fn backend(
+        kind: StateBackendKind,
+        work_dir: &Path,
+        restore: Option<&Path>,
+        clock: &Arc<ManualClock>,
+    ) -> Box<dyn KeyedStateBackend> {
+        // A tiny RocksDB write-back cache, so that rows are flushed to RocksDB mid-test.
+        let opts = RocksOptions { cache_bytes: 2048, ..Default::default() };
+        let mut b = open_keyed_backend(kind, work_dir, MAX_PARALLELISM, RANGE, restore, &opts).unwrap();
+        b.set_clock(clock.clone());
+        b
+    }
+
+    fn operator(b: &mut dyn KeyedStateBackend, restored: bool) -> DistinctValues {
+        let mut op = DistinctValues::new(DistinctValuesConfig { ttl_ms: TTL_MS });
+        let i = info();
+        let mut store = OperatorStateStore::new();
+        op.initialize_state(&mut InitContext { info: &i, restored, operator_state: &mut store, keyed: Some(b) })
+            .unwrap();
+        op
+    }
+
+    fn rec(key: u64, value: i64) -> Record {
+        Record::new_i64(&key.to_be_bytes(), value)
+    }
+
+    fn process(op: &mut DistinctValues, b: &mut dyn KeyedStateBackend, records: &[(u64, i64)]) {
+        let i = info();
+        let mut nothing = |_: Vec<Record>| Ok(());
+        let records: Vec<Record> = records.iter().map(|&(k, v)| rec(k, v)).collect();
+        op.process_batch(&records, &mut ProcessContext { info: &i, keyed: Some(b) }, &mut Collector::new(&mut nothing))
+            .unwrap();
+    }
+
+    /// What `end_of_input` emits, by key.
+    fn output(op: &mut DistinctValues, b: &mut dyn KeyedStateBackend) -> BTreeMap<u64, i64> {
+        let i = info();
+        let mut emitted = Vec::new();
+        let mut sink = |chunk: Vec<Record>| {
+            emitted.extend(chunk);
+            Ok(())
+        };
+        let mut out = Collector::new(&mut sink);
+        op.end_of_input(&mut ProcessContext { info: &i, keyed: Some(b) }, &mut out).unwrap();
+        out.flush().unwrap();
+        drop(out);
+        let mut by_key = BTreeMap::new();
+        for r in emitted {
+            let key = u64::from_be_bytes(r.key.as_slice().try_into().unwrap());
+            let Value::I64(n) = r.value else { panic!("non-i64 output {r:?}") };
+            assert!(by_key.insert(key, n).is_none(), "key {key} emitted twice");
+        }
+        by_key
+    }
+
+    /// The stored map (value → times seen) of `key`, read through a handle of the same state.
+    fn stored(b: &mut dyn KeyedStateBackend, key: u64) -> Vec<(i64, u64)> {
+        let ttl = DistinctValuesConfig { ttl_ms: TTL_MS }.ttl();
+        let values = MapState::<i64, u64>::register_with_ttl(b, VALUES_STATE, ttl).unwrap();
+        b.set_current_key(&key.to_be_bytes());
+        let mut entries = values.entries(b).unwrap();
+        entries.sort_unstable(); // stored in the byte order of the big-endian encoding: negatives last
+        entries
+    }
+
+    /// A copy of a snapshot directory, as a restoring task gets it (RocksDB moves it into place).
+    fn copy_dir(from: &Path, to: &Path) -> std::path::PathBuf {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_dir(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), &target).unwrap();
+            }
+        }
+        to.to_path_buf()
+    }
+
+    /// Runs `scenario` on RocksDB and on the heap, naming the backend in a failure.
+    fn both(scenario: fn(StateBackendKind, &Path)) {
+        for kind in [StateBackendKind::Rocksdb, StateBackendKind::Heap] {
+            let tmp = tempfile::tempdir().unwrap();
+            let result = std::panic::catch_unwind(|| scenario(kind, tmp.path()));
+            if let Err(e) = result {
+                eprintln!("scenario failed on the {kind:?} backend");
+                std::panic::resume_unwind(e);
+            }
+        }
+    }
+
+    #[test]
+    fn config_defaults_and_errors() {
+        let m = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert_eq!(DistinctValuesConfig::from_map(&m(&[])).unwrap(), DistinctValuesConfig { ttl_ms: 60_000 });
+        assert_eq!(DistinctValuesConfig::default().ttl_ms, DEFAULT_TTL_MS);
+        assert_eq!(DistinctValuesConfig::from_map(&m(&[("ttl_ms", "5_000")])).unwrap().ttl_ms, 5000);
+        let ttl = DistinctValuesConfig { ttl_ms: 250 }.ttl();
+        assert_eq!(ttl, StateTtlConfig::new(Duration::from_millis(250)));
+        for bad in ["0", "-1", "soon", ""] {
+            let err = DistinctValuesConfig::from_map(&m(&[("ttl_ms", bad)])).unwrap_err();
+            assert!(err.contains("ttl_ms"), "{err}");
+        }
+        let err = DistinctValuesConfig::from_map(&m(&[("ttl", "5")])).unwrap_err();
+        assert!(err.contains("\"ttl\"") && err.contains("unknown"), "{err}");
+    }
+
+    #[test]
+    fn kind_info_declares_the_keyed_ttl_states() {
+        let info = kind_info();
+        assert_eq!(info.kind, KIND);
+        assert_eq!(info.role, Role::Operator);
+        assert!(info.keyed);
+        assert!(info.states.contains(&(VALUES_STATE.into(), "map".into(), "i64 -> u64".into())));
+    }
+
+    #[test]
+    fn counts_distinct_values_per_key() {
+        both(|kind, dir| {
+            let clock = Arc::new(ManualClock::new(T0));
+            let mut b = backend(kind, &dir.join("a"), None, &clock);
+            let mut op = operator(&mut *b, false);
+            process(&mut op, &mut *b, &[(1, 10), (2, 10), (1, 10), (1, -3), (1, 10), (3, i64::MIN)]);
+            process(&mut op, &mut *b, &[(2, 10), (1, 7), (2, 11)]);
+            assert_eq!(output(&mut op, &mut *b), BTreeMap::from([(1, 3), (2, 2), (3, 1)]));
+            assert_eq!(stored(&mut *b, 1), vec![(-3, 1), (7, 1), (10, 3)], "value -> times seen");
+            assert_eq!(stored(&mut *b, 2), vec![(10, 2), (11, 1)]);
+        });
+    }
+
+    #[test]
+    fn values_older_than_the_ttl_are_not_counted() {
+        both(|kind, dir| {
+            let clock = Arc::new(ManualClock::new(T0));
+            let mut b = backend(kind, &dir.join("a"), None, &clock);
+            let mut op = operator(&mut *b, false);
+            process(&mut op, &mut *b, &[(1, 1), (1, 2), (1, 3), (2, 5), (4, 8)]);
+            clock.set(T0 + 600);
+            // Seeing 3 again restarts its TTL (written again); 4 is new. Key 3 starts here.
+            process(&mut op, &mut *b, &[(1, 3), (1, 4), (3, 7)]);
+            clock.set(T0 + TTL_MS - 1);
+            assert_eq!(
+                output(&mut op, &mut *b),
+                BTreeMap::from([(1, 4), (2, 1), (3, 1), (4, 1)]),
+                "nothing expired yet"
+            );
+            // At T0 + ttl everything last seen at T0 has expired.
+            clock.set(T0 + TTL_MS);
+            process(&mut op, &mut *b, &[(4, 8)]); // back after expiring: counted again, from 1
+            assert_eq!(
+                output(&mut op, &mut *b),
+                BTreeMap::from([(1, 2), (3, 1), (4, 1)]),
+                "key 1 keeps 3 and 4; key 2 has only expired values and is not emitted"
+            );
+            assert_eq!(stored(&mut *b, 1), vec![(3, 2), (4, 1)]);
+            assert_eq!(stored(&mut *b, 4), vec![(8, 1)], "an expired value that comes back starts over");
+            clock.set(T0 + 600 + TTL_MS);
+            assert_eq!(output(&mut op, &mut *b), BTreeMap::from([(4, 1)]));
+            clock.set(T0 + 10 * TTL_MS);
+            assert!(output(&mut op, &mut *b).is_empty(), "everything expired");
+        });
+    }
+
+    #[test]
+    fn snapshot_and_restore_keep_the_unexpired_entries() {
+        both(|kind, dir| {
+            let clock = Arc::new(ManualClock::new(T0));
+            let mut b = backend(kind, &dir.join("a"), None, &clock);
+            let mut op = operator(&mut *b, false);
+            process(&mut op, &mut *b, &[(1, 1), (1, 2), (2, 9), (2, 9)]);
+            clock.set(T0 + 600);
+            process(&mut op, &mut *b, &[(1, 3), (1, 3), (3, 4)]);
+            clock.set(T0 + 700);
+            let snap = b.snapshot_sync(&dir.join("snap")).unwrap();
+            // After the barrier: not in the snapshot.
+            process(&mut op, &mut *b, &[(1, 99), (5, 5)]);
+            drop(op);
+            drop(b);
+
+            // Restored before anything expired: every entry is back, counts included.
+            let clock = Arc::new(ManualClock::new(T0 + 800));
+            let restore = copy_dir(&snap.dir, &dir.join("download-1"));
+            let mut r = backend(kind, &dir.join("r1"), Some(&restore), &clock);
+            let mut op = operator(&mut *r, true);
+            assert_eq!(stored(&mut *r, 1), vec![(1, 1), (2, 1), (3, 2)]);
+            assert_eq!(stored(&mut *r, 2), vec![(9, 2)]);
+            process(&mut op, &mut *r, &[(1, 2), (6, 6)]); // the restored state goes on
+            assert_eq!(output(&mut op, &mut *r), BTreeMap::from([(1, 3), (2, 1), (3, 1), (6, 1)]));
+            assert_eq!(stored(&mut *r, 1), vec![(1, 1), (2, 2), (3, 2)]);
+            drop(op);
+            drop(r);
+
+            // Restored after the TTL of the first values: only the later ones are counted.
+            let clock = Arc::new(ManualClock::new(T0 + TTL_MS));
+            let restore = copy_dir(&snap.dir, &dir.join("download-2"));
+            let mut r = backend(kind, &dir.join("r2"), Some(&restore), &clock);
+            let mut op = operator(&mut *r, true);
+            assert_eq!(output(&mut op, &mut *r), BTreeMap::from([(1, 1), (3, 1)]));
+            assert_eq!(stored(&mut *r, 1), vec![(3, 2)]);
+            assert!(stored(&mut *r, 2).is_empty());
+        });
+    }
+
+    #[test]
+    fn a_non_i64_value_fails_with_the_key() {
+        let tmp = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(T0));
+        let mut b = backend(StateBackendKind::Heap, tmp.path(), None, &clock);
+        let mut op = operator(&mut *b, false);
+        let i = info();
+        let mut nothing = |_: Vec<Record>| Ok(());
+        let records = [Record { key: 42u64.to_be_bytes().as_slice().into(), value: Value::Bytes(b"x".to_vec()) }];
+        let err = op
+            .process_batch(
+                &records,
+                &mut ProcessContext { info: &i, keyed: Some(&mut *b) },
+                &mut Collector::new(&mut nothing),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("key 42") && err.to_string().contains("bytes"), "{err}");
+    }
+
+    #[test]
+    fn an_operator_without_keyed_state_is_refused() {
+        let mut op = DistinctValues::new(DistinctValuesConfig::default());
+        let i = info();
+        let mut store = OperatorStateStore::new();
+        let err = op
+            .initialize_state(&mut InitContext { info: &i, restored: false, operator_state: &mut store, keyed: None })
+            .unwrap_err();
+        assert!(err.to_string().contains("keyed"), "{err}");
+    }
+}

@@ -1,0 +1,125 @@
+//! Files made visible exactly once, for sinks that write files: a file is written hidden
+//! (`.<name>.inprogress`), becomes *pending* for the checkpoint whose barrier follows it, and is committed — an
+//! idempotent rename to `<name>` — when that checkpoint completes. Pending files are kept in operator list
+//! state (`<checkpoint id>\t<name>` per element), so a restored sink commits what the checkpoint it restores
+//! from still listed (the completion notification may have been lost) and can delete the hidden files of
+//! attempts that never completed a checkpoint. Used by `file-sink` and by the user sinks in `examples/`.
+
+use crate::operator::OperatorError;
+use std::path::{Path, PathBuf};
+
+/// The hidden name of a file while it is written and pending.
+pub fn hidden_name(name: &str) -> String {
+    format!(".{name}.inprogress")
+}
+
+/// The pending files of one sink subtask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingFiles {
+    dir: PathBuf,
+    pending: Vec<(u64, String)>,
+}
+
+impl PendingFiles {
+    /// No pending files, in `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        PendingFiles { dir: dir.into(), pending: Vec::new() }
+    }
+
+    /// The directory the files live in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `name` (written hidden) becomes pending for checkpoint `checkpoint`.
+    pub fn add(&mut self, checkpoint: u64, name: String) {
+        self.pending.push((checkpoint, name));
+    }
+
+    /// Commits every file pending for a checkpoint up to `id` (renames are idempotent: a file an earlier
+    /// notification or restore committed is skipped).
+    pub fn commit_up_to(&mut self, id: u64) -> Result<(), OperatorError> {
+        let mut keep = Vec::new();
+        for (ckpt, name) in std::mem::take(&mut self.pending) {
+            if ckpt <= id {
+                let from = self.dir.join(hidden_name(&name));
+                let to = self.dir.join(&name);
+                match std::fs::rename(&from, &to) {
+                    Ok(()) => tracing::debug!(file = %name, checkpoint_id = ckpt, "committed file"),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => {}
+                    Err(e) => return Err(OperatorError::io(format!("commit {}", to.display()), e)),
+                }
+            } else {
+                keep.push((ckpt, name));
+            }
+        }
+        self.pending = keep;
+        Ok(())
+    }
+
+    /// The pending files as operator-state elements.
+    pub fn to_state(&self) -> Vec<Vec<u8>> {
+        self.pending.iter().map(|(ckpt, name)| format!("{ckpt}\t{name}").into_bytes()).collect()
+    }
+
+    /// Takes the pending files of restored state, then commits them all: the checkpoint restored from
+    /// completed, so everything it lists is due. `who` names the sink in errors.
+    pub fn restore_and_commit(&mut self, elements: &[Vec<u8>], who: &str) -> Result<(), OperatorError> {
+        let corrupt = || OperatorError::Other(format!("{who}: corrupt pending file in restored state"));
+        for e in elements {
+            let text = std::str::from_utf8(e).map_err(|_| corrupt())?;
+            let (ckpt, name) = text.split_once('\t').ok_or_else(corrupt)?;
+            let ckpt = ckpt.parse().map_err(|_| corrupt())?;
+            if name.is_empty() || name.contains('/') || name.starts_with('.') {
+                return Err(OperatorError::Other(format!("{who}: unsafe file name {name:?} in restored state")));
+            }
+            self.pending.push((ckpt, name.to_string()));
+        }
+        self.commit_up_to(u64::MAX)
+    }
+
+    /// Deletes the hidden files whose visible name starts with `prefix` (one subtask's files of one job):
+    /// after a restore they belong to attempts that never completed a checkpoint.
+    pub fn remove_uncommitted(&self, prefix: &str) -> Result<(), OperatorError> {
+        let hidden_prefix = format!(".{prefix}");
+        let entries =
+            std::fs::read_dir(&self.dir).map_err(|e| OperatorError::io(format!("list {}", self.dir.display()), e))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&hidden_prefix) && name.ends_with(".inprogress") {
+                let _ = std::fs::remove_file(entry.path());
+                tracing::debug!(file = %name, "removed an uncommitted file of an earlier attempt");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_once_and_survives_restore() -> Result<(), OperatorError> {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut p = PendingFiles::new(tmp.path());
+        for (ckpt, name) in [(1, "a"), (2, "b")] {
+            std::fs::write(tmp.path().join(hidden_name(name)), name).unwrap();
+            p.add(ckpt, name.to_string());
+        }
+        p.commit_up_to(1)?;
+        assert!(tmp.path().join("a").exists() && !tmp.path().join("b").exists());
+        let state = p.to_state();
+        assert_eq!(state, vec![b"2\tb".to_vec()]);
+        // A restored subtask commits what its state lists, also when a late notification did it already.
+        let mut r = PendingFiles::new(tmp.path());
+        r.restore_and_commit(&[b"1\ta".to_vec(), b"2\tb".to_vec()], "test")?;
+        assert!(tmp.path().join("b").exists());
+        assert!(r.restore_and_commit(&[b"3\t../x".to_vec()], "test").is_err());
+        std::fs::write(tmp.path().join(hidden_name("p-1")), "x").unwrap();
+        std::fs::write(tmp.path().join(hidden_name("q-1")), "x").unwrap();
+        r.remove_uncommitted("p-")?;
+        assert!(!tmp.path().join(hidden_name("p-1")).exists() && tmp.path().join(hidden_name("q-1")).exists());
+        Ok(())
+    }
+}
