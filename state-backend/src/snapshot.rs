@@ -136,7 +136,7 @@ mod tests {
         let mut b =
             open_keyed_backend(StateBackendKind::Rocksdb, &tmp.path().join("w"), 128, range, None, &rocks).unwrap();
         let mut st = ValueState::<u64>::register(b.as_mut(), "n").unwrap();
-        let keys = 200_000u64;
+        let keys = 1_000_000u64;
         for k in 0..keys {
             b.set_current_key(&k.to_be_bytes());
             st.update(b.as_mut(), &k).unwrap();

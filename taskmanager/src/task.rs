@@ -127,6 +127,15 @@ enum TaskError {
     Other(String),
 }
 
+/// An operator's error, naming the operator (a user sees which one of a chain failed, e.g. a state value over
+/// the size limit). Errors raised further down the chain already name theirs.
+fn in_operator(uid: &str, e: OperatorError) -> TaskError {
+    match e {
+        OperatorError::Other(msg) if msg.starts_with("operator \"") => TaskError::Other(msg),
+        e => TaskError::Other(format!("operator {uid:?}: {e}")),
+    }
+}
+
 /// Runs a setup step on the runtime, giving up as soon as the task is canceled.
 fn unless_canceled<T, E: Into<TaskError>>(
     rt: &tokio::runtime::Handle,
@@ -266,7 +275,7 @@ fn push_chain(chain: &mut [ChainOp], outputs: &mut [OutputEdge], records: Vec<Re
     let mut ctx = ProcessContext { info: &op.info, keyed: keyed_mut(&mut op.keyed) };
     let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
     let mut out = Collector::new(&mut downstream);
-    o.process_batch(&records, &mut ctx, &mut out)?;
+    o.process_batch(&records, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
     out.flush()?;
     Ok(())
 }
@@ -490,10 +499,11 @@ impl Task {
                 operator_state: &mut op.op_state,
                 keyed: keyed_mut(&mut op.keyed),
             };
-            match &mut op.head {
-                Head::Source(s) => s.initialize_state(&mut ctx)?,
-                Head::Operator(o) => o.initialize_state(&mut ctx)?,
-            }
+            let result = match &mut op.head {
+                Head::Source(s) => s.initialize_state(&mut ctx),
+                Head::Operator(o) => o.initialize_state(&mut ctx),
+            };
+            result.map_err(|e| in_operator(&op.info.uid, e))?;
         }
 
         let mut outputs = Vec::with_capacity(desc.outputs.len());
@@ -819,7 +829,7 @@ impl Task {
                     let mut ctx = ProcessContext { info: &op.info, keyed: keyed_mut(&mut op.keyed) };
                     let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
                     let mut out = Collector::new(&mut downstream);
-                    o.end_of_input(&mut ctx, &mut out)?;
+                    o.end_of_input(&mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
                     out.flush()?;
                 }
             }
@@ -1035,5 +1045,26 @@ mod tests {
             .await
             .expect("a canceled task ends within seconds, not after the 600 s connect timeout")
             .unwrap();
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    #[test]
+    fn operator_errors_name_the_operator_once() {
+        let state = weir_state::StateError::Declaration {
+            name: "count".into(),
+            message: "a value of 300 MiB is over the limit of 256 MiB; keep large collections in MapState".into(),
+        };
+        let e = in_operator("counts", OperatorError::State(state));
+        assert_eq!(
+            e.to_string(),
+            "operator \"counts\": state \"count\": a value of 300 MiB is over the limit of 256 MiB; keep large collections in MapState"
+        );
+        // An error from further down the chain keeps the name of the operator that raised it.
+        let nested = in_operator("head", OperatorError::Other(e.to_string()));
+        assert!(nested.to_string().starts_with("operator \"counts\": "), "{nested}");
     }
 }
