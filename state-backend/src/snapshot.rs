@@ -132,7 +132,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open("memory:///", &StoreOptions::default()).unwrap();
         let range = KeyGroupRange { start: 0, end: 127 };
-        let rocks = crate::rocks::RocksOptions { cache_bytes: 1 << 20, ..Default::default() };
+        // Room for every row in the cache and in one memtable: each snapshot then adds exactly one L0 file and
+        // no background compaction (which would rewrite files and race with the checkpoints) is triggered.
+        let rocks =
+            crate::rocks::RocksOptions { cache_bytes: 256 << 20, write_buffer_bytes: 64 << 20, ..Default::default() };
         let mut b =
             open_keyed_backend(StateBackendKind::Rocksdb, &tmp.path().join("w"), 128, range, None, &rocks).unwrap();
         let mut st = ValueState::<u64>::register(b.as_mut(), "n").unwrap();
