@@ -41,7 +41,6 @@
 //! default 1000). Lines are `key,value` as the `file-sink` writes them (an 8-byte key as its decimal `u64`).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -49,7 +48,7 @@ use weir_common::builtin::{KindInfo, Role};
 use weir_common::ids::CheckpointId;
 use weir_taskmanager::commit::{hidden_name, PendingFiles};
 use weir_taskmanager::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use weir_taskmanager::record::{decode_records, encode_record, Record, Value};
+use weir_taskmanager::record::{decode_records, encode_record, Record};
 
 /// The kind's name in the registry.
 pub const KIND: &str = "buffering-sink";
@@ -164,16 +163,7 @@ impl BufferingSink {
         let line = &mut self.line;
         for r in &self.buffer {
             line.clear();
-            line.push_str(&r.key_text());
-            line.push(',');
-            match &r.value {
-                Value::Unit => {}
-                Value::I64(v) => {
-                    let _ = write!(line, "{v}");
-                }
-                Value::Bytes(b) => line.push_str(&String::from_utf8_lossy(b)),
-            }
-            line.push('\n');
+            r.write_text_line(line);
             out.write_all(line.as_bytes()).map_err(|e| OperatorError::io(format!("write {}", path.display()), e))?;
         }
         let file =

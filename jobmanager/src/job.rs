@@ -4,7 +4,7 @@
 //! [`crate::lifecycle`], [`crate::coordinator`] and [`crate::descriptors`]; this module does the I/O.
 
 use crate::coordinator::{
-    build_metadata, delete_checkpoint_dirs, load_restore_point, referenced_files, snapshot_files, subsumed, AckOutcome,
+    build_metadata, delete_checkpoint_dirs, load_restore_point, snapshot_files, subsumed, AckOutcome,
     CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError,
     RetainedCheckpoint, TaskKey, TaskReadiness, TriggerDecision,
 };
@@ -773,17 +773,13 @@ impl JobActor {
         let ids: Vec<CheckpointId> = self.record.retained.iter().map(|r| r.id).collect();
         let gone = subsumed(&ids, self.record.job.checkpointing.retained);
         self.record.retained.retain(|r| !gone.contains(&r.id));
-        let gone_files: Vec<String> = gone
-            .iter()
-            .filter_map(|g| self.retained_meta.get(g))
-            .flat_map(|m| referenced_files([m.as_ref()]))
-            .collect();
         self.retained_meta.insert(id, Arc::new(meta));
         self.retained_meta.retain(|k, _| !gone.contains(k));
         let _ = self.persist().await;
         info!(job_id = %job_id, checkpoint_id = id.0, duration_ms, full_size_bytes, uploaded_bytes,
             is_final = pending.is_final, subsumed = ?gone.iter().map(|c| c.0).collect::<Vec<_>>(), "checkpoint completed");
-        self.spawn_cleanup(gone, gone_files);
+        // The subsumed checkpoints' shared files are read from their own `_metadata` by the cleanup.
+        self.spawn_cleanup(gone, Vec::new());
         self.notify(id, true, pending.is_final);
         // A final checkpoint waiting behind this one starts at once.
         self.coordinate(now_ms()).await;

@@ -430,8 +430,9 @@ impl RocksDbBackend {
 
     /// Flushes and empties the cache when a new row would not fit its budget.
     fn make_room(&mut self, state: StateId) -> Result<(), StateError> {
-        if matches!(self.states[state.0].cache.get(&self.row.row), Cached::Miss)
-            && self.cache_bytes() > self.opts.cache_bytes
+        // The budget check is a few additions; the hash lookup only happens once the cache is full.
+        if self.cache_bytes() > self.opts.cache_bytes
+            && matches!(self.states[state.0].cache.get(&self.row.row), Cached::Miss)
         {
             self.flush(true)?;
         }

@@ -35,6 +35,15 @@ pub enum OperatorError {
     /// Anything else, described.
     #[error("{0}")]
     Other(String),
+    /// An error of the named operator (set by the runtime, so a user sees which operator of a chain failed).
+    #[error("operator {uid:?}: {source}")]
+    InOperator {
+        /// The operator's uid.
+        uid: String,
+        /// What went wrong.
+        #[source]
+        source: Box<OperatorError>,
+    },
 }
 
 impl OperatorError {

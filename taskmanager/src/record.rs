@@ -35,13 +35,40 @@ impl Record {
 
     /// The key as text for sinks: an 8-byte key as its unsigned big-endian number, else UTF-8 or hex.
     pub fn key_text(&self) -> String {
+        let mut s = String::new();
+        self.write_key_text(&mut s);
+        s
+    }
+
+    /// Appends [`Record::key_text`] to `out` without allocating.
+    pub fn write_key_text(&self, out: &mut String) {
+        use std::fmt::Write;
         if let Ok(arr) = <[u8; 8]>::try_from(self.key.as_slice()) {
-            return u64::from_be_bytes(arr).to_string();
+            let _ = write!(out, "{}", u64::from_be_bytes(arr));
+            return;
         }
         match std::str::from_utf8(&self.key) {
-            Ok(s) => s.to_string(),
-            Err(_) => self.key.iter().map(|b| format!("{b:02x}")).collect(),
+            Ok(s) => out.push_str(s),
+            Err(_) => self.key.iter().for_each(|b| {
+                let _ = write!(out, "{b:02x}");
+            }),
         }
+    }
+
+    /// Appends the record as the line text sinks write: `key,value\n` (key as [`Record::key_text`], an integer
+    /// value in decimal, bytes as UTF-8).
+    pub fn write_text_line(&self, out: &mut String) {
+        use std::fmt::Write;
+        self.write_key_text(out);
+        out.push(',');
+        match &self.value {
+            Value::Unit => {}
+            Value::I64(v) => {
+                let _ = write!(out, "{v}");
+            }
+            Value::Bytes(b) => out.push_str(&String::from_utf8_lossy(b)),
+        }
+        out.push('\n');
     }
 }
 
@@ -130,5 +157,9 @@ mod tests {
         assert!(decode_records(&buf[..buf.len() - 1], 3, &mut Vec::new()).is_err());
         assert_eq!(recs[0].key_text(), "7");
         assert_eq!(recs[1].key_text(), "user-1");
+        let mut line = String::new();
+        recs[0].write_text_line(&mut line);
+        recs[1].write_text_line(&mut line);
+        assert_eq!(line, "7,1\nuser-1,xyz\n");
     }
 }

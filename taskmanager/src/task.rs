@@ -128,11 +128,12 @@ enum TaskError {
 }
 
 /// An operator's error, naming the operator (a user sees which one of a chain failed, e.g. a state value over
-/// the size limit). Errors raised further down the chain already name theirs.
+/// the size limit). Errors raised further down the chain, which reach an operator through its collector,
+/// already name theirs.
 fn in_operator(uid: &str, e: OperatorError) -> TaskError {
     match e {
-        OperatorError::Other(msg) if msg.starts_with("operator \"") => TaskError::Other(msg),
-        e => TaskError::Other(format!("operator {uid:?}: {e}")),
+        e @ OperatorError::InOperator { .. } => TaskError::Operator(e),
+        e => TaskError::Operator(OperatorError::InOperator { uid: uid.to_string(), source: Box::new(e) }),
     }
 }
 
@@ -1063,8 +1064,10 @@ mod error_tests {
             e.to_string(),
             "operator \"counts\": state \"count\": a value of 300 MiB is over the limit of 256 MiB; keep large collections in MapState"
         );
-        // An error from further down the chain keeps the name of the operator that raised it.
-        let nested = in_operator("head", OperatorError::Other(e.to_string()));
+        // An error from further down the chain (it reaches the head through its collector) keeps the name of
+        // the operator that raised it.
+        let TaskError::Operator(downstream) = e else { panic!("an operator error") };
+        let nested = in_operator("head", downstream);
         assert!(nested.to_string().starts_with("operator \"counts\": "), "{nested}");
     }
 }

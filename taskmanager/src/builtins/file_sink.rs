@@ -10,8 +10,7 @@
 
 use crate::commit::{hidden_name, PendingFiles};
 use crate::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::record::{Record, Value};
-use std::fmt::Write as _;
+use crate::record::Record;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -88,16 +87,7 @@ impl Operator for FileSink {
         let out = self.writer()?;
         for r in records {
             line.clear();
-            line.push_str(&r.key_text());
-            line.push(',');
-            match &r.value {
-                Value::Unit => {}
-                Value::I64(v) => {
-                    let _ = write!(line, "{v}");
-                }
-                Value::Bytes(b) => line.push_str(&String::from_utf8_lossy(b)),
-            }
-            line.push('\n');
+            r.write_text_line(&mut line);
             out.write_all(line.as_bytes()).map_err(|e| OperatorError::io("write sink file", e))?;
         }
         self.line = line;

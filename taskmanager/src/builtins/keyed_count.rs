@@ -30,7 +30,7 @@ impl Operator for KeyedCount {
         _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         let backend = ctx.keyed()?;
-        let state = self.count.as_mut().ok_or_else(|| OperatorError::Other("keyed-count not initialized".into()))?;
+        let state = self.state()?;
         for r in records {
             backend.set_current_key(&r.key);
             let n = state.value(backend)?.unwrap_or(0);
