@@ -394,7 +394,8 @@ mod tests {
             clock.set(T0 + 600);
             process(&mut op, &mut *b, &[(1, 3), (1, 3), (3, 4)]);
             clock.set(T0 + 700);
-            let snap = b.snapshot_sync(&dir.join("snap")).unwrap();
+            let mut snap = b.snapshot_sync(&dir.join("snap")).unwrap();
+            snap.ready_blocking().unwrap();
             // After the barrier: not in the snapshot.
             process(&mut op, &mut *b, &[(1, 99), (5, 5)]);
             drop(op);

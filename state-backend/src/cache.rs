@@ -133,6 +133,29 @@ impl RowCache {
         }
     }
 
+    /// The dirty rows (as indexes for [`RowCache::row`]), sorted by key.
+    pub fn dirty_sorted(&self) -> Vec<u32> {
+        let mut rows: Vec<u32> = (0..self.metas.len() as u32).filter(|&i| self.metas[i as usize].dirty).collect();
+        rows.sort_unstable_by(|&a, &b| {
+            Self::key_of(&self.metas, &self.arena, a).cmp(Self::key_of(&self.metas, &self.arena, b))
+        });
+        rows
+    }
+
+    /// The key and value (`None`: deleted) of row `i`.
+    pub fn row(&self, i: u32) -> (&[u8], Option<&[u8]>) {
+        let m = &self.metas[i as usize];
+        let value = (m.val_len != NONE).then(|| &self.arena[m.val_off as usize..(m.val_off + m.val_len) as usize]);
+        (Self::key_of(&self.metas, &self.arena, i), value)
+    }
+
+    /// Marks rows clean (once they are written).
+    pub fn mark_clean(&mut self, rows: &[u32]) {
+        for &i in rows {
+            self.metas[i as usize].dirty = false;
+        }
+    }
+
     /// Forgets every row (call after [`RowCache::drain_dirty`]).
     pub fn clear(&mut self) {
         *self = RowCache { hasher: self.hasher.clone(), ..Default::default() };
@@ -190,6 +213,21 @@ mod tests {
         c.clear();
         assert!(c.is_empty());
         assert_eq!(c.get(b"a"), Cached::Miss);
+    }
+
+    #[test]
+    fn dirty_rows_sorted_then_marked_clean() {
+        let mut c = RowCache::default();
+        c.put(b"c", b"3");
+        c.insert_clean(b"b", Some(b"2"));
+        c.put(b"a", b"1");
+        c.delete(b"d");
+        let rows = c.dirty_sorted();
+        let seen: Vec<_> = rows.iter().map(|&i| c.row(i)).collect();
+        assert_eq!(seen, [(&b"a"[..], Some(&b"1"[..])), (&b"c"[..], Some(&b"3"[..])), (&b"d"[..], None)]);
+        c.mark_clean(&rows);
+        assert!(c.dirty_sorted().is_empty());
+        assert_eq!(c.get(b"c"), Cached::Hit(Some(&b"3"[..])));
     }
 
     #[test]

@@ -492,6 +492,7 @@ impl KeyedStateBackend for HeapBackend {
             files: vec![(FILE.to_string(), size)],
             backend: "heap",
             key_group_range: self.range,
+            pending: None,
         })
     }
 
@@ -515,7 +516,8 @@ mod tests {
             b.set_current_key(&i.to_be_bytes());
             st.update(&mut b, &(i * 2)).unwrap();
         }
-        let snap = b.snapshot_sync(&tmp.path().join("s")).unwrap();
+        let mut snap = b.snapshot_sync(&tmp.path().join("s")).unwrap();
+        snap.ready_blocking().unwrap();
         let mut r = HeapBackend::open(128, range, Some(&snap.dir)).unwrap();
         let st2 = ValueState::<u64>::register(&mut r, "c").unwrap();
         r.set_current_key(&21u64.to_be_bytes());
@@ -569,7 +571,8 @@ mod tests {
         }
         clock.set(1100);
         // The snapshot leaves out what expired.
-        let snap = b.snapshot_sync(&tmp.path().join("s")).unwrap();
+        let mut snap = b.snapshot_sync(&tmp.path().join("s")).unwrap();
+        snap.ready_blocking().unwrap();
         let r = HeapBackend::open(128, range, Some(&snap.dir)).unwrap();
         for (st, want) in r.states.iter().zip([50, 50, 50, 100]) {
             assert_eq!(st.rows.len() + st.maps.len(), want, "state {}", st.name);

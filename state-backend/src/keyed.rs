@@ -49,7 +49,7 @@ use weir_common::spec::StateBackendKind;
 pub struct StateId(pub(crate) usize);
 
 /// A local, immutable copy of a backend's state, ready for upload.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct LocalSnapshot {
     /// Directory holding the files.
     pub dir: PathBuf,
@@ -59,6 +59,34 @@ pub struct LocalSnapshot {
     pub backend: &'static str,
     /// Key groups the snapshot holds.
     pub key_group_range: KeyGroupRange,
+    /// Files still being written in the background (RocksDB: the SSTs of rows frozen at the barrier); they
+    /// join `files` through [`LocalSnapshot::ready`].
+    pub pending: Option<crate::ingest::PendingFiles>,
+}
+
+impl LocalSnapshot {
+    /// Waits until every file of the snapshot is written.
+    pub async fn ready(&mut self) -> Result<(), StateError> {
+        if let Some(pending) = self.pending.take() {
+            let more = pending.wait().await?;
+            self.files.extend(more);
+            self.files.sort();
+        }
+        Ok(())
+    }
+
+    /// [`LocalSnapshot::ready`] for callers outside an async runtime (it blocks the thread).
+    pub fn ready_blocking(&mut self) -> Result<(), StateError> {
+        if let Some(pending) = self.pending.take() {
+            let more = pending
+                .0
+                .blocking_recv()
+                .map_err(|_| StateError::Corrupt("the snapshot's SST writer stopped before finishing".to_string()))??;
+            self.files.extend(more);
+            self.files.sort();
+        }
+        Ok(())
+    }
 }
 
 /// A visitor of `(key, value)` rows.

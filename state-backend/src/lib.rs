@@ -23,6 +23,7 @@
 pub mod cache;
 pub mod codec;
 pub mod heap;
+pub mod ingest;
 pub mod keyed;
 pub mod operator;
 pub mod rocks;

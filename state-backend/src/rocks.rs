@@ -41,6 +41,7 @@
 //! only keep or drop a row); it reads the clock once per 1000 rows.
 
 use crate::cache::{Cached, RowCache};
+use crate::ingest::{self, Background};
 use crate::keyed::{
     decode_list, kind_conflict, prefix_successor, too_large, wrong_kind, ElementVisitor, KeyedStateBackend,
     LocalSnapshot, RowKeyBuilder, RowVisitor, StateId, StateKind, DEFAULT_MAX_VALUE_BYTES,
@@ -100,6 +101,7 @@ impl Default for RocksOptions {
 pub const MONITORED_PROPERTIES: &[&str] = &[
     "rocksdb.block-cache-usage",
     "rocksdb.mem-table-flush-pending",
+    "rocksdb.compaction-pending",
     "rocksdb.num-running-compactions",
     "rocksdb.num-running-flushes",
     "rocksdb.estimate-num-keys",
@@ -199,6 +201,20 @@ impl CompactionFilter for TtlFilter {
     }
 }
 
+/// The files of a directory (name, size), sorted.
+fn list_files(dir: &Path) -> Result<Vec<(String, u64)>, StateError> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| StateError::io(format!("list {}", dir.display()), e))? {
+        let entry = entry.map_err(|e| StateError::io(format!("list {}", dir.display()), e))?;
+        let meta = entry.metadata().map_err(|e| StateError::io("stat snapshot file", e))?;
+        if meta.is_file() {
+            files.push((entry.file_name().to_string_lossy().into_owned(), meta.len()));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
 fn cf_handle<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, StateError> {
     db.cf_handle(&RocksDbBackend::cf_name(name))
         .ok_or_else(|| StateError::Corrupt(format!("column family of state {name:?} vanished")))
@@ -206,7 +222,18 @@ fn cf_handle<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, StateError>
 
 /// Keyed state in a local RocksDB instance.
 pub struct RocksDbBackend {
-    db: DB,
+    /// Shared with the background half of a snapshot ([`crate::ingest`]).
+    db: Arc<DB>,
+    /// The background half of the last snapshot, until settled.
+    background: Option<Background>,
+    /// Snapshots taken (names the SSTs of frozen rows).
+    snapshot_seq: u64,
+    /// Cache flushes (names their SST files).
+    flush_seq: u64,
+    /// Every column family but the default one.
+    column_families: Vec<String>,
+    /// Makes the background half fail (tests of the fallback).
+    fail_background: bool,
     path: PathBuf,
     range: KeyGroupRange,
     row: RowKeyBuilder,
@@ -278,6 +305,10 @@ impl RocksDbBackend {
         db_opts.create_missing_column_families(true);
         db_opts.increase_parallelism(2);
         let existing = if restore_dir.is_some() { DB::list_cf(&db_opts, &path).unwrap_or_default() } else { vec![] };
+        // The SSTs of rows frozen at the snapshot's barrier are not part of the RocksDB checkpoint: they are
+        // ingested once it is open (see `crate::ingest`).
+        let aside = work_dir.join("restore-ingest");
+        let to_ingest = if restore_dir.is_some() { ingest::set_aside(&path, &aside)? } else { Vec::new() };
         let (clock, ttl_registry) = (SharedClock::default(), TtlRegistry::default());
         let db = if existing.is_empty() {
             DB::open(&db_opts, &path)?
@@ -293,6 +324,12 @@ impl RocksDbBackend {
             });
             DB::open_cf_descriptors(&db_opts, &path, cfs)?
         };
+        for entry in &to_ingest {
+            ingest::ingest(&db, &entry.column_family, &aside.join(&entry.file))?;
+        }
+        if !to_ingest.is_empty() {
+            let _ = std::fs::remove_dir_all(&aside);
+        }
         // The compaction filters must know the TTL of restored states before they are registered again.
         {
             let mut registry = ttl_registry.write().unwrap_or_else(|e| e.into_inner());
@@ -309,7 +346,12 @@ impl RocksDbBackend {
         // Durability comes from checkpoints, not from the WAL (as in Flink).
         write_opts.disable_wal(true);
         Ok(RocksDbBackend {
-            db,
+            db: Arc::new(db),
+            background: None,
+            snapshot_seq: 0,
+            flush_seq: 0,
+            column_families: existing.into_iter().filter(|n| n != "default").collect(),
+            fail_background: false,
             path,
             range,
             row: RowKeyBuilder::new(max_parallelism),
@@ -344,32 +386,109 @@ impl RocksDbBackend {
         format!("state.{state}")
     }
 
-    /// Writes every dirty cache entry into RocksDB in one batch; with `clear`, empties the cache too.
-    pub fn flush(&mut self, clear: bool) -> Result<(), StateError> {
-        // Several moderate batches rather than one huge one: the batch is a copy of every dirty row.
+    /// Waits for the background half of the last snapshot; if it did not get its rows into the database,
+    /// writes them now. Called before anything that writes a value column family, drops cached rows or
+    /// snapshots: until then the frozen rows are only in the cache (clean) and in the thread's hands.
+    fn settle(&mut self) -> Result<(), StateError> {
+        let Some(background) = self.background.take() else { return Ok(()) };
+        match background.settle() {
+            Some(frozen) => self.write_frozen(&frozen),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes frozen rows through write batches.
+    fn write_frozen(&self, frozen: &[ingest::FrozenRows]) -> Result<(), StateError> {
+        for rows in frozen {
+            self.write_rows(&rows.column_family, rows.iter())?;
+        }
+        Ok(())
+    }
+
+    /// Writes rows (`None`: deleted) of column family `cf` through write batches of moderate size (a batch is a
+    /// copy of its rows).
+    fn write_rows<'a>(
+        &self,
+        cf: &str,
+        rows: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    ) -> Result<(), StateError> {
+        let handle =
+            self.db.cf_handle(cf).ok_or_else(|| StateError::Corrupt(format!("column family {cf:?} vanished")))?;
         let mut batch = WriteBatch::default();
-        let mut write_error = None;
-        for st in &mut self.states {
-            let cf = self
-                .db
-                .cf_handle(&Self::cf_name(&st.name))
-                .ok_or_else(|| StateError::Corrupt(format!("column family of state {:?} vanished", st.name)))?;
-            let (db, write_opts) = (&self.db, &self.write_opts);
-            st.cache.drain_dirty(|k, v| {
-                match v {
-                    Some(v) => batch.put_cf(cf, k, v),
-                    None => batch.delete_cf(cf, k),
-                }
-                if batch.len() >= FLUSH_BATCH_ROWS && write_error.is_none() {
-                    write_error = db.write_opt(std::mem::take(&mut batch), write_opts).err();
-                }
-            });
+        for (k, v) in rows {
+            match v {
+                Some(v) => batch.put_cf(handle, k, v),
+                None => batch.delete_cf(handle, k),
+            }
+            if batch.len() >= FLUSH_BATCH_ROWS {
+                self.db.write_opt(std::mem::take(&mut batch), &self.write_opts)?;
+            }
         }
-        if let Some(e) = write_error {
-            return Err(e.into());
+        self.db.write_opt(batch, &self.write_opts)?;
+        Ok(())
+    }
+
+    /// Whether every memtable is empty (range deletions count as entries too).
+    fn memtables_empty(&self) -> Result<bool, StateError> {
+        const PROPS: [&str; 2] = ["rocksdb.num-entries-active-mem-table", "rocksdb.num-entries-imm-mem-tables"];
+        for prop in PROPS {
+            if self.db.property_int_value(prop)? != Some(0) {
+                return Ok(false);
+            }
         }
-        if !batch.is_empty() {
-            self.db.write_opt(batch, &self.write_opts)?;
+        for name in &self.column_families {
+            let Some(cf) = self.db.cf_handle(name) else { continue };
+            for prop in PROPS {
+                if self.db.property_int_value_cf(cf, prop)? != Some(0) {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// A RocksDB checkpoint in `dir`. The WAL is off, so rows in a memtable reach the checkpoint only through a
+    /// flush; with every memtable empty the flush is skipped, because RocksDB's flush first waits until one
+    /// more L0 file would not stall writes — which, while a large compaction runs, took over a second.
+    fn create_checkpoint(&self, dir: &Path) -> Result<(), StateError> {
+        let log_size_for_flush = if self.memtables_empty()? { u64::MAX } else { 0 };
+        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint_with_log_size(dir, log_size_for_flush)?;
+        Ok(())
+    }
+
+    /// Makes the next snapshot's background half fail, to test that its rows still reach the database.
+    #[cfg(test)]
+    pub(crate) fn fail_next_background(&mut self) {
+        self.fail_background = true;
+    }
+
+    /// Writes every dirty cache row into RocksDB; with `clear`, empties the cache too.
+    ///
+    /// The rows of each state are written as one sorted SST file that is ingested, not through the memtable:
+    /// value rows then never sit in a memtable, so a checkpoint has nothing to flush — and RocksDB's flush
+    /// waits for compactions whenever one more L0 file would stall writes (over a second was measured).
+    pub fn flush(&mut self, clear: bool) -> Result<(), StateError> {
+        self.settle()?;
+        let dir = self.ingest_dir();
+        for i in 0..self.states.len() {
+            let rows = self.states[i].cache.dirty_sorted();
+            if rows.is_empty() {
+                continue;
+            }
+            self.flush_seq += 1;
+            let st = &self.states[i];
+            let cf = Self::cf_name(&st.name);
+            let path = dir.join(format!("flush-{}.sst", self.flush_seq));
+            let ingested = std::fs::create_dir_all(&dir)
+                .map_err(|e| StateError::io(format!("create {}", dir.display()), e))
+                .and_then(|()| ingest::write_sst(&path, rows.iter().map(|&r| st.cache.row(r))))
+                .and_then(|_| ingest::ingest(&self.db, &cf, &path));
+            if let Err(e) = ingested {
+                tracing::warn!(state = %st.name, error = %e, "writing cached rows as an SST failed; using a write batch");
+                let _ = std::fs::remove_file(&path);
+                self.write_rows(&cf, rows.iter().map(|&r| st.cache.row(r)))?;
+            }
+            self.states[i].cache.mark_clean(&rows);
         }
         if clear {
             for st in &mut self.states {
@@ -377,6 +496,11 @@ impl RocksDbBackend {
             }
         }
         Ok(())
+    }
+
+    /// Where SST files are made before they are ingested.
+    fn ingest_dir(&self) -> PathBuf {
+        self.path.with_file_name("ingest")
     }
 
     fn cache_bytes(&self) -> usize {
@@ -484,7 +608,12 @@ impl KeyedStateBackend for RocksDbBackend {
         }
         if self.db.cf_handle(&cf).is_none() {
             let o = state_cf_options(&self.opts, name, &self.ttl_registry, &self.clock, self.periodic_compaction_secs);
-            self.db.create_cf(&cf, &o)?;
+            // Creating a column family needs the database to itself: no snapshot thread may hold it.
+            self.settle()?;
+            Arc::get_mut(&mut self.db)
+                .ok_or_else(|| StateError::Corrupt("the database is still shared with a snapshot thread".into()))?
+                .create_cf(&cf, &o)?;
+            self.column_families.push(cf);
         }
         self.db.put_opt(kind_row(name), encode_kind_record(kind, ttl.as_ref()), &self.write_opts)?;
         self.states.push(RocksState { name: name.to_string(), kind, ttl, cache: RowCache::default() });
@@ -672,6 +801,8 @@ impl KeyedStateBackend for RocksDbBackend {
     }
 
     fn clear_all(&mut self, state: StateId) -> Result<(), StateError> {
+        // Frozen rows ingested after the range delete would come back.
+        self.settle()?;
         // Cached rows of this state (dirty or not) would outlive the range delete: drop them unwritten.
         let st = &mut self.states[state.0];
         st.cache.clear();
@@ -682,21 +813,49 @@ impl KeyedStateBackend for RocksDbBackend {
     }
 
     fn snapshot_sync(&mut self, dir: &Path) -> Result<LocalSnapshot, StateError> {
-        self.flush(false)?;
+        // The database must hold everything up to the last barrier before this checkpoint is taken of it.
+        self.settle()?;
+        let mut frozen = Vec::new();
+        for st in &mut self.states {
+            let mut rows = ingest::FrozenRows::new(Self::cf_name(&st.name));
+            st.cache.drain_dirty(|k, v| rows.push(k, v));
+            if !rows.is_empty() {
+                frozen.push(rows);
+            }
+        }
         if let Some(parent) = dir.parent() {
             std::fs::create_dir_all(parent).map_err(|e| StateError::io(format!("create {}", parent.display()), e))?;
         }
-        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(dir)?;
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(|e| StateError::io(format!("list {}", dir.display()), e))? {
-            let entry = entry.map_err(|e| StateError::io(format!("list {}", dir.display()), e))?;
-            let meta = entry.metadata().map_err(|e| StateError::io("stat snapshot file", e))?;
-            if meta.is_file() {
-                files.push((entry.file_name().to_string_lossy().into_owned(), meta.len()));
+        // List the checkpoint's files before the background thread adds its own to the directory.
+        let listed = self.create_checkpoint(dir).and_then(|()| list_files(dir));
+        let pending = if frozen.is_empty() {
+            None
+        } else {
+            self.snapshot_seq += 1;
+            // Started even if the checkpoint failed: the live database needs the frozen rows either way.
+            let frozen = Arc::new(frozen);
+            let link_dir = self.ingest_dir();
+            let fail = std::mem::take(&mut self.fail_background);
+            match Background::spawn(
+                self.db.clone(),
+                frozen.clone(),
+                dir.to_path_buf(),
+                link_dir,
+                self.snapshot_seq,
+                fail,
+            ) {
+                Ok((background, pending)) => {
+                    self.background = Some(background);
+                    Some(pending)
+                }
+                Err(e) => {
+                    self.write_frozen(&frozen)?;
+                    return Err(e);
+                }
             }
-        }
-        files.sort();
-        Ok(LocalSnapshot { dir: dir.to_path_buf(), files, backend: "rocksdb", key_group_range: self.range })
+        };
+        let files = listed?;
+        Ok(LocalSnapshot { dir: dir.to_path_buf(), files, backend: "rocksdb", key_group_range: self.range, pending })
     }
 
     fn properties(&self) -> Vec<(String, &'static str, u64)> {
@@ -719,6 +878,9 @@ impl KeyedStateBackend for RocksDbBackend {
 
 impl Drop for RocksDbBackend {
     fn drop(&mut self) {
+        if let Some(background) = self.background.take() {
+            background.settle();
+        }
         tracing::debug!(path = %self.path.display(), "closing rocksdb backend");
     }
 }
@@ -727,6 +889,141 @@ impl Drop for RocksDbBackend {
 mod tests {
     use super::*;
     use crate::keyed::{StateKind, ValueState};
+
+    /// Every value of state "v" through `for_each_value` (which settles the background half first).
+    fn all_values(b: &mut RocksDbBackend, id: StateId) -> std::collections::BTreeMap<u64, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        b.for_each_value(id, &mut |k, v| {
+            out.insert(u64::from_be_bytes(k.try_into().unwrap()), u64::from_le_bytes(v.try_into().unwrap()));
+            Ok(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn rows_frozen_at_the_barrier_reach_the_snapshot_and_the_live_db() {
+        let tmp = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let mut b = RocksDbBackend::open(&tmp.path().join("a"), 128, range, None, Default::default()).unwrap();
+        let id = b.register_state("v", StateKind::Value).unwrap();
+        let put = |b: &mut RocksDbBackend, k: u64, v: u64| {
+            b.set_current_key(&k.to_be_bytes());
+            b.put_value(id, &v.to_le_bytes()).unwrap();
+        };
+        for k in 0..10_000u64 {
+            put(&mut b, k, k);
+        }
+        b.set_current_key(&5u64.to_be_bytes());
+        b.delete_value(id).unwrap();
+        let mut s1 = b.snapshot_sync(&tmp.path().join("s1")).unwrap();
+        assert!(s1.pending.is_some(), "the dirty rows are written in the background");
+        // After the barrier, while the background half may still run: newer values, reads, and a flush that
+        // must not be overtaken by the ingestion of the older, frozen rows.
+        for k in (0..10_000u64).step_by(2) {
+            put(&mut b, k, k + 1_000_000);
+        }
+        b.set_current_key(&3u64.to_be_bytes());
+        assert_eq!(b.get_value(id).unwrap(), Some(&3u64.to_le_bytes()[..]));
+        b.flush(true).unwrap();
+        s1.ready_blocking().unwrap();
+        let ingest: Vec<_> = s1.files.iter().filter(|(n, _)| n.ends_with(".sst")).cloned().collect();
+        assert!(s1.files.iter().any(|(n, _)| n == ingest::INGEST_MANIFEST), "{:?}", s1.files);
+        let live = all_values(&mut b, id);
+        assert_eq!(live.len(), 9_999);
+        for (k, v) in &live {
+            assert_eq!(*v, if k % 2 == 0 { k + 1_000_000 } else { *k }, "live value of key {k}");
+        }
+
+        // The frozen rows' SST is named after the live file it became: the next snapshot holds the same file.
+        let mut s2 = b.snapshot_sync(&tmp.path().join("s2")).unwrap();
+        s2.ready_blocking().unwrap();
+        assert!(!ingest.is_empty() && ingest.iter().all(|f| s2.files.contains(f)), "{ingest:?} not in {:?}", s2.files);
+
+        let mut r =
+            RocksDbBackend::open(&tmp.path().join("r1"), 128, range, Some(&s1.dir), Default::default()).unwrap();
+        let id1 = r.register_state("v", StateKind::Value).unwrap();
+        let restored = all_values(&mut r, id1);
+        assert_eq!(restored.len(), 9_999, "key 5 was deleted before the barrier");
+        assert!(restored.iter().all(|(k, v)| k == v), "values as of the barrier");
+        let mut r =
+            RocksDbBackend::open(&tmp.path().join("r2"), 128, range, Some(&s2.dir), Default::default()).unwrap();
+        let id2 = r.register_state("v", StateKind::Value).unwrap();
+        assert_eq!(all_values(&mut r, id2), live);
+
+        // With every memtable empty the checkpoint skips RocksDB's flush; a row written straight to RocksDB (a
+        // list append) makes it flush again.
+        put(&mut b, 1, 77);
+        assert!(b.memtables_empty().unwrap());
+        let l = b.register_state("l", StateKind::List).unwrap();
+        b.set_current_key(&1u64.to_be_bytes());
+        b.append_list(l, &[1, 0, 0, 0, 9]).unwrap();
+        assert!(!b.memtables_empty().unwrap());
+        let mut s3 = b.snapshot_sync(&tmp.path().join("s3")).unwrap();
+        s3.ready_blocking().unwrap();
+        assert!(b.memtables_empty().unwrap());
+        let mut r =
+            RocksDbBackend::open(&tmp.path().join("r3"), 128, range, Some(&s3.dir), Default::default()).unwrap();
+        let id3 = r.register_state("v", StateKind::Value).unwrap();
+        let l3 = r.register_state("l", StateKind::List).unwrap();
+        assert_eq!(all_values(&mut r, id3)[&1], 77);
+        r.set_current_key(&1u64.to_be_bytes());
+        let mut elements = Vec::new();
+        r.for_each_list_element(l3, &mut |e| {
+            elements.push(e.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(elements, [vec![9]]);
+    }
+
+    #[test]
+    fn a_failed_background_half_fails_the_snapshot_and_loses_no_row() {
+        let tmp = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let mut b = RocksDbBackend::open(&tmp.path().join("a"), 128, range, None, Default::default()).unwrap();
+        let id = b.register_state("v", StateKind::Value).unwrap();
+        for k in 0..1000u64 {
+            b.set_current_key(&k.to_be_bytes());
+            b.put_value(id, &k.to_le_bytes()).unwrap();
+        }
+        b.fail_next_background();
+        let mut s1 = b.snapshot_sync(&tmp.path().join("s1")).unwrap();
+        let err = s1.ready_blocking().unwrap_err().to_string();
+        assert!(err.contains("injected"), "{err}");
+        // The cache holds the rows as clean: evict them, then read from RocksDB.
+        b.flush(true).unwrap();
+        for k in (0..1000u64).step_by(37) {
+            b.set_current_key(&k.to_be_bytes());
+            assert_eq!(b.get_value(id).unwrap(), Some(&k.to_le_bytes()[..]), "key {k}");
+        }
+        let mut s2 = b.snapshot_sync(&tmp.path().join("s2")).unwrap();
+        s2.ready_blocking().unwrap();
+        let mut r = RocksDbBackend::open(&tmp.path().join("r"), 128, range, Some(&s2.dir), Default::default()).unwrap();
+        let id = r.register_state("v", StateKind::Value).unwrap();
+        assert_eq!(all_values(&mut r, id).len(), 1000);
+    }
+
+    #[test]
+    fn a_snapshot_naming_a_missing_sst_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let mut b = RocksDbBackend::open(&tmp.path().join("a"), 128, range, None, Default::default()).unwrap();
+        let id = b.register_state("v", StateKind::Value).unwrap();
+        b.set_current_key(b"k");
+        b.put_value(id, b"v").unwrap();
+        let mut s = b.snapshot_sync(&tmp.path().join("s")).unwrap();
+        s.ready_blocking().unwrap();
+        let manifest: ingest::IngestManifest =
+            serde_json::from_slice(&std::fs::read(s.dir.join(ingest::INGEST_MANIFEST)).unwrap()).unwrap();
+        let sst = manifest.files[0].file.clone();
+        std::fs::remove_file(s.dir.join(&sst)).unwrap();
+        let err = RocksDbBackend::open(&tmp.path().join("r"), 128, range, Some(&s.dir), Default::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains(&sst) && err.contains(ingest::INGEST_MANIFEST), "{err}");
+    }
 
     #[test]
     fn values_survive_flush_snapshot_and_restore() {
@@ -742,7 +1039,8 @@ mod tests {
         }
         b.set_current_key(&7u64.to_be_bytes());
         st.clear(&mut b).unwrap();
-        let snap = b.snapshot_sync(&tmp.path().join("snap")).unwrap();
+        let mut snap = b.snapshot_sync(&tmp.path().join("snap")).unwrap();
+        snap.ready_blocking().unwrap();
         assert!(snap.files.iter().any(|(n, _)| n == "CURRENT"));
         // Writes after the snapshot must not show up in it.
         b.set_current_key(&1u64.to_be_bytes());
@@ -780,7 +1078,8 @@ mod tests {
                 l.add(&mut a, &i).unwrap();
                 mp.put(&mut a, &i, &i).unwrap();
             }
-            let snap = a.snapshot_sync(&tmp.path().join("s1")).unwrap();
+            let mut snap = a.snapshot_sync(&tmp.path().join("s1")).unwrap();
+            snap.ready_blocking().unwrap();
             // A backend owning half of the key groups, opened on all of them (as before clipping on rescale).
             let mut b =
                 RocksDbBackend::open(&tmp.path().join("b"), m, half, Some(&snap.dir), Default::default()).unwrap();
@@ -793,7 +1092,8 @@ mod tests {
                 let id = b.register_state(name, kind).unwrap();
                 b.clear_all(id).unwrap();
             }
-            let snap = b.snapshot_sync(&tmp.path().join("s2")).unwrap();
+            let mut snap = b.snapshot_sync(&tmp.path().join("s2")).unwrap();
+            snap.ready_blocking().unwrap();
             let mut c =
                 RocksDbBackend::open(&tmp.path().join("c"), m, full, Some(&snap.dir), Default::default()).unwrap();
             let v = ValueState::<u64>::register(&mut c, "v").unwrap();
@@ -865,7 +1165,8 @@ mod tests {
         compact(&mut b, &names);
         assert_eq!(names.map(|n| rows(&b, n)), [100, 100, 200, 100], "nothing expired yet");
         clock.set(1100);
-        let snap = b.snapshot_sync(&tmp.path().join("snap")).unwrap();
+        let mut snap = b.snapshot_sync(&tmp.path().join("snap")).unwrap();
+        snap.ready_blocking().unwrap();
         compact(&mut b, &names);
         assert_eq!(names.map(|n| rows(&b, n)), [50, 51, 100, 100]);
         b.set_current_key(&0u64.to_be_bytes());

@@ -37,7 +37,7 @@ pub fn shareable_files(handle: &KeyedStateHandle) -> HashMap<String, FileHandle>
 /// Uploads every file of a local snapshot under `remote_dir`; returns the handle and the bytes uploaded.
 pub async fn upload_keyed(
     store: &Store,
-    local: &LocalSnapshot,
+    local: &mut LocalSnapshot,
     remote_dir: &str,
 ) -> Result<(KeyedStateHandle, u64), StateError> {
     upload_keyed_incremental(store, local, remote_dir, None, &HashMap::new()).await
@@ -45,14 +45,15 @@ pub async fn upload_keyed(
 
 /// Uploads a local snapshot, reusing what `confirmed` (the shareable files of the last completed checkpoint,
 /// by local name) already holds; new shareable files go under `shared_dir` (if given), the rest under
-/// `exclusive_dir`. Returns the handle and the bytes uploaded now.
+/// `exclusive_dir`. Waits for files still being written first. Returns the handle and the bytes uploaded now.
 pub async fn upload_keyed_incremental(
     store: &Store,
-    local: &LocalSnapshot,
+    local: &mut LocalSnapshot,
     exclusive_dir: &str,
     shared_dir: Option<&str>,
     confirmed: &HashMap<String, FileHandle>,
 ) -> Result<(KeyedStateHandle, u64), StateError> {
+    local.ready().await?;
     let mut files = Vec::with_capacity(local.files.len());
     let mut uploaded = 0;
     for (name, size) in &local.files {
@@ -108,8 +109,8 @@ mod tests {
             let mut st = ValueState::<u64>::register(b.as_mut(), "n").unwrap();
             b.set_current_key(b"k");
             st.update(b.as_mut(), &5).unwrap();
-            let snap = b.snapshot_sync(&tmp.path().join("snap")).unwrap();
-            let (handle, bytes) = upload_keyed(&store, &snap, "job/chk-1/op/0").await.unwrap();
+            let mut snap = b.snapshot_sync(&tmp.path().join("snap")).unwrap();
+            let (handle, bytes) = upload_keyed(&store, &mut snap, "job/chk-1/op/0").await.unwrap();
             assert!(bytes > 0);
             download_keyed(&store, &handle, &tmp.path().join("dl")).await.unwrap();
             let mut r = open_keyed_backend(
@@ -144,9 +145,9 @@ mod tests {
             b.set_current_key(&k.to_be_bytes());
             st.update(b.as_mut(), &k).unwrap();
         }
-        let s1 = b.snapshot_sync(&tmp.path().join("s1")).unwrap();
+        let mut s1 = b.snapshot_sync(&tmp.path().join("s1")).unwrap();
         let (h1, up1) =
-            upload_keyed_incremental(&store, &s1, "j/chk-1/op/0/keyed", Some("j/shared/op/0/i1"), &HashMap::new())
+            upload_keyed_incremental(&store, &mut s1, "j/chk-1/op/0/keyed", Some("j/shared/op/0/i1"), &HashMap::new())
                 .await
                 .unwrap();
         // Checkpoint 1 completed: its SST files may be reused. Then 1% of the keys change.
@@ -156,9 +157,9 @@ mod tests {
             b.set_current_key(&k.to_be_bytes());
             st.update(b.as_mut(), &(k + 1)).unwrap();
         }
-        let s2 = b.snapshot_sync(&tmp.path().join("s2")).unwrap();
+        let mut s2 = b.snapshot_sync(&tmp.path().join("s2")).unwrap();
         let (h2, up2) =
-            upload_keyed_incremental(&store, &s2, "j/chk-2/op/0/keyed", Some("j/shared/op/0/i1"), &confirmed)
+            upload_keyed_incremental(&store, &mut s2, "j/chk-2/op/0/keyed", Some("j/shared/op/0/i1"), &confirmed)
                 .await
                 .unwrap();
         let full2: u64 = h2.files.iter().map(|f| f.size).sum();

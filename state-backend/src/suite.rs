@@ -44,7 +44,8 @@ fn snapshot_and_restore(
     dir: &Path,
     tag: &str,
 ) -> Box<dyn KeyedStateBackend> {
-    let snap = b.snapshot_sync(&dir.join(format!("snap-{tag}"))).unwrap();
+    let mut snap = b.snapshot_sync(&dir.join(format!("snap-{tag}"))).unwrap();
+    snap.ready_blocking().unwrap();
     factory(&dir.join(format!("restored-{tag}")), Some(&snap.dir))
 }
 
@@ -307,7 +308,7 @@ fn clear_all(factory: Factory, dir: &Path) {
         a.add(b, i as u32).unwrap();
     }
     // Some rows reach RocksDB through a snapshot, the latest stay dirty in the cache.
-    let _ = b.snapshot_sync(&dir.join("mid")).unwrap();
+    b.snapshot_sync(&dir.join("mid")).unwrap().ready_blocking().unwrap();
     for i in 0..10 {
         b.set_current_key(&key(i));
         v.update(b, &(i + 1000)).unwrap();

@@ -288,6 +288,7 @@ async fn wait_for_signal() {
 /// Entry point of a task-manager binary: parses flags and config, runs until a signal, exits non-zero with
 /// a one-line reason on bad config.
 pub fn main_with_registry(registry: Registry) {
+    limit_malloc_arenas();
     let flags = Flags::parse();
     let cfg = match load_config(&flags) {
         Ok(c) => c,
@@ -307,6 +308,18 @@ pub fn main_with_registry(registry: Registry) {
     if let Err(e) = rt.block_on(run(cfg, registry)) {
         eprintln!("weir-taskmanager: {e:#}");
         std::process::exit(1);
+    }
+}
+
+/// Caps glibc's malloc arenas at 2 (the default allows 8 per core). Every thread that allocates may get an
+/// arena of its own, and arenas keep freed memory: with a thread per checkpoint writing SST files, the task
+/// manager's peak RSS was ~185 MiB instead of ~133 MiB in the throughput benchmark. Must run before threads
+/// start.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
     }
 }
 

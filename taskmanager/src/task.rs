@@ -914,9 +914,9 @@ impl Task {
                 let mut operators = BTreeMap::new();
                 let mut uploaded = 0;
                 let mut shareable = SharedFiles::new();
-                for part in parts {
+                for mut part in parts {
                     let remote = paths::subtask_dir(&job, id, &part.uid, subtask);
-                    let keyed = match &part.keyed {
+                    let keyed = match &mut part.keyed {
                         Some(local) => {
                             let shared =
                                 shared_root.as_ref().map(|r| format!("{r}/{}/{}/{instance}", part.uid, subtask.0));
