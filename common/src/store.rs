@@ -214,6 +214,19 @@ impl Store {
         Ok(metas.into_iter().map(|m| m.location.as_ref()[strip..].to_string()).collect())
     }
 
+    /// Relative paths of every object under a directory, with their last-modified times (ms since the epoch,
+    /// as the store reports them).
+    pub async fn list_with_modified(&self, rel_dir: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        let prefix = self.path(rel_dir);
+        let metas: Vec<_> =
+            self.inner.list(Some(&prefix)).try_collect().await.map_err(|e| self.io("list", rel_dir, e))?;
+        let strip = if self.root.is_empty() { 0 } else { self.root.len() + 1 };
+        Ok(metas
+            .into_iter()
+            .map(|m| (m.location.as_ref()[strip..].to_string(), m.last_modified.timestamp_millis().max(0) as u64))
+            .collect())
+    }
+
     /// Deletes every object under a directory.
     pub async fn delete_dir(&self, rel_dir: &str) -> Result<(), StoreError> {
         for rel in self.list(rel_dir).await? {

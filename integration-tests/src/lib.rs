@@ -10,10 +10,12 @@
 //! - [`s3`]: [`S3Server`], moto's S3 server on a loopback port, and [`S3Endpoint`], how processes reach it.
 //! - [`proxy`]: [`TcpProxy`], a loopback proxy a test can take down and bring back up.
 //! - [`process`]: one child process with its log; killed when dropped, and when the test thread dies.
+//! - [`audit`]: shared files of a job's checkpoints that nothing references (or that are missing).
 //!
 //! Binaries are found in `$WEIR_BIN_DIR`, else next to the running executable or one directory up (test
 //! executables live in `target/release/deps/`). Every wait is bounded; all traffic stays on 127.0.0.1.
 
+pub mod audit;
 pub mod cluster;
 pub mod job;
 pub mod output;
@@ -21,6 +23,7 @@ pub mod process;
 pub mod proxy;
 pub mod s3;
 
+pub use audit::{audit_shared_files, wait_for_no_orphaned_shared_files, SharedFileAudit};
 pub use cluster::{
     bin_dir, binary, describe_job, wait_until, CheckpointStore, Cluster, ClusterOptions, Fatal, JobState, RpcError,
 };

@@ -5,7 +5,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
 use weir_integration_tests::{
-    read_sink_output, scenario_seed, verify_counts, Cluster, ClusterOptions, CountJob, JobState,
+    read_sink_output, scenario_seed, verify_counts, wait_for_no_orphaned_shared_files, Cluster, ClusterOptions,
+    CountJob, JobState,
 };
 
 const RECORDS: u64 = 2_000_000;
@@ -46,6 +47,9 @@ fn output_is_exact_after_three_taskmanager_crashes() -> anyhow::Result<()> {
     if let Err(diff) = verify_counts(&output, job.seed, RECORDS, KEYS) {
         panic!("{diff}");
     }
+    // Uploads the crashes cut short, and those of canceled tasks, leave no shared file behind.
+    let root = cluster.checkpoint_dir().ok_or_else(|| anyhow::anyhow!("local store expected"))?;
+    wait_for_no_orphaned_shared_files(&root, &id, Duration::from_secs(20))?;
     cluster.stop();
     Ok(())
 }

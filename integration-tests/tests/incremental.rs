@@ -1,7 +1,7 @@
 //! Incremental checkpoints stay correct after subsumption: every retained checkpoint of a finished job is
 //! restorable from the files left in the store, and its state is consistent — the counts in the keyed state
 //! add up to exactly the records the sources had emitted before the barrier. Shared files that no retained
-//! checkpoint references are gone.
+//! checkpoint references are gone, also those of uploads no acknowledgement named (swept when the job ends).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -10,7 +10,7 @@ use weir_common::checkpoint::CheckpointMetadata;
 use weir_common::datagen::split_range;
 use weir_common::spec::StateBackendKind;
 use weir_common::store::{Store, StoreOptions};
-use weir_integration_tests::{Cluster, ClusterOptions, CountJob, JobState};
+use weir_integration_tests::{wait_for_no_orphaned_shared_files, Cluster, ClusterOptions, CountJob, JobState};
 use weir_state::{open_keyed_backend, OperatorStateStore, ValueState};
 
 const RECORDS: u64 = 2_000_000;
@@ -104,6 +104,28 @@ fn retained_incremental_checkpoints_stay_restorable_and_consistent() -> anyhow::
     let orphans: Vec<&String> =
         listing.iter().filter(|p| p.starts_with(&shared_prefix) && !referenced.contains(p)).collect();
     assert!(orphans.is_empty(), "shared files no retained checkpoint references: {orphans:?}");
+    cluster.stop();
+    Ok(())
+}
+
+#[test]
+fn shared_files_no_acknowledgement_named_are_swept_when_the_job_ends() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 2))?;
+    let job = CountJob::unbounded("sweep", 10_000, 7).rate(50_000).checkpoint_every_ms(200).into_blackhole();
+    let id = cluster.submit(&job.yaml())?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    cluster.wait_for_checkpoint_after(&id, 1, Duration::from_secs(60))?;
+    let root = cluster.checkpoint_dir().ok_or_else(|| anyhow::anyhow!("local store expected"))?;
+    // What a task that died while uploading leaves behind: a file in its instance folder that no
+    // acknowledgement (so no cleanup of the failed checkpoint) ever named.
+    let stray = root.join(&id).join("shared/counts/0/0123456789ab/000042.sst");
+    std::fs::create_dir_all(stray.parent().unwrap_or(&root))?;
+    std::fs::write(&stray, b"half an upload")?;
+    cluster.cancel(&id)?;
+    cluster.wait_for_state(&id, &[JobState::Canceled], Duration::from_secs(30))?;
+
+    wait_for_no_orphaned_shared_files(&root, &id, Duration::from_secs(20))?;
+    assert!(!stray.exists(), "the stray upload was swept");
     cluster.stop();
     Ok(())
 }

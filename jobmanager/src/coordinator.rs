@@ -439,6 +439,39 @@ pub fn unreferenced_shared_files(
     out
 }
 
+/// The candidates of a sweep of a job's shared directory: every listed file (path, last modified in ms), or
+/// with `min_age_ms` only those modified at least that long before `now_ms`. A file that old cannot belong to a
+/// checkpoint still in flight (it would have expired), so if no retained checkpoint references it, it is left
+/// over from a failed checkpoint whose task died before acknowledging it.
+pub fn sweep_candidates(listing: Vec<(String, u64)>, now_ms: u64, min_age_ms: Option<u64>) -> Vec<String> {
+    listing
+        .into_iter()
+        .filter(|(_, modified)| min_age_ms.is_none_or(|age| modified.saturating_add(age) <= now_ms))
+        .map(|(path, _)| path)
+        .collect()
+}
+
+/// Deletes the shared files of a job that no retained checkpoint references, among those [`sweep_candidates`]
+/// picks from a listing of the job's shared directory.
+pub async fn sweep_shared_files(
+    store: &Store,
+    job_id: &JobId,
+    retained: &[RetainedCheckpoint],
+    known: &BTreeMap<CheckpointId, std::sync::Arc<CheckpointMetadata>>,
+    min_age_ms: Option<u64>,
+) {
+    let listing = match store.list_with_modified(&paths::shared_dir(job_id)).await {
+        Ok(l) => l,
+        Err(error) => {
+            tracing::warn!(job_id = %job_id, %error, "cannot list the shared files to sweep");
+            return;
+        }
+    };
+    let candidates = sweep_candidates(listing, weir_common::now_ms(), min_age_ms);
+    tracing::debug!(job_id = %job_id, candidates = candidates.len(), "sweeping shared files");
+    delete_checkpoint_dirs(store, job_id, retained, known, &[], candidates).await;
+}
+
 /// How to delete a checkpoint's directory without touching files a retained checkpoint still uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DirCleanup {
@@ -622,6 +655,14 @@ pub async fn delete_checkpoint_dirs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sweeps_take_only_files_old_enough_to_be_out_of_any_checkpoint_in_flight() {
+        let listing = vec![("j/shared/a/0/i/1.sst".to_string(), 1_000), ("j/shared/a/0/i/2.sst".to_string(), 9_500)];
+        assert_eq!(sweep_candidates(listing.clone(), 10_000, Some(1_000)), ["j/shared/a/0/i/1.sst"]);
+        assert_eq!(sweep_candidates(listing.clone(), 10_000, Some(500)).len(), 2);
+        assert_eq!(sweep_candidates(listing, 10_000, None).len(), 2);
+    }
 
     #[test]
     fn only_unreferenced_shared_files_are_deleted() {

@@ -4,8 +4,8 @@
 //! [`crate::lifecycle`], [`crate::coordinator`] and [`crate::descriptors`]; this module does the I/O.
 
 use crate::coordinator::{
-    build_metadata, delete_checkpoint_dirs, load_restore_point, snapshot_files, subsumed, AckOutcome,
-    CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError,
+    build_metadata, delete_checkpoint_dirs, load_restore_point, snapshot_files, subsumed, sweep_shared_files,
+    AckOutcome, CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError,
     RetainedCheckpoint, TaskKey, TaskReadiness, TriggerDecision,
 };
 use crate::descriptors::{build_descriptors, DeployPlan};
@@ -39,6 +39,13 @@ const FINAL_RENOTIFY_MS: u64 = 2000;
 const STORE_RETRY_MS: u64 = 1000;
 /// How often "waiting for slots" is logged while a job waits.
 const WAITING_LOG_EVERY_MS: u64 = 30_000;
+/// How often a running job's shared directory is swept for files of failed checkpoints that no acknowledgement
+/// named (their task died while uploading).
+const SWEEP_INTERVAL_MS: u64 = 10 * 60_000;
+/// Slack for the store's clock against ours when judging a shared file's age.
+const SWEEP_CLOCK_MARGIN_MS: u64 = 60_000;
+/// Wait before sweeping a job that just ended, so that uploads of its canceled tasks have landed.
+const SWEEP_GRACE_MS: u64 = 2_000;
 
 /// Something that happened to a job.
 #[derive(Debug)]
@@ -145,6 +152,8 @@ pub(crate) struct JobActor {
     restart_at_ms: u64,
     retained_meta: BTreeMap<CheckpointId, Arc<CheckpointMetadata>>,
     last_waiting_log_ms: Option<u64>,
+    /// When the shared files were last swept while the job ran (0: not yet).
+    last_sweep_ms: u64,
 }
 
 impl JobActor {
@@ -163,6 +172,7 @@ impl JobActor {
             restart_at_ms: 0,
             retained_meta: BTreeMap::new(),
             last_waiting_log_ms: None,
+            last_sweep_ms: 0,
         };
         let task = tokio::spawn(actor.run(rx, shutdown, recovered));
         JobHandle { tx, view, task: Some(task) }
@@ -230,6 +240,9 @@ impl JobActor {
                 self.record.state = to;
                 if to.is_terminal() {
                     self.record.end_time_ms = now_ms();
+                    // No checkpoint of this job will be in flight again: every unreferenced shared file goes,
+                    // after a grace period for uploads of just-canceled tasks.
+                    self.spawn_sweep(None, SWEEP_GRACE_MS);
                 }
                 info!(job_id = %self.record.id, from = %from, to = %to, attempt = self.record.attempt.0, "job state changed");
                 true
@@ -780,6 +793,11 @@ impl JobActor {
             is_final = pending.is_final, subsumed = ?gone.iter().map(|c| c.0).collect::<Vec<_>>(), "checkpoint completed");
         // The subsumed checkpoints' shared files are read from their own `_metadata` by the cleanup.
         self.spawn_cleanup(gone, Vec::new());
+        if now.saturating_sub(self.last_sweep_ms) >= SWEEP_INTERVAL_MS {
+            self.last_sweep_ms = now;
+            let min_age = self.record.job.checkpointing.timeout_ms.saturating_add(SWEEP_CLOCK_MARGIN_MS);
+            self.spawn_sweep(Some(min_age), 0);
+        }
         self.notify(id, true, pending.is_final);
         // A final checkpoint waiting behind this one starts at once.
         self.coordinate(now_ms()).await;
@@ -861,6 +879,18 @@ impl JobActor {
     /// Deletes the directories of checkpoints no longer needed, in the background.
     /// `files` are the files those checkpoints referenced, where known: shared (incremental) files among them
     /// that no retained checkpoint references are deleted too.
+    /// Deletes shared files no retained checkpoint references (see [`sweep_shared_files`]) after `delay_ms`.
+    fn spawn_sweep(&self, min_age_ms: Option<u64>, delay_ms: u64) {
+        let store = self.shared.store.clone();
+        let job_id = self.record.id.clone();
+        let retained = self.record.retained.clone();
+        let known = self.retained_meta.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+            sweep_shared_files(&store, &job_id, &retained, &known, min_age_ms).await;
+        });
+    }
+
     fn spawn_cleanup(&self, ids: Vec<CheckpointId>, files: Vec<String>) {
         let ids: Vec<CheckpointId> =
             ids.into_iter().filter(|id| !self.record.retained.iter().any(|r| r.id == *id)).collect();
