@@ -225,10 +225,8 @@ mod tests {
         clock: &Arc<ManualClock>,
     ) -> Box<dyn KeyedStateBackend> {
         // A tiny RocksDB write-back cache, so that rows are flushed to RocksDB mid-test.
-        let opts = RocksOptions { cache_bytes: 2048, ..Default::default() };
-        let mut b = open_keyed_backend(kind, work_dir, MAX_PARALLELISM, RANGE, restore, &opts).unwrap();
-        b.set_clock(clock.clone());
-        b
+        let opts = RocksOptions { cache_bytes: 2048, clock: Some(clock.clone()), ..Default::default() };
+        open_keyed_backend(kind, work_dir, MAX_PARALLELISM, RANGE, restore, &opts).unwrap()
     }
 
     fn operator(b: &mut dyn KeyedStateBackend, restored: bool) -> DistinctValues {

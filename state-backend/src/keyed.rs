@@ -310,7 +310,8 @@ fn start_value(backend: &dyn KeyedStateBackend, ttl: Option<&StateTtlConfig>, ou
     }
 }
 
-/// Opens a keyed backend in `work_dir`, restoring from a downloaded snapshot directory if given.
+/// Opens a keyed backend in `work_dir`, restoring from a downloaded snapshot directory if given. `rocks` tunes
+/// the RocksDB backend; its `clock`, if set, is the TTL clock of either backend.
 pub fn open_keyed_backend(
     kind: StateBackendKind,
     work_dir: &Path,
@@ -323,7 +324,13 @@ pub fn open_keyed_backend(
         StateBackendKind::Rocksdb => {
             Box::new(RocksDbBackend::open(work_dir, max_parallelism, range, restore_dir, rocks.clone())?)
         }
-        StateBackendKind::Heap => Box::new(HeapBackend::open(max_parallelism, range, restore_dir)?),
+        StateBackendKind::Heap => {
+            let mut b = HeapBackend::open(max_parallelism, range, restore_dir)?;
+            if let Some(clock) = &rocks.clock {
+                b.set_clock(clock.clone());
+            }
+            Box::new(b)
+        }
     })
 }
 

@@ -9,6 +9,8 @@
 //! - [`rocks`]: RocksDB backend: a column family per state, row key `key_group | key` (map rows
 //!   `key_group | len(key) | key | user key`), list appends through a merge operator, a write-back cache for
 //!   value rows. The module docs describe the row layout.
+//! - [`ingest`]: how the RocksDB backend keeps a snapshot's synchronous part short — dirty cache rows frozen at
+//!   the barrier, written as SST files and ingested by a background thread.
 //! - [`heap`]: in-memory backend with the same behaviour, for small state and tests.
 //! - [`operator`]: operator list state, snapshotted as one blob plus per-state element offsets.
 //! - [`ttl`]: state time-to-live ([`StateTtlConfig`], the typed handles' `register_with_ttl`), an injectable

@@ -71,6 +71,10 @@ pub struct RocksOptions {
     pub write_buffer_bytes: usize,
     /// Block cache shared by every backend that is given the same options (one per task manager).
     pub block_cache: Option<rocksdb::Cache>,
+    /// The TTL clock from the moment the database opens (default: the system clock). The TTL compaction
+    /// filters may run as soon as a restored database opens, before [`KeyedStateBackend::set_clock`] could
+    /// be called.
+    pub clock: Option<Arc<dyn Clock>>,
 }
 
 impl RocksOptions {
@@ -86,13 +90,14 @@ impl std::fmt::Debug for RocksOptions {
             .field("cache_bytes", &self.cache_bytes)
             .field("write_buffer_bytes", &self.write_buffer_bytes)
             .field("shared_block_cache", &self.block_cache.is_some())
+            .field("clock", &self.clock.is_some())
             .finish()
     }
 }
 
 impl Default for RocksOptions {
     fn default() -> Self {
-        RocksOptions { cache_bytes: 64 << 20, write_buffer_bytes: 8 << 20, block_cache: None }
+        RocksOptions { cache_bytes: 64 << 20, write_buffer_bytes: 8 << 20, block_cache: None, clock: None }
     }
 }
 
@@ -310,6 +315,9 @@ impl RocksDbBackend {
         let aside = work_dir.join("restore-ingest");
         let to_ingest = if restore_dir.is_some() { ingest::set_aside(&path, &aside)? } else { Vec::new() };
         let (clock, ttl_registry) = (SharedClock::default(), TtlRegistry::default());
+        if let Some(c) = &opts.clock {
+            clock.set(c.clone());
+        }
         let db = if existing.is_empty() {
             DB::open(&db_opts, &path)?
         } else {

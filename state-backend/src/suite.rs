@@ -5,8 +5,10 @@ use crate::keyed::{
     AggregateFunction, AggregatingState, KeyedStateBackend, ListState, MapState, ReducingState, StateKind, ValueState,
 };
 use crate::rocks::RocksOptions;
+use crate::ttl::ManualClock;
 use crate::{open_keyed_backend, StateError};
 use std::path::Path;
+use std::sync::Arc;
 use weir_common::keygroup::{key_group_for_key, KeyGroupRange};
 use weir_common::spec::StateBackendKind;
 
@@ -17,7 +19,9 @@ const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
 type Factory = fn(&Path, Option<&Path>) -> Box<dyn KeyedStateBackend>;
 
 fn rocks(work_dir: &Path, restore: Option<&Path>) -> Box<dyn KeyedStateBackend> {
-    let opts = RocksOptions { cache_bytes: 2048, ..Default::default() };
+    // TTL scenarios start their manual clocks at T0: the compaction filters of a restored database must not
+    // judge rows by the system clock before the scenario sets its own.
+    let opts = RocksOptions { cache_bytes: 2048, clock: Some(Arc::new(ManualClock::new(T0))), ..Default::default() };
     open_keyed_backend(StateBackendKind::Rocksdb, work_dir, MAX_PARALLELISM, RANGE, restore, &opts).unwrap()
 }
 
@@ -439,8 +443,7 @@ fn oversized_values_are_refused() {
 
 // ---- State TTL -------------------------------------------------------------------------------------------------
 
-use crate::ttl::{ManualClock, StateTtlConfig, TtlUpdateType, TtlVisibility};
-use std::sync::Arc;
+use crate::ttl::{StateTtlConfig, TtlUpdateType, TtlVisibility};
 use std::time::Duration;
 
 const T0: u64 = 1_000_000;

@@ -236,6 +236,7 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
                 block_cache: Some(weir_state::rocks::RocksOptions::shared_block_cache(
                     (cfg.rocksdb_block_cache_mb.max(1) as usize) << 20,
                 )),
+                clock: None,
             },
         },
         registry,
