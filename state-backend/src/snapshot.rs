@@ -2,8 +2,10 @@
 //!
 //! Incremental snapshots: RocksDB's SST files are immutable, so an SST that the last *completed* checkpoint
 //! already holds is referenced again instead of uploaded ([`upload_keyed_incremental`]). New SSTs go to the
-//! job's shared directory, under a per-backend-instance folder (two attempts restored from the same
-//! checkpoint may create different files with the same number); MANIFEST, CURRENT and OPTIONS go to the
+//! job's shared directory, under a folder per backend instance (two attempts restored from the same
+//! checkpoint may create different files with the same number) and checkpoint (a file of a failed checkpoint
+//! is uploaded again by the next, and the failed one's cleanup must not delete it); a file keeps its local
+//! name as the last path component. MANIFEST, CURRENT and OPTIONS go to the
 //! checkpoint's own directory every time. The job manager deletes a shared file once no retained checkpoint
 //! references it.
 

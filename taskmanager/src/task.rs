@@ -918,8 +918,11 @@ impl Task {
                     let remote = paths::subtask_dir(&job, id, &part.uid, subtask);
                     let keyed = match &mut part.keyed {
                         Some(local) => {
-                            let shared =
-                                shared_root.as_ref().map(|r| format!("{r}/{}/{}/{instance}", part.uid, subtask.0));
+                            // One folder per checkpoint: a file a failed checkpoint uploaded may be uploaded again by
+                            // the next one, and must not share a path the failed one's cleanup deletes.
+                            let shared = shared_root
+                                .as_ref()
+                                .map(|r| format!("{r}/{}/{}/{instance}/{}", part.uid, subtask.0, id.0));
                             let empty = std::collections::HashMap::new();
                             let (h, n) = weir_state::snapshot::upload_keyed_incremental(
                                 &store,
