@@ -17,8 +17,8 @@
 //! snapshot writes no expired value, list element or map entry.
 
 use crate::keyed::{
-    decode_list, kind_conflict, too_large, wrong_kind, ElementVisitor, KeyedStateBackend, LocalSnapshot, RowKeyBuilder,
-    RowVisitor, StateId, StateKind, DEFAULT_MAX_VALUE_BYTES,
+    decode_list, kind_conflict, namespace_conflict, too_large, wrong_kind, ElementVisitor, KeyedStateBackend,
+    LocalSnapshot, RowKeyBuilder, RowVisitor, StateId, StateKind, StateOptions, DEFAULT_MAX_VALUE_BYTES,
 };
 use crate::ttl::{
     check_ttl, encode_kind_record, record_has_ttl, retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock,
@@ -47,6 +47,8 @@ struct HeapState {
     /// Map rows: row key to user key to value.
     maps: HashMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
     ttl: Option<StateTtlConfig>,
+    /// Whether the state is scoped to namespaces (its rows end with `namespace | u32 BE length`).
+    namespaced: bool,
     /// Whether the state was registered since the backend opened (else it is only restored).
     registered: bool,
     /// Row keys still to check by incremental TTL cleanup.
@@ -54,8 +56,17 @@ struct HeapState {
 }
 
 impl HeapState {
-    fn new(name: String, kind: StateKind, ttl: Option<StateTtlConfig>, registered: bool) -> Self {
-        HeapState { name, kind, rows: HashMap::new(), maps: HashMap::new(), ttl, registered, cleanup_queue: Vec::new() }
+    fn new(name: String, kind: StateKind, ttl: Option<StateTtlConfig>, namespaced: bool, registered: bool) -> Self {
+        HeapState {
+            name,
+            kind,
+            rows: HashMap::new(),
+            maps: HashMap::new(),
+            ttl,
+            namespaced,
+            registered,
+            cleanup_queue: Vec::new(),
+        }
     }
 }
 
@@ -112,7 +123,7 @@ impl HeapBackend {
             let n_states = read_u32(&mut r)?;
             for _ in 0..n_states {
                 let name = String::from_utf8(read_bytes(&mut r)?).map_err(|e| StateError::Corrupt(e.to_string()))?;
-                let (kind, ttl) = if v2 {
+                let (kind, ttl, namespaced) = if v2 {
                     let truncated = |e| StateError::Corrupt(format!("heap snapshot truncated: {e}"));
                     let mut k = [0u8; TTL_RECORD_LEN];
                     r.read_exact(&mut k[..1]).map_err(truncated)?;
@@ -120,13 +131,13 @@ impl HeapBackend {
                         r.read_exact(&mut k[1..]).map_err(truncated)?;
                         crate::ttl::decode_kind_record(&k)?
                     } else {
-                        (StateKind::from_byte(k[0])?, None)
+                        crate::ttl::decode_kind_record(&k[..1])?
                     }
                 } else {
-                    (StateKind::Value, None)
+                    (StateKind::Value, None, false)
                 };
                 let n = read_u32(&mut r)?;
-                let mut st = HeapState::new(name, kind, ttl, false);
+                let mut st = HeapState::new(name, kind, ttl, namespaced, false);
                 for _ in 0..n {
                     let k = read_bytes(&mut r)?;
                     if kind == StateKind::Map {
@@ -156,7 +167,7 @@ impl HeapBackend {
     fn incremental_cleanup(&mut self, state: StateId) {
         let Some(ttl) = self.states[state.0].ttl else { return };
         let now = self.clock.now_ms();
-        let current = &self.row.row;
+        let current = self.row.key(self.states[state.0].namespaced);
         let st = &mut self.states[state.0];
         for _ in 0..self.cleanup_entries {
             if st.cleanup_queue.is_empty() {
@@ -167,7 +178,7 @@ impl HeapBackend {
                 };
             }
             let Some(k) = st.cleanup_queue.pop() else { return };
-            if &k == current {
+            if k == current {
                 continue;
             }
             match st.kind {
@@ -212,28 +223,32 @@ impl HeapBackend {
 }
 
 impl KeyedStateBackend for HeapBackend {
-    fn register_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
-        self.register_state_with_ttl(name, kind, None)
-    }
-
-    fn register_state_with_ttl(
+    fn register_state_with_options(
         &mut self,
         name: &str,
         kind: StateKind,
-        ttl: Option<StateTtlConfig>,
+        options: &StateOptions,
     ) -> Result<StateId, StateError> {
+        let ttl = options.ttl;
         if let Some(i) = self.states.iter().position(|s| s.name == name) {
             let st = &mut self.states[i];
             if st.kind != kind {
                 return Err(kind_conflict(name, st.kind, kind));
             }
             check_ttl(name, st.ttl.as_ref(), ttl.as_ref(), !st.registered)?;
+            if let Some(e) = namespace_conflict(name, st.namespaced, options.namespaced) {
+                return Err(e);
+            }
             st.ttl = ttl;
             st.registered = true;
             return Ok(StateId(i));
         }
-        self.states.push(HeapState::new(name.to_string(), kind, ttl, true));
+        self.states.push(HeapState::new(name.to_string(), kind, ttl, options.namespaced, true));
         Ok(StateId(self.states.len() - 1))
+    }
+
+    fn set_current_namespace(&mut self, namespace: &[u8]) {
+        self.row.set_namespace(namespace);
     }
 
     fn set_clock(&mut self, clock: Arc<dyn Clock>) {
@@ -253,12 +268,14 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn get_value(&mut self, state: StateId) -> Result<Option<&[u8]>, StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
         self.state(state, "get_value", StateKind::is_value_row)?;
-        Ok(self.states[state.0].rows.get(self.row.row.as_slice()).map(|v| v.as_slice()))
+        Ok(self.states[state.0].rows.get(self.row.key(ns)).map(|v| v.as_slice()))
     }
 
     fn put_value(&mut self, state: StateId, value: &[u8]) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
         let limit = self.max_value_bytes;
         let st = self.state(state, "put_value", StateKind::is_value_row)?;
@@ -266,75 +283,85 @@ impl KeyedStateBackend for HeapBackend {
             return Err(too_large(&st.name, st.kind, value.len(), limit));
         }
         let map = &mut self.states[state.0].rows;
-        match map.get_mut(self.row.row.as_slice()) {
+        match map.get_mut(self.row.key(ns)) {
             Some(v) => {
                 v.clear();
                 v.extend_from_slice(value);
             }
             None => {
-                map.insert(self.row.row.clone(), value.to_vec());
+                map.insert(self.row.key(ns).to_vec(), value.to_vec());
             }
         }
         Ok(())
     }
 
     fn delete_value(&mut self, state: StateId) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
         self.state(state, "delete_value", StateKind::is_value_row)?;
-        self.states[state.0].rows.remove(self.row.row.as_slice());
+        self.states[state.0].rows.remove(self.row.key(ns));
         Ok(())
     }
 
     fn for_each_value(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError> {
         self.state(state, "for_each_value", StateKind::is_value_row)?;
+        let ns = self.states[state.0].namespaced;
         let prefix = self.row.prefix_len;
         // Key-group order, like RocksDB, so both backends emit the same sequence.
         let mut rows: Vec<(&Vec<u8>, &Vec<u8>)> = self.states[state.0].rows.iter().collect();
         rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
         for (k, v) in rows {
-            f(&k[prefix..], v)?;
+            let rest = &k[prefix..];
+            if !ns {
+                f(rest, v)?;
+            } else if let Some(key) = self.row.key_in_namespace(rest) {
+                f(key, v)?;
+            }
         }
         Ok(())
     }
 
     fn for_each_list_element(&mut self, state: StateId, f: &mut ElementVisitor<'_>) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
-        let row = &self.row.row;
+        let row = self.row.key(ns);
         let st = &self.states[state.0];
         if st.kind != StateKind::List {
             return Err(wrong_kind(&st.name, st.kind, "list get"));
         }
-        match st.rows.get(row.as_slice()) {
+        match st.rows.get(row) {
             Some(v) => decode_list(&st.name, v, f),
             None => Ok(()),
         }
     }
 
     fn append_list(&mut self, state: StateId, encoded: &[u8]) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
         let limit = self.max_value_bytes;
-        let row = &self.row.row;
+        let row = self.row.key(ns);
         let st = &mut self.states[state.0];
         if st.kind != StateKind::List {
             return Err(wrong_kind(&st.name, st.kind, "list add"));
         }
-        let old = st.rows.get(row.as_slice()).map_or(0, |v| v.len());
+        let old = st.rows.get(row).map_or(0, |v| v.len());
         if old + encoded.len() > limit {
             return Err(too_large(&st.name, st.kind, old + encoded.len(), limit));
         }
-        match st.rows.get_mut(row.as_slice()) {
+        match st.rows.get_mut(row) {
             Some(v) => v.extend_from_slice(encoded),
             None => {
-                st.rows.insert(row.clone(), encoded.to_vec());
+                st.rows.insert(row.to_vec(), encoded.to_vec());
             }
         }
         Ok(())
     }
 
     fn replace_list(&mut self, state: StateId, encoded: &[u8]) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
         let limit = self.max_value_bytes;
-        let row = &self.row.row;
+        let row = self.row.key(ns);
         let st = &mut self.states[state.0];
         if st.kind != StateKind::List {
             return Err(wrong_kind(&st.name, st.kind, "list update"));
@@ -343,26 +370,28 @@ impl KeyedStateBackend for HeapBackend {
             return Err(too_large(&st.name, st.kind, encoded.len(), limit));
         }
         if encoded.is_empty() {
-            st.rows.remove(row.as_slice());
+            st.rows.remove(row);
         } else {
-            st.rows.insert(row.clone(), encoded.to_vec());
+            st.rows.insert(row.to_vec(), encoded.to_vec());
         }
         Ok(())
     }
 
     fn map_get(&mut self, state: StateId, user_key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
         let st = &self.states[state.0];
         if st.kind != StateKind::Map {
             return Err(wrong_kind(&st.name, st.kind, "map get"));
         }
-        Ok(st.maps.get(self.row.row.as_slice()).and_then(|m| m.get(user_key)).cloned())
+        Ok(st.maps.get(self.row.key(ns)).and_then(|m| m.get(user_key)).cloned())
     }
 
     fn map_put(&mut self, state: StateId, user_key: &[u8], value: &[u8]) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
         let limit = self.max_value_bytes;
-        let row = &self.row.row;
+        let row = self.row.key(ns);
         let st = &mut self.states[state.0];
         if st.kind != StateKind::Map {
             return Err(wrong_kind(&st.name, st.kind, "map put"));
@@ -370,40 +399,42 @@ impl KeyedStateBackend for HeapBackend {
         if value.len() > limit {
             return Err(too_large(&st.name, st.kind, value.len(), limit));
         }
-        match st.maps.get_mut(row.as_slice()) {
+        match st.maps.get_mut(row) {
             Some(m) => {
                 m.insert(user_key.to_vec(), value.to_vec());
             }
             None => {
-                st.maps.insert(row.clone(), BTreeMap::from([(user_key.to_vec(), value.to_vec())]));
+                st.maps.insert(row.to_vec(), BTreeMap::from([(user_key.to_vec(), value.to_vec())]));
             }
         }
         Ok(())
     }
 
     fn map_remove(&mut self, state: StateId, user_key: &[u8]) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
-        let row = &self.row.row;
+        let row = self.row.key(ns);
         let st = &mut self.states[state.0];
         if st.kind != StateKind::Map {
             return Err(wrong_kind(&st.name, st.kind, "map remove"));
         }
-        if let Some(m) = st.maps.get_mut(row.as_slice()) {
+        if let Some(m) = st.maps.get_mut(row) {
             m.remove(user_key);
             if m.is_empty() {
-                st.maps.remove(row.as_slice());
+                st.maps.remove(row);
             }
         }
         Ok(())
     }
 
     fn for_each_map_entry(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
         let st = &self.states[state.0];
         if st.kind != StateKind::Map {
             return Err(wrong_kind(&st.name, st.kind, "map iteration"));
         }
-        if let Some(m) = st.maps.get(self.row.row.as_slice()) {
+        if let Some(m) = st.maps.get(self.row.key(ns)) {
             for (k, v) in m {
                 f(k, v)?;
             }
@@ -412,18 +443,20 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn map_is_empty(&mut self, state: StateId) -> Result<bool, StateError> {
+        let ns = self.states[state.0].namespaced;
         self.incremental_cleanup(state);
         let st = &self.states[state.0];
         if st.kind != StateKind::Map {
             return Err(wrong_kind(&st.name, st.kind, "map is_empty"));
         }
-        Ok(st.maps.get(self.row.row.as_slice()).is_none_or(|m| m.is_empty()))
+        Ok(st.maps.get(self.row.key(ns)).is_none_or(|m| m.is_empty()))
     }
 
     fn clear_key(&mut self, state: StateId) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         let st = &mut self.states[state.0];
-        st.rows.remove(self.row.row.as_slice());
-        st.maps.remove(self.row.row.as_slice());
+        st.rows.remove(self.row.key(ns));
+        st.maps.remove(self.row.key(ns));
         Ok(())
     }
 
@@ -445,7 +478,7 @@ impl KeyedStateBackend for HeapBackend {
         let now = self.clock.now_ms();
         for st in &self.states {
             write_bytes(&mut w, st.name.as_bytes()).map_err(io)?;
-            w.write_all(&encode_kind_record(st.kind, st.ttl.as_ref())).map_err(io)?;
+            w.write_all(&encode_kind_record(st.kind, st.ttl.as_ref(), st.namespaced)).map_err(io)?;
             // Full-snapshot TTL cleanup: expired values, elements and entries are left out.
             let live = |v: &Vec<u8>| st.ttl.is_none_or(|t| !row_expired(&t, now, v));
             if st.kind == StateKind::Map {

@@ -98,6 +98,48 @@ pub type ElementVisitor<'a> = dyn FnMut(&[u8]) -> Result<(), StateError> + 'a;
 /// The largest serialized value (or list total) a state accepts by default: 256 MiB.
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 256 << 20;
 
+/// How a state is declared besides its name and kind: what a Flink state descriptor adds (the value types are
+/// the typed handle's).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StateOptions {
+    /// Time-to-live of the state's values (see [`crate::ttl`]).
+    pub ttl: Option<StateTtlConfig>,
+    /// Whether the state is scoped to a namespace within each key (window and timer state, see
+    /// [`KeyedStateBackend::set_current_namespace`]). Stored with the state: it cannot change across a restore.
+    pub namespaced: bool,
+}
+
+impl StateOptions {
+    /// With a time-to-live.
+    pub fn with_ttl(mut self, ttl: StateTtlConfig) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Scoped to namespaces.
+    pub fn namespaced(mut self) -> Self {
+        self.namespaced = true;
+        self
+    }
+}
+
+/// The error for registering `name` with or without namespaces when it exists the other way.
+pub(crate) fn namespace_conflict(name: &str, existing: bool, wanted: bool) -> Option<StateError> {
+    let how = |ns: bool| if ns { "with namespaces" } else { "without namespaces" };
+    (existing != wanted).then(|| StateError::Declaration {
+        name: name.to_string(),
+        message: format!("registered {} but it already exists {}", how(wanted), how(existing)),
+    })
+}
+
+/// Scopes following accesses to namespaced states to `namespace` (see
+/// [`KeyedStateBackend::set_current_namespace`]).
+pub fn set_namespace<N: StateCodec>(backend: &mut dyn KeyedStateBackend, namespace: &N) {
+    let mut bytes = Vec::new();
+    namespace.encode(&mut bytes);
+    backend.set_current_namespace(&bytes);
+}
+
 /// What a state holds per key; declared when the state is registered and fixed for the state's lifetime
 /// (it is stored with the state, so it is checked again after a restore).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -191,18 +233,32 @@ pub(crate) fn too_large(name: &str, kind: StateKind, size: usize, limit: usize) 
 /// [`ReducingState`], [`AggregatingState`]) call; operators use the handles. Each method checks that the
 /// state was registered with a kind that supports it.
 pub trait KeyedStateBackend: Send {
-    /// Registers a state of `kind`, or returns the existing one of that name if it has the same kind; a state
-    /// of that name and another kind is a [`StateError::Declaration`] naming both kinds.
-    fn register_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError>;
-    /// Registers a state of `kind` with an optional time-to-live (see [`crate::ttl`]); `None` is
-    /// [`KeyedStateBackend::register_state`]. Registering an existing state with another TTL config fails
-    /// (after a restore, only turning TTL on or off fails).
+    /// Registers a state of `kind` with `options`, or returns the existing one of that name if it was declared
+    /// the same way. Another kind is a [`StateError::Declaration`] naming both kinds; so is another TTL config
+    /// (after a restore, only turning TTL on or off) and a different choice of namespaces.
+    fn register_state_with_options(
+        &mut self,
+        name: &str,
+        kind: StateKind,
+        options: &StateOptions,
+    ) -> Result<StateId, StateError>;
+    /// Registers a state of `kind` without TTL or namespaces (see
+    /// [`KeyedStateBackend::register_state_with_options`]).
+    fn register_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
+        self.register_state_with_options(name, kind, &StateOptions::default())
+    }
+    /// Registers a state of `kind` with an optional time-to-live (see [`crate::ttl`]).
     fn register_state_with_ttl(
         &mut self,
         name: &str,
         kind: StateKind,
         ttl: Option<StateTtlConfig>,
-    ) -> Result<StateId, StateError>;
+    ) -> Result<StateId, StateError> {
+        self.register_state_with_options(name, kind, &StateOptions { ttl, namespaced: false })
+    }
+    /// Sets the namespace (its serialized bytes) that following accesses to *namespaced* states are scoped to,
+    /// as Flink scopes window and timer state to a window; other states have no namespace. Empty until set.
+    fn set_current_namespace(&mut self, namespace: &[u8]);
     /// Sets the processing-time clock of TTL (default [`crate::ttl::SystemClock`]).
     fn set_clock(&mut self, clock: Arc<dyn Clock>);
     /// The TTL clock's current time in milliseconds.
@@ -222,7 +278,8 @@ pub trait KeyedStateBackend: Send {
     fn put_value(&mut self, state: StateId, value: &[u8]) -> Result<(), StateError>;
     /// Removes the value of the current key.
     fn delete_value(&mut self, state: StateId) -> Result<(), StateError>;
-    /// Calls `f(key, value)` for every key of this backend's key-group range that has a value.
+    /// Calls `f(key, value)` for every key of this backend's key-group range that has a value (in the current
+    /// namespace, for a namespaced state).
     fn for_each_value(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError>;
     /// Calls `f(element)` for every element of the current key's list, in order.
     fn for_each_list_element(&mut self, state: StateId, f: &mut ElementVisitor<'_>) -> Result<(), StateError>;
@@ -243,7 +300,8 @@ pub trait KeyedStateBackend: Send {
     fn map_is_empty(&mut self, state: StateId) -> Result<bool, StateError>;
     /// Removes everything the current key holds in `state` (any kind).
     fn clear_key(&mut self, state: StateId) -> Result<(), StateError>;
-    /// Removes `state`'s data for every key of this backend (any kind), without visiting keys one by one.
+    /// Removes `state`'s data for every key (and every namespace) of this backend (any kind), without visiting
+    /// keys one by one.
     fn clear_all(&mut self, state: StateId) -> Result<(), StateError>;
     /// The synchronous part of a snapshot: writes an immutable copy of all state into `dir` (which must not
     /// exist yet, and should be on the same filesystem as the backend so RocksDB can hard-link).
@@ -354,8 +412,17 @@ impl<T: StateCodec> ValueState<T> {
         name: &str,
         ttl: StateTtlConfig,
     ) -> Result<Self, StateError> {
-        let id = backend.register_state_with_ttl(name, StateKind::Value, Some(ttl))?;
-        Ok(ValueState { id, ttl: Some(ttl), scratch: Vec::new(), _t: PhantomData })
+        Self::register_with_options(backend, name, StateOptions::default().with_ttl(ttl))
+    }
+
+    /// Registers (or finds) the state `name` declared with `options` (TTL, namespaces).
+    pub fn register_with_options(
+        backend: &mut dyn KeyedStateBackend,
+        name: &str,
+        options: StateOptions,
+    ) -> Result<Self, StateError> {
+        let id = backend.register_state_with_options(name, StateKind::Value, &options)?;
+        Ok(ValueState { id, ttl: options.ttl, scratch: Vec::new(), _t: PhantomData })
     }
 
     /// The current key's value.
@@ -428,8 +495,17 @@ impl<T: StateCodec> ListState<T> {
         name: &str,
         ttl: StateTtlConfig,
     ) -> Result<Self, StateError> {
-        let id = backend.register_state_with_ttl(name, StateKind::List, Some(ttl))?;
-        Ok(ListState { id, ttl: Some(ttl), scratch: Vec::new(), elem: Vec::new(), _t: PhantomData })
+        Self::register_with_options(backend, name, StateOptions::default().with_ttl(ttl))
+    }
+
+    /// Registers (or finds) the list state `name` declared with `options` (TTL, namespaces).
+    pub fn register_with_options(
+        backend: &mut dyn KeyedStateBackend,
+        name: &str,
+        options: StateOptions,
+    ) -> Result<Self, StateError> {
+        let id = backend.register_state_with_options(name, StateKind::List, &options)?;
+        Ok(ListState { id, ttl: options.ttl, scratch: Vec::new(), elem: Vec::new(), _t: PhantomData })
     }
 
     /// Every element of the current key's list, in insertion order (empty if none). With TTL, expired
@@ -552,8 +628,17 @@ impl<K: StateCodec, V: StateCodec> MapState<K, V> {
         name: &str,
         ttl: StateTtlConfig,
     ) -> Result<Self, StateError> {
-        let id = backend.register_state_with_ttl(name, StateKind::Map, Some(ttl))?;
-        Ok(MapState { id, ttl: Some(ttl), key_buf: Vec::new(), val_buf: Vec::new(), _t: PhantomData })
+        Self::register_with_options(backend, name, StateOptions::default().with_ttl(ttl))
+    }
+
+    /// Registers (or finds) the map state `name` declared with `options` (TTL, namespaces).
+    pub fn register_with_options(
+        backend: &mut dyn KeyedStateBackend,
+        name: &str,
+        options: StateOptions,
+    ) -> Result<Self, StateError> {
+        let id = backend.register_state_with_options(name, StateKind::Map, &options)?;
+        Ok(MapState { id, ttl: options.ttl, key_buf: Vec::new(), val_buf: Vec::new(), _t: PhantomData })
     }
 
     /// The user value bytes of `key` of a TTL map (in `key_buf`), after expiry handling and read refresh.
@@ -741,8 +826,18 @@ impl<T: StateCodec> ReducingState<T> {
         reduce: impl Fn(T, T) -> T + Send + 'static,
         ttl: StateTtlConfig,
     ) -> Result<Self, StateError> {
-        let id = backend.register_state_with_ttl(name, StateKind::Reducing, Some(ttl))?;
-        Ok(ReducingState { id, ttl: Some(ttl), reduce: Box::new(reduce), scratch: Vec::new() })
+        Self::register_with_options(backend, name, reduce, StateOptions::default().with_ttl(ttl))
+    }
+
+    /// Registers (or finds) the reducing state `name` declared with `options` (TTL, namespaces).
+    pub fn register_with_options(
+        backend: &mut dyn KeyedStateBackend,
+        name: &str,
+        reduce: impl Fn(T, T) -> T + Send + 'static,
+        options: StateOptions,
+    ) -> Result<Self, StateError> {
+        let id = backend.register_state_with_options(name, StateKind::Reducing, &options)?;
+        Ok(ReducingState { id, ttl: options.ttl, reduce: Box::new(reduce), scratch: Vec::new() })
     }
 
     /// The current key's reduced value.
@@ -816,8 +911,18 @@ impl<In, Acc: StateCodec, Out> AggregatingState<In, Acc, Out> {
         function: impl AggregateFunction<In, Acc, Out> + 'static,
         ttl: StateTtlConfig,
     ) -> Result<Self, StateError> {
-        let id = backend.register_state_with_ttl(name, StateKind::Aggregating, Some(ttl))?;
-        Ok(AggregatingState { id, ttl: Some(ttl), function: Box::new(function), scratch: Vec::new() })
+        Self::register_with_options(backend, name, function, StateOptions::default().with_ttl(ttl))
+    }
+
+    /// Registers (or finds) the aggregating state `name` declared with `options` (TTL, namespaces).
+    pub fn register_with_options(
+        backend: &mut dyn KeyedStateBackend,
+        name: &str,
+        function: impl AggregateFunction<In, Acc, Out> + 'static,
+        options: StateOptions,
+    ) -> Result<Self, StateError> {
+        let id = backend.register_state_with_options(name, StateKind::Aggregating, &options)?;
+        Ok(AggregatingState { id, ttl: options.ttl, function: Box::new(function), scratch: Vec::new() })
     }
 
     /// The result for the current key, if anything was added since the last clear.
@@ -875,7 +980,13 @@ pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 pub(crate) struct RowKeyBuilder {
     pub max_parallelism: u32,
     pub prefix_len: usize,
+    /// `key_group | key` of the current key.
     pub row: Vec<u8>,
+    /// The current namespace of namespaced states (empty: none set).
+    namespace: Vec<u8>,
+    /// `key_group | key | namespace | u32 BE namespace length`: the current row of namespaced states. Read
+    /// from the end, it splits unambiguously into key and namespace.
+    ns_row: Vec<u8>,
 }
 
 impl RowKeyBuilder {
@@ -884,6 +995,8 @@ impl RowKeyBuilder {
             max_parallelism,
             prefix_len: weir_common::keygroup::key_group_prefix_len(max_parallelism),
             row: Vec::with_capacity(32),
+            namespace: Vec::new(),
+            ns_row: Vec::new(),
         }
     }
 
@@ -892,14 +1005,50 @@ impl RowKeyBuilder {
         self.row.clear();
         weir_common::keygroup::write_key_group_prefix(kg, self.max_parallelism, &mut self.row);
         self.row.extend_from_slice(key);
+        self.ns_row.clear();
     }
 
-    /// The prefix of the current key's map rows: `key_group | u32 BE key length | key`.
-    pub fn map_prefix(&self, out: &mut Vec<u8>) {
+    /// Sets the namespace of namespaced states.
+    pub fn set_namespace(&mut self, namespace: &[u8]) {
+        self.namespace.clear();
+        self.namespace.extend_from_slice(namespace);
+        self.ns_row.clear();
+    }
+
+    /// The current row of a state: `key_group | key`, or for a namespaced state (`namespaced`) that followed by
+    /// `namespace | u32 BE namespace length`.
+    pub fn key(&mut self, namespaced: bool) -> &[u8] {
+        if !namespaced {
+            return &self.row;
+        }
+        if self.ns_row.is_empty() {
+            self.ns_row.extend_from_slice(&self.row);
+            self.ns_row.extend_from_slice(&self.namespace);
+            self.ns_row.extend_from_slice(&(self.namespace.len() as u32).to_be_bytes());
+        }
+        &self.ns_row
+    }
+
+    /// The prefix of the current key's map rows: `key_group | u32 BE key length | key`, for a namespaced state
+    /// followed by `u32 BE namespace length | namespace`.
+    pub fn map_prefix(&self, namespaced: bool, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(&self.row[..self.prefix_len]);
         out.extend_from_slice(&((self.row.len() - self.prefix_len) as u32).to_be_bytes());
         out.extend_from_slice(&self.row[self.prefix_len..]);
+        if namespaced {
+            out.extend_from_slice(&(self.namespace.len() as u32).to_be_bytes());
+            out.extend_from_slice(&self.namespace);
+        }
+    }
+
+    /// For a row of a namespaced value or list state (without its key-group prefix), its key if the row belongs
+    /// to the current namespace.
+    pub fn key_in_namespace<'a>(&self, rest: &'a [u8]) -> Option<&'a [u8]> {
+        let len_at = rest.len().checked_sub(4)?;
+        let ns_len = u32::from_be_bytes(rest[len_at..].try_into().ok()?) as usize;
+        let ns_at = len_at.checked_sub(ns_len)?;
+        (rest[ns_at..len_at] == self.namespace[..]).then_some(&rest[..ns_at])
     }
 
     /// The first row key of a key-group range and the first one past it (the key-group prefix of

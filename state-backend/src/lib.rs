@@ -4,7 +4,9 @@
 //! - [`keyed`]: the [`KeyedStateBackend`] trait and the typed state handles operators use — [`ValueState`],
 //!   [`ListState`], [`MapState`], [`ReducingState`] and [`AggregatingState`]. Registering a state declares its
 //!   [`StateKind`]; a name keeps its kind for good (also across snapshot and restore). Every handle has
-//!   `clear` (current key) and `clear_all` (every key of the backend). Writes larger than the backend's value
+//!   `clear` (current key) and `clear_all` (every key of the backend). A state declared with
+//!   [`StateOptions`] may have a TTL and be scoped to namespaces (window and timer state:
+//!   [`KeyedStateBackend::set_current_namespace`], [`set_namespace`]). Writes larger than the backend's value
 //!   limit ([`DEFAULT_MAX_VALUE_BYTES`], [`KeyedStateBackend::set_max_value_bytes`]) are refused.
 //! - [`rocks`]: RocksDB backend: a column family per state, row key `key_group | key` (map rows
 //!   `key_group | len(key) | key | user key`), list appends through a merge operator, a write-back cache for
@@ -36,8 +38,8 @@ pub mod ttl;
 
 pub use codec::StateCodec;
 pub use keyed::{
-    open_keyed_backend, AggregateFunction, AggregatingState, KeyedStateBackend, ListState, LocalSnapshot, MapState,
-    ReducingState, StateId, StateKind, ValueState, DEFAULT_MAX_VALUE_BYTES,
+    open_keyed_backend, set_namespace, AggregateFunction, AggregatingState, KeyedStateBackend, ListState,
+    LocalSnapshot, MapState, ReducingState, StateId, StateKind, StateOptions, ValueState, DEFAULT_MAX_VALUE_BYTES,
 };
 pub use operator::OperatorStateStore;
 pub use ttl::{Clock, ManualClock, StateTtlConfig, SystemClock, TtlUpdateType, TtlVisibility};

@@ -18,9 +18,13 @@
 //! only, never written), read once from RocksDB when the key is first appended to.
 //!
 //! A map row length-prefixes the key so that the rows of key `ab` (user key `c…`) and of key `abc` can never
-//! share a prefix; the entries of one key are the interval starting at `kg | len | key`, iterated by seek. A
-//! future namespace (windows, timers) goes between the key and the user key — `kg | key | namespace` for value
-//! and list rows would then need the same length prefix on the key.
+//! share a prefix; the entries of one key are the interval starting at `kg | len | key`, iterated by seek.
+//!
+//! A state declared with namespaces (window and timer state, [`StateOptions::namespaced`]) scopes each row to
+//! the backend's current namespace `ns`: value and list rows are `kg | key | ns | u32 BE len(ns)` (read from
+//! the end, a row splits into key and namespace unambiguously), map rows
+//! `kg | u32 BE len(key) | key | u32 BE len(ns) | ns | user key`. Whether a state has namespaces is stored
+//! with its kind, so the layout cannot change under it.
 //!
 //! Every state's kind is stored in the default column family (row `weir.kind.<name>`, one byte), so the kind is
 //! checked again when the state is registered after a restore; a column family without that row predates
@@ -43,8 +47,9 @@
 use crate::cache::{Cached, RowCache};
 use crate::ingest::{self, Background};
 use crate::keyed::{
-    decode_list, kind_conflict, prefix_successor, too_large, wrong_kind, ElementVisitor, KeyedStateBackend,
-    LocalSnapshot, RowKeyBuilder, RowVisitor, StateId, StateKind, DEFAULT_MAX_VALUE_BYTES,
+    decode_list, kind_conflict, namespace_conflict, prefix_successor, too_large, wrong_kind, ElementVisitor,
+    KeyedStateBackend, LocalSnapshot, RowKeyBuilder, RowVisitor, StateId, StateKind, StateOptions,
+    DEFAULT_MAX_VALUE_BYTES,
 };
 use crate::ttl::{
     check_ttl, decode_kind_record, encode_kind_record, list_all_expired, row_expired, Clock, SharedClock,
@@ -125,6 +130,8 @@ struct RocksState {
     name: String,
     kind: StateKind,
     ttl: Option<StateTtlConfig>,
+    /// Whether rows are scoped to namespaces (see [`RowKeyBuilder::key`]).
+    namespaced: bool,
     /// Value rows (value kinds), or the byte length of touched lists (list kind, clean rows only).
     cache: RowCache,
 }
@@ -345,7 +352,7 @@ impl RocksDbBackend {
             for item in db.iterator(IteratorMode::From(prefix, Direction::Forward)) {
                 let (k, v) = item?;
                 let Some(name) = k.strip_prefix(prefix) else { break };
-                if let Ok((kind, Some(ttl))) = decode_kind_record(&v) {
+                if let Ok((kind, Some(ttl), _)) = decode_kind_record(&v) {
                     registry.insert(String::from_utf8_lossy(name).into_owned(), (kind, ttl));
                 }
             }
@@ -527,27 +534,29 @@ impl RocksDbBackend {
 
     /// Byte length of the current key's list: cached, or read once from RocksDB.
     fn list_len(&mut self, state: StateId) -> Result<usize, StateError> {
-        if let Cached::Hit(Some(len)) = self.states[state.0].cache.get(&self.row.row) {
+        let ns = self.states[state.0].namespaced;
+        if let Cached::Hit(Some(len)) = self.states[state.0].cache.get(self.row.key(ns)) {
             if let Ok(len) = <[u8; 8]>::try_from(len) {
                 return Ok(u64::from_le_bytes(len) as usize);
             }
         }
         let cf = cf_handle(&self.db, &self.states[state.0].name)?;
-        let len = self.db.get_pinned_cf(cf, &self.row.row)?.map_or(0, |v| v.len());
+        let len = self.db.get_pinned_cf(cf, self.row.key(ns))?.map_or(0, |v| v.len());
         self.remember_list_len(state, len)?;
         Ok(len)
     }
 
     /// Caches the current key's list length (a clean row: never written to RocksDB).
     fn remember_list_len(&mut self, state: StateId, len: usize) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.make_room(state)?;
-        self.states[state.0].cache.insert_clean(&self.row.row, Some(&(len as u64).to_le_bytes()));
+        self.states[state.0].cache.insert_clean(self.row.key(ns), Some(&(len as u64).to_le_bytes()));
         Ok(())
     }
 
-    /// Sets the map-row scratch key to the current key's row of `user_key`.
-    fn set_map_row(&mut self, user_key: &[u8]) {
-        self.row.map_prefix(&mut self.map_row);
+    /// Sets the map-row scratch key to the current key's (and namespace's) row of `user_key` in `state`.
+    fn set_map_row(&mut self, state: StateId, user_key: &[u8]) {
+        self.row.map_prefix(self.states[state.0].namespaced, &mut self.map_row);
         self.map_row.extend_from_slice(user_key);
     }
 
@@ -562,9 +571,10 @@ impl RocksDbBackend {
 
     /// Flushes and empties the cache when a new row would not fit its budget.
     fn make_room(&mut self, state: StateId) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         // The budget check is a few additions; the hash lookup only happens once the cache is full.
         if self.cache_bytes() > self.opts.cache_bytes
-            && matches!(self.states[state.0].cache.get(&self.row.row), Cached::Miss)
+            && matches!(self.states[state.0].cache.get(self.row.key(ns)), Cached::Miss)
         {
             self.flush(true)?;
         }
@@ -573,22 +583,22 @@ impl RocksDbBackend {
 }
 
 impl KeyedStateBackend for RocksDbBackend {
-    fn register_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
-        self.register_state_with_ttl(name, kind, None)
-    }
-
-    fn register_state_with_ttl(
+    fn register_state_with_options(
         &mut self,
         name: &str,
         kind: StateKind,
-        ttl: Option<StateTtlConfig>,
+        options: &StateOptions,
     ) -> Result<StateId, StateError> {
+        let (ttl, namespaced) = (options.ttl, options.namespaced);
         if let Some(i) = self.states.iter().position(|s| s.name == name) {
             let st = &self.states[i];
             if st.kind != kind {
                 return Err(kind_conflict(name, st.kind, kind));
             }
             check_ttl(name, st.ttl.as_ref(), ttl.as_ref(), false)?;
+            if let Some(e) = namespace_conflict(name, st.namespaced, namespaced) {
+                return Err(e);
+            }
             return Ok(StateId(i));
         }
         let cf = Self::cf_name(name);
@@ -598,14 +608,17 @@ impl KeyedStateBackend for RocksDbBackend {
                     .map_err(|_| StateError::Corrupt(format!("kind row of state {name:?} is malformed")))?,
             ),
             // A column family from before kinds were recorded holds value rows.
-            None if self.db.cf_handle(&cf).is_some() => Some((StateKind::Value, None)),
+            None if self.db.cf_handle(&cf).is_some() => Some((StateKind::Value, None, false)),
             None => None,
         };
-        if let Some((existing, stored_ttl)) = stored {
+        if let Some((existing, stored_ttl, stored_namespaced)) = stored {
             if existing != kind {
                 return Err(kind_conflict(name, existing, kind));
             }
             check_ttl(name, stored_ttl.as_ref(), ttl.as_ref(), true)?;
+            if let Some(e) = namespace_conflict(name, stored_namespaced, namespaced) {
+                return Err(e);
+            }
         }
         {
             let mut registry = self.ttl_registry.write().unwrap_or_else(|e| e.into_inner());
@@ -623,9 +636,13 @@ impl KeyedStateBackend for RocksDbBackend {
                 .create_cf(&cf, &o)?;
             self.column_families.push(cf);
         }
-        self.db.put_opt(kind_row(name), encode_kind_record(kind, ttl.as_ref()), &self.write_opts)?;
-        self.states.push(RocksState { name: name.to_string(), kind, ttl, cache: RowCache::default() });
+        self.db.put_opt(kind_row(name), encode_kind_record(kind, ttl.as_ref(), namespaced), &self.write_opts)?;
+        self.states.push(RocksState { name: name.to_string(), kind, ttl, namespaced, cache: RowCache::default() });
         Ok(StateId(self.states.len() - 1))
+    }
+
+    fn set_current_namespace(&mut self, namespace: &[u8]) {
+        self.row.set_namespace(namespace);
     }
 
     fn set_clock(&mut self, clock: Arc<dyn Clock>) {
@@ -645,24 +662,26 @@ impl KeyedStateBackend for RocksDbBackend {
     }
 
     fn get_value(&mut self, state: StateId) -> Result<Option<&[u8]>, StateError> {
+        let ns = self.states[state.0].namespaced;
         self.check(state, "get_value", StateKind::is_value_row)?;
-        if matches!(self.states[state.0].cache.get(&self.row.row), Cached::Miss) {
+        if matches!(self.states[state.0].cache.get(self.row.key(ns)), Cached::Miss) {
             self.make_room(state)?;
             let st = &mut self.states[state.0];
             let cf = self
                 .db
                 .cf_handle(&Self::cf_name(&st.name))
                 .ok_or_else(|| StateError::Corrupt(format!("column family of state {:?} vanished", st.name)))?;
-            let value = self.db.get_pinned_cf(cf, &self.row.row)?;
-            st.cache.insert_clean(&self.row.row, value.as_deref());
+            let value = self.db.get_pinned_cf(cf, self.row.key(ns))?;
+            st.cache.insert_clean(self.row.key(ns), value.as_deref());
         }
-        match self.states[state.0].cache.get(&self.row.row) {
+        match self.states[state.0].cache.get(self.row.key(ns)) {
             Cached::Hit(v) => Ok(v),
             Cached::Miss => Err(StateError::Corrupt("cache entry vanished".into())),
         }
     }
 
     fn put_value(&mut self, state: StateId, value: &[u8]) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.check(state, "put_value", StateKind::is_value_row)?;
         if value.len() > self.max_value_bytes {
             let st = &self.states[state.0];
@@ -670,14 +689,15 @@ impl KeyedStateBackend for RocksDbBackend {
         }
         // A write needs no read: the row is cached dirty and reaches RocksDB at the next flush.
         self.make_room(state)?;
-        self.states[state.0].cache.put(&self.row.row, value);
+        self.states[state.0].cache.put(self.row.key(ns), value);
         Ok(())
     }
 
     fn delete_value(&mut self, state: StateId) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.check(state, "delete_value", StateKind::is_value_row)?;
         self.make_room(state)?;
-        self.states[state.0].cache.delete(&self.row.row);
+        self.states[state.0].cache.delete(self.row.key(ns));
         Ok(())
     }
 
@@ -692,24 +712,32 @@ impl KeyedStateBackend for RocksDbBackend {
             ro.set_iterate_upper_bound(hi);
         }
         let prefix = self.row.prefix_len;
+        let ns = self.states[state.0].namespaced;
         for item in self.db.iterator_cf_opt(cf, ro, IteratorMode::From(&lo, Direction::Forward)) {
             let (k, v) = item?;
-            f(&k[prefix..], &v)?;
+            let rest = &k[prefix..];
+            if !ns {
+                f(rest, &v)?;
+            } else if let Some(key) = self.row.key_in_namespace(rest) {
+                f(key, &v)?;
+            }
         }
         Ok(())
     }
 
     fn for_each_list_element(&mut self, state: StateId, f: &mut ElementVisitor<'_>) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.check(state, "list get", |k| k == StateKind::List)?;
         let st = &self.states[state.0];
         let cf = cf_handle(&self.db, &st.name)?;
-        match self.db.get_pinned_cf(cf, &self.row.row)? {
+        match self.db.get_pinned_cf(cf, self.row.key(ns))? {
             Some(v) => decode_list(&st.name, &v, f),
             None => Ok(()),
         }
     }
 
     fn append_list(&mut self, state: StateId, encoded: &[u8]) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.check(state, "list add", |k| k == StateKind::List)?;
         let old = self.list_len(state)?;
         let st = &mut self.states[state.0];
@@ -718,12 +746,13 @@ impl KeyedStateBackend for RocksDbBackend {
             return Err(too_large(&st.name, st.kind, total, self.max_value_bytes));
         }
         let cf = cf_handle(&self.db, &st.name)?;
-        self.db.merge_cf_opt(cf, &self.row.row, encoded, &self.write_opts)?;
-        st.cache.insert_clean(&self.row.row, Some(&(total as u64).to_le_bytes()));
+        self.db.merge_cf_opt(cf, self.row.key(ns), encoded, &self.write_opts)?;
+        st.cache.insert_clean(self.row.key(ns), Some(&(total as u64).to_le_bytes()));
         Ok(())
     }
 
     fn replace_list(&mut self, state: StateId, encoded: &[u8]) -> Result<(), StateError> {
+        let ns = self.states[state.0].namespaced;
         self.check(state, "list update", |k| k == StateKind::List)?;
         let st = &self.states[state.0];
         if encoded.len() > self.max_value_bytes {
@@ -731,16 +760,16 @@ impl KeyedStateBackend for RocksDbBackend {
         }
         let cf = cf_handle(&self.db, &st.name)?;
         if encoded.is_empty() {
-            self.db.delete_cf_opt(cf, &self.row.row, &self.write_opts)?;
+            self.db.delete_cf_opt(cf, self.row.key(ns), &self.write_opts)?;
         } else {
-            self.db.put_cf_opt(cf, &self.row.row, encoded, &self.write_opts)?;
+            self.db.put_cf_opt(cf, self.row.key(ns), encoded, &self.write_opts)?;
         }
         self.remember_list_len(state, encoded.len())
     }
 
     fn map_get(&mut self, state: StateId, user_key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
         self.check(state, "map get", |k| k == StateKind::Map)?;
-        self.set_map_row(user_key);
+        self.set_map_row(state, user_key);
         let cf = cf_handle(&self.db, &self.states[state.0].name)?;
         Ok(self.db.get_cf(cf, &self.map_row)?)
     }
@@ -751,21 +780,21 @@ impl KeyedStateBackend for RocksDbBackend {
         if value.len() > self.max_value_bytes {
             return Err(too_large(&st.name, st.kind, value.len(), self.max_value_bytes));
         }
-        self.set_map_row(user_key);
+        self.set_map_row(state, user_key);
         let cf = cf_handle(&self.db, &self.states[state.0].name)?;
         Ok(self.db.put_cf_opt(cf, &self.map_row, value, &self.write_opts)?)
     }
 
     fn map_remove(&mut self, state: StateId, user_key: &[u8]) -> Result<(), StateError> {
         self.check(state, "map remove", |k| k == StateKind::Map)?;
-        self.set_map_row(user_key);
+        self.set_map_row(state, user_key);
         let cf = cf_handle(&self.db, &self.states[state.0].name)?;
         Ok(self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?)
     }
 
     fn for_each_map_entry(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError> {
         self.check(state, "map iteration", |k| k == StateKind::Map)?;
-        self.row.map_prefix(&mut self.map_row);
+        self.row.map_prefix(self.states[state.0].namespaced, &mut self.map_row);
         let cf = cf_handle(&self.db, &self.states[state.0].name)?;
         let prefix = &self.map_row;
         for item in self.map_iter(cf, prefix) {
@@ -780,7 +809,7 @@ impl KeyedStateBackend for RocksDbBackend {
 
     fn map_is_empty(&mut self, state: StateId) -> Result<bool, StateError> {
         self.check(state, "map is_empty", |k| k == StateKind::Map)?;
-        self.row.map_prefix(&mut self.map_row);
+        self.row.map_prefix(self.states[state.0].namespaced, &mut self.map_row);
         let cf = cf_handle(&self.db, &self.states[state.0].name)?;
         match self.map_iter(cf, &self.map_row).next() {
             None => Ok(true),
@@ -793,7 +822,7 @@ impl KeyedStateBackend for RocksDbBackend {
             StateKind::Value | StateKind::Reducing | StateKind::Aggregating => self.delete_value(state),
             StateKind::List => self.replace_list(state, &[]),
             StateKind::Map => {
-                self.row.map_prefix(&mut self.map_row);
+                self.row.map_prefix(self.states[state.0].namespaced, &mut self.map_row);
                 let cf = cf_handle(&self.db, &self.states[state.0].name)?;
                 let mut batch = WriteBatch::default();
                 for item in self.map_iter(cf, &self.map_row) {

@@ -2,7 +2,8 @@
 //! RocksDB (with a tiny write-back cache, so flushes happen mid-test) and for the heap.
 
 use crate::keyed::{
-    AggregateFunction, AggregatingState, KeyedStateBackend, ListState, MapState, ReducingState, StateKind, ValueState,
+    set_namespace, AggregateFunction, AggregatingState, KeyedStateBackend, ListState, MapState, ReducingState,
+    StateKind, StateOptions, ValueState,
 };
 use crate::rocks::RocksOptions;
 use crate::ttl::ManualClock;
@@ -409,6 +410,125 @@ fn size_limit(factory: Factory, dir: &Path) {
     b.set_current_key(b"k");
     check_err(l.add(b, &vec![]).unwrap_err(), "big-list", 104);
     assert_eq!(l.get(b).unwrap(), [vec![0; 96]]);
+}
+
+/// Window and timer state: namespaced states keep one value (list, map) per key *and* namespace; plain states
+/// ignore the namespace; iteration visits the current namespace; clear and restore keep namespaces apart.
+fn namespaces(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let ns = StateOptions::default().namespaced();
+    let mut v = ValueState::<u64>::register_with_options(b, "v", ns).unwrap();
+    let mut l = ListState::<u64>::register_with_options(b, "l", ns).unwrap();
+    let mut m = MapState::<u64, u64>::register_with_options(b, "m", ns).unwrap();
+    let mut r = ReducingState::<u64>::register_with_options(b, "r", |a, x| a + x, ns).unwrap();
+    let mut plain = ValueState::<u64>::register(b, "plain").unwrap();
+    for i in 0..50u64 {
+        b.set_current_key(&key(i));
+        for w in [1u64, 2] {
+            set_namespace(b, &w);
+            v.update(b, &(i * 10 + w)).unwrap();
+            l.add(b, &w).unwrap();
+            l.add(b, &i).unwrap();
+            m.put(b, &w, &i).unwrap();
+            r.add(b, w).unwrap();
+            r.add(b, w).unwrap();
+            plain.update(b, &(i + w)).unwrap();
+        }
+    }
+    fn check(
+        b: &mut dyn KeyedStateBackend,
+        v: &ValueState<u64>,
+        l: &mut ListState<u64>,
+        m: &mut MapState<u64, u64>,
+        r: &ReducingState<u64>,
+        plain: &ValueState<u64>,
+        cleared: Option<u64>,
+    ) {
+        for i in 0..50u64 {
+            b.set_current_key(&key(i));
+            for w in [1u64, 2] {
+                set_namespace(b, &w);
+                if cleared == Some(i) && w == 1 {
+                    assert_eq!(v.value(b).unwrap(), None, "cleared key {i} namespace {w}");
+                    assert!(l.get(b).unwrap().is_empty() && m.is_empty(b).unwrap());
+                    continue;
+                }
+                assert_eq!(v.value(b).unwrap(), Some(i * 10 + w), "key {i} namespace {w}");
+                assert_eq!(l.get(b).unwrap(), [w, i]);
+                assert_eq!(m.entries(b).unwrap(), [(w, i)]);
+                assert_eq!(r.get(b).unwrap(), Some(2 * w));
+                assert_eq!(plain.value(b).unwrap(), Some(i + 2), "plain state: one value whatever the namespace");
+            }
+            set_namespace(b, &3u64);
+            assert_eq!(v.value(b).unwrap(), None);
+            assert!(l.get(b).unwrap().is_empty() && m.is_empty(b).unwrap());
+        }
+        set_namespace(b, &2u64);
+        let mut seen = Vec::new();
+        v.for_each(b, |k, x| {
+            seen.push((u64::from_be_bytes(k.try_into().unwrap()), x));
+            Ok(())
+        })
+        .unwrap();
+        seen.sort();
+        assert_eq!(seen, (0..50u64).map(|i| (i, i * 10 + 2)).collect::<Vec<_>>(), "namespace 2 only");
+    }
+    check(b, &v, &mut l, &mut m, &r, &plain, None);
+    // clear() takes the current key in the current namespace only.
+    b.set_current_key(&key(7));
+    set_namespace(b, &1u64);
+    v.clear(b).unwrap();
+    l.clear(b).unwrap();
+    m.clear(b).unwrap();
+    check(b, &v, &mut l, &mut m, &r, &plain, Some(7));
+
+    // A key and a namespace never run into another key: `ab` in namespace `c` is not `abc` in no namespace.
+    b.set_current_key(b"ab");
+    b.set_current_namespace(b"c");
+    v.update(b, &1).unwrap();
+    b.set_current_key(b"abc");
+    b.set_current_namespace(b"");
+    v.update(b, &2).unwrap();
+    b.set_current_key(b"ab");
+    b.set_current_namespace(b"c");
+    assert_eq!(v.value(b).unwrap(), Some(1));
+    b.set_current_key(b"abc");
+    b.set_current_namespace(b"");
+    assert_eq!(v.value(b).unwrap(), Some(2));
+    v.clear(b).unwrap();
+    b.set_current_key(b"ab");
+    b.set_current_namespace(b"c");
+    v.clear(b).unwrap();
+
+    let mut restored = snapshot_and_restore(factory, b, dir, "ns");
+    let b = restored.as_mut();
+    // Whether a state has namespaces is part of its declaration, also after a restore.
+    let e = declaration_message(ValueState::<u64>::register(b, "v").err().unwrap());
+    assert!(e.contains("without namespaces") && e.contains("with namespaces"), "{e}");
+    let e = declaration_message(ValueState::<u64>::register_with_options(b, "plain", ns).err().unwrap());
+    assert!(e.contains("with namespaces"), "{e}");
+    let v = ValueState::<u64>::register_with_options(b, "v", ns).unwrap();
+    let mut l = ListState::<u64>::register_with_options(b, "l", ns).unwrap();
+    let mut m = MapState::<u64, u64>::register_with_options(b, "m", ns).unwrap();
+    let r = ReducingState::<u64>::register_with_options(b, "r", |a, x| a + x, ns).unwrap();
+    let plain = ValueState::<u64>::register(b, "plain").unwrap();
+    check(b, &v, &mut l, &mut m, &r, &plain, Some(7));
+    // clear_all empties every namespace.
+    v.clear_all(b).unwrap();
+    m.clear_all(b).unwrap();
+    for w in [1u64, 2] {
+        set_namespace(b, &w);
+        b.set_current_key(&key(3));
+        assert_eq!(v.value(b).unwrap(), None);
+        assert!(m.is_empty(b).unwrap());
+        assert_eq!(l.get(b).unwrap(), [w, 3]);
+    }
+}
+
+#[test]
+fn namespaced_states() {
+    both(namespaces);
 }
 
 #[test]

@@ -195,12 +195,14 @@ impl SharedClock {
     }
 }
 
-/// The stored kind record: `[kind]` without TTL, `[kind | 0x80, ttl ms (u64 LE), update type, visibility]` with.
-pub(crate) fn encode_kind_record(kind: StateKind, ttl: Option<&StateTtlConfig>) -> Vec<u8> {
+/// The stored kind record: `[kind]` without TTL, `[kind | 0x80, ttl ms (u64 LE), update type, visibility]` with;
+/// a namespaced state's first byte also has bit 0x40.
+pub(crate) fn encode_kind_record(kind: StateKind, ttl: Option<&StateTtlConfig>, namespaced: bool) -> Vec<u8> {
+    let first = kind.to_byte() | if namespaced { NAMESPACED_BIT } else { 0 };
     match ttl {
-        None => vec![kind.to_byte()],
+        None => vec![first],
         Some(t) => {
-            let mut out = vec![kind.to_byte() | 0x80];
+            let mut out = vec![first | 0x80];
             out.extend_from_slice(&t.ttl_ms().to_le_bytes());
             out.push(match t.update_type {
                 TtlUpdateType::OnCreateAndWrite => 0,
@@ -223,17 +225,24 @@ pub(crate) fn record_has_ttl(first: u8) -> bool {
     first & 0x80 != 0
 }
 
+/// The bit of a kind record's first byte that marks a namespaced state.
+const NAMESPACED_BIT: u8 = 0x40;
+
+/// A decoded kind record: kind, TTL config, whether the state is namespaced.
+pub(crate) type KindRecord = (StateKind, Option<StateTtlConfig>, bool);
+
 /// Decodes a whole kind record.
-pub(crate) fn decode_kind_record(b: &[u8]) -> Result<(StateKind, Option<StateTtlConfig>), StateError> {
+pub(crate) fn decode_kind_record(b: &[u8]) -> Result<KindRecord, StateError> {
     let corrupt = || StateError::Corrupt(format!("malformed state kind record {b:?}"));
     let first = *b.first().ok_or_else(corrupt)?;
+    let namespaced = first & NAMESPACED_BIT != 0;
+    let kind = StateKind::from_byte(first & !(0x80 | NAMESPACED_BIT))?;
     if !record_has_ttl(first) {
-        return if b.len() == 1 { Ok((StateKind::from_byte(first)?, None)) } else { Err(corrupt()) };
+        return if b.len() == 1 { Ok((kind, None, namespaced)) } else { Err(corrupt()) };
     }
     if b.len() != TTL_RECORD_LEN {
         return Err(corrupt());
     }
-    let kind = StateKind::from_byte(first & 0x7f)?;
     let ms = u64::from_le_bytes(b[1..9].try_into().map_err(|_| corrupt())?);
     let update_type = match b[9] {
         0 => TtlUpdateType::OnCreateAndWrite,
@@ -245,7 +254,7 @@ pub(crate) fn decode_kind_record(b: &[u8]) -> Result<(StateKind, Option<StateTtl
         1 => TtlVisibility::ReturnExpiredIfNotCleanedUp,
         _ => return Err(corrupt()),
     };
-    Ok((kind, Some(StateTtlConfig { ttl: Duration::from_millis(ms), update_type, visibility })))
+    Ok((kind, Some(StateTtlConfig { ttl: Duration::from_millis(ms), update_type, visibility }), namespaced))
 }
 
 /// Checks a registration's TTL config against the existing one: in this backend's lifetime it must be equal;
@@ -327,14 +336,17 @@ mod tests {
         assert!(!StateTtlConfig::new(Duration::MAX).is_expired(u64::MAX - 1, u64::MAX - 1));
         assert!(!t.is_expired(u64::MAX, u64::MAX - 1));
         for kind in [StateKind::Value, StateKind::List, StateKind::Map, StateKind::Reducing, StateKind::Aggregating] {
-            assert_eq!(encode_kind_record(kind, None), vec![kind.to_byte()]);
-            assert_eq!(decode_kind_record(&[kind.to_byte()]).unwrap(), (kind, None));
+            assert_eq!(encode_kind_record(kind, None, false), vec![kind.to_byte()]);
+            assert_eq!(decode_kind_record(&[kind.to_byte()]).unwrap(), (kind, None, false));
+            assert_eq!(decode_kind_record(&encode_kind_record(kind, None, true)).unwrap(), (kind, None, true));
             let t = t
                 .with_update_type(TtlUpdateType::OnReadAndWrite)
                 .with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp);
-            let rec = encode_kind_record(kind, Some(&t));
+            let rec = encode_kind_record(kind, Some(&t), false);
             assert_eq!(rec.len(), TTL_RECORD_LEN);
-            assert_eq!(decode_kind_record(&rec).unwrap(), (kind, Some(t)));
+            assert_eq!(decode_kind_record(&rec).unwrap(), (kind, Some(t), false));
+            let rec = encode_kind_record(kind, Some(&t), true);
+            assert_eq!(decode_kind_record(&rec).unwrap(), (kind, Some(t), true));
         }
         assert!(decode_kind_record(&[0x80]).is_err());
     }
