@@ -256,6 +256,7 @@ fn write_and_ingest(
                 }
                 Err(e) => {
                     tracing::warn!(column_family = %rows.column_family, error = %e, "ingesting snapshot rows failed");
+                    let _ = std::fs::remove_file(&link);
                     *ingested = false;
                 }
             }

@@ -304,8 +304,11 @@ impl RocksDbBackend {
         opts: RocksOptions,
     ) -> Result<Self, StateError> {
         let path = work_dir.join("db");
-        if path.exists() {
-            std::fs::remove_dir_all(&path).map_err(|e| StateError::io(format!("clear {}", path.display()), e))?;
+        // A previous backend's database and the SST files it had not ingested yet.
+        for dir in [path.clone(), work_dir.join("ingest"), work_dir.join("restore-ingest")] {
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).map_err(|e| StateError::io(format!("clear {}", dir.display()), e))?;
+            }
         }
         std::fs::create_dir_all(work_dir).map_err(|e| StateError::io(format!("create {}", work_dir.display()), e))?;
         if let Some(src) = restore_dir {
