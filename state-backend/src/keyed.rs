@@ -303,8 +303,9 @@ pub trait KeyedStateBackend: Send {
     /// Removes `state`'s data for every key (and every namespace) of this backend (any kind), without visiting
     /// keys one by one.
     fn clear_all(&mut self, state: StateId) -> Result<(), StateError>;
-    /// The synchronous part of a snapshot: writes an immutable copy of all state into `dir` (which must not
-    /// exist yet, and should be on the same filesystem as the backend so RocksDB can hard-link).
+    /// The synchronous part of a snapshot: an immutable copy of all state in `dir` (which must not exist yet,
+    /// and should be on the same filesystem as the backend so RocksDB can hard-link). Some files may still be
+    /// written in the background: [`LocalSnapshot::ready`] waits for them.
     fn snapshot_sync(&mut self, dir: &Path) -> Result<LocalSnapshot, StateError>;
     /// Name of the backend kind.
     fn kind(&self) -> &'static str;

@@ -1,6 +1,7 @@
 //! The RocksDB keyed backend: one column family `state.<name>` per state, and a write-back cache in front of
-//! RocksDB for the value rows, so that hot keys cost a hash lookup, not a RocksDB read and write. The cache is
-//! flushed into RocksDB in one write batch before every snapshot and whenever it grows past its byte budget.
+//! RocksDB for the value rows, so that hot keys cost a hash lookup, not a RocksDB read and write. When the cache
+//! grows past its byte budget its dirty rows are written as a sorted SST per state and ingested; at a snapshot
+//! they are frozen and written in the background (see [`crate::ingest`]).
 //!
 //! ## Row layout
 //!
@@ -120,7 +121,8 @@ pub const MONITORED_PROPERTIES: &[&str] = &[
     "rocksdb.cur-size-all-mem-tables",
 ];
 
-/// Rows per write batch when the cache is flushed.
+/// Rows per write batch when rows are written through the memtable (the fallback when an SST cannot be
+/// written or ingested).
 const FLUSH_BATCH_ROWS: usize = 32 * 1024;
 
 /// Largest cache budget: offsets inside a cache's arena are 32-bit.
