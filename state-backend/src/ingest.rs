@@ -2,9 +2,9 @@
 //!
 //! A RocksDB checkpoint must flush the memtable, and the write-back cache must reach RocksDB first: written
 //! through the memtable at the barrier, 100k dirty rows of 100 bytes cost ~120 ms of task pause. Instead, at
-//! the barrier the backend *freezes* the dirty rows — copies them into one buffer ([`FrozenRows`], ~1-6 ms
+//! the barrier the backend *freezes* the dirty rows — copies them into one buffer (`FrozenRows`, ~1-6 ms
 //! for 100k rows) and marks them clean in the cache — and checkpoints the database as it is, without them
-//! (with nothing in the memtable, that is hard links only). A background thread ([`Background`]) then sorts
+//! (with nothing in the memtable, that is hard links only). A background thread (`Background`) then sorts
 //! the frozen rows of each state into an SST file (with `SstFileWriter`) that belongs to the snapshot, and
 //! ingests a hard link of the same file into the live database. The snapshot's files are the checkpoint's plus
 //! these SSTs and a manifest ([`INGEST_MANIFEST`]) naming each SST's column family; a restore opens the
