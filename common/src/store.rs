@@ -207,11 +207,7 @@ impl Store {
 
     /// Relative paths of every object under a directory.
     pub async fn list(&self, rel_dir: &str) -> Result<Vec<String>, StoreError> {
-        let prefix = self.path(rel_dir);
-        let metas: Vec<_> =
-            self.inner.list(Some(&prefix)).try_collect().await.map_err(|e| self.io("list", rel_dir, e))?;
-        let strip = if self.root.is_empty() { 0 } else { self.root.len() + 1 };
-        Ok(metas.into_iter().map(|m| m.location.as_ref()[strip..].to_string()).collect())
+        Ok(self.list_with_modified(rel_dir).await?.into_iter().map(|(path, _)| path).collect())
     }
 
     /// Relative paths of every object under a directory, with their last-modified times (ms since the epoch,

@@ -3,14 +3,16 @@
 //! add up to exactly the records the sources had emitted before the barrier. Shared files that no retained
 //! checkpoint references are gone, also those of uploads no acknowledgement named (swept when the job ends).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 use weir_common::checkpoint::CheckpointMetadata;
 use weir_common::datagen::split_range;
 use weir_common::spec::StateBackendKind;
 use weir_common::store::{Store, StoreOptions};
-use weir_integration_tests::{wait_for_no_orphaned_shared_files, Cluster, ClusterOptions, CountJob, JobState};
+use weir_integration_tests::{
+    audit_shared_files, wait_for_no_orphaned_shared_files, Cluster, ClusterOptions, CountJob, JobState,
+};
 use weir_state::{open_keyed_backend, OperatorStateStore, ValueState};
 
 const RECORDS: u64 = 2_000_000;
@@ -99,10 +101,7 @@ fn retained_incremental_checkpoints_stay_restorable_and_consistent() -> anyhow::
         }
     }
     assert!(uses.values().any(|&n| n > 1), "some SST file is shared by two retained checkpoints");
-    let referenced: BTreeSet<&String> = uses.keys().collect();
-    let shared_prefix = format!("{id}/shared/");
-    let orphans: Vec<&String> =
-        listing.iter().filter(|p| p.starts_with(&shared_prefix) && !referenced.contains(p)).collect();
+    let orphans = audit_shared_files(&root, &id)?.orphans;
     assert!(orphans.is_empty(), "shared files no retained checkpoint references: {orphans:?}");
     cluster.stop();
     Ok(())

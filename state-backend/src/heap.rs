@@ -17,11 +17,11 @@
 //! snapshot writes no expired value, list element or map entry.
 
 use crate::keyed::{
-    decode_list, kind_conflict, namespace_conflict, too_large, wrong_kind, ElementVisitor, KeyedStateBackend,
-    LocalSnapshot, RowKeyBuilder, RowVisitor, StateId, StateKind, StateOptions, DEFAULT_MAX_VALUE_BYTES,
+    check_redeclaration, decode_list, too_large, wrong_kind, ElementVisitor, KeyedStateBackend, LocalSnapshot,
+    RowKeyBuilder, RowVisitor, StateId, StateKind, StateOptions, DEFAULT_MAX_VALUE_BYTES,
 };
 use crate::ttl::{
-    check_ttl, encode_kind_record, record_has_ttl, retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock,
+    encode_kind_record, record_has_ttl, retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock,
     DEFAULT_INCREMENTAL_CLEANUP_ENTRIES, TTL_RECORD_LEN,
 };
 use crate::StateError;
@@ -232,13 +232,7 @@ impl KeyedStateBackend for HeapBackend {
         let ttl = options.ttl;
         if let Some(i) = self.states.iter().position(|s| s.name == name) {
             let st = &mut self.states[i];
-            if st.kind != kind {
-                return Err(kind_conflict(name, st.kind, kind));
-            }
-            check_ttl(name, st.ttl.as_ref(), ttl.as_ref(), !st.registered)?;
-            if let Some(e) = namespace_conflict(name, st.namespaced, options.namespaced) {
-                return Err(e);
-            }
+            check_redeclaration(name, (st.kind, st.ttl.as_ref(), st.namespaced), kind, options, !st.registered)?;
             st.ttl = ttl;
             st.registered = true;
             return Ok(StateId(i));
@@ -311,10 +305,7 @@ impl KeyedStateBackend for HeapBackend {
         let mut rows: Vec<(&Vec<u8>, &Vec<u8>)> = self.states[state.0].rows.iter().collect();
         rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
         for (k, v) in rows {
-            let rest = &k[prefix..];
-            if !ns {
-                f(rest, v)?;
-            } else if let Some(key) = self.row.key_in_namespace(rest) {
+            if let Some(key) = self.row.visible_key(ns, &k[prefix..]) {
                 f(key, v)?;
             }
         }

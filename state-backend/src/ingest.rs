@@ -192,11 +192,11 @@ impl Background {
         let handle = std::thread::Builder::new()
             .name("weir-snapshot-sst".into())
             .spawn(move || {
-                let mut ingested = !fail_for_test;
-                let files = write_and_ingest(&db, &rows, &snapshot_dir, &link_dir, seq, fail_for_test, &mut ingested);
-                if files.is_err() {
-                    ingested = false;
-                }
+                let (files, ingested) = match write_and_ingest(&db, &rows, &snapshot_dir, &link_dir, seq, fail_for_test)
+                {
+                    Ok((files, ingested)) => (Ok(files), ingested),
+                    Err(e) => (Err(e), false),
+                };
                 let _ = tx.send(files);
                 ingested
             })
@@ -217,8 +217,8 @@ impl Background {
     }
 }
 
-/// Writes one SST per column family, ingests each, writes the manifest; `ingested` turns false as soon as one
-/// ingestion fails.
+/// Writes one SST per column family, ingests each (until one ingestion fails), writes the manifest; returns the
+/// snapshot's files and whether every SST was ingested.
 fn write_and_ingest(
     db: &DB,
     frozen: &[FrozenRows],
@@ -226,20 +226,20 @@ fn write_and_ingest(
     link_dir: &Path,
     seq: u64,
     fail_for_test: bool,
-    ingested: &mut bool,
-) -> Result<Vec<(String, u64)>, StateError> {
+) -> Result<(Vec<(String, u64)>, bool), StateError> {
     if fail_for_test {
         return Err(StateError::Corrupt("SST writer failure injected by a test".to_string()));
     }
     std::fs::create_dir_all(link_dir).map_err(|e| StateError::io(format!("create {}", link_dir.display()), e))?;
     let mut manifest = IngestManifest::default();
     let mut files = Vec::with_capacity(frozen.len() + 1);
+    let mut ingested = true;
     for (i, rows) in frozen.iter().enumerate() {
         let name = format!("ingest-{seq}-{i}.sst");
         let path = snapshot_dir.join(&name);
         let size = rows.write_sst(&path)?;
         let mut final_name = name.clone();
-        if *ingested {
+        if ingested {
             let link = link_dir.join(&name);
             let _ = std::fs::remove_file(&link);
             let result = std::fs::hard_link(&path, &link)
@@ -257,7 +257,7 @@ fn write_and_ingest(
                 Err(e) => {
                     tracing::warn!(column_family = %rows.column_family, error = %e, "ingesting snapshot rows failed");
                     let _ = std::fs::remove_file(&link);
-                    *ingested = false;
+                    ingested = false;
                 }
             }
         }
@@ -268,7 +268,7 @@ fn write_and_ingest(
     let path = snapshot_dir.join(INGEST_MANIFEST);
     std::fs::write(&path, &json).map_err(|e| StateError::io(format!("write {}", path.display()), e))?;
     files.push((INGEST_MANIFEST.to_string(), json.len() as u64));
-    Ok(files)
+    Ok((files, ingested))
 }
 
 /// Moves a restored snapshot's SSTs to ingest (and its manifest) out of the database directory `db_dir` into

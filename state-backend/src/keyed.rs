@@ -123,13 +123,32 @@ impl StateOptions {
     }
 }
 
-/// The error for registering `name` with or without namespaces when it exists the other way.
-pub(crate) fn namespace_conflict(name: &str, existing: bool, wanted: bool) -> Option<StateError> {
-    let how = |ns: bool| if ns { "with namespaces" } else { "without namespaces" };
-    (existing != wanted).then(|| StateError::Declaration {
-        name: name.to_string(),
-        message: format!("registered {} but it already exists {}", how(wanted), how(existing)),
-    })
+/// Checks a registration of `name` as `kind` with `wanted` against how the state exists (`existing`: kind,
+/// TTL, namespaced — registered in this backend's lifetime, or only `restored`): another kind, TTL config
+/// (after a restore: TTL on or off) or choice of namespaces is a [`StateError::Declaration`].
+pub(crate) fn check_redeclaration(
+    name: &str,
+    (existing_kind, existing_ttl, existing_namespaced): (StateKind, Option<&StateTtlConfig>, bool),
+    kind: StateKind,
+    wanted: &StateOptions,
+    restored: bool,
+) -> Result<(), StateError> {
+    if existing_kind != kind {
+        return Err(kind_conflict(name, existing_kind, kind));
+    }
+    crate::ttl::check_ttl(name, existing_ttl, wanted.ttl.as_ref(), restored)?;
+    if existing_namespaced != wanted.namespaced {
+        let how = |ns: bool| if ns { "with namespaces" } else { "without namespaces" };
+        return Err(StateError::Declaration {
+            name: name.to_string(),
+            message: format!(
+                "registered {} but it already exists {}",
+                how(wanted.namespaced),
+                how(existing_namespaced)
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Scopes following accesses to namespaced states to `namespace` (see
@@ -204,7 +223,7 @@ impl std::fmt::Display for StateKind {
 }
 
 /// The error for registering `name` as `wanted` when it exists as `existing`.
-pub(crate) fn kind_conflict(name: &str, existing: StateKind, wanted: StateKind) -> StateError {
+fn kind_conflict(name: &str, existing: StateKind, wanted: StateKind) -> StateError {
     StateError::Declaration {
         name: name.to_string(),
         message: format!("registered as {wanted} state but it already exists as {existing} state"),
@@ -1043,9 +1062,12 @@ impl RowKeyBuilder {
         }
     }
 
-    /// For a row of a namespaced value or list state (without its key-group prefix), its key if the row belongs
-    /// to the current namespace.
-    pub fn key_in_namespace<'a>(&self, rest: &'a [u8]) -> Option<&'a [u8]> {
+    /// The key of a value or list row (without its key-group prefix) as iteration shows it: the whole rest for
+    /// a plain state; for a namespaced state the key, if the row belongs to the current namespace.
+    pub fn visible_key<'a>(&self, namespaced: bool, rest: &'a [u8]) -> Option<&'a [u8]> {
+        if !namespaced {
+            return Some(rest);
+        }
         let len_at = rest.len().checked_sub(4)?;
         let ns_len = u32::from_be_bytes(rest[len_at..].try_into().ok()?) as usize;
         let ns_at = len_at.checked_sub(ns_len)?;

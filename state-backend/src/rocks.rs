@@ -48,13 +48,12 @@
 use crate::cache::{Cached, RowCache};
 use crate::ingest::{self, Background};
 use crate::keyed::{
-    decode_list, kind_conflict, namespace_conflict, prefix_successor, too_large, wrong_kind, ElementVisitor,
-    KeyedStateBackend, LocalSnapshot, RowKeyBuilder, RowVisitor, StateId, StateKind, StateOptions,
-    DEFAULT_MAX_VALUE_BYTES,
+    check_redeclaration, decode_list, prefix_successor, too_large, wrong_kind, ElementVisitor, KeyedStateBackend,
+    LocalSnapshot, RowKeyBuilder, RowVisitor, StateId, StateKind, StateOptions, DEFAULT_MAX_VALUE_BYTES,
 };
 use crate::ttl::{
-    check_ttl, decode_kind_record, encode_kind_record, list_all_expired, row_expired, Clock, SharedClock,
-    StateTtlConfig, DEFAULT_PERIODIC_COMPACTION_SECS, FILTER_CLOCK_REFRESH_ROWS,
+    decode_kind_record, encode_kind_record, list_all_expired, row_expired, Clock, SharedClock, StateTtlConfig,
+    DEFAULT_PERIODIC_COMPACTION_SECS, FILTER_CLOCK_REFRESH_ROWS,
 };
 use crate::StateError;
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
@@ -559,9 +558,14 @@ impl RocksDbBackend {
         Ok(())
     }
 
+    /// Sets the map-row scratch key to the prefix of the current key's (and namespace's) rows in `state`.
+    fn set_map_prefix(&mut self, state: StateId) {
+        self.row.map_prefix(self.states[state.0].namespaced, &mut self.map_row);
+    }
+
     /// Sets the map-row scratch key to the current key's (and namespace's) row of `user_key` in `state`.
     fn set_map_row(&mut self, state: StateId, user_key: &[u8]) {
-        self.row.map_prefix(self.states[state.0].namespaced, &mut self.map_row);
+        self.set_map_prefix(state);
         self.map_row.extend_from_slice(user_key);
     }
 
@@ -597,13 +601,7 @@ impl KeyedStateBackend for RocksDbBackend {
         let (ttl, namespaced) = (options.ttl, options.namespaced);
         if let Some(i) = self.states.iter().position(|s| s.name == name) {
             let st = &self.states[i];
-            if st.kind != kind {
-                return Err(kind_conflict(name, st.kind, kind));
-            }
-            check_ttl(name, st.ttl.as_ref(), ttl.as_ref(), false)?;
-            if let Some(e) = namespace_conflict(name, st.namespaced, namespaced) {
-                return Err(e);
-            }
+            check_redeclaration(name, (st.kind, st.ttl.as_ref(), st.namespaced), kind, options, false)?;
             return Ok(StateId(i));
         }
         let cf = Self::cf_name(name);
@@ -617,13 +615,7 @@ impl KeyedStateBackend for RocksDbBackend {
             None => None,
         };
         if let Some((existing, stored_ttl, stored_namespaced)) = stored {
-            if existing != kind {
-                return Err(kind_conflict(name, existing, kind));
-            }
-            check_ttl(name, stored_ttl.as_ref(), ttl.as_ref(), true)?;
-            if let Some(e) = namespace_conflict(name, stored_namespaced, namespaced) {
-                return Err(e);
-            }
+            check_redeclaration(name, (existing, stored_ttl.as_ref(), stored_namespaced), kind, options, true)?;
         }
         {
             let mut registry = self.ttl_registry.write().unwrap_or_else(|e| e.into_inner());
@@ -720,10 +712,7 @@ impl KeyedStateBackend for RocksDbBackend {
         let ns = self.states[state.0].namespaced;
         for item in self.db.iterator_cf_opt(cf, ro, IteratorMode::From(&lo, Direction::Forward)) {
             let (k, v) = item?;
-            let rest = &k[prefix..];
-            if !ns {
-                f(rest, &v)?;
-            } else if let Some(key) = self.row.key_in_namespace(rest) {
+            if let Some(key) = self.row.visible_key(ns, &k[prefix..]) {
                 f(key, &v)?;
             }
         }
@@ -799,7 +788,7 @@ impl KeyedStateBackend for RocksDbBackend {
 
     fn for_each_map_entry(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError> {
         self.check(state, "map iteration", |k| k == StateKind::Map)?;
-        self.row.map_prefix(self.states[state.0].namespaced, &mut self.map_row);
+        self.set_map_prefix(state);
         let cf = cf_handle(&self.db, &self.states[state.0].name)?;
         let prefix = &self.map_row;
         for item in self.map_iter(cf, prefix) {
@@ -814,7 +803,7 @@ impl KeyedStateBackend for RocksDbBackend {
 
     fn map_is_empty(&mut self, state: StateId) -> Result<bool, StateError> {
         self.check(state, "map is_empty", |k| k == StateKind::Map)?;
-        self.row.map_prefix(self.states[state.0].namespaced, &mut self.map_row);
+        self.set_map_prefix(state);
         let cf = cf_handle(&self.db, &self.states[state.0].name)?;
         match self.map_iter(cf, &self.map_row).next() {
             None => Ok(true),
@@ -827,7 +816,7 @@ impl KeyedStateBackend for RocksDbBackend {
             StateKind::Value | StateKind::Reducing | StateKind::Aggregating => self.delete_value(state),
             StateKind::List => self.replace_list(state, &[]),
             StateKind::Map => {
-                self.row.map_prefix(self.states[state.0].namespaced, &mut self.map_row);
+                self.set_map_prefix(state);
                 let cf = cf_handle(&self.db, &self.states[state.0].name)?;
                 let mut batch = WriteBatch::default();
                 for item in self.map_iter(cf, &self.map_row) {
