@@ -26,6 +26,12 @@ pub struct JobJson {
     pub checkpoints_completed: u64,
     pub checkpoints_failed: u64,
     pub failure: Option<String>,
+    /// The same as `failure`, under the name DESIGN §10 promises.
+    pub failure_reason: Option<String>,
+    /// The checkpoint the current attempt restored from (null: none), naming any fallback past unreadable ones.
+    pub restored_from: Option<String>,
+    /// What the job waits on that it cannot fix itself, e.g. a failing final checkpoint (null: nothing).
+    pub waiting: Option<String>,
     pub submit_time_ms: u64,
     pub end_time_ms: Option<u64>,
 }
@@ -44,6 +50,9 @@ impl From<&pb::JobInfo> for JobJson {
             checkpoints_completed: j.checkpoints_completed,
             checkpoints_failed: j.checkpoints_failed,
             failure: non_empty(&j.failure),
+            failure_reason: non_empty(&j.failure),
+            restored_from: non_empty(&j.restored_from),
+            waiting: non_empty(&j.waiting),
             submit_time_ms: j.submit_time_ms,
             end_time_ms: non_zero(j.end_time_ms),
         }
@@ -85,6 +94,12 @@ pub fn job_text(job: &pb::JobInfo, now_ms: u64) -> String {
     if job.submit_time_ms > 0 {
         let end = if job.end_time_ms > 0 { job.end_time_ms } else { now_ms };
         rows.push(("duration", duration_ms(end.saturating_sub(job.submit_time_ms))));
+    }
+    if !job.restored_from.is_empty() {
+        rows.push(("restored from", job.restored_from.clone()));
+    }
+    if !job.waiting.is_empty() {
+        rows.push(("waiting", job.waiting.clone()));
     }
     if !job.failure.is_empty() {
         rows.push(("failure", job.failure.clone()));
@@ -415,6 +430,8 @@ mod tests {
             max_parallelism: 128,
             checkpoints_completed: 0,
             checkpoints_failed: 0,
+            restored_from: String::new(),
+            waiting: String::new(),
         }
     }
 
@@ -427,6 +444,7 @@ mod tests {
                 "id": "j-1", "name": "demo", "state": "RUNNING", "last_completed_checkpoint": null,
                 "restarts": 0, "attempt": 1, "parallelism": 2, "max_parallelism": 128,
                 "checkpoints_completed": 0, "checkpoints_failed": 0, "failure": null,
+                "failure_reason": null, "restored_from": null, "waiting": null,
                 "submit_time_ms": 1_700_000_000_000u64, "end_time_ms": null
             })
         );
@@ -443,6 +461,7 @@ mod tests {
         };
         let v = to_value(&job_json(&failed));
         assert_eq!(v["last_completed_checkpoint"], json!(7));
+        assert_eq!(v["failure_reason"], json!("operator \"counts\": boom"));
         assert_eq!(v["failure"], json!("operator \"counts\": boom"));
         assert_eq!(v["end_time_ms"], json!(1_700_000_060_000u64));
         assert_eq!(v["restarts"], json!(3));

@@ -44,6 +44,7 @@ fn job(id: &str, name: &str, state: &str, last: Option<u64>) -> pb::JobInfo {
         max_parallelism: 128,
         checkpoints_completed: last.unwrap_or(0),
         checkpoints_failed: 0,
+        ..Default::default()
     }
 }
 

@@ -149,8 +149,13 @@ impl CheckpointMetadata {
     }
 
     /// Encodes the metadata as the bytes of a `_metadata` file.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        serde_json::to_vec_pretty(self).unwrap_or_default()
+    pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
+        // Never an empty file: a `_metadata` that exists is one that can be read back.
+        match serde_json::to_vec_pretty(self) {
+            Ok(b) if !b.is_empty() => Ok(b),
+            Ok(_) => Err("encoding produced no bytes".to_string()),
+            Err(e) => Err(format!("cannot encode _metadata: {e}")),
+        }
     }
 
     /// Decodes and checks a `_metadata` file.
@@ -241,10 +246,10 @@ mod tests {
     #[test]
     fn metadata_round_trips_and_rejects_unsafe_paths() {
         let m = meta("j1/chk-4/op/0/opstate");
-        assert_eq!(CheckpointMetadata::from_bytes(&m.to_bytes()).unwrap(), m);
+        assert_eq!(CheckpointMetadata::from_bytes(&m.to_bytes().unwrap()).unwrap(), m);
         assert_eq!(m.full_size(), 3);
         for bad in ["../etc/passwd", "/abs", "j1/../x", "j2/chk-4/x", "j1//x"] {
-            assert!(CheckpointMetadata::from_bytes(&meta(bad).to_bytes()).is_err(), "{bad}");
+            assert!(CheckpointMetadata::from_bytes(&meta(bad).to_bytes().unwrap()).is_err(), "{bad}");
         }
         assert!(CheckpointMetadata::from_bytes(b"{ not json").is_err());
     }

@@ -8,6 +8,7 @@
 //! - [`checkpoint`]: checkpoint metadata and the one place that builds object-store paths.
 //! - [`descriptor`]: what the job manager sends a task manager to deploy one subtask.
 //! - [`store`]: object stores from URLs (`file://`, `s3://`, `memory://`).
+//! - [`fault`]: failpoints on the control path, armed by `WEIR_FAILPOINTS` in tests.
 //! - [`config`]: layered config loading (defaults < TOML file < `WEIR_*` env < flags).
 //! - [`telemetry`]: tracing setup.
 
@@ -16,6 +17,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod datagen;
 pub mod descriptor;
+pub mod fault;
 pub mod ids;
 pub mod keygroup;
 pub mod spec;

@@ -42,6 +42,60 @@ pub enum StoreError {
     },
 }
 
+/// What a probe of a store found wrong: a store that refuses (it exists and answers, but will not take
+/// checkpoints — a missing bucket, no permission, a bad path) or one that cannot be reached now (down, slow,
+/// a network problem — it may be fine in a minute).
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The store answered and refused.
+    #[error("checkpoint store {url} refuses writes: {reason}")]
+    Refused {
+        /// Store URL.
+        url: String,
+        /// The store's answer.
+        reason: String,
+    },
+    /// The store did not answer in time, or not at all.
+    #[error("checkpoint store {url} is unreachable or too slow: {reason}")]
+    Unreachable {
+        /// Store URL.
+        url: String,
+        /// What happened.
+        reason: String,
+    },
+}
+
+impl ProbeError {
+    /// Whether the store refused (as opposed to being unreachable, which may pass).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, ProbeError::Refused { .. })
+    }
+}
+
+/// Whether an error of a store that answered means it refuses for good (wrong bucket, credentials,
+/// permissions, a local directory that cannot be written) rather than a passing failure of the network or of
+/// a server that is down. Unknown errors count as passing: a healthy cluster must not stop on a doubt.
+fn is_refusal(e: &StoreError) -> bool {
+    match e {
+        StoreError::InvalidUrl { .. } | StoreError::NotFound(_) | StoreError::AlreadyExists(_) => true,
+        StoreError::Io { source, .. } => match source.as_ref() {
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. }
+            | object_store::Error::NotFound { .. } => true,
+            other => {
+                // object_store keeps HTTP details in its error text: a 4xx answer is the store refusing; a local
+                // file system error is a refusal too (permissions, read-only, no space).
+                let text = format!("{other:?}");
+                let client_error = ["status 40", "status: 40", "Client error", "NoSuchBucket", "AccessDenied"]
+                    .iter()
+                    .any(|m| text.contains(m));
+                let local = matches!(other, object_store::Error::Generic { store: "LocalFileSystem", .. });
+                client_error || local
+            }
+        },
+    }
+}
+
 /// An object store with a root prefix; every path given to it is relative to that root.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -122,6 +176,32 @@ impl Store {
         Ok(Store { inner, root, url: url.to_string() })
     }
 
+    /// Checks that the store takes writes: writes a marker, reads it back and deletes it, all within
+    /// `timeout`. The error says whether the store refused or could not be reached.
+    pub async fn probe(&self, timeout: Duration) -> Result<(), ProbeError> {
+        let marker = format!(".weir-probe-{}", uuid::Uuid::new_v4().simple());
+        let body = Bytes::from_static(b"weir store probe");
+        let steps = async {
+            self.put(&marker, body.clone()).await?;
+            let back = self.get(&marker).await?;
+            self.delete(&marker).await?;
+            Ok::<bool, StoreError>(back == body)
+        };
+        match tokio::time::timeout(timeout, steps).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => Err(ProbeError::Refused {
+                url: self.url.clone(),
+                reason: "a marker written to the store read back different".into(),
+            }),
+            Ok(Err(e)) if is_refusal(&e) => Err(ProbeError::Refused { url: self.url.clone(), reason: e.to_string() }),
+            Ok(Err(e)) => Err(ProbeError::Unreachable { url: self.url.clone(), reason: e.to_string() }),
+            Err(_) => Err(ProbeError::Unreachable {
+                url: self.url.clone(),
+                reason: format!("no answer within {} ms", timeout.as_millis()),
+            }),
+        }
+    }
+
     /// The URL the store was opened from.
     pub fn url(&self) -> &str {
         &self.url
@@ -135,6 +215,13 @@ impl Store {
         }
     }
 
+    /// Failpoint `name` as the store error a real fault would be (so it takes the same paths).
+    async fn fault(&self, name: &str, op: &'static str, rel: &str) -> Result<(), StoreError> {
+        crate::fault::hit(name)
+            .await
+            .map_err(|m| self.io(op, rel, object_store::Error::Generic { store: "failpoint", source: m.into() }))
+    }
+
     fn io(&self, op: &'static str, rel: &str, source: object_store::Error) -> StoreError {
         match source {
             object_store::Error::NotFound { .. } => StoreError::NotFound(format!("{}/{}", self.url, rel)),
@@ -145,6 +232,7 @@ impl Store {
 
     /// Writes an object, replacing any previous one.
     pub async fn put(&self, rel: &str, data: Bytes) -> Result<(), StoreError> {
+        self.fault("store-put", "put", rel).await?;
         self.inner.put(&self.path(rel), PutPayload::from(data)).await.map_err(|e| self.io("put", rel, e))?;
         Ok(())
     }
@@ -152,6 +240,7 @@ impl Store {
     /// Writes an immutable object: fails with [`StoreError::AlreadyExists`] if it exists, so that a stale
     /// writer can never overwrite a newer artefact.
     pub async fn put_new(&self, rel: &str, data: Bytes) -> Result<(), StoreError> {
+        self.fault("store-put", "put", rel).await?;
         let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
         match self.inner.put_opts(&self.path(rel), PutPayload::from(data.clone()), opts).await {
             Ok(_) => Ok(()),
@@ -167,6 +256,7 @@ impl Store {
 
     /// Reads a whole object.
     pub async fn get(&self, rel: &str) -> Result<Bytes, StoreError> {
+        self.fault("store-get", "get", rel).await?;
         let r = self.inner.get(&self.path(rel)).await.map_err(|e| self.io("get", rel, e))?;
         r.bytes().await.map_err(|e| self.io("get", rel, e))
     }
@@ -213,6 +303,7 @@ impl Store {
     /// Relative paths of every object under a directory, with their last-modified times (ms since the epoch,
     /// as the store reports them).
     pub async fn list_with_modified(&self, rel_dir: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        self.fault("store-list", "list", rel_dir).await?;
         let prefix = self.path(rel_dir);
         let metas: Vec<_> =
             self.inner.list(Some(&prefix)).try_collect().await.map_err(|e| self.io("list", rel_dir, e))?;
@@ -226,6 +317,7 @@ impl Store {
     /// Deletes every object under a directory.
     pub async fn delete_dir(&self, rel_dir: &str) -> Result<(), StoreError> {
         for rel in self.list(rel_dir).await? {
+            self.fault("store-delete", "delete", &rel).await?;
             match self.inner.delete(&self.path(&rel)).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(self.io("delete", &rel, e)),
@@ -236,6 +328,7 @@ impl Store {
 
     /// Deletes one object (absent is fine).
     pub async fn delete(&self, rel: &str) -> Result<(), StoreError> {
+        self.fault("store-delete", "delete", rel).await?;
         match self.inner.delete(&self.path(rel)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.io("delete", rel, e)),
@@ -259,6 +352,26 @@ mod tests {
         s.delete_dir("a").await.unwrap();
         assert!(matches!(s.get("a/b/c").await, Err(StoreError::NotFound(_))));
         assert!(Store::open("ftp://x/y", &StoreOptions::default()).is_err());
+    }
+
+    #[tokio::test]
+    async fn probes_tell_a_refusing_store_from_a_working_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&format!("file://{}/root", dir.path().display()), &StoreOptions::default()).unwrap();
+        s.probe(Duration::from_secs(5)).await.unwrap();
+        assert!(s.list("").await.unwrap().is_empty(), "the probe leaves nothing behind");
+        // A root that is no directory any more (works as root, unlike permissions): a refusal, not a passing
+        // failure.
+        let gone = dir.path().join("gone");
+        let s = Store::open(&format!("file://{}", gone.display()), &StoreOptions::default()).unwrap();
+        std::fs::remove_dir(&gone).unwrap();
+        std::fs::write(&gone, b"a file").unwrap();
+        let e = s.probe(Duration::from_secs(5)).await.unwrap_err();
+        assert!(e.is_refusal(), "{e}");
+        assert!(e.to_string().contains("refuses writes"), "{e}");
+        let e = ProbeError::Unreachable { url: "s3://b".into(), reason: "no answer".into() };
+        assert!(!e.is_refusal());
+        assert!(is_refusal(&StoreError::NotFound("s3://nope/x".into())));
     }
 
     #[tokio::test]

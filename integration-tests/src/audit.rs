@@ -1,4 +1,4 @@
-//! Audits what a job left in a local checkpoint store: shared files no `_metadata` references, and
+//! Audits what a job left in a checkpoint store (local or S3): shared files no `_metadata` references, and
 //! referenced files that are gone.
 
 use anyhow::Result;
@@ -19,8 +19,13 @@ pub struct SharedFileAudit {
 
 /// Audits the shared files of job `job` in the local checkpoint store at `root`.
 pub fn audit_shared_files(root: &Path, job: &str) -> Result<SharedFileAudit> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let store = Store::open(&format!("file://{}", root.display()), &StoreOptions::default())?;
+    audit_shared_files_in(&store, job)
+}
+
+/// Audits the shared files of job `job` in any checkpoint store.
+pub fn audit_shared_files_in(store: &Store, job: &str) -> Result<SharedFileAudit> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let listing = rt.block_on(store.list(job))?;
     let mut referenced = BTreeSet::new();
     for p in listing.iter().filter(|p| p.ends_with("/_metadata")) {
@@ -45,8 +50,14 @@ pub fn audit_shared_files(root: &Path, job: &str) -> Result<SharedFileAudit> {
 /// Waits (up to `timeout`) until no shared file of `job` is orphaned — the job manager sweeps them in the
 /// background when a job ends — and fails naming what is left, or what a sweep deleted that is still used.
 pub fn wait_for_no_orphaned_shared_files(root: &Path, job: &str, timeout: Duration) -> Result<()> {
+    let store = Store::open(&format!("file://{}", root.display()), &StoreOptions::default())?;
+    wait_for_no_orphaned_shared_files_in(&store, job, timeout)
+}
+
+/// [`wait_for_no_orphaned_shared_files`] for any checkpoint store.
+pub fn wait_for_no_orphaned_shared_files_in(store: &Store, job: &str, timeout: Duration) -> Result<()> {
     let audit = crate::wait_until("for the shared files to be swept", timeout, || {
-        let audit = audit_shared_files(root, job)?;
+        let audit = audit_shared_files_in(store, job)?;
         if audit.orphans.is_empty() {
             Ok(Some(audit))
         } else {

@@ -281,6 +281,8 @@ pub struct Cluster {
     client: Option<ClientApiClient<Channel>>,
     startup: Duration,
     stopped: bool,
+    /// Extra environment of the job manager from its next start on (e.g. `WEIR_FAILPOINTS`).
+    jobmanager_env: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -308,11 +310,12 @@ impl Cluster {
             client: None,
             startup: Duration::ZERO,
             stopped: false,
+            jobmanager_env: Vec::new(),
         };
         cluster.spawn_jobmanager("127.0.0.1:0")?;
         let mut ids = Vec::new();
         for _ in 0..cluster.options.taskmanagers {
-            let i = cluster.spawn_taskmanager()?;
+            let i = cluster.spawn_taskmanager(&[])?;
             ids.push(cluster.taskmanagers[i].id.clone());
         }
         cluster.wait_until_registered(&ids)?;
@@ -383,7 +386,8 @@ impl Cluster {
             .arg(self.options.heartbeat_interval_ms.to_string())
             .arg("--heartbeat-timeout-ms")
             .arg(self.options.heartbeat_timeout_ms.to_string())
-            .envs(self.env());
+            .envs(self.env())
+            .envs(self.jobmanager_env.clone());
         let mut jm = Process::spawn("jobmanager", cmd, &self.log_path("jobmanager"))?;
         let address = jm.wait_for_stdout(START_TIMEOUT, |line| {
             line.strip_prefix("weir-jobmanager listening on http://").map(|a| a.trim().to_string())
@@ -394,7 +398,7 @@ impl Cluster {
         Ok(())
     }
 
-    fn spawn_taskmanager(&mut self) -> Result<usize> {
+    fn spawn_taskmanager(&mut self, extra_env: &[(String, String)]) -> Result<usize> {
         let index = self.taskmanagers.len();
         let id = format!("tm-{index}");
         let data = self.dir().join(&id);
@@ -412,7 +416,8 @@ impl Cluster {
             .arg(&data)
             .arg("--tm-id")
             .arg(&id)
-            .envs(self.env());
+            .envs(self.env())
+            .envs(extra_env.iter().cloned());
         let mut process = Process::spawn(&id, cmd, &self.log_path(&id))?;
         let prefix = format!("weir-taskmanager {id} listening on ");
         process.wait_for_stdout(START_TIMEOUT, |line| line.starts_with(&prefix).then_some(()))?;
@@ -432,7 +437,12 @@ impl Cluster {
 
     /// Starts one more task manager and waits until it is registered; returns its index.
     pub fn start_taskmanager(&mut self) -> Result<usize> {
-        let i = self.spawn_taskmanager()?;
+        self.start_taskmanager_with_env(&[])
+    }
+
+    /// [`Cluster::start_taskmanager`] with extra environment for that process (e.g. `WEIR_FAILPOINTS`).
+    pub fn start_taskmanager_with_env(&mut self, env: &[(String, String)]) -> Result<usize> {
+        let i = self.spawn_taskmanager(env)?;
         let id = self.taskmanagers[i].id.clone();
         self.wait_until_registered(&[id])?;
         Ok(i)
@@ -480,6 +490,16 @@ impl Cluster {
         let victim = busy[rng.random_range(0..busy.len())];
         self.kill_taskmanager(victim)?;
         Ok(victim)
+    }
+
+    /// Extra environment for the job manager from its next (re)start on.
+    pub fn set_jobmanager_env(&mut self, env: Vec<(String, String)>) {
+        self.jobmanager_env = env;
+    }
+
+    /// Whether the job manager process is running.
+    pub fn jobmanager_is_running(&mut self) -> bool {
+        self.jobmanager.as_mut().is_some_and(|jm| jm.is_running())
     }
 
     /// SIGKILLs the job manager.

@@ -23,7 +23,10 @@ pub mod process;
 pub mod proxy;
 pub mod s3;
 
-pub use audit::{audit_shared_files, wait_for_no_orphaned_shared_files, SharedFileAudit};
+pub use audit::{
+    audit_shared_files, audit_shared_files_in, wait_for_no_orphaned_shared_files, wait_for_no_orphaned_shared_files_in,
+    SharedFileAudit,
+};
 pub use cluster::{
     bin_dir, binary, describe_job, wait_until, CheckpointStore, Cluster, ClusterOptions, Fatal, JobState, RpcError,
 };

@@ -126,6 +126,15 @@ impl S3Server {
         S3Endpoint { endpoint: format!("http://{addr}"), bucket: self.bucket.clone(), prefix: prefix.into() }
     }
 
+    /// Deletes the (empty) bucket, so that the store answers and refuses from now on.
+    pub fn delete_bucket(&self) -> Result<()> {
+        let status = http_request(self.addr, "DELETE", &format!("/{}", self.bucket))?;
+        if !(200..300).contains(&status) {
+            bail!("deleting bucket {} answered HTTP {status}\n{}", self.bucket, self.process.tail(20));
+        }
+        Ok(())
+    }
+
     fn create_bucket(&self) -> Result<()> {
         let status = http_request(self.addr, "PUT", &format!("/{}", self.bucket))?;
         if status != 200 {

@@ -902,7 +902,10 @@ mod tests {
         assert!(load_restore_point(&store, &job, &[]).await.unwrap().is_none());
 
         let r = vec![retained(&job, 1), retained(&job, 2), retained(&job, 3)];
-        store.put_new(&paths::metadata(&job, CheckpointId(1)), Bytes::from(meta(&job, 1).to_bytes())).await.unwrap();
+        store
+            .put_new(&paths::metadata(&job, CheckpointId(1)), Bytes::from(meta(&job, 1).to_bytes().unwrap()))
+            .await
+            .unwrap();
         store.put_new(&paths::metadata(&job, CheckpointId(2)), Bytes::from_static(b"{ corrupt")).await.unwrap();
         // Checkpoint 3's _metadata is missing.
         let p = load_restore_point(&store, &job, &r).await.unwrap().unwrap();
@@ -911,14 +914,20 @@ mod tests {
         assert_eq!(p.skipped.iter().map(|s| s.0).collect::<Vec<_>>(), vec![CheckpointId(3), CheckpointId(2)]);
 
         // The newest readable one wins.
-        store.put_new(&paths::metadata(&job, CheckpointId(3)), Bytes::from(meta(&job, 3).to_bytes())).await.unwrap();
+        store
+            .put_new(&paths::metadata(&job, CheckpointId(3)), Bytes::from(meta(&job, 3).to_bytes().unwrap()))
+            .await
+            .unwrap();
         let p = load_restore_point(&store, &job, &r).await.unwrap().unwrap();
         assert_eq!(p.checkpoint.id, CheckpointId(3));
         assert!(p.skipped.is_empty());
 
         // Metadata of another checkpoint under this name is not trusted; nothing readable is an error.
         let other = JobId("j2".into());
-        store.put_new(&paths::metadata(&other, CheckpointId(1)), Bytes::from(meta(&job, 1).to_bytes())).await.unwrap();
+        store
+            .put_new(&paths::metadata(&other, CheckpointId(1)), Bytes::from(meta(&job, 1).to_bytes().unwrap()))
+            .await
+            .unwrap();
         let err = load_restore_point(&store, &other, &[retained(&other, 1)]).await.unwrap_err();
         assert!(matches!(err, RestoreError::NoneReadable(ref v) if v.len() == 1), "{err}");
         assert!(err.to_string().contains("checkpoint 1"), "{err}");
@@ -948,7 +957,7 @@ mod tests {
                 }],
             },
         );
-        store.put("j/chk-3/_metadata", Bytes::from(m3.to_bytes())).await.unwrap();
+        store.put("j/chk-3/_metadata", Bytes::from(m3.to_bytes().unwrap())).await.unwrap();
         let retained = vec![retained(&job, 3)];
         // Checkpoint 3 is retained: asking to delete it does nothing.
         let ids = [CheckpointId(1), CheckpointId(2), CheckpointId(3)];

@@ -13,6 +13,9 @@ pub enum JobManagerError {
     /// The checkpoint store cannot be opened.
     #[error("checkpoint store: {0}")]
     Store(#[from] StoreError),
+    /// The checkpoint store answers but refuses writes.
+    #[error("{0}")]
+    StoreRefused(weir_common::store::ProbeError),
     /// The local job store cannot be used.
     #[error(transparent)]
     JobStore(#[from] crate::job_store::JobStoreError),
@@ -65,6 +68,9 @@ pub enum JobRequestError {
     /// The job manager is shutting down.
     #[error("the job manager is shutting down")]
     ShuttingDown,
+    /// The checkpoint store refuses writes, so the job could never checkpoint.
+    #[error("job not accepted: {0}")]
+    StoreRefused(String),
 }
 
 impl From<JobRequestError> for tonic::Status {
@@ -76,6 +82,7 @@ impl From<JobRequestError> for tonic::Status {
             JobRequestError::AlreadyTerminal { .. } => tonic::Status::failed_precondition(msg),
             JobRequestError::Storage(_) => tonic::Status::internal(msg),
             JobRequestError::ShuttingDown => tonic::Status::unavailable(msg),
+            JobRequestError::StoreRefused(_) => tonic::Status::failed_precondition(msg),
         }
     }
 }

@@ -52,6 +52,8 @@ const SWEEP_GRACE_MS: u64 = 2_000;
 pub(crate) enum JobEvent {
     /// A task reported a state.
     TaskState { tm_id: String, attempt: AttemptNumber, task: TaskKey, state: pb::TaskState, error: String },
+    /// A heartbeat named the latest state of some of the job's tasks on a task manager.
+    Reconcile { tm_id: String, tasks: Vec<ReportedTask> },
     /// A task acknowledged a checkpoint.
     Acknowledge { attempt: AttemptNumber, task: TaskKey, checkpoint_id: CheckpointId, snapshot: Box<TaskSnapshot> },
     /// A task declined a checkpoint.
@@ -60,6 +62,26 @@ pub(crate) enum JobEvent {
     TaskManagerLost { tm_id: String, instance: u64, reason: String },
     /// A client asked to cancel the job.
     Cancel { reply: oneshot::Sender<Result<pb::JobInfo, JobRequestError>> },
+}
+
+/// A task's latest state as a heartbeat carries it.
+#[derive(Debug)]
+pub(crate) struct ReportedTask {
+    pub(crate) attempt: AttemptNumber,
+    pub(crate) task: TaskKey,
+    pub(crate) state: pb::TaskState,
+    pub(crate) error: String,
+}
+
+/// Whether a task's reported state says something the job's view of it does not know yet.
+fn is_news(view: TaskStatus, reported: pb::TaskState) -> bool {
+    match reported {
+        pb::TaskState::Running => view == TaskStatus::Deploying,
+        pb::TaskState::EndOfInput => matches!(view, TaskStatus::Deploying | TaskStatus::Running),
+        pb::TaskState::Finished => view != TaskStatus::Finished,
+        pb::TaskState::Failed | pb::TaskState::Canceled => true,
+        pb::TaskState::Unspecified => false,
+    }
 }
 
 /// What clients can read about a job without waiting for its coordinator.
@@ -221,8 +243,14 @@ impl JobActor {
 
     /// Writes the record to the job store; failures are logged and returned.
     async fn persist(&self) -> Result<(), String> {
+        self.persist_record(&self.record).await
+    }
+
+    /// Writes `record` (this job's record or its next version) to the job store; failures are logged and
+    /// returned.
+    async fn persist_record(&self, record: &JobRecord) -> Result<(), String> {
         let store = self.shared.job_store.clone();
-        let record = self.record.clone();
+        let record = record.clone();
         let result = match tokio::task::spawn_blocking(move || store.save(&record)).await {
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(e) => Err(format!("job store writer panicked: {e}")),
@@ -284,6 +312,19 @@ impl JobActor {
         match event {
             JobEvent::TaskState { tm_id, attempt, task, state, error } => {
                 self.on_task_state(tm_id, attempt, task, state, error).await
+            }
+            JobEvent::Reconcile { tm_id, tasks } => {
+                for t in tasks {
+                    let news = self.deployment.as_ref().is_some_and(|d| {
+                        d.attempt == t.attempt && d.tasks.get(&t.task).is_some_and(|&v| is_news(v, t.state))
+                    });
+                    if news {
+                        let name = describe_task(&self.record.job, &self.graph, t.task);
+                        warn!(job_id = %self.record.id, attempt = t.attempt.0, task = %name, state = ?t.state,
+                            "a heartbeat carried a task state the job had not heard of; acting on it");
+                        self.on_task_state(tm_id.clone(), t.attempt, t.task, t.state, t.error).await;
+                    }
+                }
             }
             JobEvent::Acknowledge { attempt, task, checkpoint_id, snapshot } => {
                 self.on_acknowledge(attempt, task, checkpoint_id, *snapshot).await
@@ -410,6 +451,19 @@ impl JobActor {
                 self.shared.registry.lock().release(&job_id);
                 self.fail_job(e.to_string()).await;
                 return;
+            }
+        };
+        self.record.restored_from = match &restore {
+            None => String::new(),
+            Some(r) if r.skipped.is_empty() => format!("checkpoint {}", r.checkpoint.id),
+            Some(r) => {
+                let skipped: Vec<String> =
+                    r.skipped.iter().map(|(id, why)| format!("checkpoint {id}: {why}")).collect();
+                format!(
+                    "checkpoint {}, falling back past newer ones that cannot be read ({})",
+                    r.checkpoint.id,
+                    skipped.join("; ")
+                )
             }
         };
         if let Some(r) = &restore {
@@ -550,8 +604,9 @@ impl JobActor {
             let clients = self.shared.clients.clone();
             let job_id = self.record.id.clone();
             let attempt = dep.attempt;
+            let jm_session = self.shared.session.clone();
             tokio::spawn(async move {
-                let req = pb::CancelTasksRequest { job_id: job_id.to_string(), up_to_attempt: attempt.0 };
+                let req = pb::CancelTasksRequest { job_id: job_id.to_string(), up_to_attempt: attempt.0, jm_session };
                 let result = match clients.get(&address) {
                     Ok(mut c) => c.cancel_job(req).await.map(|r| r.into_inner().canceled),
                     Err(e) => Err(e),
@@ -684,6 +739,7 @@ impl JobActor {
                     task: Some(task_ref(&job_id, attempt, key)),
                     checkpoint_id: id.0,
                     timestamp_ms: now,
+                    jm_session: self.shared.session.clone(),
                 };
                 calls.push(async move {
                     let result = match clients.get(&slot.rpc_address) {
@@ -753,8 +809,15 @@ impl JobActor {
                 return;
             }
         };
+        let bytes = match meta.to_bytes() {
+            Ok(b) => b,
+            Err(reason) => {
+                self.record_failed(pending, format!("cannot encode _metadata: {reason}"), true).await;
+                return;
+            }
+        };
         let metadata_path = paths::metadata(&job_id, id);
-        if let Err(e) = self.shared.store.put_new(&metadata_path, Bytes::from(meta.to_bytes())).await {
+        if let Err(e) = self.shared.store.put_new(&metadata_path, Bytes::from(bytes)).await {
             self.record_failed(pending, format!("cannot write _metadata: {e}"), true).await;
             return;
         }
@@ -762,13 +825,11 @@ impl JobActor {
         let full_size_bytes = meta.full_size();
         let uploaded_bytes = pending.uploaded_bytes();
         let duration_ms = now.saturating_sub(pending.trigger_time_ms);
-        if let Some(dep) = self.deployment.as_mut() {
-            dep.coordinator.record_completion(id, now, pending.is_final);
-            if pending.is_final {
-                dep.last_final_notify_ms = now;
-            }
-        }
-        self.record.retained.push(RetainedCheckpoint {
+        // The completion is applied to a copy that must reach the job store first: a checkpoint is complete only
+        // once it is durably recorded. Notified before that, sinks would commit output that a restarted job
+        // manager, resuming from the older recorded checkpoint, replays.
+        let mut next = self.record.clone();
+        next.retained.push(RetainedCheckpoint {
             id,
             metadata_path,
             timestamp_ms: pending.trigger_time_ms,
@@ -776,19 +837,35 @@ impl JobActor {
             uploaded_bytes,
             is_final: pending.is_final,
         });
-        self.record.checkpoints_completed += 1;
-        if let Some(e) = self.record.history_mut(id) {
+        next.checkpoints_completed += 1;
+        next.waiting.clear();
+        if let Some(e) = next.history_mut(id) {
             e.status = CheckpointStatus::Completed;
             e.duration_ms = duration_ms;
             e.full_size_bytes = full_size_bytes;
             e.uploaded_bytes = uploaded_bytes;
         }
-        let ids: Vec<CheckpointId> = self.record.retained.iter().map(|r| r.id).collect();
-        let gone = subsumed(&ids, self.record.job.checkpointing.retained);
-        self.record.retained.retain(|r| !gone.contains(&r.id));
+        let ids: Vec<CheckpointId> = next.retained.iter().map(|r| r.id).collect();
+        let gone = subsumed(&ids, next.job.checkpointing.retained);
+        next.retained.retain(|r| !gone.contains(&r.id));
+        let recorded = match weir_common::fault::hit("checkpoint-after-metadata").await {
+            Ok(()) => self.persist_record(&next).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = recorded {
+            // Not recorded, so not complete: its directory (with the `_metadata` just written) is deleted again.
+            self.record_failed(pending, format!("cannot record the checkpoint in the job store: {e}"), true).await;
+            return;
+        }
+        self.record = next;
+        if let Some(dep) = self.deployment.as_mut() {
+            dep.coordinator.record_completion(id, now, pending.is_final);
+            if pending.is_final {
+                dep.last_final_notify_ms = now;
+            }
+        }
         self.retained_meta.insert(id, Arc::new(meta));
         self.retained_meta.retain(|k, _| !gone.contains(k));
-        let _ = self.persist().await;
         info!(job_id = %job_id, checkpoint_id = id.0, duration_ms, full_size_bytes, uploaded_bytes,
             is_final = pending.is_final, subsumed = ?gone.iter().map(|c| c.0).collect::<Vec<_>>(), "checkpoint completed");
         // The subsumed checkpoints' shared files are read from their own `_metadata` by the cleanup.
@@ -812,6 +889,14 @@ impl JobActor {
 
     async fn record_failed(&mut self, pending: PendingCheckpoint, reason: String, counts: bool) {
         let over = self.note_failure(&pending, &reason, counts);
+        if pending.is_final {
+            // A bounded job cannot finish until its final checkpoint completes: say why it does not.
+            self.record.waiting = format!(
+                "the final checkpoint ({}) failed and is retried every {} ms: {reason}",
+                pending.id,
+                crate::coordinator::FINAL_RETRY_DELAY_MS
+            );
+        }
         let _ = self.persist().await;
         self.notify(pending.id, false, false);
         if over {
@@ -862,6 +947,7 @@ impl JobActor {
                 checkpoint_id: id.0,
                 completed,
                 is_final: completed && is_final,
+                jm_session: self.shared.session.clone(),
             };
             let job_id = self.record.id.clone();
             tokio::spawn(async move {

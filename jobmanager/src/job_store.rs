@@ -67,6 +67,12 @@ pub struct JobRecord {
     pub checkpoints_completed: u64,
     /// Checkpoints failed over the job's life.
     pub checkpoints_failed: u64,
+    /// The checkpoint the current attempt restored from, and the newer ones it had to skip (empty: none).
+    #[serde(default)]
+    pub restored_from: String,
+    /// What the job waits on that it cannot fix itself (empty: nothing).
+    #[serde(default)]
+    pub waiting: String,
 }
 
 impl JobRecord {
@@ -87,6 +93,8 @@ impl JobRecord {
             history: Vec::new(),
             checkpoints_completed: 0,
             checkpoints_failed: 0,
+            restored_from: String::new(),
+            waiting: String::new(),
         }
     }
 
@@ -130,6 +138,8 @@ impl JobRecord {
             max_parallelism: self.job.max_parallelism,
             checkpoints_completed: self.checkpoints_completed,
             checkpoints_failed: self.checkpoints_failed,
+            restored_from: self.restored_from.clone(),
+            waiting: self.waiting.clone(),
         }
     }
 }
@@ -158,6 +168,7 @@ impl JobStore {
         let path = self.path_of(&record.id);
         let tmp = self.dir.join(format!(".{}.json.tmp", record.id));
         let io = |source| JobStoreError::Io { path: path.clone(), source };
+        weir_common::fault::hit_blocking("job-store-save").map_err(|m| io(std::io::Error::other(m)))?;
         let bytes = serde_json::to_vec_pretty(record)
             .map_err(|e| JobStoreError::Corrupt { path: path.clone(), reason: e.to_string() })?;
         {

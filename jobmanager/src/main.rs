@@ -16,6 +16,10 @@ fn main() -> ExitCode {
         }
     };
     weir_common::telemetry::init(config.log_json);
+    if let Err(e) = weir_common::fault::arm_from_env() {
+        eprintln!("weir-jobmanager: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

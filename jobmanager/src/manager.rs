@@ -5,7 +5,7 @@
 use crate::config::JobManagerConfig;
 use crate::coordinator::TaskKey;
 use crate::error::{JobManagerError, JobRequestError};
-use crate::job::{JobActor, JobEvent, JobHandle};
+use crate::job::{JobActor, JobEvent, JobHandle, ReportedTask};
 use crate::job_store::{JobRecord, JobStore};
 use crate::registry::{Registration, Registry};
 use crate::tm_client::TmClients;
@@ -85,6 +85,11 @@ impl TaskAddress {
     }
 }
 
+/// How long the checkpoint store may take to take, return and delete a marker when the job manager starts.
+const START_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The same when a job is submitted (shorter: a client waits).
+const SUBMIT_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The job manager: cheap to clone, every clone is the same instance.
 #[derive(Clone)]
 pub struct JobManager {
@@ -97,6 +102,13 @@ impl JobManager {
         config.validate()?;
         let url = config.checkpoint_store_url()?;
         let store = Store::open(&url, &config.store_options())?;
+        // A store that refuses is a configuration error, found now rather than by every checkpoint; one that is
+        // down or slow may come back, and must not keep a healthy cluster from starting.
+        match store.probe(START_PROBE_TIMEOUT).await {
+            Ok(()) => {}
+            Err(e) if e.is_refusal() => return Err(JobManagerError::StoreRefused(e)),
+            Err(e) => warn!(error = %e, "checkpoint store not reachable at start; checkpoints fail until it is"),
+        }
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|source| JobManagerError::Directory { path: config.data_dir.clone(), source })?;
         let job_store = JobStore::open(&config.data_dir)?;
@@ -150,6 +162,13 @@ impl JobManager {
         }
         let kinds = self.shared.registry.lock().kinds();
         let job = resolve(spec, &kinds).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
+        match self.shared.store.probe(SUBMIT_PROBE_TIMEOUT).await {
+            Ok(()) => {}
+            Err(e) if e.is_refusal() => return Err(JobRequestError::StoreRefused(e.to_string())),
+            Err(e) => {
+                warn!(job_name = %job.name, error = %e, "accepting a job while the checkpoint store is unreachable")
+            }
+        }
         let id = JobId::random();
         let record = JobRecord::new(id.clone(), job, now_ms());
         let store = self.shared.job_store.clone();
@@ -247,8 +266,28 @@ impl JobManager {
             req.jm_session == self.shared.session && self.shared.registry.lock().heartbeat(&req.tm_id, now_ms());
         if !known {
             debug!(tm_id = %req.tm_id, "heartbeat from an unregistered task manager; asking it to register");
+            return pb::HeartbeatResponse { reregister: true };
         }
-        pb::HeartbeatResponse { reregister: !known }
+        // The states the task manager knows, for each job to compare with its own view (a report may be lost
+        // or still on its way).
+        let mut by_job: BTreeMap<JobId, Vec<ReportedTask>> = BTreeMap::new();
+        for status in &req.tasks {
+            let (Ok(task), Ok(state)) =
+                (TaskAddress::from_proto(status.task.as_ref()), pb::TaskState::try_from(status.state))
+            else {
+                continue;
+            };
+            by_job.entry(task.job_id.clone()).or_default().push(ReportedTask {
+                attempt: task.attempt,
+                task: task.task,
+                state,
+                error: status.error.clone(),
+            });
+        }
+        for (job_id, tasks) in by_job {
+            self.route(&job_id, JobEvent::Reconcile { tm_id: req.tm_id.clone(), tasks });
+        }
+        pb::HeartbeatResponse { reregister: false }
     }
 
     /// Routes a task's state report to its job (reports for unknown jobs are dropped).

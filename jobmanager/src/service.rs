@@ -10,6 +10,11 @@ use weir_proto as pb;
 use weir_proto::client_api_server::ClientApi;
 use weir_proto::job_manager_internal_server::JobManagerInternal;
 
+/// Failpoint `name` as the error a lost request would be.
+async fn fault(name: &str) -> Result<(), Status> {
+    weir_common::fault::hit(name).await.map_err(Status::unavailable)
+}
+
 /// Implements both gRPC services on top of a [`JobManager`].
 #[derive(Clone)]
 pub struct JobManagerService {
@@ -76,6 +81,7 @@ impl JobManagerInternal for JobManagerService {
         &self,
         request: Request<pb::RegisterTaskManagerRequest>,
     ) -> Result<Response<pb::RegisterTaskManagerResponse>, Status> {
+        fault("rpc-register").await?;
         let resp = self.jm.register_task_manager(request.get_ref()).map_err(Status::invalid_argument)?;
         Ok(Response::new(resp))
     }
@@ -84,6 +90,7 @@ impl JobManagerInternal for JobManagerService {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        fault("rpc-heartbeat").await?;
         Ok(Response::new(self.jm.heartbeat(request.get_ref())))
     }
 
@@ -91,6 +98,7 @@ impl JobManagerInternal for JobManagerService {
         &self,
         request: Request<pb::UpdateTaskStateRequest>,
     ) -> Result<Response<pb::UpdateTaskStateResponse>, Status> {
+        fault("rpc-task-state").await?;
         let req = request.into_inner();
         let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
         let state = pb::TaskState::try_from(req.state)
@@ -103,6 +111,7 @@ impl JobManagerInternal for JobManagerService {
         &self,
         request: Request<pb::AcknowledgeCheckpointRequest>,
     ) -> Result<Response<pb::AcknowledgeCheckpointResponse>, Status> {
+        fault("rpc-acknowledge").await?;
         let req = request.into_inner();
         let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
         let checkpoint_id = CheckpointId(req.checkpoint_id);
@@ -125,6 +134,7 @@ impl JobManagerInternal for JobManagerService {
         &self,
         request: Request<pb::DeclineCheckpointRequest>,
     ) -> Result<Response<pb::DeclineCheckpointResponse>, Status> {
+        fault("rpc-decline").await?;
         let req = request.into_inner();
         let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
         self.jm.decline(task, CheckpointId(req.checkpoint_id), req.reason);

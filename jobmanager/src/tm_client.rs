@@ -75,8 +75,10 @@ mod tests {
         drop(listener);
         let clients = TmClients::default();
         let mut c = clients.get(&format!("http://{addr}")).unwrap();
-        let err =
-            c.cancel_job(weir_proto::CancelTasksRequest { job_id: "j".into(), up_to_attempt: 1 }).await.unwrap_err();
+        let err = c
+            .cancel_job(weir_proto::CancelTasksRequest { job_id: "j".into(), up_to_attempt: 1, ..Default::default() })
+            .await
+            .unwrap_err();
         assert!(is_connection_error(&err), "{err:?}");
         assert!(clients.get("not a uri").is_err());
     }

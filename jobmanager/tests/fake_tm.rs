@@ -49,6 +49,10 @@ struct FakeState {
     cancels: Vec<pb::CancelTasksRequest>,
     sessions: Vec<String>,
     end_of_input: bool,
+    /// Reports of these states are "lost": never sent, only carried by heartbeats (`statuses`).
+    lose_reports: Vec<pb::TaskState>,
+    /// The latest state of each task, as heartbeats carry it.
+    statuses: BTreeMap<(u32, u32, u32), pb::TaskStatus>,
 }
 
 #[derive(Clone)]
@@ -74,6 +78,14 @@ impl FakeTm {
     }
 
     async fn report(&self, d: &TaskDescriptor, state: pb::TaskState) {
+        {
+            let mut s = self.state.lock();
+            let status = pb::TaskStatus { task: Some(task_ref(d)), state: state as i32, error: String::new() };
+            s.statuses.insert((d.attempt.0, d.vertex.0, d.subtask.0), status);
+            if s.lose_reports.contains(&state) {
+                return;
+            }
+        }
         let req = pb::UpdateTaskStateRequest {
             tm_id: self.id.clone(),
             task: Some(task_ref(d)),
@@ -284,8 +296,11 @@ fn spawn_heartbeats(fake: FakeTm, rpc_url: String) -> tokio::task::JoinHandle<()
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let session = fake.state.lock().sessions.last().cloned().unwrap_or_default();
-            let req = pb::HeartbeatRequest { tm_id: fake.id.clone(), jm_session: session };
+            let (session, tasks) = {
+                let s = fake.state.lock();
+                (s.sessions.last().cloned().unwrap_or_default(), s.statuses.values().cloned().collect())
+            };
+            let req = pb::HeartbeatRequest { tm_id: fake.id.clone(), jm_session: session, tasks };
             match fake.jm().heartbeat(req).await {
                 Ok(r) if r.get_ref().reregister => {
                     fake.register(&rpc_url).await;
@@ -375,6 +390,8 @@ fn env() -> Env {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_checkpoint_subsume_and_finish() {
+    // Failpoints are process-wide: tests that share this process take turns.
+    let _failpoints = fail::FailScenario::setup();
     let env = env();
     let jm = RunningJm::start(&env.data, &env.store_url).await;
     let mut client = jm.client().await;
@@ -452,6 +469,8 @@ async fn deploy_checkpoint_subsume_and_finish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_restores_and_jm_restart_resumes() {
+    // Failpoints are process-wide: tests that share this process take turns.
+    let _failpoints = fail::FailScenario::setup();
     let env = env();
     let jm = RunningJm::start(&env.data, &env.store_url).await;
     let client = jm.client().await;
@@ -538,6 +557,8 @@ async fn failover_restores_and_jm_restart_resumes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_task_manager_fails_the_job_over_and_it_waits_for_slots() {
+    // Failpoints are process-wide: tests that share this process take turns.
+    let _failpoints = fail::FailScenario::setup();
     let env = env();
     let jm = RunningJm::start(&env.data, &env.store_url).await;
     let client = jm.client().await;
@@ -558,6 +579,74 @@ async fn lost_task_manager_fails_the_job_over_and_it_waits_for_slots() {
     let hb = spawn_heartbeats(fake.clone(), rpc.clone());
     let info = wait_job(&client, &id, "for RUNNING again", |j| j.state == "RUNNING").await;
     assert_eq!(info.attempt, 2);
+    hb.abort();
+    jm.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_the_job_store_did_not_record_is_never_notified_as_complete() {
+    let _failpoints = fail::FailScenario::setup();
+    let env = env();
+    let jm = RunningJm::start(&env.data, &env.store_url).await;
+    let client = jm.client().await;
+    let (fake, rpc) = start_fake_tm("tm-d", &jm.url, env.store.clone()).await;
+    fake.register(&rpc).await;
+    let hb = spawn_heartbeats(fake.clone(), rpc.clone());
+    // The third completion cannot be recorded (the job store fails right after `_metadata` was written).
+    weir_common::fault::arm("checkpoint-after-metadata=2*off->1*return(error:disk full)->off").unwrap();
+    let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
+    let id = client.clone().submit_job(pb::SubmitJobRequest { spec: Some(spec) }).await.unwrap().into_inner().job_id;
+    let failed = wait_checkpoint(&client, &id, "for a failed checkpoint", |c| c.status == "FAILED").await;
+    assert_eq!(failed.id, 3, "{failed:?}");
+    assert!(
+        failed.failure_reason.contains("cannot record the checkpoint in the job store")
+            && failed.failure_reason.contains("disk full"),
+        "{failed:?}"
+    );
+    wait_checkpoint(&client, &id, "for the next checkpoint to complete", |c| c.id == 4 && c.status == "COMPLETED")
+        .await;
+    {
+        let s = fake.state.lock();
+        assert!(
+            !s.notifications.iter().any(|n| n.checkpoint_id == 3 && n.completed),
+            "checkpoint 3 was announced complete although the job store never recorded it"
+        );
+        assert!(s.notifications.iter().any(|n| n.checkpoint_id == 3 && !n.completed), "it is aborted instead");
+    }
+    let root = env.cp_root.clone();
+    let job = id.clone();
+    wait_until("for chk-3 to be deleted", || !chk_dir(&root, &job, 3).exists()).await;
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.data.join("jobs").join(format!("{id}.json"))).unwrap()).unwrap();
+    let retained: Vec<u64> = stored["retained"].as_array().unwrap().iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    assert!(!retained.contains(&3), "{retained:?}");
+    hb.abort();
+    jm.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_states_whose_reports_were_lost_arrive_with_heartbeats() {
+    // Failpoints are process-wide: tests that share this process take turns.
+    let _failpoints = fail::FailScenario::setup();
+    let env = env();
+    let jm = RunningJm::start(&env.data, &env.store_url).await;
+    let client = jm.client().await;
+    let (fake, rpc) = start_fake_tm("tm-e", &jm.url, env.store.clone()).await;
+    fake.register(&rpc).await;
+    let hb = spawn_heartbeats(fake.clone(), rpc.clone());
+    // Every END_OF_INPUT and FINISHED report is lost; only heartbeats carry them.
+    fake.state.lock().lose_reports = vec![pb::TaskState::EndOfInput, pb::TaskState::Finished];
+    let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
+    let id = client.clone().submit_job(pb::SubmitJobRequest { spec: Some(spec) }).await.unwrap().into_inner().job_id;
+    wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
+    fake.state.lock().end_of_input = true;
+    for d in fake.current_tasks() {
+        fake.report(&d, pb::TaskState::EndOfInput).await;
+    }
+    let done = wait_job(&client, &id, "for FINISHED", |j| j.state == "FINISHED").await;
+    assert_eq!(done.restarts, 0);
+    let last = checkpoints(&client, &id).await.pop().unwrap();
+    assert!(last.is_final && last.status == "COMPLETED", "{last:?}");
     hb.abort();
     jm.stop().await;
 }

@@ -39,21 +39,20 @@ impl PendingFiles {
     /// Commits every file pending for a checkpoint up to `id` (renames are idempotent: a file an earlier
     /// notification or restore committed is skipped).
     pub fn commit_up_to(&mut self, id: u64) -> Result<(), OperatorError> {
-        let mut keep = Vec::new();
-        for (ckpt, name) in std::mem::take(&mut self.pending) {
-            if ckpt <= id {
-                let from = self.dir.join(hidden_name(&name));
-                let to = self.dir.join(&name);
-                match std::fs::rename(&from, &to) {
-                    Ok(()) => tracing::debug!(file = %name, checkpoint_id = ckpt, "committed file"),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => {}
-                    Err(e) => return Err(OperatorError::io(format!("commit {}", to.display()), e)),
-                }
-            } else {
-                keep.push((ckpt, name));
+        // A file leaves the pending list only once it is committed: after a failed commit the rest is still
+        // pending, for the next notification or the restore to commit.
+        while let Some(i) = self.pending.iter().position(|(ckpt, _)| *ckpt <= id) {
+            let (ckpt, name) = &self.pending[i];
+            weir_common::fault::hit_blocking("sink-commit").map_err(OperatorError::Other)?;
+            let from = self.dir.join(hidden_name(name));
+            let to = self.dir.join(name);
+            match std::fs::rename(&from, &to) {
+                Ok(()) => tracing::debug!(file = %name, checkpoint_id = ckpt, "committed file"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => {}
+                Err(e) => return Err(OperatorError::io(format!("commit {}", to.display()), e)),
             }
+            self.pending.remove(i);
         }
-        self.pending = keep;
         Ok(())
     }
 

@@ -299,6 +299,10 @@ pub fn main_with_registry(registry: Registry) {
         }
     };
     weir_common::telemetry::init(cfg.log_json);
+    if let Err(e) = weir_common::fault::arm_from_env() {
+        eprintln!("weir-taskmanager: {e}");
+        std::process::exit(2);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().worker_threads(2).build() {
         Ok(rt) => rt,
         Err(e) => {

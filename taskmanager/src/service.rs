@@ -171,7 +171,11 @@ impl TaskManager {
                     _ = tokio::time::sleep(interval) => {}
                     _ = shutdown.changed() => { if *shutdown.borrow() { return; } }
                 }
-                let hb = pb::HeartbeatRequest { tm_id: self.id.clone(), jm_session: resp.jm_session.clone() };
+                let hb = pb::HeartbeatRequest {
+                    tm_id: self.id.clone(),
+                    jm_session: resp.jm_session.clone(),
+                    tasks: self.env.reporter.task_statuses(),
+                };
                 match tokio::time::timeout(interval * 3, jm.clone().heartbeat(hb)).await {
                     Ok(Ok(r)) if r.get_ref().reregister => {
                         tracing::info!("job manager asked to register again");
@@ -199,6 +203,11 @@ impl TaskManager {
     }
 }
 
+/// Failpoint `name` as the error a lost request would be.
+async fn fault(name: &str) -> Result<(), Status> {
+    weir_common::fault::hit(name).await.map_err(Status::unavailable)
+}
+
 /// The gRPC face of a [`TaskManager`].
 #[derive(Clone)]
 pub struct TaskManagerService(pub Arc<TaskManager>);
@@ -209,6 +218,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         &self,
         req: Request<pb::DeployTaskRequest>,
     ) -> Result<Response<pb::DeployTaskResponse>, Status> {
+        fault("rpc-deploy").await?;
         let req = req.into_inner();
         let tm = &self.0;
         tm.check_session(&req.jm_session)?;
@@ -235,7 +245,9 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         &self,
         req: Request<pb::TriggerCheckpointRequest>,
     ) -> Result<Response<pb::TriggerCheckpointResponse>, Status> {
+        fault("rpc-trigger").await?;
         let req = req.into_inner();
+        self.0.check_session(&req.jm_session)?;
         let r = req.task.ok_or_else(|| Status::invalid_argument("missing task"))?;
         let sender = {
             let tasks = self.0.tasks.lock();
@@ -254,7 +266,9 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         &self,
         req: Request<pb::NotifyCheckpointRequest>,
     ) -> Result<Response<pb::NotifyCheckpointResponse>, Status> {
+        fault("rpc-notify").await?;
         let req = req.into_inner();
+        self.0.check_session(&req.jm_session)?;
         let senders: Vec<_> = {
             let tasks = self.0.tasks.lock();
             tasks
@@ -275,8 +289,73 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         &self,
         req: Request<pb::CancelTasksRequest>,
     ) -> Result<Response<pb::CancelTasksResponse>, Status> {
+        fault("rpc-cancel").await?;
         let req = req.into_inner();
+        self.0.check_session(&req.jm_session)?;
         let n = self.0.cancel_where(|k, h| k.0 == req.job_id && h.attempt <= req.up_to_attempt).await;
         Ok(Response::new(pb::CancelTasksResponse { canceled: n }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::task_manager_api_server::TaskManagerApi;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_job_manager_message_is_fenced_by_the_session() {
+        let tmp = tempfile::tempdir().unwrap();
+        let jm = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let settings = TaskManagerSettings {
+            id: "tm".into(),
+            slots: 1,
+            rpc_address: "http://127.0.0.1:1".into(),
+            data_address: "127.0.0.1:1".into(),
+            data_dir: tmp.path().to_path_buf(),
+            store_options: StoreOptions::default(),
+            rocks: Default::default(),
+        };
+        let tm = TaskManager::new(
+            settings,
+            Registry::with_builtins(),
+            Arc::new(DataServer::default()),
+            JobManagerInternalClient::new(jm),
+        );
+        *tm.session.lock() = Some("current".into());
+        let svc = TaskManagerService(tm);
+        let task = pb::TaskRef { job_id: "j".into(), attempt: 1, vertex: 0, subtask: 0 };
+        for session in ["stale", ""] {
+            let trigger = pb::TriggerCheckpointRequest {
+                task: Some(task.clone()),
+                checkpoint_id: 1,
+                timestamp_ms: 0,
+                jm_session: session.into(),
+            };
+            let e = svc.trigger_checkpoint(Request::new(trigger)).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::FailedPrecondition, "trigger from session {session:?}: {e}");
+            let notify = pb::NotifyCheckpointRequest {
+                job_id: "j".into(),
+                attempt: 1,
+                checkpoint_id: 1,
+                completed: true,
+                is_final: false,
+                jm_session: session.into(),
+            };
+            let e = svc.notify_checkpoint(Request::new(notify)).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::FailedPrecondition, "notify from session {session:?}: {e}");
+            let cancel = pb::CancelTasksRequest { job_id: "j".into(), up_to_attempt: 1, jm_session: session.into() };
+            let e = svc.cancel_job(Request::new(cancel)).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::FailedPrecondition, "cancel from session {session:?}: {e}");
+        }
+        // The current job manager is obeyed (there is no such task to trigger, which it is told).
+        let cancel = pb::CancelTasksRequest { job_id: "j".into(), up_to_attempt: 1, jm_session: "current".into() };
+        assert_eq!(svc.cancel_job(Request::new(cancel)).await.unwrap().into_inner().canceled, 0);
+        let trigger = pb::TriggerCheckpointRequest {
+            task: Some(task),
+            checkpoint_id: 1,
+            timestamp_ms: 0,
+            jm_session: "current".into(),
+        };
+        assert_eq!(svc.trigger_checkpoint(Request::new(trigger)).await.unwrap_err().code(), tonic::Code::NotFound);
     }
 }

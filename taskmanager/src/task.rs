@@ -911,6 +911,7 @@ impl Task {
         self.env.runtime.spawn(async move {
             let started = Instant::now();
             let result: Result<TaskSnapshot, TaskError> = async {
+                weir_common::fault::hit("task-upload").await.map_err(TaskError::Other)?;
                 let mut operators = BTreeMap::new();
                 let mut uploaded = 0;
                 let mut shareable = SharedFiles::new();
@@ -960,12 +961,17 @@ impl Task {
             if let Ok(s) = &result {
                 uploaded_total.increment(s.uploaded_bytes);
             }
-            match result {
-                Ok(snapshot) => reporter.send(Report::Ack(pb::AcknowledgeCheckpointRequest {
+            // An acknowledgement must carry a readable snapshot: one that cannot be encoded declines instead.
+            let encoded = result.and_then(|snapshot| {
+                serde_json::to_vec(&snapshot)
+                    .map_err(|e| TaskError::Other(format!("cannot encode the task snapshot: {e}")))
+            });
+            match encoded {
+                Ok(snapshot_json) => reporter.send(Report::Ack(pb::AcknowledgeCheckpointRequest {
                     tm_id: reporter.tm_id.clone(),
                     task: Some(tref),
                     checkpoint_id: id.0,
-                    snapshot_json: serde_json::to_vec(&snapshot).unwrap_or_default(),
+                    snapshot_json,
                     sync_duration_ms: sync_ms,
                     async_duration_ms: async_ms,
                 })),
