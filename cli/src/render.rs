@@ -1,7 +1,7 @@
 //! Output shapes, one function per shape and format, so text and JSON stay consistent across commands.
 //!
 //! JSON field names are a contract (DESIGN §10): a job has `id`, `name`, `state`, `last_completed_checkpoint`
-//! (number or null) and more; a checkpoint has `id`, `status`, `trigger_time` (ms since the epoch),
+//! (number or null), `restarts`, `failure_reason` (string or null; `failure` is the same) and more; a checkpoint has `id`, `status`, `trigger_time` (ms since the epoch),
 //! `duration_ms`, `full_size_bytes`, `uploaded_bytes`, `failure_reason` (string or null) and more. Text the
 //! job manager leaves empty is `null` in JSON; so are the end time of a job that has not ended and the path
 //! of a checkpoint that has none.
@@ -26,6 +26,7 @@ pub struct JobJson {
     pub checkpoints_completed: u64,
     pub checkpoints_failed: u64,
     pub failure: Option<String>,
+    pub failure_reason: Option<String>,
     pub submit_time_ms: u64,
     pub end_time_ms: Option<u64>,
 }
@@ -44,6 +45,7 @@ impl From<&pb::JobInfo> for JobJson {
             checkpoints_completed: j.checkpoints_completed,
             checkpoints_failed: j.checkpoints_failed,
             failure: non_empty(&j.failure),
+            failure_reason: non_empty(&j.failure),
             submit_time_ms: j.submit_time_ms,
             end_time_ms: non_zero(j.end_time_ms),
         }
@@ -427,7 +429,7 @@ mod tests {
                 "id": "j-1", "name": "demo", "state": "RUNNING", "last_completed_checkpoint": null,
                 "restarts": 0, "attempt": 1, "parallelism": 2, "max_parallelism": 128,
                 "checkpoints_completed": 0, "checkpoints_failed": 0, "failure": null,
-                "submit_time_ms": 1_700_000_000_000u64, "end_time_ms": null
+                "failure_reason": null, "submit_time_ms": 1_700_000_000_000u64, "end_time_ms": null
             })
         );
         let failed = pb::JobInfo {
@@ -444,6 +446,7 @@ mod tests {
         let v = to_value(&job_json(&failed));
         assert_eq!(v["last_completed_checkpoint"], json!(7));
         assert_eq!(v["failure"], json!("operator \"counts\": boom"));
+        assert_eq!(v["failure_reason"], json!("operator \"counts\": boom"));
         assert_eq!(v["end_time_ms"], json!(1_700_000_060_000u64));
         assert_eq!(v["restarts"], json!(3));
         assert_eq!(to_value(&jobs_json(&[running_job(), failed])).as_array().unwrap().len(), 2);
