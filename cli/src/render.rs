@@ -1,7 +1,7 @@
 //! Output shapes, one function per shape and format, so text and JSON stay consistent across commands.
 //!
 //! JSON field names are a contract (DESIGN §10): a job has `id`, `name`, `state`, `last_completed_checkpoint`
-//! (number or null) and more; a checkpoint has `id`, `status`, `trigger_time` (ms since the epoch),
+//! (number or null), `restarts`, `failure_reason` (string or null; `failure` is the same) and more; a checkpoint has `id`, `status`, `trigger_time` (ms since the epoch),
 //! `duration_ms`, `full_size_bytes`, `uploaded_bytes`, `failure_reason` (string or null) and more. Text the
 //! job manager leaves empty is `null` in JSON; so are the end time of a job that has not ended and the path
 //! of a checkpoint that has none.
@@ -461,8 +461,8 @@ mod tests {
         };
         let v = to_value(&job_json(&failed));
         assert_eq!(v["last_completed_checkpoint"], json!(7));
-        assert_eq!(v["failure_reason"], json!("operator \"counts\": boom"));
         assert_eq!(v["failure"], json!("operator \"counts\": boom"));
+        assert_eq!(v["failure_reason"], json!("operator \"counts\": boom"));
         assert_eq!(v["end_time_ms"], json!(1_700_000_060_000u64));
         assert_eq!(v["restarts"], json!(3));
         assert_eq!(to_value(&jobs_json(&[running_job(), failed])).as_array().unwrap().len(), 2);

@@ -274,7 +274,9 @@ async fn job_and_checkpoint_json() {
     let jobs = v.as_array().unwrap();
     assert_eq!(jobs.len(), 2);
     for j in jobs {
-        for field in ["id", "name", "state", "last_completed_checkpoint", "restarts", "failure", "end_time_ms"] {
+        for field in
+            ["id", "name", "state", "last_completed_checkpoint", "restarts", "failure", "failure_reason", "end_time_ms"]
+        {
             assert!(j.get(field).is_some(), "{field} missing in {j}");
         }
     }
@@ -284,6 +286,7 @@ async fn job_and_checkpoint_json() {
     let failed = jobs.iter().find(|j| j["id"] == "job-2").unwrap();
     assert_eq!(failed["last_completed_checkpoint"], 4);
     assert_eq!(failed["failure"], "task failed: boom");
+    assert_eq!(failed["failure_reason"], "task failed: boom");
 
     let o = weir(&["job", "list", "--jobmanager", &addr]).await;
     assert!(stdout(&o).starts_with("ID     NAME   STATE"), "{}", stdout(&o));

@@ -73,11 +73,11 @@ pub struct JobSpecFile {
 #[serde(deny_unknown_fields)]
 pub struct CheckpointingFile {
     #[allow(missing_docs)]
-    pub interval_ms: Option<u64>,
+    pub interval_ms: Option<i64>,
     #[allow(missing_docs)]
-    pub timeout_ms: Option<u64>,
+    pub timeout_ms: Option<i64>,
     #[allow(missing_docs)]
-    pub min_pause_ms: Option<u64>,
+    pub min_pause_ms: Option<i64>,
     #[allow(missing_docs)]
     pub max_concurrent: Option<u32>,
     #[allow(missing_docs)]
@@ -86,6 +86,16 @@ pub struct CheckpointingFile {
     pub incremental: Option<bool>,
     #[allow(missing_docs)]
     pub tolerable_failures: Option<u32>,
+}
+
+/// A duration in milliseconds as written (signed, so that a negative one gets a message naming its field).
+fn duration_ms(field: &str, value: Option<i64>) -> Result<Option<u64>, SpecError> {
+    value
+        .map(|v| {
+            u64::try_from(v)
+                .map_err(|_| job_err(field, format!("{v} is negative: durations are milliseconds, 0 or more")))
+        })
+        .transpose()
 }
 
 /// Restart strategy as written in a spec file.
@@ -97,11 +107,19 @@ pub struct RestartFile {
     #[allow(missing_docs)]
     pub attempts: Option<u32>,
     #[allow(missing_docs)]
-    pub delay_ms: Option<u64>,
+    pub delay_ms: Option<i64>,
     #[allow(missing_docs)]
-    pub max_delay_ms: Option<u64>,
+    pub max_delay_ms: Option<i64>,
     #[allow(missing_docs)]
     pub multiplier: Option<f64>,
+    #[allow(missing_docs)]
+    pub reset_backoff_threshold_ms: Option<i64>,
+    #[allow(missing_docs)]
+    pub jitter_factor: Option<f64>,
+    #[allow(missing_docs)]
+    pub max_failures_per_interval: Option<u32>,
+    #[allow(missing_docs)]
+    pub failure_rate_interval_ms: Option<i64>,
 }
 
 /// One operator as written in a spec file.
@@ -158,15 +176,17 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
     }
     let c = file.checkpointing.unwrap_or_default();
     let r = file.restart.unwrap_or_default();
+    let cms = |name: &str, v| duration_ms(&format!("checkpointing.{name}"), v);
+    let rms = |name: &str, v| duration_ms(&format!("restart.{name}"), v);
     Ok(pb::JobSpec {
         name: file.name,
         parallelism: file.parallelism.unwrap_or(0),
         max_parallelism: file.max_parallelism,
         state_backend: file.state_backend.unwrap_or_default(),
         checkpointing: Some(pb::CheckpointConfig {
-            interval_ms: c.interval_ms,
-            timeout_ms: c.timeout_ms,
-            min_pause_ms: c.min_pause_ms,
+            interval_ms: cms("interval_ms", c.interval_ms)?,
+            timeout_ms: cms("timeout_ms", c.timeout_ms)?,
+            min_pause_ms: cms("min_pause_ms", c.min_pause_ms)?,
             max_concurrent: c.max_concurrent,
             retained: c.retained,
             incremental: c.incremental,
@@ -175,9 +195,13 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
         restart: Some(pb::RestartConfig {
             strategy: r.strategy.unwrap_or_default(),
             attempts: r.attempts,
-            delay_ms: r.delay_ms,
-            max_delay_ms: r.max_delay_ms,
+            delay_ms: rms("delay_ms", r.delay_ms)?,
+            max_delay_ms: rms("max_delay_ms", r.max_delay_ms)?,
             multiplier: r.multiplier,
+            reset_backoff_threshold_ms: rms("reset_backoff_threshold_ms", r.reset_backoff_threshold_ms)?,
+            jitter_factor: r.jitter_factor,
+            max_failures_per_interval: r.max_failures_per_interval,
+            failure_rate_interval_ms: rms("failure_rate_interval_ms", r.failure_rate_interval_ms)?,
         }),
         operators,
     })
@@ -240,21 +264,22 @@ pub struct CheckpointSettings {
     pub tolerable_failures: Option<u32>,
 }
 
-/// Restart strategy with defaults applied.
+/// Restart strategy with defaults applied (Flink's, except where noted in docs/architecture.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum RestartSettings {
     /// Never restart: the first failure fails the job.
     None,
-    /// Wait `delay_ms` between restarts, at most `attempts` restarts.
+    /// Wait `delay_ms` between restarts, at most `attempts` restarts over the job's life.
     FixedDelay {
         /// Maximum number of restarts.
         attempts: u32,
         /// Delay before each restart.
         delay_ms: u64,
     },
-    /// Delay grows by `multiplier` per restart up to `max_delay_ms`.
+    /// Delay grows by `multiplier` per restart up to `max_delay_ms`, and goes back to `initial_delay_ms`
+    /// once the job has run `reset_backoff_threshold_ms` without a failure.
     ExponentialDelay {
-        /// Maximum number of restarts.
+        /// Restarts allowed before the backoff resets (Flink's `attempts-before-reset-backoff`).
         attempts: u32,
         /// Delay before the first restart.
         initial_delay_ms: u64,
@@ -262,24 +287,49 @@ pub enum RestartSettings {
         max_delay_ms: u64,
         /// Growth factor per restart.
         multiplier: f64,
+        /// A failure this long after the last restart was due starts the backoff (and `attempts`) afresh.
+        #[serde(default = "default_reset_backoff_threshold_ms")]
+        reset_backoff_threshold_ms: u64,
+        /// Each delay moves by up to this fraction of itself, at random, so that jobs do not restart in step.
+        // Records written before jitter existed had none; they keep it that way.
+        #[serde(default)]
+        jitter_factor: f64,
+    },
+    /// Restart after `delay_ms` unless more than `max_failures_per_interval` failures happened within
+    /// `failure_rate_interval_ms`.
+    FailureRate {
+        /// Failures tolerated within the interval.
+        max_failures_per_interval: u32,
+        /// Length of the interval.
+        failure_rate_interval_ms: u64,
+        /// Delay before each restart.
+        delay_ms: u64,
     },
 }
 
-impl RestartSettings {
-    /// Delay before restart number `n` (1-based), or `None` when no more restarts are allowed.
-    pub fn delay_for(&self, n: u32) -> Option<u64> {
-        match self {
-            RestartSettings::None => None,
-            RestartSettings::FixedDelay { attempts, delay_ms } => (n <= *attempts).then_some(*delay_ms),
-            RestartSettings::ExponentialDelay { attempts, initial_delay_ms, max_delay_ms, multiplier } => {
-                if n > *attempts {
-                    return None;
-                }
-                let d = *initial_delay_ms as f64 * multiplier.powi(n.saturating_sub(1).min(64) as i32);
-                Some((d.min(*max_delay_ms as f64)) as u64)
-            }
-        }
+/// Flink's `restart-strategy.exponential-delay.reset-backoff-threshold` default: one hour.
+pub const DEFAULT_RESET_BACKOFF_THRESHOLD_MS: u64 = 3_600_000;
+
+fn default_reset_backoff_threshold_ms() -> u64 {
+    DEFAULT_RESET_BACKOFF_THRESHOLD_MS
+}
+
+/// The longest delay, interval or timeout a spec may ask for: 7 days. Anything longer is taken for a
+/// mistake in units (seconds or microseconds written as milliseconds).
+pub const MAX_DURATION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// The shortest checkpoint interval and timeout (Flink's `MINIMAL_CHECKPOINT_TIME`).
+pub const MIN_CHECKPOINT_TIME_MS: u64 = 10;
+
+/// Checks a duration field against `min ..= MAX_DURATION_MS`.
+fn check_duration(field: &str, value: u64, min: u64) -> Result<u64, SpecError> {
+    if value < min || value > MAX_DURATION_MS {
+        return Err(job_err(
+            field,
+            format!("{value} ms is out of range: use {min} ms to {MAX_DURATION_MS} ms (7 days)"),
+        ));
     }
+    Ok(value)
 }
 
 /// One operator with its effective parallelism, input and partitioning.
@@ -465,52 +515,8 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         }
     }
 
-    let c = spec.checkpointing.unwrap_or_default();
-    let checkpointing = CheckpointSettings {
-        interval_ms: c.interval_ms.filter(|&i| i > 0),
-        timeout_ms: c.timeout_ms.unwrap_or(600_000),
-        min_pause_ms: c.min_pause_ms.unwrap_or(0),
-        max_concurrent: c.max_concurrent.unwrap_or(1),
-        retained: c.retained.unwrap_or(1),
-        incremental: c.incremental.unwrap_or(true),
-        tolerable_failures: c.tolerable_failures,
-    };
-    if checkpointing.timeout_ms == 0 {
-        return Err(job_err("checkpointing.timeout_ms", "must be positive"));
-    }
-    if checkpointing.max_concurrent != 1 {
-        return Err(job_err("checkpointing.max_concurrent", "only 1 concurrent checkpoint is supported for now"));
-    }
-    if checkpointing.retained == 0 {
-        return Err(job_err("checkpointing.retained", "must be at least 1"));
-    }
-
-    let r = spec.restart.clone().unwrap_or_default();
-    let restart = match r.strategy.as_str() {
-        "" | "fixed-delay" => RestartSettings::FixedDelay {
-            attempts: r.attempts.unwrap_or(u32::MAX),
-            delay_ms: r.delay_ms.unwrap_or(1000),
-        },
-        "exponential-delay" => {
-            let multiplier = r.multiplier.unwrap_or(1.5);
-            if !(1.0..=100.0).contains(&multiplier) {
-                return Err(job_err("restart.multiplier", "must be between 1 and 100"));
-            }
-            RestartSettings::ExponentialDelay {
-                attempts: r.attempts.unwrap_or(u32::MAX),
-                initial_delay_ms: r.delay_ms.unwrap_or(1000),
-                max_delay_ms: r.max_delay_ms.unwrap_or(60_000),
-                multiplier,
-            }
-        }
-        "none" | "no-restart" => RestartSettings::None,
-        other => {
-            return Err(job_err(
-                "restart.strategy",
-                format!("unknown strategy {other:?} (use fixed-delay, exponential-delay or none)"),
-            ))
-        }
-    };
+    let checkpointing = resolve_checkpointing(&spec.checkpointing.unwrap_or_default())?;
+    let restart = resolve_restart(&spec.restart.clone().unwrap_or_default())?;
 
     Ok(ResolvedJob {
         name: spec.name.clone(),
@@ -520,6 +526,143 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         checkpointing,
         restart,
         operators,
+    })
+}
+
+/// Checkpoint settings with defaults; every value that would be silently useless is refused.
+fn resolve_checkpointing(c: &pb::CheckpointConfig) -> Result<CheckpointSettings, SpecError> {
+    let interval_ms = match c.interval_ms {
+        None => None,
+        Some(0) => {
+            return Err(job_err(
+                "checkpointing.interval_ms",
+                "0 is not a checkpoint interval; to run without periodic checkpoints leave interval_ms out \
+                 (or set it to null)",
+            ))
+        }
+        Some(i) => Some(check_duration("checkpointing.interval_ms", i, MIN_CHECKPOINT_TIME_MS)?),
+    };
+    let timeout_ms = match c.timeout_ms {
+        None => 600_000,
+        Some(0) => return Err(job_err("checkpointing.timeout_ms", "must be positive (default 600000 ms)")),
+        Some(t) => check_duration("checkpointing.timeout_ms", t, MIN_CHECKPOINT_TIME_MS)?,
+    };
+    let min_pause_ms = check_duration("checkpointing.min_pause_ms", c.min_pause_ms.unwrap_or(0), 0)?;
+    let max_concurrent = c.max_concurrent.unwrap_or(1);
+    if max_concurrent != 1 {
+        return Err(job_err("checkpointing.max_concurrent", "only 1 concurrent checkpoint is supported for now"));
+    }
+    let retained = c.retained.unwrap_or(1);
+    if retained == 0 {
+        return Err(job_err("checkpointing.retained", "must be at least 1 (the checkpoint to restore from)"));
+    }
+    Ok(CheckpointSettings {
+        interval_ms,
+        timeout_ms,
+        min_pause_ms,
+        max_concurrent,
+        retained,
+        incremental: c.incremental.unwrap_or(true),
+        tolerable_failures: c.tolerable_failures,
+    })
+}
+
+/// The restart strategy with Flink's defaults; a setting the chosen strategy does not use is refused
+/// rather than ignored.
+fn resolve_restart(r: &pb::RestartConfig) -> Result<RestartSettings, SpecError> {
+    let strategy = if r.strategy.is_empty() { "fixed-delay" } else { r.strategy.as_str() };
+    let takes: &[&str] = match strategy {
+        "fixed-delay" => &["attempts", "delay_ms"],
+        "exponential-delay" => {
+            &["attempts", "delay_ms", "max_delay_ms", "multiplier", "reset_backoff_threshold_ms", "jitter_factor"]
+        }
+        "failure-rate" => &["max_failures_per_interval", "failure_rate_interval_ms", "delay_ms"],
+        "none" | "no-restart" => &[],
+        other => {
+            return Err(job_err(
+                "restart.strategy",
+                format!("unknown strategy {other:?} (use fixed-delay, exponential-delay, failure-rate or none)"),
+            ))
+        }
+    };
+    let given = [
+        ("attempts", r.attempts.is_some()),
+        ("delay_ms", r.delay_ms.is_some()),
+        ("max_delay_ms", r.max_delay_ms.is_some()),
+        ("multiplier", r.multiplier.is_some()),
+        ("reset_backoff_threshold_ms", r.reset_backoff_threshold_ms.is_some()),
+        ("jitter_factor", r.jitter_factor.is_some()),
+        ("max_failures_per_interval", r.max_failures_per_interval.is_some()),
+        ("failure_rate_interval_ms", r.failure_rate_interval_ms.is_some()),
+    ];
+    if let Some((name, _)) = given.iter().find(|(name, present)| *present && !takes.contains(name)) {
+        let takes = if takes.is_empty() { "no settings".to_string() } else { takes.join(", ") };
+        return Err(job_err(
+            &format!("restart.{name}"),
+            format!("does not apply to the {strategy} strategy (it takes {takes})"),
+        ));
+    }
+    let delay = |default: u64, min: u64| check_duration("restart.delay_ms", r.delay_ms.unwrap_or(default), min);
+    Ok(match strategy {
+        "fixed-delay" => {
+            RestartSettings::FixedDelay { attempts: r.attempts.unwrap_or(u32::MAX), delay_ms: delay(1000, 0)? }
+        }
+        "exponential-delay" => {
+            let multiplier = r.multiplier.unwrap_or(1.5);
+            if !(1.0..=100.0).contains(&multiplier) {
+                return Err(job_err("restart.multiplier", "must be between 1 and 100"));
+            }
+            let jitter_factor = r.jitter_factor.unwrap_or(0.1);
+            if !(0.0..=1.0).contains(&jitter_factor) {
+                return Err(job_err("restart.jitter_factor", "must be between 0 and 1"));
+            }
+            let initial_delay_ms = delay(1000, 1)?;
+            let max_delay_ms = match r.max_delay_ms {
+                // The default bound never undercuts an initial delay chosen above it.
+                None => initial_delay_ms.max(60_000),
+                Some(m) => check_duration("restart.max_delay_ms", m, initial_delay_ms).map_err(|_| {
+                    job_err(
+                        "restart.max_delay_ms",
+                        format!(
+                            "{m} ms is out of range: use delay_ms ({initial_delay_ms} ms) to {MAX_DURATION_MS} ms \
+                             (7 days)"
+                        ),
+                    )
+                })?,
+            };
+            let reset_backoff_threshold_ms = check_duration(
+                "restart.reset_backoff_threshold_ms",
+                r.reset_backoff_threshold_ms.unwrap_or(DEFAULT_RESET_BACKOFF_THRESHOLD_MS),
+                1,
+            )?;
+            RestartSettings::ExponentialDelay {
+                attempts: r.attempts.unwrap_or(u32::MAX),
+                initial_delay_ms,
+                max_delay_ms,
+                multiplier,
+                reset_backoff_threshold_ms,
+                jitter_factor,
+            }
+        }
+        "failure-rate" => {
+            let max_failures_per_interval = r.max_failures_per_interval.unwrap_or(1);
+            if max_failures_per_interval == 0 {
+                return Err(job_err(
+                    "restart.max_failures_per_interval",
+                    "must be at least 1 (for no restarts use strategy: none)",
+                ));
+            }
+            RestartSettings::FailureRate {
+                max_failures_per_interval,
+                failure_rate_interval_ms: check_duration(
+                    "restart.failure_rate_interval_ms",
+                    r.failure_rate_interval_ms.unwrap_or(60_000),
+                    1,
+                )?,
+                delay_ms: delay(1000, 0)?,
+            }
+        }
+        _ => RestartSettings::None,
     })
 }
 
@@ -594,17 +737,91 @@ operators:
     }
 
     #[test]
-    fn restart_delays() {
-        let r = RestartSettings::ExponentialDelay {
-            attempts: 3,
-            initial_delay_ms: 100,
-            max_delay_ms: 250,
-            multiplier: 2.0,
-        };
-        assert_eq!(r.delay_for(1), Some(100));
-        assert_eq!(r.delay_for(2), Some(200));
-        assert_eq!(r.delay_for(3), Some(250));
-        assert_eq!(r.delay_for(4), None);
-        assert_eq!(RestartSettings::FixedDelay { attempts: 1, delay_ms: 5 }.delay_for(2), None);
+    fn checkpoint_and_restart_settings_are_checked() {
+        let with = |block: &str| DEMO.replace("checkpointing: { interval_ms: 1000 }", block);
+        let cases: &[(&str, &str)] = &[
+            ("checkpointing: { interval_ms: 0 }", "\"checkpointing.interval_ms\": 0 is not a checkpoint interval"),
+            ("checkpointing: { interval_ms: 5 }", "\"checkpointing.interval_ms\": 5 ms is out of range: use 10 ms"),
+            ("checkpointing: { interval_ms: 604800001 }", "(7 days)"),
+            ("checkpointing: { timeout_ms: 0 }", "\"checkpointing.timeout_ms\": must be positive"),
+            ("checkpointing: { timeout_ms: 1000000000000 }", "\"checkpointing.timeout_ms\": 1000000000000 ms is out"),
+            ("checkpointing: { min_pause_ms: 700000000 }", "\"checkpointing.min_pause_ms\""),
+            ("checkpointing: { retained: 0 }", "\"checkpointing.retained\": must be at least 1"),
+            ("restart: { strategy: fixd-delay }", "\"restart.strategy\": unknown strategy \"fixd-delay\""),
+            ("restart: { delay_ms: 604800001 }", "\"restart.delay_ms\": 604800001 ms is out of range"),
+            ("restart: { strategy: exponential-delay, delay_ms: 0 }", "\"restart.delay_ms\": 0 ms is out of range"),
+            ("restart: { strategy: exponential-delay, delay_ms: 500, max_delay_ms: 100 }", "\"restart.max_delay_ms\""),
+            ("restart: { strategy: exponential-delay, jitter_factor: 1.5 }", "\"restart.jitter_factor\""),
+            ("restart: { strategy: exponential-delay, multiplier: 0.5 }", "\"restart.multiplier\""),
+            ("restart: { strategy: exponential-delay, reset_backoff_threshold_ms: 0 }", "reset_backoff_threshold_ms"),
+            ("restart: { strategy: failure-rate, max_failures_per_interval: 0 }", "max_failures_per_interval"),
+            ("restart: { strategy: failure-rate, failure_rate_interval_ms: 0 }", "failure_rate_interval_ms"),
+            (
+                "restart: { strategy: fixed-delay, multiplier: 2 }",
+                "\"restart.multiplier\": does not apply to the fixed-delay",
+            ),
+            ("restart: { strategy: none, attempts: 3 }", "\"restart.attempts\": does not apply to the none strategy"),
+            ("restart: { strategy: failure-rate, attempts: 3 }", "\"restart.attempts\": does not apply"),
+        ];
+        for (block, expected) in cases {
+            let e = err_of(&with(block));
+            assert!(e.contains(expected), "{block}: {e}");
+        }
+        // Negative numbers cannot be sent to the job manager: the file form refuses them.
+        let e = err_of(&with("checkpointing: { interval_ms: -1000 }"));
+        assert!(e.contains("job field \"checkpointing.interval_ms\": -1000 is negative"), "{e}");
+        let e = err_of(&with("restart: { delay_ms: -5 }"));
+        assert!(e.contains("job field \"restart.delay_ms\": -5 is negative"), "{e}");
+
+        // Off is said by leaving the interval out (or null).
+        for off in ["checkpointing: { interval_ms: null }", "checkpointing: { timeout_ms: 1000 }", ""] {
+            assert_eq!(resolve_text(&with(off)).unwrap().checkpointing.interval_ms, None, "{off}");
+        }
+        let bounds = resolve_text(&with("checkpointing: { interval_ms: 10, timeout_ms: 604800000 }")).unwrap();
+        assert_eq!((bounds.checkpointing.interval_ms, bounds.checkpointing.timeout_ms), (Some(10), MAX_DURATION_MS));
+
+        let exp = resolve_text(&with("restart: { strategy: exponential-delay }")).unwrap().restart;
+        assert_eq!(
+            exp,
+            RestartSettings::ExponentialDelay {
+                attempts: u32::MAX,
+                initial_delay_ms: 1000,
+                max_delay_ms: 60_000,
+                multiplier: 1.5,
+                reset_backoff_threshold_ms: 3_600_000,
+                jitter_factor: 0.1,
+            }
+        );
+        let long = resolve_text(&with("restart: { strategy: exponential-delay, delay_ms: 120000 }")).unwrap().restart;
+        assert!(matches!(long, RestartSettings::ExponentialDelay { max_delay_ms: 120_000, .. }), "{long:?}");
+        let rate = resolve_text(&with("restart: { strategy: failure-rate }")).unwrap().restart;
+        assert_eq!(
+            rate,
+            RestartSettings::FailureRate {
+                max_failures_per_interval: 1,
+                failure_rate_interval_ms: 60_000,
+                delay_ms: 1000
+            }
+        );
+        let fixed = resolve_text(&with("restart: { strategy: fixed-delay, attempts: 2, delay_ms: 0 }")).unwrap();
+        assert_eq!(fixed.restart, RestartSettings::FixedDelay { attempts: 2, delay_ms: 0 });
+        assert_eq!(resolve_text(&with("restart: { strategy: none }")).unwrap().restart, RestartSettings::None);
+    }
+
+    #[test]
+    fn records_from_before_the_backoff_reset_still_load() {
+        let old = r#"{"ExponentialDelay":{"attempts":3,"initial_delay_ms":100,"max_delay_ms":250,"multiplier":2.0}}"#;
+        let r: RestartSettings = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            r,
+            RestartSettings::ExponentialDelay {
+                attempts: 3,
+                initial_delay_ms: 100,
+                max_delay_ms: 250,
+                multiplier: 2.0,
+                reset_backoff_threshold_ms: DEFAULT_RESET_BACKOFF_THRESHOLD_MS,
+                jitter_factor: 0.0,
+            }
+        );
     }
 }

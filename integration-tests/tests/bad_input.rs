@@ -16,6 +16,11 @@ operators:
   - { uid: out, kind: blackhole, input: counts, parallelism: 1 }
 ";
 
+/// [`GOOD`] with one more job-level line (a `checkpointing:` or `restart:` block).
+fn with_job_field(line: &str) -> String {
+    GOOD.replace("parallelism: 2\n", &format!("parallelism: 2\n{line}\n"))
+}
+
 /// A bad spec and what its error message must mention (any one of each group, case-insensitive).
 struct BadSpec {
     name: &'static str,
@@ -57,6 +62,67 @@ operators:
             mentions: &[&["out"], &["parallelism"], &["max_parallelism", "max parallelism"]],
         },
         BadSpec { name: "zero keys", spec: GOOD.replace("keys: 10", "keys: 0"), mentions: &[&["events"], &["keys"]] },
+        BadSpec {
+            name: "checkpoint interval 0",
+            spec: with_job_field("checkpointing: { interval_ms: 0 }"),
+            // The message says how checkpointing is turned off instead.
+            mentions: &[&["checkpointing.interval_ms"], &["leave interval_ms out"]],
+        },
+        BadSpec {
+            name: "checkpoint timeout 0",
+            spec: with_job_field("checkpointing: { interval_ms: 1000, timeout_ms: 0 }"),
+            mentions: &[&["checkpointing.timeout_ms"], &["positive"]],
+        },
+        BadSpec {
+            name: "retained 0",
+            spec: with_job_field("checkpointing: { interval_ms: 1000, retained: 0 }"),
+            mentions: &[&["checkpointing.retained"], &["at least 1"]],
+        },
+        BadSpec {
+            name: "checkpoint interval of 50 days",
+            spec: with_job_field("checkpointing: { interval_ms: 4320000000 }"),
+            mentions: &[&["checkpointing.interval_ms"], &["7 days"]],
+        },
+        BadSpec {
+            name: "checkpoint timeout of 30 years",
+            spec: with_job_field("checkpointing: { interval_ms: 1000, timeout_ms: 1000000000000 }"),
+            mentions: &[&["checkpointing.timeout_ms"], &["7 days"]],
+        },
+        BadSpec {
+            name: "negative checkpoint interval",
+            spec: with_job_field("checkpointing: { interval_ms: -1000 }"),
+            mentions: &[&["checkpointing.interval_ms"], &["-1000 is negative"]],
+        },
+        BadSpec {
+            name: "unknown restart strategy",
+            spec: with_job_field("restart: { strategy: fixd-delay, attempts: 3 }"),
+            mentions: &[&["restart.strategy"], &["fixd-delay"], &["failure-rate"]],
+        },
+        BadSpec {
+            name: "restart delay of 10 days",
+            spec: with_job_field("restart: { strategy: fixed-delay, attempts: 3, delay_ms: 864000000 }"),
+            mentions: &[&["restart.delay_ms"], &["7 days"]],
+        },
+        BadSpec {
+            name: "negative restart delay",
+            spec: with_job_field("restart: { strategy: fixed-delay, attempts: 3, delay_ms: -500 }"),
+            mentions: &[&["restart.delay_ms"], &["-500 is negative"]],
+        },
+        BadSpec {
+            name: "exponential max delay of 10 days",
+            spec: with_job_field("restart: { strategy: exponential-delay, max_delay_ms: 864000000 }"),
+            mentions: &[&["restart.max_delay_ms"], &["7 days"]],
+        },
+        BadSpec {
+            name: "failure-rate interval 0",
+            spec: with_job_field("restart: { strategy: failure-rate, failure_rate_interval_ms: 0 }"),
+            mentions: &[&["restart.failure_rate_interval_ms"], &["out of range"]],
+        },
+        BadSpec {
+            name: "setting of another restart strategy",
+            spec: with_job_field("restart: { strategy: fixed-delay, attempts: 3, multiplier: 2 }"),
+            mentions: &[&["restart.multiplier"], &["does not apply"]],
+        },
         BadSpec {
             name: "malformed YAML",
             spec: "name: x\noperators: [ { uid: a, kind: datagen\n".to_string(),

@@ -11,7 +11,7 @@ use crate::coordinator::{
 use crate::descriptors::{build_descriptors, DeployPlan};
 use crate::error::JobRequestError;
 use crate::job_store::JobRecord;
-use crate::lifecycle::{restart_decision, transition, JobState, RestartDecision};
+use crate::lifecycle::{transition, JobState, RestartDecision};
 use crate::manager::Shared;
 use crate::registry::SlotTarget;
 use crate::tm_client::is_connection_error;
@@ -630,16 +630,20 @@ impl JobActor {
         warn!(job_id = %self.record.id, attempt = self.record.attempt.0, cause = %cause, "job fails over");
         self.abort_pending(&format!("job failover: {cause}"));
         self.undeploy(true);
-        self.record.failure = cause.clone();
-        match restart_decision(&self.record.job.restart, self.record.restarts) {
-            RestartDecision::GiveUp => {
+        let now = now_ms();
+        let decision =
+            self.record.restart_history.on_failure(&self.record.job.restart, self.record.restarts, now, rand::random());
+        match decision {
+            RestartDecision::GiveUp { reason } => {
+                self.record.failure = format!("{cause}; not restarted: {reason}");
                 self.set_state(JobState::Failed);
-                error!(job_id = %self.record.id, restarts = self.record.restarts, cause = %cause, "job failed: no restart left");
+                error!(job_id = %self.record.id, restarts = self.record.restarts, cause = %cause, %reason, "job failed: no restart left");
             }
             RestartDecision::Restart { number, delay_ms } => {
+                self.record.failure = cause;
                 self.record.restarts = number;
                 self.set_state(JobState::Restarting);
-                self.restart_at_ms = now_ms().saturating_add(delay_ms);
+                self.restart_at_ms = now.saturating_add(delay_ms);
                 info!(job_id = %self.record.id, restart = number, delay_ms, "job restarts after the delay");
             }
         }

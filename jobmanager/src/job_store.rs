@@ -3,7 +3,7 @@
 //! restarted job manager resumes its jobs.
 
 use crate::coordinator::{CheckpointHistoryEntry, CheckpointStatus, RetainedCheckpoint, HISTORY_LIMIT};
-use crate::lifecycle::JobState;
+use crate::lifecycle::{JobState, RestartHistory};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -51,6 +51,9 @@ pub struct JobRecord {
     pub attempt: AttemptNumber,
     /// Restarts after failures so far.
     pub restarts: u32,
+    /// What the restart strategy remembers of past failures (absent in records of older versions).
+    #[serde(default)]
+    pub restart_history: RestartHistory,
     /// When the job was submitted.
     pub submit_time_ms: u64,
     /// When it reached a terminal state (0 while it runs).
@@ -85,6 +88,7 @@ impl JobRecord {
             state: JobState::Created,
             attempt: AttemptNumber(0),
             restarts: 0,
+            restart_history: RestartHistory::default(),
             submit_time_ms: now_ms,
             end_time_ms: 0,
             failure: String::new(),
@@ -277,5 +281,16 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn records_without_restart_history_load() {
+        let mut r = JobRecord::new(JobId::random(), demo_job(), 42);
+        r.restarts = 3;
+        let mut json = serde_json::to_value(&r).unwrap();
+        json.as_object_mut().unwrap().remove("restart_history");
+        let loaded: JobRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(loaded.restart_history, RestartHistory::default());
+        assert_eq!(loaded, r);
     }
 }
