@@ -21,3 +21,11 @@ if [ ! -x "$WEIR_TOOLS/venv/bin/moto_server" ]; then
   python3 -m venv "$WEIR_TOOLS/venv"
   "$WEIR_TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'moto[server]==5.*' >/dev/null
 fi
+
+# The test runner scripts/test.sh uses: nextest runs the cluster tests one at a time, each with a timeout
+# (.config/nextest.toml). Its prebuilt binaries come from GitHub; only crates.io is assumed reachable, so it is
+# built from source, once (a few minutes). The build gets a temporary directory of its own, not the workspace's.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "setup: installing cargo-nextest (built from crates.io, a few minutes)" >&2
+  env -u CARGO_TARGET_DIR cargo install --locked --quiet cargo-nextest
+fi

@@ -13,9 +13,12 @@ export RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}"
 
 cargo build --release --workspace --bins
 
+# setup.sh installs nextest; .config/nextest.toml runs the cluster tests one at a time, with a timeout. Under
+# plain `cargo test` they are one at a time too (each cluster holds a lock file next to the binaries), only
+# without the timeout.
 if cargo nextest --version >/dev/null 2>&1; then
-  # .config/nextest.toml runs the cluster tests one at a time, with a timeout.
   exec cargo nextest run --release --workspace --no-fail-fast
 else
+  echo "test.sh: cargo-nextest not found; running cargo test (no per-test timeout)" >&2
   exec cargo test --release --workspace --no-fail-fast
 fi

@@ -183,12 +183,43 @@ impl FileSinkConfig {
     }
 }
 
+/// When `keyed-count` emits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeyedCountEmit {
+    /// One `(key, count)` per key at end of input.
+    #[default]
+    End,
+    /// `(key, new count)` after every record, nothing at end of input.
+    Updates,
+}
+
+/// Config of `keyed-count`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyedCountConfig {
+    /// When counts are emitted.
+    pub emit: KeyedCountEmit,
+}
+
+impl KeyedCountConfig {
+    /// Reads and checks a keyed-count config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["emit"])?;
+        let emit = match r.string("emit").as_deref().map(str::trim) {
+            None | Some("end") => KeyedCountEmit::End,
+            Some("updates") => KeyedCountEmit::Updates,
+            Some(other) => return Err(field_err("emit", format!("expected end or updates, got {other:?}"))),
+        };
+        Ok(KeyedCountConfig { emit })
+    }
+}
+
 /// Checks the config of a built-in kind; kinds that are not built in are checked by their task manager.
 pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Result<(), ConfigFieldError> {
     match kind {
         "datagen" => DatagenConfig::from_map(map).map(|_| ()),
         "file-sink" => FileSinkConfig::from_map(map).map(|_| ()),
-        "keyed-count" | "blackhole" => ConfigReader::new(map, &[]).map(|_| ()),
+        "keyed-count" => KeyedCountConfig::from_map(map).map(|_| ()),
+        "blackhole" => ConfigReader::new(map, &[]).map(|_| ()),
         _ => Ok(()),
     }
 }
@@ -212,6 +243,18 @@ mod tests {
         assert_eq!(e.field, "kyes");
         let e = DatagenConfig::from_map(&m(&[("count", "-3")])).unwrap_err();
         assert!(e.message.contains("non-negative"));
+    }
+
+    #[test]
+    fn keyed_count_emit() {
+        assert_eq!(KeyedCountConfig::from_map(&m(&[])).unwrap().emit, KeyedCountEmit::End);
+        assert_eq!(KeyedCountConfig::from_map(&m(&[("emit", "end")])).unwrap().emit, KeyedCountEmit::End);
+        assert_eq!(KeyedCountConfig::from_map(&m(&[("emit", "updates")])).unwrap().emit, KeyedCountEmit::Updates);
+        let e = KeyedCountConfig::from_map(&m(&[("emit", "always")])).unwrap_err();
+        assert_eq!(e.field, "emit");
+        assert!(e.message.contains("end or updates") && e.message.contains("always"), "{e}");
+        assert_eq!(KeyedCountConfig::from_map(&m(&[("emitt", "end")])).unwrap_err().field, "emitt");
+        assert_eq!(validate_builtin_config("keyed-count", &m(&[("emit", "x")])).unwrap_err().field, "emit");
     }
 
     #[test]

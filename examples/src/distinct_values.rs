@@ -424,6 +424,60 @@ mod tests {
     }
 
     #[test]
+    fn restored_entries_expire_when_the_clock_passes_their_ttl() {
+        both(|kind, dir| {
+            let clock = Arc::new(ManualClock::new(T0));
+            let mut b = backend(kind, &dir.join("a"), None, &clock);
+            let mut op = operator(&mut *b, false);
+            process(&mut op, &mut *b, &[(1, 1), (1, 2), (2, 9)]);
+            clock.set(T0 + 600);
+            process(&mut op, &mut *b, &[(1, 3), (3, 4)]);
+            clock.set(T0 + 700);
+            let mut snap = b.snapshot_sync(&dir.join("snap")).unwrap();
+            snap.ready_blocking().unwrap();
+            drop(op);
+            drop(b);
+
+            // Restored before any TTL ran out: everything is back, with the times it was written at (not the
+            // time of the restore), which the clock moving on after the restore must show.
+            let clock = Arc::new(ManualClock::new(T0 + 800));
+            let restore = copy_dir(&snap.dir, &dir.join("download"));
+            let mut r = backend(kind, &dir.join("r"), Some(&restore), &clock);
+            let mut op = operator(&mut *r, true);
+            assert_eq!(stored(&mut *r, 1), vec![(1, 1), (2, 1), (3, 1)], "key 1 restored");
+            assert_eq!(stored(&mut *r, 2), vec![(9, 1)], "key 2 restored");
+            assert_eq!(stored(&mut *r, 3), vec![(4, 1)], "key 3 restored");
+            // Seen again after the restore: value 2's TTL restarts now. Key 4 is new.
+            process(&mut op, &mut *r, &[(1, 2), (4, 5)]);
+            clock.set(T0 + TTL_MS - 1);
+            assert_eq!(
+                output(&mut op, &mut *r),
+                BTreeMap::from([(1, 3), (2, 1), (3, 1), (4, 1)]),
+                "nothing expired yet"
+            );
+
+            // The values written at T0, before the snapshot, expire; later and refreshed ones stay.
+            clock.set(T0 + TTL_MS);
+            assert_eq!(
+                output(&mut op, &mut *r),
+                BTreeMap::from([(1, 2), (3, 1), (4, 1)]),
+                "written at T0: key 1's value 1 and all of key 2 expired"
+            );
+            assert_eq!(stored(&mut *r, 1), vec![(2, 2), (3, 1)]);
+            assert!(stored(&mut *r, 2).is_empty(), "key 2 expired");
+            process(&mut op, &mut *r, &[(2, 9)]); // an expired value that comes back starts over
+            assert_eq!(stored(&mut *r, 2), vec![(9, 1)]);
+
+            // Written at T0 + 600 before the snapshot: gone at T0 + 600 + ttl.
+            clock.set(T0 + 600 + TTL_MS);
+            assert_eq!(output(&mut op, &mut *r), BTreeMap::from([(1, 1), (2, 1), (4, 1)]), "key 3 expired");
+            assert_eq!(stored(&mut *r, 1), vec![(2, 2)], "only the value refreshed after the restore is left");
+            clock.set(T0 + TTL_MS + TTL_MS);
+            assert!(output(&mut op, &mut *r).is_empty(), "everything expired");
+        });
+    }
+
+    #[test]
     fn a_non_i64_value_fails_with_the_key() {
         let tmp = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::new(T0));

@@ -283,14 +283,17 @@ pub struct Cluster {
     stopped: bool,
     /// Extra environment of the job manager from its next start on (e.g. `WEIR_FAILPOINTS`).
     jobmanager_env: Vec<(String, String)>,
+    // Dropped after the processes are killed (fields drop after `Drop::drop`): one cluster at a time.
+    _lock: crate::lock::ClusterLock,
 }
 
 impl Cluster {
     /// Starts a job manager on a free port and the task managers, and waits until all are registered.
     pub fn start(options: ClusterOptions) -> Result<Cluster> {
-        let began = Instant::now();
         binary("weir-jobmanager")?;
         binary(&options.taskmanager_binary)?;
+        let lock = crate::lock::ClusterLock::acquire(&crate::lock::lock_path(&bin_dir()?), crate::lock::LOCK_TIMEOUT)?;
+        let began = Instant::now();
         let dir = match &options.dir {
             Some(d) => {
                 std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
@@ -311,6 +314,7 @@ impl Cluster {
             startup: Duration::ZERO,
             stopped: false,
             jobmanager_env: Vec::new(),
+            _lock: lock,
         };
         cluster.spawn_jobmanager("127.0.0.1:0")?;
         let mut ids = Vec::new();

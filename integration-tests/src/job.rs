@@ -1,6 +1,7 @@
 //! The job every scenario runs, written as a spec file: `datagen` → `keyed-count` → a sink.
 
 use std::path::{Path, PathBuf};
+pub use weir_common::builtin::KeyedCountEmit;
 
 /// Where the counts go.
 #[derive(Clone, Debug)]
@@ -38,6 +39,8 @@ pub struct CountJob {
     pub restart_attempts: u32,
     /// `rocksdb` or `heap`.
     pub state_backend: String,
+    /// When `keyed-count` emits: one count per key at end of input, or every running count.
+    pub emit: KeyedCountEmit,
     /// The sink.
     pub sink: Sink,
 }
@@ -58,6 +61,7 @@ impl CountJob {
             restart_delay_ms: 500,
             restart_attempts: 100,
             state_backend: "rocksdb".to_string(),
+            emit: KeyedCountEmit::End,
             sink: Sink::Blackhole,
         }
     }
@@ -100,6 +104,13 @@ impl CountJob {
     /// Delay before each restart.
     pub fn restart_delay_ms(mut self, ms: u64) -> Self {
         self.restart_delay_ms = ms;
+        self
+    }
+
+    /// `keyed-count` emits `(key, new count)` after every record (`emit: updates`), so the sink writes all
+    /// the time, not only at end of input.
+    pub fn emit_updates(mut self) -> Self {
+        self.emit = KeyedCountEmit::Updates;
         self
     }
 
@@ -148,6 +159,10 @@ impl CountJob {
             }
             Sink::Blackhole => "{ uid: out, kind: blackhole, input: counts, parallelism: 1 }".to_string(),
         };
+        let counter = match self.emit {
+            KeyedCountEmit::End => "{ uid: counts, kind: keyed-count, input: events }",
+            KeyedCountEmit::Updates => "{ uid: counts, kind: keyed-count, input: events, config: { emit: updates } }",
+        };
         format!(
             "name: {name}\n\
              parallelism: {p}\n\
@@ -156,7 +171,7 @@ impl CountJob {
              restart: {{ strategy: fixed-delay, attempts: {attempts}, delay_ms: {delay} }}\n\
              operators:\n  \
                - {{ uid: events, kind: datagen, config: {{ {source} }} }}\n  \
-               - {{ uid: counts, kind: keyed-count, input: events }}\n  \
+               - {counter}\n  \
                - {sink}\n",
             name = self.name,
             p = self.parallelism,
@@ -189,5 +204,9 @@ mod tests {
         assert!(!job.operators[0].config.contains_key("count"));
         assert_eq!(job.checkpointing.timeout_ms, 3000);
         assert_eq!(job.operators[2].kind, "blackhole");
+        assert!(job.operators[1].config.is_empty(), "emit: end is the default and not written");
+        let updates = CountJob::bounded("u", 10, 1, 1).emit_updates();
+        let job = resolve(&parse_spec_text(&updates.yaml()).unwrap(), &builtin_kinds()).unwrap();
+        assert_eq!(job.operators[1].config["emit"], "updates");
     }
 }

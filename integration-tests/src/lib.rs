@@ -9,6 +9,8 @@
 //! - [`output`]: reads what a `file-sink` committed and compares it with the datagen formula.
 //! - [`s3`]: [`S3Server`], moto's S3 server on a loopback port, and [`S3Endpoint`], how processes reach it.
 //! - [`proxy`]: [`TcpProxy`], a loopback proxy a test can take down and bring back up.
+//! - [`lock`]: [`lock::ClusterLock`], which every cluster holds so that two never run at once, whichever test
+//!   runner.
 //! - [`process`]: one child process with its log; killed when dropped, and when the test thread dies.
 //! - [`audit`]: shared files of a job's checkpoints that nothing references (or that are missing).
 //!
@@ -18,6 +20,7 @@
 pub mod audit;
 pub mod cluster;
 pub mod job;
+pub mod lock;
 pub mod output;
 pub mod process;
 pub mod proxy;
@@ -30,8 +33,10 @@ pub use audit::{
 pub use cluster::{
     bin_dir, binary, describe_job, wait_until, CheckpointStore, Cluster, ClusterOptions, Fatal, JobState, RpcError,
 };
-pub use job::{CountJob, Sink};
-pub use output::{read_sink_output, verify_counts};
+pub use job::{CountJob, KeyedCountEmit, Sink};
+pub use output::{
+    read_sink_lines, read_sink_output, verify_counts, verify_job_output, verify_running_counts, SinkLines,
+};
 pub use process::{CommandOutput, Process};
 pub use proxy::TcpProxy;
 pub use s3::{S3Endpoint, S3Server};

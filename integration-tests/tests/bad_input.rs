@@ -61,6 +61,11 @@ operators:
                 .replace("parallelism: 1 }", "parallelism: 8 }"),
             mentions: &[&["out"], &["parallelism"], &["max_parallelism", "max parallelism"]],
         },
+        BadSpec {
+            name: "unknown keyed-count emit",
+            spec: GOOD.replace("input: events }", "input: events, config: { emit: sometimes } }"),
+            mentions: &[&["counts"], &["emit"], &["sometimes"]],
+        },
         BadSpec { name: "zero keys", spec: GOOD.replace("keys: 10", "keys: 0"), mentions: &[&["events"], &["keys"]] },
         BadSpec {
             name: "checkpoint interval 0",

@@ -2,8 +2,8 @@
 //! `BufferingSink` with transactional write-outs), run by `weir-example-taskmanager`, keeps its output exact
 //! across task-manager crashes.
 //!
-//! - `counts_…`: `datagen` → `keyed-count` → `buffering-sink`; the counts (emitted at end of input) are
-//!   committed exactly once.
+//! - `counts_…`: `datagen` → `keyed-count` (`emit: updates`) → `buffering-sink`; every running count is
+//!   committed exactly once, all through the run and across the crashes.
 //! - `records_…`: `datagen` → `buffering-sink`; every record is buffered, written out and committed across
 //!   many checkpoints and the crashes, so the committed lines must be exactly the generated records.
 //!
@@ -14,9 +14,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::Duration;
-use weir_integration_tests::{read_sink_output, scenario_seed, verify_counts, Cluster, ClusterOptions, JobState};
+use weir_integration_tests::{
+    read_sink_lines, scenario_seed, verify_counts, verify_running_counts, Cluster, ClusterOptions, JobState,
+};
 
 const TASKMANAGER: &str = "weir-example-taskmanager";
 const RECORDS: u64 = 500_000;
@@ -25,13 +26,14 @@ const RATE: u64 = 40_000; // 12.5 s of input
 const THRESHOLD: u64 = 1000;
 const CRASHES: u32 = 2;
 
-/// The two scenarios share the machine with others: one cluster at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// `datagen` (→ `keyed-count` when `counted`) → `buffering-sink`, parallelism 2 everywhere.
+/// `datagen` (→ `keyed-count` emitting running counts when `counted`) → `buffering-sink`, parallelism 2
+/// everywhere.
 fn spec(name: &str, seed: u64, counted: bool, out: &Path) -> String {
-    let (counter, sink_input) =
-        if counted { ("\n  - { uid: counts, kind: keyed-count, input: events }", "counts") } else { ("", "events") };
+    let (counter, sink_input) = if counted {
+        ("\n  - { uid: counts, kind: keyed-count, input: events, config: { emit: updates } }", "counts")
+    } else {
+        ("", "events")
+    };
     format!(
         "name: {name}\n\
          parallelism: 2\n\
@@ -100,14 +102,12 @@ fn start_cluster() -> anyhow::Result<Cluster> {
 
 #[test]
 fn counts_through_the_buffering_sink_are_exact_after_crashes() -> anyhow::Result<()> {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let seed = scenario_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut cluster = start_cluster()?;
     let out = cluster.output_dir("counts")?;
     run_with_crashes(&mut cluster, &spec("buffering-counts", seed % 1000, true, &out), &mut rng)?;
-    let output = read_sink_output(&out)?;
-    if let Err(diff) = verify_counts(&output, seed % 1000, RECORDS, KEYS) {
+    if let Err(diff) = verify_running_counts(&read_sink_lines(&out)?, seed % 1000, RECORDS, KEYS) {
         panic!("{diff}");
     }
     cluster.stop();
@@ -116,7 +116,6 @@ fn counts_through_the_buffering_sink_are_exact_after_crashes() -> anyhow::Result
 
 #[test]
 fn records_through_the_buffering_sink_are_exact_after_crashes() -> anyhow::Result<()> {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let seed = scenario_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut cluster = start_cluster()?;

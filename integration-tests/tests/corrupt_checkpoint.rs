@@ -6,7 +6,7 @@ use rand::SeedableRng;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use weir_integration_tests::{
-    read_sink_output, scenario_seed, verify_counts, Cluster, ClusterOptions, CountJob, JobState,
+    read_sink_output, scenario_seed, verify_counts, wait_until, Cluster, ClusterOptions, CountJob, JobState,
 };
 
 const RECORDS: u64 = 1_000_000;
@@ -51,12 +51,16 @@ fn restores_from_an_older_checkpoint_when_the_newest_are_corrupt() -> anyhow::Re
         .restart_delay_ms(2000)
         .into_files(&out);
     let id = cluster.submit(&job.yaml())?;
-    cluster.wait_for_checkpoints(&id, 4, Duration::from_secs(60))?;
+    let before = cluster.wait_for_checkpoints(&id, 4, Duration::from_secs(60))?;
 
     // Crash first: no checkpoint can complete without the dead task manager's tasks. A checkpoint the dead
-    // one had already acknowledged may still complete in the next moment, so let that settle, then corrupt.
+    // one had already acknowledged may still complete until the job manager fails the job over (it aborts
+    // the checkpoint in flight then), so wait for the failover, then corrupt while the restart delay runs.
     let victim = cluster.kill_random_busy_taskmanager(&mut rng)?;
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until("for the job to fail over after the crash", Duration::from_secs(30), || {
+        let job = cluster.job(&id)?;
+        Ok((job.restarts > before.restarts).then_some(()))
+    })?;
     let job_dir = cluster.checkpoint_dir().expect("local store").join(&id);
     let retained = metadata_files(&job_dir);
     assert!(retained.len() >= 2, "expected at least 2 retained checkpoints in {}: {retained:?}", job_dir.display());

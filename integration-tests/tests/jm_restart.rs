@@ -1,9 +1,10 @@
 //! The job manager crashes mid-job and comes back on the same address with the same data directory: the job
-//! resumes from its last completed checkpoint in a new attempt, and its output is exact.
+//! resumes from its last completed checkpoint in a new attempt, and its output is exact. The counts are
+//! emitted as they change (`emit: updates`), so the file sink has files in flight when the job manager dies.
 
 use std::time::Duration;
 use weir_integration_tests::{
-    read_sink_output, scenario_seed, verify_counts, wait_until, Cluster, ClusterOptions, CountJob, JobState,
+    scenario_seed, verify_job_output, wait_until, Cluster, ClusterOptions, CountJob, JobState,
 };
 
 const RECORDS: u64 = 1_000_000;
@@ -18,6 +19,7 @@ fn job_resumes_after_a_jobmanager_crash() -> anyhow::Result<()> {
     let job = CountJob::bounded("jm-restart", RECORDS, KEYS, seed % 1000)
         .rate(RATE)
         .checkpoint_every_ms(500)
+        .emit_updates()
         .into_files(&out);
     let id = cluster.submit(&job.yaml())?;
 
@@ -45,10 +47,7 @@ fn job_resumes_after_a_jobmanager_crash() -> anyhow::Result<()> {
     );
 
     cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(120))?;
-    let output = read_sink_output(&out)?;
-    if let Err(diff) = verify_counts(&output, job.seed, RECORDS, KEYS) {
-        panic!("{diff}");
-    }
+    verify_job_output(&job, &out)?;
     cluster.stop();
     Ok(())
 }

@@ -1,16 +1,25 @@
-//! `keyed-count`: a per-key count in `ValueState<u64>`, emitted as `(key, count)` at end of input.
+//! `keyed-count`: a per-key count in `ValueState<u64>`, emitted as `(key, count)` at end of input
+//! (`emit: end`, the default) or as `(key, new count)` after every record (`emit: updates`, like a Flink
+//! `KeyedProcessFunction` emitting running counts).
 
 use crate::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use crate::record::{Record, Value};
+use weir_common::builtin::{KeyedCountConfig, KeyedCountEmit};
 use weir_state::ValueState;
 
 /// Counts records per key.
 #[derive(Default)]
 pub struct KeyedCount {
+    emit: KeyedCountEmit,
     count: Option<ValueState<u64>>,
 }
 
 impl KeyedCount {
+    /// A counter emitting as the config says.
+    pub fn new(cfg: KeyedCountConfig) -> Self {
+        KeyedCount { emit: cfg.emit, count: None }
+    }
+
     fn state(&mut self) -> Result<&mut ValueState<u64>, OperatorError> {
         self.count.as_mut().ok_or_else(|| OperatorError::Other("keyed-count used before initialize_state".into()))
     }
@@ -27,19 +36,28 @@ impl Operator for KeyedCount {
         &mut self,
         records: &[Record],
         ctx: &mut ProcessContext<'_>,
-        _: &mut Collector<'_>,
+        out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
+        let updates = self.emit == KeyedCountEmit::Updates;
         let backend = ctx.keyed()?;
         let state = self.state()?;
         for r in records {
             backend.set_current_key(&r.key);
-            let n = state.value(backend)?.unwrap_or(0);
-            state.update(backend, &(n + 1))?;
+            let n = state.value(backend)?.unwrap_or(0) + 1;
+            state.update(backend, &n)?;
+            if updates {
+                // The key is inline (up to 16 bytes): the clone does not allocate.
+                out.emit(Record { key: r.key.clone(), value: Value::I64(n as i64) })?;
+            }
         }
         Ok(())
     }
 
     fn end_of_input(&mut self, ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        if self.emit == KeyedCountEmit::Updates {
+            // Every count was emitted when it changed.
+            return Ok(());
+        }
         let backend = ctx.keyed()?;
         let state = self.state()?;
         // The state visitor speaks StateError; keep the collector's own error to return it unchanged.
@@ -56,5 +74,105 @@ impl Operator for KeyedCount {
         }
         visited?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::RuntimeInfo;
+    use std::collections::BTreeMap;
+    use weir_common::ids::SubtaskIndex;
+    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::spec::StateBackendKind;
+    use weir_state::{open_keyed_backend, KeyedStateBackend, OperatorStateStore};
+
+    fn info() -> RuntimeInfo {
+        RuntimeInfo {
+            uid: "counts".into(),
+            job_id: "j".into(),
+            attempt: 1,
+            subtask: SubtaskIndex(0),
+            parallelism: 1,
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange { start: 0, end: 127 },
+        }
+    }
+
+    /// `(key, count)` records as numbers.
+    type Counts = Vec<(u64, i64)>;
+
+    /// Runs a counter with `emit` over `batches`; returns what it emitted while processing and at the end.
+    fn run(emit: KeyedCountEmit, batches: &[&[u64]]) -> (Counts, Counts) {
+        let dir = tempfile::tempdir().unwrap();
+        let i = info();
+        let mut b: Box<dyn KeyedStateBackend> = open_keyed_backend(
+            StateBackendKind::Heap,
+            dir.path(),
+            i.max_parallelism,
+            i.key_group_range,
+            None,
+            &Default::default(),
+        )
+        .unwrap();
+        let mut op = KeyedCount::new(KeyedCountConfig { emit });
+        let mut store = OperatorStateStore::new();
+        op.initialize_state(&mut InitContext {
+            info: &i,
+            restored: false,
+            operator_state: &mut store,
+            keyed: Some(&mut *b),
+        })
+        .unwrap();
+        let decode = |r: Record| {
+            let Value::I64(n) = r.value else { panic!("non-i64 count {r:?}") };
+            (u64::from_be_bytes(r.key.as_slice().try_into().unwrap()), n)
+        };
+        let mut during = Vec::new();
+        for batch in batches {
+            let records: Vec<Record> = batch.iter().map(|k| Record::new_i64(&k.to_be_bytes(), 1)).collect();
+            let mut sink = |chunk: Vec<Record>| {
+                during.extend(chunk.into_iter().map(decode));
+                Ok(())
+            };
+            let mut out = Collector::new(&mut sink);
+            op.process_batch(&records, &mut ProcessContext { info: &i, keyed: Some(&mut *b) }, &mut out).unwrap();
+            out.flush().unwrap();
+        }
+        let mut at_end = Vec::new();
+        let mut sink = |chunk: Vec<Record>| {
+            at_end.extend(chunk.into_iter().map(decode));
+            Ok(())
+        };
+        let mut out = Collector::new(&mut sink);
+        op.end_of_input(&mut ProcessContext { info: &i, keyed: Some(&mut *b) }, &mut out).unwrap();
+        out.flush().unwrap();
+        drop(out);
+        at_end.sort_unstable();
+        (during, at_end)
+    }
+
+    #[test]
+    fn end_emits_each_key_once_at_end_of_input() {
+        let (during, at_end) = run(KeyedCountEmit::End, &[&[1, 2, 1], &[3, 1, 2]]);
+        assert!(during.is_empty(), "{during:?}");
+        assert_eq!(at_end, vec![(1, 3), (2, 2), (3, 1)]);
+    }
+
+    #[test]
+    fn updates_emit_every_new_count_and_nothing_at_the_end() {
+        let (during, at_end) = run(KeyedCountEmit::Updates, &[&[1, 2, 1], &[3, 1, 2]]);
+        assert_eq!(during, vec![(1, 1), (2, 1), (1, 2), (3, 1), (1, 3), (2, 2)]);
+        assert!(at_end.is_empty(), "{at_end:?}");
+    }
+
+    #[test]
+    fn the_registry_reads_emit() {
+        let r = crate::registry::Registry::with_builtins();
+        let config: BTreeMap<String, String> = [("emit".to_string(), "updates".to_string())].into();
+        assert!(r.build("keyed-count", &config).is_ok());
+        let config: BTreeMap<String, String> = [("emit".to_string(), "later".to_string())].into();
+        let err = r.build("keyed-count", &config).err().expect("unknown emit refused");
+        assert!(err.contains("emit") && err.contains("later"), "{err}");
     }
 }

@@ -11,7 +11,7 @@ pub use file_sink::FileSink;
 pub use keyed_count::KeyedCount;
 
 use crate::registry::{Instance, Registry};
-use weir_common::builtin::{builtin_kinds, DatagenConfig, FileSinkConfig};
+use weir_common::builtin::{builtin_kinds, DatagenConfig, FileSinkConfig, KeyedCountConfig};
 
 /// Registers every built-in kind.
 pub fn register_all(r: &mut Registry) {
@@ -21,7 +21,10 @@ pub fn register_all(r: &mut Registry) {
                 let cfg = DatagenConfig::from_map(c).map_err(|e| e.to_string())?;
                 Ok(Instance::Source(Box::new(Datagen::new(cfg))))
             }),
-            "keyed-count" => r.register(info, |_| Ok(Instance::Operator(Box::new(KeyedCount::default())))),
+            "keyed-count" => r.register(info, |c| {
+                let cfg = KeyedCountConfig::from_map(c).map_err(|e| e.to_string())?;
+                Ok(Instance::Operator(Box::new(KeyedCount::new(cfg))))
+            }),
             "file-sink" => r.register(info, |c| {
                 let cfg = FileSinkConfig::from_map(c).map_err(|e| e.to_string())?;
                 Ok(Instance::Operator(Box::new(FileSink::new(cfg))))
