@@ -77,6 +77,12 @@ impl Record {
 #[error("corrupt record batch: {0}")]
 pub struct CodecError(pub String);
 
+/// Fewest bytes one encoded record takes: its key length and value tag (an empty key and no value).
+pub const MIN_ENCODED_RECORD: usize = 2;
+/// Most records one batch may carry. Producers send at most the task's batch size (1024 records); the cap
+/// bounds what a consumer allocates for a batch's records, whatever its header claims.
+pub const MAX_BATCH_RECORDS: u32 = 1 << 16;
+
 const TAG_UNIT: u8 = 0;
 const TAG_I64: u8 = 1;
 const TAG_BYTES: u8 = 2;
@@ -94,8 +100,10 @@ pub fn encode_record(r: &Record, out: &mut Vec<u8>) -> Result<(), CodecError> {
             out.extend_from_slice(&v.to_le_bytes());
         }
         Value::Bytes(b) => {
+            let len =
+                u32::try_from(b.len()).map_err(|_| CodecError(format!("value of {} bytes is over 4 GiB", b.len())))?;
             out.push(TAG_BYTES);
-            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(&len.to_le_bytes());
             out.extend_from_slice(b);
         }
     }
@@ -111,9 +119,22 @@ fn take<'a>(buf: &mut &'a [u8], n: usize) -> Result<&'a [u8], CodecError> {
     Ok(head)
 }
 
+/// Decodes the batch body of a network frame that claims `count` records: the count must fit the body (at
+/// most [`MAX_BATCH_RECORDS`], each record at least [`MIN_ENCODED_RECORD`] bytes), so a corrupt count is an
+/// error instead of sizing an allocation.
+pub fn decode_batch(count: u32, body: &[u8]) -> Result<Vec<Record>, CodecError> {
+    if count > MAX_BATCH_RECORDS || count as usize > body.len() / MIN_ENCODED_RECORD {
+        return Err(CodecError(format!("{count} records claimed in {} bytes", body.len())));
+    }
+    let mut records = Vec::with_capacity(count as usize);
+    decode_records(body, count as usize, &mut records)?;
+    Ok(records)
+}
+
 /// Decodes `count` records from a batch body, appending them to `out`.
 pub fn decode_records(mut buf: &[u8], count: usize, out: &mut Vec<Record>) -> Result<(), CodecError> {
-    out.reserve(count);
+    // Room for what the bytes can hold at most, not for what the count claims.
+    out.reserve(count.min(buf.len() / MIN_ENCODED_RECORD));
     for _ in 0..count {
         let klen = take(&mut buf, 1)?[0] as usize;
         let key = Key::from_slice(take(&mut buf, klen)?);
@@ -161,5 +182,67 @@ mod tests {
         recs[0].write_text_line(&mut line);
         recs[1].write_text_line(&mut line);
         assert_eq!(line, "7,1\nuser-1,xyz\n");
+    }
+
+    #[test]
+    fn a_count_the_bytes_cannot_hold_is_refused_before_allocating() {
+        let mut body = Vec::new();
+        encode_record(&Record::new_i64(b"k", 1), &mut body).unwrap();
+        assert!(decode_batch(1, &body).is_ok());
+        for count in [body.len() as u32 / 2 + 1, MAX_BATCH_RECORDS + 1, u32::MAX] {
+            let e = decode_batch(count, &body).unwrap_err();
+            assert!(e.to_string().contains("claimed"), "{e}");
+        }
+        let mut out = Vec::new();
+        assert!(decode_records(&body, u32::MAX as usize, &mut out).is_err());
+        assert!(
+            out.capacity() <= body.len() / MIN_ENCODED_RECORD,
+            "capacity {} for {} bytes",
+            out.capacity(),
+            body.len()
+        );
+    }
+
+    fn record() -> impl Strategy<Value = Record> {
+        let value = prop_oneof![
+            Just(Value::Unit),
+            any::<i64>().prop_map(Value::I64),
+            vec(any::<u8>(), 0..64).prop_map(Value::Bytes),
+        ];
+        (prop_oneof![vec(any::<u8>(), 0..20), vec(any::<u8>(), 0..=255)], value)
+            .prop_map(|(key, value)| Record { key: Key::from_vec(key), value })
+    }
+
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_bytes_never_panic_nor_allocate_beyond_them(
+            body in vec(any::<u8>(), 0..1024),
+            count in prop_oneof![0u32..64, any::<u32>()],
+        ) {
+            let mut out = Vec::new();
+            let decoded = decode_records(&body, count as usize, &mut out);
+            prop_assert!(out.capacity() <= (body.len() / MIN_ENCODED_RECORD).max(4));
+            if decoded.is_ok() {
+                prop_assert_eq!(out.len(), count as usize);
+            }
+            if let Ok(records) = decode_batch(count, &body) {
+                prop_assert_eq!(records.len(), count as usize);
+                prop_assert!(records.capacity() <= body.len() / MIN_ENCODED_RECORD);
+            }
+        }
+
+        #[test]
+        fn valid_batches_round_trip(records in vec(record(), 0..50)) {
+            let mut body = Vec::new();
+            for r in &records {
+                encode_record(r, &mut body).unwrap();
+            }
+            prop_assert_eq!(decode_batch(records.len() as u32, &body).unwrap(), records);
+        }
     }
 }

@@ -5,18 +5,18 @@
 //! beyond the records themselves, no logging per record. Uploads run on the tokio runtime while processing
 //! continues.
 
-use crate::align::{Alignment, BarrierAligner};
+use crate::align::{Alignment, BarrierAligner, BarrierOutcome, Deferred};
 use crate::net::{
     begin_batch, encode_frame, finish_batch, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels,
-    OutputChannel,
+    Liveness, OutputChannel,
 };
 use crate::operator::{
     Collector, InitContext, Operator, OperatorError, ProcessContext, RuntimeInfo, SnapshotContext, Source, SourceStatus,
 };
-use crate::record::{decode_records, encode_record, Record};
+use crate::record::{decode_batch, encode_record, Record, MAX_BATCH_RECORDS};
 use crate::registry::{Instance, Registry};
 use crate::report::{Report, Reporter};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +33,8 @@ use weir_state::{open_keyed_backend, KeyedStateBackend, OperatorStateStore};
 
 /// Records per network batch.
 const BATCH_RECORDS: u32 = 1024;
+// Consumers refuse batches of more records than this.
+const _: () = assert!(BATCH_RECORDS <= MAX_BATCH_RECORDS);
 /// Bytes per network batch.
 const BATCH_BYTES: usize = 64 << 10;
 /// Longest time a partly filled batch waits before it is sent.
@@ -118,8 +120,6 @@ enum TaskError {
     #[error(transparent)]
     Codec(#[from] crate::record::CodecError),
     #[error(transparent)]
-    Align(#[from] crate::align::AlignmentError),
-    #[error(transparent)]
     Store(#[from] weir_common::store::StoreError),
     #[error("canceled")]
     Canceled,
@@ -201,6 +201,8 @@ fn run(
         .data_dir
         .join("tasks")
         .join(format!("{}-a{}-v{}-s{}", desc.job_id, desc.attempt.0, desc.vertex.0, desc.subtask.0));
+    // An error while canceled is the cancel's doing (an interrupted send, say): the task was canceled.
+    let cancel_seen = cancel.clone();
     let span = tracing::info_span!("task", job_id = %desc.job_id, attempt = desc.attempt.0, vertex = desc.vertex.0, subtask = desc.subtask.0);
     let _guard = span.enter();
     let report_state = |state: pb::TaskState, error: String| {
@@ -234,6 +236,10 @@ fn run(
         }
         Ok(Exit::Canceled) | Err(TaskError::Canceled) => {
             tracing::info!("task canceled");
+            report_state(pb::TaskState::Canceled, String::new());
+        }
+        Err(e) if *cancel_seen.borrow() => {
+            tracing::info!(error = %e, "task canceled");
             report_state(pb::TaskState::Canceled, String::new());
         }
         Err(e) => {
@@ -365,7 +371,7 @@ impl OutputEdge {
     fn broadcast(&mut self, frame: &Frame) -> Result<(), TaskError> {
         self.flush_all()?;
         let bytes = encode_frame(frame);
-        for c in &self.channels {
+        for c in &mut self.channels {
             c.send_blocking(bytes.clone())?;
         }
         Ok(())
@@ -402,8 +408,8 @@ struct Task {
     outputs: Vec<OutputEdge>,
     inputs: Option<InputChannels>,
     aligner: BarrierAligner,
-    deferred: Vec<VecDeque<Frame>>,
-    replay: VecDeque<(usize, Frame)>,
+    /// Input frames held back by alignment, per channel in arrival order.
+    deferred: Deferred<Frame>,
     /// All input consumed and end-of-input work done.
     input_ended: bool,
     /// Restored from a snapshot taken at end of input: end-of-input work was done before.
@@ -521,11 +527,9 @@ impl Task {
                     from_vertex: desc.vertex.0,
                     from_subtask: desc.subtask.0,
                 };
-                channels.push(unless_canceled(
-                    &rt,
-                    &mut cancel,
-                    OutputChannel::connect(addr, &hs, env.connect_timeout),
-                )?);
+                let connect =
+                    OutputChannel::connect(addr, &hs, env.connect_timeout, Liveness::default(), cancel.clone());
+                channels.push(unless_canceled(&rt, &mut cancel, connect)?);
             }
             let n = channels.len();
             let mut bufs = Vec::with_capacity(n);
@@ -549,8 +553,14 @@ impl Task {
         let (inputs, n_inputs) = match (&desc.input, incoming) {
             (Some(input), Some(incoming)) => {
                 let producers: Vec<u32> = input.channels.iter().map(|s: &SubtaskIndex| s.0).collect();
-                let accept =
-                    InputChannels::accept(incoming, &producers, events, TaskEvent::Channel, env.connect_timeout);
+                let accept = InputChannels::accept(
+                    incoming,
+                    &producers,
+                    events,
+                    TaskEvent::Channel,
+                    env.connect_timeout,
+                    Liveness::default(),
+                );
                 let ch = unless_canceled(&rt, &mut cancel, accept)?;
                 let n = ch.len();
                 (Some(ch), n)
@@ -565,8 +575,7 @@ impl Task {
             outputs,
             inputs,
             aligner: BarrierAligner::new(n_inputs),
-            deferred: (0..n_inputs).map(|_| VecDeque::new()).collect(),
-            replay: VecDeque::new(),
+            deferred: Deferred::new(n_inputs),
             input_ended: false,
             restored_at_end,
             work_dir,
@@ -657,25 +666,28 @@ impl Task {
 
     fn run_consumer(&mut self) -> Result<Exit, TaskError> {
         loop {
-            let ev = match self.replay.pop_front() {
-                Some((c, f)) => TaskEvent::Channel(ChannelEvent::Frame(c, f)),
-                None => match self.rx.try_recv() {
-                    Ok(ev) => ev,
-                    Err(mpsc::error::TryRecvError::Disconnected) => return Ok(Exit::Canceled),
-                    Err(mpsc::error::TryRecvError::Empty) => {
-                        // Idle: send partly filled batches before blocking.
-                        self.flush_outputs()?;
-                        match self.next_event(Duration::from_millis(500)) {
-                            Some(ev) => ev,
-                            None => continue,
-                        }
+            // Frames held back for an alignment that completed or was aborted go first, in order.
+            if let Some((c, frame)) = self.deferred.next_released(&self.aligner) {
+                self.on_frame(c, frame)?;
+                self.maybe_flush()?;
+                continue;
+            }
+            let ev = match self.rx.try_recv() {
+                Ok(ev) => ev,
+                Err(mpsc::error::TryRecvError::Disconnected) => return Ok(Exit::Canceled),
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    // Idle: send partly filled batches before blocking.
+                    self.flush_outputs()?;
+                    match self.next_event(Duration::from_millis(500)) {
+                        Some(ev) => ev,
+                        None => continue,
                     }
-                },
+                }
             };
             match ev {
                 TaskEvent::Channel(ChannelEvent::Frame(c, frame)) => {
-                    if self.aligner.is_blocked(c) {
-                        self.deferred[c].push_back(frame);
+                    if self.deferred.must_hold(&self.aligner, c) {
+                        self.deferred.hold(c, frame);
                     } else {
                         self.on_frame(c, frame)?;
                         self.maybe_flush()?;
@@ -704,8 +716,7 @@ impl Task {
     fn on_frame(&mut self, c: usize, frame: Frame) -> Result<(), TaskError> {
         match frame {
             Frame::Batch { count, body } => {
-                let mut records = Vec::with_capacity(count as usize);
-                decode_records(&body, count as usize, &mut records)?;
+                let records = decode_batch(count, &body)?;
                 self.release(c);
                 self.records_in.increment(count as u64);
                 if self.restored_at_end {
@@ -715,8 +726,11 @@ impl Task {
             }
             Frame::Barrier { id, timestamp_ms } => {
                 self.release(c);
-                let a = self.aligner.on_barrier(c, id)?;
-                self.on_alignment(a, timestamp_ms)?;
+                let BarrierOutcome { aborted, alignment } = self.aligner.on_barrier(c, id);
+                if let Some(old) = aborted {
+                    self.decline_superseded(old, id, c);
+                }
+                self.on_alignment(alignment, timestamp_ms)?;
             }
             Frame::EndOfInput => {
                 self.release(c);
@@ -731,14 +745,29 @@ impl Task {
         Ok(())
     }
 
+    /// Snapshots once a checkpoint aligned; the channels it blocked are then released (their held frames
+    /// go first, see [`Task::run_consumer`]).
     fn on_alignment(&mut self, a: Alignment, timestamp_ms: u64) -> Result<(), TaskError> {
         if let Alignment::Aligned(id) = a {
             self.checkpoint(id, timestamp_ms)?;
-            for (c, q) in self.deferred.iter_mut().enumerate() {
-                self.replay.extend(q.drain(..).map(|f| (c, f)));
-            }
         }
         Ok(())
+    }
+
+    /// Barrier `newer` on channel `c` superseded checkpoint `old` while it was aligning: this task cannot
+    /// take `old` any more (a producer skipped it), so it declines it, as Flink does, and the job goes on.
+    fn decline_superseded(&self, old: u64, newer: u64, c: usize) {
+        tracing::info!(checkpoint_id = old, newer, channel = c, "checkpoint superseded during alignment, declining it");
+        self.env.reporter.send(Report::Decline(pb::DeclineCheckpointRequest {
+            tm_id: self.env.reporter.tm_id.clone(),
+            task: Some(task_ref(&self.desc)),
+            checkpoint_id: old,
+            reason: format!(
+                "checkpoint {old} superseded by checkpoint {newer} at vertex {} subtask {}: barrier {newer} arrived \
+                 on input channel {c} before alignment of {old} completed",
+                self.desc.vertex.0, self.desc.subtask.0
+            ),
+        }));
     }
 
     /// Handles a non-data event; returns how the task ends, if it does.
@@ -1078,5 +1107,252 @@ mod error_tests {
         let TaskError::Operator(downstream) = e else { panic!("an operator error") };
         let nested = in_operator("head", downstream);
         assert!(nested.to_string().starts_with("operator \"counts\": "), "{nested}");
+    }
+}
+
+/// The task's side of the data plane: alignment aborts and cancel while back-pressured, against a job manager
+/// that records what it is told.
+#[cfg(test)]
+mod data_plane_tests {
+    use super::*;
+    use crate::net::{begin_frame, finish_frame};
+    use tokio::io::AsyncWriteExt;
+    use weir_common::descriptor::{InputDescriptor, OperatorDescriptor, OutputDescriptor};
+    use weir_common::ids::{AttemptNumber, JobId, VertexId};
+    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::spec::StateBackendKind;
+    use weir_proto::job_manager_internal_server::{JobManagerInternal, JobManagerInternalServer};
+
+    /// A job manager that only records the reports it gets, one line each.
+    #[derive(Clone, Default)]
+    struct RecordingJm(Arc<parking_lot::Mutex<Vec<String>>>);
+
+    type Reply<T> = Result<tonic::Response<T>, tonic::Status>;
+
+    #[tonic::async_trait]
+    impl JobManagerInternal for RecordingJm {
+        async fn register_task_manager(
+            &self,
+            _: tonic::Request<pb::RegisterTaskManagerRequest>,
+        ) -> Reply<pb::RegisterTaskManagerResponse> {
+            Err(tonic::Status::unimplemented("not in this test"))
+        }
+        async fn heartbeat(&self, _: tonic::Request<pb::HeartbeatRequest>) -> Reply<pb::HeartbeatResponse> {
+            Err(tonic::Status::unimplemented("not in this test"))
+        }
+        async fn update_task_state(
+            &self,
+            r: tonic::Request<pb::UpdateTaskStateRequest>,
+        ) -> Reply<pb::UpdateTaskStateResponse> {
+            let r = r.into_inner();
+            let state = pb::TaskState::try_from(r.state).map(|s| s.as_str_name()).unwrap_or("?");
+            let state = state.trim_start_matches("TASK_STATE_");
+            self.0.lock().push(format!("state {state} {}", r.error));
+            Ok(tonic::Response::new(pb::UpdateTaskStateResponse {}))
+        }
+        async fn acknowledge_checkpoint(
+            &self,
+            r: tonic::Request<pb::AcknowledgeCheckpointRequest>,
+        ) -> Reply<pb::AcknowledgeCheckpointResponse> {
+            self.0.lock().push(format!("ack {}", r.into_inner().checkpoint_id));
+            Ok(tonic::Response::new(pb::AcknowledgeCheckpointResponse {}))
+        }
+        async fn decline_checkpoint(
+            &self,
+            r: tonic::Request<pb::DeclineCheckpointRequest>,
+        ) -> Reply<pb::DeclineCheckpointResponse> {
+            let r = r.into_inner();
+            self.0.lock().push(format!("decline {} {}", r.checkpoint_id, r.reason));
+            Ok(tonic::Response::new(pb::DeclineCheckpointResponse {}))
+        }
+    }
+
+    impl RecordingJm {
+        fn reports(&self) -> Vec<String> {
+            self.0.lock().clone()
+        }
+
+        /// Waits (bounded) until a report starting with `prefix` arrived; returns it.
+        async fn wait_for(&self, prefix: &str) -> String {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(r) = self.reports().into_iter().find(|r| r.starts_with(prefix)) {
+                    return r;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "no report {prefix:?} in {:?}", self.reports());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    struct Harness {
+        jm: RecordingJm,
+        env: Arc<TaskEnv>,
+        data_addr: String,
+        _tmp: tempfile::TempDir,
+    }
+
+    async fn harness() -> Harness {
+        let jm = RecordingJm::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let jm_addr = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(JobManagerInternalServer::new(jm.clone()))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let data_server = Arc::new(DataServer::default());
+        let data_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let data_addr = data_listener.local_addr().unwrap().to_string();
+        tokio::spawn(data_server.clone().run(data_listener));
+        let tmp = tempfile::tempdir().unwrap();
+        let channel = tonic::transport::Endpoint::from_shared(jm_addr).unwrap().connect_lazy();
+        let env = Arc::new(TaskEnv {
+            runtime: tokio::runtime::Handle::current(),
+            data_server,
+            registry: Arc::new(Registry::with_builtins()),
+            data_dir: tmp.path().to_path_buf(),
+            reporter: Reporter::start(
+                weir_proto::job_manager_internal_client::JobManagerInternalClient::new(channel),
+                "tm".into(),
+            ),
+            store_options: StoreOptions::default(),
+            connect_timeout: Duration::from_secs(10),
+            rocks: Default::default(),
+        });
+        Harness { jm, env, data_addr, _tmp: tmp }
+    }
+
+    fn descriptor(h: &Harness, vertex: u32, op: OperatorDescriptor) -> TaskDescriptor {
+        TaskDescriptor {
+            job_id: JobId("j".into()),
+            job_name: "j".into(),
+            attempt: AttemptNumber(1),
+            vertex: VertexId(vertex),
+            subtask: SubtaskIndex(0),
+            parallelism: 1,
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange { start: 0, end: 127 },
+            operators: vec![op],
+            state_backend: StateBackendKind::Heap,
+            checkpoint_root: format!("file://{}/ckpt", h._tmp.path().display()),
+            incremental: false,
+            input: None,
+            outputs: vec![],
+            restore: None,
+        }
+    }
+
+    async fn wait_done(handle: &mut TaskHandle, within: Duration) -> bool {
+        tokio::time::timeout(within, handle.done.wait_for(|d| *d)).await.is_ok()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_newer_barrier_during_alignment_declines_the_older_checkpoint_and_aligns_the_newer_one() {
+        let h = harness().await;
+        let mut desc = descriptor(
+            &h,
+            1,
+            OperatorDescriptor { uid: "bh".into(), kind: "blackhole".into(), config: Default::default() },
+        );
+        desc.input = Some(InputDescriptor {
+            from_vertex: VertexId(0),
+            from_parallelism: 2,
+            partitioning: Partitioning::Rebalance,
+            channels: vec![SubtaskIndex(0), SubtaskIndex(1)],
+        });
+        let mut handle = spawn(desc, h.env.clone()).unwrap();
+        // Raw producers, so that the test sees the credit the task returns for each frame it processed.
+        let mut producers = Vec::new();
+        for from_subtask in 0..2 {
+            let hs = Handshake {
+                to: ChannelKey { job_id: "j".into(), attempt: 1, vertex: 1, subtask: 0 },
+                from_vertex: 0,
+                from_subtask,
+            };
+            let mut frame = Vec::new();
+            begin_frame(&mut frame, 0);
+            frame.extend_from_slice(&serde_json::to_vec(&hs).unwrap());
+            finish_frame(&mut frame);
+            let mut s = tokio::net::TcpStream::connect(&h.data_addr).await.unwrap();
+            s.write_all(&frame).await.unwrap();
+            producers.push(s);
+        }
+        for p in &mut producers {
+            assert_eq!(next_credit(p).await, crate::net::INITIAL_CREDIT);
+        }
+        h.jm.wait_for("state RUNNING").await;
+        let mut batch = Vec::new();
+        begin_batch(&mut batch);
+        encode_record(&Record::new_i64(b"k", 1), &mut batch).unwrap();
+        finish_batch(&mut batch, 1);
+        let barrier = |id| encode_frame(&Frame::Barrier { id, timestamp_ms: 1 });
+        // Channel 0 delivers 5 (processed: its credit comes back), then more that waits behind the block.
+        producers[0].write_all(&barrier(5)).await.unwrap();
+        assert_eq!(next_credit(&mut producers[0]).await, 1);
+        producers[0].write_all(&batch).await.unwrap();
+        producers[0].write_all(&barrier(6)).await.unwrap();
+        // Channel 1 skipped 5 (its producer never took it): its 6 supersedes 5.
+        producers[1].write_all(&batch).await.unwrap();
+        producers[1].write_all(&barrier(6)).await.unwrap();
+        let decline = h.jm.wait_for("decline 5").await;
+        assert!(decline.contains("superseded") && decline.contains("barrier 6"), "{decline}");
+        h.jm.wait_for("ack 6").await;
+        assert!(!h.jm.reports().iter().any(|r| r.starts_with("state FAILED")), "{:?}", h.jm.reports());
+        assert!(!*handle.done.borrow(), "the task goes on");
+        handle.cancel.send(true).unwrap();
+        let _ = handle.events.send(TaskEvent::Cancel).await;
+        assert!(wait_done(&mut handle, Duration::from_secs(5)).await);
+    }
+
+    /// The next non-zero credit the consumer returns on `s` (zeros are heartbeats).
+    async fn next_credit(s: &mut tokio::net::TcpStream) -> u32 {
+        loop {
+            let f = tokio::time::timeout(Duration::from_secs(10), crate::net::read_frame(s, "test")).await;
+            match f.expect("a credit within seconds").unwrap() {
+                Some(Frame::Credit(0)) => continue,
+                Some(Frame::Credit(n)) => return n,
+                other => panic!("expected a credit, got {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_blocked_on_backpressure_ends_when_canceled() {
+        let h = harness().await;
+        // A consumer that accepts the connection and never grants credit.
+        let consumer = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let consumer_addr = consumer.local_addr().unwrap().to_string();
+        let (conn_tx, conn_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (s, _) = consumer.accept().await.unwrap();
+            let _ = conn_tx.send(s);
+        });
+        let mut desc = descriptor(
+            &h,
+            0,
+            OperatorDescriptor {
+                uid: "gen".into(),
+                kind: "datagen".into(),
+                config: [("keys".to_string(), "10".to_string())].into_iter().collect(),
+            },
+        );
+        desc.outputs = vec![OutputDescriptor {
+            to_vertex: VertexId(1),
+            partitioning: Partitioning::Forward,
+            targets: vec![(SubtaskIndex(0), consumer_addr)],
+            to_parallelism: 1,
+        }];
+        let mut handle = spawn(desc, h.env.clone()).unwrap();
+        let _conn = tokio::time::timeout(Duration::from_secs(5), conn_rx).await.unwrap().unwrap();
+        h.jm.wait_for("state RUNNING").await;
+        // An unbounded source with no credit fills its channel within milliseconds and blocks on it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!*handle.done.borrow());
+        // The cancel signal alone: the event queue is not read while the task thread is blocked.
+        handle.cancel.send(true).unwrap();
+        assert!(wait_done(&mut handle, Duration::from_secs(5)).await, "a task blocked on a send ends when canceled");
+        h.jm.wait_for("state CANCELED").await;
+        assert!(!h.jm.reports().iter().any(|r| r.starts_with("state FAILED")), "{:?}", h.jm.reports());
     }
 }
