@@ -451,8 +451,24 @@ pub fn sweep_candidates(listing: Vec<(String, u64)>, now_ms: u64, min_age_ms: Op
         .collect()
 }
 
-/// Deletes the shared files of a job that no retained checkpoint references, among those [`sweep_candidates`]
-/// picks from a listing of the job's shared directory.
+/// The checkpoint directories (`<job>/chk-<n>`) among `paths` of checkpoints that are not retained: left over
+/// when deleting a failed or subsumed checkpoint failed (the store was down), or when the job manager died
+/// between writing a checkpoint's `_metadata` and recording it.
+pub fn stale_checkpoint_dirs(job_id: &JobId, paths: &[String], retained: &[RetainedCheckpoint]) -> Vec<CheckpointId> {
+    let prefix = format!("{job_id}/chk-");
+    let mut ids: Vec<CheckpointId> = paths
+        .iter()
+        .filter_map(|p| p.strip_prefix(&prefix)?.split('/').next()?.parse().ok().map(CheckpointId))
+        .filter(|id| !retained.iter().any(|r| r.id == *id))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Deletes what a job's checkpoints left behind that no retained checkpoint references: shared files, and the
+/// directories of checkpoints that are not retained, among those [`sweep_candidates`] picks from a listing of
+/// the job's directory (with `min_age_ms`, only files old enough to be out of any checkpoint in flight).
 pub async fn sweep_shared_files(
     store: &Store,
     job_id: &JobId,
@@ -460,16 +476,19 @@ pub async fn sweep_shared_files(
     known: &BTreeMap<CheckpointId, std::sync::Arc<CheckpointMetadata>>,
     min_age_ms: Option<u64>,
 ) {
-    let listing = match store.list_with_modified(&paths::shared_dir(job_id)).await {
+    let listing = match store.list_with_modified(&job_id.to_string()).await {
         Ok(l) => l,
         Err(error) => {
-            tracing::warn!(job_id = %job_id, %error, "cannot list the shared files to sweep");
+            tracing::warn!(job_id = %job_id, %error, "cannot list the job's checkpoint files to sweep");
             return;
         }
     };
     let candidates = sweep_candidates(listing, weir_common::now_ms(), min_age_ms);
-    tracing::debug!(job_id = %job_id, candidates = candidates.len(), "sweeping shared files");
-    delete_checkpoint_dirs(store, job_id, retained, known, &[], candidates).await;
+    let stale = stale_checkpoint_dirs(job_id, &candidates, retained);
+    let shared_prefix = format!("{}/", paths::shared_dir(job_id));
+    let shared: Vec<String> = candidates.into_iter().filter(|p| p.starts_with(&shared_prefix)).collect();
+    tracing::debug!(job_id = %job_id, shared = shared.len(), stale_checkpoints = stale.len(), "sweeping");
+    delete_checkpoint_dirs(store, job_id, retained, known, &stale, shared).await;
 }
 
 /// How to delete a checkpoint's directory without touching files a retained checkpoint still uses.
@@ -662,6 +681,24 @@ mod tests {
         assert_eq!(sweep_candidates(listing.clone(), 10_000, Some(1_000)), ["j/shared/a/0/i/1.sst"]);
         assert_eq!(sweep_candidates(listing.clone(), 10_000, Some(500)).len(), 2);
         assert_eq!(sweep_candidates(listing, 10_000, None).len(), 2);
+    }
+
+    #[test]
+    fn stale_checkpoint_directories_are_those_not_retained() {
+        let job = JobId("j".into());
+        let listed: Vec<String> =
+            ["j/chk-3/_metadata", "j/chk-3/a/0/opstate", "j/chk-5/_metadata", "j/chk-12/x", "j/shared/a/1.sst"]
+                .map(String::from)
+                .to_vec();
+        let retained = [RetainedCheckpoint {
+            id: CheckpointId(5),
+            metadata_path: "j/chk-5/_metadata".into(),
+            timestamp_ms: 0,
+            full_size_bytes: 0,
+            uploaded_bytes: 0,
+            is_final: false,
+        }];
+        assert_eq!(stale_checkpoint_dirs(&job, &listed, &retained), vec![CheckpointId(3), CheckpointId(12)]);
     }
 
     #[test]

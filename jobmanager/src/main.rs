@@ -54,33 +54,33 @@ fn main() -> ExitCode {
 
 async fn serve(jm: JobManager, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("reading the bound address")?;
+    // The handlers are installed before the address is printed: whoever reads that line may send SIGTERM at
+    // once, and it must stop the job manager, not kill it.
+    let shutdown = shutdown_signal()?;
     let mut stdout = std::io::stdout();
     writeln!(stdout, "weir-jobmanager listening on http://{addr}").context("writing to stdout")?;
     stdout.flush().context("writing to stdout")?;
-    let result = weir_jobmanager::serve(jm.clone(), listener, shutdown_signal()).await;
+    let result = weir_jobmanager::serve(jm.clone(), listener, shutdown).await;
     jm.shutdown().await;
     result.context("serving")
 }
 
-async fn shutdown_signal() {
+/// A future that resolves on SIGTERM or Ctrl-C, with its handlers installed now.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    {
+    let mut term = {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {},
-                    _ = tokio::signal::ctrl_c() => {},
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?
+    };
+    let ctrl_c = tokio::signal::ctrl_c();
+    Ok(async move {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = ctrl_c => {},
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    tracing::info!("shutdown signal received");
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        tracing::info!("shutdown signal received");
+    })
 }

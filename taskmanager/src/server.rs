@@ -258,11 +258,13 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
     let server = tokio::spawn(server);
     let registration = tokio::spawn(tm.clone().run_registration(jm, shutdown_rx));
 
+    // Installed before the address is printed: whoever reads that line may send SIGTERM at once.
+    let signal = wait_for_signal();
     println!("weir-taskmanager {tm_id} listening on {rpc_address} data {data_address}");
     let _ = std::io::stdout().flush();
     tracing::info!(tm_id = %tm_id, rpc = %rpc_address, data = %data_address, slots = cfg.slots, "task manager started");
 
-    wait_for_signal().await;
+    signal.await;
     tracing::info!("shutting down: cancelling tasks");
     let _ = shutdown_tx.send(true);
     let canceled = tm.cancel_where(|_, _| true).await;
@@ -272,17 +274,21 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// A future that resolves on SIGTERM or Ctrl-C; the SIGTERM handler is installed when this is called.
+fn wait_for_signal() -> impl std::future::Future<Output = ()> {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        match term {
+            Some(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }
 
