@@ -24,8 +24,9 @@ fi
 
 # The test runner scripts/test.sh uses: nextest runs the cluster tests one at a time, each with a timeout
 # (.config/nextest.toml). Its prebuilt binaries come from GitHub; only crates.io is assumed reachable, so it is
-# built from source, once (a few minutes). The build gets a temporary directory of its own, not the workspace's.
+# built from source, once (about 6 minutes on 2 cores). The build gets a temporary directory of its own, not the
+# workspace's.
 if ! cargo nextest --version >/dev/null 2>&1; then
-  echo "setup: installing cargo-nextest (built from crates.io, a few minutes)" >&2
+  echo "setup: installing cargo-nextest (built from crates.io, about 6 minutes)" >&2
   env -u CARGO_TARGET_DIR cargo install --locked --quiet cargo-nextest
 fi
