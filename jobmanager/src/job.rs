@@ -453,19 +453,18 @@ impl JobActor {
                 return;
             }
         };
-        self.record.restored_from = match &restore {
-            None => String::new(),
-            Some(r) if r.skipped.is_empty() => format!("checkpoint {}", r.checkpoint.id),
-            Some(r) => {
-                let skipped: Vec<String> =
-                    r.skipped.iter().map(|(id, why)| format!("checkpoint {id}: {why}")).collect();
-                format!(
-                    "checkpoint {}, falling back past newer ones that cannot be read ({})",
-                    r.checkpoint.id,
-                    skipped.join("; ")
-                )
-            }
-        };
+        if let Some(r) = restore.as_ref().filter(|r| !r.skipped.is_empty()) {
+            // Kept for the job's life (a later restore of the same checkpoint no longer skips anything): a user
+            // must be able to see that input was processed again from an older checkpoint than the newest.
+            let skipped: Vec<String> = r.skipped.iter().map(|(id, why)| format!("checkpoint {id}: {why}")).collect();
+            self.record.fallback = format!(
+                "fell back to checkpoint {} past newer ones that cannot be read ({})",
+                r.checkpoint.id,
+                skipped.join("; ")
+            );
+        }
+        self.record.restored_from =
+            restore.as_ref().map(|r| format!("checkpoint {}", r.checkpoint.id)).unwrap_or_default();
         if let Some(r) = &restore {
             if !r.skipped.is_empty() {
                 // Unreadable checkpoints can never be restored: stop retaining them.

@@ -70,9 +70,12 @@ pub struct JobRecord {
     pub checkpoints_completed: u64,
     /// Checkpoints failed over the job's life.
     pub checkpoints_failed: u64,
-    /// The checkpoint the current attempt restored from, and the newer ones it had to skip (empty: none).
+    /// The checkpoint the current attempt restored from (empty: none).
     #[serde(default)]
     pub restored_from: String,
+    /// The last time a restore had to skip unreadable newer checkpoints, and why (empty: never).
+    #[serde(default)]
+    pub fallback: String,
     /// What the job waits on that it cannot fix itself (empty: nothing).
     #[serde(default)]
     pub waiting: String,
@@ -98,6 +101,7 @@ impl JobRecord {
             checkpoints_completed: 0,
             checkpoints_failed: 0,
             restored_from: String::new(),
+            fallback: String::new(),
             waiting: String::new(),
         }
     }
@@ -142,7 +146,11 @@ impl JobRecord {
             max_parallelism: self.job.max_parallelism,
             checkpoints_completed: self.checkpoints_completed,
             checkpoints_failed: self.checkpoints_failed,
-            restored_from: self.restored_from.clone(),
+            restored_from: match (self.restored_from.is_empty(), self.fallback.is_empty()) {
+                (_, true) => self.restored_from.clone(),
+                (true, false) => self.fallback.clone(),
+                (false, false) => format!("{}; {}", self.restored_from, self.fallback),
+            },
             waiting: self.waiting.clone(),
         }
     }
