@@ -176,6 +176,7 @@ mod tests {
 
     #[test]
     fn arguments_and_configuration() {
+        // Points no other test of this crate reaches: failpoints are process-wide, and tests run in parallel.
         let _scenario = fail::FailScenario::setup();
         assert_eq!(parse(None), Fault::Error("injected fault".into()));
         assert_eq!(parse(Some("error:disk full".into())), Fault::Error("disk full".into()));
@@ -185,14 +186,14 @@ mod tests {
         assert!(matches!(arm("store-put"), Err(FaultConfigError::Malformed(_))));
         assert!(matches!(arm("store-put=bogus(1"), Err(FaultConfigError::BadActions { .. })));
 
-        assert_eq!(hit_blocking("store-get"), Ok(()), "not armed");
-        assert_eq!(arm(" store-get = 2*return(error:boom) ; ").unwrap(), 1);
-        assert_eq!(hit_blocking("store-get"), Err("boom (failpoint store-get)".to_string()));
-        assert!(hit_blocking("store-get").is_err());
-        assert_eq!(hit_blocking("store-get"), Ok(()), "fired twice, as asked");
-        arm("store-list=return(delay:1)").unwrap();
-        assert_eq!(hit_blocking("store-list"), Ok(()));
-        disarm("store-list");
-        assert_eq!(check("store-list"), None);
+        assert_eq!(hit_blocking("rpc-deploy"), Ok(()), "not armed");
+        assert_eq!(arm(" rpc-deploy = 2*return(error:boom) ; ").unwrap(), 1);
+        assert_eq!(hit_blocking("rpc-deploy"), Err("boom (failpoint rpc-deploy)".to_string()));
+        assert!(hit_blocking("rpc-deploy").is_err());
+        assert_eq!(hit_blocking("rpc-deploy"), Ok(()), "fired twice, as asked");
+        arm("rpc-notify=return(delay:1)").unwrap();
+        assert_eq!(hit_blocking("rpc-notify"), Ok(()));
+        disarm("rpc-notify");
+        assert_eq!(check("rpc-notify"), None);
     }
 }

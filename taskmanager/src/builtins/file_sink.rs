@@ -238,11 +238,9 @@ mod tests {
         v
     }
 
-    #[test]
-    fn commits_on_completion_and_on_restore_once() -> Result<(), OperatorError> {
-        let tmp = tempfile::tempdir().unwrap();
-        let cfg = FileSinkConfig { path: tmp.path().display().to_string() };
-        let info = |attempt| RuntimeInfo {
+    /// Subtask 0 of sink `out` of job `j`, in `attempt`.
+    fn info(attempt: u32) -> RuntimeInfo {
+        RuntimeInfo {
             uid: "out".into(),
             job_id: "j".into(),
             attempt,
@@ -250,7 +248,13 @@ mod tests {
             parallelism: 1,
             max_parallelism: 128,
             key_group_range: KeyGroupRange { start: 0, end: 127 },
-        };
+        }
+    }
+
+    #[test]
+    fn commits_on_completion_and_on_restore_once() -> Result<(), OperatorError> {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = FileSinkConfig { path: tmp.path().display().to_string() };
         let i1 = info(1);
         let mut store = OperatorStateStore::new();
         let mut sink = FileSink::new(cfg.clone());
@@ -298,15 +302,6 @@ mod tests {
     fn a_fallback_to_an_older_checkpoint_commits_no_line_twice() -> Result<(), OperatorError> {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = FileSinkConfig { path: tmp.path().display().to_string() };
-        let info = |attempt| RuntimeInfo {
-            uid: "out".into(),
-            job_id: "j".into(),
-            attempt,
-            subtask: SubtaskIndex(0),
-            parallelism: 1,
-            max_parallelism: 128,
-            key_group_range: KeyGroupRange { start: 0, end: 127 },
-        };
         let rec = |k: u64, v: i64| Record::new_i64(&k.to_be_bytes(), v);
         let mut nothing = |_: Vec<Record>| Ok(());
         let snapshot = |sink: &mut FileSink, id: u64| -> Result<OperatorStateStore, OperatorError> {
