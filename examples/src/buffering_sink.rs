@@ -195,7 +195,8 @@ impl Operator for BufferingSink {
         }
         // This subtask's remaining hidden files were written after the last completed checkpoint by an attempt
         // that died; their records are replayed, so they must never become visible.
-        self.pending.remove_uncommitted(&format!("{FILE_PREFIX}-{}-{}-", ctx.info.job_id, ctx.info.subtask.0))?;
+        let subtask_prefix = format!("{FILE_PREFIX}-{}-{}-", ctx.info.job_id, ctx.info.subtask.0);
+        self.pending.remove_uncommitted(&subtask_prefix, ctx.info.attempt)?;
         tracing::debug!(restored = ctx.restored, buffered = self.buffer.len(), "buffering-sink initialized");
         Ok(())
     }

@@ -77,15 +77,21 @@ impl PendingFiles {
         self.commit_up_to(u64::MAX)
     }
 
-    /// Deletes the hidden files whose visible name starts with `prefix` (one subtask's files of one job):
-    /// after a restore they belong to attempts that never completed a checkpoint.
-    pub fn remove_uncommitted(&self, prefix: &str) -> Result<(), OperatorError> {
+    /// Deletes the hidden files named `<prefix><attempt>-<n>` (one subtask's files of one job) of attempts
+    /// before `attempt`: after a restore they belong to attempts that never completed a checkpoint. Files of
+    /// this or a later attempt are left alone — an older attempt still starting up somewhere (its task manager
+    /// was given up for lost but lives) must not delete what a newer one is writing.
+    pub fn remove_uncommitted(&self, prefix: &str, attempt: u32) -> Result<(), OperatorError> {
         let hidden_prefix = format!(".{prefix}");
         let entries =
             std::fs::read_dir(&self.dir).map_err(|e| OperatorError::io(format!("list {}", self.dir.display()), e))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(&hidden_prefix) && name.ends_with(".inprogress") {
+            let Some(rest) = name.strip_prefix(&hidden_prefix).and_then(|r| r.strip_suffix(".inprogress")) else {
+                continue;
+            };
+            let older = rest.split_once('-').and_then(|(a, _)| a.parse::<u32>().ok()).is_some_and(|a| a < attempt);
+            if older {
                 let _ = std::fs::remove_file(entry.path());
                 tracing::debug!(file = %name, "removed an uncommitted file of an earlier attempt");
             }
@@ -115,10 +121,13 @@ mod tests {
         r.restore_and_commit(&[b"1\ta".to_vec(), b"2\tb".to_vec()], "test")?;
         assert!(tmp.path().join("b").exists());
         assert!(r.restore_and_commit(&[b"3\t../x".to_vec()], "test").is_err());
-        std::fs::write(tmp.path().join(hidden_name("p-1")), "x").unwrap();
-        std::fs::write(tmp.path().join(hidden_name("q-1")), "x").unwrap();
-        r.remove_uncommitted("p-")?;
-        assert!(!tmp.path().join(hidden_name("p-1")).exists() && tmp.path().join(hidden_name("q-1")).exists());
+        for name in ["p-1-0", "p-2-0", "p-3-0", "q-1-0"] {
+            std::fs::write(tmp.path().join(hidden_name(name)), "x").unwrap();
+        }
+        // Attempt 2 starts: attempt 1's file goes; its own and a newer attempt's stay, and so do other prefixes.
+        r.remove_uncommitted("p-", 2)?;
+        let left = |n: &str| tmp.path().join(hidden_name(n)).exists();
+        assert!(!left("p-1-0") && left("p-2-0") && left("p-3-0") && left("q-1-0"));
         Ok(())
     }
 }

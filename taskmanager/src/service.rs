@@ -24,6 +24,8 @@ pub struct TaskManager {
     id: String,
     env: Arc<TaskEnv>,
     tasks: Mutex<HashMap<TaskKey, TaskHandle>>,
+    /// Tasks being canceled whose threads may not have ended yet (key, attempt, done).
+    stopping: Mutex<Vec<(TaskKey, u32, tokio::sync::watch::Receiver<bool>)>>,
     session: Mutex<Option<String>>,
     slots: u32,
     rpc_address: String,
@@ -71,6 +73,7 @@ impl TaskManager {
             id: settings.id,
             env,
             tasks: Mutex::new(HashMap::new()),
+            stopping: Mutex::new(Vec::new()),
             session: Mutex::new(None),
             slots: settings.slots,
             rpc_address: settings.rpc_address,
@@ -109,6 +112,12 @@ impl TaskManager {
             keys.into_iter().filter_map(|k| tasks.remove(&k).map(|h| (k, h))).collect()
         };
         let n = victims.len() as u32;
+        {
+            // Visible to a deployment of the same subtask that runs meanwhile (see `wait_until_stopped`).
+            let mut stopping = self.stopping.lock();
+            stopping.retain(|(_, _, done)| !*done.borrow());
+            stopping.extend(victims.iter().map(|(k, h)| (k.clone(), h.attempt, h.done.clone())));
+        }
         for (_, h) in &victims {
             let _ = h.cancel.send(true);
             let _ = h.events.try_send(TaskEvent::Cancel);
@@ -125,6 +134,24 @@ impl TaskManager {
             }
         }
         n
+    }
+
+    /// Waits (bounded) until no task of `key` older than `attempt` is still stopping: a cancel running at the
+    /// same time (a `CancelJob`, say) took it out of the task table, but its thread may still hold files that
+    /// the new attempt must not race with (a sink's cleanup of its hidden files, RocksDB directories).
+    async fn wait_until_stopped(&self, key: &TaskKey, attempt: u32) {
+        let older: Vec<tokio::sync::watch::Receiver<bool>> = self
+            .stopping
+            .lock()
+            .iter()
+            .filter(|(k, a, done)| k == key && *a < attempt && !*done.borrow())
+            .map(|(_, _, done)| done.clone())
+            .collect();
+        for mut done in older {
+            if tokio::time::timeout(Duration::from_secs(15), done.wait_for(|d| *d)).await.is_err() {
+                tracing::warn!(job_id = %key.0, vertex = key.1, subtask = key.2, "an older attempt did not stop within 15 s");
+            }
+        }
     }
 
     /// Registers with the job manager and heartbeats until `shutdown` fires; re-registers (cancelling all
@@ -228,6 +255,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         let attempt = desc.attempt.0;
         // An older attempt of the same subtask must be gone before the new one starts (it may hold files).
         tm.cancel_where(|k, h| *k == key && h.attempt < attempt).await;
+        tm.wait_until_stopped(&key, attempt).await;
         {
             let mut tasks = tm.tasks.lock();
             tasks.retain(|_, h| !*h.done.borrow());

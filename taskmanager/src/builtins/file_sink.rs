@@ -146,7 +146,7 @@ impl Operator for FileSink {
                 self.lines_past(&subtask_prefix, p)?;
             }
         }
-        self.pending.remove_uncommitted(&subtask_prefix)
+        self.pending.remove_uncommitted(&subtask_prefix, ctx.info.attempt)
     }
 
     fn process_batch(
