@@ -95,7 +95,8 @@ fn chaos_keeps_the_committed_output_exact() -> anyhow::Result<()> {
     let out = cluster.output_dir("chaos")?;
     // Input for the fault period and a little beyond, so that faults land while the sink writes.
     let records = RATE * (fault_secs + 10);
-    let job = CountJob::bounded("chaos", records, KEYS, seed % 1_000_000)
+    // Every fault may cost a restart (a long run makes hundreds): restarts are not what is being tested.
+    let mut job = CountJob::bounded("chaos", records, KEYS, seed % 1_000_000)
         .rate(RATE)
         .emit_updates()
         .checkpoint_every_ms(400)
@@ -103,6 +104,7 @@ fn chaos_keeps_the_committed_output_exact() -> anyhow::Result<()> {
         .retain_checkpoints(2)
         .restart_delay_ms(300)
         .into_files(&out);
+    job.restart_attempts = 1_000_000;
     let id = cluster.submit(&job.yaml())?;
     cluster.wait_for_checkpoints(&id, 1, Duration::from_secs(60))?;
     eprintln!("chaos: seed {seed}, {fault_secs} s of faults, {records} records, job {id}");
