@@ -469,7 +469,7 @@ pub fn stale_checkpoint_dirs(job_id: &JobId, paths: &[String], retained: &[Retai
 /// Deletes what a job's checkpoints left behind that no retained checkpoint references: shared files, and the
 /// directories of checkpoints that are not retained, among those [`sweep_candidates`] picks from a listing of
 /// the job's directory (with `min_age_ms`, only files old enough to be out of any checkpoint in flight).
-pub async fn sweep_shared_files(
+pub async fn sweep_job_files(
     store: &Store,
     job_id: &JobId,
     retained: &[RetainedCheckpoint],

@@ -4,8 +4,8 @@
 //! [`crate::lifecycle`], [`crate::coordinator`] and [`crate::descriptors`]; this module does the I/O.
 
 use crate::coordinator::{
-    build_metadata, delete_checkpoint_dirs, load_restore_point, snapshot_files, subsumed, sweep_shared_files,
-    AckOutcome, CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError,
+    build_metadata, delete_checkpoint_dirs, load_restore_point, snapshot_files, subsumed, sweep_job_files, AckOutcome,
+    CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError,
     RetainedCheckpoint, TaskKey, TaskReadiness, TriggerDecision,
 };
 use crate::descriptors::{build_descriptors, DeployPlan};
@@ -965,10 +965,8 @@ impl JobActor {
         }
     }
 
-    /// Deletes the directories of checkpoints no longer needed, in the background.
-    /// `files` are the files those checkpoints referenced, where known: shared (incremental) files among them
-    /// that no retained checkpoint references are deleted too.
-    /// Deletes shared files no retained checkpoint references (see [`sweep_shared_files`]) after `delay_ms`.
+    /// Deletes what the job's checkpoints left that no retained checkpoint references — shared files and
+    /// directories of checkpoints not retained (see [`sweep_job_files`]) — after `delay_ms`.
     fn spawn_sweep(&self, min_age_ms: Option<u64>, delay_ms: u64) {
         let store = self.shared.store.clone();
         let job_id = self.record.id.clone();
@@ -976,10 +974,13 @@ impl JobActor {
         let known = self.retained_meta.clone();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
-            sweep_shared_files(&store, &job_id, &retained, &known, min_age_ms).await;
+            sweep_job_files(&store, &job_id, &retained, &known, min_age_ms).await;
         });
     }
 
+    /// Deletes the directories of checkpoints no longer needed, in the background.
+    /// `files` are the files those checkpoints referenced, where known: shared (incremental) files among them
+    /// that no retained checkpoint references are deleted too.
     fn spawn_cleanup(&self, ids: Vec<CheckpointId>, files: Vec<String>) {
         let ids: Vec<CheckpointId> =
             ids.into_iter().filter(|id| !self.record.retained.iter().any(|r| r.id == *id)).collect();

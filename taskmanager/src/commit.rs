@@ -13,6 +13,12 @@ pub fn hidden_name(name: &str) -> String {
     format!(".{name}.inprogress")
 }
 
+/// `<attempt>-<n>`, the end of a file name `<prefix><attempt>-<n>` after the subtask's prefix, as numbers.
+pub fn attempt_and_number(rest: &str) -> Option<(u32, u64)> {
+    let (a, n) = rest.split_once('-')?;
+    Some((a.parse().ok()?, n.parse().ok()?))
+}
+
 /// The pending files of one sink subtask.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingFiles {
@@ -90,8 +96,7 @@ impl PendingFiles {
             let Some(rest) = name.strip_prefix(&hidden_prefix).and_then(|r| r.strip_suffix(".inprogress")) else {
                 continue;
             };
-            let older = rest.split_once('-').and_then(|(a, _)| a.parse::<u32>().ok()).is_some_and(|a| a < attempt);
-            if older {
+            if attempt_and_number(rest).is_some_and(|(a, _)| a < attempt) {
                 let _ = std::fs::remove_file(entry.path());
                 tracing::debug!(file = %name, "removed an uncommitted file of an earlier attempt");
             }

@@ -134,6 +134,26 @@ impl Reporter {
         let _ = self.tx.send(r);
     }
 
+    /// Queues a task's state change.
+    pub fn state(&self, task: &pb::TaskRef, state: pb::TaskState, error: String) {
+        self.send(Report::State(pb::UpdateTaskStateRequest {
+            tm_id: self.tm_id.clone(),
+            task: Some(task.clone()),
+            state: state as i32,
+            error,
+        }));
+    }
+
+    /// Queues a task's decline of checkpoint `checkpoint_id`.
+    pub fn decline(&self, task: &pb::TaskRef, checkpoint_id: u64, reason: String) {
+        self.send(Report::Decline(pb::DeclineCheckpointRequest {
+            tm_id: self.tm_id.clone(),
+            task: Some(task.clone()),
+            checkpoint_id,
+            reason,
+        }));
+    }
+
     /// The latest state of every task that runs or ended recently, for a heartbeat.
     pub fn task_statuses(&self) -> Vec<pb::TaskStatus> {
         let mut latest = self.latest.lock();

@@ -205,14 +205,7 @@ fn run(
     let cancel_seen = cancel.clone();
     let span = tracing::info_span!("task", job_id = %desc.job_id, attempt = desc.attempt.0, vertex = desc.vertex.0, subtask = desc.subtask.0);
     let _guard = span.enter();
-    let report_state = |state: pb::TaskState, error: String| {
-        env.reporter.send(Report::State(pb::UpdateTaskStateRequest {
-            tm_id: env.reporter.tm_id.clone(),
-            task: Some(tref.clone()),
-            state: state as i32,
-            error,
-        }));
-    };
+    let report_state = |state: pb::TaskState, error: String| env.reporter.state(&tref, state, error);
     // A panic in an operator (user code included) fails the task like an error, so the job fails over.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         Task::setup(desc, env.clone(), rx, events, work_dir.clone(), &key, cancel).and_then(|mut t| {
@@ -758,16 +751,12 @@ impl Task {
     /// take `old` any more (a producer skipped it), so it declines it, as Flink does, and the job goes on.
     fn decline_superseded(&self, old: u64, newer: u64, c: usize) {
         tracing::info!(checkpoint_id = old, newer, channel = c, "checkpoint superseded during alignment, declining it");
-        self.env.reporter.send(Report::Decline(pb::DeclineCheckpointRequest {
-            tm_id: self.env.reporter.tm_id.clone(),
-            task: Some(task_ref(&self.desc)),
-            checkpoint_id: old,
-            reason: format!(
-                "checkpoint {old} superseded by checkpoint {newer} at vertex {} subtask {}: barrier {newer} arrived \
-                 on input channel {c} before alignment of {old} completed",
-                self.desc.vertex.0, self.desc.subtask.0
-            ),
-        }));
+        let reason = format!(
+            "checkpoint {old} superseded by checkpoint {newer} at vertex {} subtask {}: barrier {newer} arrived \
+             on input channel {c} before alignment of {old} completed",
+            self.desc.vertex.0, self.desc.subtask.0
+        );
+        self.env.reporter.decline(&task_ref(&self.desc), old, reason);
     }
 
     /// Handles a non-data event; returns how the task ends, if it does.
@@ -869,12 +858,7 @@ impl Task {
         }
         self.input_ended = true;
         tracing::info!("end of input");
-        self.env.reporter.send(Report::State(pb::UpdateTaskStateRequest {
-            tm_id: self.env.reporter.tm_id.clone(),
-            task: Some(task_ref(&self.desc)),
-            state: pb::TaskState::EndOfInput as i32,
-            error: String::new(),
-        }));
+        self.env.reporter.state(&task_ref(&self.desc), pb::TaskState::EndOfInput, String::new());
         Ok(())
     }
 
@@ -890,12 +874,8 @@ impl Task {
             }
             Err(e) => {
                 tracing::warn!(checkpoint_id = id, error = %e, "snapshot failed");
-                self.env.reporter.send(Report::Decline(pb::DeclineCheckpointRequest {
-                    tm_id: self.env.reporter.tm_id.clone(),
-                    task: Some(task_ref(&self.desc)),
-                    checkpoint_id: id,
-                    reason: format!("snapshot of vertex {} subtask {}: {e}", self.desc.vertex.0, self.desc.subtask.0),
-                }));
+                let reason = format!("snapshot of vertex {} subtask {}: {e}", self.desc.vertex.0, self.desc.subtask.0);
+                self.env.reporter.decline(&task_ref(&self.desc), id, reason);
             }
         }
         for edge in &mut self.outputs {
@@ -1006,12 +986,7 @@ impl Task {
                 })),
                 Err(e) => {
                     tracing::warn!(checkpoint_id = id.0, error = %e, "checkpoint upload failed");
-                    reporter.send(Report::Decline(pb::DeclineCheckpointRequest {
-                        tm_id: reporter.tm_id.clone(),
-                        task: Some(tref),
-                        checkpoint_id: id.0,
-                        reason: format!("upload of vertex {} subtask {}: {e}", vertex.0, subtask.0),
-                    }))
+                    reporter.decline(&tref, id.0, format!("upload of vertex {} subtask {}: {e}", vertex.0, subtask.0))
                 }
             }
         });

@@ -17,7 +17,7 @@
 //! where the order across channels is not). Lines still to drop are kept in the sink's state, so a further
 //! failure during the replay loses nothing.
 
-use crate::commit::{hidden_name, PendingFiles};
+use crate::commit::{attempt_and_number, hidden_name, PendingFiles};
 use crate::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::record::Record;
 use std::collections::HashMap;
@@ -28,7 +28,7 @@ use weir_common::builtin::FileSinkConfig;
 use weir_common::ids::CheckpointId;
 
 const STATE: &str = "pending-files";
-/// One element, `<attempt>\t<next file number>`: the files this subtask had created at the snapshot.
+/// One element, `<attempt>-<next file number>`: the files this subtask had created at the snapshot.
 const POSITION_STATE: &str = "position";
 /// Lines a replay after a fallback must not write again (one element, the lines concatenated).
 const REPLAYED_STATE: &str = "replayed-lines";
@@ -80,6 +80,13 @@ impl FileSink {
         }
     }
 
+    /// Counts each line of `text` (with its newline) as one more to drop from the input.
+    fn count_replayed(&mut self, text: &str) {
+        for line in text.split_inclusive('\n') {
+            *self.replayed.entry(line.to_string()).or_insert(0) += 1;
+        }
+    }
+
     /// After a restore: the lines of visible files of this subtask created after `position` (by a later file
     /// number of the same attempt, or by a later attempt), i.e. committed by checkpoints newer than the one
     /// restored from.
@@ -89,15 +96,13 @@ impl FileSink {
         let mut files = 0;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some((attempt, seq)) = name.strip_prefix(file_prefix).and_then(parse_attempt_seq) else { continue };
+            let Some((attempt, seq)) = name.strip_prefix(file_prefix).and_then(attempt_and_number) else { continue };
             if (attempt, seq) < position {
                 continue;
             }
             let text = std::fs::read_to_string(entry.path())
                 .map_err(|e| OperatorError::io(format!("read {}", entry.path().display()), e))?;
-            for line in text.split_inclusive('\n') {
-                *self.replayed.entry(line.to_string()).or_insert(0) += 1;
-            }
+            self.count_replayed(&text);
             files += 1;
         }
         if files > 0 {
@@ -133,16 +138,11 @@ impl Operator for FileSink {
             let restored = ctx.operator_state.list_state(STATE)?.clone();
             self.pending.restore_and_commit(&restored, "file-sink")?;
             let corrupt = || OperatorError::Other("file-sink: corrupt position in restored state".into());
-            for e in ctx.operator_state.list_state(REPLAYED_STATE)?.iter() {
-                let text = std::str::from_utf8(e).map_err(|_| corrupt())?;
-                for line in text.split_inclusive('\n') {
-                    *self.replayed.entry(line.to_string()).or_insert(0) += 1;
-                }
+            for e in std::mem::take(ctx.operator_state.list_state(REPLAYED_STATE)?) {
+                self.count_replayed(std::str::from_utf8(&e).map_err(|_| corrupt())?);
             }
-            let position = ctx.operator_state.list_state(POSITION_STATE)?.first().cloned();
-            if let Some(p) = position {
-                let p =
-                    std::str::from_utf8(&p).ok().and_then(|t| parse_attempt_seq_sep(t, '\t')).ok_or_else(corrupt)?;
+            if let Some(p) = ctx.operator_state.list_state(POSITION_STATE)?.first().cloned() {
+                let p = std::str::from_utf8(&p).ok().and_then(attempt_and_number).ok_or_else(corrupt)?;
                 self.lines_past(&subtask_prefix, p)?;
             }
         }
@@ -159,24 +159,15 @@ impl Operator for FileSink {
             return Ok(());
         }
         let mut line = std::mem::take(&mut self.line);
-        if !self.replayed.is_empty() {
-            // Replaying after a fallback: lines committed already are dropped, the rest written.
-            for r in records {
-                line.clear();
-                r.write_text_line(&mut line);
-                if !self.already_committed(&line) {
-                    let out = self.writer()?;
-                    out.write_all(line.as_bytes()).map_err(|e| OperatorError::io("write sink file", e))?;
-                }
-            }
-            self.line = line;
-            return Ok(());
-        }
-        let out = self.writer()?;
+        // Replaying after a fallback: lines committed already are dropped, the rest written.
+        let replaying = !self.replayed.is_empty();
         for r in records {
             line.clear();
             r.write_text_line(&mut line);
-            out.write_all(line.as_bytes()).map_err(|e| OperatorError::io("write sink file", e))?;
+            if replaying && self.already_committed(&line) {
+                continue;
+            }
+            self.writer()?.write_all(line.as_bytes()).map_err(|e| OperatorError::io("write sink file", e))?;
         }
         self.line = line;
         Ok(())
@@ -189,7 +180,7 @@ impl Operator for FileSink {
             self.pending.add(ctx.checkpoint_id.0, cur.name);
         }
         *ctx.operator_state.list_state(STATE)? = self.pending.to_state();
-        *ctx.operator_state.list_state(POSITION_STATE)? = vec![format!("{}\t{}", self.attempt, self.seq).into_bytes()];
+        *ctx.operator_state.list_state(POSITION_STATE)? = vec![format!("{}-{}", self.attempt, self.seq).into_bytes()];
         let replayed = ctx.operator_state.list_state(REPLAYED_STATE)?;
         replayed.clear();
         if !self.replayed.is_empty() {
@@ -207,16 +198,6 @@ impl Operator for FileSink {
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
         self.pending.commit_up_to(id.0)
     }
-}
-
-/// `<attempt>-<seq>` (the end of a part file's name) as numbers.
-fn parse_attempt_seq(rest: &str) -> Option<(u32, u64)> {
-    parse_attempt_seq_sep(rest, '-')
-}
-
-fn parse_attempt_seq_sep(text: &str, sep: char) -> Option<(u32, u64)> {
-    let (a, s) = text.split_once(sep)?;
-    Some((a.parse().ok()?, s.parse().ok()?))
 }
 
 #[cfg(test)]
