@@ -16,13 +16,13 @@
 //! from a queue of its row keys, refilled with every row key once it runs empty, skipping the current key. A
 //! snapshot writes no expired value, list element or map entry.
 
-use crate::keyed::{
-    check_redeclaration, decode_list, too_large, wrong_kind, ElementVisitor, KeyedStateBackend, LocalSnapshot,
-    RowKeyBuilder, RowVisitor, StateId, StateKind, StateOptions, DEFAULT_MAX_VALUE_BYTES,
+use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
+use crate::layout::{decode_list, RowKeyBuilder};
+use crate::meta::{
+    check_redeclaration, encode_kind_record, read_kind_record, too_large, wrong_kind, StateKind, StateOptions,
 };
 use crate::ttl::{
-    encode_kind_record, record_has_ttl, retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock,
-    DEFAULT_INCREMENTAL_CLEANUP_ENTRIES, TTL_RECORD_LEN,
+    retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock, DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
 };
 use crate::StateError;
 use std::borrow::Cow;
@@ -123,19 +123,8 @@ impl HeapBackend {
             let n_states = read_u32(&mut r)?;
             for _ in 0..n_states {
                 let name = String::from_utf8(read_bytes(&mut r)?).map_err(|e| StateError::Corrupt(e.to_string()))?;
-                let (kind, ttl, namespaced) = if v2 {
-                    let truncated = |e| StateError::Corrupt(format!("heap snapshot truncated: {e}"));
-                    let mut k = [0u8; TTL_RECORD_LEN];
-                    r.read_exact(&mut k[..1]).map_err(truncated)?;
-                    if record_has_ttl(k[0]) {
-                        r.read_exact(&mut k[1..]).map_err(truncated)?;
-                        crate::ttl::decode_kind_record(&k)?
-                    } else {
-                        crate::ttl::decode_kind_record(&k[..1])?
-                    }
-                } else {
-                    (StateKind::Value, None, false)
-                };
+                let (kind, ttl, namespaced) =
+                    if v2 { read_kind_record(&mut r)? } else { (StateKind::Value, None, false) };
                 let n = read_u32(&mut r)?;
                 let mut st = HeapState::new(name, kind, ttl, namespaced, false);
                 for _ in 0..n {

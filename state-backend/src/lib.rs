@@ -1,13 +1,19 @@
 //! Weir's state: keyed state (per key, partitioned into key groups) and operator state (per subtask), the
 //! RocksDB and heap backends behind one trait, and snapshots to and from an object store.
 //!
-//! - [`keyed`]: the [`KeyedStateBackend`] trait and the typed state handles operators use — [`ValueState`],
-//!   [`ListState`], [`MapState`], [`ReducingState`] and [`AggregatingState`]. Registering a state declares its
-//!   [`StateKind`]; a name keeps its kind for good (also across snapshot and restore). Every handle has
-//!   `clear` (current key) and `clear_all` (every key of the backend). A state declared with
-//!   [`StateOptions`] may have a TTL and be scoped to namespaces (window and timer state:
-//!   [`KeyedStateBackend::set_current_namespace`], [`set_namespace`]). Writes larger than the backend's value
-//!   limit ([`DEFAULT_MAX_VALUE_BYTES`], [`KeyedStateBackend::set_max_value_bytes`]) are refused.
+//! - [`keyed`]: the [`KeyedStateBackend`] trait both backends implement, the [`LocalSnapshot`] it takes, and
+//!   [`open_keyed_backend`]. Writes larger than the backend's value limit ([`DEFAULT_MAX_VALUE_BYTES`],
+//!   [`KeyedStateBackend::set_max_value_bytes`]) are refused. It re-exports the handles, kinds and options below,
+//!   so `keyed::ValueState` and the like keep working.
+//! - [`handles`]: the typed state handles operators use — [`ValueState`], [`ListState`], [`MapState`],
+//!   [`ReducingState`] and [`AggregatingState`] —, each with `clear` (current key) and `clear_all` (every key of
+//!   the backend), and the TTL semantics on top of the stored bytes.
+//! - [`meta`]: the state metadata — [`StateKind`], [`StateOptions`] (TTL, namespaces: window and timer state,
+//!   [`KeyedStateBackend::set_current_namespace`], [`set_namespace`]), the kind record that stores them, and the
+//!   declaration checks: a name keeps its kind, namespacing and TTL on/off for good (also across snapshot and
+//!   restore).
+//! - [`layout`]: the row layout both backends share — row keys `key_group | key [| namespace]`, the list format,
+//!   the byte bounds of a key-group range.
 //! - [`rocks`]: RocksDB backend: a column family per state, row key `key_group | key` (map rows
 //!   `key_group | len(key) | key | user key`), list appends through a merge operator, a write-back cache for
 //!   value rows. The module docs describe the row layout.
@@ -26,9 +32,12 @@
 
 pub mod cache;
 pub mod codec;
+pub mod handles;
 pub mod heap;
 pub mod ingest;
 pub mod keyed;
+pub mod layout;
+pub mod meta;
 pub mod operator;
 pub mod rocks;
 pub mod snapshot;

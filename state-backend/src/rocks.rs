@@ -47,13 +47,15 @@
 
 use crate::cache::{Cached, RowCache};
 use crate::ingest::{self, Background};
-use crate::keyed::{
-    check_redeclaration, decode_list, prefix_successor, too_large, wrong_kind, ElementVisitor, KeyedStateBackend,
-    LocalSnapshot, RowKeyBuilder, RowVisitor, StateId, StateKind, StateOptions, DEFAULT_MAX_VALUE_BYTES,
+use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
+use crate::layout::{decode_list, prefix_successor, RowKeyBuilder};
+use crate::meta::{
+    check_redeclaration, decode_kind_record, encode_kind_record, rocks_kind_row, too_large, wrong_kind, StateKind,
+    StateOptions, ROCKS_KIND_ROW_PREFIX,
 };
 use crate::ttl::{
-    decode_kind_record, encode_kind_record, list_all_expired, row_expired, Clock, SharedClock, StateTtlConfig,
-    DEFAULT_PERIODIC_COMPACTION_SECS, FILTER_CLOCK_REFRESH_ROWS,
+    list_all_expired, row_expired, Clock, SharedClock, StateTtlConfig, DEFAULT_PERIODIC_COMPACTION_SECS,
+    FILTER_CLOCK_REFRESH_ROWS,
 };
 use crate::StateError;
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
@@ -139,11 +141,6 @@ struct RocksState {
 
 /// Name of the list merge operator.
 const MERGE_OPERATOR: &str = "weir.list-concat";
-
-/// Row of the default column family that stores a state's kind.
-fn kind_row(name: &str) -> Vec<u8> {
-    format!("weir.kind.{name}").into_bytes()
-}
 
 /// The list merge: operands are concatenations of length-prefixed elements, so merging concatenates.
 fn concat_merge(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) -> Option<Vec<u8>> {
@@ -352,7 +349,7 @@ impl RocksDbBackend {
         // The compaction filters must know the TTL of restored states before they are registered again.
         {
             let mut registry = ttl_registry.write().unwrap_or_else(|e| e.into_inner());
-            let prefix = b"weir.kind.";
+            let prefix = ROCKS_KIND_ROW_PREFIX.as_bytes();
             for item in db.iterator(IteratorMode::From(prefix, Direction::Forward)) {
                 let (k, v) = item?;
                 let Some(name) = k.strip_prefix(prefix) else { break };
@@ -605,7 +602,7 @@ impl KeyedStateBackend for RocksDbBackend {
             return Ok(StateId(i));
         }
         let cf = Self::cf_name(name);
-        let stored = match self.db.get(kind_row(name))? {
+        let stored = match self.db.get(rocks_kind_row(name))? {
             Some(b) => Some(
                 decode_kind_record(&b)
                     .map_err(|_| StateError::Corrupt(format!("kind row of state {name:?} is malformed")))?,
@@ -633,7 +630,7 @@ impl KeyedStateBackend for RocksDbBackend {
                 .create_cf(&cf, &o)?;
             self.column_families.push(cf);
         }
-        self.db.put_opt(kind_row(name), encode_kind_record(kind, ttl.as_ref(), namespaced), &self.write_opts)?;
+        self.db.put_opt(rocks_kind_row(name), encode_kind_record(kind, ttl.as_ref(), namespaced), &self.write_opts)?;
         self.states.push(RocksState { name: name.to_string(), kind, ttl, namespaced, cache: RowCache::default() });
         Ok(StateId(self.states.len() - 1))
     }

@@ -37,13 +37,12 @@
 //!
 //! ## Stored config
 //!
-//! The TTL config is stored with the state's kind (RocksDB kind row, heap snapshot kind byte): one byte
-//! `kind` without TTL (unchanged), or `kind | 0x80`, the TTL in ms (`u64` LE), the update-type byte and the
-//! visibility byte. Registering a state with another TTL config than it was registered with in this backend is
-//! a declaration error; after a restore, turning TTL on or off is refused (as in Flink before 2.x) while the
-//! duration, update type and visibility may change (the new config is recorded).
+//! The TTL config is stored with the state's kind, in its kind record ([`crate::meta`]: RocksDB kind row, heap
+//! snapshot kind byte); a state without TTL keeps its one-byte record. Registering a state with another TTL
+//! config than it was registered with in this backend is a declaration error; after a restore, turning TTL on
+//! or off is refused (as in Flink before 2.x) while the duration, update type and visibility may change (the
+//! new config is recorded).
 
-use crate::keyed::StateKind;
 use crate::StateError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -195,88 +194,6 @@ impl SharedClock {
     }
 }
 
-/// The stored kind record: `[kind]` without TTL, `[kind | 0x80, ttl ms (u64 LE), update type, visibility]` with;
-/// a namespaced state's first byte also has bit 0x40.
-pub(crate) fn encode_kind_record(kind: StateKind, ttl: Option<&StateTtlConfig>, namespaced: bool) -> Vec<u8> {
-    let first = kind.to_byte() | if namespaced { NAMESPACED_BIT } else { 0 };
-    match ttl {
-        None => vec![first],
-        Some(t) => {
-            let mut out = vec![first | 0x80];
-            out.extend_from_slice(&t.ttl_ms().to_le_bytes());
-            out.push(match t.update_type {
-                TtlUpdateType::OnCreateAndWrite => 0,
-                TtlUpdateType::OnReadAndWrite => 1,
-            });
-            out.push(match t.visibility {
-                TtlVisibility::NeverReturnExpired => 0,
-                TtlVisibility::ReturnExpiredIfNotCleanedUp => 1,
-            });
-            out
-        }
-    }
-}
-
-/// Bytes of a kind record with TTL.
-pub(crate) const TTL_RECORD_LEN: usize = 11;
-
-/// Whether a kind record starting with `first` has a TTL config (and is [`TTL_RECORD_LEN`] bytes long).
-pub(crate) fn record_has_ttl(first: u8) -> bool {
-    first & 0x80 != 0
-}
-
-/// The bit of a kind record's first byte that marks a namespaced state.
-const NAMESPACED_BIT: u8 = 0x40;
-
-/// A decoded kind record: kind, TTL config, whether the state is namespaced.
-pub(crate) type KindRecord = (StateKind, Option<StateTtlConfig>, bool);
-
-/// Decodes a whole kind record.
-pub(crate) fn decode_kind_record(b: &[u8]) -> Result<KindRecord, StateError> {
-    let corrupt = || StateError::Corrupt(format!("malformed state kind record {b:?}"));
-    let first = *b.first().ok_or_else(corrupt)?;
-    let namespaced = first & NAMESPACED_BIT != 0;
-    let kind = StateKind::from_byte(first & !(0x80 | NAMESPACED_BIT))?;
-    if !record_has_ttl(first) {
-        return if b.len() == 1 { Ok((kind, None, namespaced)) } else { Err(corrupt()) };
-    }
-    if b.len() != TTL_RECORD_LEN {
-        return Err(corrupt());
-    }
-    let ms = u64::from_le_bytes(b[1..9].try_into().map_err(|_| corrupt())?);
-    let update_type = match b[9] {
-        0 => TtlUpdateType::OnCreateAndWrite,
-        1 => TtlUpdateType::OnReadAndWrite,
-        _ => return Err(corrupt()),
-    };
-    let visibility = match b[10] {
-        0 => TtlVisibility::NeverReturnExpired,
-        1 => TtlVisibility::ReturnExpiredIfNotCleanedUp,
-        _ => return Err(corrupt()),
-    };
-    Ok((kind, Some(StateTtlConfig { ttl: Duration::from_millis(ms), update_type, visibility }), namespaced))
-}
-
-/// Checks a registration's TTL config against the existing one: in this backend's lifetime it must be equal;
-/// against a restored state only turning TTL on or off is refused.
-pub(crate) fn check_ttl(
-    name: &str,
-    existing: Option<&StateTtlConfig>,
-    wanted: Option<&StateTtlConfig>,
-    restored: bool,
-) -> Result<(), StateError> {
-    let ok = if restored { existing.is_some() == wanted.is_some() } else { existing == wanted };
-    if ok {
-        return Ok(());
-    }
-    let message = if restored {
-        format!("registered with TTL {wanted:?} but restored with TTL {existing:?}; TTL cannot be turned on or off across a restore")
-    } else {
-        format!("registered with TTL {wanted:?} but it already exists with TTL {existing:?}")
-    };
-    Err(StateError::Declaration { name: name.to_string(), message })
-}
-
 /// Splits a TTL value into its timestamp and the user value.
 pub(crate) fn split_ts<'a>(name: &str, b: &'a [u8]) -> Result<(u64, &'a [u8]), StateError> {
     match b.split_first_chunk::<TS_LEN>() {
@@ -301,11 +218,11 @@ pub(crate) fn row_expired(ttl: &StateTtlConfig, now: u64, row: &[u8]) -> bool {
 pub(crate) fn retain_unexpired(ttl: &StateTtlConfig, now: u64, list: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut dropped = false;
-    crate::keyed::decode_list("", list, &mut |e| {
+    crate::layout::decode_list("", list, &mut |e| {
         if row_expired(ttl, now, e) {
             dropped = true;
         } else {
-            crate::keyed::encode_list_element(e, &mut out);
+            crate::layout::encode_list_element(e, &mut out);
         }
         Ok(())
     })
@@ -316,7 +233,7 @@ pub(crate) fn retain_unexpired(ttl: &StateTtlConfig, now: u64, list: &[u8]) -> O
 /// Whether every element of a stored TTL list is expired (false for a malformed list).
 pub(crate) fn list_all_expired(ttl: &StateTtlConfig, now: u64, list: &[u8]) -> bool {
     let mut all = true;
-    crate::keyed::decode_list("", list, &mut |e| {
+    crate::layout::decode_list("", list, &mut |e| {
         all &= row_expired(ttl, now, e);
         Ok(())
     })
@@ -329,25 +246,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn expiry_is_overflow_safe_and_records_round_trip() {
+    fn expiry_is_overflow_safe() {
         let t = StateTtlConfig::new(Duration::from_millis(10));
         assert!(!t.is_expired(100, 109));
         assert!(t.is_expired(100, 110));
         assert!(!StateTtlConfig::new(Duration::MAX).is_expired(u64::MAX - 1, u64::MAX - 1));
         assert!(!t.is_expired(u64::MAX, u64::MAX - 1));
-        for kind in [StateKind::Value, StateKind::List, StateKind::Map, StateKind::Reducing, StateKind::Aggregating] {
-            assert_eq!(encode_kind_record(kind, None, false), vec![kind.to_byte()]);
-            assert_eq!(decode_kind_record(&[kind.to_byte()]).unwrap(), (kind, None, false));
-            assert_eq!(decode_kind_record(&encode_kind_record(kind, None, true)).unwrap(), (kind, None, true));
-            let t = t
-                .with_update_type(TtlUpdateType::OnReadAndWrite)
-                .with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp);
-            let rec = encode_kind_record(kind, Some(&t), false);
-            assert_eq!(rec.len(), TTL_RECORD_LEN);
-            assert_eq!(decode_kind_record(&rec).unwrap(), (kind, Some(t), false));
-            let rec = encode_kind_record(kind, Some(&t), true);
-            assert_eq!(decode_kind_record(&rec).unwrap(), (kind, Some(t), true));
-        }
-        assert!(decode_kind_record(&[0x80]).is_err());
     }
 }
