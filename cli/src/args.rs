@@ -62,6 +62,9 @@ pub enum Command {
         /// Job id
         id: String,
     },
+    /// Take, inspect and dispose of savepoints
+    #[command(subcommand)]
+    Savepoint(SavepointCommand),
     /// Show the registered task managers and their slots
     Cluster,
     /// Run a job manager and task managers on this machine until Ctrl-C or SIGTERM
@@ -85,6 +88,58 @@ pub enum JobCommand {
         /// Job id
         id: String,
     },
+    /// Stop a job with a savepoint and print the savepoint's URL; the job ends FINISHED
+    Stop(StopArgs),
+}
+
+/// `weir job stop`
+#[derive(Args, Debug, Clone)]
+pub struct StopArgs {
+    /// Job id
+    pub id: String,
+    /// Take a savepoint (required: a stop always takes one), in DIR if given
+    /// [default: the job manager's --savepoint-dir]
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "", required = true)]
+    pub savepoint: Option<String>,
+    /// End the input first (sources finish, end-of-input results such as keyed-count's are emitted), then
+    /// take the savepoint; without it sources stop where they are
+    #[arg(long)]
+    pub drain: bool,
+    /// Savepoint format: `native` (the backend's files, fast) or `canonical` (restorable into either backend)
+    #[arg(long, value_name = "FORMAT", default_value = "native")]
+    pub format: String,
+    /// Seconds to wait for the savepoint
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub timeout: u64,
+}
+
+/// `weir savepoint …`
+#[derive(Subcommand, Debug)]
+pub enum SavepointCommand {
+    /// Take a savepoint of a running job and print its URL
+    Trigger {
+        /// Job id
+        id: String,
+        /// Directory URL to create the savepoint in [default: the job manager's --savepoint-dir]
+        #[arg(value_name = "DIR")]
+        dir: Option<String>,
+        /// Savepoint format: `native` (the backend's files, fast) or `canonical` (restorable into either backend)
+        #[arg(long, value_name = "FORMAT", default_value = "native")]
+        format: String,
+        /// Seconds to wait for the savepoint
+        #[arg(long, value_name = "SECS", default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Show what a savepoint or retained checkpoint holds: operators, states, key groups, elements
+    Inspect {
+        /// URL of the savepoint's (or checkpoint's) directory
+        url: String,
+    },
+    /// Delete a savepoint
+    Dispose {
+        /// URL of the savepoint's directory
+        url: String,
+    },
 }
 
 /// `weir job submit`
@@ -100,6 +155,17 @@ pub struct SubmitArgs {
     /// Wait until the job ends, showing its progress on stderr; exit 0 only if it FINISHED
     #[arg(long)]
     pub wait: bool,
+    /// Start the job's state from this savepoint or retained checkpoint (URL of its directory); operators
+    /// may have new parallelisms
+    #[arg(long, value_name = "URL")]
+    pub from_savepoint: Option<String>,
+    /// With --from-savepoint: drop the state of operators the job no longer has instead of refusing
+    #[arg(long)]
+    pub allow_non_restored_state: bool,
+    /// With --from-savepoint: `no-claim` (the savepoint is never changed; the first checkpoint is full) or
+    /// `claim` (the job owns and eventually deletes it)
+    #[arg(long, value_name = "MODE", default_value = "no-claim")]
+    pub restore_mode: String,
 }
 
 /// `weir local`

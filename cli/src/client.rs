@@ -43,8 +43,7 @@ impl JobManager {
     }
 
     /// Submits a job; an `INVALID_ARGUMENT` answer (the spec is wrong) becomes [`CliError::Spec`].
-    pub async fn submit_job(&self, spec: pb::JobSpec) -> Result<String, CliError> {
-        let req = pb::SubmitJobRequest { spec: Some(spec) };
+    pub async fn submit_job(&self, req: pb::SubmitJobRequest) -> Result<String, CliError> {
         match self.call("SubmitJob", |mut c| async move { c.submit_job(req).await }).await {
             Ok(r) => Ok(r.job_id),
             Err(Rejected(s)) if s.code() == Code::InvalidArgument => Err(CliError::Spec(s.message().to_string())),
@@ -77,6 +76,50 @@ impl JobManager {
         let req = pb::ListCheckpointsRequest { job_id: job_id.to_string() };
         let r = self.call("ListCheckpoints", |mut c| async move { c.list_checkpoints(req).await }).await;
         Ok(r.map_err(|e| self.error(e))?.checkpoints)
+    }
+
+    /// Takes a savepoint (`stop`: and stops the job, draining it first if `drain`).
+    pub async fn savepoint(
+        &self,
+        job_id: &str,
+        dir: &str,
+        format: &str,
+        stop: Option<bool>,
+    ) -> Result<pb::SavepointResponse, CliError> {
+        let r = match stop {
+            None => {
+                let req = pb::TriggerSavepointRequest {
+                    job_id: job_id.to_string(),
+                    target_dir: dir.to_string(),
+                    format: format.to_string(),
+                };
+                self.call("TriggerSavepoint", |mut c| async move { c.trigger_savepoint(req).await }).await
+            }
+            Some(drain) => {
+                let req = pb::StopJobRequest {
+                    job_id: job_id.to_string(),
+                    target_dir: dir.to_string(),
+                    format: format.to_string(),
+                    drain,
+                };
+                self.call("StopJob", |mut c| async move { c.stop_job(req).await }).await
+            }
+        };
+        r.map_err(|e| self.error(e))
+    }
+
+    /// Summarises a savepoint.
+    pub async fn inspect_savepoint(&self, url: &str) -> Result<pb::InspectSavepointResponse, CliError> {
+        let req = pb::InspectSavepointRequest { url: url.to_string() };
+        let r = self.call("InspectSavepoint", |mut c| async move { c.inspect_savepoint(req).await }).await;
+        r.map_err(|e| self.error(e))
+    }
+
+    /// Deletes a savepoint; returns the number of files deleted.
+    pub async fn dispose_savepoint(&self, url: &str) -> Result<u64, CliError> {
+        let req = pb::DisposeSavepointRequest { url: url.to_string() };
+        let r = self.call("DisposeSavepoint", |mut c| async move { c.dispose_savepoint(req).await }).await;
+        Ok(r.map_err(|e| self.error(e))?.deleted_files)
     }
 
     /// The registered task managers and their slots.

@@ -1,6 +1,7 @@
-//! The client commands: `job submit|list|status|cancel`, `checkpoints`, `cluster`.
+//! The client commands: `job submit|list|status|cancel|stop`, `savepoint trigger|inspect|dispose`,
+//! `checkpoints`, `cluster`.
 
-use crate::args::{JobCommand, OutputFormat, SubmitArgs};
+use crate::args::{JobCommand, OutputFormat, SavepointCommand, SubmitArgs};
 use crate::client::JobManager;
 use crate::progress::Progress;
 use crate::render;
@@ -38,7 +39,43 @@ pub async fn job(settings: &Settings, cmd: JobCommand) -> Result<ExitCode, CliEr
             emit(settings, || format!("{}\n", render::job_line(&job)), || render::job_json(&job));
             Ok(ExitCode::SUCCESS)
         }
+        JobCommand::Stop(a) => {
+            let dir = a.savepoint.unwrap_or_default();
+            let jm = connect_for(settings, a.timeout).await?;
+            let r = jm.savepoint(&a.id, &dir, &a.format, Some(a.drain)).await?;
+            emit(settings, || format!("{}\n", r.savepoint), || render::savepoint_json(&r));
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// `weir savepoint …`
+pub async fn savepoint(settings: &Settings, cmd: SavepointCommand) -> Result<ExitCode, CliError> {
+    match cmd {
+        SavepointCommand::Trigger { id, dir, format, timeout } => {
+            let jm = connect_for(settings, timeout).await?;
+            let r = jm.savepoint(&id, dir.as_deref().unwrap_or(""), &format, None).await?;
+            emit(settings, || format!("{}\n", r.savepoint), || render::savepoint_json(&r));
+        }
+        SavepointCommand::Inspect { url } => {
+            let r = connect(settings).await?.inspect_savepoint(&url).await?;
+            emit(settings, || render::savepoint_text(&r), || render::inspect_json(&r));
+        }
+        SavepointCommand::Dispose { url } => {
+            let n = connect(settings).await?.dispose_savepoint(&url).await?;
+            emit(
+                settings,
+                || format!("disposed {url} ({n} files)\n"),
+                || json!({ "savepoint": url, "deleted_files": n }),
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A connection whose calls may take `secs` (at least the usual timeout): savepoints take as long as their state.
+async fn connect_for(settings: &Settings, secs: u64) -> Result<JobManager, CliError> {
+    JobManager::connect(&settings.jobmanager, settings.rpc_timeout.max(Duration::from_secs(secs))).await
 }
 
 /// `weir checkpoints ID`
@@ -72,7 +109,13 @@ pub fn load_spec(args: &SubmitArgs) -> Result<pb::JobSpec, CliError> {
 async fn submit(settings: &Settings, args: SubmitArgs) -> Result<ExitCode, CliError> {
     let spec = load_spec(&args)?;
     let jm = connect(settings).await?;
-    let id = jm.submit_job(spec).await?;
+    let req = pb::SubmitJobRequest {
+        spec: Some(spec),
+        from_savepoint: args.from_savepoint.clone().unwrap_or_default(),
+        allow_non_restored_state: args.allow_non_restored_state,
+        restore_mode: args.restore_mode.clone(),
+    };
+    let id = jm.submit_job(req).await?;
     emit(settings, || format!("{id}\n"), || json!({ "id": id }));
     if !args.wait {
         return Ok(ExitCode::SUCCESS);

@@ -30,6 +30,7 @@ pub async fn run(cli: args::Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         args::Command::Job(cmd) => commands::job(&settings, cmd).await,
         args::Command::Checkpoints { id } => commands::checkpoints(&settings, &id).await,
+        args::Command::Savepoint(cmd) => commands::savepoint(&settings, cmd).await,
         args::Command::Cluster => commands::cluster(&settings).await,
         args::Command::Local(local) => local::run(&settings, local).await,
     }

@@ -32,6 +32,8 @@ pub struct JobJson {
     pub restored_from: Option<String>,
     /// What the job waits on that it cannot fix itself, e.g. a failing final checkpoint (null: nothing).
     pub waiting: Option<String>,
+    /// Operators of the savepoint the job started from whose state was dropped (--allow-non-restored-state).
+    pub dropped_state: Vec<String>,
     pub submit_time_ms: u64,
     pub end_time_ms: Option<u64>,
 }
@@ -53,6 +55,7 @@ impl From<&pb::JobInfo> for JobJson {
             failure_reason: non_empty(&j.failure),
             restored_from: non_empty(&j.restored_from),
             waiting: non_empty(&j.waiting),
+            dropped_state: j.dropped_state.clone(),
             submit_time_ms: j.submit_time_ms,
             end_time_ms: non_zero(j.end_time_ms),
         }
@@ -100,6 +103,9 @@ pub fn job_text(job: &pb::JobInfo, now_ms: u64) -> String {
     }
     if !job.waiting.is_empty() {
         rows.push(("waiting", job.waiting.clone()));
+    }
+    if !job.dropped_state.is_empty() {
+        rows.push(("dropped state", format!("of operators {}", job.dropped_state.join(", "))));
     }
     if !job.failure.is_empty() {
         rows.push(("failure", job.failure.clone()));
@@ -159,6 +165,7 @@ pub struct CheckpointJson {
     pub failure_reason: Option<String>,
     pub path: Option<String>,
     pub is_final: bool,
+    pub is_savepoint: bool,
 }
 
 impl From<&pb::CheckpointInfo> for CheckpointJson {
@@ -173,6 +180,7 @@ impl From<&pb::CheckpointInfo> for CheckpointJson {
             failure_reason: non_empty(&c.failure_reason),
             path: non_empty(&c.path),
             is_final: c.is_final,
+            is_savepoint: c.is_savepoint,
         }
     }
 }
@@ -195,7 +203,12 @@ pub fn checkpoints_table(cs: &[pb::CheckpointInfo]) -> String {
     let rows = cs
         .iter()
         .map(|c| {
-            let mut note = if c.is_final { "final".to_string() } else { String::new() };
+            let mut note = match (c.is_final, c.is_savepoint) {
+                (true, true) => "final, savepoint".to_string(),
+                (true, false) => "final".to_string(),
+                (false, true) => "savepoint".to_string(),
+                (false, false) => String::new(),
+            };
             if !c.failure_reason.is_empty() {
                 if !note.is_empty() {
                     note.push_str("; ");
@@ -432,6 +445,7 @@ mod tests {
             checkpoints_failed: 0,
             restored_from: String::new(),
             waiting: String::new(),
+            dropped_state: vec![],
         }
     }
 
@@ -481,6 +495,7 @@ mod tests {
             failure_reason: String::new(),
             path: "file:///tmp/cp/j-1/chk-3".into(),
             is_final: true,
+            is_savepoint: false,
         };
         assert_eq!(
             to_value(&checkpoint_json(&done)),
@@ -529,6 +544,7 @@ mod tests {
             failure_reason: "declined".into(),
             path: String::new(),
             is_final: false,
+            is_savepoint: false,
         };
         let t = checkpoints_table(&[c]);
         assert!(t.contains("1.50 s") && t.contains("3.0 MiB") && t.contains("100 B") && t.contains("declined"), "{t}");
@@ -591,4 +607,128 @@ mod tests {
         assert_eq!(utc_time(951_782_400_000), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc_time(1_700_000_000_999), "2023-11-14 22:13:20 UTC");
     }
+}
+
+// ------------------------------------------------------------------------------------------ savepoints
+
+/// `savepoint trigger` and `job stop --savepoint` in JSON: `{"savepoint": URL, ...}`.
+pub fn savepoint_json(r: &pb::SavepointResponse) -> serde_json::Value {
+    serde_json::json!({
+        "savepoint": r.savepoint,
+        "checkpoint_id": r.checkpoint_id,
+        "full_size_bytes": r.full_size_bytes,
+        "format": r.format,
+        "job": r.job.as_ref().map(job_json),
+    })
+}
+
+/// A state in `savepoint inspect --output json`.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct StateJson {
+    pub name: String,
+    pub kind: String,
+    pub bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elements: Option<u64>,
+    pub ttl: Option<String>,
+}
+
+/// One subtask's snapshot in `savepoint inspect --output json`.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct SubtaskJson {
+    pub subtask: u32,
+    pub key_groups: Option<[u32; 2]>,
+    pub keyed_bytes: u64,
+    pub backend: Option<String>,
+    pub operator_state_elements: u64,
+    pub operator_state_bytes: u64,
+}
+
+/// An operator in `savepoint inspect --output json`.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct OperatorJson {
+    pub uid: String,
+    pub kind: String,
+    pub parallelism: u32,
+    pub max_parallelism: u32,
+    pub states: Vec<StateJson>,
+    pub subtasks: Vec<SubtaskJson>,
+}
+
+/// `savepoint inspect --output json`: `{"operators": [{"uid", "kind", "parallelism", "max_parallelism",
+/// "states": [{"name", "kind", "bytes", "elements"?}]}]}` and more.
+pub fn inspect_json(r: &pb::InspectSavepointResponse) -> serde_json::Value {
+    let operators: Vec<OperatorJson> = r
+        .operators
+        .iter()
+        .map(|o| OperatorJson {
+            uid: o.uid.clone(),
+            kind: o.kind.clone(),
+            parallelism: o.parallelism,
+            max_parallelism: o.max_parallelism,
+            states: o
+                .states
+                .iter()
+                .map(|s| StateJson {
+                    name: s.name.clone(),
+                    kind: s.kind.clone(),
+                    bytes: s.bytes,
+                    elements: s.elements,
+                    ttl: non_empty(&s.ttl),
+                })
+                .collect(),
+            subtasks: o
+                .subtasks
+                .iter()
+                .map(|s| SubtaskJson {
+                    subtask: s.subtask,
+                    key_groups: s.key_group_start.zip(s.key_group_end).map(|(a, b)| [a, b]),
+                    keyed_bytes: s.keyed_bytes,
+                    backend: non_empty(&s.backend),
+                    operator_state_elements: s.operator_state_elements,
+                    operator_state_bytes: s.operator_state_bytes,
+                })
+                .collect(),
+        })
+        .collect();
+    serde_json::json!({
+        "url": r.url,
+        "job_id": r.job_id,
+        "checkpoint_id": r.checkpoint_id,
+        "format": r.format,
+        "max_parallelism": r.max_parallelism,
+        "timestamp_ms": r.timestamp_ms,
+        "operators": operators,
+    })
+}
+
+/// `savepoint inspect` for people.
+pub fn savepoint_text(r: &pb::InspectSavepointResponse) -> String {
+    let mut out = format!(
+        "{} ({}, checkpoint {} of job {}, max parallelism {}, taken {})\n",
+        r.url,
+        r.format,
+        r.checkpoint_id,
+        r.job_id,
+        r.max_parallelism,
+        utc_time(r.timestamp_ms)
+    );
+    for o in &r.operators {
+        out.push_str(&format!("operator {} ({}), parallelism {}\n", o.uid, o.kind, o.parallelism));
+        for s in &o.states {
+            let elements = s.elements.map(|e| format!(", {e} elements")).unwrap_or_default();
+            out.push_str(&format!("  state {} ({}): {}{elements}\n", s.name, s.kind, size(s.bytes)));
+        }
+        for s in &o.subtasks {
+            let kg = match (s.key_group_start, s.key_group_end) {
+                (Some(a), Some(b)) => format!("key groups {a}-{b}, {} keyed", size(s.keyed_bytes)),
+                _ => "no keyed state".to_string(),
+            };
+            out.push_str(&format!(
+                "  subtask {}: {kg}, {} operator-state elements\n",
+                s.subtask, s.operator_state_elements
+            ));
+        }
+    }
+    out
 }

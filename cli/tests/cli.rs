@@ -50,6 +50,38 @@ fn job(id: &str, name: &str, state: &str, last: Option<u64>) -> pb::JobInfo {
 
 #[tonic::async_trait]
 impl ClientApi for FakeJm {
+    async fn trigger_savepoint(
+        &self,
+        r: Request<pb::TriggerSavepointRequest>,
+    ) -> Result<Response<pb::SavepointResponse>, Status> {
+        let r = r.into_inner();
+        Ok(Response::new(pb::SavepointResponse {
+            savepoint: format!("{}/savepoint-{}", r.target_dir, r.job_id),
+            checkpoint_id: 4,
+            full_size_bytes: 10,
+            format: r.format,
+            job: None,
+        }))
+    }
+
+    async fn stop_job(&self, _: Request<pb::StopJobRequest>) -> Result<Response<pb::SavepointResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn dispose_savepoint(
+        &self,
+        _: Request<pb::DisposeSavepointRequest>,
+    ) -> Result<Response<pb::DisposeSavepointResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn inspect_savepoint(
+        &self,
+        _: Request<pb::InspectSavepointRequest>,
+    ) -> Result<Response<pb::InspectSavepointResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
     async fn submit_job(&self, r: Request<pb::SubmitJobRequest>) -> Result<Response<pb::SubmitJobResponse>, Status> {
         let spec = r.into_inner().spec.unwrap_or_default();
         if spec.name == "rejected" {
@@ -109,6 +141,7 @@ impl ClientApi for FakeJm {
             failure_reason: String::new(),
             path: "file:///tmp/c/job-1/chk-1".into(),
             is_final: false,
+            is_savepoint: false,
         };
         let failed = pb::CheckpointInfo {
             id: 2,

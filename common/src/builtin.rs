@@ -151,8 +151,10 @@ impl DatagenConfig {
             return Err(field_err("keys", "must be at least 1"));
         }
         let splits = r.u64("splits")?.unwrap_or(128);
-        if splits == 0 || splits > 1 << 20 {
-            return Err(field_err("splits", "must be between 1 and 1048576"));
+        // Each split is one element of operator list state; the job manager's guards, not a fixed cap here,
+        // keep large split lists safe (their offsets travel by reference beyond the inline limit).
+        if splits == 0 || splits > u32::MAX as u64 {
+            return Err(field_err("splits", "must be between 1 and 4294967295"));
         }
         Ok(DatagenConfig {
             count: r.u64("count")?,

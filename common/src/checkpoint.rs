@@ -22,7 +22,7 @@ pub struct FileHandle {
 /// The keyed state of one operator subtask: the files of a RocksDB checkpoint or a heap snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyedStateHandle {
-    /// `rocksdb` or `heap`.
+    /// The snapshot's format: `rocksdb` or `heap` (native), or `canonical`.
     pub backend: String,
     /// Key groups the snapshot holds.
     pub key_group_range: KeyGroupRange,
@@ -42,6 +42,23 @@ pub enum DistributionMode {
     Broadcast,
 }
 
+/// Where the byte offsets of one operator state's elements inside the blob are kept.
+///
+/// Small states carry them inline (in the acknowledgement and `_metadata`); beyond the job manager's inline
+/// limit the task manager writes them to a file next to the blob (one little-endian `u64` per element) and
+/// only that file's handle travels, so the job manager's memory does not grow with the number of elements.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Offsets {
+    /// The offsets themselves.
+    Inline(Vec<u64>),
+    /// A file of `elements` little-endian `u64` offsets.
+    File(FileHandle),
+}
+
+/// Bytes one offset takes in an offsets file (and what an inline offset is counted as).
+pub const OFFSET_BYTES: u64 = 8;
+
 /// Where each element of one operator state lies inside the operator-state blob.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateMetaInfo {
@@ -49,8 +66,25 @@ pub struct StateMetaInfo {
     pub name: String,
     /// Redistribution mode.
     pub mode: DistributionMode,
+    /// Number of elements.
+    pub elements: u64,
+    /// Bytes the elements take in the blob (length prefixes included).
+    pub bytes: u64,
     /// Byte offset of each element inside the blob.
-    pub offsets: Vec<u64>,
+    pub offsets: Offsets,
+}
+
+impl StateMetaInfo {
+    /// Meta info with inline offsets.
+    pub fn inline(name: impl Into<String>, mode: DistributionMode, offsets: Vec<u64>, bytes: u64) -> Self {
+        StateMetaInfo {
+            name: name.into(),
+            mode,
+            elements: offsets.len() as u64,
+            bytes,
+            offsets: Offsets::Inline(offsets),
+        }
+    }
 }
 
 /// The operator (non-keyed) state of one subtask: one blob plus per-state element offsets.
@@ -75,11 +109,26 @@ pub struct OperatorSubtaskState {
     pub end_of_input: bool,
 }
 
+impl OperatorStateHandle {
+    /// The blob and every offsets file.
+    pub fn files(&self) -> impl Iterator<Item = &FileHandle> {
+        std::iter::once(&self.file).chain(self.states.iter().filter_map(|s| match &s.offsets {
+            Offsets::File(f) => Some(f),
+            Offsets::Inline(_) => None,
+        }))
+    }
+}
+
 impl OperatorSubtaskState {
+    /// Every file this subtask's state references.
+    pub fn files(&self) -> impl Iterator<Item = &FileHandle> {
+        let keyed = self.keyed.iter().flat_map(|k| k.files.iter());
+        keyed.chain(self.operator_state.iter().flat_map(|o| o.files()))
+    }
+
     /// Bytes of state this subtask references.
     pub fn size(&self) -> u64 {
-        let keyed: u64 = self.keyed.iter().flat_map(|k| k.files.iter()).map(|f| f.size).sum();
-        keyed + self.operator_state.as_ref().map(|o| o.file.size).unwrap_or(0)
+        self.files().map(|f| f.size).sum()
     }
 }
 
@@ -99,6 +148,9 @@ pub struct TaskSnapshot {
 /// The state of one operator across its subtasks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorCheckpoint {
+    /// The operator's kind (registry name) when the snapshot was taken.
+    #[serde(default)]
+    pub kind: String,
     /// Parallelism the operator ran with.
     pub parallelism: u32,
     /// One entry per subtask, ordered by index.
@@ -122,6 +174,40 @@ pub struct CheckpointMetadata {
     pub is_final: bool,
     /// Per operator uid.
     pub operators: BTreeMap<String, OperatorCheckpoint>,
+    /// Set for a savepoint: its format. A savepoint's paths are relative to its own directory (it is
+    /// self-contained and relocatable); a checkpoint's are relative to the checkpoint root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savepoint: Option<SavepointFormat>,
+}
+
+/// How a savepoint stores keyed state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SavepointFormat {
+    /// The backend's own files (RocksDB SSTs as they are): fast, restorable into the same backend.
+    #[default]
+    Native,
+    /// Backend-independent rows ordered by key group: restorable into either backend.
+    Canonical,
+}
+
+impl SavepointFormat {
+    /// The format's name (`native`, `canonical`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SavepointFormat::Native => "native",
+            SavepointFormat::Canonical => "canonical",
+        }
+    }
+
+    /// Parses `native` or `canonical`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "native" => Ok(SavepointFormat::Native),
+            "canonical" => Ok(SavepointFormat::Canonical),
+            other => Err(format!("unknown savepoint format {other:?}: use native or canonical")),
+        }
+    }
 }
 
 impl CheckpointMetadata {
@@ -130,22 +216,26 @@ impl CheckpointMetadata {
         self.operators.values().flat_map(|o| o.subtasks.iter()).map(|s| s.size()).sum()
     }
 
-    /// Checks that every path the metadata references is a safe relative path under `job`'s directory.
+    /// Checks that every path the metadata references is a safe relative path: under the job's directory for a
+    /// checkpoint, under the savepoint's own directory for a savepoint.
     pub fn validate_paths(&self) -> Result<(), String> {
         let job_prefix = format!("{}/", self.job_id);
         for op in self.operators.values() {
             for st in &op.subtasks {
-                let keyed = st.keyed.iter().flat_map(|k| k.files.iter());
-                let opst = st.operator_state.iter().map(|o| &o.file);
-                for f in keyed.chain(opst) {
+                for f in st.files() {
                     check_relative_path(&f.path)?;
-                    if !f.path.starts_with(&job_prefix) {
+                    if self.savepoint.is_none() && !f.path.starts_with(&job_prefix) {
                         return Err(format!("path {:?} lies outside the job's directory", f.path));
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Every file the metadata references.
+    pub fn files(&self) -> impl Iterator<Item = &FileHandle> {
+        self.operators.values().flat_map(|o| o.subtasks.iter()).flat_map(|s| s.files())
     }
 
     /// Encodes the metadata as the bytes of a `_metadata` file.
@@ -167,6 +257,60 @@ impl CheckpointMetadata {
         m.validate_paths()?;
         Ok(m)
     }
+}
+
+/// Where and how a savepoint is written, as the barrier of its checkpoint carries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavepointTarget {
+    /// URL of the savepoint's directory.
+    pub url: String,
+    /// Its format.
+    pub format: SavepointFormat,
+    /// Stop with savepoint: sources emit nothing after this barrier and tasks finish once it completes.
+    pub stop: bool,
+}
+
+/// Who owns the files of the savepoint a job was started from (Flink 2.x's restore modes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestoreMode {
+    /// The user: the savepoint is never changed or deleted, and the first checkpoint after the restore is full.
+    #[default]
+    NoClaim,
+    /// The job: it deletes the savepoint once its own checkpoints subsume it.
+    Claim,
+}
+
+impl RestoreMode {
+    /// Parses `claim` or `no-claim` (empty: the default, no-claim).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "no-claim" | "no_claim" => Ok(RestoreMode::NoClaim),
+            "claim" => Ok(RestoreMode::Claim),
+            other => Err(format!("unknown restore mode {other:?}: use claim or no-claim")),
+        }
+    }
+
+    /// The mode's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestoreMode::NoClaim => "no-claim",
+            RestoreMode::Claim => "claim",
+        }
+    }
+}
+
+/// Splits the URL of a checkpoint or savepoint directory into the root its paths are relative to and the
+/// `_metadata` path under that root: a savepoint's paths are relative to its own directory, a retained
+/// checkpoint's (`…/<job>/chk-<n>`) to the checkpoint root two levels up.
+pub fn restore_root(dir_url: &str, meta: &CheckpointMetadata) -> String {
+    let dir = dir_url.trim_end_matches('/');
+    if meta.savepoint.is_some() {
+        return dir.to_string();
+    }
+    let mut parts = dir.rsplitn(3, '/');
+    let (_chk, _job) = (parts.next(), parts.next());
+    parts.next().unwrap_or(dir).to_string()
 }
 
 /// Rejects empty, absolute and `..`-containing relative paths.
@@ -209,6 +353,27 @@ pub mod paths {
     pub fn taskowned_dir(job: &JobId) -> String {
         format!("{job}/taskowned")
     }
+
+    /// `savepoint-<first 6 of job>-<12 random hex>`: the directory name of a new savepoint of `job`.
+    pub fn new_savepoint_name(job: &JobId) -> String {
+        let job = job.to_string();
+        let short: String = job.chars().take(6).collect();
+        let rand: String = uuid::Uuid::new_v4().simple().to_string().chars().take(12).collect();
+        format!("savepoint-{short}-{rand}")
+    }
+
+    /// `<uid>/<subtask>`: where one operator subtask writes a savepoint's state, relative to the savepoint.
+    pub fn savepoint_subtask_dir(uid: &str, subtask: SubtaskIndex) -> String {
+        format!("{uid}/{}", subtask.0)
+    }
+
+    /// The name of a state's offsets file next to the operator-state blob `blob`.
+    pub fn offsets_file(blob: &str, state_index: usize) -> String {
+        format!("{blob}.offsets-{state_index}")
+    }
+
+    /// `_metadata`, the file a checkpoint or savepoint directory is recognised by.
+    pub const METADATA_FILE: &str = "_metadata";
 }
 
 #[cfg(test)]
@@ -220,6 +385,7 @@ mod tests {
         operators.insert(
             "op".to_string(),
             OperatorCheckpoint {
+                kind: "k".into(),
                 parallelism: 1,
                 subtasks: vec![OperatorSubtaskState {
                     subtask: SubtaskIndex(0),
@@ -240,6 +406,7 @@ mod tests {
             max_parallelism: 128,
             is_final: false,
             operators,
+            savepoint: None,
         }
     }
 

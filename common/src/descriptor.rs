@@ -1,7 +1,7 @@
 //! The execution graph (operators chained into vertices) and the descriptor the job manager sends a task
 //! manager to deploy one subtask of one vertex.
 
-use crate::checkpoint::{DistributionMode, OperatorStateHandle, OperatorSubtaskState};
+use crate::checkpoint::{DistributionMode, FileHandle, KeyedStateHandle};
 use crate::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use crate::keygroup::KeyGroupRange;
 use crate::spec::{Partitioning, ResolvedJob, StateBackendKind};
@@ -135,29 +135,75 @@ pub struct OutputDescriptor {
 /// State to restore a task from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RestoreDescriptor {
-    /// The checkpoint restored from.
+    /// The checkpoint (or savepoint) restored from.
     pub checkpoint_id: CheckpointId,
-    /// Per operator uid of the chain, the state of this subtask.
-    pub operators: BTreeMap<String, OperatorSubtaskState>,
-    /// Per operator uid with union list state, the operator-state handles of every subtask (in subtask
-    /// order): each subtask receives every subtask's union elements.
-    #[serde(default)]
-    pub union_sources: BTreeMap<String, Vec<OperatorStateHandle>>,
+    /// Object-store URL that the paths of the handles below are relative to: the checkpoint root for a
+    /// checkpoint of this job, the savepoint's (or retained checkpoint's) root otherwise.
+    pub root: String,
+    /// The files are this job's own checkpoint's: later incremental checkpoints may reference its shared
+    /// files. False for savepoints and other jobs' checkpoints, whose files the job never references (so the
+    /// first checkpoint after such a restore is a full one).
+    pub own_files: bool,
+    /// Per operator uid of the chain, what this subtask restores.
+    pub operators: BTreeMap<String, SubtaskRestore>,
 }
 
-/// The operator-state handles of every subtask of an operator that has union list state, in subtask order
-/// (`None` when the operator has none): what each subtask must read its union elements from.
-pub fn union_sources(subtasks: &[OperatorSubtaskState]) -> Option<Vec<OperatorStateHandle>> {
-    let has_union = subtasks
-        .iter()
-        .filter_map(|s| s.operator_state.as_ref())
-        .any(|h| h.states.iter().any(|m| m.mode == DistributionMode::Union));
-    if !has_union {
-        return None;
+/// What one new subtask of one operator restores, as decided by the job manager's assignment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskRestore {
+    /// Every old keyed snapshot whose key-group range overlaps this subtask's (clipped to it on restore).
+    pub keyed: Vec<KeyedStateHandle>,
+    /// Operator-state elements to read, per old blob.
+    pub operator_state: Vec<OperatorStatePart>,
+    /// Every old subtask had consumed all of its input (end-of-input work is not done again).
+    pub end_of_input: bool,
+}
+
+/// Elements of some operator states inside one old operator-state blob.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OperatorStatePart {
+    /// The blob.
+    pub file: FileHandle,
+    /// Per state, which of its elements.
+    pub states: Vec<StatePart>,
+}
+
+/// Some elements of one operator state inside a blob.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatePart {
+    /// State name.
+    pub name: String,
+    /// Its distribution mode.
+    pub mode: DistributionMode,
+    /// Where the elements are.
+    pub elements: ElementRef,
+}
+
+/// Which elements of a state, by their offsets in the blob.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElementRef {
+    /// The offsets of the elements.
+    Inline(Vec<u64>),
+    /// Elements `first .. first + count` of a state whose offsets are in a file.
+    InFile {
+        /// The offsets file.
+        offsets: FileHandle,
+        /// Index of the first element.
+        first: u64,
+        /// Number of elements.
+        count: u64,
+    },
+}
+
+impl ElementRef {
+    /// Number of elements referenced.
+    pub fn count(&self) -> u64 {
+        match self {
+            ElementRef::Inline(o) => o.len() as u64,
+            ElementRef::InFile { count, .. } => *count,
+        }
     }
-    let mut ordered: Vec<&OperatorSubtaskState> = subtasks.iter().collect();
-    ordered.sort_by_key(|s| s.subtask);
-    Some(ordered.into_iter().filter_map(|s| s.operator_state.clone()).collect())
 }
 
 /// Everything a task manager needs to run one subtask.
@@ -187,12 +233,23 @@ pub struct TaskDescriptor {
     pub checkpoint_root: String,
     /// Incremental checkpoints.
     pub incremental: bool,
+    /// Per operator state, element offsets up to this many bytes travel inline in the acknowledgement;
+    /// beyond it they are written to a file next to the blob.
+    #[serde(default = "default_inline_limit")]
+    pub operator_state_inline_limit: u64,
     /// Input, if the head is not a source.
     pub input: Option<InputDescriptor>,
     /// Outputs of the tail.
     pub outputs: Vec<OutputDescriptor>,
     /// State to restore.
     pub restore: Option<RestoreDescriptor>,
+}
+
+/// Default of [`TaskDescriptor::operator_state_inline_limit`]: 64 KiB.
+pub const DEFAULT_OPERATOR_STATE_INLINE_LIMIT: u64 = 64 << 10;
+
+fn default_inline_limit() -> u64 {
+    DEFAULT_OPERATOR_STATE_INLINE_LIMIT
 }
 
 /// The upstream subtasks of `to` (of `to_p`) on an edge from a vertex of parallelism `from_p`.
@@ -219,27 +276,6 @@ mod tests {
     use super::*;
     use crate::builtin::builtin_kinds;
     use crate::spec::{parse_spec_text, resolve};
-
-    #[test]
-    fn union_sources_list_every_subtask_in_order() {
-        use crate::checkpoint::{FileHandle, StateMetaInfo};
-        let st = |i: u32, mode: DistributionMode| OperatorSubtaskState {
-            subtask: SubtaskIndex(i),
-            keyed: None,
-            operator_state: Some(OperatorStateHandle {
-                file: FileHandle { path: format!("j/chk-1/op/{i}/opstate"), size: 4 },
-                states: vec![StateMetaInfo { name: "s".into(), mode, offsets: vec![0] }],
-            }),
-            end_of_input: false,
-        };
-        assert_eq!(
-            union_sources(&[st(0, DistributionMode::SplitDistribute), st(1, DistributionMode::SplitDistribute)]),
-            None
-        );
-        let sources = union_sources(&[st(1, DistributionMode::Union), st(0, DistributionMode::Union)]).unwrap();
-        let paths: Vec<&str> = sources.iter().map(|h| h.file.path.as_str()).collect();
-        assert_eq!(paths, vec!["j/chk-1/op/0/opstate", "j/chk-1/op/1/opstate"]);
-    }
 
     #[test]
     fn chains_forward_edges_only() {

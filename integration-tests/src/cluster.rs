@@ -612,9 +612,41 @@ impl Cluster {
     /// Submits a job spec (YAML) over gRPC and returns the job id.
     pub fn submit(&mut self, spec_yaml: &str) -> Result<String> {
         let spec = weir_common::spec::parse_spec_text(spec_yaml).context("the test's own job spec is invalid")?;
-        let resp =
-            self.call("SubmitJob", |mut c| async move { c.submit_job(SubmitJobRequest { spec: Some(spec) }).await })?;
+        let resp = self.call("SubmitJob", |mut c| async move {
+            c.submit_job(SubmitJobRequest { spec: Some(spec), ..Default::default() }).await
+        })?;
         Ok(resp.job_id)
+    }
+
+    /// Submits a job spec (YAML) over gRPC that starts from a savepoint or retained checkpoint.
+    pub fn submit_from(
+        &mut self,
+        spec_yaml: &str,
+        savepoint: &str,
+        restore_mode: &str,
+        allow_non_restored: bool,
+    ) -> Result<String> {
+        let spec = weir_common::spec::parse_spec_text(spec_yaml).context("the test's own job spec is invalid")?;
+        let req = SubmitJobRequest {
+            spec: Some(spec),
+            from_savepoint: savepoint.to_string(),
+            restore_mode: restore_mode.to_string(),
+            allow_non_restored_state: allow_non_restored,
+        };
+        let resp = self.call("SubmitJob", |mut c| async move { c.submit_job(req).await })?;
+        Ok(resp.job_id)
+    }
+
+    /// `weir job stop ID --savepoint [--drain] [--format F]`: returns the savepoint's URL once the job ended.
+    pub fn stop_with_savepoint(&mut self, id: &str, drain: bool, format: &str) -> Result<String> {
+        let mut args = vec!["job", "stop", id, "--savepoint", "--format", format];
+        if drain {
+            args.push("--drain");
+        }
+        let out = self.cli_json(&args)?;
+        let url = out["savepoint"].as_str().ok_or_else(|| anyhow!("no savepoint URL in {out}"))?.to_string();
+        self.wait_for_state(id, &[JobState::Finished], Duration::from_secs(60))?;
+        Ok(url)
     }
 
     /// The job's current info.

@@ -16,6 +16,10 @@ pub const CONFIG_KEYS: &[&str] = &[
     "s3_endpoint",
     "s3_allow_http",
     "log_json",
+    "savepoint_dir",
+    "operator_state_inline_limit",
+    "operator_state_limit",
+    "union_state_fanout_limit",
 ];
 
 /// The job manager's configuration.
@@ -40,6 +44,16 @@ pub struct JobManagerConfig {
     pub s3_allow_http: bool,
     /// Log JSON lines instead of human-readable text.
     pub log_json: bool,
+    /// Directory URL new savepoints go to when a request names none (default `<checkpoint store>/savepoints`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub savepoint_dir: Option<String>,
+    /// Per operator state and subtask, element offsets up to this many bytes travel inline in the
+    /// acknowledgement; beyond it the task manager writes them next to the state blob.
+    pub operator_state_inline_limit: u64,
+    /// One operator state summed over its subtasks above this many bytes declines the checkpoint.
+    pub operator_state_limit: u64,
+    /// A restore whose union state times the new parallelism exceeds this many bytes is refused.
+    pub union_state_fanout_limit: u64,
 }
 
 impl Default for JobManagerConfig {
@@ -53,6 +67,10 @@ impl Default for JobManagerConfig {
             s3_endpoint: None,
             s3_allow_http: false,
             log_json: false,
+            savepoint_dir: None,
+            operator_state_inline_limit: weir_common::descriptor::DEFAULT_OPERATOR_STATE_INLINE_LIMIT,
+            operator_state_limit: 1 << 30,
+            union_state_fanout_limit: 2 << 30,
         }
     }
 }
@@ -79,6 +97,16 @@ impl JobManagerConfig {
                 self.heartbeat_timeout_ms, self.heartbeat_interval_ms
             )));
         }
+        if let Some(url) = &self.savepoint_dir {
+            if !url.contains("://") {
+                return Err(ConfigError(format!(
+                    "savepoint_dir: expected a URL such as file:///dir or s3://bucket/prefix, got {url:?}"
+                )));
+            }
+        }
+        if self.operator_state_limit == 0 || self.union_state_fanout_limit == 0 {
+            return Err(ConfigError("operator_state_limit and union_state_fanout_limit must be positive".into()));
+        }
         if let Some(url) = &self.checkpoint_store {
             if !url.contains("://") {
                 return Err(ConfigError(format!(
@@ -97,6 +125,14 @@ impl JobManagerConfig {
                 let dir = absolute(&self.data_dir)?;
                 Ok(format!("file://{}", dir.join("checkpoints").display()))
             }
+        }
+    }
+
+    /// The directory URL new savepoints go to by default.
+    pub fn savepoint_dir_url(&self) -> Result<String, ConfigError> {
+        match &self.savepoint_dir {
+            Some(url) if !url.trim().is_empty() => Ok(url.trim().trim_end_matches('/').to_string()),
+            _ => Ok(format!("{}/savepoints", self.checkpoint_store_url()?.trim_end_matches('/'))),
         }
     }
 
@@ -155,6 +191,25 @@ pub struct Cli {
     #[arg(long)]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub log_json: bool,
+    /// Directory URL for savepoints when a request names none [default: <checkpoint store>/savepoints]
+    #[arg(long, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub savepoint_dir: Option<String>,
+    /// Element offsets of one operator state of one subtask up to this many bytes travel inline in the
+    /// checkpoint acknowledgement; beyond it by reference to a file next to the state [default: 65536]
+    #[arg(long, value_name = "BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator_state_inline_limit: Option<u64>,
+    /// One operator state summed over its subtasks above this many bytes declines the checkpoint, naming
+    /// the job, operator, state, elements and bytes; the job keeps running [default: 1073741824]
+    #[arg(long, value_name = "BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator_state_limit: Option<u64>,
+    /// A restore whose union state bytes times the new parallelism exceed this is refused before
+    /// deploying [default: 2147483648]
+    #[arg(long, value_name = "BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub union_state_fanout_limit: Option<u64>,
 }
 
 impl Cli {

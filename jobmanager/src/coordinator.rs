@@ -6,7 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use weir_common::checkpoint::{paths, CheckpointMetadata, OperatorCheckpoint, TaskSnapshot, METADATA_FORMAT_VERSION};
+use weir_common::checkpoint::{
+    paths, CheckpointMetadata, OperatorCheckpoint, SavepointTarget, TaskSnapshot, METADATA_FORMAT_VERSION,
+};
 use weir_common::descriptor::ExecutionGraph;
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::spec::{CheckpointSettings, ResolvedJob};
@@ -66,6 +68,9 @@ pub struct CheckpointHistoryEntry {
     pub path: String,
     /// Taken when every task was at end of input.
     pub is_final: bool,
+    /// A savepoint (owned by the user, not retained by the job).
+    #[serde(default)]
+    pub is_savepoint: bool,
 }
 
 impl CheckpointHistoryEntry {
@@ -81,6 +86,7 @@ impl CheckpointHistoryEntry {
             failure_reason: String::new(),
             path,
             is_final,
+            is_savepoint: false,
         }
     }
 
@@ -100,6 +106,7 @@ impl CheckpointHistoryEntry {
             failure_reason: self.failure_reason.clone(),
             path: self.path.clone(),
             is_final: self.is_final,
+            is_savepoint: self.is_savepoint,
         }
     }
 }
@@ -166,6 +173,8 @@ pub struct PendingCheckpoint {
     pub trigger_time_ms: u64,
     /// Every task was at end of input when it was triggered.
     pub is_final: bool,
+    /// Set for a savepoint: where and how it is written.
+    pub savepoint: Option<SavepointTarget>,
     /// Tasks that must acknowledge.
     pub expected: BTreeSet<TaskKey>,
     /// Acknowledgements received.
@@ -254,14 +263,29 @@ impl CheckpointCoordinator {
         }
     }
 
-    /// Starts checkpoint `id`, which every task in `expected` must acknowledge.
-    pub fn begin(&mut self, id: CheckpointId, now_ms: u64, expected: BTreeSet<TaskKey>, is_final: bool) {
+    /// May a requested savepoint be triggered now: every task running, nothing in flight, the job not done.
+    /// Savepoints do not wait for the interval or the minimum pause.
+    pub fn may_trigger_savepoint(&self, tasks: TaskReadiness) -> bool {
+        self.pending.is_none() && tasks.all_running && self.final_completed.is_none()
+    }
+
+    /// Starts checkpoint `id` (a savepoint if `savepoint` is set), which every task in `expected` must
+    /// acknowledge.
+    pub fn begin(
+        &mut self,
+        id: CheckpointId,
+        now_ms: u64,
+        expected: BTreeSet<TaskKey>,
+        is_final: bool,
+        savepoint: Option<SavepointTarget>,
+    ) {
         self.last_trigger_ms = now_ms;
         self.pending = Some(PendingCheckpoint {
             id,
             attempt: self.attempt,
             trigger_time_ms: now_ms,
             is_final,
+            savepoint,
             expected,
             acks: BTreeMap::new(),
         });
@@ -352,6 +376,7 @@ pub fn build_metadata(
                 format!("task {vertex}/{subtask} acknowledged state for operator {uid:?}, which it does not run")
             })?;
             let entry = operators.entry(uid.clone()).or_insert_with(|| OperatorCheckpoint {
+                kind: job.operators[idx].kind.clone(),
                 parallelism: job.operators[idx].parallelism,
                 subtasks: vec![],
             });
@@ -380,6 +405,7 @@ pub fn build_metadata(
         max_parallelism: job.max_parallelism,
         is_final: pending.is_final,
         operators,
+        savepoint: pending.savepoint.as_ref().map(|t| t.format),
     };
     meta.validate_paths()?;
     Ok(meta)
@@ -400,16 +426,7 @@ pub fn subsumed(retained: &[CheckpointId], keep: u32) -> Vec<CheckpointId> {
 pub fn referenced_files<'a>(metas: impl IntoIterator<Item = &'a CheckpointMetadata>) -> HashSet<String> {
     let mut out = HashSet::new();
     for m in metas {
-        for op in m.operators.values() {
-            for st in &op.subtasks {
-                for f in st.keyed.iter().flat_map(|k| k.files.iter()) {
-                    out.insert(f.path.clone());
-                }
-                if let Some(o) = &st.operator_state {
-                    out.insert(o.file.path.clone());
-                }
-            }
-        }
+        out.extend(m.files().map(|f| f.path.clone()));
     }
     out
 }
@@ -418,8 +435,7 @@ pub fn referenced_files<'a>(metas: impl IntoIterator<Item = &'a CheckpointMetada
 pub fn snapshot_files(s: &TaskSnapshot) -> Vec<String> {
     let mut out = Vec::new();
     for st in s.operators.values() {
-        out.extend(st.keyed.iter().flat_map(|k| k.files.iter()).map(|f| f.path.clone()));
-        out.extend(st.operator_state.iter().map(|o| o.file.path.clone()));
+        out.extend(st.files().map(|f| f.path.clone()));
     }
     out
 }
@@ -764,7 +780,7 @@ mod tests {
             TriggerDecision::Wait
         );
         assert_eq!(c.decide_trigger(1100, RUNNING), TriggerDecision::Periodic);
-        c.begin(CheckpointId(1), 1100, BTreeSet::from([key(0, 0)]), false);
+        c.begin(CheckpointId(1), 1100, BTreeSet::from([key(0, 0)]), false, None);
         assert_eq!(c.decide_trigger(1300, RUNNING), TriggerDecision::Wait, "one in flight at most");
         c.take_pending();
         c.record_completion(CheckpointId(1), 1300, false);
@@ -779,13 +795,13 @@ mod tests {
     #[test]
     fn final_checkpoint_rules() {
         let mut c = CheckpointCoordinator::new(settings(Some(10_000), 5000, None), A1, 0);
-        c.begin(CheckpointId(1), 1, BTreeSet::from([key(0, 0)]), false);
+        c.begin(CheckpointId(1), 1, BTreeSet::from([key(0, 0)]), false, None);
         assert_eq!(c.decide_trigger(2, AT_END), TriggerDecision::Wait, "after the one in flight");
         c.take_pending();
         assert!(!c.record_failure(3, true));
         assert_eq!(c.decide_trigger(4, AT_END), TriggerDecision::Wait, "short pause before retrying");
         assert_eq!(c.decide_trigger(3 + FINAL_RETRY_DELAY_MS, AT_END), TriggerDecision::Final);
-        c.begin(CheckpointId(2), 600, BTreeSet::from([key(0, 0)]), true);
+        c.begin(CheckpointId(2), 600, BTreeSet::from([key(0, 0)]), true, None);
         c.take_pending();
         c.record_completion(CheckpointId(2), 700, true);
         assert_eq!(c.final_completed(), Some(CheckpointId(2)));
@@ -800,7 +816,7 @@ mod tests {
             c.acknowledge(AttemptNumber(2), CheckpointId(1), key(0, 0), snap(&job, 1, 0, 0, "a")),
             AckOutcome::Dropped("no checkpoint in flight")
         );
-        c.begin(CheckpointId(5), 10, BTreeSet::from([key(0, 0), key(0, 1), key(1, 0)]), false);
+        c.begin(CheckpointId(5), 10, BTreeSet::from([key(0, 0), key(0, 1), key(1, 0)]), false, None);
         assert!(matches!(
             c.acknowledge(AttemptNumber(1), CheckpointId(5), key(0, 0), snap(&job, 5, 0, 0, "a")),
             AckOutcome::Dropped(_)
@@ -839,7 +855,7 @@ mod tests {
     #[test]
     fn expiry_and_tolerable_failures() {
         let mut c = CheckpointCoordinator::new(settings(Some(1), 0, Some(1)), A1, 0);
-        c.begin(CheckpointId(1), 100, BTreeSet::new(), false);
+        c.begin(CheckpointId(1), 100, BTreeSet::new(), false, None);
         assert_eq!(c.expired(1099), None);
         assert_eq!(c.expired(1100), Some(CheckpointId(1)));
         c.take_pending();
@@ -859,7 +875,7 @@ mod tests {
         let id = JobId("j".into());
         let mut c = CheckpointCoordinator::new(job.checkpointing.clone(), A1, 0);
         let all: BTreeSet<TaskKey> = [key(0, 0), key(0, 1), key(1, 0), key(1, 1), key(2, 0)].into();
-        c.begin(CheckpointId(3), 5, all, true);
+        c.begin(CheckpointId(3), 5, all, true, None);
         for (v, s, uid) in [(0, 0, "events"), (0, 1, "events"), (1, 0, "counts"), (1, 1, "counts"), (2, 0, "out")] {
             c.acknowledge(A1, CheckpointId(3), key(v, s), snap(&id, 3, v, s, uid));
         }
@@ -918,6 +934,7 @@ mod tests {
             max_parallelism: 128,
             is_final: false,
             operators: BTreeMap::new(),
+            savepoint: None,
         }
     }
 
@@ -982,6 +999,7 @@ mod tests {
         m3.operators.insert(
             "a".into(),
             OperatorCheckpoint {
+                kind: String::new(),
                 parallelism: 1,
                 subtasks: vec![OperatorSubtaskState {
                     subtask: SubtaskIndex(0),

@@ -2,12 +2,13 @@
 //! output targets with the data address of the task manager running each downstream subtask, and the state
 //! to restore. Plain functions, no I/O.
 
+use crate::assignment::{assign, AssignError};
 use crate::registry::SlotTarget;
 use std::collections::BTreeMap;
 use weir_common::checkpoint::CheckpointMetadata;
 use weir_common::descriptor::{
-    input_channels, output_targets, union_sources, ExecutionGraph, InputDescriptor, OperatorDescriptor,
-    OutputDescriptor, RestoreDescriptor, TaskDescriptor,
+    input_channels, output_targets, ExecutionGraph, InputDescriptor, OperatorDescriptor, OutputDescriptor,
+    RestoreDescriptor, SubtaskRestore, TaskDescriptor,
 };
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::keygroup::KeyGroupRange;
@@ -34,17 +35,15 @@ pub enum DeployError {
         /// Max parallelism of the job.
         now: u32,
     },
-    /// An operator's parallelism differs from the checkpoint's (rescaling is not supported yet).
-    #[error("cannot restore from checkpoint {checkpoint}: operator {uid:?} ran with parallelism {stored} and now has {now}; restoring with a different parallelism is not supported yet")]
-    ParallelismChanged {
+    /// The stored state of an operator cannot be redistributed.
+    #[error("cannot restore operator {uid:?} from checkpoint {checkpoint}: {source}")]
+    Assignment {
         /// The checkpoint.
         checkpoint: CheckpointId,
         /// Operator uid.
         uid: String,
-        /// Parallelism in the checkpoint.
-        stored: u32,
-        /// Parallelism in the job.
-        now: u32,
+        /// Why.
+        source: AssignError,
     },
     /// The checkpoint lacks the state of one subtask.
     #[error("checkpoint {checkpoint} has no state for subtask {subtask} of operator {uid:?}")]
@@ -73,11 +72,25 @@ pub struct DeployPlan<'a> {
     pub slots: &'a [SlotTarget],
     /// Object-store URL of the checkpoint root.
     pub checkpoint_root: &'a str,
-    /// The checkpoint to restore from, if any.
-    pub restore: Option<&'a CheckpointMetadata>,
+    /// The checkpoint or savepoint to restore from, if any.
+    pub restore: Option<RestorePlan<'a>>,
+    /// Element offsets up to this many bytes per operator state travel inline in acknowledgements.
+    pub operator_state_inline_limit: u64,
 }
 
-/// Checks that a checkpoint can be restored into the job as it is now (same parallelism everywhere).
+/// A checkpoint or savepoint to restore a deployment from.
+#[derive(Clone, Copy, Debug)]
+pub struct RestorePlan<'a> {
+    /// Its metadata.
+    pub metadata: &'a CheckpointMetadata,
+    /// URL the metadata's paths are relative to.
+    pub root: &'a str,
+    /// It is one of this job's own checkpoints (see [`RestoreDescriptor::own_files`]).
+    pub own_files: bool,
+}
+
+/// Checks that a checkpoint can be restored into the job as it is now: the same number of key groups, and a
+/// state for every subtask the checkpoint says an operator had. Parallelisms may differ (rescaling).
 pub fn check_restorable(job: &ResolvedJob, meta: &CheckpointMetadata) -> Result<(), DeployError> {
     if meta.max_parallelism != job.max_parallelism {
         return Err(DeployError::MaxParallelismChanged {
@@ -88,13 +101,14 @@ pub fn check_restorable(job: &ResolvedJob, meta: &CheckpointMetadata) -> Result<
     }
     for op in &job.operators {
         let Some(stored) = meta.operators.get(&op.uid) else { continue };
-        if stored.parallelism != op.parallelism {
-            return Err(DeployError::ParallelismChanged {
-                checkpoint: meta.checkpoint_id,
-                uid: op.uid.clone(),
-                stored: stored.parallelism,
-                now: op.parallelism,
-            });
+        for s in 0..stored.parallelism {
+            if !stored.subtasks.iter().any(|st| st.subtask == SubtaskIndex(s)) {
+                return Err(DeployError::MissingSubtask {
+                    checkpoint: meta.checkpoint_id,
+                    uid: op.uid.clone(),
+                    subtask: SubtaskIndex(s),
+                });
+            }
         }
     }
     Ok(())
@@ -106,10 +120,19 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
     if plan.slots.len() < needed as usize {
         return Err(DeployError::NotEnoughSlots { needed, got: plan.slots.len() });
     }
-    if let Some(meta) = plan.restore {
-        check_restorable(plan.job, meta)?;
-    }
     let job = plan.job;
+    // Who restores what, per operator uid: one entry per new subtask.
+    let mut assigned: BTreeMap<&str, Vec<SubtaskRestore>> = BTreeMap::new();
+    if let Some(r) = plan.restore {
+        check_restorable(job, r.metadata)?;
+        for op in &job.operators {
+            let Some(stored) = r.metadata.operators.get(&op.uid) else { continue };
+            let parts = assign(stored, op.parallelism, job.max_parallelism).map_err(|source| {
+                DeployError::Assignment { checkpoint: r.metadata.checkpoint_id, uid: op.uid.clone(), source }
+            })?;
+            assigned.insert(op.uid.as_str(), parts);
+        }
+    }
     let mut out = Vec::new();
     for vertex in &plan.graph.vertices {
         let p = vertex.parallelism;
@@ -145,25 +168,23 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                     OutputDescriptor { to_vertex: to, partitioning, targets, to_parallelism: to_p }
                 })
                 .collect();
-            let restore = match plan.restore {
-                None => None,
-                Some(meta) => {
-                    let mut ops = BTreeMap::new();
-                    let mut unions = BTreeMap::new();
-                    for &i in &vertex.operators {
-                        let uid = &job.operators[i].uid;
-                        let Some(stored) = meta.operators.get(uid) else { continue };
-                        let state = stored.subtasks.iter().find(|st| st.subtask == subtask).ok_or_else(|| {
-                            DeployError::MissingSubtask { checkpoint: meta.checkpoint_id, uid: uid.clone(), subtask }
-                        })?;
-                        ops.insert(uid.clone(), state.clone());
-                        if let Some(sources) = union_sources(&stored.subtasks) {
-                            unions.insert(uid.clone(), sources);
-                        }
-                    }
-                    Some(RestoreDescriptor { checkpoint_id: meta.checkpoint_id, operators: ops, union_sources: unions })
+            let restore = plan.restore.map(|r| {
+                let operators = vertex
+                    .operators
+                    .iter()
+                    .filter_map(|&i| {
+                        let uid = job.operators[i].uid.as_str();
+                        let part = assigned.get(uid)?.get(s as usize)?;
+                        Some((uid.to_string(), part.clone()))
+                    })
+                    .collect();
+                RestoreDescriptor {
+                    checkpoint_id: r.metadata.checkpoint_id,
+                    root: r.root.to_string(),
+                    own_files: r.own_files,
+                    operators,
                 }
-            };
+            });
             out.push(TaskDescriptor {
                 job_id: plan.job_id.clone(),
                 job_name: job.name.clone(),
@@ -177,6 +198,7 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                 state_backend: job.state_backend,
                 checkpoint_root: plan.checkpoint_root.to_string(),
                 incremental: job.checkpointing.incremental,
+                operator_state_inline_limit: plan.operator_state_inline_limit,
                 input,
                 outputs,
                 restore,
@@ -223,8 +245,17 @@ operators:
             .collect()
     }
 
-    fn subtask_state(s: u32) -> OperatorSubtaskState {
-        OperatorSubtaskState { subtask: SubtaskIndex(s), keyed: None, operator_state: None, end_of_input: false }
+    fn subtask_state(s: u32, p: u32) -> OperatorSubtaskState {
+        OperatorSubtaskState {
+            subtask: SubtaskIndex(s),
+            keyed: Some(weir_common::checkpoint::KeyedStateHandle {
+                backend: "rocksdb".into(),
+                key_group_range: KeyGroupRange::for_subtask(SubtaskIndex(s), p, 128),
+                files: vec![],
+            }),
+            operator_state: None,
+            end_of_input: false,
+        }
     }
 
     #[test]
@@ -241,6 +272,7 @@ operators:
             slots: &slots,
             checkpoint_root: "file:///cp",
             restore: None,
+            operator_state_inline_limit: 64 << 10,
         };
         let d = build_descriptors(&plan).unwrap();
         assert_eq!(d.len(), 5, "2 datagen + 2 keyed-count + 1 sink");
@@ -274,12 +306,16 @@ operators:
             .iter()
             .all(|t| t.attempt == AttemptNumber(1) && t.restore.is_none() && t.checkpoint_root == "file:///cp"));
 
-        // Restoring takes each operator's subtask state; a changed parallelism fails clearly.
+        // Restoring hands each new subtask what the assignment gives it; a changed parallelism rescales.
         let mut operators = BTreeMap::new();
         for (uid, p) in [("events", 2), ("counts", 2), ("out", 1)] {
             operators.insert(
                 uid.to_string(),
-                OperatorCheckpoint { parallelism: p, subtasks: (0..p).map(subtask_state).collect() },
+                OperatorCheckpoint {
+                    kind: String::new(),
+                    parallelism: p,
+                    subtasks: (0..p).map(|s| subtask_state(s, p)).collect(),
+                },
             );
         }
         let mut meta = CheckpointMetadata {
@@ -290,31 +326,45 @@ operators:
             max_parallelism: 128,
             is_final: false,
             operators,
+            savepoint: None,
         };
-        let d = build_descriptors(&DeployPlan { restore: Some(&meta), ..plan }).unwrap();
+        let d = build_descriptors(&DeployPlan { restore: restore_plan(&meta), ..plan }).unwrap();
         let r = find_restore(&d, 1, 1);
         assert_eq!(r.checkpoint_id, CheckpointId(7));
-        assert_eq!(r.operators["counts"].subtask, SubtaskIndex(1));
+        assert!(r.own_files);
+        assert_eq!(r.operators["counts"].keyed.len(), 1);
+        assert_eq!(r.operators["counts"].keyed[0].key_group_range, KeyGroupRange { start: 64, end: 127 });
         assert_eq!(r.operators.len(), 1);
 
-        meta.operators.get_mut("counts").unwrap().parallelism = 3;
-        let err = build_descriptors(&DeployPlan { restore: Some(&meta), ..plan }).unwrap_err();
-        assert!(err.to_string().contains("operator \"counts\" ran with parallelism 3 and now has 2"), "{err}");
-        meta.operators.get_mut("counts").unwrap().parallelism = 2;
+        // Stored at 4, restored at 2: each new subtask opens two old snapshots.
+        let counts = meta.operators.get_mut("counts").unwrap();
+        *counts = OperatorCheckpoint {
+            kind: String::new(),
+            parallelism: 4,
+            subtasks: (0..4).map(|s| subtask_state(s, 4)).collect(),
+        };
+        let d = build_descriptors(&DeployPlan { restore: restore_plan(&meta), ..plan }).unwrap();
+        let ranges: Vec<KeyGroupRange> =
+            find_restore(&d, 1, 1).operators["counts"].keyed.iter().map(|k| k.key_group_range).collect();
+        assert_eq!(ranges, vec![KeyGroupRange { start: 64, end: 95 }, KeyGroupRange { start: 96, end: 127 }]);
         meta.operators.get_mut("counts").unwrap().subtasks.pop();
         assert!(matches!(
-            build_descriptors(&DeployPlan { restore: Some(&meta), ..plan }),
+            build_descriptors(&DeployPlan { restore: restore_plan(&meta), ..plan }),
             Err(DeployError::MissingSubtask { .. })
         ));
         meta.max_parallelism = 256;
         assert!(matches!(
-            build_descriptors(&DeployPlan { restore: Some(&meta), ..plan }),
+            build_descriptors(&DeployPlan { restore: restore_plan(&meta), ..plan }),
             Err(DeployError::MaxParallelismChanged { .. })
         ));
         assert!(matches!(
             build_descriptors(&DeployPlan { slots: &slots[..1], ..plan }),
             Err(DeployError::NotEnoughSlots { needed: 2, got: 1 })
         ));
+    }
+
+    fn restore_plan(meta: &CheckpointMetadata) -> Option<RestorePlan<'_>> {
+        Some(RestorePlan { metadata: meta, root: "file:///cp", own_files: true })
     }
 
     fn find_restore(d: &[TaskDescriptor], v: u32, s: u32) -> RestoreDescriptor {

@@ -71,6 +71,18 @@ pub enum JobRequestError {
     /// The checkpoint store refuses writes, so the job could never checkpoint.
     #[error("job not accepted: {0}")]
     StoreRefused(String),
+    /// The savepoint to restore from cannot be used (no savepoint there, unreadable, incompatible).
+    #[error("{0}")]
+    BadSavepoint(String),
+    /// The savepoint's store could not be read (try again).
+    #[error("{0}")]
+    SavepointUnavailable(String),
+    /// The savepoint could not be taken.
+    #[error("savepoint failed: {0}")]
+    SavepointFailed(String),
+    /// The job cannot take a savepoint in its state.
+    #[error("{0}")]
+    NotRunning(String),
 }
 
 impl From<JobRequestError> for tonic::Status {
@@ -83,6 +95,10 @@ impl From<JobRequestError> for tonic::Status {
             JobRequestError::Storage(_) => tonic::Status::internal(msg),
             JobRequestError::ShuttingDown => tonic::Status::unavailable(msg),
             JobRequestError::StoreRefused(_) => tonic::Status::failed_precondition(msg),
+            JobRequestError::BadSavepoint(_) => tonic::Status::failed_precondition(msg),
+            JobRequestError::SavepointUnavailable(_) => tonic::Status::unavailable(msg),
+            JobRequestError::SavepointFailed(_) => tonic::Status::aborted(msg),
+            JobRequestError::NotRunning(_) => tonic::Status::failed_precondition(msg),
         }
     }
 }

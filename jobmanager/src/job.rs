@@ -3,12 +3,13 @@
 //! plus a periodic tick for deployment, checkpoint triggers and expiry. Decisions come from
 //! [`crate::lifecycle`], [`crate::coordinator`] and [`crate::descriptors`]; this module does the I/O.
 
+use crate::assignment::operator_state_totals;
 use crate::coordinator::{
     build_metadata, delete_checkpoint_dirs, load_restore_point, snapshot_files, subsumed, sweep_job_files, AckOutcome,
-    CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError,
+    CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError, RestorePoint,
     RetainedCheckpoint, TaskKey, TaskReadiness, TriggerDecision,
 };
-use crate::descriptors::{build_descriptors, DeployPlan};
+use crate::descriptors::{build_descriptors, DeployPlan, RestorePlan};
 use crate::error::JobRequestError;
 use crate::job_store::JobRecord;
 use crate::lifecycle::{transition, JobState, RestartDecision};
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
-use weir_common::checkpoint::{paths, CheckpointMetadata, TaskSnapshot};
+use weir_common::checkpoint::{paths, CheckpointMetadata, RestoreMode, SavepointTarget, TaskSnapshot};
 use weir_common::descriptor::ExecutionGraph;
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::now_ms;
@@ -62,7 +63,23 @@ pub(crate) enum JobEvent {
     TaskManagerLost { tm_id: String, instance: u64, reason: String },
     /// A client asked to cancel the job.
     Cancel { reply: oneshot::Sender<Result<pb::JobInfo, JobRequestError>> },
+    /// A client asked for a savepoint (and maybe to stop the job with it).
+    Savepoint(SavepointRequest),
 }
+
+/// A client's request for a savepoint.
+#[derive(Debug)]
+pub(crate) struct SavepointRequest {
+    /// Where and how; `target.stop` stops the job without draining.
+    pub(crate) target: SavepointTarget,
+    /// Stop with drain: end the input first, the final checkpoint is the savepoint.
+    pub(crate) drain: bool,
+    /// Answered once the savepoint completed or failed.
+    pub(crate) reply: oneshot::Sender<Result<pb::SavepointResponse, JobRequestError>>,
+}
+
+/// How long tasks have to finish after a stop-with-savepoint completed before they are canceled.
+const STOP_FINISH_TIMEOUT_MS: u64 = 30_000;
 
 /// A task's latest state as a heartbeat carries it.
 #[derive(Debug)]
@@ -176,6 +193,14 @@ pub(crate) struct JobActor {
     last_waiting_log_ms: Option<u64>,
     /// When the shared files were last swept while the job ran (0: not yet).
     last_sweep_ms: u64,
+    /// Savepoint requests waiting for their turn.
+    savepoint_queue: std::collections::VecDeque<SavepointRequest>,
+    /// The savepoint in flight and who waits for it.
+    savepoint_in_flight: Option<(CheckpointId, SavepointRequest)>,
+    /// A stop with drain: the input is being ended; the final checkpoint is this savepoint.
+    draining: Option<SavepointRequest>,
+    /// A stop-with-savepoint completed: the tasks are finishing, by this time at the latest.
+    stopping_until_ms: Option<u64>,
 }
 
 impl JobActor {
@@ -195,6 +220,10 @@ impl JobActor {
             retained_meta: BTreeMap::new(),
             last_waiting_log_ms: None,
             last_sweep_ms: 0,
+            savepoint_queue: Default::default(),
+            savepoint_in_flight: None,
+            draining: None,
+            stopping_until_ms: None,
         };
         let task = tokio::spawn(actor.run(rx, shutdown, recovered));
         JobHandle { tx, view, task: Some(task) }
@@ -268,6 +297,10 @@ impl JobActor {
                 self.record.state = to;
                 if to.is_terminal() {
                     self.record.end_time_ms = now_ms();
+                    let why = format!("job {} is {to}", self.record.id);
+                    for r in self.savepoint_queue.drain(..).chain(self.draining.take()) {
+                        let _ = r.reply.send(Err(JobRequestError::NotRunning(why.clone())));
+                    }
                     // No checkpoint of this job will be in flight again: every unreferenced shared file goes,
                     // after a grace period for uploads of just-canceled tasks.
                     self.spawn_sweep(None, SWEEP_GRACE_MS);
@@ -341,11 +374,106 @@ impl JobActor {
                 let result = self.cancel().await;
                 let _ = reply.send(result);
             }
+            JobEvent::Savepoint(request) => self.on_savepoint_request(request).await,
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------ savepoints
+
+    async fn on_savepoint_request(&mut self, request: SavepointRequest) {
+        let refuse = |request: SavepointRequest, why: String| {
+            let _ = request.reply.send(Err(JobRequestError::NotRunning(why)));
+        };
+        if self.record.state.is_terminal() {
+            let why = format!("job {} is {}: it can take no savepoint", self.record.id, self.record.state);
+            return refuse(request, why);
+        }
+        if self.draining.is_some() || self.stopping_until_ms.is_some() {
+            return refuse(request, format!("job {} is already stopping", self.record.id));
+        }
+        info!(job_id = %self.record.id, savepoint = %request.target.url, format = request.target.format.as_str(),
+            stop = request.target.stop, drain = request.drain, "savepoint requested");
+        if request.drain {
+            self.draining = Some(request);
+            self.end_input();
+        } else {
+            self.savepoint_queue.push_back(request);
+        }
+        self.coordinate(now_ms()).await;
+    }
+
+    /// Stop with drain: tells every task manager of the deployment to end the input of its sources.
+    fn end_input(&self) {
+        let Some(dep) = self.deployment.as_ref() else { return };
+        for address in dep.rpc_addresses() {
+            let clients = self.shared.clients.clone();
+            let req = pb::EndInputRequest {
+                job_id: self.record.id.to_string(),
+                attempt: dep.attempt.0,
+                jm_session: self.shared.session.clone(),
+            };
+            let job_id = self.record.id.clone();
+            tokio::spawn(async move {
+                let result = match clients.get(&address) {
+                    Ok(mut c) => c.end_input(req).await.map(|_| ()),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = result {
+                    warn!(job_id = %job_id, %address, error = %e.message(), "cannot end the input of sources");
+                }
+            });
+        }
+    }
+
+    /// Answers the client waiting for savepoint `id`, if any.
+    fn answer_savepoint(&mut self, id: CheckpointId, result: Result<pb::SavepointResponse, JobRequestError>) {
+        let waiting = match self.savepoint_in_flight.take() {
+            Some((sid, r)) if sid == id => Some(r),
+            other => {
+                self.savepoint_in_flight = other;
+                None
+            }
+        };
+        if let Some(r) = waiting {
+            let _ = r.reply.send(result);
+        }
+    }
+
+    /// Where the restore of the next deployment comes from: the newest readable retained checkpoint, else the
+    /// savepoint the job was submitted with, else nothing.
+    async fn restore_source(&mut self) -> Result<Option<(RestorePoint, String, bool)>, RestoreError> {
+        let job_id = self.record.id.clone();
+        if let Some(r) = load_restore_point(&self.shared.store, &job_id, &self.record.retained).await? {
+            return Ok(Some((r, self.shared.store.url().to_string(), true)));
+        }
+        let Some(initial) = self.record.initial.clone().filter(|i| i.active) else { return Ok(None) };
+        match crate::savepoint::load(&initial.url, &self.shared.config.store_options()).await {
+            Ok(sp) => {
+                let checkpoint = RetainedCheckpoint {
+                    id: sp.metadata.checkpoint_id,
+                    metadata_path: format!("{}/{}", initial.url, paths::METADATA_FILE),
+                    timestamp_ms: sp.metadata.timestamp_ms,
+                    full_size_bytes: sp.metadata.full_size(),
+                    uploaded_bytes: 0,
+                    is_final: sp.metadata.is_final,
+                };
+                Ok(Some((RestorePoint { checkpoint, metadata: sp.metadata, skipped: vec![] }, initial.root, false)))
+            }
+            Err(crate::savepoint::SavepointError::Unavailable { source, .. }) => {
+                Err(RestoreError::Unavailable { checkpoint: initial.checkpoint_id, source })
+            }
+            Err(e) => Err(RestoreError::NoneReadable(vec![(initial.checkpoint_id, e.to_string())])),
         }
     }
 
     async fn on_tick(&mut self) {
         let now = now_ms();
+        if self.stopping_until_ms.is_some_and(|t| now >= t) {
+            warn!(job_id = %self.record.id, "tasks did not finish in time after the stop-with-savepoint; canceling them");
+            self.undeploy(true);
+            self.finish().await;
+            return;
+        }
         if self.deployment.is_none() {
             if matches!(self.record.state, JobState::Created | JobState::Restarting) && now >= self.restart_at_ms {
                 self.try_deploy().await;
@@ -401,6 +529,13 @@ impl JobActor {
                     self.finish().await;
                 }
             }
+            pb::TaskState::Failed | pb::TaskState::Canceled if self.stopping_until_ms.is_some() => {
+                // The stop-with-savepoint completed: its state is safe whatever the tasks do now.
+                info!(job_id = %job_id, attempt = attempt.0, task = %name, error = %error_text,
+                    "a task ended abnormally after the stop-with-savepoint; the job stops");
+                self.undeploy(true);
+                self.finish().await;
+            }
             pb::TaskState::Failed => {
                 let cause = format!("task {name} failed on task manager {tm_id}: {error_text}");
                 self.failover(cause).await;
@@ -439,7 +574,7 @@ impl JobActor {
         };
         self.last_waiting_log_ms = None;
 
-        let restore = match load_restore_point(&self.shared.store, &job_id, &self.record.retained).await {
+        let restore = match self.restore_source().await {
             Ok(r) => r,
             Err(e @ RestoreError::Unavailable { .. }) => {
                 self.shared.registry.lock().release(&job_id);
@@ -453,6 +588,10 @@ impl JobActor {
                 return;
             }
         };
+        let (restore, restore_root, own_files) = match restore {
+            Some((r, root, own)) => (Some(r), root, own),
+            None => (None, String::new(), false),
+        };
         if let Some(r) = restore.as_ref().filter(|r| !r.skipped.is_empty()) {
             // Kept for the job's life (a later restore of the same checkpoint no longer skips anything): a user
             // must be able to see that input was processed again from an older checkpoint than the newest.
@@ -463,8 +602,16 @@ impl JobActor {
                 skipped.join("; ")
             );
         }
-        self.record.restored_from =
-            restore.as_ref().map(|r| format!("checkpoint {}", r.checkpoint.id)).unwrap_or_default();
+        self.record.restored_from = match (&restore, own_files) {
+            (Some(r), true) => format!("checkpoint {}", r.checkpoint.id),
+            (Some(r), false) => format!(
+                "savepoint {} (checkpoint {}, {})",
+                self.record.initial.as_ref().map(|i| i.url.as_str()).unwrap_or_default(),
+                r.checkpoint.id,
+                self.record.initial.as_ref().map(|i| i.mode.as_str()).unwrap_or_default()
+            ),
+            (None, _) => String::new(),
+        };
         if let Some(r) = &restore {
             if !r.skipped.is_empty() {
                 // Unreadable checkpoints can never be restored: stop retaining them.
@@ -485,7 +632,8 @@ impl JobActor {
             attempt,
             slots: &slots,
             checkpoint_root: &checkpoint_root,
-            restore: restore.as_ref().map(|r| &r.metadata),
+            restore: restore.as_ref().map(|r| RestorePlan { metadata: &r.metadata, root: &restore_root, own_files }),
+            operator_state_inline_limit: self.shared.config.operator_state_inline_limit,
         };
         let descriptors = match build_descriptors(&plan) {
             Ok(d) => d,
@@ -496,7 +644,7 @@ impl JobActor {
             }
         };
         let restore_id = restore.as_ref().map(|r| r.checkpoint.id);
-        if let Some(r) = restore {
+        if let Some(r) = restore.filter(|_| own_files) {
             self.retained_meta.insert(r.checkpoint.id, Arc::new(r.metadata));
         }
 
@@ -628,6 +776,10 @@ impl JobActor {
         }
         warn!(job_id = %self.record.id, attempt = self.record.attempt.0, cause = %cause, "job fails over");
         self.abort_pending(&format!("job failover: {cause}"));
+        // A drain in progress is lost with the deployment: the restored sources would not end their input.
+        if let Some(r) = self.draining.take() {
+            let _ = r.reply.send(Err(JobRequestError::SavepointFailed(format!("the job failed over: {cause}"))));
+        }
         self.undeploy(true);
         let now = now_ms();
         let decision =
@@ -703,27 +855,54 @@ impl JobActor {
         if let Some(final_id) = dep.coordinator.final_completed() {
             if now >= dep.last_final_notify_ms.saturating_add(FINAL_RENOTIFY_MS) {
                 dep.last_final_notify_ms = now;
-                self.notify(final_id, true, true);
+                self.notify(final_id, true, true, false);
             }
             return;
         }
-        match dep.coordinator.decide_trigger(now, dep.readiness(true)) {
+        let readiness = dep.readiness(true);
+        match dep.coordinator.decide_trigger(now, readiness) {
+            TriggerDecision::Final => {
+                // A stop with drain: the final checkpoint is the savepoint.
+                let target = self.draining.as_ref().map(|r| r.target.clone());
+                if let Some(request) = self.draining.take() {
+                    let id = self.record.next_checkpoint_id;
+                    self.savepoint_in_flight = Some((id, request));
+                }
+                self.trigger(true, target).await
+            }
+            _ if !self.savepoint_queue.is_empty() && dep.coordinator.may_trigger_savepoint(readiness) => {
+                if let Some(request) = self.savepoint_queue.pop_front() {
+                    let target = request.target.clone();
+                    let id = self.record.next_checkpoint_id;
+                    self.savepoint_in_flight = Some((id, request));
+                    self.trigger(false, Some(target)).await;
+                }
+            }
             TriggerDecision::Wait => {}
-            TriggerDecision::Periodic => self.trigger(false).await,
-            TriggerDecision::Final => self.trigger(true).await,
+            TriggerDecision::Periodic => self.trigger(false, None).await,
         }
     }
 
-    async fn trigger(&mut self, is_final: bool) {
+    async fn trigger(&mut self, is_final: bool, savepoint: Option<SavepointTarget>) {
         let now = now_ms();
         let job_id = self.record.id.clone();
         let id = self.record.next_checkpoint_id;
         self.record.next_checkpoint_id = CheckpointId(id.0 + 1);
-        let path = self.metadata_url(id);
-        self.record.push_history(CheckpointHistoryEntry::in_progress(id, now, path, is_final));
+        let path = match &savepoint {
+            Some(t) => format!("{}/{}", t.url, paths::METADATA_FILE),
+            None => self.metadata_url(id),
+        };
+        let mut entry = CheckpointHistoryEntry::in_progress(id, now, path, is_final);
+        entry.is_savepoint = savepoint.is_some();
+        self.record.push_history(entry);
+        let target = savepoint.as_ref().map(|t| pb::SavepointTarget {
+            url: t.url.clone(),
+            format: t.format.as_str().to_string(),
+            stop: t.stop,
+        });
         let Some(dep) = self.deployment.as_mut() else { return };
         let expected: BTreeSet<TaskKey> = dep.tasks.keys().copied().collect();
-        dep.coordinator.begin(id, now, expected, is_final);
+        dep.coordinator.begin(id, now, expected, is_final, savepoint);
         let attempt = dep.attempt;
         // The id is persisted before any task hears of it, so ids never go backwards.
         if let Err(e) = self.persist().await {
@@ -743,6 +922,7 @@ impl JobActor {
                     checkpoint_id: id.0,
                     timestamp_ms: now,
                     jm_session: self.shared.session.clone(),
+                    savepoint: target.clone(),
                 };
                 calls.push(async move {
                     let result = match clients.get(&slot.rpc_address) {
@@ -805,6 +985,23 @@ impl JobActor {
         let job_id = self.record.id.clone();
         let Some(pending) = self.deployment.as_mut().and_then(|d| d.coordinator.take_pending()) else { return };
         let id = pending.id;
+        // The guard on operator state: one state over all subtasks above the limit declines the checkpoint
+        // (it does not count as a failure: the job keeps running and says why).
+        let totals = operator_state_totals(pending.acks.values().flat_map(|snap| {
+            snap.operators.iter().flat_map(|(uid, st)| {
+                st.operator_state.iter().flat_map(move |h| h.states.iter().map(move |m| (uid.as_str(), m)))
+            })
+        }));
+        let limit = self.shared.config.operator_state_limit;
+        if let Some(((uid, state), (elements, bytes))) = totals.into_iter().find(|(_, (_, b))| *b > limit) {
+            let reason = format!(
+                "job {job_id}: operator state {state:?} of operator {uid:?} holds {elements} elements, {bytes} bytes \
+                 over all subtasks, above the limit of {limit} bytes (--operator-state-limit); checkpoint declined, \
+                 the job keeps running"
+            );
+            self.record_failed(pending, reason, false).await;
+            return;
+        }
         let meta = match build_metadata(&job_id, &self.record.job, &self.graph, &pending) {
             Ok(m) => m,
             Err(reason) => {
@@ -812,6 +1009,10 @@ impl JobActor {
                 return;
             }
         };
+        if let Some(target) = pending.savepoint.clone() {
+            self.complete_savepoint(pending, meta, target).await;
+            return;
+        }
         let bytes = match meta.to_bytes() {
             Ok(b) => b,
             Err(reason) => {
@@ -851,6 +1052,18 @@ impl JobActor {
         let ids: Vec<CheckpointId> = next.retained.iter().map(|r| r.id).collect();
         let gone = subsumed(&ids, next.job.checkpointing.retained);
         next.retained.retain(|r| !gone.contains(&r.id));
+        // The job's own checkpoint is now its restore point. A claimed savepoint is deleted once the job's own
+        // checkpoints would have subsumed it; an unclaimed one is never touched.
+        let mut dispose_claimed = None;
+        if let Some(initial) = next.initial.as_mut().filter(|i| i.active) {
+            let subsumes = next.retained.len() as u32 >= next.job.checkpointing.retained.max(1);
+            if initial.mode == RestoreMode::NoClaim || subsumes {
+                initial.active = false;
+                if initial.mode == RestoreMode::Claim {
+                    dispose_claimed = Some(initial.url.clone());
+                }
+            }
+        }
         let recorded = match weir_common::fault::hit("checkpoint-after-metadata").await {
             Ok(()) => self.persist_record(&next).await,
             Err(e) => Err(e),
@@ -873,14 +1086,79 @@ impl JobActor {
             is_final = pending.is_final, subsumed = ?gone.iter().map(|c| c.0).collect::<Vec<_>>(), "checkpoint completed");
         // The subsumed checkpoints' shared files are read from their own `_metadata` by the cleanup.
         self.spawn_cleanup(gone, Vec::new());
+        if let Some(url) = dispose_claimed {
+            let opts = self.shared.config.store_options();
+            tokio::spawn(async move {
+                match crate::savepoint::dispose(&url, &opts).await {
+                    Ok(files) => info!(savepoint = %url, files, "claimed savepoint subsumed and deleted"),
+                    Err(error) => warn!(savepoint = %url, %error, "cannot delete the claimed savepoint"),
+                }
+            });
+        }
         if now.saturating_sub(self.last_sweep_ms) >= SWEEP_INTERVAL_MS {
             self.last_sweep_ms = now;
             let min_age = self.record.job.checkpointing.timeout_ms.saturating_add(SWEEP_CLOCK_MARGIN_MS);
             self.spawn_sweep(Some(min_age), 0);
         }
-        self.notify(id, true, pending.is_final);
+        self.notify(id, true, pending.is_final, false);
         // A final checkpoint waiting behind this one starts at once.
         self.coordinate(now_ms()).await;
+    }
+
+    /// Completes a savepoint: its `_metadata` goes into its own directory; the job does not retain it (it is
+    /// the user's), and the client waiting for it gets its URL. A stop-with-savepoint then finishes the tasks.
+    async fn complete_savepoint(
+        &mut self,
+        pending: PendingCheckpoint,
+        meta: CheckpointMetadata,
+        target: SavepointTarget,
+    ) {
+        let job_id = self.record.id.clone();
+        let id = pending.id;
+        let written = async {
+            let bytes = meta.to_bytes()?;
+            let store = weir_common::store::Store::open(&target.url, &self.shared.config.store_options())
+                .map_err(|e| e.to_string())?;
+            store.put_new(paths::METADATA_FILE, Bytes::from(bytes)).await.map_err(|e| e.to_string())
+        }
+        .await;
+        if let Err(e) = written {
+            self.record_failed(pending, format!("cannot write the savepoint's _metadata: {e}"), true).await;
+            return;
+        }
+        let now = now_ms();
+        let full_size_bytes = meta.full_size();
+        let uploaded_bytes = pending.uploaded_bytes();
+        let duration_ms = now.saturating_sub(pending.trigger_time_ms);
+        self.record.checkpoints_completed += 1;
+        if let Some(e) = self.record.history_mut(id) {
+            e.status = CheckpointStatus::Completed;
+            e.duration_ms = duration_ms;
+            e.full_size_bytes = full_size_bytes;
+            e.uploaded_bytes = uploaded_bytes;
+        }
+        let stops = target.stop || pending.is_final;
+        if stops {
+            self.stopping_until_ms = Some(now + STOP_FINISH_TIMEOUT_MS);
+        }
+        let _ = self.persist().await;
+        if let Some(dep) = self.deployment.as_mut() {
+            dep.coordinator.record_completion(id, now, pending.is_final);
+            if pending.is_final {
+                dep.last_final_notify_ms = now;
+            }
+        }
+        info!(job_id = %job_id, checkpoint_id = id.0, savepoint = %target.url, format = target.format.as_str(),
+            duration_ms, full_size_bytes, stop = stops, "savepoint completed");
+        self.notify(id, true, pending.is_final, target.stop);
+        let response = pb::SavepointResponse {
+            savepoint: target.url.clone(),
+            checkpoint_id: id.0,
+            full_size_bytes,
+            format: target.format.as_str().to_string(),
+            job: Some(self.record.info()),
+        };
+        self.answer_savepoint(id, Ok(response));
     }
 
     /// Fails the checkpoint in flight; `counts` toward the tolerable failures.
@@ -892,6 +1170,14 @@ impl JobActor {
 
     async fn record_failed(&mut self, pending: PendingCheckpoint, reason: String, counts: bool) {
         let over = self.note_failure(&pending, &reason, counts);
+        if let Some(target) = &pending.savepoint {
+            self.answer_savepoint(pending.id, Err(JobRequestError::SavepointFailed(reason.clone())));
+            self.spawn_savepoint_cleanup(target.url.clone());
+            if pending.is_final {
+                // A stop with drain whose savepoint failed: the final checkpoint is retried as a plain one.
+                info!(job_id = %self.record.id, checkpoint_id = pending.id.0, "the draining stop's savepoint failed; the job finishes with a checkpoint");
+            }
+        }
         if pending.is_final {
             // A bounded job cannot finish until its final checkpoint completes: say why it does not.
             self.record.waiting = format!(
@@ -901,7 +1187,7 @@ impl JobActor {
             );
         }
         let _ = self.persist().await;
-        self.notify(pending.id, false, false);
+        self.notify(pending.id, false, false, false);
         if over {
             let tolerable = self.record.job.checkpointing.tolerable_failures.unwrap_or(0);
             self.failover(format!(
@@ -935,12 +1221,16 @@ impl JobActor {
     fn abort_pending(&mut self, reason: &str) {
         if let Some(pending) = self.deployment.as_mut().and_then(|d| d.coordinator.take_pending()) {
             self.note_failure(&pending, reason, false);
+            if let Some(target) = &pending.savepoint {
+                self.answer_savepoint(pending.id, Err(JobRequestError::SavepointFailed(reason.to_string())));
+                self.spawn_savepoint_cleanup(target.url.clone());
+            }
         }
     }
 
     /// Sends `NotifyCheckpoint` to the task managers of the deployment (best effort, in the background);
     /// `is_final` marks a completed final checkpoint, after which tasks finish.
-    fn notify(&self, id: CheckpointId, completed: bool, is_final: bool) {
+    fn notify(&self, id: CheckpointId, completed: bool, is_final: bool, stop: bool) {
         let Some(dep) = self.deployment.as_ref() else { return };
         for address in dep.rpc_addresses() {
             let clients = self.shared.clients.clone();
@@ -951,6 +1241,7 @@ impl JobActor {
                 completed,
                 is_final: completed && is_final,
                 jm_session: self.shared.session.clone(),
+                stop: completed && stop,
             };
             let job_id = self.record.id.clone();
             tokio::spawn(async move {
@@ -975,6 +1266,24 @@ impl JobActor {
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
             sweep_job_files(&store, &job_id, &retained, &known, min_age_ms).await;
+        });
+    }
+
+    /// Deletes what a failed savepoint wrote, in the background.
+    fn spawn_savepoint_cleanup(&self, url: String) {
+        let opts = self.shared.config.store_options();
+        let job_id = self.record.id.clone();
+        tokio::spawn(async move {
+            let result = match weir_common::store::Store::open(&url, &opts) {
+                Ok(store) => store.delete_dir("").await,
+                Err(e) => Err(e),
+            };
+            if let Err(error) = result {
+                warn!(job_id = %job_id, savepoint = %url, %error, "cannot delete the files of a failed savepoint");
+            }
+            if let Some(dir) = url.strip_prefix("file://") {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         });
     }
 

@@ -7,6 +7,7 @@ use crate::lifecycle::{JobState, RestartHistory};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use weir_common::checkpoint::RestoreMode;
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId};
 use weir_common::spec::ResolvedJob;
 use weir_proto as pb;
@@ -79,6 +80,28 @@ pub struct JobRecord {
     /// What the job waits on that it cannot fix itself (empty: nothing).
     #[serde(default)]
     pub waiting: String,
+    /// The savepoint (or retained checkpoint) the job was submitted to start from; restored from until the
+    /// job's own first checkpoint completes, and, if claimed, deleted once the job's checkpoints subsume it.
+    #[serde(default)]
+    pub initial: Option<InitialRestore>,
+    /// Operator uids whose state in the initial savepoint no operator of the job took.
+    #[serde(default)]
+    pub dropped_state: Vec<String>,
+}
+
+/// The savepoint a job starts from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitialRestore {
+    /// URL of the savepoint's (or checkpoint's) directory.
+    pub url: String,
+    /// URL its paths are relative to.
+    pub root: String,
+    /// Its checkpoint id.
+    pub checkpoint_id: CheckpointId,
+    /// Claim or no-claim.
+    pub mode: RestoreMode,
+    /// Still the restore point: no checkpoint of the job has completed yet.
+    pub active: bool,
 }
 
 impl JobRecord {
@@ -103,6 +126,8 @@ impl JobRecord {
             restored_from: String::new(),
             fallback: String::new(),
             waiting: String::new(),
+            initial: None,
+            dropped_state: Vec::new(),
         }
     }
 
@@ -152,6 +177,7 @@ impl JobRecord {
                 (false, false) => format!("{}; {}", self.restored_from, self.fallback),
             },
             waiting: self.waiting.clone(),
+            dropped_state: self.dropped_state.clone(),
         }
     }
 }

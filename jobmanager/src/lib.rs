@@ -40,6 +40,7 @@
 
 #![warn(missing_docs)]
 
+pub mod assignment;
 pub mod config;
 pub mod coordinator;
 pub mod descriptors;
@@ -49,6 +50,7 @@ pub mod job_store;
 pub mod lifecycle;
 pub mod manager;
 pub mod registry;
+pub mod savepoint;
 pub mod server;
 pub mod service;
 pub mod tm_client;

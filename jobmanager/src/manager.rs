@@ -5,9 +5,11 @@
 use crate::config::JobManagerConfig;
 use crate::coordinator::TaskKey;
 use crate::error::{JobManagerError, JobRequestError};
+use crate::job::SavepointRequest;
 use crate::job::{JobActor, JobEvent, JobHandle, ReportedTask};
-use crate::job_store::{JobRecord, JobStore};
+use crate::job_store::{InitialRestore, JobRecord, JobStore};
 use crate::registry::{Registration, Registry};
+use crate::savepoint::{self, SavepointError};
 use crate::tm_client::TmClients;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -15,12 +17,20 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, error, info, warn};
-use weir_common::checkpoint::TaskSnapshot;
+use weir_common::checkpoint::{RestoreMode, SavepointFormat, SavepointTarget, TaskSnapshot};
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::now_ms;
 use weir_common::spec::resolve;
 use weir_common::store::Store;
 use weir_proto as pb;
+
+/// A savepoint problem as the client sees it.
+fn savepoint_error(e: SavepointError) -> JobRequestError {
+    match e {
+        SavepointError::Unavailable { .. } => JobRequestError::SavepointUnavailable(e.to_string()),
+        e => JobRequestError::BadSavepoint(e.to_string()),
+    }
+}
 
 /// State shared by the services and the job coordinators.
 pub(crate) struct Shared {
@@ -157,11 +167,43 @@ impl JobManager {
 
     /// Validates and accepts a job; it is deployed once enough slots are free.
     pub async fn submit(&self, spec: &pb::JobSpec) -> Result<JobId, JobRequestError> {
+        self.submit_from(&pb::SubmitJobRequest { spec: Some(spec.clone()), ..Default::default() }).await
+    }
+
+    /// Validates and accepts a job, optionally started from a savepoint or retained checkpoint, which is read
+    /// and checked against the job (max parallelism, operator uids, union-state fan-out, its files) before
+    /// the job is accepted.
+    pub async fn submit_from(&self, req: &pb::SubmitJobRequest) -> Result<JobId, JobRequestError> {
         if *self.shared.shutdown.borrow() {
             return Err(JobRequestError::ShuttingDown);
         }
+        let mut spec = req.spec.clone().ok_or_else(|| JobRequestError::InvalidSpec("missing job spec".into()))?;
+        let mode = RestoreMode::parse(&req.restore_mode).map_err(JobRequestError::InvalidSpec)?;
+        let opts = self.shared.config.store_options();
+        let savepoint = if req.from_savepoint.trim().is_empty() {
+            None
+        } else {
+            let sp = savepoint::load(&req.from_savepoint, &opts).await.map_err(savepoint_error)?;
+            Some(sp)
+        };
+        let explicit_max_parallelism = spec.max_parallelism;
+        if let Some(sp) = &savepoint {
+            spec.max_parallelism = Some(savepoint::adopt_max_parallelism(explicit_max_parallelism, &sp.metadata));
+        }
         let kinds = self.shared.registry.lock().kinds();
-        let job = resolve(spec, &kinds).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
+        let job = resolve(&spec, &kinds).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
+        let mut dropped = Vec::new();
+        if let Some(sp) = &savepoint {
+            dropped = savepoint::check_against_job(
+                sp,
+                &job,
+                explicit_max_parallelism,
+                req.allow_non_restored_state,
+                self.shared.config.union_state_fanout_limit,
+            )
+            .map_err(savepoint_error)?;
+            savepoint::check_files(sp, &opts).await.map_err(savepoint_error)?;
+        }
         match self.shared.store.probe(SUBMIT_PROBE_TIMEOUT).await {
             Ok(()) => {}
             Err(e) if e.is_refusal() => return Err(JobRequestError::StoreRefused(e.to_string())),
@@ -170,7 +212,21 @@ impl JobManager {
             }
         }
         let id = JobId::random();
-        let record = JobRecord::new(id.clone(), job, now_ms());
+        let mut record = JobRecord::new(id.clone(), job, now_ms());
+        if let Some(sp) = savepoint {
+            info!(job_id = %id, savepoint = %sp.url, checkpoint_id = sp.metadata.checkpoint_id.0, mode = mode.as_str(),
+                dropped = ?dropped, "job starts from a savepoint");
+            // Checkpoint ids continue after the savepoint's, as in Flink, so ids never go backwards for the state.
+            record.next_checkpoint_id = CheckpointId(sp.metadata.checkpoint_id.0 + 1);
+            record.initial = Some(InitialRestore {
+                url: sp.url,
+                root: sp.root,
+                checkpoint_id: sp.metadata.checkpoint_id,
+                mode,
+                active: true,
+            });
+            record.dropped_state = dropped;
+        }
         let store = self.shared.job_store.clone();
         let copy = record.clone();
         tokio::task::spawn_blocking(move || store.save(&copy))
@@ -181,6 +237,61 @@ impl JobManager {
         let handle = JobActor::spawn(self.shared.clone(), record, false);
         self.shared.jobs.lock().insert(id.clone(), handle);
         Ok(id)
+    }
+
+    /// Takes a savepoint of a running job (`stop`: and stops it, `drain`: after ending its input); answers
+    /// once the savepoint completed.
+    pub async fn savepoint(
+        &self,
+        id: &str,
+        target_dir: &str,
+        format: &str,
+        stop: Option<bool>,
+    ) -> Result<pb::SavepointResponse, JobRequestError> {
+        let id = JobId::parse(id).map_err(JobRequestError::InvalidId)?;
+        let format = SavepointFormat::parse(format).map_err(JobRequestError::InvalidSpec)?;
+        let dir = if target_dir.trim().is_empty() {
+            self.shared.config.savepoint_dir_url().map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?
+        } else if target_dir.contains("://") {
+            target_dir.trim().trim_end_matches('/').to_string()
+        } else {
+            return Err(JobRequestError::InvalidSpec(format!(
+                "savepoint directory {target_dir:?}: expected a URL such as file:///dir or s3://bucket/prefix"
+            )));
+        };
+        let url = format!("{dir}/{}", weir_common::checkpoint::paths::new_savepoint_name(&id));
+        let target = SavepointTarget { url, format, stop: stop == Some(false) };
+        let (tx, view) = {
+            let jobs = self.shared.jobs.lock();
+            let handle = jobs.get(&id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
+            (handle.tx.clone(), handle.view.clone())
+        };
+        let (reply, answer) = oneshot::channel();
+        let request = SavepointRequest { target, drain: stop == Some(true), reply };
+        if tx.send(JobEvent::Savepoint(request)).is_ok() {
+            if let Ok(result) = answer.await {
+                return result;
+            }
+        }
+        // The job's coordinator has stopped: the job is over, or the job manager is shutting down.
+        let state = view.lock().state;
+        if state.is_terminal() {
+            return Err(JobRequestError::NotRunning(format!("job {id} is {state}: it can take no savepoint")));
+        }
+        Err(JobRequestError::ShuttingDown)
+    }
+
+    /// Reads and summarises a savepoint or retained checkpoint.
+    pub async fn inspect_savepoint(&self, url: &str) -> Result<pb::InspectSavepointResponse, JobRequestError> {
+        let sp = savepoint::load(url, &self.shared.config.store_options()).await.map_err(savepoint_error)?;
+        Ok(savepoint::summarize(&sp))
+    }
+
+    /// Deletes a savepoint.
+    pub async fn dispose_savepoint(&self, url: &str) -> Result<u64, JobRequestError> {
+        let n = savepoint::dispose(url, &self.shared.config.store_options()).await.map_err(savepoint_error)?;
+        info!(savepoint = %url, files = n, "savepoint disposed");
+        Ok(n)
     }
 
     /// Every job, oldest submission first.

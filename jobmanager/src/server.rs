@@ -14,8 +14,10 @@ use tonic::transport::Server;
 use weir_proto::client_api_server::ClientApiServer;
 use weir_proto::job_manager_internal_server::JobManagerInternalServer;
 
-/// Longest time one request may take before the server answers `CANCELLED`.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest time one request may take before the server answers `CANCELLED`. Long enough for a savepoint
+/// request, which is answered when the savepoint completes (bounded by the job's checkpoint timeout, 10
+/// minutes by default); clients bound their own calls tighter (`grpc-timeout` wins when shorter).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// Requests served at once on one connection.
 pub const CONCURRENCY_PER_CONNECTION: usize = 256;
 /// After the shutdown signal, requests in flight get this long to finish.

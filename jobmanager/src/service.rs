@@ -34,8 +34,11 @@ impl ClientApi for JobManagerService {
         &self,
         request: Request<pb::SubmitJobRequest>,
     ) -> Result<Response<pb::SubmitJobResponse>, Status> {
-        let spec = request.into_inner().spec.ok_or_else(|| Status::invalid_argument("spec is required"))?;
-        let id = self.jm.submit(&spec).await?;
+        let req = request.into_inner();
+        if req.spec.is_none() {
+            return Err(Status::invalid_argument("spec is required"));
+        }
+        let id = self.jm.submit_from(&req).await?;
         Ok(Response::new(pb::SubmitJobResponse { job_id: id.to_string() }))
     }
 
@@ -72,6 +75,34 @@ impl ClientApi for JobManagerService {
         _request: Request<pb::ClusterOverviewRequest>,
     ) -> Result<Response<pb::ClusterOverviewResponse>, Status> {
         Ok(Response::new(self.jm.cluster_overview()))
+    }
+
+    async fn trigger_savepoint(
+        &self,
+        request: Request<pb::TriggerSavepointRequest>,
+    ) -> Result<Response<pb::SavepointResponse>, Status> {
+        let r = request.into_inner();
+        Ok(Response::new(self.jm.savepoint(&r.job_id, &r.target_dir, &r.format, None).await?))
+    }
+
+    async fn stop_job(&self, request: Request<pb::StopJobRequest>) -> Result<Response<pb::SavepointResponse>, Status> {
+        let r = request.into_inner();
+        Ok(Response::new(self.jm.savepoint(&r.job_id, &r.target_dir, &r.format, Some(r.drain)).await?))
+    }
+
+    async fn dispose_savepoint(
+        &self,
+        request: Request<pb::DisposeSavepointRequest>,
+    ) -> Result<Response<pb::DisposeSavepointResponse>, Status> {
+        let deleted_files = self.jm.dispose_savepoint(&request.into_inner().url).await?;
+        Ok(Response::new(pb::DisposeSavepointResponse { deleted_files }))
+    }
+
+    async fn inspect_savepoint(
+        &self,
+        request: Request<pb::InspectSavepointRequest>,
+    ) -> Result<Response<pb::InspectSavepointResponse>, Status> {
+        Ok(Response::new(self.jm.inspect_savepoint(&request.into_inner().url).await?))
     }
 }
 

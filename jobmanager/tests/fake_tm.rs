@@ -177,6 +177,10 @@ impl TaskManagerApi for FakeTm {
         Ok(Response::new(pb::DeployTaskResponse {}))
     }
 
+    async fn end_input(&self, _: Request<pb::EndInputRequest>) -> Result<Response<pb::EndInputResponse>, Status> {
+        Err(Status::unimplemented("the fake task manager runs no sources"))
+    }
+
     async fn trigger_checkpoint(
         &self,
         request: Request<pb::TriggerCheckpointRequest>,
@@ -402,14 +406,19 @@ async fn deploy_checkpoint_subsume_and_finish() {
 
     // Validation errors name the operator and field; unknown ids are NOT_FOUND.
     let bad = weir_common::spec::parse_spec_text(&SPEC.replace("keyed-count", "keyed-cuont")).unwrap();
-    let err = client.submit_job(pb::SubmitJobRequest { spec: Some(bad) }).await.unwrap_err();
+    let err = client.submit_job(pb::SubmitJobRequest { spec: Some(bad), ..Default::default() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("operator \"counts\": field \"kind\""), "{}", err.message());
     let err = client.get_job(pb::GetJobRequest { job_id: "0123abcd".into() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
 
     let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
-    let id = client.submit_job(pb::SubmitJobRequest { spec: Some(spec) }).await.unwrap().into_inner().job_id;
+    let id = client
+        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_id;
     let info = wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
     assert_eq!(info.attempt, 1);
     assert_eq!(info.max_parallelism, 128);
@@ -479,7 +488,13 @@ async fn failover_restores_and_jm_restart_resumes() {
     let hb = spawn_heartbeats(fake.clone(), rpc.clone());
 
     let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
-    let id = client.clone().submit_job(pb::SubmitJobRequest { spec: Some(spec) }).await.unwrap().into_inner().job_id;
+    let id = client
+        .clone()
+        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_id;
     let job_id = JobId(id.clone());
     wait_job(&client, &id, "for 2 checkpoints", |j| j.last_completed_checkpoint >= Some(2)).await;
 
@@ -506,7 +521,7 @@ async fn failover_restores_and_jm_restart_resumes() {
     let counts1 = restored.iter().find(|d| d.vertex.0 == 1 && d.subtask.0 == 1).unwrap();
     let r = counts1.restore.as_ref().unwrap();
     assert_eq!(
-        r.operators["counts"].operator_state.as_ref().unwrap().file.path,
+        r.operators["counts"].operator_state[0].file.path,
         format!("{}/state", paths::subtask_dir(&job_id, restore.checkpoint_id, "counts", counts1.subtask))
     );
 
@@ -566,7 +581,13 @@ async fn lost_task_manager_fails_the_job_over_and_it_waits_for_slots() {
     fake.register(&rpc).await;
     // No heartbeats: the task manager is lost after heartbeat_timeout_ms (2 s).
     let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
-    let id = client.clone().submit_job(pb::SubmitJobRequest { spec: Some(spec) }).await.unwrap().into_inner().job_id;
+    let id = client
+        .clone()
+        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_id;
     wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
     let info = wait_job(&client, &id, "for RESTARTING", |j| j.state == "RESTARTING").await;
     assert!(info.failure.contains("tm-c"), "{}", info.failure);
@@ -595,7 +616,13 @@ async fn a_checkpoint_the_job_store_did_not_record_is_never_notified_as_complete
     // The third completion cannot be recorded (the job store fails right after `_metadata` was written).
     weir_common::fault::arm("checkpoint-after-metadata=2*off->1*return(error:disk full)->off").unwrap();
     let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
-    let id = client.clone().submit_job(pb::SubmitJobRequest { spec: Some(spec) }).await.unwrap().into_inner().job_id;
+    let id = client
+        .clone()
+        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_id;
     let failed = wait_checkpoint(&client, &id, "for a failed checkpoint", |c| c.status == "FAILED").await;
     assert_eq!(failed.id, 3, "{failed:?}");
     assert!(
@@ -637,7 +664,13 @@ async fn task_states_whose_reports_were_lost_arrive_with_heartbeats() {
     // Every END_OF_INPUT and FINISHED report is lost; only heartbeats carry them.
     fake.state.lock().lose_reports = vec![pb::TaskState::EndOfInput, pb::TaskState::Finished];
     let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
-    let id = client.clone().submit_job(pb::SubmitJobRequest { spec: Some(spec) }).await.unwrap().into_inner().job_id;
+    let id = client
+        .clone()
+        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_id;
     wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
     fake.state.lock().end_of_input = true;
     for d in fake.current_tasks() {

@@ -31,6 +31,7 @@
 //! visibilities, snapshot/restore) with a [`ManualClock`].
 
 pub mod cache;
+pub mod canonical;
 pub mod codec;
 pub mod handles;
 pub mod heap;
@@ -39,18 +40,22 @@ pub mod keyed;
 pub mod layout;
 pub mod meta;
 pub mod operator;
+pub mod rescale;
 pub mod rocks;
 pub mod snapshot;
+pub(crate) mod statefile;
 #[cfg(test)]
 mod suite;
 pub mod ttl;
 
+pub use canonical::write_canonical;
 pub use codec::StateCodec;
 pub use keyed::{
     open_keyed_backend, set_namespace, AggregateFunction, AggregatingState, KeyedStateBackend, ListState,
     LocalSnapshot, MapState, ReducingState, StateId, StateKind, StateOptions, ValueState, DEFAULT_MAX_VALUE_BYTES,
 };
 pub use operator::OperatorStateStore;
+pub use rescale::{open_keyed_backend_from, RestoreSource, SnapshotFormat};
 pub use ttl::{Clock, ManualClock, StateTtlConfig, SystemClock, TtlUpdateType, TtlVisibility};
 
 /// Errors of the state layer.

@@ -4,12 +4,13 @@
 //! [`StateMetaInfo`] the job manager needs to redistribute elements without reading the blob). A broadcast
 //! state is one element: its whole map (every subtask holds the same copy).
 //!
-//! Restore at the same parallelism: list and broadcast states come back as the subtask wrote them; union
-//! states are the concatenation of every subtask's union elements ([`OperatorStateStore::restore_with_union`]).
+//! Restore: the job manager decides which elements of which old blobs each new subtask gets (its own at the
+//! same parallelism, round-robin shares on rescale, every union element always, one broadcast copy); the task
+//! manager reads them with [`OperatorStateStore::restore_elements`].
 
 use crate::StateError;
 use std::collections::BTreeMap;
-use weir_common::checkpoint::{DistributionMode, StateMetaInfo};
+use weir_common::checkpoint::{DistributionMode, Offsets, StateMetaInfo};
 
 /// The operator states of one subtask.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -53,28 +54,31 @@ fn decode_map(name: &str, mut b: &[u8]) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, St
     Ok(map)
 }
 
-/// A state's name, distribution mode and elements.
-type StateElements = (String, DistributionMode, Vec<Vec<u8>>);
-
-/// The elements of every state in a blob, by name.
-fn read_elements(blob: &[u8], metas: &[StateMetaInfo]) -> Result<Vec<StateElements>, StateError> {
-    let mut out = Vec::with_capacity(metas.len());
-    for meta in metas {
-        let mut elems = Vec::with_capacity(meta.offsets.len());
-        for &off in &meta.offsets {
-            let off = off as usize;
-            let len_bytes = blob.get(off..off + 4).ok_or_else(|| {
-                StateError::Corrupt(format!("operator state {:?}: offset {off} out of range", meta.name))
-            })?;
-            let len = u32::from_le_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
-            let body = blob.get(off + 4..off + 4 + len).ok_or_else(|| {
-                StateError::Corrupt(format!("operator state {:?}: element at {off} truncated", meta.name))
-            })?;
-            elems.push(body.to_vec());
-        }
-        out.push((meta.name.clone(), meta.mode, elems));
+/// The elements at `offsets` of a blob (each a little-endian `u32` length and its bytes).
+pub fn read_elements(name: &str, blob: &[u8], offsets: &[u64]) -> Result<Vec<Vec<u8>>, StateError> {
+    let mut elems = Vec::with_capacity(offsets.len());
+    for &off in offsets {
+        let corrupt = |what: &str| StateError::Corrupt(format!("operator state {name:?}: element at {off} {what}"));
+        let off = usize::try_from(off).map_err(|_| corrupt("out of range"))?;
+        let len_bytes = blob.get(off..off.saturating_add(4)).ok_or_else(|| corrupt("out of range"))?;
+        let len = u32::from_le_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
+        let body = blob.get(off + 4..(off + 4).saturating_add(len)).ok_or_else(|| corrupt("truncated"))?;
+        elems.push(body.to_vec());
     }
-    Ok(out)
+    Ok(elems)
+}
+
+/// Decodes an offsets file: one little-endian `u64` per element.
+pub fn decode_offsets(bytes: &[u8]) -> Result<Vec<u64>, StateError> {
+    if !bytes.len().is_multiple_of(8) {
+        return Err(StateError::Corrupt(format!("an offsets file of {} bytes is not a multiple of 8", bytes.len())));
+    }
+    Ok(bytes.chunks_exact(8).map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect())
+}
+
+/// Encodes offsets as an offsets file.
+pub fn encode_offsets(offsets: &[u64]) -> Vec<u8> {
+    offsets.iter().flat_map(|o| o.to_le_bytes()).collect()
 }
 
 impl OperatorStateStore {
@@ -83,50 +87,50 @@ impl OperatorStateStore {
         Self::default()
     }
 
-    /// Rebuilds a store from a snapshot blob and its meta info.
+    /// Rebuilds a store from a snapshot blob whose meta info has inline offsets (tests and tools; a task
+    /// restores through [`OperatorStateStore::restore_elements`]).
     pub fn restore(blob: &[u8], metas: &[StateMetaInfo]) -> Result<Self, StateError> {
         let mut store = OperatorStateStore::default();
-        for (name, mode, elems) in read_elements(blob, metas)? {
-            match mode {
-                DistributionMode::Broadcast => {
-                    let map = match elems.first() {
-                        Some(e) => decode_map(&name, e)?,
-                        None => BTreeMap::new(),
-                    };
-                    store.broadcast.insert(name, map);
-                }
-                _ => {
-                    store.states.insert(name, (mode, elems));
-                }
-            }
+        for meta in metas {
+            let Offsets::Inline(offsets) = &meta.offsets else {
+                return Err(StateError::Corrupt(format!("operator state {:?}: offsets are in a file", meta.name)));
+            };
+            store.restore_elements(&meta.name, meta.mode, blob, offsets)?;
         }
         Ok(store)
     }
 
-    /// Rebuilds a subtask's store from its own blob, with its union states replaced by the union elements of
-    /// every subtask (`union_blobs`, in subtask order, the subtask's own included).
-    pub fn restore_with_union(
+    /// Adds the elements at `offsets` of `blob` to state `name` (created with `mode`); for a broadcast state,
+    /// the first element is its map (every copy is the same).
+    pub fn restore_elements(
+        &mut self,
+        name: &str,
+        mode: DistributionMode,
         blob: &[u8],
-        metas: &[StateMetaInfo],
-        union_blobs: &[(Vec<u8>, Vec<StateMetaInfo>)],
-    ) -> Result<Self, StateError> {
-        let mut store = Self::restore(blob, metas)?;
-        if union_blobs.is_empty() {
-            return Ok(store);
-        }
-        for (_, (mode, elems)) in store.states.iter_mut() {
-            if *mode == DistributionMode::Union {
-                elems.clear();
-            }
-        }
-        for (b, m) in union_blobs {
-            for (name, mode, elems) in read_elements(b, m)? {
-                if mode == DistributionMode::Union {
-                    store.states.entry(name).or_insert((mode, Vec::new())).1.extend(elems);
+        offsets: &[u64],
+    ) -> Result<(), StateError> {
+        let elems = read_elements(name, blob, offsets)?;
+        match mode {
+            DistributionMode::Broadcast => {
+                if let Some(e) = elems.first() {
+                    let map = decode_map(name, e)?;
+                    self.broadcast.entry(name.to_string()).or_default().extend(map);
+                } else {
+                    self.broadcast.entry(name.to_string()).or_default();
                 }
             }
+            _ => {
+                let entry = self.states.entry(name.to_string()).or_insert((mode, Vec::new()));
+                if entry.0 != mode {
+                    return Err(StateError::Corrupt(format!(
+                        "operator state {name:?} is stored as {:?} and as {mode:?}",
+                        entry.0
+                    )));
+                }
+                entry.1.extend(elems);
+            }
         }
-        Ok(store)
+        Ok(())
     }
 
     fn state(&mut self, name: &str, mode: DistributionMode) -> Result<&mut Vec<Vec<u8>>, StateError> {
@@ -172,25 +176,33 @@ impl OperatorStateStore {
         self.states.values().all(|(_, v)| v.is_empty()) && self.broadcast.values().all(|m| m.is_empty())
     }
 
-    /// Serializes every state into one blob plus per-state element offsets.
+    /// Serializes every state into one blob plus per-state element offsets (inline; the task manager moves
+    /// large ones to files). A state's elements are contiguous in the blob.
     pub fn snapshot(&self) -> (Vec<u8>, Vec<StateMetaInfo>) {
-        let mut blob = Vec::new();
-        let mut metas = Vec::with_capacity(self.states.len());
+        let bytes: usize = self.states.values().flat_map(|(_, e)| e.iter()).map(|e| e.len() + 4).sum();
+        let mut blob = Vec::with_capacity(bytes);
+        let mut metas = Vec::with_capacity(self.states.len() + self.broadcast.len());
         for (name, (mode, elems)) in &self.states {
+            let start = blob.len();
             let mut offsets = Vec::with_capacity(elems.len());
             for e in elems {
                 offsets.push(blob.len() as u64);
                 blob.extend_from_slice(&(e.len() as u32).to_le_bytes());
                 blob.extend_from_slice(e);
             }
-            metas.push(StateMetaInfo { name: name.clone(), mode: *mode, offsets });
+            metas.push(StateMetaInfo::inline(name.clone(), *mode, offsets, (blob.len() - start) as u64));
         }
         for (name, map) in &self.broadcast {
             let offset = blob.len() as u64;
             let e = encode_map(map);
             blob.extend_from_slice(&(e.len() as u32).to_le_bytes());
             blob.extend_from_slice(&e);
-            metas.push(StateMetaInfo { name: name.clone(), mode: DistributionMode::Broadcast, offsets: vec![offset] });
+            metas.push(StateMetaInfo::inline(
+                name.clone(),
+                DistributionMode::Broadcast,
+                vec![offset],
+                e.len() as u64 + 4,
+            ));
         }
         (blob, metas)
     }
@@ -206,7 +218,7 @@ mod tests {
         s.list_state("splits").unwrap().extend([b"a".to_vec(), b"bcd".to_vec()]);
         s.union_list_state("u").unwrap().push(vec![]);
         let (blob, metas) = s.snapshot();
-        assert_eq!(metas[0].offsets, vec![0, 5]);
+        assert_eq!(metas[0].offsets, Offsets::Inline(vec![0, 5]));
         let mut r = OperatorStateStore::restore(&blob, &metas).unwrap();
         assert_eq!(r, s);
         assert!(r.union_list_state("splits").is_err());
@@ -214,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn union_states_are_pooled_and_broadcast_states_round_trip() {
+    fn elements_restore_from_several_blobs_and_broadcast_states_round_trip() {
         // Two subtasks with their own list and union elements and the same broadcast state.
         let mut subtasks = Vec::new();
         for i in 0..2u8 {
@@ -224,14 +236,28 @@ mod tests {
             s.broadcast_state("rules").unwrap().insert(b"r1".to_vec(), b"deny".to_vec());
             subtasks.push(s.snapshot());
         }
-        let restored = OperatorStateStore::restore_with_union(&subtasks[1].0, &subtasks[1].1, &subtasks).unwrap();
-        let mut r = restored.clone();
-        assert_eq!(r.list_state("splits").unwrap(), &vec![vec![1u8]], "list state comes back to its own subtask");
+        let offsets_of =
+            |metas: &[StateMetaInfo], name: &str| match &metas.iter().find(|m| m.name == name).unwrap().offsets {
+                Offsets::Inline(o) => o.clone(),
+                Offsets::File(_) => panic!("inline"),
+            };
+        let mut r = OperatorStateStore::new();
+        for (blob, metas) in &subtasks {
+            r.restore_elements("offsets", DistributionMode::Union, blob, &offsets_of(metas, "offsets")).unwrap();
+        }
+        let (blob1, metas1) = &subtasks[1];
+        r.restore_elements("splits", DistributionMode::SplitDistribute, blob1, &offsets_of(metas1, "splits")).unwrap();
+        r.restore_elements("rules", DistributionMode::Broadcast, blob1, &offsets_of(metas1, "rules")).unwrap();
+        assert_eq!(r.list_state("splits").unwrap(), &vec![vec![1u8]]);
         assert_eq!(r.union_list_state("offsets").unwrap(), &vec![vec![10u8], vec![20], vec![11], vec![21]]);
         assert_eq!(r.broadcast_state("rules").unwrap().get(&b"r1".to_vec()), Some(&b"deny".to_vec()));
         assert!(r.list_state("rules").is_err(), "a broadcast state is not a list");
-        // Without union sources, a subtask gets only its own union elements back.
-        let mut own = OperatorStateStore::restore(&subtasks[0].0, &subtasks[0].1).unwrap();
-        assert_eq!(own.union_list_state("offsets").unwrap().len(), 2);
+        assert!(r.restore_elements("splits", DistributionMode::Union, blob1, &[0]).is_err(), "one mode per state");
+        assert!(r.restore_elements("x", DistributionMode::Union, blob1, &[blob1.len() as u64]).is_err());
+        let metas = &subtasks[0].1;
+        let union = metas.iter().find(|m| m.name == "offsets").unwrap();
+        assert_eq!((union.elements, union.bytes), (2, 10));
+        assert_eq!(decode_offsets(&encode_offsets(&[1, 2, u64::MAX])).unwrap(), vec![1, 2, u64::MAX]);
+        assert!(decode_offsets(&[0; 7]).is_err());
     }
 }

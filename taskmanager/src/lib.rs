@@ -22,6 +22,7 @@ pub mod operator;
 pub mod record;
 pub mod registry;
 pub mod report;
+pub mod restore;
 pub mod server;
 pub mod service;
 pub mod task;

@@ -108,6 +108,9 @@ pub enum Frame {
         id: u64,
         /// Trigger timestamp.
         timestamp_ms: u64,
+        /// Set when the checkpoint is a savepoint: where every task writes its state (Flink's barriers carry
+        /// the checkpoint's type and target location the same way).
+        savepoint: Option<Box<weir_common::checkpoint::SavepointTarget>>,
     },
     /// The producer will send no more records.
     EndOfInput,
@@ -217,10 +220,16 @@ pub fn encode_frame(frame: &Frame) -> Vec<u8> {
             finish_batch(&mut out, *count);
             return out;
         }
-        Frame::Barrier { id, timestamp_ms } => {
+        Frame::Barrier { id, timestamp_ms, savepoint } => {
             begin_frame(&mut out, T_BARRIER);
             out.extend_from_slice(&id.to_le_bytes());
             out.extend_from_slice(&timestamp_ms.to_le_bytes());
+            if let Some(t) = savepoint {
+                // A struct of strings and enums always serializes.
+                if let Ok(json) = serde_json::to_vec(t) {
+                    out.extend_from_slice(&json);
+                }
+            }
         }
         Frame::EndOfInput => begin_frame(&mut out, T_END),
         Frame::Credit(n) => {
@@ -264,7 +273,16 @@ fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, String> {
             payload.drain(..4);
             Ok(Frame::Batch { count, body: payload })
         }
-        (T_BARRIER, 16) => Ok(Frame::Barrier { id: le_u64(&payload[..8]), timestamp_ms: le_u64(&payload[8..]) }),
+        (T_BARRIER, n) if n >= 16 => {
+            let savepoint = match n {
+                16 => None,
+                _ => Some(Box::new(
+                    serde_json::from_slice(&payload[16..])
+                        .map_err(|e| format!("barrier with a bad savepoint target: {e}"))?,
+                )),
+            };
+            Ok(Frame::Barrier { id: le_u64(&payload[..8]), timestamp_ms: le_u64(&payload[8..16]), savepoint })
+        }
         (T_END, 0) => Ok(Frame::EndOfInput),
         (T_CREDIT, 4) => Ok(Frame::Credit(le_u32(&payload))),
         (T_BATCH | T_BARRIER | T_END | T_CREDIT, n) => Err(format!("frame of type {kind} with a payload of {n} bytes")),
@@ -818,7 +836,16 @@ mod tests {
     fn frames_round_trip() {
         for f in [
             Frame::Batch { count: 1, body: vec![1, 2, 3] },
-            Frame::Barrier { id: 9, timestamp_ms: 77 },
+            Frame::Barrier { id: 9, timestamp_ms: 77, savepoint: None },
+            Frame::Barrier {
+                id: 10,
+                timestamp_ms: 78,
+                savepoint: Some(Box::new(weir_common::checkpoint::SavepointTarget {
+                    url: "file:///sp/savepoint-1".into(),
+                    format: weir_common::checkpoint::SavepointFormat::Canonical,
+                    stop: true,
+                })),
+            },
             Frame::EndOfInput,
             Frame::Credit(5),
         ] {
@@ -840,7 +867,7 @@ mod tests {
         f.push(0);
         f[0] += 1;
         assert!(read_all(&f).is_err());
-        let mut f = encode_frame(&Frame::Barrier { id: 1, timestamp_ms: 2 });
+        let mut f = encode_frame(&Frame::Barrier { id: 1, timestamp_ms: 2, savepoint: None });
         f.pop();
         f[0] -= 1;
         assert!(read_all(&f).is_err());
@@ -899,7 +926,11 @@ mod tests {
 
     fn arb_frame() -> impl Strategy<Value = Frame> {
         prop_oneof![
-            (any::<u64>(), any::<u64>()).prop_map(|(id, timestamp_ms)| Frame::Barrier { id, timestamp_ms }),
+            (any::<u64>(), any::<u64>()).prop_map(|(id, timestamp_ms)| Frame::Barrier {
+                id,
+                timestamp_ms,
+                savepoint: None
+            }),
             Just(Frame::EndOfInput),
             any::<u32>().prop_map(Frame::Credit),
         ]
@@ -975,7 +1006,7 @@ mod tests {
     }
 
     fn barrier(i: u64) -> Vec<u8> {
-        encode_frame(&Frame::Barrier { id: i, timestamp_ms: 0 })
+        encode_frame(&Frame::Barrier { id: i, timestamp_ms: 0, savepoint: None })
     }
 
     /// Polls `cond` until it holds or `within` passed.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
+use weir_common::checkpoint::{SavepointFormat, SavepointTarget};
 use weir_common::descriptor::TaskDescriptor;
 use weir_common::store::StoreOptions;
 use weir_proto as pb;
@@ -281,9 +282,19 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
             let tasks = self.0.tasks.lock();
             tasks.get(&TaskManager::task_key(&r)).filter(|h| h.attempt == r.attempt).map(|h| h.events.clone())
         };
+        let savepoint = match req.savepoint {
+            Some(t) => Some(SavepointTarget {
+                format: SavepointFormat::parse(&t.format).map_err(Status::invalid_argument)?,
+                url: t.url,
+                stop: t.stop,
+            }),
+            None => None,
+        };
         match sender {
             Some(tx) => {
-                let _ = tx.send(TaskEvent::Trigger { id: req.checkpoint_id, timestamp_ms: req.timestamp_ms }).await;
+                let _ = tx
+                    .send(TaskEvent::Trigger { id: req.checkpoint_id, timestamp_ms: req.timestamp_ms, savepoint })
+                    .await;
                 Ok(Response::new(pb::TriggerCheckpointResponse {}))
             }
             None => Err(Status::not_found("no such task for this attempt")),
@@ -307,7 +318,12 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         };
         for tx in senders {
             let _ = tx
-                .send(TaskEvent::Notify { id: req.checkpoint_id, completed: req.completed, is_final: req.is_final })
+                .send(TaskEvent::Notify {
+                    id: req.checkpoint_id,
+                    completed: req.completed,
+                    is_final: req.is_final,
+                    stop: req.stop,
+                })
                 .await;
         }
         Ok(Response::new(pb::NotifyCheckpointResponse {}))
@@ -322,6 +338,27 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         self.0.check_session(&req.jm_session)?;
         let n = self.0.cancel_where(|k, h| k.0 == req.job_id && h.attempt <= req.up_to_attempt).await;
         Ok(Response::new(pb::CancelTasksResponse { canceled: n }))
+    }
+
+    async fn end_input(&self, req: Request<pb::EndInputRequest>) -> Result<Response<pb::EndInputResponse>, Status> {
+        let req = req.into_inner();
+        self.0.check_session(&req.jm_session)?;
+        let senders: Vec<_> = {
+            let tasks = self.0.tasks.lock();
+            tasks
+                .iter()
+                .filter(|(k, h)| k.0 == req.job_id && h.attempt == req.attempt)
+                .map(|(_, h)| h.events.clone())
+                .collect()
+        };
+        // Every task of the attempt is told; only sources act on it.
+        let mut sources = 0;
+        for tx in senders {
+            if tx.send(TaskEvent::EndInput).await.is_ok() {
+                sources += 1;
+            }
+        }
+        Ok(Response::new(pb::EndInputResponse { sources }))
     }
 }
 
@@ -358,6 +395,7 @@ mod tests {
                 checkpoint_id: 1,
                 timestamp_ms: 0,
                 jm_session: session.into(),
+                savepoint: None,
             };
             let e = svc.trigger_checkpoint(Request::new(trigger)).await.unwrap_err();
             assert_eq!(e.code(), tonic::Code::FailedPrecondition, "trigger from session {session:?}: {e}");
@@ -368,6 +406,7 @@ mod tests {
                 completed: true,
                 is_final: false,
                 jm_session: session.into(),
+                stop: false,
             };
             let e = svc.notify_checkpoint(Request::new(notify)).await.unwrap_err();
             assert_eq!(e.code(), tonic::Code::FailedPrecondition, "notify from session {session:?}: {e}");
@@ -383,6 +422,7 @@ mod tests {
             checkpoint_id: 1,
             timestamp_ms: 0,
             jm_session: "current".into(),
+            savepoint: None,
         };
         assert_eq!(svc.trigger_checkpoint(Request::new(trigger)).await.unwrap_err().code(), tonic::Code::NotFound);
     }

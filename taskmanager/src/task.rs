@@ -21,7 +21,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
-use weir_common::checkpoint::{paths, FileHandle, OperatorStateHandle, OperatorSubtaskState, TaskSnapshot};
+use weir_common::checkpoint::{
+    paths, FileHandle, Offsets, OperatorStateHandle, OperatorSubtaskState, SavepointFormat, SavepointTarget,
+    TaskSnapshot, OFFSET_BYTES,
+};
 use weir_common::descriptor::TaskDescriptor;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
 use weir_common::keygroup::key_group_for_key;
@@ -55,6 +58,8 @@ pub enum TaskEvent {
         id: u64,
         /// Trigger time.
         timestamp_ms: u64,
+        /// Set when the checkpoint is a savepoint.
+        savepoint: Option<SavepointTarget>,
     },
     /// Checkpoint `id` completed or was aborted.
     Notify {
@@ -64,7 +69,11 @@ pub enum TaskEvent {
         completed: bool,
         /// A completed final checkpoint: finish.
         is_final: bool,
+        /// A completed stop-with-savepoint: finish.
+        stop: bool,
     },
+    /// Sources only: end the input now (stop with savepoint and drain).
+    EndInput,
     /// Stop now.
     Cancel,
 }
@@ -121,6 +130,8 @@ enum TaskError {
     Codec(#[from] crate::record::CodecError),
     #[error(transparent)]
     Store(#[from] weir_common::store::StoreError),
+    #[error(transparent)]
+    Restore(#[from] crate::restore::RestoreError),
     #[error("canceled")]
     Canceled,
     #[error("{0}")]
@@ -415,6 +426,12 @@ struct Task {
     last_state_metrics: Instant,
     /// Names this task's folder in the job's shared directory (unique per deployment of a backend).
     instance: String,
+    /// The savepoint target each barrier being aligned carried (by checkpoint id).
+    savepoint_barriers: BTreeMap<u64, SavepointTarget>,
+    /// Sources: a stop-with-savepoint barrier went out; nothing more is emitted unless it is aborted.
+    suspended_by: Option<u64>,
+    /// Sources: asked to end the input (stop with drain).
+    end_input_requested: bool,
 }
 
 impl Task {
@@ -434,6 +451,12 @@ impl Task {
         let store = Store::open(&desc.checkpoint_root, &env.store_options)?;
         let rt = env.runtime.clone();
         let restored_at_end = desc.restore.as_ref().is_some_and(|r| r.operators.values().any(|s| s.end_of_input));
+        // Restored state is read from where the job manager says (a savepoint lives in its own directory).
+        let restore_store = match &desc.restore {
+            Some(r) if r.root == desc.checkpoint_root => Some(store.clone()),
+            Some(r) => Some(Store::open(&r.root, &env.store_options)?),
+            None => None,
+        };
 
         let mut incremental = Incremental::default();
         let mut ops = Vec::with_capacity(desc.operators.len());
@@ -454,38 +477,49 @@ impl Task {
                 Err(e) => return Err(TaskError::Other(format!("operator {:?}: {e}", od.uid))),
             };
             let restored = desc.restore.as_ref().and_then(|r| r.operators.get(&od.uid));
-            let mut op_state = OperatorStateStore::new();
-            // Union list state: every subtask's elements, from every subtask's blob.
-            let mut union_blobs = Vec::new();
-            let sources = desc.restore.as_ref().and_then(|r| r.union_sources.get(&od.uid));
-            for src in sources.into_iter().flatten() {
-                union_blobs.push((rt.block_on(store.get(&src.file.path))?.to_vec(), src.states.clone()));
-            }
-            if let Some(h) = restored.and_then(|s| s.operator_state.as_ref()) {
-                let blob = rt.block_on(store.get(&h.file.path))?;
-                op_state = OperatorStateStore::restore_with_union(&blob, &h.states, &union_blobs)?;
-            } else if !union_blobs.is_empty() {
-                op_state = OperatorStateStore::restore_with_union(&[], &[], &union_blobs)?;
-            }
+            let restore_store = restore_store.as_ref();
+            let op_state = match (restored, restore_store) {
+                (Some(r), Some(store)) => {
+                    unless_canceled(&rt, &mut cancel, crate::restore::operator_state(store, &r.operator_state))?
+                }
+                _ => OperatorStateStore::new(),
+            };
             let keyed = if keyed_kind {
-                let restore_dir = match restored.and_then(|s| s.keyed.as_ref()) {
-                    Some(h) => {
-                        let dir = work_dir.join(format!("restore-{}", od.uid));
-                        rt.block_on(weir_state::snapshot::download_keyed(&store, h, &dir))?;
+                let state_dir = work_dir.join(format!("state-{}", od.uid));
+                match (restored.filter(|r| !r.keyed.is_empty()), restore_store) {
+                    (Some(r), Some(store)) => {
+                        let download_dir = work_dir.join(format!("restore-{}", od.uid));
+                        let downloaded = unless_canceled(
+                            &rt,
+                            &mut cancel,
+                            crate::restore::download_keyed(store, &r.keyed, &download_dir),
+                        )?;
+                        let target = crate::restore::KeyedTarget {
+                            kind: desc.state_backend,
+                            range: desc.key_group_range,
+                            max_parallelism: desc.max_parallelism,
+                            state_dir: &state_dir,
+                            download_dir: &download_dir,
+                            rocks: &env.rocks,
+                            own_files: desc.restore.as_ref().is_some_and(|r| r.own_files),
+                        };
+                        let restored = crate::restore::open_keyed(&target, downloaded)?;
+                        let _ = std::fs::remove_dir_all(&download_dir);
                         // The restored checkpoint completed, so its files may be referenced again.
-                        incremental.confirmed.insert(od.uid.clone(), weir_state::snapshot::shareable_files(h));
-                        Some(dir)
+                        if let Some(files) = restored.reusable {
+                            incremental.confirmed.insert(od.uid.clone(), files);
+                        }
+                        Some(restored.backend)
                     }
-                    None => None,
-                };
-                Some(open_keyed_backend(
-                    desc.state_backend,
-                    &work_dir.join(format!("state-{}", od.uid)),
-                    desc.max_parallelism,
-                    desc.key_group_range,
-                    restore_dir.as_deref(),
-                    &env.rocks,
-                )?)
+                    _ => Some(open_keyed_backend(
+                        desc.state_backend,
+                        &state_dir,
+                        desc.max_parallelism,
+                        desc.key_group_range,
+                        None,
+                        &env.rocks,
+                    )?),
+                }
             } else {
                 None
             };
@@ -577,6 +611,9 @@ impl Task {
             incremental: Arc::new(parking_lot::Mutex::new(incremental)),
             last_state_metrics: Instant::now(),
             instance: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
+            savepoint_barriers: BTreeMap::new(),
+            suspended_by: None,
+            end_input_requested: false,
             sync_seconds: metrics::histogram!("weir_checkpoint_sync_seconds", &labels(&desc)),
             desc,
         })
@@ -621,7 +658,12 @@ impl Task {
                     return Ok(exit);
                 }
             }
-            if source_done {
+            if self.end_input_requested && !source_done {
+                tracing::info!("ending the input on request (stop with drain)");
+                self.end_of_input(1)?;
+                source_done = true;
+            }
+            if source_done || self.suspended_by.is_some() {
                 if let Some(ev) = self.next_event(Duration::from_millis(500)) {
                     if let Some(exit) = self.on_control(ev)? {
                         return Ok(exit);
@@ -717,8 +759,11 @@ impl Task {
                 }
                 self.push_through(0, records)?;
             }
-            Frame::Barrier { id, timestamp_ms } => {
+            Frame::Barrier { id, timestamp_ms, savepoint } => {
                 self.release(c);
+                if let Some(t) = savepoint {
+                    self.savepoint_barriers.insert(id, *t);
+                }
                 let BarrierOutcome { aborted, alignment } = self.aligner.on_barrier(c, id);
                 if let Some(old) = aborted {
                     self.decline_superseded(old, id, c);
@@ -742,7 +787,9 @@ impl Task {
     /// go first, see [`Task::run_consumer`]).
     fn on_alignment(&mut self, a: Alignment, timestamp_ms: u64) -> Result<(), TaskError> {
         if let Alignment::Aligned(id) = a {
-            self.checkpoint(id, timestamp_ms)?;
+            let savepoint = self.savepoint_barriers.remove(&id);
+            self.savepoint_barriers.retain(|&k, _| k > id);
+            self.checkpoint(id, timestamp_ms, savepoint)?;
         }
         Ok(())
     }
@@ -762,12 +809,24 @@ impl Task {
     /// Handles a non-data event; returns how the task ends, if it does.
     fn on_control(&mut self, ev: TaskEvent) -> Result<Option<Exit>, TaskError> {
         match ev {
-            TaskEvent::Trigger { id, timestamp_ms } => {
+            TaskEvent::Trigger { id, timestamp_ms, savepoint } => {
                 if matches!(self.ops.first().map(|o| &o.head), Some(Head::Source(_))) {
-                    self.checkpoint(id, timestamp_ms)?;
+                    let stop = savepoint.as_ref().is_some_and(|t| t.stop);
+                    self.checkpoint(id, timestamp_ms, savepoint)?;
+                    if stop {
+                        // Stop with savepoint: nothing after its barrier, so nothing the savepoint misses.
+                        self.flush_outputs()?;
+                        self.suspended_by = Some(id);
+                        tracing::info!(checkpoint_id = id, "source stopped at the savepoint's barrier");
+                    }
                 }
             }
-            TaskEvent::Notify { id, completed, is_final } => {
+            TaskEvent::EndInput => {
+                if matches!(self.ops.first().map(|o| &o.head), Some(Head::Source(_))) {
+                    self.end_input_requested = true;
+                }
+            }
+            TaskEvent::Notify { id, completed, is_final, stop } => {
                 let cid = CheckpointId(id);
                 for op in &mut self.ops {
                     match (&mut op.head, completed) {
@@ -783,6 +842,15 @@ impl Task {
                 if completed && is_final && self.input_ended {
                     self.flush_outputs()?;
                     return Ok(Some(Exit::Finished));
+                }
+                if completed && stop {
+                    tracing::info!(checkpoint_id = id, "stop-with-savepoint completed; finishing");
+                    self.flush_outputs()?;
+                    return Ok(Some(Exit::Finished));
+                }
+                if !completed && self.suspended_by == Some(id) {
+                    tracing::info!(checkpoint_id = id, "the stop-with-savepoint was aborted; the source resumes");
+                    self.suspended_by = None;
                 }
             }
             TaskEvent::Cancel => return Ok(Some(Exit::Canceled)),
@@ -863,14 +931,14 @@ impl Task {
     }
 
     /// Takes checkpoint `id`: the synchronous part here, the upload on the runtime; then forwards the barrier.
-    fn checkpoint(&mut self, id: u64, timestamp_ms: u64) -> Result<(), TaskError> {
+    fn checkpoint(&mut self, id: u64, timestamp_ms: u64, savepoint: Option<SavepointTarget>) -> Result<(), TaskError> {
         let started = Instant::now();
         let cid = CheckpointId(id);
         match self.snapshot_sync(cid, timestamp_ms) {
             Ok(parts) => {
                 self.sync_seconds.record(started.elapsed().as_secs_f64());
                 let sync_ms = started.elapsed().as_millis() as u64;
-                self.spawn_upload(cid, parts, sync_ms);
+                self.spawn_upload(cid, parts, sync_ms, savepoint.clone());
             }
             Err(e) => {
                 tracing::warn!(checkpoint_id = id, error = %e, "snapshot failed");
@@ -878,8 +946,9 @@ impl Task {
                 self.env.reporter.decline(&task_ref(&self.desc), id, reason);
             }
         }
+        let barrier = Frame::Barrier { id, timestamp_ms, savepoint: savepoint.map(Box::new) };
         for edge in &mut self.outputs {
-            edge.broadcast(&Frame::Barrier { id, timestamp_ms })?;
+            edge.broadcast(&barrier)?;
         }
         Ok(())
     }
@@ -903,8 +972,13 @@ impl Task {
         Ok(parts)
     }
 
-    fn spawn_upload(&self, id: CheckpointId, parts: Vec<SnapshotPart>, sync_ms: u64) {
-        let store = self.store.clone();
+    fn spawn_upload(
+        &self,
+        id: CheckpointId,
+        parts: Vec<SnapshotPart>,
+        sync_ms: u64,
+        savepoint: Option<SavepointTarget>,
+    ) {
         let reporter = self.env.reporter.clone();
         let tref = task_ref(&self.desc);
         let job = self.desc.job_id.clone();
@@ -914,18 +988,51 @@ impl Task {
         let async_seconds = metrics::histogram!("weir_checkpoint_async_seconds", &labels(&self.desc));
         let uploaded_total = metrics::counter!("weir_checkpoint_uploaded_bytes_total", &labels(&self.desc));
         let incremental = self.incremental.clone();
-        let confirmed = if self.desc.incremental { incremental.lock().confirmed.clone() } else { SharedFiles::new() };
-        let shared_root = self.desc.incremental.then(|| paths::shared_dir(&job));
+        // A savepoint is self-contained: every file goes into its own directory, nothing is shared with (or
+        // reused from) the job's checkpoints.
+        let incremental_on = self.desc.incremental && savepoint.is_none();
+        let confirmed = if incremental_on { incremental.lock().confirmed.clone() } else { SharedFiles::new() };
+        let shared_root = incremental_on.then(|| paths::shared_dir(&job));
         let instance = self.instance.clone();
+        let inline_limit = self.desc.operator_state_inline_limit;
+        let store = match &savepoint {
+            None => Ok(self.store.clone()),
+            Some(t) => Store::open(&t.url, &self.env.store_options),
+        };
+        let canonical = savepoint.as_ref().is_some_and(|t| t.format == SavepointFormat::Canonical);
+        let (work_dir, max_parallelism, rocks) =
+            (self.work_dir.clone(), self.desc.max_parallelism, self.env.rocks.clone());
         self.env.runtime.spawn(async move {
             let started = Instant::now();
             let result: Result<TaskSnapshot, TaskError> = async {
+                let store = store?;
                 weir_common::fault::hit("task-upload").await.map_err(TaskError::Other)?;
                 let mut operators = BTreeMap::new();
                 let mut uploaded = 0;
                 let mut shareable = SharedFiles::new();
                 for mut part in parts {
-                    let remote = paths::subtask_dir(&job, id, &part.uid, subtask);
+                    let remote = match &savepoint {
+                        None => paths::subtask_dir(&job, id, &part.uid, subtask),
+                        Some(_) => paths::savepoint_subtask_dir(&part.uid, subtask),
+                    };
+                    if canonical {
+                        if let Some(mut native) = part.keyed.take() {
+                            native.ready().await?;
+                            let (scratch, out) = (
+                                work_dir.join(format!("canonical-{}-{}-work", id.0, part.uid)),
+                                work_dir.join(format!("canonical-{}-{}", id.0, part.uid)),
+                            );
+                            let rocks = rocks.clone();
+                            let converted = tokio::task::spawn_blocking(move || {
+                                let r = weir_state::write_canonical(native, &scratch, &out, max_parallelism, &rocks);
+                                let _ = std::fs::remove_dir_all(&scratch);
+                                r
+                            })
+                            .await
+                            .map_err(|e| TaskError::Other(format!("canonical conversion panicked: {e}")))??;
+                            part.keyed = Some(converted);
+                        }
+                    }
                     let keyed = match &mut part.keyed {
                         Some(local) => {
                             // One folder per checkpoint: a file a failed checkpoint uploaded may be uploaded again by
@@ -943,14 +1050,31 @@ impl Task {
                             )
                             .await?;
                             uploaded += n;
-                            shareable.insert(part.uid.clone(), weir_state::snapshot::shareable_files(&h));
+                            if savepoint.is_none() {
+                                shareable.insert(part.uid.clone(), weir_state::snapshot::shareable_files(&h));
+                            }
+                            let _ = tokio::fs::remove_dir_all(&local.dir).await;
                             Some(h)
                         }
                         None => None,
                     };
                     let operator_state = match part.op_state {
-                        Some((blob, states)) => {
+                        Some((blob, mut states)) => {
                             let path = format!("{remote}/opstate");
+                            // Offsets beyond the inline limit go next to the blob: the acknowledgement (and the
+                            // job manager's memory) carries only the file's handle.
+                            for (i, meta) in states.iter_mut().enumerate() {
+                                let Offsets::Inline(offsets) = &meta.offsets else { continue };
+                                if offsets.len() as u64 * OFFSET_BYTES <= inline_limit {
+                                    continue;
+                                }
+                                let bytes = weir_state::operator::encode_offsets(offsets);
+                                let size = bytes.len() as u64;
+                                let offsets_path = paths::offsets_file(&path, i);
+                                store.put(&offsets_path, bytes::Bytes::from(bytes)).await?;
+                                uploaded += size;
+                                meta.offsets = Offsets::File(FileHandle { path: offsets_path, size });
+                            }
                             let size = blob.len() as u64;
                             store.put(&path, bytes::Bytes::from(blob)).await?;
                             uploaded += size;
@@ -960,7 +1084,9 @@ impl Task {
                     };
                     operators.insert(part.uid, OperatorSubtaskState { subtask, keyed, operator_state, end_of_input });
                 }
-                incremental.lock().uploaded.insert(id.0, shareable);
+                if savepoint.is_none() {
+                    incremental.lock().uploaded.insert(id.0, shareable);
+                }
                 Ok(TaskSnapshot { vertex, subtask, operators, uploaded_bytes: uploaded })
             }
             .await;
@@ -1041,6 +1167,7 @@ mod tests {
             state_backend: StateBackendKind::Heap,
             checkpoint_root: format!("file://{}/ckpt", tmp.path().display()),
             incremental: false,
+            operator_state_inline_limit: 64 << 10,
             // A producer that never connects: setup waits for it.
             input: Some(InputDescriptor {
                 from_vertex: VertexId(0),
@@ -1212,6 +1339,7 @@ mod data_plane_tests {
             state_backend: StateBackendKind::Heap,
             checkpoint_root: format!("file://{}/ckpt", h._tmp.path().display()),
             incremental: false,
+            operator_state_inline_limit: 64 << 10,
             input: None,
             outputs: vec![],
             restore: None,
@@ -1261,7 +1389,7 @@ mod data_plane_tests {
         begin_batch(&mut batch);
         encode_record(&Record::new_i64(b"k", 1), &mut batch).unwrap();
         finish_batch(&mut batch, 1);
-        let barrier = |id| encode_frame(&Frame::Barrier { id, timestamp_ms: 1 });
+        let barrier = |id| encode_frame(&Frame::Barrier { id, timestamp_ms: 1, savepoint: None });
         // Channel 0 delivers 5 (processed: its credit comes back), then more that waits behind the block.
         producers[0].write_all(&barrier(5)).await.unwrap();
         assert_eq!(next_credit(&mut producers[0]).await, 1);

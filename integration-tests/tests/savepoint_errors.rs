@@ -1,0 +1,141 @@
+//! Bad savepoints are refused before anything is deployed, with a message naming the problem, and the job
+//! they were taken from keeps running: a URL that is no savepoint, a truncated or tampered `_metadata`, a
+//! missing state file, a different max parallelism, state of operators the job lacks (allowed with
+//! `--allow-non-restored-state`, and then listed in the job's status). Also: `savepoint inspect` and `dispose`,
+//! a savepoint moved to another directory, and a no-claim restore that leaves every file of the savepoint
+//! as it was.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use weir_integration_tests::{verify_job_output, Cluster, ClusterOptions, CountJob, JobState};
+
+/// Every file under `dir` with its bytes.
+fn snapshot_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(p.strip_prefix(dir).unwrap().to_path_buf(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for (rel, bytes) in snapshot_files(from) {
+        let p = to.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+}
+
+fn local_path(url: &str) -> PathBuf {
+    PathBuf::from(url.strip_prefix("file://").expect("a file:// savepoint"))
+}
+
+fn refused(cluster: &mut Cluster, spec: &str, url: &str, allow: bool, expected: &str) {
+    let err = cluster.submit_from(spec, url, "", allow).expect_err("the submission is refused");
+    let msg = format!("{err:#}");
+    assert!(msg.contains(expected), "expected {expected:?} in: {msg}");
+}
+
+#[test]
+fn bad_savepoints_are_refused_before_deploying_and_good_ones_restore() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 4))?;
+    let out = cluster.output_dir("counts")?;
+    let job = CountJob::bounded("sp", 1_200_000, 2_000, 3).rate(80_000).checkpoint_every_ms(300).into_files(&out);
+    let id = cluster.submit(&job.yaml())?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    std::thread::sleep(Duration::from_millis(800));
+    // A savepoint of a running job: it keeps running.
+    let taken = cluster.cli_json(&["savepoint", "trigger", &id])?;
+    let url = taken["savepoint"].as_str().unwrap().to_string();
+    assert_eq!(JobState::of(&cluster.job(&id)?), Some(JobState::Running));
+    let sp = local_path(&url);
+    assert!(sp.join("_metadata").is_file(), "{url}");
+
+    // Inspect: operators, parallelism, key groups, operator-state elements.
+    let inspect = cluster.cli_json(&["savepoint", "inspect", &url])?;
+    let ops = inspect["operators"].as_array().unwrap();
+    let uids: Vec<&str> = ops.iter().map(|o| o["uid"].as_str().unwrap()).collect();
+    assert_eq!(uids, vec!["counts", "events", "out"], "{inspect}");
+    let events = &ops[1];
+    assert_eq!(events["parallelism"], 2);
+    assert_eq!(events["max_parallelism"], 128);
+    let splits = events["states"].as_array().unwrap().iter().find(|s| s["name"] == "splits").unwrap();
+    assert_eq!(splits["elements"], 128, "datagen's 128 splits: {inspect}");
+    assert_eq!(ops[0]["subtasks"][1]["key_groups"], serde_json::json!([64, 127]));
+
+    let spec = job.clone().parallelism(3).yaml();
+    let dir = cluster.dir().join("bad");
+    // No savepoint at all.
+    std::fs::create_dir_all(dir.join("empty"))?;
+    refused(&mut cluster, &spec, &format!("file://{}", dir.join("empty").display()), false, "no _metadata file");
+    // Truncated and tampered metadata.
+    let truncated = dir.join("truncated");
+    copy_dir(&sp, &truncated);
+    let meta = std::fs::read(truncated.join("_metadata"))?;
+    std::fs::write(truncated.join("_metadata"), &meta[..meta.len() / 2])?;
+    refused(&mut cluster, &spec, &format!("file://{}", truncated.display()), false, "cannot be read");
+    let tampered = dir.join("tampered");
+    copy_dir(&sp, &tampered);
+    let text = String::from_utf8(std::fs::read(tampered.join("_metadata"))?)?;
+    std::fs::write(tampered.join("_metadata"), text.replacen("\"path\": \"", "\"path\": \"../", 1))?;
+    refused(&mut cluster, &spec, &format!("file://{}", tampered.display()), false, "unsafe path");
+    // A missing state file.
+    let missing = dir.join("missing");
+    copy_dir(&sp, &missing);
+    std::fs::remove_file(missing.join("events/0/opstate"))?;
+    refused(&mut cluster, &spec, &format!("file://{}", missing.display()), false, "events/0/opstate is missing");
+    // Another max parallelism.
+    let other_max = spec.replace("parallelism: 3\n", "parallelism: 3\nmax_parallelism: 256\n");
+    refused(&mut cluster, &other_max, &url, false, "max_parallelism 128 and the job sets 256");
+    // State for operators the job lacks.
+    let renamed = spec.replace("uid: counts", "uid: tallies").replace("input: counts", "input: tallies");
+    refused(&mut cluster, &renamed, &url, false, "operators the job does not have: counts");
+    // The job the savepoint came from kept running through all of this.
+    assert_eq!(JobState::of(&cluster.job(&id)?), Some(JobState::Running), "the job is unharmed");
+
+    // Stopped with a savepoint, moved to another directory, restored there (no-claim) at another
+    // parallelism: the output is exact, and the savepoint's files stay as they were through several
+    // checkpoints of the restored job, the first of which is a full one.
+    let stopped = cluster.stop_with_savepoint(&id, false, "native")?;
+    // Allowed (from the first savepoint): the job runs and says which state it dropped. (Its sink writes where the first job's did: the
+    // savepoint's pending files are committed there already.)
+    let allowed = spec.replace("uid: counts", "uid: tallies").replace("input: counts", "input: tallies");
+    let a = cluster.submit_from(&allowed, &url, "", true)?;
+    let info = cluster.wait_for_state(&a, &[JobState::Running], Duration::from_secs(30))?;
+    assert_eq!(info.dropped_state, vec!["counts".to_string()], "{info:?}");
+    cluster.cancel(&a)?;
+
+    let moved = cluster.dir().join("moved").join("sp");
+    copy_dir(&local_path(&stopped), &moved);
+    std::fs::remove_dir_all(local_path(&stopped))?;
+    let before = snapshot_files(&moved);
+    let relocated = job.clone().parallelism(3);
+    let r = cluster.submit_from(&relocated.yaml(), &format!("file://{}", moved.display()), "no-claim", false)?;
+    cluster.wait_for_checkpoints(&r, 3, Duration::from_secs(60))?;
+    cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(120))?;
+    verify_job_output(&relocated, &out)?;
+    assert_eq!(snapshot_files(&moved), before, "a no-claim restore never changes the savepoint");
+    let first = cluster.checkpoints(&r)?.into_iter().find(|c| c.status == "COMPLETED").expect("a checkpoint");
+    assert_eq!(
+        first.uploaded_bytes, first.full_size_bytes,
+        "the first checkpoint after a no-claim restore is full: {first:?}"
+    );
+
+    // Dispose: the savepoint is gone; a checkpoint directory is not a savepoint and is refused.
+    let disposed = cluster.cli_json(&["savepoint", "dispose", &url])?;
+    assert!(disposed["deleted_files"].as_u64().unwrap() > 0, "{disposed}");
+    assert!(!sp.join("_metadata").exists());
+    let again = cluster.cli(&["savepoint", "inspect", &url])?;
+    assert!(!again.status.success() && again.stderr.contains("no _metadata file"), "{again}");
+    cluster.stop();
+    Ok(())
+}

@@ -1,0 +1,364 @@
+//! Savepoints as the job manager sees them from outside a running job: reading one from its URL, checking it
+//! against a job before anything is deployed, summarising it for `weir savepoint inspect`, disposing of it.
+//! The decisions ([`check_against_job`], [`summarize`]) are pure; [`load`], [`check_files`] and [`dispose`] do
+//! the object-store I/O.
+
+use crate::assignment::union_fanout_bytes;
+use std::collections::BTreeSet;
+use weir_common::checkpoint::{paths, restore_root, CheckpointMetadata, DistributionMode};
+use weir_common::spec::ResolvedJob;
+use weir_common::store::{Store, StoreError, StoreOptions};
+use weir_proto as pb;
+
+/// Why a savepoint cannot be read or used.
+#[derive(Debug, thiserror::Error)]
+pub enum SavepointError {
+    /// Nothing at the URL looks like a savepoint or checkpoint.
+    #[error("{url} is not a savepoint or checkpoint directory: {reason}")]
+    NotASavepoint {
+        /// The URL.
+        url: String,
+        /// What is missing.
+        reason: String,
+    },
+    /// The `_metadata` is unreadable, truncated or tampered with.
+    #[error("the savepoint at {url} cannot be read: {reason}")]
+    Corrupt {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The savepoint does not fit the job.
+    #[error("cannot start the job from {url}: {reason}")]
+    Incompatible {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The store could not be reached.
+    #[error("cannot read the savepoint at {url}: {source}")]
+    Unavailable {
+        /// The URL.
+        url: String,
+        /// The store error.
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// A savepoint read from its directory.
+#[derive(Debug, Clone)]
+pub struct LoadedSavepoint {
+    /// URL of its directory.
+    pub url: String,
+    /// URL its paths are relative to.
+    pub root: String,
+    /// Its metadata.
+    pub metadata: CheckpointMetadata,
+}
+
+/// Opens the store of a savepoint directory (trailing `/` and a trailing `/_metadata` are accepted).
+pub fn open_dir(url: &str, opts: &StoreOptions) -> Result<(String, Store), SavepointError> {
+    let dir = url.trim().trim_end_matches('/');
+    let dir = dir.strip_suffix(&format!("/{}", paths::METADATA_FILE)).unwrap_or(dir).to_string();
+    if !dir.contains("://") {
+        return Err(SavepointError::NotASavepoint {
+            url: url.to_string(),
+            reason: "expected a URL such as file:///dir/savepoint-… or s3://bucket/…".into(),
+        });
+    }
+    let store = Store::open(&dir, opts)
+        .map_err(|e| SavepointError::NotASavepoint { url: url.to_string(), reason: e.to_string() })?;
+    Ok((dir, store))
+}
+
+/// Reads and checks the `_metadata` of the savepoint (or retained checkpoint) at `url`.
+pub async fn load(url: &str, opts: &StoreOptions) -> Result<LoadedSavepoint, SavepointError> {
+    let (dir, store) = open_dir(url, opts)?;
+    let bytes = match store.get(paths::METADATA_FILE).await {
+        Ok(b) => b,
+        Err(StoreError::NotFound(_)) => {
+            return Err(SavepointError::NotASavepoint { url: dir, reason: "it has no _metadata file".into() })
+        }
+        Err(source) => return Err(SavepointError::Unavailable { url: dir, source }),
+    };
+    let metadata = CheckpointMetadata::from_bytes(&bytes)
+        .map_err(|reason| SavepointError::Corrupt { url: dir.clone(), reason })?;
+    let root = restore_root(&dir, &metadata);
+    Ok(LoadedSavepoint { url: dir, root, metadata })
+}
+
+/// Checks that every file the savepoint references exists with the size its metadata says.
+pub async fn check_files(sp: &LoadedSavepoint, opts: &StoreOptions) -> Result<(), SavepointError> {
+    let store = Store::open(&sp.root, opts)
+        .map_err(|e| SavepointError::NotASavepoint { url: sp.url.clone(), reason: e.to_string() })?;
+    // One listing per directory instead of one request per file.
+    let dirs: BTreeSet<&str> = sp.metadata.files().map(|f| f.path.rsplit_once('/').map_or("", |(d, _)| d)).collect();
+    let mut present = std::collections::HashSet::new();
+    for d in dirs {
+        let listing =
+            store.list(d).await.map_err(|source| SavepointError::Unavailable { url: sp.url.clone(), source })?;
+        present.extend(listing);
+    }
+    for f in sp.metadata.files() {
+        if !present.contains(&f.path) {
+            return Err(SavepointError::Corrupt {
+                url: sp.url.clone(),
+                reason: format!("state file {} is missing", f.path),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What restoring `sp` into `job` means, checked before anything is deployed: the uids whose state is dropped.
+/// `explicit_max_parallelism` is the max parallelism the spec set (unset adopts the savepoint's, see
+/// [`adopt_max_parallelism`]).
+pub fn check_against_job(
+    sp: &LoadedSavepoint,
+    job: &ResolvedJob,
+    explicit_max_parallelism: Option<u32>,
+    allow_non_restored_state: bool,
+    union_fanout_limit: u64,
+) -> Result<Vec<String>, SavepointError> {
+    let bad = |reason: String| SavepointError::Incompatible { url: sp.url.clone(), reason };
+    let meta = &sp.metadata;
+    if let Some(m) = explicit_max_parallelism {
+        if m != meta.max_parallelism {
+            return Err(bad(format!(
+                "the savepoint's keyed state has max_parallelism {} and the job sets {m}; max_parallelism can \
+                 never change for a job's state (leave it unset to adopt {})",
+                meta.max_parallelism, meta.max_parallelism
+            )));
+        }
+    }
+    if job.max_parallelism != meta.max_parallelism {
+        return Err(bad(format!(
+            "the savepoint's max_parallelism is {} but the job's is {}",
+            meta.max_parallelism, job.max_parallelism
+        )));
+    }
+    let uids: BTreeSet<&str> = job.operators.iter().map(|o| o.uid.as_str()).collect();
+    let dropped: Vec<String> = meta.operators.keys().filter(|u| !uids.contains(u.as_str())).cloned().collect();
+    if !dropped.is_empty() && !allow_non_restored_state {
+        return Err(bad(format!(
+            "the savepoint holds state for operators the job does not have: {}; restore with \
+             --allow-non-restored-state to drop it",
+            dropped.join(", ")
+        )));
+    }
+    for op in &job.operators {
+        let Some(stored) = meta.operators.get(&op.uid) else { continue };
+        let fanout = union_fanout_bytes(stored, op.parallelism);
+        if fanout > union_fanout_limit {
+            return Err(bad(format!(
+                "operator {:?}: its union state ({} bytes) restored at parallelism {} would be read {} times, {} \
+                 bytes in all, over the union-state fan-out limit of {} bytes (--union-state-fanout-limit)",
+                op.uid,
+                fanout / op.parallelism.max(1) as u64,
+                op.parallelism,
+                op.parallelism,
+                fanout,
+                union_fanout_limit
+            )));
+        }
+        for s in &stored.subtasks {
+            if let Some(k) = &s.keyed {
+                let native_rocks = k.backend == "rocksdb";
+                if native_rocks && job.state_backend != weir_common::spec::StateBackendKind::Rocksdb {
+                    return Err(bad(format!(
+                        "operator {:?}: the savepoint holds native RocksDB state and the job uses the heap \
+                         backend; take a canonical savepoint (--format canonical) to change backends",
+                        op.uid
+                    )));
+                }
+            }
+        }
+    }
+    Ok(dropped)
+}
+
+/// The max parallelism a job restored from `meta` must have: the savepoint's when the spec left it unset.
+pub fn adopt_max_parallelism(explicit: Option<u32>, meta: &CheckpointMetadata) -> u32 {
+    explicit.unwrap_or(meta.max_parallelism)
+}
+
+/// The summary `weir savepoint inspect` prints.
+pub fn summarize(sp: &LoadedSavepoint) -> pb::InspectSavepointResponse {
+    let meta = &sp.metadata;
+    let operators = meta
+        .operators
+        .iter()
+        .map(|(uid, op)| {
+            let mut states: std::collections::BTreeMap<String, pb::StateSummary> = Default::default();
+            let mut subtasks = Vec::new();
+            for s in &op.subtasks {
+                let keyed_bytes: u64 = s.keyed.iter().flat_map(|k| k.files.iter()).map(|f| f.size).sum();
+                let (mut elements, mut bytes) = (0, 0);
+                for m in s.operator_state.iter().flat_map(|h| h.states.iter()) {
+                    elements += m.elements;
+                    bytes += m.bytes;
+                    let kind = match m.mode {
+                        DistributionMode::SplitDistribute => "operator-list",
+                        DistributionMode::Union => "union-list",
+                        DistributionMode::Broadcast => "broadcast",
+                    };
+                    let e = states.entry(m.name.clone()).or_insert_with(|| pb::StateSummary {
+                        name: m.name.clone(),
+                        kind: kind.to_string(),
+                        bytes: 0,
+                        elements: Some(0),
+                        ttl: String::new(),
+                    });
+                    e.bytes += m.bytes;
+                    // A broadcast state is one copy per subtask; its elements are counted once.
+                    if m.mode != DistributionMode::Broadcast || e.elements == Some(0) {
+                        *e.elements.get_or_insert(0) += m.elements;
+                    }
+                }
+                if let Some(k) = &s.keyed {
+                    let e = states.entry("(keyed)".to_string()).or_insert_with(|| pb::StateSummary {
+                        name: "(keyed)".to_string(),
+                        kind: format!("keyed ({})", k.backend),
+                        bytes: 0,
+                        elements: None,
+                        ttl: String::new(),
+                    });
+                    e.bytes += keyed_bytes;
+                }
+                subtasks.push(pb::SubtaskStateSummary {
+                    subtask: s.subtask.0,
+                    key_group_start: s.keyed.as_ref().map(|k| k.key_group_range.start),
+                    key_group_end: s.keyed.as_ref().map(|k| k.key_group_range.end),
+                    keyed_bytes,
+                    backend: s.keyed.as_ref().map(|k| k.backend.clone()).unwrap_or_default(),
+                    operator_state_elements: elements,
+                    operator_state_bytes: bytes,
+                });
+            }
+            pb::OperatorStateSummary {
+                uid: uid.clone(),
+                kind: op.kind.clone(),
+                parallelism: op.parallelism,
+                max_parallelism: meta.max_parallelism,
+                states: states.into_values().collect(),
+                subtasks,
+            }
+        })
+        .collect();
+    pb::InspectSavepointResponse {
+        url: sp.url.clone(),
+        job_id: meta.job_id.to_string(),
+        checkpoint_id: meta.checkpoint_id.0,
+        max_parallelism: meta.max_parallelism,
+        format: meta.savepoint.map(|f| f.as_str().to_string()).unwrap_or_else(|| "checkpoint".to_string()),
+        operators,
+        timestamp_ms: meta.timestamp_ms,
+    }
+}
+
+/// Deletes a savepoint's directory; refuses anything that is not a savepoint (a retained checkpoint belongs
+/// to its job). Returns how many files were deleted.
+pub async fn dispose(url: &str, opts: &StoreOptions) -> Result<u64, SavepointError> {
+    let sp = load(url, opts).await?;
+    if sp.metadata.savepoint.is_none() {
+        return Err(SavepointError::NotASavepoint {
+            url: sp.url,
+            reason: "it is a checkpoint of a job, not a savepoint; its job deletes it".into(),
+        });
+    }
+    let (_, store) = open_dir(&sp.url, opts)?;
+    let files = store.list("").await.map_err(|source| SavepointError::Unavailable { url: sp.url.clone(), source })?;
+    // `_metadata` last: a half-disposed savepoint is still recognisable and can be disposed again.
+    for f in files.iter().filter(|f| f.as_str() != paths::METADATA_FILE) {
+        store.delete(f).await.map_err(|source| SavepointError::Unavailable { url: sp.url.clone(), source })?;
+    }
+    store
+        .delete(paths::METADATA_FILE)
+        .await
+        .map_err(|source| SavepointError::Unavailable { url: sp.url.clone(), source })?;
+    if let Some(dir) = sp.url.strip_prefix("file://") {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(files.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_common::checkpoint::{
+        FileHandle, OperatorCheckpoint, OperatorStateHandle, OperatorSubtaskState, SavepointFormat, StateMetaInfo,
+    };
+    use weir_common::ids::{CheckpointId, JobId, SubtaskIndex};
+
+    fn savepoint(max_parallelism: u32, union_bytes: u64) -> LoadedSavepoint {
+        let job = crate::descriptors::tests::demo_job();
+        let mut operators = std::collections::BTreeMap::new();
+        for op in &job.operators {
+            let subtasks = (0..op.parallelism)
+                .map(|s| OperatorSubtaskState {
+                    subtask: SubtaskIndex(s),
+                    keyed: None,
+                    operator_state: Some(OperatorStateHandle {
+                        file: FileHandle { path: format!("{}/{s}/opstate", op.uid), size: union_bytes },
+                        states: vec![StateMetaInfo::inline("u", DistributionMode::Union, vec![0], union_bytes)],
+                    }),
+                    end_of_input: false,
+                })
+                .collect();
+            operators.insert(
+                op.uid.clone(),
+                OperatorCheckpoint { kind: op.kind.clone(), parallelism: op.parallelism, subtasks },
+            );
+        }
+        LoadedSavepoint {
+            url: "file:///sp".into(),
+            root: "file:///sp".into(),
+            metadata: CheckpointMetadata {
+                format_version: weir_common::checkpoint::METADATA_FORMAT_VERSION,
+                job_id: JobId("j".into()),
+                checkpoint_id: CheckpointId(3),
+                timestamp_ms: 1,
+                max_parallelism,
+                is_final: false,
+                operators,
+                savepoint: Some(SavepointFormat::Native),
+            },
+        }
+    }
+
+    #[test]
+    fn a_savepoint_is_checked_against_the_job_before_deploying() {
+        let job = crate::descriptors::tests::demo_job();
+        let sp = savepoint(128, 10);
+        assert_eq!(check_against_job(&sp, &job, None, false, u64::MAX).unwrap(), Vec::<String>::new());
+        let e = check_against_job(&sp, &job, Some(256), false, u64::MAX).unwrap_err().to_string();
+        assert!(e.contains("max_parallelism 128 and the job sets 256"), "{e}");
+        assert_eq!(adopt_max_parallelism(None, &sp.metadata), 128);
+
+        let mut extra = sp.clone();
+        let stored = extra.metadata.operators["counts"].clone();
+        extra.metadata.operators.insert("gone".into(), stored);
+        let e = check_against_job(&extra, &job, None, false, u64::MAX).unwrap_err().to_string();
+        assert!(e.contains("operators the job does not have: gone") && e.contains("--allow-non-restored-state"), "{e}");
+        assert_eq!(check_against_job(&extra, &job, None, true, u64::MAX).unwrap(), vec!["gone".to_string()]);
+
+        // Union state: 2 subtasks x 1000 bytes, read by each of the 2 new subtasks = 4000 bytes.
+        let big = savepoint(128, 1000);
+        assert!(check_against_job(&big, &job, None, false, 4000).is_ok());
+        let e = check_against_job(&big, &job, None, false, 3999).unwrap_err().to_string();
+        assert!(e.contains("union-state fan-out limit of 3999 bytes") && e.contains("4000 bytes in all"), "{e}");
+    }
+
+    #[test]
+    fn the_summary_counts_elements_per_state() {
+        let s = summarize(&savepoint(128, 10));
+        assert_eq!(s.format, "native");
+        let counts = s.operators.iter().find(|o| o.uid == "counts").unwrap();
+        assert_eq!(counts.parallelism, 2);
+        assert_eq!(counts.states[0].elements, Some(2));
+        assert_eq!(counts.states[0].kind, "union-list");
+    }
+}

@@ -1,0 +1,143 @@
+//! Restoring a subtask's state from what the job manager assigned it: download the keyed snapshots that
+//! overlap its key-group range and open one backend clipped to that range (merging several when the
+//! parallelism changed), and read the operator-state elements it was given out of the old blobs.
+//!
+//! Paths come only from the restore descriptor (built from `weir_common::checkpoint::paths` by the job
+//! manager) and key-group arithmetic only from `weir_common::keygroup` (inside the state backend).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use weir_common::checkpoint::{FileHandle, KeyedStateHandle};
+use weir_common::descriptor::{ElementRef, OperatorStatePart};
+use weir_common::keygroup::KeyGroupRange;
+use weir_common::spec::StateBackendKind;
+use weir_common::store::{Store, StoreError};
+use weir_state::{KeyedStateBackend, OperatorStateStore, RestoreSource, SnapshotFormat, StateError};
+
+/// Why a restore failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// A state file could not be read.
+    #[error("cannot read restored state: {0}")]
+    Store(#[from] StoreError),
+    /// The state could not be opened.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The descriptor or a file does not add up.
+    #[error("corrupt restored state: {0}")]
+    Corrupt(String),
+}
+
+/// Reads the operator-state elements a subtask was assigned from the old blobs.
+pub async fn operator_state(store: &Store, parts: &[OperatorStatePart]) -> Result<OperatorStateStore, RestoreError> {
+    let mut out = OperatorStateStore::new();
+    // An offsets file is read once however many parts of it this subtask got.
+    let mut offsets_files: HashMap<String, Vec<u64>> = HashMap::new();
+    for part in parts {
+        let blob = store.get(&part.file.path).await?;
+        if blob.len() as u64 != part.file.size {
+            return Err(RestoreError::Corrupt(format!(
+                "{} has {} bytes, the checkpoint says {}",
+                part.file.path,
+                blob.len(),
+                part.file.size
+            )));
+        }
+        for st in &part.states {
+            let offsets: Vec<u64> = match &st.elements {
+                ElementRef::Inline(o) => o.clone(),
+                ElementRef::InFile { offsets, first, count } => {
+                    if !offsets_files.contains_key(&offsets.path) {
+                        let bytes = store.get(&offsets.path).await?;
+                        offsets_files.insert(offsets.path.clone(), weir_state::operator::decode_offsets(&bytes)?);
+                    }
+                    let all = &offsets_files[&offsets.path];
+                    let (first, count) = (*first as usize, *count as usize);
+                    all.get(first..first.saturating_add(count))
+                        .ok_or_else(|| {
+                            RestoreError::Corrupt(format!(
+                                "{} holds {} offsets, elements {first}..{} were assigned",
+                                offsets.path,
+                                all.len(),
+                                first + count
+                            ))
+                        })?
+                        .to_vec()
+                }
+            };
+            out.restore_elements(&st.name, st.mode, &blob, &offsets)?;
+        }
+    }
+    Ok(out)
+}
+
+/// A keyed backend restored from its assigned snapshots, with the files later incremental checkpoints may
+/// reference again (only when it is one snapshot of this job's own, opened as it is).
+pub struct RestoredKeyed {
+    /// The backend.
+    pub backend: Box<dyn KeyedStateBackend>,
+    /// Shareable files of the restored snapshot, by local name.
+    pub reusable: Option<HashMap<String, FileHandle>>,
+}
+
+/// What a keyed restore needs besides the handles.
+pub struct KeyedTarget<'a> {
+    /// The job's backend.
+    pub kind: StateBackendKind,
+    /// The subtask's key groups.
+    pub range: KeyGroupRange,
+    /// Number of key groups.
+    pub max_parallelism: u32,
+    /// Where the backend lives.
+    pub state_dir: &'a Path,
+    /// Scratch space for downloads.
+    pub download_dir: &'a Path,
+    /// Tuning of RocksDB.
+    pub rocks: &'a weir_state::rocks::RocksOptions,
+    /// The snapshots are this job's own checkpoint's.
+    pub own_files: bool,
+}
+
+/// Downloads every assigned keyed snapshot and opens the backend (blocking: call it off the async runtime's
+/// worker threads, or through `block_on` on the task's own thread).
+pub async fn download_keyed(
+    store: &Store,
+    handles: &[KeyedStateHandle],
+    download_dir: &Path,
+) -> Result<Vec<(PathBuf, KeyedStateHandle)>, RestoreError> {
+    let mut out = Vec::with_capacity(handles.len());
+    for (i, h) in handles.iter().enumerate() {
+        let dir = download_dir.join(format!("snapshot-{i}"));
+        weir_state::snapshot::download_keyed(store, h, &dir).await?;
+        out.push((dir, h.clone()));
+    }
+    Ok(out)
+}
+
+/// Opens the backend from downloaded snapshots, clipped to the target's range.
+pub fn open_keyed(
+    target: &KeyedTarget<'_>,
+    downloaded: Vec<(PathBuf, KeyedStateHandle)>,
+) -> Result<RestoredKeyed, RestoreError> {
+    // One snapshot of exactly this range: opened as it is (and, if it is this job's, its files stay reusable).
+    let reusable = match downloaded.as_slice() {
+        [(_, h)] if h.key_group_range == target.range && target.own_files => {
+            Some(weir_state::snapshot::shareable_files(h))
+        }
+        _ => None,
+    };
+    let mut sources = Vec::with_capacity(downloaded.len());
+    for (dir, h) in downloaded {
+        let format = SnapshotFormat::from_name(&h.backend)?;
+        sources.push(RestoreSource { dir, format, key_group_range: h.key_group_range });
+    }
+    let backend = weir_state::open_keyed_backend_from(
+        target.kind,
+        target.state_dir,
+        target.max_parallelism,
+        target.range,
+        sources,
+        target.rocks,
+    )?;
+    Ok(RestoredKeyed { backend, reusable })
+}
