@@ -458,7 +458,7 @@ mod tests {
                 "id": "j-1", "name": "demo", "state": "RUNNING", "last_completed_checkpoint": null,
                 "restarts": 0, "attempt": 1, "parallelism": 2, "max_parallelism": 128,
                 "checkpoints_completed": 0, "checkpoints_failed": 0, "failure": null,
-                "failure_reason": null, "restored_from": null, "waiting": null,
+                "failure_reason": null, "restored_from": null, "waiting": null, "dropped_state": [],
                 "submit_time_ms": 1_700_000_000_000u64, "end_time_ms": null
             })
         );
@@ -502,7 +502,7 @@ mod tests {
             json!({
                 "id": 3, "status": "COMPLETED", "trigger_time": 1_700_000_000_123u64, "duration_ms": 420,
                 "full_size_bytes": 10_000, "uploaded_bytes": 2_000, "failure_reason": null,
-                "path": "file:///tmp/cp/j-1/chk-3", "is_final": true
+                "path": "file:///tmp/cp/j-1/chk-3", "is_final": true, "is_savepoint": false
             })
         );
         let failed = pb::CheckpointInfo {

@@ -12,7 +12,9 @@ use tokio::sync::oneshot;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
-use weir_common::checkpoint::{paths, FileHandle, OperatorStateHandle, OperatorSubtaskState, TaskSnapshot};
+use weir_common::checkpoint::{
+    paths, DistributionMode, FileHandle, OperatorStateHandle, OperatorSubtaskState, StateMetaInfo, TaskSnapshot,
+};
 use weir_common::descriptor::TaskDescriptor;
 use weir_common::ids::{CheckpointId, JobId};
 use weir_common::store::{Store, StoreOptions};
@@ -118,7 +120,8 @@ impl FakeTm {
                         keyed: None,
                         operator_state: Some(OperatorStateHandle {
                             file: FileHandle { path, size: 10 },
-                            states: vec![],
+                            // One element: the 4-byte length and 6 bytes of "0123456789".
+                            states: vec![StateMetaInfo::inline("s", DistributionMode::SplitDistribute, vec![0], 10)],
                         }),
                         end_of_input: eoi,
                     },
