@@ -17,27 +17,33 @@
 //! snapshot writes no expired value, list element or map entry.
 
 use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
+use crate::layout::row_in;
 use crate::layout::{decode_list, RowKeyBuilder};
 use crate::meta::{
-    check_redeclaration, encode_kind_record, read_kind_record, too_large, wrong_kind, StateKind, StateOptions,
+    check_redeclaration, check_same_declaration, encode_kind_record, too_large, wrong_kind, StateKind, StateOptions,
 };
+use crate::statefile::{Row, StateFileReader, HEAP_V1, HEAP_V2};
 use crate::ttl::{
     retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock, DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
 };
 use crate::StateError;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use weir_common::keygroup::KeyGroupRange;
 
+/// The entries of one map row: user key to value.
+type UserMap = BTreeMap<Vec<u8>, Vec<u8>>;
+
 /// A map row's key and its entries that go into a snapshot.
 type LiveMap<'a> = (&'a Vec<u8>, Vec<(&'a Vec<u8>, &'a Vec<u8>)>);
 
-const MAGIC_V1: &[u8; 8] = b"WEIRHP01";
-const MAGIC: &[u8; 8] = b"WEIRHP02";
-const FILE: &str = "heap-state.bin";
+const MAGIC_V1: &[u8; 8] = HEAP_V1;
+const MAGIC: &[u8; 8] = HEAP_V2;
+/// The file of a heap snapshot.
+pub(crate) const FILE: &str = "heap-state.bin";
 
 struct HeapState {
     name: String,
@@ -53,6 +59,8 @@ struct HeapState {
     registered: bool,
     /// Row keys still to check by incremental TTL cleanup.
     cleanup_queue: Vec<Vec<u8>>,
+    /// The snapshot file the state was first restored from (for errors; empty if registered).
+    origin: String,
 }
 
 impl HeapState {
@@ -66,6 +74,7 @@ impl HeapState {
             namespaced,
             registered,
             cleanup_queue: Vec::new(),
+            origin: String::new(),
         }
     }
 }
@@ -78,19 +87,6 @@ pub struct HeapBackend {
     max_value_bytes: usize,
     clock: Arc<dyn Clock>,
     cleanup_entries: usize,
-}
-
-fn read_u32(r: &mut impl Read) -> Result<u32, StateError> {
-    let mut b = [0u8; 4];
-    r.read_exact(&mut b).map_err(|e| StateError::Corrupt(format!("heap snapshot truncated: {e}")))?;
-    Ok(u32::from_le_bytes(b))
-}
-
-fn read_bytes(r: &mut impl Read) -> Result<Vec<u8>, StateError> {
-    let n = read_u32(r)? as usize;
-    let mut v = vec![0u8; n];
-    r.read_exact(&mut v).map_err(|e| StateError::Corrupt(format!("heap snapshot truncated: {e}")))?;
-    Ok(v)
 }
 
 fn write_bytes(w: &mut impl Write, b: &[u8]) -> std::io::Result<()> {
@@ -110,41 +106,72 @@ impl HeapBackend {
             cleanup_entries: DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
         };
         if let Some(dir) = restore_dir {
-            let path = dir.join(FILE);
-            let data = std::fs::read(&path).map_err(|e| StateError::io(format!("read {}", path.display()), e))?;
-            let mut r = data.as_slice();
-            let mut magic = [0u8; 8];
-            r.read_exact(&mut magic).map_err(|_| StateError::Corrupt("heap snapshot too short".into()))?;
-            let v2 = match &magic {
-                m if m == MAGIC => true,
-                m if m == MAGIC_V1 => false,
-                _ => return Err(StateError::Corrupt("not a heap snapshot".into())),
-            };
-            let n_states = read_u32(&mut r)?;
-            for _ in 0..n_states {
-                let name = String::from_utf8(read_bytes(&mut r)?).map_err(|e| StateError::Corrupt(e.to_string()))?;
-                let (kind, ttl, namespaced) =
-                    if v2 { read_kind_record(&mut r)? } else { (StateKind::Value, None, false) };
-                let n = read_u32(&mut r)?;
-                let mut st = HeapState::new(name, kind, ttl, namespaced, false);
-                for _ in 0..n {
-                    let k = read_bytes(&mut r)?;
-                    if kind == StateKind::Map {
-                        let entries = read_u32(&mut r)?;
-                        let mut m = BTreeMap::new();
-                        for _ in 0..entries {
-                            let uk = read_bytes(&mut r)?;
-                            m.insert(uk, read_bytes(&mut r)?);
-                        }
-                        st.maps.insert(k, m);
-                    } else {
-                        st.rows.insert(k, read_bytes(&mut r)?);
-                    }
-                }
-                b.states.push(st);
-            }
+            b.load(&dir.join(FILE), &[MAGIC, MAGIC_V1], None)?;
         }
         Ok(b)
+    }
+
+    /// Adds the states and rows of a heap or canonical snapshot file (its magic one of `accepted`) whose key
+    /// group lies in `keep` (`None`: every row, for a snapshot of the backend's own range). A state that an earlier
+    /// file declared must be declared alike ([`crate::meta::check_same_declaration`]); rows of one row key in two
+    /// files are not expected (snapshots of one job hold disjoint key groups), the later file's would win.
+    pub(crate) fn load(
+        &mut self,
+        path: &Path,
+        accepted: &[&[u8; 8]],
+        keep: Option<KeyGroupRange>,
+    ) -> Result<(), StateError> {
+        let mut r = StateFileReader::open(path, accepted)?;
+        let origin = path.display().to_string();
+        let prefix_len = self.row.prefix_len;
+        let in_range = |key: &[u8]| row_in(key, prefix_len, keep);
+        while let Some(header) = r.next_state()? {
+            let (kind, ttl, namespaced) = header.record;
+            let i = match self.states.iter().position(|s| s.name == header.name) {
+                Some(i) => {
+                    let st = &self.states[i];
+                    let first = (st.kind, st.ttl, st.namespaced);
+                    check_same_declaration(&header.name, (&first, &st.origin), (&header.record, &origin))?;
+                    i
+                }
+                None => {
+                    let mut st = HeapState::new(header.name.clone(), kind, ttl, namespaced, false);
+                    st.origin = origin.clone();
+                    self.states.push(st);
+                    self.states.len() - 1
+                }
+            };
+            let st = &mut self.states[i];
+            // The map row being filled: entries of one row key come one after the other.
+            let mut open: Option<(Vec<u8>, UserMap)> = None;
+            r.rows(&mut |row| {
+                match row {
+                    Row::Value { key, value } => {
+                        if in_range(key)? {
+                            st.rows.insert(key.to_vec(), value.to_vec());
+                        }
+                    }
+                    Row::MapEntry { key, user_key, value } => {
+                        if open.as_ref().is_none_or(|(k, _)| k.as_slice() != key) {
+                            if let Some((k, m)) = open.take() {
+                                st.maps.insert(k, m);
+                            }
+                            if in_range(key)? {
+                                open = Some((key.to_vec(), BTreeMap::new()));
+                            }
+                        }
+                        if let Some((_, m)) = &mut open {
+                            m.insert(user_key.to_vec(), value.to_vec());
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+            if let Some((k, m)) = open {
+                st.maps.insert(k, m);
+            }
+        }
+        Ok(())
     }
 
     /// Sets how many rows of a TTL state every access checks for expiry (0 turns incremental cleanup off).
@@ -511,6 +538,23 @@ impl KeyedStateBackend for HeapBackend {
 
     fn kind(&self) -> &'static str {
         "heap"
+    }
+
+    #[cfg(test)]
+    fn stored(&mut self) -> crate::keyed::StoredContent {
+        let mut out = crate::keyed::StoredContent::default();
+        for st in &self.states {
+            out.0.insert(st.name.clone(), (st.kind, st.ttl, st.namespaced));
+            for (k, v) in &st.rows {
+                out.1.insert((st.name.clone(), k.clone(), None, v.clone()));
+            }
+            for (k, m) in &st.maps {
+                for (uk, v) in m {
+                    out.1.insert((st.name.clone(), k.clone(), Some(uk.clone()), v.clone()));
+                }
+            }
+        }
+        out
     }
 }
 

@@ -91,13 +91,58 @@ impl FrozenRows {
     }
 }
 
+/// Options of every SST file the backend writes for ingestion.
+pub(crate) fn sst_options() -> Options {
+    let mut opts = Options::default();
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    opts
+}
+
+/// An SST file being written from rows in ascending key order; the file is only created with the first row
+/// (RocksDB refuses to finish an empty one).
+pub(crate) struct SstSink<'o> {
+    writer: SstFileWriter<'o>,
+    path: PathBuf,
+    rows: u64,
+}
+
+impl<'o> SstSink<'o> {
+    /// A sink that writes `path` with `opts` (from [`sst_options`]).
+    pub(crate) fn new(opts: &'o Options, path: PathBuf) -> Self {
+        SstSink { writer: SstFileWriter::create(opts), path, rows: 0 }
+    }
+
+    /// Adds a row; keys must come in strictly ascending order.
+    pub(crate) fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), StateError> {
+        if self.rows == 0 {
+            self.writer.open(&self.path)?;
+        }
+        self.writer.put(key, value)?;
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Rows added so far.
+    pub(crate) fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Finishes the file; returns its path, or `None` if no row was added (and no file made).
+    pub(crate) fn finish(mut self) -> Result<Option<PathBuf>, StateError> {
+        if self.rows == 0 {
+            return Ok(None);
+        }
+        self.writer.finish()?;
+        Ok(Some(self.path))
+    }
+}
+
 /// Writes rows sorted by key (`None`: deleted) into a new SST file at `path`; returns its size.
 pub(crate) fn write_sst<'a>(
     path: &Path,
     rows: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>,
 ) -> Result<u64, StateError> {
-    let mut opts = Options::default();
-    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    let opts = sst_options();
     let mut w = SstFileWriter::create(&opts);
     w.open(path)?;
     for row in rows {

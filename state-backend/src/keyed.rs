@@ -22,8 +22,9 @@ pub use crate::handles::{
 pub use crate::layout::encode_list_element;
 pub use crate::meta::{StateKind, StateOptions};
 
+use crate::rescale::{open_keyed_backend_from, RestoreSource, SnapshotFormat};
 use crate::ttl::{Clock, StateTtlConfig};
-use crate::{heap::HeapBackend, rocks::RocksDbBackend, StateError};
+use crate::StateError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use weir_common::keygroup::KeyGroupRange;
@@ -170,10 +171,23 @@ pub trait KeyedStateBackend: Send {
     fn properties(&self) -> Vec<(String, &'static str, u64)> {
         Vec::new()
     }
+    /// Every stored state and row, in one form for both backends (tests compare backends by it).
+    #[cfg(test)]
+    fn stored(&mut self) -> StoredContent;
 }
 
-/// Opens a keyed backend in `work_dir`, restoring from a downloaded snapshot directory if given. `rocks` tunes
-/// the RocksDB backend; its `clock`, if set, is the TTL clock of either backend.
+/// What a backend stores: every state's kind record, and every row as `(state, row key, map user key, value)`
+/// with map rows split as the heap keeps them (tests only).
+#[cfg(test)]
+pub(crate) type StoredContent = (
+    std::collections::BTreeMap<String, crate::meta::KindRecord>,
+    std::collections::BTreeSet<(String, Vec<u8>, Option<Vec<u8>>, Vec<u8>)>,
+);
+
+/// Opens a keyed backend in `work_dir`, restoring from a downloaded snapshot directory if given (one snapshot of
+/// exactly `range`, in the backend's native format or canonical; the directory is consumed — a RocksDB snapshot
+/// is moved into place, not copied). `rocks` tunes the RocksDB backend; its `clock`, if set, is the TTL clock of
+/// either backend. [`crate::rescale::open_keyed_backend_from`] restores from several snapshots of other ranges.
 pub fn open_keyed_backend(
     kind: StateBackendKind,
     work_dir: &Path,
@@ -182,16 +196,13 @@ pub fn open_keyed_backend(
     restore_dir: Option<&Path>,
     rocks: &crate::rocks::RocksOptions,
 ) -> Result<Box<dyn KeyedStateBackend>, StateError> {
-    Ok(match kind {
-        StateBackendKind::Rocksdb => {
-            Box::new(RocksDbBackend::open(work_dir, max_parallelism, range, restore_dir, rocks.clone())?)
-        }
-        StateBackendKind::Heap => {
-            let mut b = HeapBackend::open(max_parallelism, range, restore_dir)?;
-            if let Some(clock) = &rocks.clock {
-                b.set_clock(clock.clone());
-            }
-            Box::new(b)
-        }
-    })
+    let sources = restore_dir
+        .map(|dir| RestoreSource {
+            dir: dir.to_path_buf(),
+            format: SnapshotFormat::detect(dir).unwrap_or(SnapshotFormat::native(kind)),
+            key_group_range: range,
+        })
+        .into_iter()
+        .collect();
+    open_keyed_backend_from(kind, work_dir, max_parallelism, range, sources, rocks)
 }

@@ -147,3 +147,139 @@ impl RowKeyBuilder {
         (lo, hi)
     }
 }
+
+/// The key group of a row key (its first 1 or 2 bytes, big-endian).
+pub(crate) fn row_key_group(row: &[u8], prefix_len: usize) -> Result<u32, StateError> {
+    match (prefix_len, row) {
+        (1, [kg, ..]) => Ok(u32::from(*kg)),
+        (2, [hi, lo, ..]) => Ok(u32::from(u16::from_be_bytes([*hi, *lo]))),
+        _ => Err(StateError::Corrupt(format!("row key {row:?} is shorter than its key-group prefix"))),
+    }
+}
+
+/// Whether a row's key group lies in `keep` (`None`: every key group).
+pub(crate) fn row_in(row: &[u8], prefix_len: usize, keep: Option<KeyGroupRange>) -> Result<bool, StateError> {
+    match keep {
+        None => Ok(true),
+        Some(range) => Ok(range.contains(weir_common::ids::KeyGroup(row_key_group(row, prefix_len)?))),
+    }
+}
+
+/// The byte intervals `[lo, hi)` holding every row key outside `range` (for `max_parallelism` key groups): the
+/// key groups before it and those after it. Empty if `range` covers every key group.
+pub(crate) fn outside_bounds(range: KeyGroupRange, max_parallelism: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let row = RowKeyBuilder::new(max_parallelism);
+    let mut out = Vec::with_capacity(2);
+    if range.start > 0 {
+        out.push(row.range_bounds(KeyGroupRange { start: 0, end: range.start - 1 }));
+    }
+    if range.end + 1 < max_parallelism {
+        out.push(row.range_bounds(KeyGroupRange { start: range.end + 1, end: max_parallelism - 1 }));
+    }
+    out
+}
+
+/// The RocksDB map-row prefix (`kg | u32 BE len(key) | key [| u32 BE len(ns) | ns]`) of a heap map row key
+/// (`kg | key [| ns | u32 BE len(ns)]`), appended to `out` (cleared first).
+pub(crate) fn map_prefix_of_row(
+    row: &[u8],
+    prefix_len: usize,
+    namespaced: bool,
+    out: &mut Vec<u8>,
+) -> Result<(), StateError> {
+    let corrupt = || StateError::Corrupt(format!("map row key {row:?} does not split into key and namespace"));
+    let (kg, rest) = (row.get(..prefix_len).ok_or_else(corrupt)?, &row[prefix_len.min(row.len())..]);
+    let (key, ns) = if namespaced {
+        let len_at = rest.len().checked_sub(4).ok_or_else(corrupt)?;
+        let ns_len = u32::from_be_bytes(rest[len_at..].try_into().map_err(|_| corrupt())?) as usize;
+        let ns_at = len_at.checked_sub(ns_len).ok_or_else(corrupt)?;
+        (&rest[..ns_at], Some(&rest[ns_at..len_at]))
+    } else {
+        (rest, None)
+    };
+    out.clear();
+    out.extend_from_slice(kg);
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
+    if let Some(ns) = ns {
+        out.extend_from_slice(&(ns.len() as u32).to_be_bytes());
+        out.extend_from_slice(ns);
+    }
+    Ok(())
+}
+
+/// Splits a RocksDB map row (`kg | u32 BE len(key) | key [| u32 BE len(ns) | ns] | user key`) into the heap's
+/// row key (`kg | key [| ns | u32 BE len(ns)]`, written to `row_out`, cleared first) and the user key (returned).
+pub(crate) fn split_map_row<'a>(
+    rocks_row: &'a [u8],
+    prefix_len: usize,
+    namespaced: bool,
+    row_out: &mut Vec<u8>,
+) -> Result<&'a [u8], StateError> {
+    let corrupt = || StateError::Corrupt(format!("map row {rocks_row:?} is malformed"));
+    // A length-prefixed byte string at `at`: (its bytes, the offset after it).
+    let field = |at: usize| -> Result<(&'a [u8], usize), StateError> {
+        let len: [u8; 4] = rocks_row.get(at..at + 4).ok_or_else(corrupt)?.try_into().map_err(|_| corrupt())?;
+        let end = at + 4 + u32::from_be_bytes(len) as usize;
+        Ok((rocks_row.get(at + 4..end).ok_or_else(corrupt)?, end))
+    };
+    let kg = rocks_row.get(..prefix_len).ok_or_else(corrupt)?;
+    let (key, mut at) = field(prefix_len)?;
+    row_out.clear();
+    row_out.extend_from_slice(kg);
+    row_out.extend_from_slice(key);
+    if namespaced {
+        let (ns, end) = field(at)?;
+        row_out.extend_from_slice(ns);
+        row_out.extend_from_slice(&(ns.len() as u32).to_be_bytes());
+        at = end;
+    }
+    Ok(&rocks_row[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_rows_convert_between_the_backends_layouts() {
+        for (m, namespaced) in [(128, false), (128, true), (4096, false), (4096, true)] {
+            let mut b = RowKeyBuilder::new(m);
+            b.set(b"some key");
+            b.set_namespace(b"window-7");
+            let heap_row = b.key(namespaced).to_vec();
+            let mut rocks = Vec::new();
+            b.map_prefix(namespaced, &mut rocks);
+            let mut prefix = Vec::new();
+            map_prefix_of_row(&heap_row, b.prefix_len, namespaced, &mut prefix).unwrap();
+            assert_eq!(prefix, rocks, "m={m} namespaced={namespaced}");
+            rocks.extend_from_slice(b"user key");
+            let mut row = Vec::new();
+            let user_key = split_map_row(&rocks, b.prefix_len, namespaced, &mut row).unwrap();
+            assert_eq!((row.as_slice(), user_key), (heap_row.as_slice(), &b"user key"[..]));
+            assert_eq!(row_key_group(&row, b.prefix_len).unwrap(), row_key_group(&b.row, b.prefix_len).unwrap());
+        }
+        let mut row = Vec::new();
+        assert!(split_map_row(&[0, 0, 0, 0, 9, 1], 1, false, &mut row).is_err(), "key longer than the row");
+        assert!(map_prefix_of_row(&[0, 1, 0, 0, 0, 5], 1, true, &mut row).is_err(), "namespace longer than the row");
+        assert!(row_key_group(&[1], 2).is_err());
+    }
+
+    #[test]
+    fn outside_bounds_cover_exactly_the_other_key_groups() {
+        for m in [128u32, 256] {
+            let range = KeyGroupRange { start: 10, end: 20 };
+            let bounds = outside_bounds(range, m);
+            assert_eq!(bounds.len(), 2);
+            for kg in 0..m {
+                let mut row = Vec::new();
+                weir_common::keygroup::write_key_group_prefix(weir_common::ids::KeyGroup(kg), m, &mut row);
+                row.extend_from_slice(b"\xff\xffkey");
+                let outside = bounds.iter().any(|(lo, hi)| row >= *lo && row < *hi);
+                assert_eq!(outside, !range.contains(weir_common::ids::KeyGroup(kg)), "m={m} kg={kg}");
+            }
+            assert!(outside_bounds(KeyGroupRange { start: 0, end: m - 1 }, m).is_empty());
+            assert_eq!(outside_bounds(KeyGroupRange { start: 0, end: 5 }, m).len(), 1);
+        }
+    }
+}

@@ -259,6 +259,40 @@ pub(crate) fn read_kind_record(r: &mut impl Read) -> Result<KindRecord, StateErr
     }
 }
 
+/// Describes a kind record for errors: `list state with TTL 100 ms, namespaced`.
+fn describe(record: &KindRecord) -> String {
+    let (kind, ttl, namespaced) = record;
+    let mut s = format!("{kind} state");
+    if let Some(t) = ttl {
+        s.push_str(&format!(" with TTL {} ms", t.ttl_ms()));
+    }
+    s.push_str(if *namespaced { ", namespaced" } else { ", without namespaces" });
+    s
+}
+
+/// Checks that two snapshots restored into one backend (on rescaling) declare state `name` alike: the same kind,
+/// namespacing and TTL on or off, or [`StateError::Declaration`] naming both snapshots. The TTL's duration, update
+/// type and visibility may differ (a restore may change them, and an old subtask that never registered the state
+/// again kept the older config); the first snapshot's is kept until the state is registered.
+pub(crate) fn check_same_declaration(
+    name: &str,
+    (first, first_from): (&KindRecord, &str),
+    (other, other_from): (&KindRecord, &str),
+) -> Result<(), StateError> {
+    if first.0 == other.0 && first.1.is_some() == other.1.is_some() && first.2 == other.2 {
+        return Ok(());
+    }
+    Err(StateError::Declaration {
+        name: name.to_string(),
+        message: format!(
+            "the snapshots being restored together declare it differently: as {} in {first_from} and as {} in \
+             {other_from}",
+            describe(first),
+            describe(other)
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +316,21 @@ mod tests {
         }
         assert!(decode_kind_record(&[0x80]).is_err());
         assert!(read_kind_record(&mut &[0x80u8, 1, 2][..]).is_err());
+    }
+
+    #[test]
+    fn snapshots_restored_together_must_declare_a_state_alike() {
+        let t = StateTtlConfig::new(Duration::from_millis(100));
+        let list = (StateKind::List, Some(t), true);
+        assert!(check_same_declaration("s", (&list, "a"), (&list, "b")).is_ok());
+        let longer = (StateKind::List, Some(StateTtlConfig::new(Duration::from_secs(9))), true);
+        assert!(check_same_declaration("s", (&list, "a"), (&longer, "b")).is_ok(), "TTL durations may differ");
+        for other in
+            [(StateKind::Value, Some(t), true), (StateKind::List, None, true), (StateKind::List, Some(t), false)]
+        {
+            let e = check_same_declaration("s", (&list, "snap-a"), (&other, "snap-b")).unwrap_err().to_string();
+            assert!(e.contains("\"s\"") && e.contains("snap-a") && e.contains("snap-b"), "{e}");
+            assert!(e.contains("list state with TTL 100 ms, namespaced"), "{e}");
+        }
     }
 }

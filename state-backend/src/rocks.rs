@@ -48,10 +48,10 @@
 use crate::cache::{Cached, RowCache};
 use crate::ingest::{self, Background};
 use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
-use crate::layout::{decode_list, prefix_successor, RowKeyBuilder};
+use crate::layout::{decode_list, outside_bounds, prefix_successor, RowKeyBuilder};
 use crate::meta::{
-    check_redeclaration, decode_kind_record, encode_kind_record, rocks_kind_row, too_large, wrong_kind, StateKind,
-    StateOptions, ROCKS_KIND_ROW_PREFIX,
+    check_redeclaration, decode_kind_record, encode_kind_record, rocks_kind_row, too_large, wrong_kind, KindRecord,
+    StateKind, StateOptions, ROCKS_KIND_ROW_PREFIX,
 };
 use crate::ttl::{
     list_all_expired, row_expired, Clock, SharedClock, StateTtlConfig, DEFAULT_PERIODIC_COMPACTION_SECS,
@@ -400,6 +400,92 @@ impl RocksDbBackend {
 
     fn cf_name(state: &str) -> String {
         format!("state.{state}")
+    }
+
+    /// Bytes of the key-group prefix of row keys.
+    pub(crate) fn prefix_len(&self) -> usize {
+        self.row.prefix_len
+    }
+
+    /// Every state the database holds (restored ones included) with its kind record, sorted by name. A column
+    /// family without a kind row predates kinds and holds value rows.
+    pub(crate) fn stored_states(&self) -> Result<Vec<(String, KindRecord)>, StateError> {
+        let mut out = Vec::new();
+        for cf in &self.column_families {
+            let Some(name) = cf.strip_prefix("state.") else { continue };
+            let record = match self.db.get(rocks_kind_row(name))? {
+                Some(b) => decode_kind_record(&b)?,
+                None => (StateKind::Value, None, false),
+            };
+            out.push((name.to_string(), record));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// Deletes the rows of every state outside key groups `range`: one range delete per interval and column
+    /// family, so the cost does not depend on how many rows go.
+    pub(crate) fn clip(&self, range: KeyGroupRange) -> Result<(), StateError> {
+        let outside = outside_bounds(range, self.row.max_parallelism);
+        for cf_name in &self.column_families {
+            if !cf_name.starts_with("state.") {
+                continue;
+            }
+            let cf = self
+                .db
+                .cf_handle(cf_name)
+                .ok_or_else(|| StateError::Corrupt(format!("column family {cf_name:?} vanished")))?;
+            for (lo, hi) in &outside {
+                self.db.delete_range_cf_opt(cf, lo, hi, &self.write_opts)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Declares a state that another snapshot restored into this database holds: creates its column family with
+    /// the options registration gives it (TTL compaction filter, periodic compaction), stores its kind record,
+    /// and tells the compaction filters its TTL before any of its rows arrive.
+    pub(crate) fn adopt_state(&mut self, name: &str, record: &KindRecord) -> Result<(), StateError> {
+        let (kind, ttl, namespaced) = *record;
+        if let Some(t) = ttl {
+            self.ttl_registry.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), (kind, t));
+        }
+        let cf = Self::cf_name(name);
+        if self.db.cf_handle(&cf).is_none() {
+            let o = state_cf_options(&self.opts, name, &self.ttl_registry, &self.clock, self.periodic_compaction_secs);
+            self.settle()?;
+            Arc::get_mut(&mut self.db)
+                .ok_or_else(|| StateError::Corrupt("the database is still shared with a snapshot thread".into()))?
+                .create_cf(&cf, &o)?;
+            self.column_families.push(cf);
+        }
+        self.db.put_opt(rocks_kind_row(name), encode_kind_record(kind, ttl.as_ref(), namespaced), &self.write_opts)?;
+        Ok(())
+    }
+
+    /// Calls `f(row key, value)` for every row of `state` in key groups `range`, in key order (list rows merged).
+    /// Reads the database, not the write-back cache: meant for a backend opened on a snapshot.
+    pub(crate) fn scan(&self, state: &str, range: KeyGroupRange, f: &mut RowVisitor<'_>) -> Result<(), StateError> {
+        let cf = cf_handle(&self.db, state)?;
+        let (lo, hi) = self.row.range_bounds(range);
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(hi);
+        // A bulk scan: keep the shared block cache for the live backends' hot blocks.
+        ro.fill_cache(false);
+        ro.set_readahead_size(2 << 20);
+        let mut it = self.db.raw_iterator_cf_opt(cf, ro);
+        it.seek(&lo);
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            f(k, v)?;
+            it.next();
+        }
+        it.status()?;
+        Ok(())
+    }
+
+    /// Ingests an SST file (moved into the database) into `state`'s column family.
+    pub(crate) fn ingest_state_file(&self, state: &str, path: &Path) -> Result<(), StateError> {
+        ingest::ingest(&self.db, &Self::cf_name(state), path)
     }
 
     /// Waits for the background half of the last snapshot; if it did not get its rows into the database,
@@ -901,6 +987,28 @@ impl KeyedStateBackend for RocksDbBackend {
 
     fn kind(&self) -> &'static str {
         "rocksdb"
+    }
+
+    #[cfg(test)]
+    fn stored(&mut self) -> crate::keyed::StoredContent {
+        self.flush(false).unwrap();
+        let mut out = crate::keyed::StoredContent::default();
+        let mut row = Vec::new();
+        for (name, record) in self.stored_states().unwrap() {
+            let cf = cf_handle(&self.db, &name).unwrap();
+            for item in self.db.iterator_cf(cf, IteratorMode::Start) {
+                let (k, v) = item.unwrap();
+                let entry = if record.0 == StateKind::Map {
+                    let uk = crate::layout::split_map_row(&k, self.row.prefix_len, record.2, &mut row).unwrap();
+                    (name.clone(), row.clone(), Some(uk.to_vec()), v.to_vec())
+                } else {
+                    (name.clone(), k.to_vec(), None, v.to_vec())
+                };
+                out.1.insert(entry);
+            }
+            out.0.insert(name, record);
+        }
+        out
     }
 }
 

@@ -1,0 +1,761 @@
+//! Restoring one keyed backend from several snapshots, clipped to its key-group range: what a subtask does when
+//! a job's parallelism changes. The new subtask owns key groups `R` and receives every old snapshot whose
+//! key-group range overlaps `R` ([`RestoreSource`]); [`open_keyed_backend_from`] gives it exactly the rows of
+//! those snapshots whose key group lies in `R` — every state kind, TTL timestamps, namespaces and kind records
+//! included — and nothing else.
+//!
+//! ## RocksDB target
+//!
+//! As Flink's `RocksDBIncrementalRestoreOperation`, but merging by SST ingestion instead of write batches:
+//!
+//! 1. The native RocksDB source with the largest overlap with `R` is the *base*: it is moved into place and
+//!    opened as any restore (its ingest files applied, the TTL registry filled from its kind rows). A single
+//!    source whose range is `R` is just that: a rename, no copy.
+//! 2. If the base's range is not `R`, the rows outside `R` are cut with one `delete_range` per interval and state
+//!    column family (a key-group range is one byte interval of row keys, see [`crate::layout`]).
+//! 3. Every other source is merged: its rows within `R` are written, per state, into an SST file with
+//!    `SstFileWriter` and ingested — never record by record through the memtable. Another RocksDB snapshot is
+//!    opened in a scratch directory of its own (under `work_dir/rescale`, removed afterwards) and iterated within
+//!    `R`'s byte bounds; a canonical file is already in RocksDB's order and is streamed; a heap file is sorted one
+//!    state at a time. A state the base lacks gets its column family (with the options registration would give
+//!    it: TTL compaction filter, periodic compaction), its kind row and its TTL registry entry first.
+//!
+//! Without a native RocksDB source the database starts empty and every source is ingested.
+//!
+//! ## Heap target
+//!
+//! Every source (heap or canonical) is read, keeping the rows whose key group (a row key's first 1 or 2 bytes)
+//! lies in `R`. A native RocksDB snapshot is refused: moving from RocksDB to the heap goes through a canonical
+//! savepoint.
+//!
+//! ## Declarations
+//!
+//! Two sources that declare one state differently (kind, namespacing, TTL on or off) fail the restore with a
+//! [`StateError::Declaration`] naming both snapshots ([`crate::meta::check_same_declaration`]).
+//!
+//! Sources' directories are consumed: RocksDB ones are moved, and every directory may be changed or deleted.
+
+use crate::canonical::{self, CANONICAL_FILE};
+use crate::heap::HeapBackend;
+use crate::ingest::{sst_options, SstSink};
+use crate::keyed::KeyedStateBackend;
+use crate::layout::{map_prefix_of_row, row_in};
+use crate::meta::{check_same_declaration, KindRecord, StateKind};
+use crate::rocks::{RocksDbBackend, RocksOptions};
+use crate::statefile::{Row, StateFileReader, HEAP_V1, HEAP_V2};
+use crate::StateError;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use weir_common::keygroup::KeyGroupRange;
+use weir_common::spec::StateBackendKind;
+
+/// One downloaded snapshot a backend is restored from.
+#[derive(Clone, Debug)]
+pub struct RestoreSource {
+    /// The directory holding the snapshot's files (consumed by the restore).
+    pub dir: PathBuf,
+    /// How the files are laid out.
+    pub format: SnapshotFormat,
+    /// The key groups the snapshot holds.
+    pub key_group_range: KeyGroupRange,
+}
+
+/// How a snapshot's files are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SnapshotFormat {
+    /// A RocksDB checkpoint plus the ingest files of the rows frozen at its barrier ([`crate::ingest`]).
+    Rocksdb,
+    /// The heap backend's `heap-state.bin`.
+    Heap,
+    /// Backend-independent `canonical-state.bin` ([`crate::canonical`]).
+    Canonical,
+}
+
+impl SnapshotFormat {
+    /// The format of a snapshot named `name` (a [`crate::keyed::LocalSnapshot::backend`], as handles record it):
+    /// `rocksdb`, `heap` or `canonical`.
+    pub fn from_name(name: &str) -> Result<Self, StateError> {
+        match name {
+            "rocksdb" => Ok(SnapshotFormat::Rocksdb),
+            "heap" => Ok(SnapshotFormat::Heap),
+            canonical::CANONICAL_BACKEND => Ok(SnapshotFormat::Canonical),
+            other => Err(StateError::Corrupt(format!(
+                "unknown snapshot format {other:?} (expected rocksdb, heap or canonical)"
+            ))),
+        }
+    }
+
+    /// The format's name (the inverse of [`SnapshotFormat::from_name`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            SnapshotFormat::Rocksdb => "rocksdb",
+            SnapshotFormat::Heap => "heap",
+            SnapshotFormat::Canonical => canonical::CANONICAL_BACKEND,
+        }
+    }
+
+    /// The native format of a backend kind.
+    pub fn native(kind: StateBackendKind) -> Self {
+        match kind {
+            StateBackendKind::Rocksdb => SnapshotFormat::Rocksdb,
+            StateBackendKind::Heap => SnapshotFormat::Heap,
+        }
+    }
+
+    /// The format of a downloaded snapshot directory, told by its files (a canonical or heap file, or a
+    /// RocksDB `CURRENT`); `None` if it has none of them.
+    pub fn detect(dir: &Path) -> Option<Self> {
+        if dir.join(CANONICAL_FILE).is_file() {
+            Some(SnapshotFormat::Canonical)
+        } else if dir.join(crate::heap::FILE).is_file() {
+            Some(SnapshotFormat::Heap)
+        } else if dir.join("CURRENT").is_file() {
+            Some(SnapshotFormat::Rocksdb)
+        } else {
+            None
+        }
+    }
+
+    /// The file of a heap-structured format and the magics it may have.
+    fn state_file(self) -> Option<(&'static str, &'static [&'static [u8; 8]])> {
+        match self {
+            SnapshotFormat::Rocksdb => None,
+            SnapshotFormat::Heap => Some((crate::heap::FILE, &[HEAP_V2, HEAP_V1])),
+            SnapshotFormat::Canonical => Some((CANONICAL_FILE, canonical::MAGICS)),
+        }
+    }
+}
+
+impl std::fmt::Display for SnapshotFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The key groups whose rows to keep from `source`: every row of a snapshot of exactly `range` (it holds only
+/// those, by construction — and the RocksDB fast path takes it whole too), else those in `range`.
+fn keep(source: &RestoreSource, range: KeyGroupRange) -> Option<KeyGroupRange> {
+    (source.key_group_range != range).then_some(range)
+}
+
+/// The key groups two ranges share, if any.
+fn intersect(a: KeyGroupRange, b: KeyGroupRange) -> Option<KeyGroupRange> {
+    let r = KeyGroupRange { start: a.start.max(b.start), end: a.end.min(b.end) };
+    (!a.is_empty() && !b.is_empty() && r.start <= r.end).then_some(r)
+}
+
+/// Opens a keyed backend in `work_dir` owning key groups `range`, restored from `sources` (every snapshot whose
+/// range overlaps `range`; others are skipped): it holds exactly their rows whose key group lies in `range`.
+/// `rocks` tunes the RocksDB backend; its `clock`, if set, is the TTL clock of either backend. See the module
+/// docs for how; the sources' directories are consumed.
+pub fn open_keyed_backend_from(
+    kind: StateBackendKind,
+    work_dir: &Path,
+    max_parallelism: u32,
+    range: KeyGroupRange,
+    sources: Vec<RestoreSource>,
+    rocks: &RocksOptions,
+) -> Result<Box<dyn KeyedStateBackend>, StateError> {
+    let started = Instant::now();
+    let count = sources.len();
+    let mut overlapping = Vec::with_capacity(sources.len());
+    for s in sources {
+        match intersect(s.key_group_range, range) {
+            Some(_) => overlapping.push(s),
+            None => tracing::debug!(dir = %s.dir.display(), source_range = ?s.key_group_range, range = ?range,
+                "skipping a snapshot that holds none of the backend's key groups"),
+        }
+    }
+    let backend: Box<dyn KeyedStateBackend> = match kind {
+        StateBackendKind::Rocksdb => Box::new(restore_rocksdb(work_dir, max_parallelism, range, overlapping, rocks)?),
+        StateBackendKind::Heap => {
+            let mut b = restore_heap(max_parallelism, range, &overlapping)?;
+            if let Some(clock) = &rocks.clock {
+                b.set_clock(clock.clone());
+            }
+            Box::new(b)
+        }
+    };
+    if count > 1 {
+        tracing::info!(backend = backend.kind(), range = ?range, sources = count,
+            ms = started.elapsed().as_millis() as u64, "restored keyed state from several snapshots");
+    }
+    Ok(backend)
+}
+
+/// The heap backend holding the rows of `sources` in `range`.
+fn restore_heap(
+    max_parallelism: u32,
+    range: KeyGroupRange,
+    sources: &[RestoreSource],
+) -> Result<HeapBackend, StateError> {
+    let mut b = HeapBackend::open(max_parallelism, range, None)?;
+    for s in sources {
+        let Some((file, magics)) = s.format.state_file() else {
+            return Err(StateError::Corrupt(format!(
+                "snapshot {} is a native RocksDB snapshot, which the heap backend cannot restore; take a canonical \
+                 savepoint to move from RocksDB to heap",
+                s.dir.display()
+            )));
+        };
+        b.load(&s.dir.join(file), magics, keep(s, range))?;
+    }
+    Ok(b)
+}
+
+/// The declarations seen so far, by state name: the kind record and the snapshot it came from.
+#[derive(Default)]
+struct Declarations(BTreeMap<String, (KindRecord, String)>);
+
+impl Declarations {
+    /// Records that snapshot `from` declares `name` as `record`; returns whether no earlier snapshot did.
+    fn add(&mut self, name: &str, record: KindRecord, from: &Path) -> Result<bool, StateError> {
+        let from = from.display().to_string();
+        match self.0.get(name) {
+            Some((first, first_from)) => {
+                check_same_declaration(name, (first, first_from), (&record, &from))?;
+                Ok(false)
+            }
+            None => {
+                self.0.insert(name.to_string(), (record, from));
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// A scratch directory removed when dropped (also when a restore fails half-way).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn create(path: PathBuf) -> Result<Self, StateError> {
+        if path.exists() {
+            std::fs::remove_dir_all(&path).map_err(|e| StateError::io(format!("clear {}", path.display()), e))?;
+        }
+        std::fs::create_dir_all(&path).map_err(|e| StateError::io(format!("create {}", path.display()), e))?;
+        Ok(Scratch(path))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            tracing::warn!(dir = %self.0.display(), error = %e, "removing restore scratch space failed");
+        }
+    }
+}
+
+/// The RocksDB backend holding the rows of `sources` (all overlapping `range`) in `range`.
+pub(crate) fn restore_rocksdb(
+    work_dir: &Path,
+    max_parallelism: u32,
+    range: KeyGroupRange,
+    mut sources: Vec<RestoreSource>,
+    rocks: &RocksOptions,
+) -> Result<RocksDbBackend, StateError> {
+    let overlap = |s: &RestoreSource| intersect(s.key_group_range, range).map_or(0, |r| r.len());
+    // The first of the largest, so that equal overlaps pick the same base every time.
+    let base = sources
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.format == SnapshotFormat::Rocksdb)
+        .fold(None, |best: Option<(usize, u32)>, (i, s)| match best {
+            Some((_, o)) if o >= overlap(s) => best,
+            _ => Some((i, overlap(s))),
+        })
+        .map(|(i, _)| sources.remove(i));
+    let mut db =
+        RocksDbBackend::open(work_dir, max_parallelism, range, base.as_ref().map(|b| b.dir.as_path()), rocks.clone())?;
+    let mut declared = Declarations::default();
+    if let Some(base) = &base {
+        for (name, record) in db.stored_states()? {
+            declared.add(&name, record, &base.dir)?;
+        }
+        if base.key_group_range != range {
+            db.clip(range)?;
+        }
+    }
+    if sources.is_empty() {
+        return Ok(db);
+    }
+    let scratch = Scratch::create(work_dir.join("rescale"))?;
+    for (i, source) in sources.iter().enumerate() {
+        let started = Instant::now();
+        let dir = scratch.0.join(i.to_string());
+        let rows = match source.format {
+            SnapshotFormat::Rocksdb => {
+                merge_rocksdb(&mut db, &mut declared, source, &dir, max_parallelism, range, rocks)?
+            }
+            SnapshotFormat::Heap | SnapshotFormat::Canonical => {
+                merge_state_file(&mut db, &mut declared, source, &dir, range)?
+            }
+        };
+        tracing::debug!(dir = %source.dir.display(), format = %source.format, rows,
+            ms = started.elapsed().as_millis() as u64, "merged a snapshot into the restored database");
+    }
+    Ok(db)
+}
+
+/// Merges the rows of another RocksDB snapshot within `range` into `db`, through SST files made in `scratch`;
+/// returns how many rows it merged.
+fn merge_rocksdb(
+    db: &mut RocksDbBackend,
+    declared: &mut Declarations,
+    source: &RestoreSource,
+    scratch: &Path,
+    max_parallelism: u32,
+    range: KeyGroupRange,
+    rocks: &RocksOptions,
+) -> Result<u64, StateError> {
+    let part = intersect(source.key_group_range, range).unwrap_or(range);
+    // Opened as a restore of its own, so that its ingest files are applied.
+    let src = RocksDbBackend::open(scratch, max_parallelism, source.key_group_range, Some(&source.dir), rocks.clone())?;
+    let opts = sst_options();
+    let mut rows = 0;
+    for (j, (name, record)) in src.stored_states()?.into_iter().enumerate() {
+        if declared.add(&name, record, &source.dir)? {
+            db.adopt_state(&name, &record)?;
+        }
+        let mut sink = SstSink::new(&opts, scratch.join(format!("merge-{j}.sst")));
+        src.scan(&name, part, &mut |k, v| sink.put(k, v))?;
+        rows += sink.rows();
+        if let Some(path) = sink.finish()? {
+            db.ingest_state_file(&name, &path)?;
+        }
+    }
+    Ok(rows)
+}
+
+/// Merges the rows of a heap or canonical snapshot within `range` into `db`, one SST file per state made in
+/// `scratch`; returns how many rows (map entries) it merged.
+fn merge_state_file(
+    db: &mut RocksDbBackend,
+    declared: &mut Declarations,
+    source: &RestoreSource,
+    scratch: &Path,
+    range: KeyGroupRange,
+) -> Result<u64, StateError> {
+    let Some((file, magics)) = source.format.state_file() else { return Ok(0) };
+    std::fs::create_dir_all(scratch).map_err(|e| StateError::io(format!("create {}", scratch.display()), e))?;
+    let mut r = StateFileReader::open(&source.dir.join(file), magics)?;
+    // Canonical rows come in RocksDB's order; a heap snapshot's come from hash maps and are sorted first.
+    let sorted = source.format == SnapshotFormat::Canonical;
+    let prefix_len = db.prefix_len();
+    let keep = keep(source, range);
+    let in_range = |key: &[u8]| row_in(key, prefix_len, keep);
+    let opts = sst_options();
+    let mut total = 0;
+    let mut j = 0;
+    while let Some(header) = r.next_state()? {
+        let name = header.name.clone();
+        if declared.add(&name, header.record, &source.dir)? {
+            db.adopt_state(&name, &header.record)?;
+        }
+        let (kind, _, namespaced) = header.record;
+        j += 1;
+        let mut sink = SstSink::new(&opts, scratch.join(format!("merge-{j}.sst")));
+        // RocksDB row keys of map entries: the prefix of the current map row, then the user key.
+        let (mut prefix_of, mut prefix, mut row) = (Vec::new(), Vec::new(), Vec::new());
+        let mut unsorted: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut put = |k: &[u8], v: &[u8]| -> Result<(), StateError> {
+            if sorted {
+                sink.put(k, v)
+            } else {
+                unsorted.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            }
+        };
+        r.rows(&mut |row_read| match row_read {
+            Row::Value { key, value } if kind != StateKind::Map => {
+                if in_range(key)? {
+                    put(key, value)?;
+                }
+                Ok(())
+            }
+            Row::MapEntry { key, user_key, value } if kind == StateKind::Map => {
+                if !in_range(key)? {
+                    return Ok(());
+                }
+                if prefix_of != key {
+                    map_prefix_of_row(key, prefix_len, namespaced, &mut prefix)?;
+                    prefix_of.clear();
+                    prefix_of.extend_from_slice(key);
+                }
+                row.clear();
+                row.extend_from_slice(&prefix);
+                row.extend_from_slice(user_key);
+                put(&row, value)
+            }
+            _ => Err(StateError::Corrupt(format!(
+                "{kind} state {name:?} in {} holds a row of another kind",
+                source.dir.display()
+            ))),
+        })?;
+        if !sorted {
+            unsorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            for (k, v) in &unsorted {
+                sink.put(k, v)?;
+            }
+        }
+        total += sink.rows();
+        if let Some(path) = sink.finish()? {
+            db.ingest_state_file(&name, &path)?;
+        }
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical::write_canonical;
+    use crate::handles::{
+        set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
+    };
+    use crate::keyed::{open_keyed_backend, LocalSnapshot, StoredContent};
+    use crate::layout::row_key_group;
+    use crate::meta::StateOptions;
+    use crate::ttl::{ManualClock, StateTtlConfig};
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use weir_common::ids::{KeyGroup, SubtaskIndex};
+    use weir_common::keygroup::key_group_for_key;
+
+    /// The TTL clock of every backend: nothing written at T0 expires during a test.
+    const T0: u64 = 1_000_000;
+    /// Keys written: enough that every one of 256 key groups gets some.
+    const KEYS: u64 = 3000;
+
+    fn rocks_options() -> RocksOptions {
+        // A small write-back cache, so some value rows reach RocksDB by flushes and others at the barrier.
+        RocksOptions { cache_bytes: 16 << 10, clock: Some(Arc::new(ManualClock::new(T0))), ..Default::default() }
+    }
+
+    /// Keys of different lengths, so that map rows of RocksDB (length-prefixed keys) and of the heap sort
+    /// differently.
+    fn key(i: u64) -> Vec<u8> {
+        i.to_string().into_bytes()
+    }
+
+    fn ttl() -> StateTtlConfig {
+        StateTtlConfig::new(Duration::from_secs(3600))
+    }
+
+    struct Sum;
+
+    impl AggregateFunction<u64, u64, u64> for Sum {
+        fn create_accumulator(&self) -> u64 {
+            0
+        }
+        fn add(&self, value: u64, acc: u64) -> u64 {
+            acc + value
+        }
+        fn get_result(&self, acc: &u64) -> u64 {
+            acc * 10
+        }
+    }
+
+    /// The handles of every state the tests write: each kind, with and without TTL and namespaces.
+    struct Handles {
+        value: ValueState<u64>,
+        list: ListState<u64>,
+        map: MapState<u64, String>,
+        reducing: ReducingState<u64>,
+        aggregating: AggregatingState<u64, u64, u64>,
+        ttl_value: ValueState<u64>,
+        ttl_list: ListState<u64>,
+        ttl_map: MapState<u64, u64>,
+        ns_value: ValueState<u64>,
+        ns_map: MapState<u64, u64>,
+        ns_ttl_list: ListState<u64>,
+    }
+
+    impl Handles {
+        fn register(b: &mut dyn KeyedStateBackend) -> Self {
+            let ns = StateOptions::default().namespaced();
+            ValueState::<u64>::register(b, "declared-only").unwrap();
+            Handles {
+                value: ValueState::register(b, "value").unwrap(),
+                list: ListState::register(b, "list").unwrap(),
+                map: MapState::register(b, "map").unwrap(),
+                reducing: ReducingState::register(b, "reducing", |a, x| a + x).unwrap(),
+                aggregating: AggregatingState::register(b, "aggregating", Sum).unwrap(),
+                ttl_value: ValueState::register_with_ttl(b, "ttl-value", ttl()).unwrap(),
+                ttl_list: ListState::register_with_ttl(b, "ttl-list", ttl()).unwrap(),
+                ttl_map: MapState::register_with_ttl(b, "ttl-map", ttl()).unwrap(),
+                ns_value: ValueState::register_with_options(b, "ns-value", ns).unwrap(),
+                ns_map: MapState::register_with_options(b, "ns-map", ns).unwrap(),
+                ns_ttl_list: ListState::register_with_options(b, "ns-ttl-list", ns.with_ttl(ttl())).unwrap(),
+            }
+        }
+
+        fn write(&mut self, b: &mut dyn KeyedStateBackend, i: u64) {
+            b.set_current_key(&key(i));
+            self.value.update(b, &(i * 3)).unwrap();
+            if !i.is_multiple_of(3) {
+                // Two appends: RocksDB holds merge operands until compaction, the snapshot the merged list.
+                self.list.add(b, &i).unwrap();
+                self.list.add_all(b, &(1..i % 4 + 1).map(|j| i + j).collect::<Vec<_>>()).unwrap();
+            }
+            if i.is_multiple_of(2) {
+                for j in 0..i % 5 + 1 {
+                    self.map.put(b, &(j * 7), &format!("{i}-{j}")).unwrap();
+                }
+            }
+            self.reducing.add(b, i).unwrap();
+            self.reducing.add(b, 1).unwrap();
+            self.aggregating.add(b, i).unwrap();
+            self.aggregating.add(b, 2).unwrap();
+            if i % 2 == 1 {
+                self.ttl_value.update(b, &i).unwrap();
+            }
+            self.ttl_list.add(b, &i).unwrap();
+            self.ttl_list.add(b, &(i + 1)).unwrap();
+            self.ttl_map.put(b, &i, &(i * 2)).unwrap();
+            for ns in 0..2u64 {
+                set_namespace(b, &ns);
+                self.ns_value.update(b, &(i + ns)).unwrap();
+                self.ns_map.put(b, &ns, &i).unwrap();
+                if i % 2 == ns {
+                    self.ns_ttl_list.add(b, &i).unwrap();
+                }
+            }
+        }
+
+        /// What key `i` holds, through the handles.
+        fn read(&mut self, b: &mut dyn KeyedStateBackend, i: u64) -> String {
+            b.set_current_key(&key(i));
+            let mut out = format!(
+                "value {:?} list {:?} map {:?} reducing {:?} aggregating {:?} ttl {:?} {:?} {:?}",
+                self.value.value(b).unwrap(),
+                self.list.get(b).unwrap(),
+                self.map.entries(b).unwrap(),
+                self.reducing.get(b).unwrap(),
+                self.aggregating.get(b).unwrap(),
+                self.ttl_value.value(b).unwrap(),
+                self.ttl_list.get(b).unwrap(),
+                self.ttl_map.entries(b).unwrap(),
+            );
+            for ns in 0..2u64 {
+                set_namespace(b, &ns);
+                out += &format!(
+                    " ns{ns} {:?} {:?} {:?}",
+                    self.ns_value.value(b).unwrap(),
+                    self.ns_map.entries(b).unwrap(),
+                    self.ns_ttl_list.get(b).unwrap()
+                );
+            }
+            out
+        }
+    }
+
+    /// What key `i` holds after [`Handles::write`].
+    fn expected(i: u64) -> String {
+        let list: Vec<u64> = if !i.is_multiple_of(3) { (0..i % 4 + 1).map(|j| i + j).collect() } else { vec![] };
+        let map: Vec<(u64, String)> =
+            if i.is_multiple_of(2) { (0..i % 5 + 1).map(|j| (j * 7, format!("{i}-{j}"))).collect() } else { vec![] };
+        let mut out = format!(
+            "value {:?} list {list:?} map {map:?} reducing {:?} aggregating {:?} ttl {:?} {:?} {:?}",
+            Some(i * 3),
+            Some(i + 1),
+            Some((i + 2) * 10),
+            (i % 2 == 1).then_some(i),
+            vec![i, i + 1],
+            vec![(i, i * 2)],
+        );
+        for ns in 0..2u64 {
+            let ttl_list: Vec<u64> = if i % 2 == ns { vec![i] } else { vec![] };
+            out += &format!(" ns{ns} {:?} {:?} {ttl_list:?}", Some(i + ns), vec![(ns, i)]);
+        }
+        out
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            assert!(entry.file_type().unwrap().is_file(), "snapshots are flat: {:?}", entry.path());
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+
+    /// The native and canonical snapshots of `p` old subtasks of one backend kind, and what they stored.
+    struct Old {
+        native: Vec<RestoreSource>,
+        canonical: Vec<RestoreSource>,
+        stored: StoredContent,
+    }
+
+    /// Writes keys `0..KEYS` into `p` backends of `kind`, each the keys of its key groups, and snapshots them.
+    fn old_subtasks(tmp: &Path, kind: StateBackendKind, m: u32, p: u32) -> Old {
+        let rocks = rocks_options();
+        let dir = tmp.join(format!("old-{}-{m}-{p}", SnapshotFormat::native(kind)));
+        let mut old = Old { native: Vec::new(), canonical: Vec::new(), stored: StoredContent::default() };
+        for i in 0..p {
+            let range = KeyGroupRange::for_subtask(SubtaskIndex(i), p, m);
+            let mut b = open_keyed_backend(kind, &dir.join(format!("w{i}")), m, range, None, &rocks).unwrap();
+            let mut h = Handles::register(b.as_mut());
+            for k in (0..KEYS).filter(|k| range.contains(key_group_for_key(&key(*k), m))) {
+                h.write(b.as_mut(), k);
+            }
+            let mut snap = b.snapshot_sync(&dir.join(format!("native-{i}"))).unwrap();
+            snap.ready_blocking().unwrap();
+            let (records, rows) = b.stored();
+            assert_eq!(records.len(), 12);
+            old.stored.0 = records;
+            old.stored.1.extend(rows);
+            drop(b);
+            let copy = dir.join(format!("copy-{i}"));
+            copy_dir(&snap.dir, &copy);
+            let native = LocalSnapshot {
+                dir: copy,
+                files: snap.files.clone(),
+                backend: snap.backend,
+                key_group_range: range,
+                pending: None,
+            };
+            let canonical =
+                write_canonical(native, &dir.join(format!("cw{i}")), &dir.join(format!("canonical-{i}")), m, &rocks)
+                    .unwrap();
+            assert_eq!(canonical.backend, "canonical");
+            assert_eq!(canonical.files, [(CANONICAL_FILE.to_string(), canonical.files[0].1)]);
+            let format = SnapshotFormat::from_name(snap.backend).unwrap();
+            old.native.push(RestoreSource { dir: snap.dir, format, key_group_range: range });
+            old.canonical.push(RestoreSource {
+                dir: canonical.dir,
+                format: SnapshotFormat::Canonical,
+                key_group_range: range,
+            });
+        }
+        let covered: BTreeSet<u32> =
+            old.stored.1.iter().map(|r| row_key_group(&r.1, key_group_prefix_len(m)).unwrap()).collect();
+        assert_eq!(covered.len(), m as usize, "every key group holds rows");
+        old
+    }
+
+    fn key_group_prefix_len(m: u32) -> usize {
+        weir_common::keygroup::key_group_prefix_len(m)
+    }
+
+    /// Restores `p_new` subtasks of `target` from `sources` (each given copies of exactly the sources that overlap
+    /// its range) and checks that together they hold what the old subtasks stored, each only its key groups.
+    fn restore_and_check(
+        tmp: &Path,
+        what: &str,
+        target: StateBackendKind,
+        m: u32,
+        p_new: u32,
+        old: &[RestoreSource],
+        stored: &StoredContent,
+    ) {
+        let rocks = rocks_options();
+        let dir = tmp.join(format!("new-{what}"));
+        let mut union = BTreeSet::new();
+        for j in 0..p_new {
+            let range = KeyGroupRange::for_subtask(SubtaskIndex(j), p_new, m);
+            let mut sources = Vec::new();
+            for (i, s) in old.iter().enumerate().filter(|(_, s)| intersect(s.key_group_range, range).is_some()) {
+                let copy = dir.join(format!("src-{j}-{i}"));
+                copy_dir(&s.dir, &copy);
+                sources.push(RestoreSource { dir: copy, ..s.clone() });
+            }
+            let work = dir.join(format!("w{j}"));
+            let mut b = open_keyed_backend_from(target, &work, m, range, sources, &rocks)
+                .unwrap_or_else(|e| panic!("{what}: subtask {j}: {e}"));
+            assert!(!work.join("rescale").exists(), "{what}: scratch space is removed");
+            let (records, rows) = b.stored();
+            assert_eq!(records, stored.0, "{what}: subtask {j} knows every state as declared");
+            for row in &rows {
+                let kg = row_key_group(&row.1, key_group_prefix_len(m)).unwrap();
+                assert!(
+                    range.contains(KeyGroup(kg)),
+                    "{what}: subtask {j} {range:?} holds a row of key group {kg}: {row:?}"
+                );
+            }
+            union.extend(rows);
+            // The restored states register again as declared and read what was written.
+            let mut h = Handles::register(b.as_mut());
+            let owned: Vec<u64> = (0..KEYS).filter(|k| range.contains(key_group_for_key(&key(*k), m))).collect();
+            for &k in &owned {
+                assert_eq!(h.read(b.as_mut(), k), expected(k), "{what}: subtask {j} key {k}");
+            }
+            let mut seen = 0;
+            h.value
+                .for_each(b.as_mut(), |_, _| {
+                    seen += 1;
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(seen, owned.len(), "{what}: subtask {j} iterates its keys");
+        }
+        assert!(
+            union == stored.1,
+            "{what}: the new subtasks hold {} rows, the old ones {}",
+            union.len(),
+            stored.1.len()
+        );
+    }
+
+    /// Rescales from `p_old` to `p_new` subtasks: both max parallelism prefix widths, every source format and
+    /// both targets (RocksDB → heap only through canonical snapshots).
+    fn rescale(p_old: u32, p_new: u32) {
+        let tmp = tempfile::tempdir().unwrap();
+        for m in [128u32, 256] {
+            let from_rocks = old_subtasks(tmp.path(), StateBackendKind::Rocksdb, m, p_old);
+            let from_heap = old_subtasks(tmp.path(), StateBackendKind::Heap, m, p_old);
+            assert!(from_rocks.stored == from_heap.stored, "both backends store the same rows");
+            for (a, b) in from_rocks.canonical.iter().zip(&from_heap.canonical) {
+                let (a, b) = (
+                    std::fs::read(a.dir.join(CANONICAL_FILE)).unwrap(),
+                    std::fs::read(b.dir.join(CANONICAL_FILE)).unwrap(),
+                );
+                assert!(a == b, "m={m}: the canonical files of both backends are the same bytes");
+            }
+            let cases = [
+                ("rocksdb", StateBackendKind::Rocksdb, &from_rocks.native),
+                ("canonical-from-rocksdb", StateBackendKind::Rocksdb, &from_rocks.canonical),
+                ("canonical-from-rocksdb", StateBackendKind::Heap, &from_rocks.canonical),
+                ("heap", StateBackendKind::Rocksdb, &from_heap.native),
+                ("heap", StateBackendKind::Heap, &from_heap.native),
+                ("canonical-from-heap", StateBackendKind::Rocksdb, &from_heap.canonical),
+                ("canonical-from-heap", StateBackendKind::Heap, &from_heap.canonical),
+            ];
+            for (source, target, sources) in cases {
+                let what = format!("{p_old}->{p_new} m={m} {source} into {}", SnapshotFormat::native(target));
+                restore_and_check(tmp.path(), &what, target, m, p_new, sources, &from_rocks.stored);
+            }
+        }
+    }
+
+    #[test]
+    fn rescale_3_to_5() {
+        rescale(3, 5);
+    }
+
+    #[test]
+    fn rescale_5_to_2() {
+        rescale(5, 2);
+    }
+
+    #[test]
+    fn rescale_2_to_4() {
+        rescale(2, 4);
+    }
+
+    #[test]
+    fn rescale_4_to_2() {
+        rescale(4, 2);
+    }
+
+    #[test]
+    fn rescale_1_to_3() {
+        rescale(1, 3);
+    }
+
+    #[test]
+    fn rescale_3_to_1() {
+        rescale(3, 1);
+    }
+}
