@@ -3,8 +3,8 @@
 //!
 //! ## Format
 //!
-//! One file, [`CANONICAL_FILE`], with the structure of the heap's `WEIRHP02` snapshots (see
-//! [`crate::statefile`]) under the magic `WEIRCN01`:
+//! One file, [`CANONICAL_FILE`], with the structure of the heap's `WEIRHP02` snapshots (see [`crate::heap`]; both
+//! are read and written by `statefile.rs`) under the magic `WEIRCN01`:
 //!
 //! ```text
 //! "WEIRCN01"
@@ -35,8 +35,9 @@
 //! thread, so a canonical savepoint pauses the task no longer than a native one. A RocksDB snapshot is opened in
 //! a scratch directory (its ingest files applied) and every state's column family is streamed into the file;
 //! rows are copied as the snapshot holds them (expired TTL rows that no compaction dropped yet included: they
-//! are never returned and go at the next compaction, as after a native restore). A heap snapshot is read twice:
-//! once for the state headers, then state by state in name order, each state's rows sorted in memory.
+//! are never returned and go at the next compaction, as after a native restore; a heap snapshot has none, since
+//! the heap leaves them out of every snapshot). A heap snapshot is read twice: once for the state headers, then
+//! state by state in name order, each state's rows sorted in memory.
 
 use crate::keyed::LocalSnapshot;
 use crate::layout::{map_prefix_of_row, row_in, split_map_row};

@@ -86,6 +86,9 @@ pub enum StateError {
     /// Stored bytes could not be decoded.
     #[error("corrupt state: {0}")]
     Corrupt(String),
+    /// A snapshot cannot be restored into the backend asked for (a native RocksDB snapshot into the heap).
+    #[error("cannot restore: {0}")]
+    Restore(String),
     /// A state was declared twice with different kinds, or used wrongly.
     #[error("state {name:?}: {message}")]
     Declaration {

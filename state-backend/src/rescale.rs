@@ -31,7 +31,7 @@
 //! ## Declarations
 //!
 //! Two sources that declare one state differently (kind, namespacing, TTL on or off) fail the restore with a
-//! [`StateError::Declaration`] naming both snapshots ([`crate::meta::check_same_declaration`]).
+//! [`StateError::Declaration`] naming both snapshots (`meta::check_same_declaration`).
 //!
 //! Sources' directories are consumed: RocksDB ones are moved, and every directory may be changed or deleted.
 
@@ -193,8 +193,8 @@ fn restore_heap(
     let mut b = HeapBackend::open(max_parallelism, range, None)?;
     for s in sources {
         let Some((file, magics)) = s.format.state_file() else {
-            return Err(StateError::Corrupt(format!(
-                "snapshot {} is a native RocksDB snapshot, which the heap backend cannot restore; take a canonical \
+            return Err(StateError::Restore(format!(
+                "snapshot {} is a native RocksDB snapshot, which the heap backend cannot read; take a canonical \
                  savepoint to move from RocksDB to heap",
                 s.dir.display()
             )));
@@ -794,18 +794,18 @@ mod tests {
         });
         let want = "take a canonical savepoint to move from RocksDB to heap";
         let dir = source.dir.clone();
-        let e = open_keyed_backend_from(
+        match open_keyed_backend_from(
             StateBackendKind::Heap,
             &tmp.path().join("h"),
             128,
             range,
             vec![source],
             &rocks_options(),
-        )
-        .err()
-        .unwrap()
-        .to_string();
-        assert!(e.contains(want) && e.contains(&dir.display().to_string()), "{e}");
+        ) {
+            Err(StateError::Restore(e)) => assert!(e.contains(want) && e.contains(&dir.display().to_string()), "{e}"),
+            Err(e) => panic!("expected a restore error, got {e}"),
+            Ok(_) => panic!("a heap backend restored a native RocksDB snapshot"),
+        }
         // The single-directory open tells the format from the files.
         let e =
             open_keyed_backend(StateBackendKind::Heap, &tmp.path().join("h"), 128, range, Some(&dir), &rocks_options())

@@ -67,6 +67,8 @@ pub(crate) struct StateFileReader {
     left: u64,
     file_len: u64,
     states_left: u32,
+    /// Whether the file must end after the last state (not after a [`StateFileReader::seek_to`]).
+    check_end: bool,
     /// The kind and row count of a state whose rows were not read yet.
     unread: Option<(StateKind, u32)>,
     key: Vec<u8>,
@@ -86,6 +88,7 @@ impl StateFileReader {
             left: file_len,
             file_len,
             states_left: 0,
+            check_end: true,
             unread: None,
             key: Vec::new(),
             user_key: Vec::new(),
@@ -143,7 +146,7 @@ impl StateFileReader {
             self.rows(&mut |_| Ok(()))?;
         }
         if self.states_left == 0 {
-            if self.left != 0 {
+            if self.check_end && self.left != 0 {
                 return Err(self.corrupt(format!("{} bytes after the last state", self.left)));
             }
             return Ok(None);
@@ -167,14 +170,15 @@ impl StateFileReader {
         Ok(Some(StateHeader { name, record, offset }))
     }
 
-    /// Goes back (or forward) to the header of a state read before; the file's state count is not checked again.
+    /// Goes back (or forward) to the header of a state read before: the next [`StateFileReader::next_state`]
+    /// reads it again, and the one after it returns `None`.
     pub(crate) fn seek_to(&mut self, header: &StateHeader) -> Result<(), StateError> {
         self.r
             .seek(SeekFrom::Start(header.offset))
             .map_err(|e| StateError::io(format!("seek in {}", self.path.display()), e))?;
         self.left = self.file_len - header.offset;
-        // Reading this header again counts it again.
         self.states_left = 1;
+        self.check_end = false;
         self.unread = None;
         Ok(())
     }
@@ -450,6 +454,9 @@ mod tests {
         })
         .unwrap();
         assert_eq!((h.name.as_str(), n), ("v", 50_000));
+        r.seek_to(&headers[0]).unwrap();
+        assert_eq!(r.next_state().unwrap().unwrap().name, "m");
+        assert!(r.next_state().unwrap().is_none(), "one state after a seek");
         assert!(StateFileReader::open(&path, &[HEAP_V2]).is_err(), "the magic is checked");
     }
 
