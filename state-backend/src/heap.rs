@@ -20,8 +20,7 @@
 //! snapshot writes no expired value, list element or map entry.
 
 use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
-use crate::layout::row_in;
-use crate::layout::{decode_list, RowKeyBuilder};
+use crate::layout::{decode_list, row_in, RowKeyBuilder};
 use crate::meta::{
     check_redeclaration, check_same_declaration, encode_kind_record, too_large, wrong_kind, StateKind, StateOptions,
 };
