@@ -3,8 +3,8 @@
 //!
 //! ## Format
 //!
-//! One file, [`CANONICAL_FILE`], with the structure of the heap's `WEIRHP02` snapshots (see
-//! [`crate::statefile`]) under the magic `WEIRCN01`:
+//! One file, [`CANONICAL_FILE`], with the structure of the heap's `WEIRHP02` snapshots (see [`crate::heap`]; both
+//! are read and written by `statefile.rs`) under the magic `WEIRCN01`:
 //!
 //! ```text
 //! "WEIRCN01"
@@ -27,7 +27,7 @@
 //! RocksDB row prefix `kg | u32 BE len(key) | key [| u32 BE len(ns) | ns]` (by key group, then key length, key
 //! and namespace), entries by user key. That is the order in which a RocksDB snapshot is iterated and in which
 //! a RocksDB restore writes SST files, so neither side sorts; only a heap snapshot (hash maps) is sorted, one
-//! state at a time.
+//! state at a time (in one byte arena).
 //!
 //! ## Conversion
 //!
@@ -35,14 +35,15 @@
 //! thread, so a canonical savepoint pauses the task no longer than a native one. A RocksDB snapshot is opened in
 //! a scratch directory (its ingest files applied) and every state's column family is streamed into the file;
 //! rows are copied as the snapshot holds them (expired TTL rows that no compaction dropped yet included: they
-//! are never returned and go at the next compaction, as after a native restore). A heap snapshot is read twice:
-//! once for the state headers, then state by state in name order, each state's rows sorted in memory.
+//! are never returned and go at the next compaction, as after a native restore; a heap snapshot has none, since
+//! the heap leaves them out of every snapshot). A heap snapshot is read twice: once for the state headers, then
+//! state by state in name order, each state's rows sorted in memory.
 
 use crate::keyed::LocalSnapshot;
 use crate::layout::{map_prefix_of_row, row_in, split_map_row};
 use crate::meta::{encode_kind_record, StateKind};
 use crate::rocks::{RocksDbBackend, RocksOptions};
-use crate::statefile::{Row, StateFileReader, StateFileWriter, CANONICAL_V1, HEAP_V1, HEAP_V2};
+use crate::statefile::{Row, SortBuffer, StateFileReader, StateFileWriter, CANONICAL_V1, HEAP_V1, HEAP_V2};
 use crate::StateError;
 use std::path::Path;
 use std::time::Instant;
@@ -137,9 +138,6 @@ fn rocks_to_canonical(
     Ok(())
 }
 
-/// A map row of a heap snapshot: its RocksDB row prefix (the sort key), its row key and its entries.
-type MapGroup = (Vec<u8>, Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>);
-
 /// Writes every state of a heap snapshot, in name order and each sorted, into `w`.
 fn heap_to_canonical(
     dir: &Path,
@@ -160,47 +158,40 @@ fn heap_to_canonical(
         r.next_state()?;
         let (kind, ttl, namespaced) = h.record;
         w.begin_state(&h.name, kind, &encode_kind_record(kind, ttl.as_ref(), namespaced))?;
-        if kind == StateKind::Map {
-            let mut groups: Vec<MapGroup> = Vec::new();
-            r.rows(&mut |row| {
-                let Row::MapEntry { key, user_key, value } = row else {
-                    return Err(StateError::Corrupt(format!("map state {:?} holds a value row", h.name)));
-                };
-                if groups.last().is_none_or(|g| g.1 != key) {
-                    if !in_range(key)? {
-                        return Ok(());
+        // Sorted by RocksDB row key (map rows: `prefix | user key`), the canonical order.
+        let mut rows = SortBuffer::default();
+        let mut prefix = Vec::new();
+        let mut prefix_of = Vec::new();
+        r.rows(&mut |row| {
+            match row {
+                Row::Value { key, value } if kind != StateKind::Map => {
+                    if in_range(key)? {
+                        rows.push(&[key], value);
                     }
-                    let mut prefix = Vec::new();
-                    map_prefix_of_row(key, prefix_len, namespaced, &mut prefix)?;
-                    groups.push((prefix, key.to_vec(), Vec::new()));
                 }
-                if let Some(g) = groups.last_mut() {
-                    g.2.push((user_key.to_vec(), value.to_vec()));
+                Row::MapEntry { key, user_key, value } if kind == StateKind::Map => {
+                    if prefix_of != key {
+                        map_prefix_of_row(key, prefix_len, namespaced, &mut prefix)?;
+                        prefix_of.clear();
+                        prefix_of.extend_from_slice(key);
+                    }
+                    if in_range(key)? {
+                        rows.push(&[&prefix, user_key], value);
+                    }
                 }
-                Ok(())
-            })?;
-            groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for (_, key, mut entries) in groups {
-                entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                for (user_key, value) in entries {
-                    w.map_entry(&key, &user_key, &value)?;
-                }
+                _ => return Err(StateError::Corrupt(format!("{kind} state {:?} holds a row of another kind", h.name))),
             }
+            Ok(())
+        })?;
+        rows.sort();
+        let mut row = Vec::new();
+        if kind == StateKind::Map {
+            rows.for_each(&mut |k, v| {
+                let user_key = split_map_row(k, prefix_len, namespaced, &mut row)?;
+                w.map_entry(&row, user_key, v)
+            })?;
         } else {
-            let mut rows = Vec::new();
-            r.rows(&mut |row| {
-                let Row::Value { key, value } = row else {
-                    return Err(StateError::Corrupt(format!("{kind} state {:?} holds a map row", h.name)));
-                };
-                if in_range(key)? {
-                    rows.push((key.to_vec(), value.to_vec()));
-                }
-                Ok(())
-            })?;
-            rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for (key, value) in rows {
-                w.value_row(&key, &value)?;
-            }
+            rows.for_each(&mut |k, v| w.value_row(k, v))?;
         }
     }
     Ok(())

@@ -6,10 +6,13 @@
 //!
 //! A snapshot is one file, `WEIRHP02`: the state count, then per state its name, its kind byte and its rows —
 //! `(row key, value)` pairs for value and list kinds, `(row key, entry count, (user key, value)*)` for maps —
-//! every number a little-endian `u32` and every byte string length-prefixed. `WEIRHP01` files (value states
-//! only, no kind byte) are still read. A state with TTL stores its kind as a kind record with the TTL config
-//! instead of the kind byte (`kind | 0x80` and 10 more bytes, see [`crate::ttl`]); states without TTL are
-//! written exactly as before.
+//! every number a little-endian `u32` and every byte string length-prefixed (read and written as a stream by
+//! `statefile.rs`, which canonical snapshots share). `WEIRHP01` files (value states only, no kind byte) are still
+//! read. A state with TTL stores its kind as a kind record with the TTL config instead of the kind byte
+//! (`kind | 0x80` and 10 more bytes, see [`crate::meta`]); states without TTL are written exactly as before.
+//!
+//! A restore may read several files, heap or canonical, keeping the rows of the backend's key groups (on
+//! rescaling, see [`crate::rescale`]); a native RocksDB snapshot cannot be restored into the heap.
 //!
 //! TTL states are cleaned incrementally: every access of a TTL state checks the next
 //! [`DEFAULT_INCREMENTAL_CLEANUP_ENTRIES`] rows of that state ([`HeapBackend::set_incremental_cleanup_entries`])
@@ -17,8 +20,7 @@
 //! snapshot writes no expired value, list element or map entry.
 
 use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
-use crate::layout::row_in;
-use crate::layout::{decode_list, RowKeyBuilder};
+use crate::layout::{decode_list, row_in, RowKeyBuilder};
 use crate::meta::{
     check_redeclaration, check_same_declaration, encode_kind_record, too_large, wrong_kind, StateKind, StateOptions,
 };

@@ -41,7 +41,7 @@ pub struct LocalSnapshot {
     pub dir: PathBuf,
     /// File names (inside `dir`) and sizes.
     pub files: Vec<(String, u64)>,
-    /// `rocksdb` or `heap`.
+    /// `rocksdb`, `heap` or `canonical` (see [`crate::rescale::SnapshotFormat::from_name`]).
     pub backend: &'static str,
     /// Key groups the snapshot holds.
     pub key_group_range: KeyGroupRange,

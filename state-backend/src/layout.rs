@@ -1,4 +1,4 @@
-//! The row layout both backends share: row keys (`key_group | key`, see [`RowKeyBuilder`]), the stored list
+//! The row layout both backends share: row keys (`key_group | key`, see `RowKeyBuilder`), the stored list
 //! format, and the byte intervals of key-group ranges. The RocksDB module docs ([`crate::rocks`]) show the
 //! whole table; the heap keeps value and list rows under the same row keys, and map entries in an ordered map
 //! per row key.

@@ -20,6 +20,12 @@
 //! - [`ingest`]: how the RocksDB backend keeps a snapshot's synchronous part short — dirty cache rows frozen at
 //!   the barrier, written as SST files and ingested by a background thread.
 //! - [`heap`]: in-memory backend with the same behaviour, for small state and tests.
+//! - [`rescale`]: [`open_keyed_backend_from`] restores one backend from several snapshots ([`RestoreSource`], in
+//!   any [`SnapshotFormat`]), clipped to its key-group range — RocksDB by clipping the largest native snapshot
+//!   with range deletes and merging the others through SST ingestion — as a subtask does when a job rescales.
+//! - [`canonical`]: the backend-independent canonical snapshot format (`canonical-state.bin`, ordered by key
+//!   group) and [`write_canonical`], which converts a native snapshot into it; heap ↔ RocksDB moves go through
+//!   it. Its file structure is the heap snapshot's (`statefile.rs`).
 //! - [`operator`]: operator list state, snapshotted as one blob plus per-state element offsets.
 //! - [`ttl`]: state time-to-live ([`StateTtlConfig`], the typed handles' `register_with_ttl`), an injectable
 //!   [`Clock`] ([`KeyedStateBackend::set_clock`]), lazy, snapshot, incremental (heap) and compaction-filter
@@ -28,7 +34,8 @@
 //!
 //! The same test suite (`suite.rs`) runs every state kind, clear, clear_all, kind conflicts, the size limit and
 //! snapshot/restore round trips against both backends, and state TTL (every kind, both update types, both
-//! visibilities, snapshot/restore) with a [`ManualClock`].
+//! visibilities, snapshot/restore) with a [`ManualClock`]. `rescale.rs`'s tests restore every state kind from
+//! `p_old` to `p_new` subtasks for both targets and every source format.
 
 pub mod cache;
 pub mod canonical;
@@ -79,6 +86,9 @@ pub enum StateError {
     /// Stored bytes could not be decoded.
     #[error("corrupt state: {0}")]
     Corrupt(String),
+    /// A snapshot cannot be restored into the backend asked for (a native RocksDB snapshot into the heap).
+    #[error("cannot restore: {0}")]
+    Restore(String),
     /// A state was declared twice with different kinds, or used wrongly.
     #[error("state {name:?}: {message}")]
     Declaration {

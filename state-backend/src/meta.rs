@@ -7,7 +7,7 @@
 //!
 //! One byte `kind` for a state without TTL (value 0, list 1, map 2, reducing 3, aggregating 4), with bit `0x40`
 //! set if the state is namespaced; a state with TTL sets bit `0x80` and appends the TTL in ms (`u64` LE), the
-//! update-type byte and the visibility byte ([`TTL_RECORD_LEN`] bytes in all). RocksDB stores it in the default
+//! update-type byte and the visibility byte (11 bytes in all). RocksDB stores it in the default
 //! column family (row `weir.kind.<name>`); heap snapshots store it after the state's name.
 
 use crate::ttl::{StateTtlConfig, TtlUpdateType, TtlVisibility};

@@ -31,7 +31,7 @@
 //! ## Declarations
 //!
 //! Two sources that declare one state differently (kind, namespacing, TTL on or off) fail the restore with a
-//! [`StateError::Declaration`] naming both snapshots ([`crate::meta::check_same_declaration`]).
+//! [`StateError::Declaration`] naming both snapshots (`meta::check_same_declaration`).
 //!
 //! Sources' directories are consumed: RocksDB ones are moved, and every directory may be changed or deleted.
 
@@ -42,7 +42,7 @@ use crate::keyed::KeyedStateBackend;
 use crate::layout::{map_prefix_of_row, row_in};
 use crate::meta::{check_same_declaration, KindRecord, StateKind};
 use crate::rocks::{RocksDbBackend, RocksOptions};
-use crate::statefile::{Row, StateFileReader, HEAP_V1, HEAP_V2};
+use crate::statefile::{Row, SortBuffer, StateFileReader, HEAP_V1, HEAP_V2};
 use crate::StateError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -193,8 +193,8 @@ fn restore_heap(
     let mut b = HeapBackend::open(max_parallelism, range, None)?;
     for s in sources {
         let Some((file, magics)) = s.format.state_file() else {
-            return Err(StateError::Corrupt(format!(
-                "snapshot {} is a native RocksDB snapshot, which the heap backend cannot restore; take a canonical \
+            return Err(StateError::Restore(format!(
+                "snapshot {} is a native RocksDB snapshot, which the heap backend cannot read; take a canonical \
                  savepoint to move from RocksDB to heap",
                 s.dir.display()
             )));
@@ -267,17 +267,19 @@ pub(crate) fn restore_rocksdb(
         .map(|(i, _)| sources.remove(i));
     let mut db =
         RocksDbBackend::open(work_dir, max_parallelism, range, base.as_ref().map(|b| b.dir.as_path()), rocks.clone())?;
-    let mut declared = Declarations::default();
     if let Some(base) = &base {
-        for (name, record) in db.stored_states()? {
-            declared.add(&name, record, &base.dir)?;
-        }
         if base.key_group_range != range {
             db.clip(range)?;
         }
     }
     if sources.is_empty() {
         return Ok(db);
+    }
+    let mut declared = Declarations::default();
+    if let Some(base) = &base {
+        for (name, record) in db.stored_states()? {
+            declared.add(&name, record, &base.dir)?;
+        }
     }
     let scratch = Scratch::create(work_dir.join("rescale"))?;
     for (i, source) in sources.iter().enumerate() {
@@ -357,19 +359,22 @@ fn merge_state_file(
         let mut sink = SstSink::new(&opts, scratch.join(format!("merge-{j}.sst")));
         // RocksDB row keys of map entries: the prefix of the current map row, then the user key.
         let (mut prefix_of, mut prefix, mut row) = (Vec::new(), Vec::new(), Vec::new());
-        let mut unsorted: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut put = |k: &[u8], v: &[u8]| -> Result<(), StateError> {
-            if sorted {
-                sink.put(k, v)
-            } else {
-                unsorted.push((k.to_vec(), v.to_vec()));
-                Ok(())
+        let mut unsorted = SortBuffer::default();
+        let mut put = |key_parts: &[&[u8]], v: &[u8]| -> Result<(), StateError> {
+            if !sorted {
+                unsorted.push(key_parts, v);
+                return Ok(());
             }
+            row.clear();
+            for part in key_parts {
+                row.extend_from_slice(part);
+            }
+            sink.put(&row, v)
         };
         r.rows(&mut |row_read| match row_read {
             Row::Value { key, value } if kind != StateKind::Map => {
                 if in_range(key)? {
-                    put(key, value)?;
+                    put(&[key], value)?;
                 }
                 Ok(())
             }
@@ -382,10 +387,7 @@ fn merge_state_file(
                     prefix_of.clear();
                     prefix_of.extend_from_slice(key);
                 }
-                row.clear();
-                row.extend_from_slice(&prefix);
-                row.extend_from_slice(user_key);
-                put(&row, value)
+                put(&[&prefix, user_key], value)
             }
             _ => Err(StateError::Corrupt(format!(
                 "{kind} state {name:?} in {} holds a row of another kind",
@@ -393,10 +395,8 @@ fn merge_state_file(
             ))),
         })?;
         if !sorted {
-            unsorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for (k, v) in &unsorted {
-                sink.put(k, v)?;
-            }
+            unsorted.sort();
+            unsorted.for_each(&mut |k, v| sink.put(k, v))?;
         }
         total += sink.rows();
         if let Some(path) = sink.finish()? {
@@ -674,6 +674,17 @@ mod tests {
                     "{what}: subtask {j} {range:?} holds a row of key group {kg}: {row:?}"
                 );
             }
+            if j == 0 {
+                // The restored backend snapshots and restores as any other.
+                let mut snap = b.snapshot_sync(&dir.join("again")).unwrap();
+                snap.ready_blocking().unwrap();
+                let mut again =
+                    open_keyed_backend(target, &dir.join("again-w"), m, range, Some(&snap.dir), &rocks).unwrap();
+                assert!(
+                    again.stored() == (records.clone(), rows.clone()),
+                    "{what}: a snapshot of the restored backend"
+                );
+            }
             union.extend(rows);
             // The restored states register again as declared and read what was written.
             let mut h = Handles::register(b.as_mut());
@@ -757,5 +768,214 @@ mod tests {
     #[test]
     fn rescale_3_to_1() {
         rescale(3, 1);
+    }
+
+    /// One backend of `kind` owning `range`, with `f` run on it, snapshotted into `dir`.
+    fn snapshot_of(
+        kind: StateBackendKind,
+        dir: &Path,
+        m: u32,
+        range: KeyGroupRange,
+        f: impl FnOnce(&mut dyn KeyedStateBackend),
+    ) -> RestoreSource {
+        let mut b = open_keyed_backend(kind, &dir.join("w"), m, range, None, &rocks_options()).unwrap();
+        f(b.as_mut());
+        let mut snap = b.snapshot_sync(&dir.join("snap")).unwrap();
+        snap.ready_blocking().unwrap();
+        RestoreSource { dir: snap.dir, format: SnapshotFormat::native(kind), key_group_range: range }
+    }
+
+    #[test]
+    fn a_native_rocksdb_snapshot_is_refused_for_a_heap_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let source = snapshot_of(StateBackendKind::Rocksdb, &tmp.path().join("a"), 128, range, |b| {
+            Handles::register(b).write(b, 1);
+        });
+        let want = "take a canonical savepoint to move from RocksDB to heap";
+        let dir = source.dir.clone();
+        match open_keyed_backend_from(
+            StateBackendKind::Heap,
+            &tmp.path().join("h"),
+            128,
+            range,
+            vec![source],
+            &rocks_options(),
+        ) {
+            Err(StateError::Restore(e)) => assert!(e.contains(want) && e.contains(&dir.display().to_string()), "{e}"),
+            Err(e) => panic!("expected a restore error, got {e}"),
+            Ok(_) => panic!("a heap backend restored a native RocksDB snapshot"),
+        }
+        // The single-directory open tells the format from the files.
+        let e =
+            open_keyed_backend(StateBackendKind::Heap, &tmp.path().join("h"), 128, range, Some(&dir), &rocks_options())
+                .err()
+                .unwrap()
+                .to_string();
+        assert!(e.contains(want), "{e}");
+    }
+
+    #[test]
+    fn sources_declaring_a_state_differently_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = 128;
+        let halves = [KeyGroupRange { start: 0, end: 63 }, KeyGroupRange { start: 64, end: 127 }];
+        let others = [
+            ("list state", StateKind::List, StateOptions::default()),
+            ("with TTL", StateKind::Value, StateOptions::default().with_ttl(ttl())),
+            ("namespaced", StateKind::Value, StateOptions::default().namespaced()),
+        ];
+        for (n, (other, kind, options)) in others.into_iter().enumerate() {
+            for source_kind in [StateBackendKind::Rocksdb, StateBackendKind::Heap] {
+                let dir = tmp.path().join(format!("{n}-{}", SnapshotFormat::native(source_kind)));
+                let first = snapshot_of(source_kind, &dir.join("0"), m, halves[0], |b| {
+                    b.register_state("s", StateKind::Value).unwrap();
+                });
+                let second = snapshot_of(source_kind, &dir.join("1"), m, halves[1], |b| {
+                    b.register_state_with_options("s", kind, &options).unwrap();
+                });
+                let targets: &[StateBackendKind] = match source_kind {
+                    StateBackendKind::Rocksdb => &[StateBackendKind::Rocksdb],
+                    StateBackendKind::Heap => &[StateBackendKind::Rocksdb, StateBackendKind::Heap],
+                };
+                for &target in targets {
+                    let mut sources = Vec::new();
+                    for (i, s) in [&first, &second].into_iter().enumerate() {
+                        let copy = dir.join(format!("copy-{}-{i}", SnapshotFormat::native(target)));
+                        copy_dir(&s.dir, &copy);
+                        sources.push(RestoreSource { dir: copy, ..s.clone() });
+                    }
+                    let (a, b) = (sources[0].dir.display().to_string(), sources[1].dir.display().to_string());
+                    let work = dir.join(format!("w-{}", SnapshotFormat::native(target)));
+                    let all = KeyGroupRange { start: 0, end: m - 1 };
+                    match open_keyed_backend_from(target, &work, m, all, sources, &rocks_options()) {
+                        Err(StateError::Declaration { name, message }) => {
+                            assert_eq!(name, "s");
+                            assert!(message.contains(&a) && message.contains(&b), "{other}: {message}");
+                            assert!(message.contains("declare it differently"), "{other}: {message}");
+                        }
+                        Err(e) => panic!("{other}: expected a declaration error, got {e}"),
+                        Ok(_) => panic!("{other}: {source_kind:?} into {target:?} restored conflicting declarations"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_ttl_of_merged_states_reaches_the_compaction_filter_before_registration() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = 128;
+        let halves = [KeyGroupRange { start: 0, end: 63 }, KeyGroupRange { start: 64, end: 127 }];
+        let keys_of =
+            |range: KeyGroupRange| (0..500u64).filter(move |k| range.contains(key_group_for_key(&key(*k), m)));
+        // The base (first of equal overlaps) lacks the TTL state; only the merged snapshot declares it.
+        let base = snapshot_of(StateBackendKind::Rocksdb, &tmp.path().join("0"), m, halves[0], |b| {
+            let mut v = ValueState::<u64>::register(b, "plain").unwrap();
+            for k in keys_of(halves[0]) {
+                b.set_current_key(&key(k));
+                v.update(b, &k).unwrap();
+            }
+        });
+        let merged = snapshot_of(StateBackendKind::Rocksdb, &tmp.path().join("1"), m, halves[1], |b| {
+            let mut v = ValueState::<u64>::register_with_ttl(b, "t", ttl()).unwrap();
+            for k in keys_of(halves[1]) {
+                b.set_current_key(&key(k));
+                v.update(b, &k).unwrap();
+            }
+        });
+        let clock = Arc::new(ManualClock::new(T0));
+        let rocks = RocksOptions { clock: Some(clock.clone()), ..rocks_options() };
+        let all = KeyGroupRange { start: 0, end: m - 1 };
+        let mut db = restore_rocksdb(&tmp.path().join("w"), m, all, vec![base, merged], &rocks).unwrap();
+        let rows = keys_of(halves[1]).count();
+        assert!(rows > 100);
+        db.compact_state("t");
+        assert_eq!(db.row_count("t"), rows, "nothing expired yet");
+        clock.advance(Duration::from_secs(3600));
+        db.compact_state("t");
+        db.compact_state("plain");
+        assert_eq!(db.row_count("t"), 0, "the filter dropped the expired rows");
+        assert_eq!(db.row_count("plain"), keys_of(halves[0]).count());
+        assert!(ValueState::<u64>::register(&mut db, "t").is_err(), "the state keeps its TTL");
+        ValueState::<u64>::register_with_ttl(&mut db, "t", ttl()).unwrap();
+    }
+
+    #[test]
+    fn a_single_snapshot_of_the_range_is_moved_into_place() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 63 };
+        let source = snapshot_of(StateBackendKind::Rocksdb, &tmp.path().join("a"), 128, range, |b| {
+            let mut h = Handles::register(b);
+            for k in 0..2000 {
+                h.write(b, k);
+            }
+            // Flushed, so the checkpoint has SST files of its own besides the ingested ones.
+            b.snapshot_sync(&tmp.path().join("first")).unwrap().ready_blocking().unwrap();
+        });
+        let inodes = |dir: &Path| -> BTreeSet<u64> {
+            std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".sst"))
+                .map(|e| e.metadata().unwrap().ino())
+                .collect()
+        };
+        let before = inodes(&source.dir);
+        assert!(!before.is_empty());
+        let dir = source.dir.clone();
+        let work = tmp.path().join("w");
+        let mut b =
+            open_keyed_backend_from(StateBackendKind::Rocksdb, &work, 128, range, vec![source], &rocks_options())
+                .unwrap();
+        assert!(!dir.exists(), "the snapshot was moved");
+        assert!(before.is_subset(&inodes(&work.join("db"))), "its files were not copied");
+        let mut h = Handles::register(b.as_mut());
+        for k in (0..2000).filter(|k| range.contains(key_group_for_key(&key(*k), 128))) {
+            assert_eq!(h.read(b.as_mut(), k), expected(k));
+        }
+    }
+
+    #[test]
+    fn a_canonical_directory_opens_as_a_single_snapshot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let mut b =
+            open_keyed_backend(StateBackendKind::Heap, &tmp.path().join("w"), 128, range, None, &rocks_options())
+                .unwrap();
+        let mut h = Handles::register(b.as_mut());
+        for k in 0..300 {
+            h.write(b.as_mut(), k);
+        }
+        let snap = b.snapshot_sync(&tmp.path().join("native")).unwrap();
+        let canonical =
+            write_canonical(snap, &tmp.path().join("cw"), &tmp.path().join("canonical"), 128, &rocks_options())
+                .unwrap();
+        for kind in [StateBackendKind::Rocksdb, StateBackendKind::Heap] {
+            let copy = tmp.path().join(format!("copy-{}", SnapshotFormat::native(kind)));
+            copy_dir(&canonical.dir, &copy);
+            assert_eq!(SnapshotFormat::detect(&copy), Some(SnapshotFormat::Canonical));
+            let work = tmp.path().join(format!("r-{}", SnapshotFormat::native(kind)));
+            let mut r = open_keyed_backend(kind, &work, 128, range, Some(&copy), &rocks_options()).unwrap();
+            let mut h = Handles::register(r.as_mut());
+            for k in 0..300 {
+                assert_eq!(h.read(r.as_mut(), k), expected(k), "{kind:?} key {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn snapshot_format_names_round_trip() {
+        for f in [SnapshotFormat::Rocksdb, SnapshotFormat::Heap, SnapshotFormat::Canonical] {
+            assert_eq!(SnapshotFormat::from_name(f.name()).unwrap(), f);
+        }
+        let e = SnapshotFormat::from_name("native").unwrap_err().to_string();
+        assert!(e.contains("\"native\"") && e.contains("canonical"), "{e}");
+        assert_eq!(intersect(KeyGroupRange { start: 0, end: 10 }, KeyGroupRange { start: 11, end: 20 }), None);
+        assert_eq!(
+            intersect(KeyGroupRange { start: 0, end: 10 }, KeyGroupRange { start: 10, end: 20 }),
+            Some(KeyGroupRange { start: 10, end: 10 })
+        );
     }
 }

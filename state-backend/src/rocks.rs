@@ -32,6 +32,13 @@
 //! kinds and is a value state. A state with TTL stores a kind record with its TTL config there instead (see
 //! [`crate::ttl`]); rows of TTL states carry an 8-byte timestamp before each value, list element and map value.
 //!
+//! ## Restore
+//!
+//! [`RocksDbBackend::open`] moves one snapshot into place (a rename, no copy) and ingests the SSTs its
+//! [`crate::ingest::INGEST_MANIFEST`] names. Restoring from several snapshots, clipped to a key-group range, is
+//! [`crate::rescale`]: the largest native snapshot opened this way, cut with range deletes, the others merged
+//! through SST ingestion (`clip`, `adopt_state`, `scan` and `ingest_state_file` here).
+//!
 //! ## TTL compaction filter
 //!
 //! Every state column family gets a compaction filter factory (`weir.ttl-filter-factory`) and periodic
@@ -481,6 +488,24 @@ impl RocksDbBackend {
         }
         it.status()?;
         Ok(())
+    }
+
+    /// Flushes and fully compacts `state`'s column family, twice (merged list rows reach the TTL filter only
+    /// once they are plain values); tests of the compaction filter.
+    #[cfg(test)]
+    pub(crate) fn compact_state(&mut self, state: &str) {
+        self.flush(true).unwrap();
+        let cf = cf_handle(&self.db, state).unwrap();
+        self.db.flush_cf(cf).unwrap();
+        for _ in 0..2 {
+            self.db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
+        }
+    }
+
+    /// Rows of `state`'s column family (tests).
+    #[cfg(test)]
+    pub(crate) fn row_count(&self, state: &str) -> usize {
+        self.db.iterator_cf(cf_handle(&self.db, state).unwrap(), IteratorMode::Start).count()
     }
 
     /// Ingests an SST file (moved into the database) into `state`'s column family.

@@ -8,6 +8,7 @@
 //! corrupt before anything is allocated for it. The writer patches counts in place once they are known, so a
 //! state's rows can be streamed without counting them first.
 
+use crate::keyed::RowVisitor;
 use crate::meta::{read_kind_record, KindRecord, StateKind};
 use crate::StateError;
 use std::fs::File;
@@ -66,6 +67,8 @@ pub(crate) struct StateFileReader {
     left: u64,
     file_len: u64,
     states_left: u32,
+    /// Whether the file must end after the last state (not after a [`StateFileReader::seek_to`]).
+    check_end: bool,
     /// The kind and row count of a state whose rows were not read yet.
     unread: Option<(StateKind, u32)>,
     key: Vec<u8>,
@@ -85,6 +88,7 @@ impl StateFileReader {
             left: file_len,
             file_len,
             states_left: 0,
+            check_end: true,
             unread: None,
             key: Vec::new(),
             user_key: Vec::new(),
@@ -142,7 +146,7 @@ impl StateFileReader {
             self.rows(&mut |_| Ok(()))?;
         }
         if self.states_left == 0 {
-            if self.left != 0 {
+            if self.check_end && self.left != 0 {
                 return Err(self.corrupt(format!("{} bytes after the last state", self.left)));
             }
             return Ok(None);
@@ -166,14 +170,15 @@ impl StateFileReader {
         Ok(Some(StateHeader { name, record, offset }))
     }
 
-    /// Goes back (or forward) to the header of a state read before; the file's state count is not checked again.
+    /// Goes back (or forward) to the header of a state read before: the next [`StateFileReader::next_state`]
+    /// reads it again, and the one after it returns `None`.
     pub(crate) fn seek_to(&mut self, header: &StateHeader) -> Result<(), StateError> {
         self.r
             .seek(SeekFrom::Start(header.offset))
             .map_err(|e| StateError::io(format!("seek in {}", self.path.display()), e))?;
         self.left = self.file_len - header.offset;
-        // Reading this header again counts it again.
         self.states_left = 1;
+        self.check_end = false;
         self.unread = None;
         Ok(())
     }
@@ -327,13 +332,56 @@ impl StateFileWriter {
         self.write_bytes(value)
     }
 
-    /// Ends the last state, patches the state count, writes everything out and syncs; returns the file's size.
+    /// Ends the last state, patches the state count and writes everything out; returns the file's size. The
+    /// file is not synced: a local snapshot is uploaded from the page cache, and a crash fails it anyway.
     pub(crate) fn finish(mut self) -> Result<u64, StateError> {
         self.end_state()?;
         self.patch(8, self.states)?;
         self.flush_buf()?;
-        self.file.sync_all().map_err(|e| StateError::io(format!("sync {}", self.path.display()), e))?;
         Ok(self.flushed)
+    }
+}
+
+/// Rows gathered in one byte arena to be sorted by key: a heap snapshot's rows come from hash maps, and RocksDB
+/// and canonical files need them in key order. One allocation for all bytes instead of two per row.
+#[derive(Default)]
+pub(crate) struct SortBuffer {
+    arena: Vec<u8>,
+    /// Offset of the key in `arena`, key length, value length; the value follows the key.
+    rows: Vec<(usize, u32, u32)>,
+}
+
+impl SortBuffer {
+    /// Adds a row whose key is the concatenation of `key_parts`.
+    pub(crate) fn push(&mut self, key_parts: &[&[u8]], value: &[u8]) {
+        let off = self.arena.len();
+        for part in key_parts {
+            self.arena.extend_from_slice(part);
+        }
+        let key_len = (self.arena.len() - off) as u32;
+        self.arena.extend_from_slice(value);
+        self.rows.push((off, key_len, value.len() as u32));
+    }
+
+    fn row(&self, i: usize) -> (&[u8], &[u8]) {
+        let (off, k, v) = self.rows[i];
+        let key_end = off + k as usize;
+        (&self.arena[off..key_end], &self.arena[key_end..key_end + v as usize])
+    }
+
+    /// Sorts the rows by key (bytewise).
+    pub(crate) fn sort(&mut self) {
+        let arena = &self.arena;
+        self.rows.sort_unstable_by(|a, b| arena[a.0..a.0 + a.1 as usize].cmp(&arena[b.0..b.0 + b.1 as usize]));
+    }
+
+    /// Calls `f(key, value)` for every row, in order.
+    pub(crate) fn for_each(&self, f: &mut RowVisitor<'_>) -> Result<(), StateError> {
+        for i in 0..self.rows.len() {
+            let (k, v) = self.row(i);
+            f(k, v)?;
+        }
+        Ok(())
     }
 }
 
@@ -406,7 +454,29 @@ mod tests {
         })
         .unwrap();
         assert_eq!((h.name.as_str(), n), ("v", 50_000));
+        r.seek_to(&headers[0]).unwrap();
+        assert_eq!(r.next_state().unwrap().unwrap().name, "m");
+        assert!(r.next_state().unwrap().is_none(), "one state after a seek");
         assert!(StateFileReader::open(&path, &[HEAP_V2]).is_err(), "the magic is checked");
+    }
+
+    #[test]
+    fn the_sort_buffer_sorts_by_whole_keys() {
+        let mut b = SortBuffer::default();
+        b.push(&[b"b", b"2"], b"x");
+        b.push(&[b"a"], b"yy");
+        b.push(&[b"b", b""], b"");
+        b.push(&[b"b1"], b"z");
+        b.sort();
+        let mut out = Vec::new();
+        b.for_each(&mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        let want: Vec<(Vec<u8>, Vec<u8>)> =
+            [("a", "yy"), ("b", ""), ("b1", "z"), ("b2", "x")].map(|(k, v)| (k.into(), v.into())).into();
+        assert_eq!(out, want);
     }
 
     #[test]
