@@ -270,6 +270,20 @@ pub struct SavepointTarget {
     pub stop: bool,
 }
 
+impl From<&SavepointTarget> for weir_proto::SavepointTarget {
+    fn from(t: &SavepointTarget) -> Self {
+        weir_proto::SavepointTarget { url: t.url.clone(), format: t.format.as_str().to_string(), stop: t.stop }
+    }
+}
+
+impl TryFrom<weir_proto::SavepointTarget> for SavepointTarget {
+    type Error = String;
+
+    fn try_from(t: weir_proto::SavepointTarget) -> Result<Self, String> {
+        Ok(SavepointTarget { format: SavepointFormat::parse(&t.format)?, url: t.url, stop: t.stop })
+    }
+}
+
 /// Who owns the files of the savepoint a job was started from (Flink 2.x's restore modes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -336,7 +350,7 @@ pub mod paths {
 
     /// `<job>/chk-<n>/_metadata`.
     pub fn metadata(job: &JobId, id: CheckpointId) -> String {
-        format!("{}/_metadata", checkpoint_dir(job, id))
+        format!("{}/{METADATA_FILE}", checkpoint_dir(job, id))
     }
 
     /// `<job>/chk-<n>/<uid>/<subtask>`: where one operator subtask writes its state for checkpoint `n`.
@@ -347,6 +361,30 @@ pub mod paths {
     /// `<job>/shared`: files shared between incremental checkpoints.
     pub fn shared_dir(job: &JobId) -> String {
         format!("{job}/shared")
+    }
+
+    /// `<job>/shared/<uid>/<subtask>/<instance>/<n>`: where checkpoint `n` of one backend instance (one
+    /// deployment of a subtask) uploads the shareable files it adds. One folder per checkpoint: a file a failed
+    /// checkpoint uploaded may be uploaded again by the next one, and must not share a path the failed one's
+    /// cleanup deletes.
+    pub fn shared_snapshot_dir(
+        job: &JobId,
+        uid: &str,
+        subtask: SubtaskIndex,
+        instance: &str,
+        id: CheckpointId,
+    ) -> String {
+        format!("{}/{uid}/{}/{instance}/{}", shared_dir(job), subtask.0, id.0)
+    }
+
+    /// `<subtask dir>/keyed`: a subtask's keyed-state files that are not shared.
+    pub fn keyed_dir(subtask_dir: &str) -> String {
+        format!("{subtask_dir}/keyed")
+    }
+
+    /// `<subtask dir>/opstate`: a subtask's operator-state blob.
+    pub fn opstate_file(subtask_dir: &str) -> String {
+        format!("{subtask_dir}/opstate")
     }
 
     /// `<job>/taskowned`: files owned by tasks.

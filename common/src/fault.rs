@@ -34,6 +34,7 @@ pub const POINTS: &[&str] = &[
     "rpc-trigger",
     "rpc-notify",
     "rpc-cancel",
+    "rpc-end-input",
     // Task manager → job manager RPCs, as the job manager receives them.
     "rpc-register",
     "rpc-heartbeat",

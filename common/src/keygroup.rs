@@ -26,6 +26,7 @@ pub fn key_group_for_key(key: &[u8], max_parallelism: u32) -> KeyGroup {
 }
 
 /// The subtask that owns key group `kg`, for parallelism `p` and max parallelism `m`: `kg * p / m`.
+#[inline]
 pub fn subtask_for_key_group(kg: KeyGroup, p: u32, m: u32) -> SubtaskIndex {
     SubtaskIndex(((kg.0 as u64 * p as u64) / m as u64) as u32)
 }
@@ -67,6 +68,12 @@ impl KeyGroupRange {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The key groups this range shares with `other`, if any.
+    pub fn intersection(&self, other: &KeyGroupRange) -> Option<KeyGroupRange> {
+        let r = KeyGroupRange { start: self.start.max(other.start), end: self.end.min(other.end) };
+        (!self.is_empty() && !other.is_empty() && r.start <= r.end).then_some(r)
+    }
 }
 
 /// Bytes of the key-group prefix of a RocksDB row key: 1 if `m <= 128`, else 2.
@@ -90,6 +97,14 @@ pub fn write_key_group_prefix(kg: KeyGroup, max_parallelism: u32, out: &mut Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_intersect_where_they_share_key_groups() {
+        let r = |start, end| KeyGroupRange { start, end };
+        assert_eq!(r(0, 10).intersection(&r(11, 20)), None);
+        assert_eq!(r(0, 10).intersection(&r(10, 20)), Some(r(10, 10)));
+        assert_eq!(r(5, 4).intersection(&r(0, 10)), None, "an empty range shares nothing");
+    }
 
     #[test]
     fn default_max_parallelism_matches_flink() {

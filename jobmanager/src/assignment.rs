@@ -96,7 +96,7 @@ pub fn assign(
         r.keyed = old
             .iter()
             .filter_map(|s| s.keyed.as_ref())
-            .filter(|k| k.key_group_range.start <= range.end && range.start <= k.key_group_range.end)
+            .filter(|k| k.key_group_range.intersection(&range).is_some())
             .cloned()
             .collect();
         r.end_of_input = if same { old[i].end_of_input } else { !old.is_empty() && old.iter().all(|s| s.end_of_input) };
@@ -202,25 +202,13 @@ pub fn union_fanout_bytes(stored: &OperatorCheckpoint, new_parallelism: u32) -> 
     union.saturating_mul(new_parallelism as u64)
 }
 
-/// One operator state summed over the subtasks of a checkpoint: `(uid, state) -> (elements, bytes)`.
-pub fn operator_state_totals<'a>(
-    subtasks: impl IntoIterator<Item = (&'a str, &'a StateMetaInfo)>,
-) -> BTreeMap<(String, String), (u64, u64)> {
-    let mut totals: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
-    for (uid, meta) in subtasks {
-        let t = totals.entry((uid.to_string(), meta.name.clone())).or_default();
-        t.0 += meta.elements;
-        t.1 += meta.bytes;
-    }
-    totals
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
     use weir_common::checkpoint::{KeyedStateHandle, OperatorStateHandle, OperatorSubtaskState};
+    use weir_common::ids::KeyGroup;
 
     /// An element's identity: (blob path, index in its state).
     type Elem = (String, u64);
@@ -310,11 +298,11 @@ mod tests {
             for (i, r) in out.iter().enumerate() {
                 let range = KeyGroupRange::for_subtask(SubtaskIndex(i as u32), new_p, m);
                 for kg in range.start..=range.end {
-                    let n = r.keyed.iter().filter(|k| k.key_group_range.start <= kg && kg <= k.key_group_range.end).count();
+                    let n = r.keyed.iter().filter(|k| k.key_group_range.contains(KeyGroup(kg))).count();
                     prop_assert_eq!(n, 1, "key group {} of subtask {}", kg, i);
                 }
                 for k in &r.keyed {
-                    prop_assert!(k.key_group_range.start <= range.end && range.start <= k.key_group_range.end);
+                    prop_assert!(k.key_group_range.intersection(&range).is_some());
                 }
             }
 
@@ -379,14 +367,5 @@ mod tests {
         let mut short = st;
         short.subtasks[0].operator_state.as_mut().unwrap().states[0].elements = 9;
         assert!(matches!(assign(&short, 3, 128), Err(AssignError::OffsetCount { .. })));
-    }
-
-    #[test]
-    fn totals_sum_over_subtasks() {
-        let st = stored(3, 128, &[1, 2, 3], &[0, 0, 0], u64::MAX);
-        let metas =
-            st.subtasks.iter().flat_map(|s| s.operator_state.as_ref().unwrap().states.iter().map(|m| ("op", m)));
-        let t = operator_state_totals(metas);
-        assert_eq!(t[&("op".to_string(), "list".to_string())], (6, 30));
     }
 }

@@ -7,7 +7,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use weir_common::checkpoint::{
-    paths, CheckpointMetadata, OperatorCheckpoint, SavepointTarget, TaskSnapshot, METADATA_FORMAT_VERSION,
+    paths, CheckpointMetadata, OperatorCheckpoint, SavepointTarget, StateMetaInfo, TaskSnapshot,
+    METADATA_FORMAT_VERSION,
 };
 use weir_common::descriptor::ExecutionGraph;
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
@@ -411,6 +412,34 @@ pub fn build_metadata(
     Ok(meta)
 }
 
+/// One operator state summed over the subtasks of a checkpoint: `(uid, state) -> (elements, bytes)`.
+fn operator_state_totals<'a>(
+    subtasks: impl IntoIterator<Item = (&'a str, &'a StateMetaInfo)>,
+) -> BTreeMap<(String, String), (u64, u64)> {
+    let mut totals: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    for (uid, meta) in subtasks {
+        let t = totals.entry((uid.to_string(), meta.name.clone())).or_default();
+        t.0 += meta.elements;
+        t.1 += meta.bytes;
+    }
+    totals
+}
+
+/// The guard on operator state: the first operator state whose bytes summed over the acknowledged subtasks are
+/// above `limit`, described for the checkpoint's failure reason (job, operator, state, elements, bytes).
+pub fn operator_state_over_limit(job_id: &JobId, pending: &PendingCheckpoint, limit: u64) -> Option<String> {
+    let metas = pending.acks.values().flat_map(|snap| {
+        snap.operators.iter().flat_map(|(uid, st)| {
+            st.operator_state.iter().flat_map(move |h| h.states.iter().map(move |m| (uid.as_str(), m)))
+        })
+    });
+    let ((uid, state), (elements, bytes)) = operator_state_totals(metas).into_iter().find(|(_, (_, b))| *b > limit)?;
+    Some(format!(
+        "job {job_id}: operator state {state:?} of operator {uid:?} holds {elements} elements, {bytes} bytes over all \
+         subtasks, above the limit of {limit} bytes (--operator-state-limit); checkpoint declined, the job keeps running"
+    ))
+}
+
 /// The retained checkpoints subsumed when keeping the last `keep`: never the newest one, whatever `keep`.
 pub fn subsumed(retained: &[CheckpointId], keep: u32) -> Vec<CheckpointId> {
     let mut ids: Vec<CheckpointId> = retained.to_vec();
@@ -731,7 +760,9 @@ mod tests {
     }
     use crate::descriptors::tests::demo_job;
     use bytes::Bytes;
-    use weir_common::checkpoint::{FileHandle, OperatorStateHandle, OperatorSubtaskState};
+    use weir_common::checkpoint::{
+        DistributionMode, FileHandle, OperatorStateHandle, OperatorSubtaskState, StateMetaInfo,
+    };
     use weir_common::store::StoreOptions;
 
     fn settings(interval: Option<u64>, min_pause: u64, tolerable: Option<u32>) -> CheckpointSettings {
@@ -769,6 +800,27 @@ mod tests {
             },
         );
         TaskSnapshot { vertex: VertexId(v), subtask: SubtaskIndex(s), operators, uploaded_bytes: 4 }
+    }
+
+    #[test]
+    fn one_operator_state_over_the_limit_summed_over_subtasks_declines() {
+        let job = JobId("j".into());
+        let mut c = CheckpointCoordinator::new(settings(Some(100), 0, None), A1, 0);
+        c.begin(CheckpointId(1), 1, BTreeSet::from([key(0, 0), key(0, 1)]), false, None);
+        for s in 0..2 {
+            let mut snapshot = snap(&job, 1, 0, s, "src");
+            let h = snapshot.operators.get_mut("src").unwrap().operator_state.as_mut().unwrap();
+            h.states.push(StateMetaInfo::inline("splits", DistributionMode::SplitDistribute, vec![0, 1, 2], 600));
+            h.states.push(StateMetaInfo::inline("small", DistributionMode::SplitDistribute, vec![0], 10));
+            c.acknowledge(A1, CheckpointId(1), key(0, s), snapshot);
+        }
+        let pending = c.take_pending().unwrap();
+        assert_eq!(operator_state_over_limit(&job, &pending, 1200), None, "at the limit is allowed");
+        let reason = operator_state_over_limit(&job, &pending, 1199).unwrap();
+        assert!(
+            reason.contains("job j: operator state \"splits\" of operator \"src\" holds 6 elements, 1200 bytes"),
+            "{reason}"
+        );
     }
 
     #[test]

@@ -3,11 +3,10 @@
 //! plus a periodic tick for deployment, checkpoint triggers and expiry. Decisions come from
 //! [`crate::lifecycle`], [`crate::coordinator`] and [`crate::descriptors`]; this module does the I/O.
 
-use crate::assignment::operator_state_totals;
 use crate::coordinator::{
-    build_metadata, delete_checkpoint_dirs, load_restore_point, snapshot_files, subsumed, sweep_job_files, AckOutcome,
-    CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RestoreError, RestorePoint,
-    RetainedCheckpoint, TaskKey, TaskReadiness, TriggerDecision,
+    build_metadata, delete_checkpoint_dirs, load_restore_point, operator_state_over_limit, snapshot_files, subsumed,
+    sweep_job_files, AckOutcome, CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint,
+    RestoreError, RestorePoint, RetainedCheckpoint, TaskKey, TaskReadiness, TriggerDecision,
 };
 use crate::descriptors::{build_descriptors, DeployPlan, RestorePlan};
 use crate::error::JobRequestError;
@@ -15,7 +14,7 @@ use crate::job_store::JobRecord;
 use crate::lifecycle::{transition, JobState, RestartDecision};
 use crate::manager::Shared;
 use crate::registry::SlotTarget;
-use crate::tm_client::is_connection_error;
+use crate::tm_client::{is_connection_error, TmClient};
 use bytes::Bytes;
 use futures::future::join_all;
 use parking_lot::Mutex;
@@ -24,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
-use weir_common::checkpoint::{paths, CheckpointMetadata, RestoreMode, SavepointTarget, TaskSnapshot};
+use weir_common::checkpoint::{paths, CheckpointMetadata, SavepointTarget, TaskSnapshot};
 use weir_common::descriptor::ExecutionGraph;
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::now_ms;
@@ -154,6 +153,14 @@ impl Deployment {
 
     fn uses(&self, tm_id: &str, instance: u64) -> bool {
         self.slots.iter().any(|s| s.tm_id == tm_id && s.instance == instance)
+    }
+
+    /// Checkpoint (or savepoint) `id` completed at `now`; after a final one, its completion is re-sent from now.
+    fn completed(&mut self, id: CheckpointId, now: u64, is_final: bool) {
+        self.coordinator.record_completion(id, now, is_final);
+        if is_final {
+            self.last_final_notify_ms = now;
+        }
     }
 }
 
@@ -405,24 +412,15 @@ impl JobActor {
     /// Stop with drain: tells every task manager of the deployment to end the input of its sources.
     fn end_input(&self) {
         let Some(dep) = self.deployment.as_ref() else { return };
-        for address in dep.rpc_addresses() {
-            let clients = self.shared.clients.clone();
-            let req = pb::EndInputRequest {
-                job_id: self.record.id.to_string(),
-                attempt: dep.attempt.0,
-                jm_session: self.shared.session.clone(),
-            };
-            let job_id = self.record.id.clone();
-            tokio::spawn(async move {
-                let result = match clients.get(&address) {
-                    Ok(mut c) => c.end_input(req).await.map(|_| ()),
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = result {
-                    warn!(job_id = %job_id, %address, error = %e.message(), "cannot end the input of sources");
-                }
-            });
-        }
+        let req = pb::EndInputRequest {
+            job_id: self.record.id.to_string(),
+            attempt: dep.attempt.0,
+            jm_session: self.shared.session.clone(),
+        };
+        self.call_each(dep.rpc_addresses(), "end input", true, move |mut c| {
+            let req = req.clone();
+            async move { c.end_input(req).await.map(|_| ()) }
+        });
     }
 
     /// Answers the client waiting for savepoint `id`, if any.
@@ -747,22 +745,38 @@ impl JobActor {
         if !cancel_tasks {
             return;
         }
-        for address in dep.rpc_addresses() {
-            let clients = self.shared.clients.clone();
-            let job_id = self.record.id.clone();
-            let attempt = dep.attempt;
-            let jm_session = self.shared.session.clone();
+        let req = pb::CancelTasksRequest {
+            job_id: self.record.id.to_string(),
+            up_to_attempt: dep.attempt.0,
+            jm_session: self.shared.session.clone(),
+        };
+        self.call_each(dep.rpc_addresses(), "cancel", false, move |mut c| {
+            let req = req.clone();
+            async move { c.cancel_job(req).await.map(|_| ()) }
+        });
+    }
+
+    /// Calls every task manager at `addresses` in the background, best effort: the outcome is only logged
+    /// (a failure at `warn` when `loud`, else at `debug`, as a task manager that died is noticed anyway).
+    fn call_each<F, Fut>(&self, addresses: Vec<String>, rpc: &'static str, loud: bool, call: F)
+    where
+        F: Fn(TmClient) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), tonic::Status>> + Send,
+    {
+        let call = Arc::new(call);
+        for address in addresses {
+            let (clients, call, job_id) = (self.shared.clients.clone(), call.clone(), self.record.id.clone());
             tokio::spawn(async move {
-                let req = pb::CancelTasksRequest { job_id: job_id.to_string(), up_to_attempt: attempt.0, jm_session };
                 let result = match clients.get(&address) {
-                    Ok(mut c) => c.cancel_job(req).await.map(|r| r.into_inner().canceled),
+                    Ok(c) => call(c).await,
                     Err(e) => Err(e),
                 };
                 match result {
-                    Ok(canceled) => debug!(job_id = %job_id, attempt = attempt.0, %address, canceled, "tasks canceled"),
-                    Err(e) => {
-                        debug!(job_id = %job_id, attempt = attempt.0, %address, error = %e.message(), "cannot cancel tasks")
+                    Ok(()) => debug!(job_id = %job_id, %address, rpc, "task manager told"),
+                    Err(e) if loud => {
+                        warn!(job_id = %job_id, %address, rpc, error = %e.message(), "task manager not told")
                     }
+                    Err(e) => debug!(job_id = %job_id, %address, rpc, error = %e.message(), "task manager not told"),
                 }
             });
         }
@@ -861,33 +875,31 @@ impl JobActor {
         }
         let readiness = dep.readiness(true);
         match dep.coordinator.decide_trigger(now, readiness) {
+            // A stop with drain: the final checkpoint is the savepoint.
             TriggerDecision::Final => {
-                // A stop with drain: the final checkpoint is the savepoint.
-                let target = self.draining.as_ref().map(|r| r.target.clone());
-                if let Some(request) = self.draining.take() {
-                    let id = self.record.next_checkpoint_id;
-                    self.savepoint_in_flight = Some((id, request));
-                }
-                self.trigger(true, target).await
+                let request = self.draining.take();
+                self.trigger(true, request).await
             }
             _ if !self.savepoint_queue.is_empty() && dep.coordinator.may_trigger_savepoint(readiness) => {
-                if let Some(request) = self.savepoint_queue.pop_front() {
-                    let target = request.target.clone();
-                    let id = self.record.next_checkpoint_id;
-                    self.savepoint_in_flight = Some((id, request));
-                    self.trigger(false, Some(target)).await;
-                }
+                let request = self.savepoint_queue.pop_front();
+                self.trigger(false, request).await
             }
             TriggerDecision::Wait => {}
             TriggerDecision::Periodic => self.trigger(false, None).await,
         }
     }
 
-    async fn trigger(&mut self, is_final: bool, savepoint: Option<SavepointTarget>) {
+    /// Triggers the next checkpoint; with a savepoint request, as that savepoint (its client waits for it).
+    async fn trigger(&mut self, is_final: bool, savepoint: Option<SavepointRequest>) {
         let now = now_ms();
         let job_id = self.record.id.clone();
         let id = self.record.next_checkpoint_id;
         self.record.next_checkpoint_id = CheckpointId(id.0 + 1);
+        let savepoint = savepoint.map(|request| {
+            let target = request.target.clone();
+            self.savepoint_in_flight = Some((id, request));
+            target
+        });
         let path = match &savepoint {
             Some(t) => format!("{}/{}", t.url, paths::METADATA_FILE),
             None => self.metadata_url(id),
@@ -895,11 +907,7 @@ impl JobActor {
         let mut entry = CheckpointHistoryEntry::in_progress(id, now, path, is_final);
         entry.is_savepoint = savepoint.is_some();
         self.record.push_history(entry);
-        let target = savepoint.as_ref().map(|t| pb::SavepointTarget {
-            url: t.url.clone(),
-            format: t.format.as_str().to_string(),
-            stop: t.stop,
-        });
+        let target = savepoint.as_ref().map(pb::SavepointTarget::from);
         let Some(dep) = self.deployment.as_mut() else { return };
         let expected: BTreeSet<TaskKey> = dep.tasks.keys().copied().collect();
         dep.coordinator.begin(id, now, expected, is_final, savepoint);
@@ -985,20 +993,9 @@ impl JobActor {
         let job_id = self.record.id.clone();
         let Some(pending) = self.deployment.as_mut().and_then(|d| d.coordinator.take_pending()) else { return };
         let id = pending.id;
-        // The guard on operator state: one state over all subtasks above the limit declines the checkpoint
-        // (it does not count as a failure: the job keeps running and says why).
-        let totals = operator_state_totals(pending.acks.values().flat_map(|snap| {
-            snap.operators.iter().flat_map(|(uid, st)| {
-                st.operator_state.iter().flat_map(move |h| h.states.iter().map(move |m| (uid.as_str(), m)))
-            })
-        }));
-        let limit = self.shared.config.operator_state_limit;
-        if let Some(((uid, state), (elements, bytes))) = totals.into_iter().find(|(_, (_, b))| *b > limit) {
-            let reason = format!(
-                "job {job_id}: operator state {state:?} of operator {uid:?} holds {elements} elements, {bytes} bytes \
-                 over all subtasks, above the limit of {limit} bytes (--operator-state-limit); checkpoint declined, \
-                 the job keeps running"
-            );
+        // The guard on operator state declines the checkpoint without counting it as a failure: the job keeps
+        // running and says why.
+        if let Some(reason) = operator_state_over_limit(&job_id, &pending, self.shared.config.operator_state_limit) {
             self.record_failed(pending, reason, false).await;
             return;
         }
@@ -1041,29 +1038,11 @@ impl JobActor {
             uploaded_bytes,
             is_final: pending.is_final,
         });
-        next.checkpoints_completed += 1;
-        next.waiting.clear();
-        if let Some(e) = next.history_mut(id) {
-            e.status = CheckpointStatus::Completed;
-            e.duration_ms = duration_ms;
-            e.full_size_bytes = full_size_bytes;
-            e.uploaded_bytes = uploaded_bytes;
-        }
+        next.mark_completed(id, duration_ms, full_size_bytes, uploaded_bytes);
         let ids: Vec<CheckpointId> = next.retained.iter().map(|r| r.id).collect();
         let gone = subsumed(&ids, next.job.checkpointing.retained);
         next.retained.retain(|r| !gone.contains(&r.id));
-        // The job's own checkpoint is now its restore point. A claimed savepoint is deleted once the job's own
-        // checkpoints would have subsumed it; an unclaimed one is never touched.
-        let mut dispose_claimed = None;
-        if let Some(initial) = next.initial.as_mut().filter(|i| i.active) {
-            let subsumes = next.retained.len() as u32 >= next.job.checkpointing.retained.max(1);
-            if initial.mode == RestoreMode::NoClaim || subsumes {
-                initial.active = false;
-                if initial.mode == RestoreMode::Claim {
-                    dispose_claimed = Some(initial.url.clone());
-                }
-            }
-        }
+        let dispose_claimed = next.release_initial();
         let recorded = match weir_common::fault::hit("checkpoint-after-metadata").await {
             Ok(()) => self.persist_record(&next).await,
             Err(e) => Err(e),
@@ -1075,10 +1054,7 @@ impl JobActor {
         }
         self.record = next;
         if let Some(dep) = self.deployment.as_mut() {
-            dep.coordinator.record_completion(id, now, pending.is_final);
-            if pending.is_final {
-                dep.last_final_notify_ms = now;
-            }
+            dep.completed(id, now, pending.is_final);
         }
         self.retained_meta.insert(id, Arc::new(meta));
         self.retained_meta.retain(|k, _| !gone.contains(k));
@@ -1130,23 +1106,14 @@ impl JobActor {
         let full_size_bytes = meta.full_size();
         let uploaded_bytes = pending.uploaded_bytes();
         let duration_ms = now.saturating_sub(pending.trigger_time_ms);
-        self.record.checkpoints_completed += 1;
-        if let Some(e) = self.record.history_mut(id) {
-            e.status = CheckpointStatus::Completed;
-            e.duration_ms = duration_ms;
-            e.full_size_bytes = full_size_bytes;
-            e.uploaded_bytes = uploaded_bytes;
-        }
+        self.record.mark_completed(id, duration_ms, full_size_bytes, uploaded_bytes);
         let stops = target.stop || pending.is_final;
         if stops {
             self.stopping_until_ms = Some(now + STOP_FINISH_TIMEOUT_MS);
         }
         let _ = self.persist().await;
         if let Some(dep) = self.deployment.as_mut() {
-            dep.coordinator.record_completion(id, now, pending.is_final);
-            if pending.is_final {
-                dep.last_final_notify_ms = now;
-            }
+            dep.completed(id, now, pending.is_final);
         }
         info!(job_id = %job_id, checkpoint_id = id.0, savepoint = %target.url, format = target.format.as_str(),
             duration_ms, full_size_bytes, stop = stops, "savepoint completed");
@@ -1170,14 +1137,6 @@ impl JobActor {
 
     async fn record_failed(&mut self, pending: PendingCheckpoint, reason: String, counts: bool) {
         let over = self.note_failure(&pending, &reason, counts);
-        if let Some(target) = &pending.savepoint {
-            self.answer_savepoint(pending.id, Err(JobRequestError::SavepointFailed(reason.clone())));
-            self.spawn_savepoint_cleanup(target.url.clone());
-            if pending.is_final {
-                // A stop with drain whose savepoint failed: the final checkpoint is retried as a plain one.
-                info!(job_id = %self.record.id, checkpoint_id = pending.id.0, "the draining stop's savepoint failed; the job finishes with a checkpoint");
-            }
-        }
         if pending.is_final {
             // A bounded job cannot finish until its final checkpoint completes: say why it does not.
             self.record.waiting = format!(
@@ -1198,8 +1157,8 @@ impl JobActor {
         }
     }
 
-    /// Bookkeeping of a failed checkpoint (history, counters, directory cleanup); returns whether the job
-    /// must fail over.
+    /// Bookkeeping of a failed checkpoint (history, counters, cleanup of what it wrote, the waiting client of a
+    /// savepoint); returns whether the job must fail over.
     fn note_failure(&mut self, pending: &PendingCheckpoint, reason: &str, counts: bool) -> bool {
         let now = now_ms();
         if let Some(e) = self.record.history_mut(pending.id) {
@@ -1210,7 +1169,15 @@ impl JobActor {
         }
         self.record.checkpoints_failed += 1;
         warn!(job_id = %self.record.id, checkpoint_id = pending.id.0, attempt = pending.attempt.0, reason, "checkpoint failed");
-        self.spawn_cleanup(vec![pending.id], pending.acks.values().flat_map(snapshot_files).collect());
+        match &pending.savepoint {
+            // A savepoint wrote only into its own directory; its client learns why it failed. (A draining stop's
+            // final checkpoint is then retried as a plain one.)
+            Some(target) => {
+                self.answer_savepoint(pending.id, Err(JobRequestError::SavepointFailed(reason.to_string())));
+                self.spawn_savepoint_cleanup(target.url.clone());
+            }
+            None => self.spawn_cleanup(vec![pending.id], pending.acks.values().flat_map(snapshot_files).collect()),
+        }
         match self.deployment.as_mut() {
             Some(dep) if dep.attempt == pending.attempt => dep.coordinator.record_failure(now, counts),
             _ => false,
@@ -1221,10 +1188,6 @@ impl JobActor {
     fn abort_pending(&mut self, reason: &str) {
         if let Some(pending) = self.deployment.as_mut().and_then(|d| d.coordinator.take_pending()) {
             self.note_failure(&pending, reason, false);
-            if let Some(target) = &pending.savepoint {
-                self.answer_savepoint(pending.id, Err(JobRequestError::SavepointFailed(reason.to_string())));
-                self.spawn_savepoint_cleanup(target.url.clone());
-            }
         }
     }
 
@@ -1232,28 +1195,19 @@ impl JobActor {
     /// `is_final` marks a completed final checkpoint, after which tasks finish.
     fn notify(&self, id: CheckpointId, completed: bool, is_final: bool, stop: bool) {
         let Some(dep) = self.deployment.as_ref() else { return };
-        for address in dep.rpc_addresses() {
-            let clients = self.shared.clients.clone();
-            let req = pb::NotifyCheckpointRequest {
-                job_id: self.record.id.to_string(),
-                attempt: dep.attempt.0,
-                checkpoint_id: id.0,
-                completed,
-                is_final: completed && is_final,
-                jm_session: self.shared.session.clone(),
-                stop: completed && stop,
-            };
-            let job_id = self.record.id.clone();
-            tokio::spawn(async move {
-                let result = match clients.get(&address) {
-                    Ok(mut c) => c.notify_checkpoint(req).await.map(|_| ()),
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = result {
-                    debug!(job_id = %job_id, checkpoint_id = id.0, %address, error = %e.message(), "checkpoint notification not delivered");
-                }
-            });
-        }
+        let req = pb::NotifyCheckpointRequest {
+            job_id: self.record.id.to_string(),
+            attempt: dep.attempt.0,
+            checkpoint_id: id.0,
+            completed,
+            is_final: completed && is_final,
+            jm_session: self.shared.session.clone(),
+            stop: completed && stop,
+        };
+        self.call_each(dep.rpc_addresses(), "notify checkpoint", false, move |mut c| {
+            let req = req.clone();
+            async move { c.notify_checkpoint(req).await.map(|_| ()) }
+        });
     }
 
     /// Deletes what the job's checkpoints left that no retained checkpoint references — shared files and
@@ -1274,15 +1228,8 @@ impl JobActor {
         let opts = self.shared.config.store_options();
         let job_id = self.record.id.clone();
         tokio::spawn(async move {
-            let result = match weir_common::store::Store::open(&url, &opts) {
-                Ok(store) => store.delete_dir("").await,
-                Err(e) => Err(e),
-            };
-            if let Err(error) = result {
+            if let Err(error) = crate::savepoint::delete_files(&url, &opts).await {
                 warn!(job_id = %job_id, savepoint = %url, %error, "cannot delete the files of a failed savepoint");
-            }
-            if let Some(dir) = url.strip_prefix("file://") {
-                let _ = std::fs::remove_dir_all(dir);
             }
         });
     }

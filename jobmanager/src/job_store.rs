@@ -155,6 +155,32 @@ impl JobRecord {
         self.history.iter().any(|e| e.id == id && e.status == CheckpointStatus::Failed)
     }
 
+    /// Checkpoint or savepoint `id` completed: counted, its history entry completed, nothing waits any more.
+    pub fn mark_completed(&mut self, id: CheckpointId, duration_ms: u64, full_size_bytes: u64, uploaded_bytes: u64) {
+        self.checkpoints_completed += 1;
+        self.waiting.clear();
+        if let Some(e) = self.history_mut(id) {
+            e.status = CheckpointStatus::Completed;
+            e.duration_ms = duration_ms;
+            e.full_size_bytes = full_size_bytes;
+            e.uploaded_bytes = uploaded_bytes;
+        }
+    }
+
+    /// One of the job's own checkpoints completed (and `retained` holds it): it is now the restore point
+    /// instead of the savepoint the job started from. Returns that savepoint's URL when it was claimed and the
+    /// job's checkpoints would now have subsumed it (it is to be deleted); an unclaimed one is never touched.
+    pub fn release_initial(&mut self) -> Option<String> {
+        let keep = self.job.checkpointing.retained.max(1);
+        let subsumed = self.retained.len() as u32 >= keep;
+        let initial = self.initial.as_mut().filter(|i| i.active)?;
+        if initial.mode == RestoreMode::Claim && !subsumed {
+            return None;
+        }
+        initial.active = false;
+        (initial.mode == RestoreMode::Claim).then(|| initial.url.clone())
+    }
+
     /// The job as the client API shows it.
     pub fn info(&self) -> pb::JobInfo {
         pb::JobInfo {

@@ -269,17 +269,21 @@ pub async fn dispose(url: &str, opts: &StoreOptions) -> Result<u64, SavepointErr
             reason: "it is a checkpoint of a job, not a savepoint; its job deletes it".into(),
         });
     }
-    let (_, store) = open_dir(&sp.url, opts)?;
-    let files = store.list("").await.map_err(|source| SavepointError::Unavailable { url: sp.url.clone(), source })?;
-    // `_metadata` last: a half-disposed savepoint is still recognisable and can be disposed again.
+    delete_files(&sp.url, opts).await.map_err(|source| SavepointError::Unavailable { url: sp.url.clone(), source })
+}
+
+/// Deletes every file under a savepoint's directory (a disposed savepoint, or what a failed one wrote), its
+/// `_metadata` last, so that a half-deleted savepoint is still recognisable and can be disposed again. Returns
+/// how many files were deleted.
+pub async fn delete_files(url: &str, opts: &StoreOptions) -> Result<u64, StoreError> {
+    let store = Store::open(url, opts)?;
+    let files = store.list("").await?;
     for f in files.iter().filter(|f| f.as_str() != paths::METADATA_FILE) {
-        store.delete(f).await.map_err(|source| SavepointError::Unavailable { url: sp.url.clone(), source })?;
+        store.delete(f).await?;
     }
-    store
-        .delete(paths::METADATA_FILE)
-        .await
-        .map_err(|source| SavepointError::Unavailable { url: sp.url.clone(), source })?;
-    if let Some(dir) = sp.url.strip_prefix("file://") {
+    store.delete(paths::METADATA_FILE).await?;
+    // The local store leaves the (now empty) directory itself behind.
+    if let Some(dir) = url.strip_prefix("file://") {
         let _ = std::fs::remove_dir_all(dir);
     }
     Ok(files.len() as u64)

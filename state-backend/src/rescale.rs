@@ -139,12 +139,6 @@ fn keep(source: &RestoreSource, range: KeyGroupRange) -> Option<KeyGroupRange> {
     (source.key_group_range != range).then_some(range)
 }
 
-/// The key groups two ranges share, if any.
-fn intersect(a: KeyGroupRange, b: KeyGroupRange) -> Option<KeyGroupRange> {
-    let r = KeyGroupRange { start: a.start.max(b.start), end: a.end.min(b.end) };
-    (!a.is_empty() && !b.is_empty() && r.start <= r.end).then_some(r)
-}
-
 /// Opens a keyed backend in `work_dir` owning key groups `range`, restored from `sources` (every snapshot whose
 /// range overlaps `range`; others are skipped): it holds exactly their rows whose key group lies in `range`.
 /// `rocks` tunes the RocksDB backend; its `clock`, if set, is the TTL clock of either backend. See the module
@@ -161,7 +155,7 @@ pub fn open_keyed_backend_from(
     let count = sources.len();
     let mut overlapping = Vec::with_capacity(sources.len());
     for s in sources {
-        match intersect(s.key_group_range, range) {
+        match s.key_group_range.intersection(&range) {
             Some(_) => overlapping.push(s),
             None => tracing::debug!(dir = %s.dir.display(), source_range = ?s.key_group_range, range = ?range,
                 "skipping a snapshot that holds none of the backend's key groups"),
@@ -254,7 +248,7 @@ pub(crate) fn restore_rocksdb(
     mut sources: Vec<RestoreSource>,
     rocks: &RocksOptions,
 ) -> Result<RocksDbBackend, StateError> {
-    let overlap = |s: &RestoreSource| intersect(s.key_group_range, range).map_or(0, |r| r.len());
+    let overlap = |s: &RestoreSource| s.key_group_range.intersection(&range).map_or(0, |r| r.len());
     // The first of the largest, so that equal overlaps pick the same base every time.
     let base = sources
         .iter()
@@ -310,7 +304,7 @@ fn merge_rocksdb(
     range: KeyGroupRange,
     rocks: &RocksOptions,
 ) -> Result<u64, StateError> {
-    let part = intersect(source.key_group_range, range).unwrap_or(range);
+    let part = source.key_group_range.intersection(&range).unwrap_or(range);
     // Opened as a restore of its own, so that its ingest files are applied.
     let src = RocksDbBackend::open(scratch, max_parallelism, source.key_group_range, Some(&source.dir), rocks.clone())?;
     let opts = sst_options();
@@ -656,7 +650,7 @@ mod tests {
         for j in 0..p_new {
             let range = KeyGroupRange::for_subtask(SubtaskIndex(j), p_new, m);
             let mut sources = Vec::new();
-            for (i, s) in old.iter().enumerate().filter(|(_, s)| intersect(s.key_group_range, range).is_some()) {
+            for (i, s) in old.iter().enumerate().filter(|(_, s)| s.key_group_range.intersection(&range).is_some()) {
                 let copy = dir.join(format!("src-{j}-{i}"));
                 copy_dir(&s.dir, &copy);
                 sources.push(RestoreSource { dir: copy, ..s.clone() });
@@ -972,10 +966,5 @@ mod tests {
         }
         let e = SnapshotFormat::from_name("native").unwrap_err().to_string();
         assert!(e.contains("\"native\"") && e.contains("canonical"), "{e}");
-        assert_eq!(intersect(KeyGroupRange { start: 0, end: 10 }, KeyGroupRange { start: 11, end: 20 }), None);
-        assert_eq!(
-            intersect(KeyGroupRange { start: 0, end: 10 }, KeyGroupRange { start: 10, end: 20 }),
-            Some(KeyGroupRange { start: 10, end: 10 })
-        );
     }
 }

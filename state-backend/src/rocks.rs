@@ -449,17 +449,23 @@ impl RocksDbBackend {
         Ok(())
     }
 
-    /// Declares a state that another snapshot restored into this database holds: creates its column family with
-    /// the options registration gives it (TTL compaction filter, periodic compaction), stores its kind record,
-    /// and tells the compaction filters its TTL before any of its rows arrive.
+    /// Makes the database hold state `name` as `record` declares it: tells the compaction filters its TTL (before
+    /// any of its rows arrive), creates its column family with the state options (TTL compaction filter,
+    /// periodic compaction) and stores its kind record. Used by registration and for states another snapshot
+    /// restored into this database holds.
     pub(crate) fn adopt_state(&mut self, name: &str, record: &KindRecord) -> Result<(), StateError> {
         let (kind, ttl, namespaced) = *record;
-        if let Some(t) = ttl {
-            self.ttl_registry.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), (kind, t));
+        {
+            let mut registry = self.ttl_registry.write().unwrap_or_else(|e| e.into_inner());
+            match ttl {
+                Some(t) => registry.insert(name.to_string(), (kind, t)),
+                None => registry.remove(name),
+            };
         }
         let cf = Self::cf_name(name);
         if self.db.cf_handle(&cf).is_none() {
             let o = state_cf_options(&self.opts, name, &self.ttl_registry, &self.clock, self.periodic_compaction_secs);
+            // Creating a column family needs the database to itself: no snapshot thread may hold it.
             self.settle()?;
             Arc::get_mut(&mut self.db)
                 .ok_or_else(|| StateError::Corrupt("the database is still shared with a snapshot thread".into()))?
@@ -725,23 +731,7 @@ impl KeyedStateBackend for RocksDbBackend {
         if let Some((existing, stored_ttl, stored_namespaced)) = stored {
             check_redeclaration(name, (existing, stored_ttl.as_ref(), stored_namespaced), kind, options, true)?;
         }
-        {
-            let mut registry = self.ttl_registry.write().unwrap_or_else(|e| e.into_inner());
-            match ttl {
-                Some(t) => registry.insert(name.to_string(), (kind, t)),
-                None => registry.remove(name),
-            };
-        }
-        if self.db.cf_handle(&cf).is_none() {
-            let o = state_cf_options(&self.opts, name, &self.ttl_registry, &self.clock, self.periodic_compaction_secs);
-            // Creating a column family needs the database to itself: no snapshot thread may hold it.
-            self.settle()?;
-            Arc::get_mut(&mut self.db)
-                .ok_or_else(|| StateError::Corrupt("the database is still shared with a snapshot thread".into()))?
-                .create_cf(&cf, &o)?;
-            self.column_families.push(cf);
-        }
-        self.db.put_opt(rocks_kind_row(name), encode_kind_record(kind, ttl.as_ref(), namespaced), &self.write_opts)?;
+        self.adopt_state(name, &(kind, ttl, namespaced))?;
         self.states.push(RocksState { name: name.to_string(), kind, ttl, namespaced, cache: RowCache::default() });
         Ok(StateId(self.states.len() - 1))
     }

@@ -90,16 +90,13 @@ pub struct KeyedTarget<'a> {
     pub max_parallelism: u32,
     /// Where the backend lives.
     pub state_dir: &'a Path,
-    /// Scratch space for downloads.
-    pub download_dir: &'a Path,
     /// Tuning of RocksDB.
     pub rocks: &'a weir_state::rocks::RocksOptions,
     /// The snapshots are this job's own checkpoint's.
     pub own_files: bool,
 }
 
-/// Downloads every assigned keyed snapshot and opens the backend (blocking: call it off the async runtime's
-/// worker threads, or through `block_on` on the task's own thread).
+/// Downloads every assigned keyed snapshot into a directory of its own under `download_dir`.
 pub async fn download_keyed(
     store: &Store,
     handles: &[KeyedStateHandle],
@@ -114,7 +111,7 @@ pub async fn download_keyed(
     Ok(out)
 }
 
-/// Opens the backend from downloaded snapshots, clipped to the target's range.
+/// Opens the backend from downloaded snapshots, clipped to the target's range (blocking: RocksDB work).
 pub fn open_keyed(
     target: &KeyedTarget<'_>,
     downloaded: Vec<(PathBuf, KeyedStateHandle)>,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use weir_common::checkpoint::{SavepointFormat, SavepointTarget};
+use weir_common::checkpoint::SavepointTarget;
 use weir_common::descriptor::TaskDescriptor;
 use weir_common::store::StoreOptions;
 use weir_proto as pb;
@@ -103,6 +103,12 @@ impl TaskManager {
                     .collect(),
             })
             .collect()
+    }
+
+    /// The event queues of every task of one attempt of a job.
+    fn event_senders(&self, job_id: &str, attempt: u32) -> Vec<tokio::sync::mpsc::Sender<TaskEvent>> {
+        let tasks = self.tasks.lock();
+        tasks.iter().filter(|(k, h)| k.0 == job_id && h.attempt == attempt).map(|(_, h)| h.events.clone()).collect()
     }
 
     /// Cancels every task matching `pred` and waits (bounded) for their threads to end.
@@ -282,14 +288,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
             let tasks = self.0.tasks.lock();
             tasks.get(&TaskManager::task_key(&r)).filter(|h| h.attempt == r.attempt).map(|h| h.events.clone())
         };
-        let savepoint = match req.savepoint {
-            Some(t) => Some(SavepointTarget {
-                format: SavepointFormat::parse(&t.format).map_err(Status::invalid_argument)?,
-                url: t.url,
-                stop: t.stop,
-            }),
-            None => None,
-        };
+        let savepoint = req.savepoint.map(SavepointTarget::try_from).transpose().map_err(Status::invalid_argument)?;
         match sender {
             Some(tx) => {
                 let _ = tx
@@ -308,14 +307,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         fault("rpc-notify").await?;
         let req = req.into_inner();
         self.0.check_session(&req.jm_session)?;
-        let senders: Vec<_> = {
-            let tasks = self.0.tasks.lock();
-            tasks
-                .iter()
-                .filter(|(k, h)| k.0 == req.job_id && h.attempt == req.attempt)
-                .map(|(_, h)| h.events.clone())
-                .collect()
-        };
+        let senders = self.0.event_senders(&req.job_id, req.attempt);
         for tx in senders {
             let _ = tx
                 .send(TaskEvent::Notify {
@@ -341,24 +333,18 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
     }
 
     async fn end_input(&self, req: Request<pb::EndInputRequest>) -> Result<Response<pb::EndInputResponse>, Status> {
+        fault("rpc-end-input").await?;
         let req = req.into_inner();
         self.0.check_session(&req.jm_session)?;
-        let senders: Vec<_> = {
-            let tasks = self.0.tasks.lock();
-            tasks
-                .iter()
-                .filter(|(k, h)| k.0 == req.job_id && h.attempt == req.attempt)
-                .map(|(_, h)| h.events.clone())
-                .collect()
-        };
+        let senders = self.0.event_senders(&req.job_id, req.attempt);
         // Every task of the attempt is told; only sources act on it.
-        let mut sources = 0;
+        let mut tasks = 0;
         for tx in senders {
             if tx.send(TaskEvent::EndInput).await.is_ok() {
-                sources += 1;
+                tasks += 1;
             }
         }
-        Ok(Response::new(pb::EndInputResponse { sources }))
+        Ok(Response::new(pb::EndInputResponse { tasks }))
     }
 }
 

@@ -27,7 +27,7 @@ use weir_common::checkpoint::{
 };
 use weir_common::descriptor::TaskDescriptor;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
-use weir_common::keygroup::key_group_for_key;
+use weir_common::keygroup::{key_group_for_key, subtask_for_key_group};
 use weir_common::spec::Partitioning;
 use weir_common::store::{Store, StoreOptions};
 use weir_proto as pb;
@@ -332,7 +332,7 @@ impl OutputEdge {
             }
             Partitioning::KeyBy => {
                 let kg = key_group_for_key(&r.key, self.max_parallelism);
-                let t = (kg.0 as u64 * self.to_parallelism as u64 / self.max_parallelism as u64) as usize;
+                let t = subtask_for_key_group(kg, self.to_parallelism, self.max_parallelism).0 as usize;
                 self.push(t, r)
             }
             Partitioning::Broadcast => {
@@ -499,7 +499,6 @@ impl Task {
                             range: desc.key_group_range,
                             max_parallelism: desc.max_parallelism,
                             state_dir: &state_dir,
-                            download_dir: &download_dir,
                             rocks: &env.rocks,
                             own_files: desc.restore.as_ref().is_some_and(|r| r.own_files),
                         };
@@ -953,8 +952,13 @@ impl Task {
         Ok(())
     }
 
+    /// Where checkpoint `id`'s local snapshot waits for its upload (deleted after it).
+    fn snapshot_dir(&self, id: CheckpointId) -> PathBuf {
+        self.work_dir.join(format!("chk-{}", id.0))
+    }
+
     fn snapshot_sync(&mut self, id: CheckpointId, timestamp_ms: u64) -> Result<Vec<SnapshotPart>, TaskError> {
-        let dir = self.work_dir.join(format!("chk-{}", id.0));
+        let dir = self.snapshot_dir(id);
         let mut parts = Vec::with_capacity(self.ops.len());
         for op in &mut self.ops {
             let mut ctx = SnapshotContext { checkpoint_id: id, timestamp_ms, operator_state: &mut op.op_state };
@@ -984,7 +988,7 @@ impl Task {
         let job = self.desc.job_id.clone();
         let (vertex, subtask) = (self.desc.vertex, self.desc.subtask);
         let end_of_input = self.input_ended;
-        let dir = self.work_dir.join(format!("chk-{}", id.0));
+        let dir = self.snapshot_dir(id);
         let async_seconds = metrics::histogram!("weir_checkpoint_async_seconds", &labels(&self.desc));
         let uploaded_total = metrics::counter!("weir_checkpoint_uploaded_bytes_total", &labels(&self.desc));
         let incremental = self.incremental.clone();
@@ -992,7 +996,6 @@ impl Task {
         // reused from) the job's checkpoints.
         let incremental_on = self.desc.incremental && savepoint.is_none();
         let confirmed = if incremental_on { incremental.lock().confirmed.clone() } else { SharedFiles::new() };
-        let shared_root = incremental_on.then(|| paths::shared_dir(&job));
         let instance = self.instance.clone();
         let inline_limit = self.desc.operator_state_inline_limit;
         let store = match &savepoint {
@@ -1000,8 +1003,7 @@ impl Task {
             Some(t) => Store::open(&t.url, &self.env.store_options),
         };
         let canonical = savepoint.as_ref().is_some_and(|t| t.format == SavepointFormat::Canonical);
-        let (work_dir, max_parallelism, rocks) =
-            (self.work_dir.clone(), self.desc.max_parallelism, self.env.rocks.clone());
+        let (max_parallelism, rocks) = (self.desc.max_parallelism, self.env.rocks.clone());
         self.env.runtime.spawn(async move {
             let started = Instant::now();
             let result: Result<TaskSnapshot, TaskError> = async {
@@ -1018,9 +1020,10 @@ impl Task {
                     if canonical {
                         if let Some(mut native) = part.keyed.take() {
                             native.ready().await?;
+                            // Inside the checkpoint's directory, which goes once the upload is over.
                             let (scratch, out) = (
-                                work_dir.join(format!("canonical-{}-{}-work", id.0, part.uid)),
-                                work_dir.join(format!("canonical-{}-{}", id.0, part.uid)),
+                                dir.join(format!("canonical-{}-work", part.uid)),
+                                dir.join(format!("canonical-{}", part.uid)),
                             );
                             let rocks = rocks.clone();
                             let converted = tokio::task::spawn_blocking(move || {
@@ -1035,16 +1038,13 @@ impl Task {
                     }
                     let keyed = match &mut part.keyed {
                         Some(local) => {
-                            // One folder per checkpoint: a file a failed checkpoint uploaded may be uploaded again by
-                            // the next one, and must not share a path the failed one's cleanup deletes.
-                            let shared = shared_root
-                                .as_ref()
-                                .map(|r| format!("{r}/{}/{}/{instance}/{}", part.uid, subtask.0, id.0));
+                            let shared = incremental_on
+                                .then(|| paths::shared_snapshot_dir(&job, &part.uid, subtask, &instance, id));
                             let empty = std::collections::HashMap::new();
                             let (h, n) = weir_state::snapshot::upload_keyed_incremental(
                                 &store,
                                 local,
-                                &format!("{remote}/keyed"),
+                                &paths::keyed_dir(&remote),
                                 shared.as_deref(),
                                 confirmed.get(&part.uid).unwrap_or(&empty),
                             )
@@ -1053,14 +1053,13 @@ impl Task {
                             if savepoint.is_none() {
                                 shareable.insert(part.uid.clone(), weir_state::snapshot::shareable_files(&h));
                             }
-                            let _ = tokio::fs::remove_dir_all(&local.dir).await;
                             Some(h)
                         }
                         None => None,
                     };
                     let operator_state = match part.op_state {
                         Some((blob, mut states)) => {
-                            let path = format!("{remote}/opstate");
+                            let path = paths::opstate_file(&remote);
                             // Offsets beyond the inline limit go next to the blob: the acknowledgement (and the
                             // job manager's memory) carries only the file's handle.
                             for (i, meta) in states.iter_mut().enumerate() {
