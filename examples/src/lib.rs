@@ -4,15 +4,18 @@
 //!   example) made exactly-once.
 //! - [`distinct_values`]: the keyed `distinct-values` kind, a per-key count of distinct recent values in a
 //!   `MapState` with time-to-live.
+//! - [`state_kinds`]: the keyed `state-kinds` kind, which keeps every kind of keyed and operator state (for the
+//!   rescaling tests).
 //! - [`registry`]: the built-in kinds plus the kinds of this crate; the `weir-example-taskmanager` binary runs
 //!   a task manager with it.
 
 pub mod buffering_sink;
 pub mod distinct_values;
+pub mod state_kinds;
 
 use weir_taskmanager::registry::{Instance, Registry};
 
-/// Weir's built-in kinds plus `buffering-sink` and `distinct-values`.
+/// Weir's built-in kinds plus `buffering-sink`, `distinct-values` and `state-kinds`.
 pub fn registry() -> Registry {
     let mut r = Registry::with_builtins();
     r.register(buffering_sink::kind_info(), |config| {
@@ -22,6 +25,12 @@ pub fn registry() -> Registry {
     r.register(distinct_values::kind_info(), |config| {
         let cfg = distinct_values::DistinctValuesConfig::from_map(config)?;
         Ok(Instance::Operator(Box::new(distinct_values::DistinctValues::new(cfg))))
+    });
+    r.register(state_kinds::kind_info(), |config| match config.keys().next() {
+        Some(unknown) => {
+            Err(format!("config field {unknown:?}: unknown field ({} takes no config)", state_kinds::KIND))
+        }
+        None => Ok(Instance::Operator(Box::new(state_kinds::StateKinds::new()))),
     });
     r
 }
