@@ -1,12 +1,16 @@
 //! The coordinator of one job: a task that owns the job's record and handles its events one at a time —
 //! task state reports, checkpoint acknowledgements and declines, lost task managers, cancel requests —
 //! plus a periodic tick for deployment, checkpoint triggers and expiry. Decisions come from
-//! [`crate::lifecycle`], [`crate::coordinator`] and [`crate::descriptors`]; this module does the I/O.
+//! [`crate::lifecycle`], [`crate::coordinator`], [`crate::assignment`] and [`crate::descriptors`]; this module
+//! does the I/O (the checkpoint files' through [`crate::checkpoint_store`]).
 
+use crate::checkpoint_store::{
+    delete_checkpoint_dirs, load_restore_point, sweep_job_files, RestoreError, RestorePoint,
+};
 use crate::coordinator::{
-    build_metadata, delete_checkpoint_dirs, load_restore_point, operator_state_over_limit, snapshot_files, subsumed,
-    sweep_job_files, AckOutcome, CheckpointCoordinator, CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint,
-    RestoreError, RestorePoint, RetainedCheckpoint, TaskKey, TaskReadiness, TriggerDecision,
+    build_metadata, operator_state_over_limit, snapshot_files, subsumed, AckOutcome, CheckpointCoordinator,
+    CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RetainedCheckpoint, TaskKey, TaskReadiness,
+    TriggerDecision,
 };
 use crate::descriptors::{build_descriptors, DeployPlan, RestorePlan};
 use crate::error::JobRequestError;

@@ -13,8 +13,11 @@
 //!   checkpoint triggers and expiry. It performs the I/O; the decisions live in the modules below.
 //! - [`lifecycle`] is the job state machine (states, the table of allowed transitions, restart decisions);
 //!   [`coordinator`] holds the checkpoint decisions (when to trigger, when complete, what is stale, what is
-//!   subsumed and may be deleted, when failures are too many, what to restore from); [`descriptors`] builds
-//!   the task descriptors of a deployment; [`registry`] tracks task managers and assigns slots.
+//!   subsumed and may be deleted, when failures are too many, whether operator state is over its limit) and
+//!   [`checkpoint_store`] the object-store work they lead to (reading the checkpoint to restore from, deleting
+//!   and sweeping files); [`assignment`] decides who restores what when parallelism changes and
+//!   [`descriptors`] builds the task descriptors of a deployment; [`savepoint`] reads, checks, summarises and
+//!   disposes of savepoints; [`registry`] tracks task managers and assigns slots.
 //! - [`job_store`] persists each job as `<data_dir>/jobs/<job-id>.json`, written atomically.
 //! - [`config`] is the layered configuration and the command-line flags; [`error`] the error types.
 //!
@@ -41,6 +44,7 @@
 #![warn(missing_docs)]
 
 pub mod assignment;
+pub mod checkpoint_store;
 pub mod config;
 pub mod coordinator;
 pub mod descriptors;
