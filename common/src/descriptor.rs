@@ -241,7 +241,9 @@ pub struct TaskDescriptor {
     pub input: Option<InputDescriptor>,
     /// Outputs of the tail.
     pub outputs: Vec<OutputDescriptor>,
-    /// State to restore.
+    /// State to restore. Travels as a typed protobuf message next to the JSON of the rest
+    /// (`DeployTaskRequest.restore`, see [`crate::wire`]), not inside it.
+    #[serde(skip)]
     pub restore: Option<RestoreDescriptor>,
 }
 

@@ -23,6 +23,7 @@ pub mod keygroup;
 pub mod spec;
 pub mod store;
 pub mod telemetry;
+pub mod wire;
 
 /// Milliseconds since the Unix epoch, the time unit of every timestamp Weir stores.
 pub fn now_ms() -> u64 {

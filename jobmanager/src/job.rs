@@ -680,6 +680,7 @@ impl JobActor {
                     task: Some(task_ref(&job_id, attempt, key)),
                     jm_session: self.shared.session.clone(),
                     descriptor_json: json,
+                    restore: d.restore.as_ref().map(Into::into),
                 });
                 let clients = self.shared.clients.clone();
                 async move {

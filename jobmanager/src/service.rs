@@ -146,7 +146,8 @@ impl JobManagerInternal for JobManagerService {
         let req = request.into_inner();
         let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
         let checkpoint_id = CheckpointId(req.checkpoint_id);
-        match serde_json::from_slice::<TaskSnapshot>(&req.snapshot_json) {
+        let snapshot = req.snapshot.ok_or_else(|| "the acknowledgement carries no snapshot".to_string());
+        match snapshot.and_then(|s| TaskSnapshot::try_from(s).map_err(|e| e.to_string())) {
             Ok(snapshot) => {
                 self.jm.acknowledge(task, checkpoint_id, snapshot);
                 Ok(Response::new(pb::AcknowledgeCheckpointResponse {}))

@@ -18,6 +18,7 @@ use weir_common::checkpoint::{
 use weir_common::descriptor::TaskDescriptor;
 use weir_common::ids::{CheckpointId, JobId};
 use weir_common::store::{Store, StoreOptions};
+use weir_common::wire::WireError;
 use weir_jobmanager::{JobManager, JobManagerConfig};
 use weir_proto as pb;
 use weir_proto::client_api_client::ClientApiClient;
@@ -132,7 +133,7 @@ impl FakeTm {
                 tm_id: self.id.clone(),
                 task: Some(task_ref(&d)),
                 checkpoint_id,
-                snapshot_json: serde_json::to_vec(&snapshot).expect("json"),
+                snapshot: Some((&snapshot).into()),
                 sync_duration_ms: 1,
                 async_duration_ms: 1,
             };
@@ -164,8 +165,13 @@ impl TaskManagerApi for FakeTm {
         request: Request<pb::DeployTaskRequest>,
     ) -> Result<Response<pb::DeployTaskResponse>, Status> {
         let req = request.into_inner();
-        let d: TaskDescriptor =
+        let mut d: TaskDescriptor =
             serde_json::from_slice(&req.descriptor_json).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        d.restore = req
+            .restore
+            .map(|r| r.try_into())
+            .transpose()
+            .map_err(|e: WireError| Status::invalid_argument(e.to_string()))?;
         let key = (d.attempt.0, d.vertex.0, d.subtask.0);
         {
             let mut s = self.state.lock();

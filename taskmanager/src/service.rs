@@ -13,7 +13,7 @@ use std::time::Duration;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use weir_common::checkpoint::SavepointTarget;
-use weir_common::descriptor::TaskDescriptor;
+use weir_common::descriptor::{RestoreDescriptor, TaskDescriptor};
 use weir_common::store::StoreOptions;
 use weir_proto as pb;
 use weir_proto::job_manager_internal_client::JobManagerInternalClient;
@@ -256,8 +256,13 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         let req = req.into_inner();
         let tm = &self.0;
         tm.check_session(&req.jm_session)?;
-        let desc: TaskDescriptor = serde_json::from_slice(&req.descriptor_json)
+        let mut desc: TaskDescriptor = serde_json::from_slice(&req.descriptor_json)
             .map_err(|e| Status::invalid_argument(format!("bad task descriptor: {e}")))?;
+        desc.restore = req
+            .restore
+            .map(RestoreDescriptor::try_from)
+            .transpose()
+            .map_err(|e| Status::invalid_argument(format!("bad restore descriptor: {e}")))?;
         let key = (desc.job_id.0.clone(), desc.vertex.0, desc.subtask.0);
         let attempt = desc.attempt.0;
         // An older attempt of the same subtask must be gone before the new one starts (it may hold files).

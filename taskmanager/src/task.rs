@@ -1095,17 +1095,12 @@ impl Task {
             if let Ok(s) = &result {
                 uploaded_total.increment(s.uploaded_bytes);
             }
-            // An acknowledgement must carry a readable snapshot: one that cannot be encoded declines instead.
-            let encoded = result.and_then(|snapshot| {
-                serde_json::to_vec(&snapshot)
-                    .map_err(|e| TaskError::Other(format!("cannot encode the task snapshot: {e}")))
-            });
-            match encoded {
-                Ok(snapshot_json) => reporter.send(Report::Ack(pb::AcknowledgeCheckpointRequest {
+            match result {
+                Ok(snapshot) => reporter.send(Report::Ack(pb::AcknowledgeCheckpointRequest {
                     tm_id: reporter.tm_id.clone(),
                     task: Some(tref),
                     checkpoint_id: id.0,
-                    snapshot_json,
+                    snapshot: Some((&snapshot).into()),
                     sync_duration_ms: sync_ms,
                     async_duration_ms: async_ms,
                 })),

@@ -1,0 +1,378 @@
+//! The protobuf forms of checkpoint handles and restore descriptors: task managers acknowledge checkpoints
+//! with typed [`pb::TaskSnapshot`]s and receive typed [`pb::RestoreDescriptor`]s, so the job manager routes and
+//! sizes them without decoding JSON. Encoding is total; decoding checks that required fields are present and
+//! enums known, and says which is not.
+
+use crate::checkpoint::{
+    DistributionMode, FileHandle, KeyedStateHandle, Offsets, OperatorStateHandle, OperatorSubtaskState, StateMetaInfo,
+    TaskSnapshot,
+};
+use crate::descriptor::{ElementRef, OperatorStatePart, RestoreDescriptor, StatePart, SubtaskRestore};
+use crate::ids::{CheckpointId, SubtaskIndex, VertexId};
+use crate::keygroup::KeyGroupRange;
+use weir_proto as pb;
+
+/// A protobuf message that does not describe a valid handle.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what}: {reason}")]
+pub struct WireError {
+    /// The message.
+    pub what: &'static str,
+    /// What is wrong.
+    pub reason: String,
+}
+
+fn missing(what: &'static str, field: &str) -> WireError {
+    WireError { what, reason: format!("{field} is missing") }
+}
+
+impl From<&FileHandle> for pb::FileHandle {
+    fn from(f: &FileHandle) -> Self {
+        pb::FileHandle { path: f.path.clone(), size: f.size }
+    }
+}
+
+impl From<pb::FileHandle> for FileHandle {
+    fn from(f: pb::FileHandle) -> Self {
+        FileHandle { path: f.path, size: f.size }
+    }
+}
+
+fn file(f: Option<pb::FileHandle>, what: &'static str) -> Result<FileHandle, WireError> {
+    f.map(FileHandle::from).ok_or_else(|| missing(what, "file"))
+}
+
+impl From<DistributionMode> for pb::DistributionMode {
+    fn from(m: DistributionMode) -> Self {
+        match m {
+            DistributionMode::SplitDistribute => pb::DistributionMode::SplitDistribute,
+            DistributionMode::Union => pb::DistributionMode::Union,
+            DistributionMode::Broadcast => pb::DistributionMode::Broadcast,
+        }
+    }
+}
+
+fn mode(m: i32, what: &'static str) -> Result<DistributionMode, WireError> {
+    match pb::DistributionMode::try_from(m) {
+        Ok(pb::DistributionMode::SplitDistribute) => Ok(DistributionMode::SplitDistribute),
+        Ok(pb::DistributionMode::Union) => Ok(DistributionMode::Union),
+        Ok(pb::DistributionMode::Broadcast) => Ok(DistributionMode::Broadcast),
+        _ => Err(WireError { what, reason: format!("unknown distribution mode {m}") }),
+    }
+}
+
+impl From<&KeyedStateHandle> for pb::KeyedStateHandle {
+    fn from(k: &KeyedStateHandle) -> Self {
+        pb::KeyedStateHandle {
+            backend: k.backend.clone(),
+            key_group_range: Some(pb::KeyGroupRange { start: k.key_group_range.start, end: k.key_group_range.end }),
+            files: k.files.iter().map(pb::FileHandle::from).collect(),
+        }
+    }
+}
+
+impl TryFrom<pb::KeyedStateHandle> for KeyedStateHandle {
+    type Error = WireError;
+
+    fn try_from(k: pb::KeyedStateHandle) -> Result<Self, WireError> {
+        let r = k.key_group_range.ok_or_else(|| missing("keyed state handle", "key_group_range"))?;
+        Ok(KeyedStateHandle {
+            backend: k.backend,
+            key_group_range: KeyGroupRange { start: r.start, end: r.end },
+            files: k.files.into_iter().map(FileHandle::from).collect(),
+        })
+    }
+}
+
+impl From<&StateMetaInfo> for pb::StateMetaInfo {
+    fn from(m: &StateMetaInfo) -> Self {
+        let offsets = match &m.offsets {
+            Offsets::Inline(o) => pb::offsets::Where::Inline(pb::PackedOffsets { offsets: o.clone() }),
+            Offsets::File(f) => pb::offsets::Where::File(f.into()),
+        };
+        pb::StateMetaInfo {
+            name: m.name.clone(),
+            mode: pb::DistributionMode::from(m.mode) as i32,
+            elements: m.elements,
+            bytes: m.bytes,
+            offsets: Some(pb::Offsets { r#where: Some(offsets) }),
+        }
+    }
+}
+
+impl TryFrom<pb::StateMetaInfo> for StateMetaInfo {
+    type Error = WireError;
+
+    fn try_from(m: pb::StateMetaInfo) -> Result<Self, WireError> {
+        const WHAT: &str = "operator state meta info";
+        let offsets = match m.offsets.and_then(|o| o.r#where) {
+            Some(pb::offsets::Where::Inline(p)) => Offsets::Inline(p.offsets),
+            Some(pb::offsets::Where::File(f)) => Offsets::File(f.into()),
+            None => return Err(missing(WHAT, "offsets")),
+        };
+        Ok(StateMetaInfo { name: m.name, mode: mode(m.mode, WHAT)?, elements: m.elements, bytes: m.bytes, offsets })
+    }
+}
+
+impl From<&OperatorStateHandle> for pb::OperatorStateHandle {
+    fn from(h: &OperatorStateHandle) -> Self {
+        pb::OperatorStateHandle { file: Some((&h.file).into()), states: h.states.iter().map(Into::into).collect() }
+    }
+}
+
+impl TryFrom<pb::OperatorStateHandle> for OperatorStateHandle {
+    type Error = WireError;
+
+    fn try_from(h: pb::OperatorStateHandle) -> Result<Self, WireError> {
+        Ok(OperatorStateHandle {
+            file: file(h.file, "operator state handle")?,
+            states: h.states.into_iter().map(StateMetaInfo::try_from).collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+impl From<&OperatorSubtaskState> for pb::OperatorSubtaskState {
+    fn from(s: &OperatorSubtaskState) -> Self {
+        pb::OperatorSubtaskState {
+            subtask: s.subtask.0,
+            keyed: s.keyed.as_ref().map(Into::into),
+            operator_state: s.operator_state.as_ref().map(Into::into),
+            end_of_input: s.end_of_input,
+        }
+    }
+}
+
+impl TryFrom<pb::OperatorSubtaskState> for OperatorSubtaskState {
+    type Error = WireError;
+
+    fn try_from(s: pb::OperatorSubtaskState) -> Result<Self, WireError> {
+        Ok(OperatorSubtaskState {
+            subtask: SubtaskIndex(s.subtask),
+            keyed: s.keyed.map(KeyedStateHandle::try_from).transpose()?,
+            operator_state: s.operator_state.map(OperatorStateHandle::try_from).transpose()?,
+            end_of_input: s.end_of_input,
+        })
+    }
+}
+
+impl From<&TaskSnapshot> for pb::TaskSnapshot {
+    fn from(t: &TaskSnapshot) -> Self {
+        pb::TaskSnapshot {
+            vertex: t.vertex.0,
+            subtask: t.subtask.0,
+            operators: t.operators.iter().map(|(uid, s)| (uid.clone(), s.into())).collect(),
+            uploaded_bytes: t.uploaded_bytes,
+        }
+    }
+}
+
+impl TryFrom<pb::TaskSnapshot> for TaskSnapshot {
+    type Error = WireError;
+
+    fn try_from(t: pb::TaskSnapshot) -> Result<Self, WireError> {
+        let operators = t
+            .operators
+            .into_iter()
+            .map(|(uid, s)| Ok((uid, OperatorSubtaskState::try_from(s)?)))
+            .collect::<Result<_, WireError>>()?;
+        Ok(TaskSnapshot {
+            vertex: VertexId(t.vertex),
+            subtask: SubtaskIndex(t.subtask),
+            operators,
+            uploaded_bytes: t.uploaded_bytes,
+        })
+    }
+}
+
+impl From<&StatePart> for pb::StatePart {
+    fn from(p: &StatePart) -> Self {
+        let elements = match &p.elements {
+            ElementRef::Inline(o) => pb::state_part::Elements::Inline(pb::PackedOffsets { offsets: o.clone() }),
+            ElementRef::InFile { offsets, first, count } => pb::state_part::Elements::InFile(pb::ElementRange {
+                offsets: Some(offsets.into()),
+                first: *first,
+                count: *count,
+            }),
+        };
+        pb::StatePart {
+            name: p.name.clone(),
+            mode: pb::DistributionMode::from(p.mode) as i32,
+            elements: Some(elements),
+        }
+    }
+}
+
+impl TryFrom<pb::StatePart> for StatePart {
+    type Error = WireError;
+
+    fn try_from(p: pb::StatePart) -> Result<Self, WireError> {
+        const WHAT: &str = "state part";
+        let elements = match p.elements {
+            Some(pb::state_part::Elements::Inline(o)) => ElementRef::Inline(o.offsets),
+            Some(pb::state_part::Elements::InFile(r)) => {
+                ElementRef::InFile { offsets: file(r.offsets, WHAT)?, first: r.first, count: r.count }
+            }
+            None => return Err(missing(WHAT, "elements")),
+        };
+        Ok(StatePart { name: p.name, mode: mode(p.mode, WHAT)?, elements })
+    }
+}
+
+impl From<&SubtaskRestore> for pb::SubtaskRestore {
+    fn from(r: &SubtaskRestore) -> Self {
+        pb::SubtaskRestore {
+            keyed: r.keyed.iter().map(Into::into).collect(),
+            operator_state: r
+                .operator_state
+                .iter()
+                .map(|p| pb::OperatorStatePart {
+                    file: Some((&p.file).into()),
+                    states: p.states.iter().map(Into::into).collect(),
+                })
+                .collect(),
+            end_of_input: r.end_of_input,
+        }
+    }
+}
+
+impl TryFrom<pb::SubtaskRestore> for SubtaskRestore {
+    type Error = WireError;
+
+    fn try_from(r: pb::SubtaskRestore) -> Result<Self, WireError> {
+        let operator_state = r
+            .operator_state
+            .into_iter()
+            .map(|p| {
+                Ok(OperatorStatePart {
+                    file: file(p.file, "operator state part")?,
+                    states: p.states.into_iter().map(StatePart::try_from).collect::<Result<_, _>>()?,
+                })
+            })
+            .collect::<Result<_, WireError>>()?;
+        Ok(SubtaskRestore {
+            keyed: r.keyed.into_iter().map(KeyedStateHandle::try_from).collect::<Result<_, _>>()?,
+            operator_state,
+            end_of_input: r.end_of_input,
+        })
+    }
+}
+
+impl From<&RestoreDescriptor> for pb::RestoreDescriptor {
+    fn from(r: &RestoreDescriptor) -> Self {
+        pb::RestoreDescriptor {
+            checkpoint_id: r.checkpoint_id.0,
+            root: r.root.clone(),
+            own_files: r.own_files,
+            operators: r.operators.iter().map(|(uid, s)| (uid.clone(), s.into())).collect(),
+        }
+    }
+}
+
+impl TryFrom<pb::RestoreDescriptor> for RestoreDescriptor {
+    type Error = WireError;
+
+    fn try_from(r: pb::RestoreDescriptor) -> Result<Self, WireError> {
+        let operators = r
+            .operators
+            .into_iter()
+            .map(|(uid, s)| Ok((uid, SubtaskRestore::try_from(s)?)))
+            .collect::<Result<_, WireError>>()?;
+        Ok(RestoreDescriptor {
+            checkpoint_id: CheckpointId(r.checkpoint_id),
+            root: r.root,
+            own_files: r.own_files,
+            operators,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn file(path: &str) -> FileHandle {
+        FileHandle { path: path.into(), size: 3 }
+    }
+
+    #[test]
+    fn snapshots_and_restore_descriptors_round_trip() {
+        let state = OperatorSubtaskState {
+            subtask: SubtaskIndex(2),
+            keyed: Some(KeyedStateHandle {
+                backend: "rocksdb".into(),
+                key_group_range: KeyGroupRange { start: 64, end: 127 },
+                files: vec![file("j/shared/a.sst"), file("j/chk-1/op/2/keyed/MANIFEST")],
+            }),
+            operator_state: Some(OperatorStateHandle {
+                file: file("j/chk-1/op/2/opstate"),
+                states: vec![
+                    StateMetaInfo::inline("u", DistributionMode::Union, vec![0, 9], 18),
+                    StateMetaInfo {
+                        name: "splits".into(),
+                        mode: DistributionMode::SplitDistribute,
+                        elements: 1_000_000,
+                        bytes: 16_000_000,
+                        offsets: Offsets::File(file("j/chk-1/op/2/opstate.offsets-1")),
+                    },
+                ],
+            }),
+            end_of_input: true,
+        };
+        let snapshot = TaskSnapshot {
+            vertex: VertexId(1),
+            subtask: SubtaskIndex(2),
+            operators: BTreeMap::from([("op".to_string(), state.clone())]),
+            uploaded_bytes: 77,
+        };
+        assert_eq!(TaskSnapshot::try_from(pb::TaskSnapshot::from(&snapshot)).unwrap(), snapshot);
+
+        let restore = RestoreDescriptor {
+            checkpoint_id: CheckpointId(4),
+            root: "file:///sp".into(),
+            own_files: false,
+            operators: BTreeMap::from([(
+                "op".to_string(),
+                SubtaskRestore {
+                    keyed: state.keyed.into_iter().collect(),
+                    operator_state: vec![OperatorStatePart {
+                        file: file("j/chk-1/op/2/opstate"),
+                        states: vec![
+                            StatePart {
+                                name: "u".into(),
+                                mode: DistributionMode::Union,
+                                elements: ElementRef::Inline(vec![0, 9]),
+                            },
+                            StatePart {
+                                name: "splits".into(),
+                                mode: DistributionMode::SplitDistribute,
+                                elements: ElementRef::InFile {
+                                    offsets: file("j/chk-1/op/2/opstate.offsets-1"),
+                                    first: 10,
+                                    count: 5,
+                                },
+                            },
+                        ],
+                    }],
+                    end_of_input: true,
+                },
+            )]),
+        };
+        assert_eq!(RestoreDescriptor::try_from(pb::RestoreDescriptor::from(&restore)).unwrap(), restore);
+    }
+
+    #[test]
+    fn incomplete_messages_say_what_is_missing() {
+        let e = KeyedStateHandle::try_from(pb::KeyedStateHandle::default()).unwrap_err();
+        assert_eq!(e.to_string(), "invalid keyed state handle: key_group_range is missing");
+        let e = StateMetaInfo::try_from(pb::StateMetaInfo { mode: 9, ..Default::default() }).unwrap_err();
+        assert!(e.to_string().contains("offsets is missing"), "{e}");
+        let bad_mode = pb::StateMetaInfo {
+            mode: 9,
+            offsets: Some(pb::Offsets { r#where: Some(pb::offsets::Where::Inline(Default::default())) }),
+            ..Default::default()
+        };
+        assert!(StateMetaInfo::try_from(bad_mode).unwrap_err().to_string().contains("unknown distribution mode 9"));
+        assert!(StatePart::try_from(pb::StatePart::default()).is_err());
+    }
+}
