@@ -100,3 +100,37 @@ fn every_state_kind_survives_3_5_2_on_rocksdb() -> anyhow::Result<()> {
 fn every_state_kind_survives_3_5_2_on_heap() -> anyhow::Result<()> {
     rescale_3_5_2("heap")
 }
+
+#[test]
+fn a_restore_whose_union_state_fans_out_over_the_limit_is_refused_before_deploying() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 3).with_taskmanager_binary("weir-example-taskmanager"))?;
+    let out = cluster.output_dir("kinds")?;
+    let id = cluster.submit(&spec(3, "rocksdb", &out))?;
+    cluster.wait_for_checkpoints(&id, 1, Duration::from_secs(60))?;
+    let url = cluster.stop_with_savepoint(&id, false, "native")?;
+    // The union state (3 elements of 7 bytes) read by each of 5 subtasks: 105 bytes, over a limit of 100.
+    cluster.terminate_jobmanager(Duration::from_secs(10))?;
+    cluster.set_jobmanager_env(vec![("WEIR_UNION_STATE_FANOUT_LIMIT".into(), "100".into())]);
+    cluster.restart_jobmanager()?;
+    // The job manager learns the kinds from the task managers: wait until both registered again.
+    weir_integration_tests::wait_until("for the task managers to register again", Duration::from_secs(30), || {
+        Ok((cluster.overview()?.task_managers.len() == 2).then_some(()))
+    })?;
+    let file = cluster.dir().join("kinds-5.yaml");
+    std::fs::write(&file, spec(5, "rocksdb", &out))?;
+    let refused = cluster.cli(&["job", "submit", &file.to_string_lossy(), "--from-savepoint", &url])?;
+    assert!(!refused.status.success(), "{refused}");
+    assert!(
+        refused.stderr.contains("operator \"kinds\"")
+            && refused.stderr.contains("restored at parallelism 5")
+            && refused.stderr.contains("105 bytes in all")
+            && refused.stderr.contains("union-state fan-out limit of 100 bytes"),
+        "{refused}"
+    );
+    assert!(cluster.jobs()?.iter().all(|j| j.id == id), "nothing was deployed: {:?}", cluster.jobs()?);
+    // At parallelism 4 (84 bytes) the same savepoint restores.
+    let ok = cluster.submit_from(&spec(4, "rocksdb", &out), &url, "", false)?;
+    cluster.wait_for_state(&ok, &[JobState::Finished], Duration::from_secs(120))?;
+    cluster.stop();
+    Ok(())
+}
