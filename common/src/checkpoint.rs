@@ -28,6 +28,23 @@ pub struct KeyedStateHandle {
     pub key_group_range: KeyGroupRange,
     /// Every file of the snapshot; a file's name inside the snapshot is the last component of its path.
     pub files: Vec<FileHandle>,
+    /// The states it holds (what `weir savepoint inspect` lists).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<KeyedStateInfo>,
+}
+
+/// One keyed state of a snapshot, as the task described it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedStateInfo {
+    /// State name.
+    pub name: String,
+    /// Its kind: `value`, `list`, `map`, `reducing` or `aggregating`.
+    pub kind: String,
+    /// Its time-to-live in milliseconds, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// Bytes of its rows (for RocksDB an estimate).
+    pub bytes: u64,
 }
 
 /// How operator list state is given back on restore (Flink's `OperatorStateHandle.Mode`).

@@ -4,8 +4,8 @@
 //! enums known, and says which is not.
 
 use crate::checkpoint::{
-    DistributionMode, FileHandle, KeyedStateHandle, Offsets, OperatorStateHandle, OperatorSubtaskState, StateMetaInfo,
-    TaskSnapshot,
+    DistributionMode, FileHandle, KeyedStateHandle, KeyedStateInfo, Offsets, OperatorStateHandle, OperatorSubtaskState,
+    StateMetaInfo, TaskSnapshot,
 };
 use crate::descriptor::{ElementRef, OperatorStatePart, RestoreDescriptor, StatePart, SubtaskRestore};
 use crate::ids::{CheckpointId, SubtaskIndex, VertexId};
@@ -67,6 +67,16 @@ impl From<&KeyedStateHandle> for pb::KeyedStateHandle {
             backend: k.backend.clone(),
             key_group_range: Some(pb::KeyGroupRange { start: k.key_group_range.start, end: k.key_group_range.end }),
             files: k.files.iter().map(pb::FileHandle::from).collect(),
+            states: k
+                .states
+                .iter()
+                .map(|s| pb::KeyedStateInfo {
+                    name: s.name.clone(),
+                    kind: s.kind.clone(),
+                    ttl_ms: s.ttl_ms,
+                    bytes: s.bytes,
+                })
+                .collect(),
         }
     }
 }
@@ -80,6 +90,11 @@ impl TryFrom<pb::KeyedStateHandle> for KeyedStateHandle {
             backend: k.backend,
             key_group_range: KeyGroupRange { start: r.start, end: r.end },
             files: k.files.into_iter().map(FileHandle::from).collect(),
+            states: k
+                .states
+                .into_iter()
+                .map(|s| KeyedStateInfo { name: s.name, kind: s.kind, ttl_ms: s.ttl_ms, bytes: s.bytes })
+                .collect(),
         })
     }
 }
@@ -303,6 +318,7 @@ mod tests {
                 backend: "rocksdb".into(),
                 key_group_range: KeyGroupRange { start: 64, end: 127 },
                 files: vec![file("j/shared/a.sst"), file("j/chk-1/op/2/keyed/MANIFEST")],
+                states: vec![KeyedStateInfo { name: "n".into(), kind: "value".into(), ttl_ms: Some(5), bytes: 9 }],
             }),
             operator_state: Some(OperatorStateHandle {
                 file: file("j/chk-1/op/2/opstate"),

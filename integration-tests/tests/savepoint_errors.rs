@@ -71,6 +71,10 @@ fn bad_savepoints_are_refused_before_deploying_and_good_ones_restore() -> anyhow
     let splits = events["states"].as_array().unwrap().iter().find(|s| s["name"] == "splits").unwrap();
     assert_eq!(splits["elements"], 128, "datagen's 128 splits: {inspect}");
     assert_eq!(ops[0]["subtasks"][1]["key_groups"], serde_json::json!([64, 127]));
+    let count =
+        ops[0]["states"].as_array().unwrap().iter().find(|s| s["name"] == "count").expect("keyed-count's state");
+    assert_eq!(count["kind"], "value", "{inspect}");
+    assert!(count["bytes"].as_u64().unwrap() > 0, "{inspect}");
 
     let spec = job.clone().parallelism(3).yaml();
     let dir = cluster.dir().join("bad");

@@ -237,6 +237,7 @@ mod tests {
                         backend: "rocksdb".into(),
                         key_group_range: KeyGroupRange::for_subtask(SubtaskIndex(i), p, m),
                         files: vec![],
+                        states: vec![],
                     }),
                     operator_state: Some(OperatorStateHandle {
                         file: FileHandle { path: path.clone(), size: 1 },

@@ -252,6 +252,7 @@ operators:
                 backend: "rocksdb".into(),
                 key_group_range: KeyGroupRange::for_subtask(SubtaskIndex(s), p, 128),
                 files: vec![],
+                states: vec![],
             }),
             operator_state: None,
             end_of_input: false,

@@ -218,15 +218,28 @@ pub fn summarize(sp: &LoadedSavepoint) -> pb::InspectSavepointResponse {
                         *e.elements.get_or_insert(0) += m.elements;
                     }
                 }
-                if let Some(k) = &s.keyed {
-                    let e = states.entry("(keyed)".to_string()).or_insert_with(|| pb::StateSummary {
-                        name: "(keyed)".to_string(),
-                        kind: format!("keyed ({})", k.backend),
-                        bytes: 0,
-                        elements: None,
-                        ttl: String::new(),
-                    });
-                    e.bytes += keyed_bytes;
+                for k in s.keyed.iter() {
+                    // Snapshots that do not list their states (taken before they did) show as one entry.
+                    if k.states.is_empty() {
+                        let e = states.entry("(keyed)".to_string()).or_insert_with(|| pb::StateSummary {
+                            name: "(keyed)".to_string(),
+                            kind: format!("keyed ({})", k.backend),
+                            bytes: 0,
+                            elements: None,
+                            ttl: String::new(),
+                        });
+                        e.bytes += keyed_bytes;
+                    }
+                    for st in &k.states {
+                        let e = states.entry(st.name.clone()).or_insert_with(|| pb::StateSummary {
+                            name: st.name.clone(),
+                            kind: st.kind.clone(),
+                            bytes: 0,
+                            elements: None,
+                            ttl: st.ttl_ms.map(|t| format!("{t} ms")).unwrap_or_default(),
+                        });
+                        e.bytes += st.bytes;
+                    }
                 }
                 subtasks.push(pb::SubtaskStateSummary {
                     subtask: s.subtask.0,

@@ -89,6 +89,8 @@ pub struct HeapBackend {
     max_value_bytes: usize,
     clock: Arc<dyn Clock>,
     cleanup_entries: usize,
+    /// Bytes of each state's rows as the last snapshot wrote them.
+    snapshot_bytes: HashMap<String, u64>,
 }
 
 fn write_bytes(w: &mut impl Write, b: &[u8]) -> std::io::Result<()> {
@@ -106,6 +108,7 @@ impl HeapBackend {
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             clock: Arc::new(SystemClock),
             cleanup_entries: DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
+            snapshot_bytes: HashMap::new(),
         };
         if let Some(dir) = restore_dir {
             b.load(&dir.join(FILE), &[MAGIC, MAGIC_V1], None)?;
@@ -485,7 +488,9 @@ impl KeyedStateBackend for HeapBackend {
         w.write_all(MAGIC).map_err(io)?;
         w.write_all(&(self.states.len() as u32).to_le_bytes()).map_err(io)?;
         let now = self.clock.now_ms();
+        let mut bytes = HashMap::with_capacity(self.states.len());
         for st in &self.states {
+            let mut n = 0u64;
             write_bytes(&mut w, st.name.as_bytes()).map_err(io)?;
             w.write_all(&encode_kind_record(st.kind, st.ttl.as_ref(), st.namespaced)).map_err(io)?;
             // Full-snapshot TTL cleanup: expired values, elements and entries are left out.
@@ -501,9 +506,11 @@ impl KeyedStateBackend for HeapBackend {
                 for (k, m) in maps {
                     write_bytes(&mut w, k).map_err(io)?;
                     w.write_all(&(m.len() as u32).to_le_bytes()).map_err(io)?;
+                    n += k.len() as u64;
                     for (uk, v) in m {
                         write_bytes(&mut w, uk).map_err(io)?;
                         write_bytes(&mut w, v).map_err(io)?;
+                        n += (uk.len() + v.len()) as u64;
                     }
                 }
             } else {
@@ -524,9 +531,12 @@ impl KeyedStateBackend for HeapBackend {
                 for (k, v) in rows {
                     write_bytes(&mut w, k).map_err(io)?;
                     write_bytes(&mut w, &v).map_err(io)?;
+                    n += (k.len() + v.len()) as u64;
                 }
             }
+            bytes.insert(st.name.clone(), n);
         }
+        self.snapshot_bytes = bytes;
         w.flush().map_err(io)?;
         let size = std::fs::metadata(&path).map_err(io)?.len();
         Ok(LocalSnapshot {
@@ -540,6 +550,21 @@ impl KeyedStateBackend for HeapBackend {
 
     fn kind(&self) -> &'static str {
         "heap"
+    }
+
+    fn state_summaries(&self) -> Result<Vec<crate::meta::StateSummary>, StateError> {
+        let mut out: Vec<_> = self
+            .states
+            .iter()
+            .map(|st| crate::meta::StateSummary {
+                name: st.name.clone(),
+                kind: st.kind,
+                ttl: st.ttl,
+                bytes: self.snapshot_bytes.get(&st.name).copied().unwrap_or(0),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
     }
 
     #[cfg(test)]

@@ -166,6 +166,8 @@ pub trait KeyedStateBackend: Send {
     fn snapshot_sync(&mut self, dir: &Path) -> Result<LocalSnapshot, StateError>;
     /// Name of the backend kind.
     fn kind(&self) -> &'static str;
+    /// Every state the backend holds (registered, or restored and not registered again), by name.
+    fn state_summaries(&self) -> Result<Vec<crate::meta::StateSummary>, StateError>;
     /// Engine properties per state for monitoring, as `(state, property, value)` (RocksDB's native
     /// `rocksdb.*` properties; none for the heap).
     fn properties(&self) -> Vec<(String, &'static str, u64)> {

@@ -61,6 +61,7 @@ pub use keyed::{
     open_keyed_backend, set_namespace, AggregateFunction, AggregatingState, KeyedStateBackend, ListState,
     LocalSnapshot, MapState, ReducingState, StateId, StateKind, StateOptions, ValueState, DEFAULT_MAX_VALUE_BYTES,
 };
+pub use meta::StateSummary;
 pub use operator::OperatorStateStore;
 pub use rescale::{open_keyed_backend_from, RestoreSource, SnapshotFormat};
 pub use ttl::{Clock, ManualClock, StateTtlConfig, SystemClock, TtlUpdateType, TtlVisibility};

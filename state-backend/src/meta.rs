@@ -102,6 +102,20 @@ pub(crate) fn too_large(name: &str, kind: StateKind, size: usize, limit: usize) 
     }
 }
 
+/// A state as a snapshot holds it, for `weir savepoint inspect`: its declaration and an estimate of its bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateSummary {
+    /// State name.
+    pub name: String,
+    /// Its kind.
+    pub kind: StateKind,
+    /// Its time-to-live, if any.
+    pub ttl: Option<StateTtlConfig>,
+    /// Bytes of its rows: exact for the heap (counted by its last snapshot); for RocksDB an estimate, RocksDB's
+    /// of the live data in its column family's files plus what its write-back cache holds.
+    pub bytes: u64,
+}
+
 /// How a state is declared besides its name and kind: what a Flink state descriptor adds (the value types are
 /// the typed handle's).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -1004,6 +1004,23 @@ impl KeyedStateBackend for RocksDbBackend {
         "rocksdb"
     }
 
+    fn state_summaries(&self) -> Result<Vec<crate::meta::StateSummary>, StateError> {
+        let mut out = Vec::new();
+        for (name, (kind, ttl, _)) in self.stored_states()? {
+            let in_files = self
+                .db
+                .cf_handle(&Self::cf_name(&name))
+                .and_then(|cf| self.db.property_int_value_cf(cf, "rocksdb.estimate-live-data-size").ok().flatten())
+                .unwrap_or(0);
+            // Rows the write-back cache holds may not have reached a file yet (those frozen at the last barrier
+            // are still being written): count the cache too. An estimate either way.
+            let cached = self.states.iter().find(|s| s.name == name).map_or(0, |s| s.cache.memory_bytes() as u64);
+            let bytes = in_files + cached;
+            out.push(crate::meta::StateSummary { name, kind, ttl, bytes });
+        }
+        Ok(out)
+    }
+
     #[cfg(test)]
     fn stored(&mut self) -> crate::keyed::StoredContent {
         self.flush(false).unwrap();

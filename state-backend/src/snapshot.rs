@@ -72,7 +72,12 @@ pub async fn upload_keyed_incremental(
         files.push(FileHandle { path: rel, size });
     }
     Ok((
-        KeyedStateHandle { backend: local.backend.to_string(), key_group_range: local.key_group_range, files },
+        KeyedStateHandle {
+            backend: local.backend.to_string(),
+            key_group_range: local.key_group_range,
+            files,
+            states: Vec::new(),
+        },
         uploaded,
     ))
 }

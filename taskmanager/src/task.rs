@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use weir_common::checkpoint::{
-    paths, FileHandle, Offsets, OperatorStateHandle, OperatorSubtaskState, SavepointFormat, SavepointTarget,
-    TaskSnapshot, OFFSET_BYTES,
+    paths, FileHandle, KeyedStateHandle, KeyedStateInfo, Offsets, OperatorStateHandle, OperatorSubtaskState,
+    SavepointFormat, SavepointTarget, TaskSnapshot, OFFSET_BYTES,
 };
 use weir_common::descriptor::TaskDescriptor;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
@@ -966,12 +966,15 @@ impl Task {
                 Head::Source(s) => s.snapshot_state(&mut ctx)?,
                 Head::Operator(o) => o.snapshot_state(&mut ctx)?,
             }
-            let keyed = match &mut op.keyed {
-                Some(k) => Some(k.snapshot_sync(&dir.join(&op.info.uid))?),
-                None => None,
+            let (keyed, keyed_states) = match &mut op.keyed {
+                Some(k) => {
+                    let snapshot = k.snapshot_sync(&dir.join(&op.info.uid))?;
+                    (Some(snapshot), describe_states(k.state_summaries()?))
+                }
+                None => (None, Vec::new()),
             };
             let op_state = (!op.op_state.is_empty()).then(|| op.op_state.snapshot());
-            parts.push(SnapshotPart { uid: op.info.uid.clone(), keyed, op_state });
+            parts.push(SnapshotPart { uid: op.info.uid.clone(), keyed, keyed_states, op_state });
         }
         Ok(parts)
     }
@@ -1050,6 +1053,7 @@ impl Task {
                             )
                             .await?;
                             uploaded += n;
+                            let h = KeyedStateHandle { states: std::mem::take(&mut part.keyed_states), ..h };
                             if savepoint.is_none() {
                                 shareable.insert(part.uid.clone(), weir_state::snapshot::shareable_files(&h));
                             }
@@ -1116,7 +1120,22 @@ impl Task {
 struct SnapshotPart {
     uid: String,
     keyed: Option<LocalSnapshot>,
+    /// What the keyed snapshot holds, for its handle.
+    keyed_states: Vec<KeyedStateInfo>,
     op_state: Option<(Vec<u8>, Vec<weir_common::checkpoint::StateMetaInfo>)>,
+}
+
+/// The keyed states of a backend as a snapshot's handle lists them.
+fn describe_states(summaries: Vec<weir_state::StateSummary>) -> Vec<KeyedStateInfo> {
+    summaries
+        .into_iter()
+        .map(|s| KeyedStateInfo {
+            name: s.name,
+            kind: s.kind.name().to_string(),
+            ttl_ms: s.ttl.map(|t| t.ttl_ms()),
+            bytes: s.bytes,
+        })
+        .collect()
 }
 
 #[cfg(test)]
