@@ -2,7 +2,8 @@
 //! what it counted) and a job restored from it does not emit again; a claimed savepoint is deleted once the
 //! job's own checkpoints subsume it; a savepoint moved to the S3 server restores from there; a task manager
 //! killed while a rescaled restore runs leaves the output exact; and the operator-state guard declines
-//! checkpoints over `--operator-state-limit` while the job keeps running.
+//! checkpoints over `--operator-state-limit` while the job keeps running; a source new in a restored job reads
+//! from its beginning.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -78,6 +79,33 @@ fn a_drained_stop_emits_what_was_counted_and_its_restore_emits_nothing_again() -
     let r = cluster.submit_from(&job.clone().parallelism(3).yaml(), &url, "", false)?;
     cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(60))?;
     assert_eq!(read_sink_output(&out)?, consumed, "a job restored at end of input emits nothing again");
+    cluster.stop();
+    Ok(())
+}
+
+/// A job restored from a savepoint with a source under a new uid: the counts restore, the new source (none of
+/// whose state the savepoint holds) reads its sequence from the beginning, and the old source's state is dropped
+/// with `--allow-non-restored-state`.
+#[test]
+fn a_source_new_in_a_restored_job_reads_from_its_beginning() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 2))?;
+    let first = CountJob::bounded("first", 2_000_000, 3_000, 5).rate(100_000).checkpoint_every_ms(300).into_blackhole();
+    let id = cluster.submit(&first.yaml())?;
+    cluster.wait_for_checkpoints(&id, 2, Duration::from_secs(60))?;
+    let url = cluster.stop_with_savepoint(&id, false, "native")?;
+    let mut expected = consumed_counts(&local_path(&url), &first)?;
+    assert!(!expected.is_empty());
+
+    let out = cluster.output_dir("counts")?;
+    let second = CountJob::bounded("second", 50_000, 3_000, 6).into_files(&out);
+    let spec = second.yaml().replace("uid: events", "uid: fresh").replace("input: events", "input: fresh");
+    let r = cluster.submit_from(&spec, &url, "", true)?;
+    let done = cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(120))?;
+    assert!(done.dropped_state.iter().any(|d| d.contains("events")), "{:?}", done.dropped_state);
+    for i in 0..50_000 {
+        *expected.entry(key_of(6, i, 3_000)).or_insert(0) += 1;
+    }
+    assert_eq!(read_sink_output(&out)?, expected, "restored counts plus every record of the new source");
     cluster.stop();
     Ok(())
 }

@@ -8,7 +8,8 @@
 //! `rescale <case> <keys> keys: <ms> ms (slowest subtask <ms> ms)`.
 //! Then the cost of a canonical savepoint against a native one for the same keys in one subtask (the native
 //! snapshot, the conversion with `write_canonical`, and restores from either) as `canonical <what> <keys> keys:
-//! <ms> ms` lines. Run: `cargo bench -p weir-state --bench rescale` (`WEIR_BENCH_KEYS` to change the size).
+//! <ms> ms` lines. Run: `cargo bench -p weir-state --bench rescale` (`WEIR_BENCH_KEYS` to change the size,
+//! `WEIR_BENCH_ONLY=rescale` or `canonical` for one half).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -205,7 +206,10 @@ fn main() {
     let tmp = tempfile::tempdir().expect("temp dir");
     // The old snapshots of each old parallelism, made once.
     let mut olds = std::collections::BTreeMap::new();
-    for (p_old, p_new) in [(2u32, 2u32), (2, 4), (4, 2)] {
+    // `WEIR_BENCH_ONLY=canonical` (or `rescale`) runs one half.
+    let only = std::env::var("WEIR_BENCH_ONLY").unwrap_or_default();
+    let cases: &[(u32, u32)] = if only == "canonical" { &[] } else { &[(2, 2), (2, 4), (4, 2)] };
+    for &(p_old, p_new) in cases {
         let case = format!("{p_old}->{p_new}");
         let old =
             olds.entry(p_old).or_insert_with(|| old_snapshots(&tmp.path().join(format!("old{p_old}")), keys, p_old));
@@ -228,7 +232,9 @@ fn main() {
         );
         println!("  ({case} runs, sorted: {} ms)", runs.join(", "));
     }
-    for kind in [StateBackendKind::Rocksdb, StateBackendKind::Heap] {
+    let kinds: &[StateBackendKind] =
+        if only == "rescale" { &[] } else { &[StateBackendKind::Rocksdb, StateBackendKind::Heap] };
+    for &kind in kinds {
         canonical_costs(&tmp.path().join(format!("canonical-{}", SnapshotFormat::native(kind))), kind, keys);
     }
 }

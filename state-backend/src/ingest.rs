@@ -83,11 +83,18 @@ impl FrozenRows {
         (0..self.rows.len()).map(|i| self.row(i))
     }
 
-    /// Writes the rows, sorted by key, into a new SST file at `path`.
-    fn write_sst(&self, path: &Path) -> Result<u64, StateError> {
+    /// Writes the rows, sorted by key, into a new SST file at `path`; returns its size and its smallest and
+    /// largest keys.
+    fn write_sst(&self, path: &Path) -> Result<(u64, Option<KeyBounds>), StateError> {
         let mut order: Vec<u32> = (0..self.rows.len() as u32).collect();
         order.sort_unstable_by(|&a, &b| self.row(a as usize).0.cmp(self.row(b as usize).0));
-        write_sst(path, order.into_iter().map(|i| self.row(i as usize)))
+        let bounds = match (order.first(), order.last()) {
+            (Some(&first), Some(&last)) => {
+                Some((self.row(first as usize).0.to_vec(), self.row(last as usize).0.to_vec()))
+            }
+            _ => None,
+        };
+        Ok((write_sst(path, order.into_iter().map(|i| self.row(i as usize)))?, bounds))
     }
 }
 
@@ -155,6 +162,9 @@ pub(crate) fn write_sst<'a>(
     Ok(w.file_size())
 }
 
+/// The smallest and largest row key of an SST file.
+pub(crate) type KeyBounds = (Vec<u8>, Vec<u8>);
+
 /// One SST of a snapshot to ingest on restore.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct IngestEntry {
@@ -162,6 +172,10 @@ pub(crate) struct IngestEntry {
     pub(crate) file: String,
     /// Column family it belongs to.
     pub(crate) column_family: String,
+    /// Its smallest and largest row key, which a rescaled restore checks before importing the file (absent in
+    /// snapshots of earlier versions, whose files it then copies row by row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) keys: Option<KeyBounds>,
 }
 
 /// The content of [`INGEST_MANIFEST`].
@@ -282,7 +296,7 @@ fn write_and_ingest(
     for (i, rows) in frozen.iter().enumerate() {
         let name = format!("ingest-{seq}-{i}.sst");
         let path = snapshot_dir.join(&name);
-        let size = rows.write_sst(&path)?;
+        let (size, keys) = rows.write_sst(&path)?;
         let mut final_name = name.clone();
         if ingested {
             let link = link_dir.join(&name);
@@ -306,7 +320,7 @@ fn write_and_ingest(
                 }
             }
         }
-        manifest.files.push(IngestEntry { file: final_name.clone(), column_family: rows.column_family.clone() });
+        manifest.files.push(IngestEntry { file: final_name.clone(), column_family: rows.column_family.clone(), keys });
         files.push((final_name, size));
     }
     let json = serde_json::to_vec(&manifest).map_err(|e| StateError::Corrupt(e.to_string()))?;
@@ -316,10 +330,9 @@ fn write_and_ingest(
     Ok((files, ingested))
 }
 
-/// Moves a restored snapshot's SSTs to ingest (and its manifest) out of the database directory `db_dir` into
-/// `aside`, before the database is opened; returns what to ingest, in order.
-pub(crate) fn set_aside(db_dir: &Path, aside: &Path) -> Result<Vec<IngestEntry>, StateError> {
-    let manifest_path = db_dir.join(INGEST_MANIFEST);
+/// The SSTs a snapshot in `dir` ingests on restore, in order (none without a manifest).
+pub(crate) fn read_manifest(dir: &Path) -> Result<Vec<IngestEntry>, StateError> {
+    let manifest_path = dir.join(INGEST_MANIFEST);
     let bytes = match std::fs::read(&manifest_path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -327,16 +340,29 @@ pub(crate) fn set_aside(db_dir: &Path, aside: &Path) -> Result<Vec<IngestEntry>,
     };
     let manifest: IngestManifest = serde_json::from_slice(&bytes)
         .map_err(|e| StateError::Corrupt(format!("snapshot file {INGEST_MANIFEST}: {e}")))?;
-    std::fs::create_dir_all(aside).map_err(|e| StateError::io(format!("create {}", aside.display()), e))?;
     for entry in &manifest.files {
         if entry.file.contains('/') || entry.file.starts_with('.') {
             return Err(StateError::Corrupt(format!("snapshot file {INGEST_MANIFEST} names {:?}", entry.file)));
         }
+    }
+    Ok(manifest.files)
+}
+
+/// Moves a restored snapshot's SSTs to ingest (and its manifest) out of the database directory `db_dir` into
+/// `aside`, before the database is opened; returns what to ingest, in order.
+pub(crate) fn set_aside(db_dir: &Path, aside: &Path) -> Result<Vec<IngestEntry>, StateError> {
+    let files = read_manifest(db_dir)?;
+    let manifest_path = db_dir.join(INGEST_MANIFEST);
+    if !manifest_path.exists() {
+        return Ok(files);
+    }
+    std::fs::create_dir_all(aside).map_err(|e| StateError::io(format!("create {}", aside.display()), e))?;
+    for entry in &files {
         let (from, to) = (db_dir.join(&entry.file), aside.join(&entry.file));
         std::fs::rename(&from, &to)
             .map_err(|e| StateError::io(format!("snapshot file {} listed in {INGEST_MANIFEST}", entry.file), e))?;
     }
     std::fs::remove_file(&manifest_path)
         .map_err(|e| StateError::io(format!("remove {}", manifest_path.display()), e))?;
-    Ok(manifest.files)
+    Ok(files)
 }

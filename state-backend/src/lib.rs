@@ -21,8 +21,9 @@
 //!   the barrier, written as SST files and ingested by a background thread.
 //! - [`heap`]: in-memory backend with the same behaviour, for small state and tests.
 //! - [`rescale`]: [`open_keyed_backend_from`] restores one backend from several snapshots ([`RestoreSource`], in
-//!   any [`SnapshotFormat`]), clipped to its key-group range — RocksDB by clipping the largest native snapshot
-//!   with range deletes and merging the others through SST ingestion — as a subtask does when a job rescales.
+//!   any [`SnapshotFormat`]), clipped to its key-group range — RocksDB by importing the native snapshots' SST
+//!   files whole (`import.rs`, RocksDB's column-family import through its C API) and cutting the rest with range
+//!   deletes, other formats through SST ingestion — as a subtask does when a job rescales.
 //! - [`canonical`]: the backend-independent canonical snapshot format (`canonical-state.bin`, ordered by key
 //!   group) and [`write_canonical`], which converts a native snapshot into it; heap ↔ RocksDB moves go through
 //!   it. Its file structure is the heap snapshot's (`statefile.rs`).
@@ -42,6 +43,7 @@ pub mod canonical;
 pub mod codec;
 pub mod handles;
 pub mod heap;
+pub(crate) mod import;
 pub mod ingest;
 pub mod keyed;
 pub mod layout;

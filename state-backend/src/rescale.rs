@@ -6,21 +6,29 @@
 //!
 //! ## RocksDB target
 //!
-//! As Flink's `RocksDBIncrementalRestoreOperation`, but merging by SST ingestion instead of write batches:
+//! As Flink's `RocksDBIncrementalRestoreOperation` with its "ingest DB" mode, but importing whole SST files
+//! where Flink copies records:
 //!
-//! 1. The native RocksDB source with the largest overlap with `R` is the *base*: it is moved into place and
-//!    opened as any restore (its ingest files applied, the TTL registry filled from its kind rows). A single
-//!    source whose range is `R` is just that: a rename, no copy.
-//! 2. If the base's range is not `R`, the rows outside `R` are cut with one `delete_range` per interval and state
-//!    column family (a key-group range is one byte interval of row keys, see [`crate::layout`]).
-//! 3. Every other source is merged: its rows within `R` are written, per state, into an SST file with
-//!    `SstFileWriter` and ingested — never record by record through the memtable. Another RocksDB snapshot is
-//!    opened in a scratch directory of its own (under `work_dir/rescale`, removed afterwards) and iterated within
-//!    `R`'s byte bounds; a canonical file is already in RocksDB's order and is streamed; a heap file is sorted one
-//!    state at a time. A state the base lacks gets its column family (with the options registration would give
-//!    it: TTL compaction filter, periodic compaction), its kind row and its TTL registry entry first.
+//! 1. A single native RocksDB source is moved into place and opened as any restore (its ingest files applied,
+//!    the TTL registry filled from its kind rows) — a rename, no copy. If its key-group range is not `R`, the
+//!    rows outside `R` are cut with one `delete_range` per interval and state column family (a key-group range
+//!    is one byte interval of row keys, see [`crate::layout`]).
+//! 2. Several native RocksDB sources are merged into a new database by RocksDB's column-family import
+//!    ([`crate::import`]): each source is read without opening it for writing, and every state's column
+//!    family is created from the SST files of all of them at once, each file keeping its level and sequence
+//!    numbers (an ingest file gets the one its restore would give it). Their key ranges cannot overlap: each
+//!    source holds only its own key groups, which is checked file by file. Rows outside `R` that came along
+//!    are then cut as above. A source's state that an import could not carry exactly — range deletions (from
+//!    an earlier clip; RocksDB recomputes a file's bounds from its content, which a range tombstone may
+//!    overstate), a file whose key range is unknown or outside the source's key groups — is copied instead:
+//!    its rows within `R` are written into an SST file with `SstFileWriter` and ingested.
+//! 3. Heap and canonical sources are merged the same way: a canonical file is already in RocksDB's order and
+//!    is streamed; a heap file is sorted one state at a time. A state the database lacks gets its column
+//!    family (with the options registration would give it: TTL compaction filter, periodic compaction), its
+//!    kind row and its TTL registry entry first.
 //!
-//! Without a native RocksDB source the database starts empty and every source is ingested.
+//! Without a native RocksDB source the database starts empty and every source is ingested. Merging never
+//! writes rows through the memtable.
 //!
 //! ## Heap target
 //!
@@ -37,9 +45,10 @@
 
 use crate::canonical::{self, CANONICAL_FILE};
 use crate::heap::HeapBackend;
+use crate::import::SstFile;
 use crate::ingest::{sst_options, SstSink};
 use crate::keyed::KeyedStateBackend;
-use crate::layout::{map_prefix_of_row, row_in};
+use crate::layout::{map_prefix_of_row, row_in, RowKeyBuilder};
 use crate::meta::{check_same_declaration, KindRecord, StateKind};
 use crate::rocks::{RocksDbBackend, RocksOptions};
 use crate::statefile::{Row, SortBuffer, StateFileReader, HEAP_V1, HEAP_V2};
@@ -245,82 +254,144 @@ pub(crate) fn restore_rocksdb(
     work_dir: &Path,
     max_parallelism: u32,
     range: KeyGroupRange,
-    mut sources: Vec<RestoreSource>,
+    sources: Vec<RestoreSource>,
     rocks: &RocksOptions,
 ) -> Result<RocksDbBackend, StateError> {
-    let overlap = |s: &RestoreSource| s.key_group_range.intersection(&range).map_or(0, |r| r.len());
-    // The first of the largest, so that equal overlaps pick the same base every time.
-    let base = sources
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.format == SnapshotFormat::Rocksdb)
-        .fold(None, |best: Option<(usize, u32)>, (i, s)| match best {
-            Some((_, o)) if o >= overlap(s) => best,
-            _ => Some((i, overlap(s))),
-        })
-        .map(|(i, _)| sources.remove(i));
-    let mut db =
-        RocksDbBackend::open(work_dir, max_parallelism, range, base.as_ref().map(|b| b.dir.as_path()), rocks.clone())?;
-    if let Some(base) = &base {
-        if base.key_group_range != range {
-            db.clip(range)?;
-        }
-    }
-    if sources.is_empty() {
-        return Ok(db);
-    }
+    let (mut natives, others): (Vec<_>, Vec<_>) =
+        sources.into_iter().partition(|s| s.format == SnapshotFormat::Rocksdb);
     let mut declared = Declarations::default();
-    if let Some(base) = &base {
-        for (name, record) in db.stored_states()? {
-            declared.add(&name, record, &base.dir)?;
+    let scratch =
+        if natives.len() > 1 || !others.is_empty() { Some(Scratch::create(work_dir.join("rescale"))?) } else { None };
+    let mut db = match (natives.pop(), &scratch) {
+        (None, _) => RocksDbBackend::open(work_dir, max_parallelism, range, None, rocks.clone())?,
+        (Some(base), None) => {
+            let db = RocksDbBackend::open(work_dir, max_parallelism, range, Some(&base.dir), rocks.clone())?;
+            if base.key_group_range != range {
+                db.clip(range)?;
+            }
+            db
         }
-    }
-    let scratch = Scratch::create(work_dir.join("rescale"))?;
-    for (i, source) in sources.iter().enumerate() {
-        let started = Instant::now();
-        let dir = scratch.0.join(i.to_string());
-        let rows = match source.format {
-            SnapshotFormat::Rocksdb => {
-                merge_rocksdb(&mut db, &mut declared, source, &dir, max_parallelism, range, rocks)?
-            }
-            SnapshotFormat::Heap | SnapshotFormat::Canonical => {
-                merge_state_file(&mut db, &mut declared, source, &dir, range)?
-            }
-        };
-        tracing::debug!(dir = %source.dir.display(), format = %source.format, rows,
-            ms = started.elapsed().as_millis() as u64, "merged a snapshot into the restored database");
+        (Some(last), Some(scratch)) => {
+            natives.push(last);
+            import_rocksdb(work_dir, &scratch.0, max_parallelism, range, natives, &mut declared, rocks)?
+        }
+    };
+    if let Some(scratch) = &scratch {
+        for (i, source) in others.iter().enumerate() {
+            let started = Instant::now();
+            let rows = merge_state_file(&mut db, &mut declared, source, &scratch.0.join(format!("file-{i}")), range)?;
+            tracing::debug!(dir = %source.dir.display(), format = %source.format, rows,
+                ms = started.elapsed().as_millis() as u64, "merged a snapshot into the restored database");
+        }
     }
     Ok(db)
 }
 
-/// Merges the rows of another RocksDB snapshot within `range` into `db`, through SST files made in `scratch`;
-/// returns how many rows it merged.
-fn merge_rocksdb(
-    db: &mut RocksDbBackend,
-    declared: &mut Declarations,
-    source: &RestoreSource,
+/// The RocksDB backend holding the rows of the native RocksDB snapshots `natives` in `range`, built in
+/// `scratch`.
+///
+/// Each snapshot is opened (its ingest files applied), and each of its states' column families is *imported*
+/// whole into a new database when that is exact — its rows all in SST files, no range deletion, every file within
+/// the snapshot's key-group range (so files of different snapshots never overlap) —, else its rows within
+/// `range` are copied through an SST file. Rows outside `range` that came along are then cut with range deletes.
+fn import_rocksdb(
+    work_dir: &Path,
     scratch: &Path,
     max_parallelism: u32,
     range: KeyGroupRange,
+    natives: Vec<RestoreSource>,
+    declared: &mut Declarations,
     rocks: &RocksOptions,
-) -> Result<u64, StateError> {
-    let part = source.key_group_range.intersection(&range).unwrap_or(range);
-    // Opened as a restore of its own, so that its ingest files are applied.
-    let src = RocksDbBackend::open(scratch, max_parallelism, source.key_group_range, Some(&source.dir), rocks.clone())?;
-    let opts = sst_options();
-    let mut rows = 0;
-    for (j, (name, record)) in src.stored_states()?.into_iter().enumerate() {
-        if declared.add(&name, record, &source.dir)? {
-            db.adopt_state(&name, &record)?;
+) -> Result<RocksDbBackend, StateError> {
+    let started = Instant::now();
+    let row = RowKeyBuilder::new(max_parallelism);
+    let mut opened = BTreeMap::new();
+    let mut imports: BTreeMap<String, Vec<SstFile>> = BTreeMap::new();
+    let mut records = BTreeMap::new();
+    let mut copies = Vec::new();
+    let mut cut = false;
+    for (i, source) in natives.iter().enumerate() {
+        let (lo, hi) = row.range_bounds(source.key_group_range);
+        let inside = |files: &[SstFile]| files.iter().all(|f| f.smallest_key >= lo && f.largest_key < hi);
+        let partial = source.key_group_range.intersection(&range) != Some(source.key_group_range);
+        // Most snapshots import whole, read without opening them for writing.
+        let snapshot = RocksDbBackend::read_snapshot_files(&source.dir, rocks)?;
+        if snapshot.files.values().all(|(files, exact)| *exact && inside(files)) {
+            for (name, record) in snapshot.states {
+                declared.add(&name, record, &source.dir)?;
+                records.insert(name, record);
+            }
+            for (name, (files, _)) in snapshot.files {
+                if !files.is_empty() {
+                    cut |= partial;
+                    imports.entry(name).or_default().extend(files);
+                }
+            }
+            continue;
         }
-        let mut sink = SstSink::new(&opts, scratch.join(format!("merge-{j}.sst")));
-        src.scan(&name, part, &mut |k, v| sink.put(k, v))?;
-        rows += sink.rows();
+        // Else it is opened as a restore of its own (its ingest files applied), and each state is imported or
+        // copied.
+        let src = RocksDbBackend::open(
+            &scratch.join(i.to_string()),
+            max_parallelism,
+            source.key_group_range,
+            Some(&source.dir),
+            rocks.clone(),
+        )?;
+        let mut files = src.freeze_state_files()?;
+        for (name, record) in src.stored_states()? {
+            declared.add(&name, record, &source.dir)?;
+            records.insert(name.clone(), record);
+            let Some((state_files, exact)) = files.remove(&name).filter(|(f, _)| !f.is_empty()) else { continue };
+            if exact && inside(&state_files) {
+                cut |= partial;
+                imports.entry(name).or_default().extend(state_files);
+            } else {
+                tracing::debug!(dir = %source.dir.display(), state = %name, exact,
+                    "copying a state's rows instead of importing its files");
+                copies.push((i, name));
+            }
+        }
+        opened.insert(i, src);
+    }
+    let imported = scratch.join("import");
+    RocksDbBackend::create_imported(&imported, &imports, rocks)?;
+    let mut db = RocksDbBackend::open(work_dir, max_parallelism, range, Some(&imported), rocks.clone())?;
+    for (name, record) in &records {
+        db.adopt_state(name, record)?;
+    }
+    let opts = sst_options();
+    let mut copied = 0;
+    for (j, (i, name)) in copies.iter().enumerate() {
+        let part = natives[*i].key_group_range.intersection(&range).unwrap_or(range);
+        let mut sink = SstSink::new(&opts, scratch.join(format!("copy-{j}.sst")));
+        let src = opened.get(i).ok_or_else(|| StateError::Restore(format!("snapshot {i} was not opened")))?;
+        src.scan(name, part, &mut |k, v| sink.put(k, v))?;
+        copied += sink.rows();
         if let Some(path) = sink.finish()? {
-            db.ingest_state_file(&name, &path)?;
+            db.ingest_state_file(name, &path)?;
         }
     }
-    Ok(rows)
+    if cut {
+        db.clip(range)?;
+    }
+    #[cfg(test)]
+    LAST_IMPORT.with(|c| c.set((imports.values().map(Vec::len).sum(), copies.len())));
+    tracing::debug!(
+        snapshots = natives.len(),
+        imported_files = imports.values().map(Vec::len).sum::<usize>(),
+        copied_states = copies.len(),
+        copied_rows = copied,
+        ms = started.elapsed().as_millis() as u64,
+        "merged native RocksDB snapshots"
+    );
+    Ok(db)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// SST files imported and states copied by this thread's last [`import_rocksdb`] (tests).
+    static LAST_IMPORT: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 /// Merges the rows of a heap or canonical snapshot within `range` into `db`, one SST file per state made in
@@ -639,12 +710,13 @@ mod tests {
         tmp: &Path,
         what: &str,
         target: StateBackendKind,
-        m: u32,
-        p_new: u32,
+        (m, p_new): (u32, u32),
         old: &[RestoreSource],
         stored: &StoredContent,
-    ) {
+        copy_expected: bool,
+    ) -> Vec<RestoreSource> {
         let rocks = rocks_options();
+        let mut snapshots = Vec::new();
         let dir = tmp.join(format!("new-{what}"));
         let mut union = BTreeSet::new();
         for j in 0..p_new {
@@ -656,8 +728,20 @@ mod tests {
                 sources.push(RestoreSource { dir: copy, ..s.clone() });
             }
             let work = dir.join(format!("w{j}"));
+            let natives = sources.iter().filter(|s| s.format == SnapshotFormat::Rocksdb).count();
+            LAST_IMPORT.with(|c| c.set((0, 0)));
             let mut b = open_keyed_backend_from(target, &work, m, range, sources, &rocks)
                 .unwrap_or_else(|e| panic!("{what}: subtask {j}: {e}"));
+            let (imported, copied) = LAST_IMPORT.with(|c| c.get());
+            if natives > 1 {
+                match copy_expected {
+                    false => assert!(
+                        imported > 0 && copied == 0,
+                        "{what}: subtask {j}: {imported} files imported, {copied} states copied"
+                    ),
+                    true => assert!(copied > 0, "{what}: subtask {j}: clipped snapshots are copied, not imported"),
+                }
+            }
             assert!(!work.join("rescale").exists(), "{what}: scratch space is removed");
             let (records, rows) = b.stored();
             assert_eq!(records, stored.0, "{what}: subtask {j} knows every state as declared");
@@ -668,10 +752,17 @@ mod tests {
                     "{what}: subtask {j} {range:?} holds a row of key group {kg}: {row:?}"
                 );
             }
+            // The restored backend snapshots and restores as any other.
+            let mut snap = b.snapshot_sync(&dir.join(format!("again-{j}"))).unwrap();
+            snap.ready_blocking().unwrap();
+            let copy = dir.join(format!("again-copy-{j}"));
+            copy_dir(&snap.dir, &copy);
+            snapshots.push(RestoreSource {
+                dir: copy,
+                format: SnapshotFormat::from_name(snap.backend).unwrap(),
+                key_group_range: range,
+            });
             if j == 0 {
-                // The restored backend snapshots and restores as any other.
-                let mut snap = b.snapshot_sync(&dir.join("again")).unwrap();
-                snap.ready_blocking().unwrap();
                 let mut again =
                     open_keyed_backend(target, &dir.join("again-w"), m, range, Some(&snap.dir), &rocks).unwrap();
                 assert!(
@@ -701,6 +792,7 @@ mod tests {
             union.len(),
             stored.1.len()
         );
+        snapshots
     }
 
     /// Rescales from `p_old` to `p_new` subtasks: both max parallelism prefix widths, every source format and
@@ -729,7 +821,7 @@ mod tests {
             ];
             for (source, target, sources) in cases {
                 let what = format!("{p_old}->{p_new} m={m} {source} into {}", SnapshotFormat::native(target));
-                restore_and_check(tmp.path(), &what, target, m, p_new, sources, &from_rocks.stored);
+                restore_and_check(tmp.path(), &what, target, (m, p_new), sources, &from_rocks.stored, false);
             }
         }
     }
@@ -762,6 +854,70 @@ mod tests {
     #[test]
     fn rescale_3_to_1() {
         rescale(3, 1);
+    }
+
+    /// 2 -> 3 -> 2 on RocksDB: the middle subtasks' databases were clipped with range deletions, which an
+    /// import could not carry exactly, so the second restore copies those states; the rows stay exact.
+    #[test]
+    fn a_rescale_of_clipped_databases_copies_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = 128;
+        let old = old_subtasks(tmp.path(), StateBackendKind::Rocksdb, m, 2);
+        let rocks = StateBackendKind::Rocksdb;
+        let middle = restore_and_check(tmp.path(), "2->3", rocks, (m, 3), &old.native, &old.stored, false);
+        restore_and_check(tmp.path(), "3->2", rocks, (m, 2), &middle, &old.stored, true);
+    }
+
+    /// A second snapshot holds rows of the first one in its checkpoint files (an ingested file, whose rows carry
+    /// sequence number 0) and newer values and deletions of the same keys in files it ingests on restore: merged
+    /// by import, the newest version of every row wins.
+    #[test]
+    fn imported_snapshots_keep_the_newest_version_of_each_row() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (m, keys) = (128u32, 2000u64);
+        let rocks = rocks_options();
+        let mut sources = Vec::new();
+        for i in 0..2 {
+            let range = KeyGroupRange::for_subtask(SubtaskIndex(i), 2, m);
+            let dir = tmp.path().join(format!("old{i}"));
+            let mut b = open_keyed_backend(StateBackendKind::Rocksdb, &dir.join("w"), m, range, None, &rocks).unwrap();
+            let mut st = ValueState::<u64>::register(b.as_mut(), "v").unwrap();
+            let mine: Vec<u64> = (0..keys).filter(|k| range.contains(key_group_for_key(&key(*k), m))).collect();
+            for &k in &mine {
+                b.set_current_key(&key(k));
+                st.update(b.as_mut(), &k).unwrap();
+            }
+            let mut first = b.snapshot_sync(&dir.join("first")).unwrap();
+            first.ready_blocking().unwrap();
+            for &k in mine.iter().filter(|k| *k % 3 == 0) {
+                b.set_current_key(&key(k));
+                match k % 2 {
+                    0 => st.clear(b.as_mut()).unwrap(),
+                    _ => st.update(b.as_mut(), &(k * 10)).unwrap(),
+                }
+            }
+            let mut second = b.snapshot_sync(&dir.join("second")).unwrap();
+            second.ready_blocking().unwrap();
+            assert!(second.dir.join(crate::ingest::INGEST_MANIFEST).exists(), "the newer rows are ingested on restore");
+            sources.push(RestoreSource { dir: second.dir, format: SnapshotFormat::Rocksdb, key_group_range: range });
+        }
+        let all = KeyGroupRange { start: 0, end: m - 1 };
+        LAST_IMPORT.with(|c| c.set((0, 0)));
+        let mut b =
+            open_keyed_backend_from(StateBackendKind::Rocksdb, &tmp.path().join("new"), m, all, sources, &rocks)
+                .unwrap();
+        let (imported, copied) = LAST_IMPORT.with(|c| c.get());
+        assert!(imported >= 4 && copied == 0, "{imported} files imported, {copied} states copied");
+        let st = ValueState::<u64>::register(b.as_mut(), "v").unwrap();
+        for k in 0..keys {
+            b.set_current_key(&key(k));
+            let want = match (k % 3, k % 2) {
+                (0, 0) => None,
+                (0, _) => Some(k * 10),
+                _ => Some(k),
+            };
+            assert_eq!(st.value(b.as_mut()).unwrap(), want, "key {k}");
+        }
     }
 
     /// One backend of `kind` owning `range`, with `f` run on it, snapshotted into `dir`.

@@ -53,6 +53,7 @@
 //! only keep or drop a row); it reads the clock once per 1000 rows.
 
 use crate::cache::{Cached, RowCache};
+use crate::import::{self, SstFile};
 use crate::ingest::{self, Background};
 use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
 use crate::layout::{decode_list, outside_bounds, prefix_successor, RowKeyBuilder};
@@ -70,7 +71,7 @@ use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilt
 use rocksdb::{
     ColumnFamily, Direction, IteratorMode, MergeOperands, Options, ReadOptions, WriteBatch, WriteOptions, DB,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -235,6 +236,30 @@ fn list_files(dir: &Path) -> Result<Vec<(String, u64)>, StateError> {
 fn cf_handle<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, StateError> {
     db.cf_handle(&RocksDbBackend::cf_name(name))
         .ok_or_else(|| StateError::Corrupt(format!("column family of state {name:?} vanished")))
+}
+
+/// Every state column family of `cfs` in `db` with its kind record, sorted by name.
+fn stored_states_of(db: &DB, cfs: &[String]) -> Result<Vec<(String, KindRecord)>, StateError> {
+    let mut out = Vec::new();
+    for cf in cfs {
+        let Some(name) = cf.strip_prefix("state.") else { continue };
+        let record = match db.get(rocks_kind_row(name))? {
+            Some(b) => decode_kind_record(&b)?,
+            None => (StateKind::Value, None, false),
+        };
+        out.push((name.to_string(), record));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// A native snapshot's states and files, as [`RocksDbBackend::read_snapshot_files`] reads them.
+pub(crate) struct SnapshotFiles {
+    /// Every state with its kind record, by name.
+    pub(crate) states: Vec<(String, KindRecord)>,
+    /// Each state's SST files, and whether they hold its rows exactly as the snapshot does — no range deletion,
+    /// no row in a memtable, the key range of every file known — so that importing them is a restore.
+    pub(crate) files: BTreeMap<String, (Vec<SstFile>, bool)>,
 }
 
 /// Keyed state in a local RocksDB instance.
@@ -405,7 +430,7 @@ impl RocksDbBackend {
         Ok(())
     }
 
-    fn cf_name(state: &str) -> String {
+    pub(crate) fn cf_name(state: &str) -> String {
         format!("state.{state}")
     }
 
@@ -417,17 +442,65 @@ impl RocksDbBackend {
     /// Every state the database holds (restored ones included) with its kind record, sorted by name. A column
     /// family without a kind row predates kinds and holds value rows.
     pub(crate) fn stored_states(&self) -> Result<Vec<(String, KindRecord)>, StateError> {
-        let mut out = Vec::new();
-        for cf in &self.column_families {
-            let Some(name) = cf.strip_prefix("state.") else { continue };
-            let record = match self.db.get(rocks_kind_row(name))? {
-                Some(b) => decode_kind_record(&b)?,
-                None => (StateKind::Value, None, false),
-            };
-            out.push((name.to_string(), record));
+        stored_states_of(&self.db, &self.column_families)
+    }
+
+    /// Reads what a rescaled restore needs to import the native snapshot in `dir` without opening it for
+    /// writing (a read-only open costs a fifth of one): its states and the SST files of each, those it would
+    /// ingest on restore included, with the sequence numbers the ingestion would give them.
+    pub(crate) fn read_snapshot_files(dir: &Path, opts: &RocksOptions) -> Result<SnapshotFiles, StateError> {
+        let o = cf_options(opts);
+        let cfs = DB::list_cf(&o, dir)?;
+        let db = DB::open_cf_for_read_only(&o, dir, &cfs, false)?;
+        let states = stored_states_of(&db, &cfs)?;
+        let mut live = import::live_files(&db)?;
+        let mut files = BTreeMap::new();
+        for (state, _) in &states {
+            let cf_name = Self::cf_name(state);
+            let cf =
+                db.cf_handle(&cf_name).ok_or_else(|| StateError::Corrupt(format!("no column family {cf_name:?}")))?;
+            let mut exact = import::range_deletions(&db, cf)? == 0;
+            for prop in ["rocksdb.num-entries-active-mem-table", "rocksdb.num-entries-imm-mem-tables"] {
+                exact &= db.property_int_value_cf(cf, prop)? == Some(0);
+            }
+            let (mine, rest) = live.into_iter().partition(|f| f.column_family == cf_name);
+            live = rest;
+            files.insert(state.clone(), (mine, exact));
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
+        let mut seqno = db.latest_sequence_number();
+        for entry in ingest::read_manifest(dir)? {
+            let Some(state) = entry.column_family.strip_prefix("state.") else { continue };
+            let Some((state_files, exact)) = files.get_mut(state) else {
+                return Err(StateError::Corrupt(format!(
+                    "snapshot {} ingests {} into column family {:?}, which it does not have",
+                    dir.display(),
+                    entry.file,
+                    entry.column_family
+                )));
+            };
+            let path = dir.join(&entry.file);
+            let size =
+                std::fs::metadata(&path).map_err(|e| StateError::io(format!("stat {}", path.display()), e))?.len();
+            // Ingested one after the other, each newer than everything before it.
+            seqno += 1;
+            let (smallest_key, largest_key) = entry.keys.unwrap_or_else(|| {
+                *exact = false;
+                Default::default()
+            });
+            state_files.push(SstFile {
+                column_family: entry.column_family,
+                path,
+                level: 0,
+                size: size as usize,
+                smallest_key,
+                largest_key,
+                smallest_seqno: seqno,
+                largest_seqno: seqno,
+                entries: 0,
+                deletions: 0,
+            });
+        }
+        Ok(SnapshotFiles { states, files })
     }
 
     /// Deletes the rows of every state outside key groups `range`: one range delete per interval and column
@@ -512,6 +585,49 @@ impl RocksDbBackend {
     #[cfg(test)]
     pub(crate) fn row_count(&self, state: &str) -> usize {
         self.db.iterator_cf(cf_handle(&self.db, state).unwrap(), IteratorMode::Start).count()
+    }
+
+    /// The live SST files of each state column family, kept on disk as listed until the backend closes, and
+    /// whether the column family's rows are all in them as written — none in a memtable, no range deletion —
+    /// so that a rescaled restore may import the files whole ([`crate::import`]).
+    pub(crate) fn freeze_state_files(&self) -> Result<BTreeMap<String, (Vec<SstFile>, bool)>, StateError> {
+        let mut files = import::freeze_live_files(&self.db)?;
+        let mut out = BTreeMap::new();
+        for cf_name in &self.column_families {
+            let Some(state) = cf_name.strip_prefix("state.") else { continue };
+            let cf = self
+                .db
+                .cf_handle(cf_name)
+                .ok_or_else(|| StateError::Corrupt(format!("column family {cf_name:?} vanished")))?;
+            let mut whole = import::range_deletions(&self.db, cf)? == 0;
+            for prop in ["rocksdb.num-entries-active-mem-table", "rocksdb.num-entries-imm-mem-tables"] {
+                whole &= self.db.property_int_value_cf(cf, prop)? == Some(0);
+            }
+            let (mine, rest) = files.into_iter().partition(|f| f.column_family == *cf_name);
+            files = rest;
+            out.insert(state.to_string(), (mine, whole));
+        }
+        Ok(out)
+    }
+
+    /// Creates in `path` a database, closed again, whose state column families hold the SST files `files`
+    /// (by state name; imported, so the files move). Opened with [`RocksDbBackend::open`] as a restore, it is a
+    /// backend; its states need [`RocksDbBackend::adopt_state`] then (the kind rows), before anything else.
+    pub(crate) fn create_imported(
+        path: &Path,
+        files: &BTreeMap<String, Vec<SstFile>>,
+        opts: &RocksOptions,
+    ) -> Result<(), StateError> {
+        let mut o = cf_options(opts);
+        o.create_if_missing(true);
+        // Nothing may rewrite the files before the backend opens them with its compaction filters.
+        o.set_disable_auto_compactions(true);
+        let db = DB::open(&o, path)?;
+        for (state, files) in files {
+            import::create_column_family_with_import(&db, &Self::cf_name(state), &o, files)?;
+        }
+        drop(db);
+        Ok(())
     }
 
     /// Ingests an SST file (moved into the database) into `state`'s column family.

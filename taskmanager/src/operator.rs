@@ -76,7 +76,8 @@ pub struct RuntimeInfo {
 pub struct InitContext<'a> {
     /// Where the operator runs.
     pub info: &'a RuntimeInfo,
-    /// Whether state was restored from a checkpoint.
+    /// Whether this operator's state was restored from a checkpoint or savepoint: false for an operator whose uid
+    /// it does not hold (new in the job), even when the rest of the job restores.
     pub restored: bool,
     /// The operator's (non-keyed) state.
     pub operator_state: &'a mut OperatorStateStore,

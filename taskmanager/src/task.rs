@@ -524,11 +524,13 @@ impl Task {
             };
             ops.push(ChainOp { info, head, keyed, op_state });
         }
-        let is_restored = desc.restore.is_some();
         for op in &mut ops {
+            // Per operator: one whose uid the checkpoint or savepoint lacks (new in this job) starts afresh —
+            // a source added to a job reads from its beginning — even when the rest of the job restores.
+            let restored = desc.restore.as_ref().is_some_and(|r| r.operators.contains_key(&op.info.uid));
             let mut ctx = InitContext {
                 info: &op.info,
-                restored: is_restored,
+                restored,
                 operator_state: &mut op.op_state,
                 keyed: keyed_mut(&mut op.keyed),
             };

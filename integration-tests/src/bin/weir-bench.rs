@@ -44,6 +44,11 @@ struct Args {
     /// State backend: rocksdb or heap.
     #[arg(long, default_value = "rocksdb")]
     backend: String,
+    /// Instead of the throughput run: fill the state with about `--keys` keys (an unbounded source at
+    /// `--keys`/20 records/s for 25 s, still running at that rate afterwards), then take this many native and
+    /// this many canonical savepoints, alternating, 2 s apart, and time each `weir savepoint trigger` call.
+    #[arg(long)]
+    savepoints: Option<usize>,
 }
 
 /// Records in the calibration run.
@@ -111,7 +116,92 @@ fn bytes(b: u64) -> String {
     }
 }
 
+/// Times native against canonical savepoints of a running job holding the counts of `args.keys` records
+/// over `args.keys` keys (as Flink's `SavepointBench`, `n = k`, `mode=hold`): a first job counts them and is
+/// stopped with a savepoint; a second one restores the counts, with a source of its own (a new uid) that
+/// emits one record per second, so that the job is all but idle while the savepoints are taken.
+fn savepoints(args: &Args, count: usize) -> Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(args.taskmanagers, args.slots))?;
+    let rate = (args.keys / 5).max(1000);
+    let mut fill = CountJob::unbounded("fill", args.keys, 1)
+        .rate(rate)
+        .parallelism(args.parallelism)
+        .checkpoint_every_ms(args.checkpoint_ms)
+        .into_blackhole();
+    fill.state_backend = args.backend.clone();
+    let id = cluster.submit(&fill.yaml())?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
+    eprintln!("filling: {rate} records/s for 5 s over {} keys", args.keys);
+    std::thread::sleep(Duration::from_secs(5));
+    let filled = cluster.stop_with_savepoint(&id, false, "native")?;
+    let mut hold = CountJob::unbounded("hold", args.keys, 2)
+        .rate(1)
+        .parallelism(args.parallelism)
+        .checkpoint_every_ms(args.checkpoint_ms)
+        .into_blackhole();
+    hold.state_backend = args.backend.clone();
+    let spec = hold.yaml().replace("uid: events", "uid: idle").replace("input: events", "input: idle");
+    let id = cluster.submit_from(&spec, &filled, "no-claim", true)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(120))?;
+    let dir = tempfile::tempdir()?;
+    let mut times: std::collections::BTreeMap<&str, Vec<u128>> = Default::default();
+    for i in 0..count {
+        for format in ["native", "canonical"] {
+            std::thread::sleep(Duration::from_secs(2));
+            let target = dir.path().join(format!("{i}-{format}"));
+            let target_str = format!("file://{}", target.display());
+            let t = Instant::now();
+            let out = cluster.cli_json(&["savepoint", "trigger", &id, &target_str, "--format", format])?;
+            let ms = t.elapsed().as_millis();
+            let url = out["savepoint"].as_str().unwrap_or("?");
+            let size = dir_size(&target);
+            println!("savepoint {format} run {i}: {ms} ms ({}) {url}", bytes(size));
+            times.entry(format).or_default().push(ms);
+        }
+    }
+    let info = cluster.job(&id)?;
+    for (format, mut ms) in times {
+        ms.sort();
+        println!(
+            "savepoint {format} {} keys (p={}, {}): median {} ms of {}",
+            args.keys,
+            args.parallelism,
+            args.backend,
+            ms[ms.len() / 2],
+            ms.len()
+        );
+    }
+    println!("{:<28} {}", "restarts", info.restarts);
+    for c in cluster.checkpoints(&id)? {
+        println!(
+            "  checkpoint {} {} {} ms (job manager's trigger -> complete), {}",
+            c.id,
+            c.status,
+            c.duration_ms,
+            bytes(c.full_size_bytes)
+        );
+    }
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+/// Bytes of every file under `dir`.
+fn dir_size(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+        })
+        .sum()
+}
+
 fn run(args: Args) -> Result<()> {
+    if let Some(count) = args.savepoints {
+        return savepoints(&args, count);
+    }
     let records = match args.records {
         Some(n) => n,
         None => {
