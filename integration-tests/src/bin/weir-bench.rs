@@ -44,9 +44,9 @@ struct Args {
     /// State backend: rocksdb or heap.
     #[arg(long, default_value = "rocksdb")]
     backend: String,
-    /// Instead of the throughput run: fill the state with about `--keys` keys (an unbounded source at
-    /// `--keys`/20 records/s for 25 s, still running at that rate afterwards), then take this many native and
-    /// this many canonical savepoints, alternating, 2 s apart, and time each `weir savepoint trigger` call.
+    /// Instead of the throughput run: count about `--keys` records over `--keys` keys (`--keys`/10 records/s
+    /// for 10 s), then, in a job restored from that with an all but idle source, take this many native and this
+    /// many canonical savepoints, alternating, 2 s apart, and time each `weir savepoint trigger` call.
     #[arg(long)]
     savepoints: Option<usize>,
 }
@@ -116,13 +116,14 @@ fn bytes(b: u64) -> String {
     }
 }
 
-/// Times native against canonical savepoints of a running job holding the counts of `args.keys` records
-/// over `args.keys` keys (as Flink's `SavepointBench`, `n = k`, `mode=hold`): a first job counts them and is
+/// Times native against canonical savepoints of a running job holding the counts of about `args.keys`
+/// records over `args.keys` keys (as Flink's `SavepointBench`, `n = k`, `mode=hold`): a first job counts them and is
 /// stopped with a savepoint; a second one restores the counts, with a source of its own (a new uid) that
 /// emits one record per second, so that the job is all but idle while the savepoints are taken.
 fn savepoints(args: &Args, count: usize) -> Result<()> {
     let mut cluster = Cluster::start(ClusterOptions::new(args.taskmanagers, args.slots))?;
-    let rate = (args.keys / 5).max(1000);
+    // About `keys` records: a rate every backend sustains, for 10 s.
+    let rate = (args.keys / 10).max(1000);
     let mut fill = CountJob::unbounded("fill", args.keys, 1)
         .rate(rate)
         .parallelism(args.parallelism)
@@ -131,8 +132,8 @@ fn savepoints(args: &Args, count: usize) -> Result<()> {
     fill.state_backend = args.backend.clone();
     let id = cluster.submit(&fill.yaml())?;
     cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
-    eprintln!("filling: {rate} records/s for 5 s over {} keys", args.keys);
-    std::thread::sleep(Duration::from_secs(5));
+    eprintln!("filling: {rate} records/s for 10 s over {} keys", args.keys);
+    std::thread::sleep(Duration::from_secs(10));
     let filled = cluster.stop_with_savepoint(&id, false, "native")?;
     let mut hold = CountJob::unbounded("hold", args.keys, 2)
         .rate(1)
