@@ -50,6 +50,19 @@ pub struct KindInfo {
     pub version: String,
     /// Declared states: (name, state kind, type name).
     pub states: Vec<(String, String, String)>,
+    /// The state signature the task manager computed for the kind (`weir_state::signature`), if it has state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<KindSignature>,
+}
+
+/// An operator kind's state signature as the job manager handles it: computed in the task manager (where the
+/// types live), recorded in checkpoints, compared on restore.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindSignature {
+    /// The stable fingerprint, 16 hex digits.
+    pub fingerprint: String,
+    /// The structure, one state per line (what a refused restore prints).
+    pub text: String,
 }
 
 /// The kinds that every Weir task manager ships.
@@ -62,6 +75,7 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             keyed: false,
             version: v.clone(),
             states: vec![("splits".into(), "operator-list".into(), "(u32, u64)".into())],
+            signature: None,
         },
         KindInfo {
             kind: "keyed-count".into(),
@@ -69,6 +83,7 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             keyed: true,
             version: v.clone(),
             states: vec![("count".into(), "value".into(), "u64".into())],
+            signature: None,
         },
         KindInfo {
             kind: "file-sink".into(),
@@ -76,8 +91,16 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             keyed: false,
             version: v.clone(),
             states: vec![("pending-files".into(), "operator-list".into(), "PendingFile".into())],
+            signature: None,
         },
-        KindInfo { kind: "blackhole".into(), role: Role::Sink, keyed: false, version: v, states: vec![] },
+        KindInfo {
+            kind: "blackhole".into(),
+            role: Role::Sink,
+            keyed: false,
+            version: v,
+            states: vec![],
+            signature: None,
+        },
     ]
 }
 

@@ -172,6 +172,10 @@ pub struct OperatorCheckpoint {
     pub parallelism: u32,
     /// One entry per subtask, ordered by index.
     pub subtasks: Vec<OperatorSubtaskState>,
+    /// The kind's state signature when the snapshot was taken (absent for kinds without one, and in
+    /// checkpoints of earlier versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<crate::builtin::KindSignature>,
 }
 
 /// The content of a checkpoint's `_metadata` file.
@@ -440,6 +444,7 @@ mod tests {
         operators.insert(
             "op".to_string(),
             OperatorCheckpoint {
+                signature: None,
                 kind: "k".into(),
                 parallelism: 1,
                 subtasks: vec![OperatorSubtaskState {

@@ -351,6 +351,9 @@ pub struct ResolvedOperator {
     pub role: Role,
     /// Whether it keeps keyed state.
     pub keyed: bool,
+    /// Its kind's state signature, as the task managers reported it at submission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<crate::builtin::KindSignature>,
 }
 
 /// A validated job with every default applied.
@@ -457,6 +460,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
             partitioning: partitioning.unwrap_or(if info.keyed { Partitioning::KeyBy } else { Partitioning::Forward }),
             role: info.role,
             keyed: info.keyed,
+            signature: info.signature.clone(),
         });
     }
 

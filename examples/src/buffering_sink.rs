@@ -67,6 +67,7 @@ const FILE_PREFIX: &str = "buffered";
 /// What the job manager learns about `buffering-sink` when a task manager with it registers.
 pub fn kind_info() -> KindInfo {
     KindInfo {
+        signature: None,
         kind: KIND.into(),
         role: Role::Sink,
         keyed: false,

@@ -28,6 +28,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 use weir_common::builtin::{KindInfo, Role};
+use weir_state::signature::StateSignature;
 use weir_state::{KeyedStateBackend, MapState, StateError, StateTtlConfig, ValueState};
 use weir_taskmanager::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use weir_taskmanager::record::{Record, Value};
@@ -44,16 +45,21 @@ pub const KEYS_STATE: &str = "keys";
 
 /// What the job manager learns about `distinct-values` when a task manager with it registers.
 pub fn kind_info() -> KindInfo {
-    KindInfo {
-        kind: KIND.into(),
-        role: Role::Operator,
-        keyed: true,
-        version: env!("CARGO_PKG_VERSION").into(),
-        states: vec![
-            (VALUES_STATE.into(), "map".into(), "i64 -> u64".into()),
-            (KEYS_STATE.into(), "value".into(), "()".into()),
-        ],
-    }
+    let signature = StateSignature::keyed::<Vec<u8>>().map::<i64, u64>(VALUES_STATE).value::<()>(KEYS_STATE);
+    weir_taskmanager::registry::signed(
+        KindInfo {
+            signature: None,
+            kind: KIND.into(),
+            role: Role::Operator,
+            keyed: true,
+            version: env!("CARGO_PKG_VERSION").into(),
+            states: vec![
+                (VALUES_STATE.into(), "map".into(), "i64 -> u64".into()),
+                (KEYS_STATE.into(), "value".into(), "()".into()),
+            ],
+        },
+        &signature,
+    )
 }
 
 /// Config of `distinct-values`.

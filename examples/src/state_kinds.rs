@@ -33,6 +33,7 @@ pub const TOKENS_PER_SUBTASK: u32 = 10;
 pub fn kind_info() -> KindInfo {
     let s = |name: &str, kind: &str, ty: &str| (name.to_string(), kind.to_string(), ty.to_string());
     KindInfo {
+        signature: None,
         kind: KIND.into(),
         role: Role::Operator,
         keyed: true,

@@ -2,8 +2,8 @@
 //! they were taken from keeps running: a URL that is no savepoint, a truncated or tampered `_metadata`, a
 //! missing state file, a different max parallelism, state of operators the job lacks (allowed with
 //! `--allow-non-restored-state`, and then listed in the job's status). Also: `savepoint inspect` and `dispose`,
-//! a savepoint moved to another directory, and a no-claim restore that leaves every file of the savepoint
-//! as it was.
+//! a savepoint moved to another directory, a no-claim restore that leaves every file of the savepoint as it
+//! was, and state of another kind (or state signature) at the same uid, refused or dropped with permission.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -140,6 +140,39 @@ fn bad_savepoints_are_refused_before_deploying_and_good_ones_restore() -> anyhow
     assert!(!sp.join("_metadata").exists());
     let again = cluster.cli(&["savepoint", "inspect", &url])?;
     assert!(!again.status.success() && again.stderr.contains("no _metadata file"), "{again}");
+    cluster.stop();
+    Ok(())
+}
+
+/// A savepoint of `keyed-count` restored into another kind at the same uid (`distinct-values`, of the example
+/// task manager): refused before deploying, naming both kinds and the signature recorded in the savepoint;
+/// with `--allow-non-restored-state` the state is dropped, the job status says so, and the new kind starts
+/// empty.
+#[test]
+fn state_of_another_kind_at_the_same_uid_is_refused_or_dropped_with_permission() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 3).with_taskmanager_binary("weir-example-taskmanager"))?;
+    let job = CountJob::bounded("kinds", 2_000_000, 2_000, 3).rate(100_000).checkpoint_every_ms(300).into_blackhole();
+    let id = cluster.submit(&job.yaml())?;
+    cluster.wait_for_checkpoints(&id, 1, Duration::from_secs(60))?;
+    let url = cluster.stop_with_savepoint(&id, false, "native")?;
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(local_path(&url).join("_metadata"))?)?;
+    let counts = &meta["operators"]["counts"];
+    assert_eq!(counts["kind"], "keyed-count");
+    assert_eq!(counts["signature"]["text"], "key: seq<u8>\nvalue \"count\": u64", "{counts}");
+
+    let other = job.yaml().replace("kind: keyed-count", "kind: distinct-values");
+    refused(
+        &mut cluster,
+        &other,
+        &url,
+        false,
+        "operator \"counts\": its state was written by kind \"keyed-count\" and the job runs kind \"distinct-values\"",
+    );
+    assert!(cluster.jobs()?.iter().all(|j| j.id == id), "nothing was deployed");
+    let r = cluster.submit_from(&other, &url, "", true)?;
+    let running = cluster.wait_for_state(&r, &[JobState::Running, JobState::Finished], Duration::from_secs(60))?;
+    assert_eq!(running.dropped_state, vec!["counts".to_string()], "{running:?}");
+    cluster.cancel(&r)?;
     cluster.stop();
     Ok(())
 }

@@ -251,7 +251,7 @@ mod tests {
                 }
             })
             .collect();
-        OperatorCheckpoint { kind: "k".into(), parallelism: p, subtasks }
+        OperatorCheckpoint { kind: "k".into(), parallelism: p, subtasks, signature: None }
     }
 
     /// Every (blob, index) a part of state `name` references.

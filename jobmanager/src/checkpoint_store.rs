@@ -280,6 +280,7 @@ mod tests {
         m3.operators.insert(
             "a".into(),
             OperatorCheckpoint {
+                signature: None,
                 kind: String::new(),
                 parallelism: 1,
                 subtasks: vec![OperatorSubtaskState {

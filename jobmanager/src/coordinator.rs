@@ -377,6 +377,7 @@ pub fn build_metadata(
                 kind: job.operators[idx].kind.clone(),
                 parallelism: job.operators[idx].parallelism,
                 subtasks: vec![],
+                signature: job.operators[idx].signature.clone(),
             });
             let mut state = state.clone();
             state.subtask = subtask;

@@ -313,6 +313,7 @@ operators:
             operators.insert(
                 uid.to_string(),
                 OperatorCheckpoint {
+                    signature: None,
                     kind: String::new(),
                     parallelism: p,
                     subtasks: (0..p).map(|s| subtask_state(s, p)).collect(),
@@ -340,6 +341,7 @@ operators:
         // Stored at 4, restored at 2: each new subtask opens two old snapshots.
         let counts = meta.operators.get_mut("counts").unwrap();
         *counts = OperatorCheckpoint {
+            signature: None,
             kind: String::new(),
             parallelism: 4,
             subtasks: (0..4).map(|s| subtask_state(s, 4)).collect(),

@@ -459,7 +459,13 @@ impl JobActor {
                     uploaded_bytes: 0,
                     is_final: sp.metadata.is_final,
                 };
-                Ok(Some((RestorePoint { checkpoint, metadata: sp.metadata, skipped: vec![] }, initial.root, false)))
+                // State the submission checked and dropped (uids the job lacks, or whose kind or signature
+                // changed) is not restored.
+                let mut metadata = sp.metadata;
+                for uid in &self.record.dropped_state {
+                    metadata.operators.remove(uid);
+                }
+                Ok(Some((RestorePoint { checkpoint, metadata, skipped: vec![] }, initial.root, false)))
             }
             Err(crate::savepoint::SavepointError::Unavailable { source, .. }) => {
                 Err(RestoreError::Unavailable { checkpoint: initial.checkpoint_id, source })

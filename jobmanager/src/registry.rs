@@ -2,7 +2,7 @@
 //! and round-robin spreading over task managers. Plain data, no I/O.
 
 use std::collections::BTreeMap;
-use weir_common::builtin::{builtin_kinds, KindInfo, Role};
+use weir_common::builtin::{builtin_kinds, KindInfo, KindSignature, Role};
 use weir_common::ids::JobId;
 use weir_proto as pb;
 
@@ -98,6 +98,8 @@ pub fn kind_info_from_proto(k: &pb::OperatorKindInfo) -> Option<KindInfo> {
         keyed: k.keyed,
         version: k.version.clone(),
         states: k.states.iter().map(|s| (s.name.clone(), s.kind.clone(), s.type_name.clone())).collect(),
+        signature: (!k.state_signature.is_empty())
+            .then(|| KindSignature { fingerprint: k.state_signature.clone(), text: k.state_signature_text.clone() }),
     })
 }
 
@@ -341,6 +343,8 @@ mod tests {
                 role: "operator".into(),
                 keyed: true,
                 states: vec![],
+                state_signature: "00000000000000ab".into(),
+                state_signature_text: "key: u64".into(),
             }],
         };
         let r = Registration::from_proto(&req).unwrap();
@@ -348,7 +352,9 @@ mod tests {
         let mut reg_ = Registry::new();
         reg_.register(r, 0);
         let kinds = reg_.kinds();
-        assert!(kinds.iter().any(|k| k.kind == "my-op" && k.keyed));
+        assert!(kinds
+            .iter()
+            .any(|k| k.kind == "my-op" && k.keyed && k.signature.as_ref().is_some_and(|s| s.text == "key: u64")));
         assert!(kinds.iter().any(|k| k.kind == "datagen"));
         req.slots = 0;
         assert!(Registration::from_proto(&req).is_err());

@@ -5,8 +5,8 @@
 
 use crate::assignment::union_fanout_bytes;
 use std::collections::BTreeSet;
-use weir_common::checkpoint::{paths, restore_root, CheckpointMetadata, DistributionMode};
-use weir_common::spec::ResolvedJob;
+use weir_common::checkpoint::{paths, restore_root, CheckpointMetadata, DistributionMode, OperatorCheckpoint};
+use weir_common::spec::{ResolvedJob, ResolvedOperator};
 use weir_common::store::{Store, StoreError, StoreOptions};
 use weir_proto as pb;
 
@@ -141,7 +141,7 @@ pub fn check_against_job(
         )));
     }
     let uids: BTreeSet<&str> = job.operators.iter().map(|o| o.uid.as_str()).collect();
-    let dropped: Vec<String> = meta.operators.keys().filter(|u| !uids.contains(u.as_str())).cloned().collect();
+    let mut dropped: Vec<String> = meta.operators.keys().filter(|u| !uids.contains(u.as_str())).cloned().collect();
     if !dropped.is_empty() && !allow_non_restored_state {
         return Err(bad(format!(
             "the savepoint holds state for operators the job does not have: {}; restore with \
@@ -151,6 +151,17 @@ pub fn check_against_job(
     }
     for op in &job.operators {
         let Some(stored) = meta.operators.get(&op.uid) else { continue };
+        if let Some(change) = state_change(stored, op) {
+            if !allow_non_restored_state {
+                return Err(bad(format!(
+                    "operator {:?}: {change}; its state cannot restore into the new version: give the operator a \
+                     new uid, or restore with --allow-non-restored-state to drop its state",
+                    op.uid
+                )));
+            }
+            dropped.push(op.uid.clone());
+            continue;
+        }
         let fanout = union_fanout_bytes(stored, op.parallelism);
         if fanout > union_fanout_limit {
             return Err(bad(format!(
@@ -178,6 +189,25 @@ pub fn check_against_job(
         }
     }
     Ok(dropped)
+}
+
+/// Why an operator's stored state is not the state its new version declares, if it is not: another kind wrote
+/// it, or the kind's state signature changed (both known).
+fn state_change(stored: &OperatorCheckpoint, op: &ResolvedOperator) -> Option<String> {
+    if !stored.kind.is_empty() && stored.kind != op.kind {
+        return Some(format!("its state was written by kind {:?} and the job runs kind {:?}", stored.kind, op.kind));
+    }
+    match (&stored.signature, &op.signature) {
+        (Some(old), Some(new)) if old.fingerprint != new.fingerprint => Some(format!(
+            "the state signature of kind {:?} changed from {} to {}:\n  was: {}\n  now: {}",
+            op.kind,
+            old.fingerprint,
+            new.fingerprint,
+            old.text.replace('\n', "\n       "),
+            new.text.replace('\n', "\n       ")
+        )),
+        _ => None,
+    }
 }
 
 /// The max parallelism a job restored from `meta` must have: the savepoint's when the spec left it unset.
@@ -327,7 +357,7 @@ mod tests {
                 .collect();
             operators.insert(
                 op.uid.clone(),
-                OperatorCheckpoint { kind: op.kind.clone(), parallelism: op.parallelism, subtasks },
+                OperatorCheckpoint { kind: op.kind.clone(), parallelism: op.parallelism, subtasks, signature: None },
             );
         }
         LoadedSavepoint {
@@ -367,6 +397,43 @@ mod tests {
         assert!(check_against_job(&big, &job, None, false, 4000).is_ok());
         let e = check_against_job(&big, &job, None, false, 3999).unwrap_err().to_string();
         assert!(e.contains("union-state fan-out limit of 3999 bytes") && e.contains("4000 bytes in all"), "{e}");
+    }
+
+    #[test]
+    fn state_of_another_kind_or_signature_is_refused_or_dropped_with_permission() {
+        use weir_common::builtin::KindSignature;
+        let sig = |f: &str, t: &str| Some(KindSignature { fingerprint: f.into(), text: t.into() });
+        let job = crate::descriptors::tests::demo_job();
+        let mut sp = savepoint(128, 10);
+        sp.metadata.operators.get_mut("counts").unwrap().kind = "distinct-values".into();
+        let e = check_against_job(&sp, &job, None, false, u64::MAX).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "operator \"counts\": its state was written by kind \"distinct-values\" and the job runs kind \
+                        \"keyed-count\""
+            ) && e.contains("--allow-non-restored-state"),
+            "{e}"
+        );
+        assert_eq!(check_against_job(&sp, &job, None, true, u64::MAX).unwrap(), vec!["counts".to_string()]);
+
+        // The same kind with another state signature.
+        let mut job = job;
+        let counts = job.operators.iter_mut().find(|o| o.uid == "counts").unwrap();
+        counts.signature = sig("00000000000000bb", "key: seq<u8>\nvalue \"count\": u64");
+        let mut sp = savepoint(128, 10);
+        sp.metadata.operators.get_mut("counts").unwrap().signature =
+            sig("00000000000000aa", "key: seq<u8>\nvalue \"count\": u32");
+        let e = check_against_job(&sp, &job, None, false, u64::MAX).unwrap_err().to_string();
+        assert!(
+            e.contains("changed from 00000000000000aa to 00000000000000bb") && e.contains("value \"count\": u32"),
+            "{e}"
+        );
+        assert_eq!(check_against_job(&sp, &job, None, true, u64::MAX).unwrap(), vec!["counts".to_string()]);
+        // Equal signatures, or one side without a signature (an earlier version): restored.
+        sp.metadata.operators.get_mut("counts").unwrap().signature = sig("00000000000000bb", "");
+        assert!(check_against_job(&sp, &job, None, false, u64::MAX).unwrap().is_empty());
+        sp.metadata.operators.get_mut("counts").unwrap().signature = None;
+        assert!(check_against_job(&sp, &job, None, false, u64::MAX).unwrap().is_empty());
     }
 
     #[test]

@@ -27,6 +27,9 @@
 //! - [`canonical`]: the backend-independent canonical snapshot format (`canonical-state.bin`, ordered by key
 //!   group) and [`write_canonical`], which converts a native snapshot into it; heap ↔ RocksDB moves go through
 //!   it. Its file structure is the heap snapshot's (`statefile.rs`).
+//! - [`signature`]: state type signatures — [`signature::TypeSignature`] (with `#[derive(TypeSignature)]` from
+//!   `weir-state-derive`), an operator's [`signature::StateSignature`], `uid_stated` and the test helper
+//!   `assert_signature` that pins one.
 //! - [`operator`]: operator list state, snapshotted as one blob plus per-state element offsets.
 //! - [`ttl`]: state time-to-live ([`StateTtlConfig`], the typed handles' `register_with_ttl`), an injectable
 //!   [`Clock`] ([`KeyedStateBackend::set_clock`]), lazy, snapshot, incremental (heap) and compaction-filter
@@ -37,6 +40,9 @@
 //! snapshot/restore round trips against both backends, and state TTL (every kind, both update types, both
 //! visibilities, snapshot/restore) with a [`ManualClock`]. `rescale.rs`'s tests restore every state kind from
 //! `p_old` to `p_new` subtasks for both targets and every source format.
+
+// The derive macros name `::weir_state`, also inside this crate.
+extern crate self as weir_state;
 
 pub mod cache;
 pub mod canonical;
@@ -51,6 +57,7 @@ pub mod meta;
 pub mod operator;
 pub mod rescale;
 pub mod rocks;
+pub mod signature;
 pub mod snapshot;
 pub(crate) mod statefile;
 #[cfg(test)]

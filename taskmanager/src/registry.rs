@@ -5,7 +5,15 @@
 use crate::operator::{Operator, Source};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use weir_common::builtin::{KindInfo, Role};
+use weir_common::builtin::{KindInfo, KindSignature, Role};
+use weir_state::signature::StateSignature;
+
+/// `info` with its kind's state signature, which the task manager reports at registration: checkpoints record
+/// it and a restore into a kind whose signature changed is refused (or drops the state, with permission).
+pub fn signed(mut info: KindInfo, signature: &StateSignature) -> KindInfo {
+    info.signature = Some(KindSignature { fingerprint: signature.hex(), text: signature.pretty() });
+    info
+}
 
 /// A freshly built operator instance.
 pub enum Instance {

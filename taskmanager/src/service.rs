@@ -92,6 +92,8 @@ impl TaskManager {
                 version: k.version.clone(),
                 role: k.role.as_str().to_string(),
                 keyed: k.keyed,
+                state_signature: k.signature.as_ref().map(|s| s.fingerprint.clone()).unwrap_or_default(),
+                state_signature_text: k.signature.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
                 states: k
                     .states
                     .iter()

@@ -10,12 +10,33 @@ pub use datagen::Datagen;
 pub use file_sink::FileSink;
 pub use keyed_count::KeyedCount;
 
-use crate::registry::{Instance, Registry};
+use crate::registry::{signed, Instance, Registry};
 use weir_common::builtin::{builtin_kinds, DatagenConfig, FileSinkConfig, KeyedCountConfig};
+use weir_state::signature::StateSignature;
+
+/// The state signature of a built-in kind: what its states hold, as the task manager reports it.
+pub fn signature(kind: &str) -> Option<StateSignature> {
+    Some(match kind {
+        // A split's id and next index.
+        "datagen" => StateSignature::unkeyed().operator_list::<(u32, u64)>("splits"),
+        // Keys are the records' raw key bytes.
+        "keyed-count" => StateSignature::keyed::<Vec<u8>>().value::<u64>("count"),
+        // `<checkpoint>\t<file>` lines, `<attempt>-<seq>`, and lines already written.
+        "file-sink" => StateSignature::unkeyed()
+            .operator_list::<String>("pending-files")
+            .operator_list::<String>("position")
+            .operator_list::<Vec<u8>>("replayed-lines"),
+        _ => return None,
+    })
+}
 
 /// Registers every built-in kind.
 pub fn register_all(r: &mut Registry) {
     for info in builtin_kinds() {
+        let info = match signature(&info.kind) {
+            Some(sig) => signed(info, &sig),
+            None => info,
+        };
         match info.kind.as_str() {
             "datagen" => r.register(info, |c| {
                 let cfg = DatagenConfig::from_map(c).map_err(|e| e.to_string())?;
@@ -32,5 +53,29 @@ pub fn register_all(r: &mut Registry) {
             "blackhole" => r.register(info, |_| Ok(Instance::Operator(Box::new(Blackhole::default())))),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signature;
+    use weir_state::signature::assert_signature;
+
+    /// The built-in kinds' state must restore across Weir versions: a change here is a reviewed decision.
+    #[test]
+    fn the_built_in_state_signatures_are_pinned() {
+        let pinned = [
+            ("datagen", "unkeyed\noperator-list \"splits\": (u32, u64)"),
+            ("keyed-count", "key: seq<u8>\nvalue \"count\": u64"),
+            (
+                "file-sink",
+                "unkeyed\noperator-list \"pending-files\": string\noperator-list \"position\": string\n\
+                 operator-list \"replayed-lines\": seq<u8>",
+            ),
+        ];
+        for (kind, text) in pinned {
+            assert_signature(kind, &signature(kind).expect("a signature"), text);
+        }
+        assert!(signature("blackhole").is_none());
     }
 }
