@@ -135,6 +135,21 @@ pub enum SavepointCommand {
         /// URL of the savepoint's (or checkpoint's) directory
         url: String,
     },
+    /// Check, before restoring, what a savepoint's state becomes in a job spec: per operator and state
+    /// RESTORED, DROPPED, INCOMPATIBLE or NEW (exit 1 if a submission would be refused)
+    Check {
+        /// URL of the savepoint's (or checkpoint's) directory
+        url: String,
+        /// Job spec file, YAML or JSON
+        #[arg(value_name = "SPEC")]
+        spec: PathBuf,
+        /// Default parallelism of the job's operators, as for `job submit`
+        #[arg(long, short = 'p', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        parallelism: Option<u32>,
+        /// Check as a submission with --allow-non-restored-state would be (dropped state is then accepted)
+        #[arg(long)]
+        allow_non_restored_state: bool,
+    },
     /// Delete a savepoint
     Dispose {
         /// URL of the savepoint's directory
@@ -159,7 +174,8 @@ pub struct SubmitArgs {
     /// may have new parallelisms
     #[arg(long, value_name = "URL")]
     pub from_savepoint: Option<String>,
-    /// With --from-savepoint: drop the state of operators the job no longer has instead of refusing
+    /// With --from-savepoint: drop the state of operators the job no longer has (or whose kind or state
+    /// signature changed) instead of refusing
     #[arg(long)]
     pub allow_non_restored_state: bool,
     /// With --from-savepoint: `no-claim` (the savepoint is never changed; the first checkpoint is full) or

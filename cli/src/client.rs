@@ -115,6 +115,18 @@ impl JobManager {
         r.map_err(|e| self.error(e))
     }
 
+    /// What restoring a savepoint into `spec` would do.
+    pub async fn check_savepoint(
+        &self,
+        url: &str,
+        spec: pb::JobSpec,
+        allow_non_restored_state: bool,
+    ) -> Result<pb::CheckSavepointResponse, CliError> {
+        let req = pb::CheckSavepointRequest { url: url.to_string(), spec: Some(spec), allow_non_restored_state };
+        let r = self.call("CheckSavepoint", |mut c| async move { c.check_savepoint(req).await }).await;
+        r.map_err(|e| self.error(e))
+    }
+
     /// Deletes a savepoint; returns the number of files deleted.
     pub async fn dispose_savepoint(&self, url: &str) -> Result<u64, CliError> {
         let req = pb::DisposeSavepointRequest { url: url.to_string() };

@@ -61,6 +61,22 @@ pub async fn savepoint(settings: &Settings, cmd: SavepointCommand) -> Result<Exi
             let r = connect(settings).await?.inspect_savepoint(&url).await?;
             emit(settings, || render::savepoint_text(&r), || render::inspect_json(&r));
         }
+        SavepointCommand::Check { url, spec, parallelism, allow_non_restored_state } => {
+            let args = SubmitArgs {
+                spec,
+                parallelism,
+                wait: false,
+                from_savepoint: Some(url.clone()),
+                allow_non_restored_state,
+                restore_mode: "no-claim".into(),
+            };
+            let spec = load_spec(&args)?;
+            let r = connect(settings).await?.check_savepoint(&url, spec, allow_non_restored_state).await?;
+            emit(settings, || render::check_text(&r), || render::check_json(&r));
+            if !r.ok {
+                return Ok(ExitCode::from(1));
+            }
+        }
         SavepointCommand::Dispose { url } => {
             let n = connect(settings).await?.dispose_savepoint(&url).await?;
             emit(

@@ -611,6 +611,45 @@ mod tests {
 
 // ------------------------------------------------------------------------------------------ savepoints
 
+/// `savepoint check` in JSON (DESIGN §10): `{"ok", "operators": [{"uid", "verdict", "reason", "states":
+/// [{"name", "verdict", "reason"}]}]}`.
+pub fn check_json(r: &pb::CheckSavepointResponse) -> serde_json::Value {
+    let operators: Vec<serde_json::Value> = r
+        .operators
+        .iter()
+        .map(|o| {
+            let states: Vec<serde_json::Value> = o
+                .states
+                .iter()
+                .map(|s| serde_json::json!({ "name": s.name, "verdict": s.verdict, "reason": s.reason }))
+                .collect();
+            serde_json::json!({ "uid": o.uid, "verdict": o.verdict, "reason": o.reason, "states": states })
+        })
+        .collect();
+    serde_json::json!({ "ok": r.ok, "operators": operators })
+}
+
+/// `savepoint check` as text: a line per operator, its states indented, then the outcome.
+pub fn check_text(r: &pb::CheckSavepointResponse) -> String {
+    let mut out = String::new();
+    for o in &r.operators {
+        out.push_str(&format!("{:<13} {}", o.verdict, o.uid));
+        if !o.reason.is_empty() {
+            out.push_str(&format!(": {}", o.reason));
+        }
+        out.push('\n');
+        for s in &o.states {
+            out.push_str(&format!("  {:<11} {}\n", s.verdict, s.name));
+        }
+    }
+    out.push_str(if r.ok {
+        "ok: a submission with these arguments would be accepted\n"
+    } else {
+        "refused: a submission with these arguments would be refused\n"
+    });
+    out
+}
+
 /// `savepoint trigger` and `job stop --savepoint` in JSON: `{"savepoint": URL, ...}`.
 pub fn savepoint_json(r: &pb::SavepointResponse) -> serde_json::Value {
     serde_json::json!({

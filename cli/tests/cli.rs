@@ -82,6 +82,13 @@ impl ClientApi for FakeJm {
         Err(Status::unimplemented("not in this test"))
     }
 
+    async fn check_savepoint(
+        &self,
+        _: Request<pb::CheckSavepointRequest>,
+    ) -> Result<Response<pb::CheckSavepointResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
     async fn submit_job(&self, r: Request<pb::SubmitJobRequest>) -> Result<Response<pb::SubmitJobResponse>, Status> {
         let spec = r.into_inner().spec.unwrap_or_default();
         if spec.name == "rejected" {

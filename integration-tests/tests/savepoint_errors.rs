@@ -161,6 +161,38 @@ fn state_of_another_kind_at_the_same_uid_is_refused_or_dropped_with_permission()
     assert_eq!(counts["signature"]["text"], "key: seq<u8>\nvalue \"count\": u64", "{counts}");
 
     let other = job.yaml().replace("kind: keyed-count", "kind: distinct-values");
+    // `weir savepoint check` says the same before any submission, per operator and state.
+    let dir = cluster.output_dir("specs")?;
+    let (same_spec, other_spec) = (dir.join("same.yaml"), dir.join("other.yaml"));
+    std::fs::write(&same_spec, job.yaml().replace("uid: out", "uid: sink"))?;
+    std::fs::write(&other_spec, &other)?;
+    let check = |spec: &Path, allow: bool| -> anyhow::Result<(bool, serde_json::Value)> {
+        let spec = spec.display().to_string();
+        let mut args = vec!["savepoint", "check", url.as_str(), spec.as_str(), "--output", "json"];
+        if allow {
+            args.push("--allow-non-restored-state");
+        }
+        let out = cluster.cli(&args)?;
+        Ok((out.status.success(), serde_json::from_str(&out.stdout)?))
+    };
+    let verdict = |report: &serde_json::Value, uid: &str| -> serde_json::Value {
+        report["operators"].as_array().unwrap().iter().find(|o| o["uid"] == uid).cloned().unwrap_or_default()
+    };
+    let (exit_ok, same) = check(&same_spec, false)?;
+    assert!(!exit_ok && same["ok"] == false, "the old sink's state would be dropped without permission: {same}");
+    assert_eq!(verdict(&same, "counts")["verdict"], "RESTORED", "{same}");
+    assert_eq!(verdict(&same, "counts")["states"][0]["name"], "count", "{same}");
+    assert_eq!(verdict(&same, "events")["states"][0]["name"], "splits", "{same}");
+    assert_eq!(verdict(&same, "sink")["verdict"], "NEW", "{same}");
+    assert_eq!(verdict(&same, "out")["verdict"], "DROPPED", "{same}");
+    let (exit_ok, allowed) = check(&same_spec, true)?;
+    assert!(exit_ok && allowed["ok"] == true, "{allowed}");
+    let (exit_ok, changed) = check(&other_spec, false)?;
+    assert!(!exit_ok && changed["ok"] == false, "{changed}");
+    let counts = verdict(&changed, "counts");
+    assert_eq!(counts["verdict"], "DROPPED", "{changed}");
+    assert!(counts["reason"].as_str().unwrap().contains("written by kind \"keyed-count\""), "{changed}");
+
     refused(
         &mut cluster,
         &other,

@@ -281,6 +281,37 @@ impl JobManager {
         Err(JobRequestError::ShuttingDown)
     }
 
+    /// `weir savepoint check`: what restoring a savepoint into a job spec would do, per operator and state,
+    /// with the same checks as a submission (nothing is deployed).
+    pub async fn check_savepoint(
+        &self,
+        req: &pb::CheckSavepointRequest,
+    ) -> Result<pb::CheckSavepointResponse, JobRequestError> {
+        let mut spec = req.spec.clone().ok_or_else(|| JobRequestError::InvalidSpec("missing job spec".into()))?;
+        let sp = savepoint::load(&req.url, &self.shared.config.store_options()).await.map_err(savepoint_error)?;
+        let explicit_max_parallelism = spec.max_parallelism;
+        spec.max_parallelism = Some(savepoint::adopt_max_parallelism(explicit_max_parallelism, &sp.metadata));
+        let kinds = self.shared.registry.lock().kinds();
+        let job = resolve(&spec, &kinds).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
+        let limit = self.shared.config.union_state_fanout_limit;
+        let verdicts = savepoint::verdicts(&sp, &job, explicit_max_parallelism, limit);
+        let ok = savepoint::check_against_job(&sp, &job, explicit_max_parallelism, req.allow_non_restored_state, limit)
+            .is_ok();
+        let operators = verdicts
+            .into_iter()
+            .map(|v| {
+                let verdict = v.verdict.as_str().to_string();
+                let states = v
+                    .states
+                    .into_iter()
+                    .map(|name| pb::StateVerdict { name, verdict: verdict.clone(), reason: v.reason.clone() })
+                    .collect();
+                pb::OperatorVerdict { uid: v.uid, verdict, reason: v.reason, states }
+            })
+            .collect();
+        Ok(pb::CheckSavepointResponse { ok, operators })
+    }
+
     /// Reads and summarises a savepoint or retained checkpoint.
     pub async fn inspect_savepoint(&self, url: &str) -> Result<pb::InspectSavepointResponse, JobRequestError> {
         let sp = savepoint::load(url, &self.shared.config.store_options()).await.map_err(savepoint_error)?;

@@ -113,9 +113,146 @@ pub async fn check_files(sp: &LoadedSavepoint, opts: &StoreOptions) -> Result<()
     Ok(())
 }
 
-/// What restoring `sp` into `job` means, checked before anything is deployed: the uids whose state is dropped.
-/// `explicit_max_parallelism` is the max parallelism the spec set (unset adopts the savepoint's, see
-/// [`adopt_max_parallelism`]).
+/// What a restore does with one operator's (or one state's) stored state: `weir savepoint check`'s verdicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Restored as it is.
+    Restored,
+    /// Dropped: the job has no operator with the uid, or its kind or state signature changed.
+    Dropped,
+    /// The restore would fail: refused.
+    Incompatible,
+    /// An operator with no state in the savepoint.
+    New,
+}
+
+impl Verdict {
+    /// The name `savepoint check` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Restored => "RESTORED",
+            Verdict::Dropped => "DROPPED",
+            Verdict::Incompatible => "INCOMPATIBLE",
+            Verdict::New => "NEW",
+        }
+    }
+}
+
+/// The verdict on one operator and its states.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorVerdict {
+    /// Operator uid.
+    pub uid: String,
+    /// What happens to its state.
+    pub verdict: Verdict,
+    /// Why (empty when restored as is).
+    pub reason: String,
+    /// Its stored states by name, each with the operator's verdict.
+    pub states: Vec<String>,
+    /// Whether the job still has the uid.
+    pub in_job: bool,
+}
+
+/// The pre-flight check of restoring `sp` into `job`, per operator: what the restore would do with each
+/// stored state, before anything is deployed. `explicit_max_parallelism` is the max parallelism the spec set
+/// (unset adopts the savepoint's, see [`adopt_max_parallelism`]).
+pub fn verdicts(
+    sp: &LoadedSavepoint,
+    job: &ResolvedJob,
+    explicit_max_parallelism: Option<u32>,
+    union_fanout_limit: u64,
+) -> Vec<OperatorVerdict> {
+    let meta = &sp.metadata;
+    let global = match explicit_max_parallelism {
+        Some(m) if m != meta.max_parallelism => Some(format!(
+            "the savepoint's keyed state has max_parallelism {} and the job sets {m}; max_parallelism can never \
+             change for a job's state (leave it unset to adopt {})",
+            meta.max_parallelism, meta.max_parallelism
+        )),
+        _ if job.max_parallelism != meta.max_parallelism => Some(format!(
+            "the savepoint's max_parallelism is {} but the job's is {}",
+            meta.max_parallelism, job.max_parallelism
+        )),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for op in &job.operators {
+        let Some(stored) = meta.operators.get(&op.uid) else {
+            out.push(OperatorVerdict {
+                uid: op.uid.clone(),
+                verdict: Verdict::New,
+                reason: String::new(),
+                states: vec![],
+                in_job: true,
+            });
+            continue;
+        };
+        let (verdict, reason) = match (global.clone(), state_change(stored, op)) {
+            (Some(g), _) => (Verdict::Incompatible, g),
+            (None, Some(change)) => (Verdict::Dropped, change),
+            (None, None) => match restore_problem(stored, op, job, union_fanout_limit) {
+                Some(problem) => (Verdict::Incompatible, problem),
+                None => (Verdict::Restored, String::new()),
+            },
+        };
+        out.push(OperatorVerdict { uid: op.uid.clone(), verdict, reason, states: state_names(stored), in_job: true });
+    }
+    let uids: BTreeSet<&str> = job.operators.iter().map(|o| o.uid.as_str()).collect();
+    for (uid, stored) in meta.operators.iter().filter(|(u, _)| !uids.contains(u.as_str())) {
+        out.push(OperatorVerdict {
+            uid: uid.clone(),
+            verdict: Verdict::Dropped,
+            reason: "the job has no operator with this uid".into(),
+            states: state_names(stored),
+            in_job: false,
+        });
+    }
+    out
+}
+
+/// The names of every state an operator stored (keyed and operator state), sorted.
+fn state_names(stored: &OperatorCheckpoint) -> Vec<String> {
+    let mut names = BTreeSet::new();
+    for s in &stored.subtasks {
+        names.extend(s.keyed.iter().flat_map(|k| k.states.iter().map(|st| st.name.clone())));
+        names.extend(s.operator_state.iter().flat_map(|h| h.states.iter().map(|st| st.name.clone())));
+    }
+    names.into_iter().collect()
+}
+
+/// Why restoring an operator's stored state into `op` would fail, if it would.
+fn restore_problem(
+    stored: &OperatorCheckpoint,
+    op: &ResolvedOperator,
+    job: &ResolvedJob,
+    limit: u64,
+) -> Option<String> {
+    let fanout = union_fanout_bytes(stored, op.parallelism);
+    if fanout > limit {
+        return Some(format!(
+            "its union state ({} bytes) restored at parallelism {} would be read {} times, {} bytes in all, over \
+             the union-state fan-out limit of {} bytes (--union-state-fanout-limit)",
+            fanout / op.parallelism.max(1) as u64,
+            op.parallelism,
+            op.parallelism,
+            fanout,
+            limit
+        ));
+    }
+    let native_rocks = stored.subtasks.iter().filter_map(|s| s.keyed.as_ref()).any(|k| k.backend == "rocksdb");
+    if native_rocks && job.state_backend != weir_common::spec::StateBackendKind::Rocksdb {
+        return Some(
+            "the savepoint holds native RocksDB state and the job uses the heap backend; take a canonical \
+             savepoint (--format canonical) to change backends"
+                .into(),
+        );
+    }
+    None
+}
+
+/// What restoring `sp` into `job` means, checked before anything is deployed ([`verdicts`]): the uids whose
+/// state is dropped, or the reason the restore is refused — something incompatible, or state dropped without
+/// `allow_non_restored_state`.
 pub fn check_against_job(
     sp: &LoadedSavepoint,
     job: &ResolvedJob,
@@ -124,71 +261,34 @@ pub fn check_against_job(
     union_fanout_limit: u64,
 ) -> Result<Vec<String>, SavepointError> {
     let bad = |reason: String| SavepointError::Incompatible { url: sp.url.clone(), reason };
-    let meta = &sp.metadata;
-    if let Some(m) = explicit_max_parallelism {
-        if m != meta.max_parallelism {
+    let all = verdicts(sp, job, explicit_max_parallelism, union_fanout_limit);
+    if let Some(v) = all.iter().find(|v| v.verdict == Verdict::Incompatible) {
+        // A global reason (max parallelism) reads the same for every operator: say it once.
+        let global = all.iter().filter(|o| o.verdict == Verdict::Incompatible).all(|o| o.reason == v.reason)
+            && v.reason.contains("max_parallelism");
+        return Err(bad(if global { v.reason.clone() } else { format!("operator {:?}: {}", v.uid, v.reason) }));
+    }
+    let dropped: Vec<&OperatorVerdict> = all.iter().filter(|v| v.verdict == Verdict::Dropped).collect();
+    if !allow_non_restored_state {
+        let missing: Vec<&str> = dropped.iter().filter(|v| !v.in_job).map(|v| v.uid.as_str()).collect();
+        if !missing.is_empty() {
             return Err(bad(format!(
-                "the savepoint's keyed state has max_parallelism {} and the job sets {m}; max_parallelism can \
-                 never change for a job's state (leave it unset to adopt {})",
-                meta.max_parallelism, meta.max_parallelism
+                "the savepoint holds state for operators the job does not have: {}; restore with \
+                 --allow-non-restored-state to drop it",
+                missing.join(", ")
+            )));
+        }
+        if let Some(v) = dropped.iter().find(|v| v.in_job) {
+            return Err(bad(format!(
+                "operator {:?}: {}; its state cannot restore into the new version: give the operator a new uid, \
+                 or restore with --allow-non-restored-state to drop its state",
+                v.uid, v.reason
             )));
         }
     }
-    if job.max_parallelism != meta.max_parallelism {
-        return Err(bad(format!(
-            "the savepoint's max_parallelism is {} but the job's is {}",
-            meta.max_parallelism, job.max_parallelism
-        )));
-    }
-    let uids: BTreeSet<&str> = job.operators.iter().map(|o| o.uid.as_str()).collect();
-    let mut dropped: Vec<String> = meta.operators.keys().filter(|u| !uids.contains(u.as_str())).cloned().collect();
-    if !dropped.is_empty() && !allow_non_restored_state {
-        return Err(bad(format!(
-            "the savepoint holds state for operators the job does not have: {}; restore with \
-             --allow-non-restored-state to drop it",
-            dropped.join(", ")
-        )));
-    }
-    for op in &job.operators {
-        let Some(stored) = meta.operators.get(&op.uid) else { continue };
-        if let Some(change) = state_change(stored, op) {
-            if !allow_non_restored_state {
-                return Err(bad(format!(
-                    "operator {:?}: {change}; its state cannot restore into the new version: give the operator a \
-                     new uid, or restore with --allow-non-restored-state to drop its state",
-                    op.uid
-                )));
-            }
-            dropped.push(op.uid.clone());
-            continue;
-        }
-        let fanout = union_fanout_bytes(stored, op.parallelism);
-        if fanout > union_fanout_limit {
-            return Err(bad(format!(
-                "operator {:?}: its union state ({} bytes) restored at parallelism {} would be read {} times, {} \
-                 bytes in all, over the union-state fan-out limit of {} bytes (--union-state-fanout-limit)",
-                op.uid,
-                fanout / op.parallelism.max(1) as u64,
-                op.parallelism,
-                op.parallelism,
-                fanout,
-                union_fanout_limit
-            )));
-        }
-        for s in &stored.subtasks {
-            if let Some(k) = &s.keyed {
-                let native_rocks = k.backend == "rocksdb";
-                if native_rocks && job.state_backend != weir_common::spec::StateBackendKind::Rocksdb {
-                    return Err(bad(format!(
-                        "operator {:?}: the savepoint holds native RocksDB state and the job uses the heap \
-                         backend; take a canonical savepoint (--format canonical) to change backends",
-                        op.uid
-                    )));
-                }
-            }
-        }
-    }
-    Ok(dropped)
+    let mut uids: Vec<String> = dropped.iter().map(|v| v.uid.clone()).collect();
+    uids.sort();
+    Ok(uids)
 }
 
 /// Why an operator's stored state is not the state its new version declares, if it is not: another kind wrote
@@ -397,6 +497,24 @@ mod tests {
         assert!(check_against_job(&big, &job, None, false, 4000).is_ok());
         let e = check_against_job(&big, &job, None, false, 3999).unwrap_err().to_string();
         assert!(e.contains("union-state fan-out limit of 3999 bytes") && e.contains("4000 bytes in all"), "{e}");
+    }
+
+    #[test]
+    fn verdicts_say_what_happens_to_each_operator() {
+        let job = crate::descriptors::tests::demo_job();
+        let mut sp = savepoint(128, 10);
+        let counts = sp.metadata.operators.remove("counts").unwrap();
+        sp.metadata.operators.insert("gone".into(), counts);
+        let v = verdicts(&sp, &job, None, u64::MAX);
+        let of = |uid: &str| v.iter().find(|o| o.uid == uid).unwrap();
+        assert_eq!(of("counts").verdict, Verdict::New);
+        assert_eq!((of("gone").verdict, of("gone").in_job), (Verdict::Dropped, false));
+        assert_eq!(of("gone").reason, "the job has no operator with this uid");
+        assert!(v.iter().filter(|o| o.uid != "counts" && o.uid != "gone").all(|o| o.verdict == Verdict::Restored));
+        // Another max parallelism: every stored operator is incompatible, for the same reason.
+        let v = verdicts(&sp, &job, Some(256), u64::MAX);
+        assert!(v.iter().filter(|o| o.in_job && o.verdict != Verdict::New).all(|o| o.verdict == Verdict::Incompatible));
+        assert_eq!(Verdict::Incompatible.as_str(), "INCOMPATIBLE");
     }
 
     #[test]

@@ -98,6 +98,13 @@ impl ClientApi for JobManagerService {
         Ok(Response::new(pb::DisposeSavepointResponse { deleted_files }))
     }
 
+    async fn check_savepoint(
+        &self,
+        request: Request<pb::CheckSavepointRequest>,
+    ) -> Result<Response<pb::CheckSavepointResponse>, Status> {
+        Ok(Response::new(self.jm.check_savepoint(request.get_ref()).await?))
+    }
+
     async fn inspect_savepoint(
         &self,
         request: Request<pb::InspectSavepointRequest>,
