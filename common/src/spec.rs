@@ -142,6 +142,9 @@ pub struct OperatorFile {
     #[serde(default)]
     #[allow(missing_docs)]
     pub partitioning: Option<String>,
+    #[serde(default)]
+    #[allow(missing_docs)]
+    pub drop_state_on_change: bool,
 }
 
 /// Parses a spec file (YAML, of which JSON is a subset) into its protobuf form.
@@ -172,6 +175,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
             parallelism: op.parallelism,
             input: op.input.unwrap_or_default(),
             partitioning: op.partitioning.unwrap_or_default(),
+            drop_state_on_change: op.drop_state_on_change,
         });
     }
     let c = file.checkpointing.unwrap_or_default();
@@ -351,6 +355,9 @@ pub struct ResolvedOperator {
     pub role: Role,
     /// Whether it keeps keyed state.
     pub keyed: bool,
+    /// A restore drops its state, instead of refusing, when its kind or state signature changed.
+    #[serde(default)]
+    pub drop_state_on_change: bool,
     /// Its kind's state signature, as the task managers reported it at submission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<crate::builtin::KindSignature>,
@@ -461,6 +468,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
             role: info.role,
             keyed: info.keyed,
             signature: info.signature.clone(),
+            drop_state_on_change: op.drop_state_on_change,
         });
     }
 

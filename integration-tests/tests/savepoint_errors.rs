@@ -145,9 +145,9 @@ fn bad_savepoints_are_refused_before_deploying_and_good_ones_restore() -> anyhow
 }
 
 /// A savepoint of `keyed-count` restored into another kind at the same uid (`distinct-values`, of the example
-/// task manager): refused before deploying, naming both kinds and the signature recorded in the savepoint;
-/// with `--allow-non-restored-state` the state is dropped, the job status says so, and the new kind starts
-/// empty.
+/// task manager): `weir savepoint check` and the submission refuse it before deploying, naming both kinds;
+/// the operator's `drop_state_on_change: true` or `--allow-non-restored-state` drop the state instead, and the
+/// job status says so.
 #[test]
 fn state_of_another_kind_at_the_same_uid_is_refused_or_dropped_with_permission() -> anyhow::Result<()> {
     let mut cluster = Cluster::start(ClusterOptions::new(1, 3).with_taskmanager_binary("weir-example-taskmanager"))?;
@@ -166,7 +166,7 @@ fn state_of_another_kind_at_the_same_uid_is_refused_or_dropped_with_permission()
     let (same_spec, other_spec) = (dir.join("same.yaml"), dir.join("other.yaml"));
     std::fs::write(&same_spec, job.yaml().replace("uid: out", "uid: sink"))?;
     std::fs::write(&other_spec, &other)?;
-    let check = |spec: &Path, allow: bool| -> anyhow::Result<(bool, serde_json::Value)> {
+    let check = |cluster: &Cluster, spec: &Path, allow: bool| -> anyhow::Result<(bool, serde_json::Value)> {
         let spec = spec.display().to_string();
         let mut args = vec!["savepoint", "check", url.as_str(), spec.as_str(), "--output", "json"];
         if allow {
@@ -178,16 +178,16 @@ fn state_of_another_kind_at_the_same_uid_is_refused_or_dropped_with_permission()
     let verdict = |report: &serde_json::Value, uid: &str| -> serde_json::Value {
         report["operators"].as_array().unwrap().iter().find(|o| o["uid"] == uid).cloned().unwrap_or_default()
     };
-    let (exit_ok, same) = check(&same_spec, false)?;
+    let (exit_ok, same) = check(&cluster, &same_spec, false)?;
     assert!(!exit_ok && same["ok"] == false, "the old sink's state would be dropped without permission: {same}");
     assert_eq!(verdict(&same, "counts")["verdict"], "RESTORED", "{same}");
     assert_eq!(verdict(&same, "counts")["states"][0]["name"], "count", "{same}");
     assert_eq!(verdict(&same, "events")["states"][0]["name"], "splits", "{same}");
     assert_eq!(verdict(&same, "sink")["verdict"], "NEW", "{same}");
     assert_eq!(verdict(&same, "out")["verdict"], "DROPPED", "{same}");
-    let (exit_ok, allowed) = check(&same_spec, true)?;
+    let (exit_ok, allowed) = check(&cluster, &same_spec, true)?;
     assert!(exit_ok && allowed["ok"] == true, "{allowed}");
-    let (exit_ok, changed) = check(&other_spec, false)?;
+    let (exit_ok, changed) = check(&cluster, &other_spec, false)?;
     assert!(!exit_ok && changed["ok"] == false, "{changed}");
     let counts = verdict(&changed, "counts");
     assert_eq!(counts["verdict"], "DROPPED", "{changed}");
@@ -201,6 +201,13 @@ fn state_of_another_kind_at_the_same_uid_is_refused_or_dropped_with_permission()
         "operator \"counts\": its state was written by kind \"keyed-count\" and the job runs kind \"distinct-values\"",
     );
     assert!(cluster.jobs()?.iter().all(|j| j.id == id), "nothing was deployed");
+    // The operator itself may allow it: `drop_state_on_change: true`.
+    let permissive = other.replace("kind: distinct-values,", "kind: distinct-values, drop_state_on_change: true,");
+    assert_ne!(permissive, other);
+    let permissive_spec = dir.join("permissive.yaml");
+    std::fs::write(&permissive_spec, &permissive)?;
+    let (exit_ok, report) = check(&cluster, &permissive_spec, false)?;
+    assert!(exit_ok && report["ok"] == true && verdict(&report, "counts")["verdict"] == "DROPPED", "{report}");
     let r = cluster.submit_from(&other, &url, "", true)?;
     let running = cluster.wait_for_state(&r, &[JobState::Running, JobState::Finished], Duration::from_secs(60))?;
     assert_eq!(running.dropped_state, vec!["counts".to_string()], "{running:?}");

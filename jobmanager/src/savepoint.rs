@@ -151,6 +151,8 @@ pub struct OperatorVerdict {
     pub states: Vec<String>,
     /// Whether the job still has the uid.
     pub in_job: bool,
+    /// Dropped with the operator's `drop_state_on_change: true`: no `--allow-non-restored-state` needed.
+    pub permitted: bool,
 }
 
 /// The pre-flight check of restoring `sp` into `job`, per operator: what the restore would do with each
@@ -184,6 +186,7 @@ pub fn verdicts(
                 reason: String::new(),
                 states: vec![],
                 in_job: true,
+                permitted: false,
             });
             continue;
         };
@@ -195,7 +198,15 @@ pub fn verdicts(
                 None => (Verdict::Restored, String::new()),
             },
         };
-        out.push(OperatorVerdict { uid: op.uid.clone(), verdict, reason, states: state_names(stored), in_job: true });
+        let permitted = verdict == Verdict::Dropped && op.drop_state_on_change;
+        out.push(OperatorVerdict {
+            uid: op.uid.clone(),
+            verdict,
+            reason,
+            states: state_names(stored),
+            in_job: true,
+            permitted,
+        });
     }
     let uids: BTreeSet<&str> = job.operators.iter().map(|o| o.uid.as_str()).collect();
     for (uid, stored) in meta.operators.iter().filter(|(u, _)| !uids.contains(u.as_str())) {
@@ -205,6 +216,7 @@ pub fn verdicts(
             reason: "the job has no operator with this uid".into(),
             states: state_names(stored),
             in_job: false,
+            permitted: false,
         });
     }
     out
@@ -278,10 +290,10 @@ pub fn check_against_job(
                 missing.join(", ")
             )));
         }
-        if let Some(v) = dropped.iter().find(|v| v.in_job) {
+        if let Some(v) = dropped.iter().find(|v| v.in_job && !v.permitted) {
             return Err(bad(format!(
                 "operator {:?}: {}; its state cannot restore into the new version: give the operator a new uid, \
-                 or restore with --allow-non-restored-state to drop its state",
+                 set its drop_state_on_change: true, or restore with --allow-non-restored-state to drop its state",
                 v.uid, v.reason
             )));
         }
@@ -533,6 +545,10 @@ mod tests {
             "{e}"
         );
         assert_eq!(check_against_job(&sp, &job, None, true, u64::MAX).unwrap(), vec!["counts".to_string()]);
+        // The operator may say so itself.
+        let mut permissive = job.clone();
+        permissive.operators.iter_mut().find(|o| o.uid == "counts").unwrap().drop_state_on_change = true;
+        assert_eq!(check_against_job(&sp, &permissive, None, false, u64::MAX).unwrap(), vec!["counts".to_string()]);
 
         // The same kind with another state signature.
         let mut job = job;
