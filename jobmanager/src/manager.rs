@@ -288,7 +288,10 @@ impl JobManager {
         req: &pb::CheckSavepointRequest,
     ) -> Result<pb::CheckSavepointResponse, JobRequestError> {
         let mut spec = req.spec.clone().ok_or_else(|| JobRequestError::InvalidSpec("missing job spec".into()))?;
-        let sp = savepoint::load(&req.url, &self.shared.config.store_options()).await.map_err(savepoint_error)?;
+        let opts = self.shared.config.store_options();
+        let sp = savepoint::load(&req.url, &opts).await.map_err(savepoint_error)?;
+        // A savepoint missing a file is no savepoint to restore from, whatever the spec.
+        savepoint::check_files(&sp, &opts).await.map_err(savepoint_error)?;
         let explicit_max_parallelism = spec.max_parallelism;
         spec.max_parallelism = Some(savepoint::adopt_max_parallelism(explicit_max_parallelism, &sp.metadata));
         let kinds = self.shared.registry.lock().kinds();

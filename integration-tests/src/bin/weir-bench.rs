@@ -49,6 +49,11 @@ struct Args {
     /// many canonical savepoints, alternating, 2 s apart, and time each `weir savepoint trigger` call.
     #[arg(long)]
     savepoints: Option<usize>,
+    /// Instead of the throughput run: time `weir savepoint check` (5 calls, median) of a savepoint with this
+    /// many operators (a synthetic `_metadata`: datagen, then a chain of keyed-counts at parallelism 2, each
+    /// subtask with a state file) against the matching spec.
+    #[arg(long)]
+    check_operators: Option<usize>,
 }
 
 /// Records in the calibration run.
@@ -199,7 +204,95 @@ fn dir_size(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
+/// Times `weir savepoint check` of a savepoint holding `n` operators.
+fn check_savepoint(args: &Args, n: usize) -> Result<()> {
+    use std::collections::BTreeMap;
+    use weir_common::checkpoint::{
+        CheckpointMetadata, FileHandle, KeyedStateHandle, KeyedStateInfo, OperatorCheckpoint, OperatorStateHandle,
+        OperatorSubtaskState, SavepointFormat, METADATA_FORMAT_VERSION,
+    };
+    use weir_common::ids::{CheckpointId, JobId, SubtaskIndex};
+    use weir_common::keygroup::KeyGroupRange;
+    let cluster = Cluster::start(ClusterOptions::new(1, 2))?;
+    let dir = tempfile::tempdir()?;
+    let sp = dir.path().join("savepoint");
+    let uids: Vec<String> = (0..n).map(|i| if i == 0 { "events".into() } else { format!("count-{i}") }).collect();
+    let mut operators = BTreeMap::new();
+    for (i, uid) in uids.iter().enumerate() {
+        let mut subtasks = Vec::new();
+        for s in 0..2u32 {
+            let path = format!("{uid}/{s}/state");
+            std::fs::create_dir_all(sp.join(format!("{uid}/{s}")))?;
+            std::fs::write(sp.join(&path), b"x")?;
+            let file = FileHandle { path, size: 1 };
+            let (keyed, operator_state) = if i == 0 {
+                (None, Some(OperatorStateHandle { file, states: vec![] }))
+            } else {
+                let range = KeyGroupRange::for_subtask(SubtaskIndex(s), 2, 128);
+                let states =
+                    vec![KeyedStateInfo { name: "count".into(), kind: "value".into(), ttl_ms: None, bytes: 1 }];
+                (
+                    Some(KeyedStateHandle {
+                        backend: "rocksdb".into(),
+                        key_group_range: range,
+                        files: vec![file],
+                        states,
+                    }),
+                    None,
+                )
+            };
+            subtasks.push(OperatorSubtaskState {
+                subtask: SubtaskIndex(s),
+                keyed,
+                operator_state,
+                end_of_input: false,
+            });
+        }
+        let kind = if i == 0 { "datagen" } else { "keyed-count" };
+        operators
+            .insert(uid.clone(), OperatorCheckpoint { kind: kind.into(), parallelism: 2, subtasks, signature: None });
+    }
+    let meta = CheckpointMetadata {
+        format_version: METADATA_FORMAT_VERSION,
+        job_id: JobId("bench".into()),
+        checkpoint_id: CheckpointId(1),
+        timestamp_ms: 1,
+        max_parallelism: 128,
+        is_final: false,
+        operators,
+        savepoint: Some(SavepointFormat::Native),
+    };
+    std::fs::write(sp.join("_metadata"), meta.to_bytes().map_err(anyhow::Error::msg)?)?;
+    let mut spec = format!("name: check\nparallelism: 2\nstate_backend: {}\noperators:\n", args.backend);
+    for (i, uid) in uids.iter().enumerate() {
+        match i {
+            0 => spec.push_str("  - { uid: events, kind: datagen, config: { keys: 10 } }\n"),
+            _ => spec.push_str(&format!("  - {{ uid: {uid}, kind: keyed-count, input: {} }}\n", uids[i - 1])),
+        }
+    }
+    spec.push_str(&format!("  - {{ uid: out, kind: blackhole, input: {} }}\n", uids[n - 1]));
+    let spec_file = dir.path().join("spec.yaml");
+    std::fs::write(&spec_file, spec)?;
+    let url = format!("file://{}", sp.display());
+    let spec_path = spec_file.display().to_string();
+    let mut ms = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let out = cluster.cli_json(&["savepoint", "check", &url, &spec_path])?;
+        ms.push(t.elapsed().as_millis());
+        let operators = out["operators"].as_array().map_or(0, |o| o.len());
+        anyhow::ensure!(out["ok"] == true && operators == n + 1, "unexpected report: {out}");
+    }
+    ms.sort();
+    println!("savepoint check {n} operators: median {} ms of 5 (each the whole `weir savepoint check` call)", ms[2]);
+    cluster.stop();
+    Ok(())
+}
+
 fn run(args: Args) -> Result<()> {
+    if let Some(n) = args.check_operators {
+        return check_savepoint(&args, n.max(2));
+    }
     if let Some(count) = args.savepoints {
         return savepoints(&args, count);
     }
