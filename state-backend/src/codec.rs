@@ -29,6 +29,16 @@ macro_rules! int_codec {
 
 int_codec!(u32, u64, i32, i64);
 
+/// Decodes a stored value of state `state` as `T`; a value that does not decode is reported with the state's
+/// name, the type and what to do, not as a bare decoding error.
+pub(crate) fn decode_state<T: StateCodec>(state: &str, bytes: &[u8]) -> Result<T, StateError> {
+    T::decode(bytes).map_err(|e| StateError::Decode {
+        state: state.to_string(),
+        type_name: std::any::type_name::<T>(),
+        detail: e.to_string(),
+    })
+}
+
 impl StateCodec for Vec<u8> {
     fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self);

@@ -18,7 +18,7 @@
 //! the TTL semantics (stamping, expiry on read, re-stamping); the backends only store the stamped bytes. The
 //! clock is the backend's ([`KeyedStateBackend::set_clock`]).
 
-use crate::codec::StateCodec;
+use crate::codec::{decode_state, StateCodec};
 use crate::keyed::{KeyedStateBackend, StateId};
 use crate::layout::encode_list_element;
 use crate::meta::{StateKind, StateOptions};
@@ -71,6 +71,8 @@ fn start_value(backend: &dyn KeyedStateBackend, ttl: Option<&StateTtlConfig>, ou
 /// A typed value state: one `T` per key.
 pub struct ValueState<T> {
     id: StateId,
+    /// The state's name (what a value that does not decode is reported under).
+    name: String,
     ttl: Option<StateTtlConfig>,
     scratch: Vec<u8>,
     _t: PhantomData<fn() -> T>,
@@ -79,7 +81,13 @@ pub struct ValueState<T> {
 impl<T: StateCodec> ValueState<T> {
     /// Registers (or finds) the state `name` in a backend.
     pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
-        Ok(ValueState { id: backend.register_value_state(name)?, ttl: None, scratch: Vec::new(), _t: PhantomData })
+        Ok(ValueState {
+            id: backend.register_value_state(name)?,
+            name: name.to_string(),
+            ttl: None,
+            scratch: Vec::new(),
+            _t: PhantomData,
+        })
     }
 
     /// Registers (or finds) the state `name` with a time-to-live (see [`crate::ttl`]).
@@ -98,14 +106,16 @@ impl<T: StateCodec> ValueState<T> {
         options: StateOptions,
     ) -> Result<Self, StateError> {
         let id = backend.register_state_with_options(name, StateKind::Value, &options)?;
-        Ok(ValueState { id, ttl: options.ttl, scratch: Vec::new(), _t: PhantomData })
+        Ok(ValueState { id, name: name.to_string(), ttl: options.ttl, scratch: Vec::new(), _t: PhantomData })
     }
 
     /// The current key's value.
     pub fn value(&self, backend: &mut dyn KeyedStateBackend) -> Result<Option<T>, StateError> {
         match &self.ttl {
-            None => backend.get_value(self.id)?.map(T::decode).transpose(),
-            Some(ttl) => ttl_value(backend, self.id, ttl, false)?.map(|v| T::decode(&v)).transpose(),
+            None => backend.get_value(self.id)?.map(|v| decode_state::<T>(&self.name, v)).transpose(),
+            Some(ttl) => {
+                ttl_value(backend, self.id, ttl, false)?.map(|v| decode_state::<T>(&self.name, &v)).transpose()
+            }
         }
     }
 
@@ -129,7 +139,7 @@ impl<T: StateCodec> ValueState<T> {
         mut f: impl FnMut(&[u8], T) -> Result<(), StateError>,
     ) -> Result<(), StateError> {
         match self.ttl {
-            None => backend.for_each_value(self.id, &mut |k, v| f(k, T::decode(v)?)),
+            None => backend.for_each_value(self.id, &mut |k, v| f(k, decode_state::<T>(&self.name, v)?)),
             Some(ttl) => {
                 let now = backend.now_ms();
                 backend.for_each_value(self.id, &mut |k, v| {
@@ -137,7 +147,7 @@ impl<T: StateCodec> ValueState<T> {
                     if ttl.is_expired(ts, now) && !ttl.returns_expired() {
                         return Ok(());
                     }
-                    f(k, T::decode(user)?)
+                    f(k, decode_state::<T>(&self.name, user)?)
                 })
             }
         }
@@ -152,6 +162,8 @@ impl<T: StateCodec> ValueState<T> {
 /// A typed list state: a list of `T` per key. Appends never read the list (RocksDB merges them).
 pub struct ListState<T> {
     id: StateId,
+    /// The state's name (what a value that does not decode is reported under).
+    name: String,
     ttl: Option<StateTtlConfig>,
     scratch: Vec<u8>,
     elem: Vec<u8>,
@@ -162,7 +174,7 @@ impl<T: StateCodec> ListState<T> {
     /// Registers (or finds) the list state `name` in a backend.
     pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
         let id = backend.register_state(name, StateKind::List)?;
-        Ok(ListState { id, ttl: None, scratch: Vec::new(), elem: Vec::new(), _t: PhantomData })
+        Ok(ListState { id, name: name.to_string(), ttl: None, scratch: Vec::new(), elem: Vec::new(), _t: PhantomData })
     }
 
     /// Registers (or finds) the list state `name` with a time-to-live per element (see [`crate::ttl`]).
@@ -181,7 +193,14 @@ impl<T: StateCodec> ListState<T> {
         options: StateOptions,
     ) -> Result<Self, StateError> {
         let id = backend.register_state_with_options(name, StateKind::List, &options)?;
-        Ok(ListState { id, ttl: options.ttl, scratch: Vec::new(), elem: Vec::new(), _t: PhantomData })
+        Ok(ListState {
+            id,
+            name: name.to_string(),
+            ttl: options.ttl,
+            scratch: Vec::new(),
+            elem: Vec::new(),
+            _t: PhantomData,
+        })
     }
 
     /// Every element of the current key's list, in insertion order (empty if none). With TTL, expired
@@ -190,7 +209,7 @@ impl<T: StateCodec> ListState<T> {
         let mut out = Vec::new();
         let Some(ttl) = self.ttl else {
             backend.for_each_list_element(self.id, &mut |e| {
-                out.push(T::decode(e)?);
+                out.push(decode_state::<T>(&self.name, e)?);
                 Ok(())
             })?;
             return Ok(out);
@@ -204,10 +223,10 @@ impl<T: StateCodec> ListState<T> {
             if ttl.is_expired(ts, now) {
                 dropped = true;
                 if ttl.returns_expired() {
-                    out.push(T::decode(user)?);
+                    out.push(decode_state::<T>(&self.name, user)?);
                 }
             } else {
-                out.push(T::decode(user)?);
+                out.push(decode_state::<T>(&self.name, user)?);
                 if ttl.refreshes_on_read() {
                     elem.clear();
                     stamp(now, user, &mut elem);
@@ -285,6 +304,8 @@ impl<T: StateCodec> ListState<T> {
 /// be read or written whole.
 pub struct MapState<K, V> {
     id: StateId,
+    /// The state's name (what a value that does not decode is reported under).
+    name: String,
     ttl: Option<StateTtlConfig>,
     key_buf: Vec<u8>,
     val_buf: Vec<u8>,
@@ -295,7 +316,14 @@ impl<K: StateCodec, V: StateCodec> MapState<K, V> {
     /// Registers (or finds) the map state `name` in a backend.
     pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
         let id = backend.register_state(name, StateKind::Map)?;
-        Ok(MapState { id, ttl: None, key_buf: Vec::new(), val_buf: Vec::new(), _t: PhantomData })
+        Ok(MapState {
+            id,
+            name: name.to_string(),
+            ttl: None,
+            key_buf: Vec::new(),
+            val_buf: Vec::new(),
+            _t: PhantomData,
+        })
     }
 
     /// Registers (or finds) the map state `name` with a time-to-live per entry (see [`crate::ttl`]).
@@ -314,7 +342,14 @@ impl<K: StateCodec, V: StateCodec> MapState<K, V> {
         options: StateOptions,
     ) -> Result<Self, StateError> {
         let id = backend.register_state_with_options(name, StateKind::Map, &options)?;
-        Ok(MapState { id, ttl: options.ttl, key_buf: Vec::new(), val_buf: Vec::new(), _t: PhantomData })
+        Ok(MapState {
+            id,
+            name: name.to_string(),
+            ttl: options.ttl,
+            key_buf: Vec::new(),
+            val_buf: Vec::new(),
+            _t: PhantomData,
+        })
     }
 
     /// The user value bytes of `key` of a TTL map (in `key_buf`), after expiry handling and read refresh.
@@ -380,10 +415,10 @@ impl<K: StateCodec, V: StateCodec> MapState<K, V> {
     pub fn get(&mut self, backend: &mut dyn KeyedStateBackend, key: &K) -> Result<Option<V>, StateError> {
         if let Some(ttl) = self.ttl {
             self.key_bytes(key);
-            return self.ttl_get(backend, &ttl)?.map(|v| V::decode(&v)).transpose();
+            return self.ttl_get(backend, &ttl)?.map(|v| decode_state::<V>(&self.name, &v)).transpose();
         }
         let id = self.id;
-        backend.map_get(id, self.key_bytes(key))?.map(|v| V::decode(&v)).transpose()
+        backend.map_get(id, self.key_bytes(key))?.map(|v| decode_state::<V>(&self.name, &v)).transpose()
     }
 
     /// Sets `key` to `value` in the current key's map.
@@ -428,11 +463,13 @@ impl<K: StateCodec, V: StateCodec> MapState<K, V> {
     ) -> Result<(), StateError> {
         if let Some(ttl) = self.ttl {
             for (k, v) in self.ttl_entries(backend, &ttl)? {
-                f(K::decode(&k)?, V::decode(&v)?)?;
+                f(decode_state::<K>(&self.name, &k)?, decode_state::<V>(&self.name, &v)?)?;
             }
             return Ok(());
         }
-        backend.for_each_map_entry(self.id, &mut |k, v| f(K::decode(k)?, V::decode(v)?))
+        backend.for_each_map_entry(self.id, &mut |k, v| {
+            f(decode_state::<K>(&self.name, k)?, decode_state::<V>(&self.name, v)?)
+        })
     }
 
     /// Every entry of the current key's map, in the byte order of the encoded keys.
@@ -448,11 +485,15 @@ impl<K: StateCodec, V: StateCodec> MapState<K, V> {
     /// Every key of the current key's map, in the byte order of the encoded keys.
     pub fn keys(&self, backend: &mut dyn KeyedStateBackend) -> Result<Vec<K>, StateError> {
         if let Some(ttl) = self.ttl {
-            return self.ttl_entries(backend, &ttl)?.into_iter().map(|(k, _)| K::decode(&k)).collect();
+            return self
+                .ttl_entries(backend, &ttl)?
+                .into_iter()
+                .map(|(k, _)| decode_state::<K>(&self.name, &k))
+                .collect();
         }
         let mut out = Vec::new();
         backend.for_each_map_entry(self.id, &mut |k, _| {
-            out.push(K::decode(k)?);
+            out.push(decode_state::<K>(&self.name, k)?);
             Ok(())
         })?;
         Ok(out)
@@ -479,6 +520,8 @@ pub type ReduceFn<T> = Box<dyn Fn(T, T) -> T + Send>;
 /// function given at registration. Stored as a value row.
 pub struct ReducingState<T> {
     id: StateId,
+    /// The state's name (what a value that does not decode is reported under).
+    name: String,
     ttl: Option<StateTtlConfig>,
     reduce: ReduceFn<T>,
     scratch: Vec<u8>,
@@ -492,7 +535,7 @@ impl<T: StateCodec> ReducingState<T> {
         reduce: impl Fn(T, T) -> T + Send + 'static,
     ) -> Result<Self, StateError> {
         let id = backend.register_state(name, StateKind::Reducing)?;
-        Ok(ReducingState { id, ttl: None, reduce: Box::new(reduce), scratch: Vec::new() })
+        Ok(ReducingState { id, name: name.to_string(), ttl: None, reduce: Box::new(reduce), scratch: Vec::new() })
     }
 
     /// Registers (or finds) the reducing state `name` with a time-to-live (see [`crate::ttl`]).
@@ -513,14 +556,22 @@ impl<T: StateCodec> ReducingState<T> {
         options: StateOptions,
     ) -> Result<Self, StateError> {
         let id = backend.register_state_with_options(name, StateKind::Reducing, &options)?;
-        Ok(ReducingState { id, ttl: options.ttl, reduce: Box::new(reduce), scratch: Vec::new() })
+        Ok(ReducingState {
+            id,
+            name: name.to_string(),
+            ttl: options.ttl,
+            reduce: Box::new(reduce),
+            scratch: Vec::new(),
+        })
     }
 
     /// The current key's reduced value.
     pub fn get(&self, backend: &mut dyn KeyedStateBackend) -> Result<Option<T>, StateError> {
         match &self.ttl {
-            None => backend.get_value(self.id)?.map(T::decode).transpose(),
-            Some(ttl) => ttl_value(backend, self.id, ttl, false)?.map(|v| T::decode(&v)).transpose(),
+            None => backend.get_value(self.id)?.map(|v| decode_state::<T>(&self.name, v)).transpose(),
+            Some(ttl) => {
+                ttl_value(backend, self.id, ttl, false)?.map(|v| decode_state::<T>(&self.name, &v)).transpose()
+            }
         }
     }
 
@@ -528,7 +579,9 @@ impl<T: StateCodec> ReducingState<T> {
     pub fn add(&mut self, backend: &mut dyn KeyedStateBackend, value: T) -> Result<(), StateError> {
         let old = match &self.ttl {
             None => self.get(backend)?,
-            Some(ttl) => ttl_value(backend, self.id, ttl, true)?.map(|v| T::decode(&v)).transpose()?,
+            Some(ttl) => {
+                ttl_value(backend, self.id, ttl, true)?.map(|v| decode_state::<T>(&self.name, &v)).transpose()?
+            }
         };
         let folded = match old {
             Some(old) => (self.reduce)(old, value),
@@ -564,6 +617,8 @@ pub trait AggregateFunction<In, Acc, Out>: Send {
 /// value row holding the accumulator.
 pub struct AggregatingState<In, Acc, Out> {
     id: StateId,
+    /// The state's name (what a value that does not decode is reported under).
+    name: String,
     ttl: Option<StateTtlConfig>,
     function: Box<dyn AggregateFunction<In, Acc, Out>>,
     scratch: Vec<u8>,
@@ -577,7 +632,13 @@ impl<In, Acc: StateCodec, Out> AggregatingState<In, Acc, Out> {
         function: impl AggregateFunction<In, Acc, Out> + 'static,
     ) -> Result<Self, StateError> {
         let id = backend.register_state(name, StateKind::Aggregating)?;
-        Ok(AggregatingState { id, ttl: None, function: Box::new(function), scratch: Vec::new() })
+        Ok(AggregatingState {
+            id,
+            name: name.to_string(),
+            ttl: None,
+            function: Box::new(function),
+            scratch: Vec::new(),
+        })
     }
 
     /// Registers (or finds) the aggregating state `name` with a time-to-live (see [`crate::ttl`]).
@@ -598,14 +659,22 @@ impl<In, Acc: StateCodec, Out> AggregatingState<In, Acc, Out> {
         options: StateOptions,
     ) -> Result<Self, StateError> {
         let id = backend.register_state_with_options(name, StateKind::Aggregating, &options)?;
-        Ok(AggregatingState { id, ttl: options.ttl, function: Box::new(function), scratch: Vec::new() })
+        Ok(AggregatingState {
+            id,
+            name: name.to_string(),
+            ttl: options.ttl,
+            function: Box::new(function),
+            scratch: Vec::new(),
+        })
     }
 
     /// The result for the current key, if anything was added since the last clear.
     pub fn get(&self, backend: &mut dyn KeyedStateBackend) -> Result<Option<Out>, StateError> {
         let acc = match &self.ttl {
-            None => backend.get_value(self.id)?.map(Acc::decode).transpose()?,
-            Some(ttl) => ttl_value(backend, self.id, ttl, false)?.map(|v| Acc::decode(&v)).transpose()?,
+            None => backend.get_value(self.id)?.map(|v| decode_state::<Acc>(&self.name, v)).transpose()?,
+            Some(ttl) => {
+                ttl_value(backend, self.id, ttl, false)?.map(|v| decode_state::<Acc>(&self.name, &v)).transpose()?
+            }
         };
         Ok(acc.map(|a| self.function.get_result(&a)))
     }
@@ -613,8 +682,10 @@ impl<In, Acc: StateCodec, Out> AggregatingState<In, Acc, Out> {
     /// Adds `value` to the current key's accumulator (created if there is none or it expired).
     pub fn add(&mut self, backend: &mut dyn KeyedStateBackend, value: In) -> Result<(), StateError> {
         let old = match &self.ttl {
-            None => backend.get_value(self.id)?.map(Acc::decode).transpose()?,
-            Some(ttl) => ttl_value(backend, self.id, ttl, true)?.map(|v| Acc::decode(&v)).transpose()?,
+            None => backend.get_value(self.id)?.map(|v| decode_state::<Acc>(&self.name, v)).transpose()?,
+            Some(ttl) => {
+                ttl_value(backend, self.id, ttl, true)?.map(|v| decode_state::<Acc>(&self.name, &v)).transpose()?
+            }
         };
         let acc = match old {
             Some(acc) => acc,

@@ -96,6 +96,22 @@ pub enum StateError {
     /// Stored bytes could not be decoded.
     #[error("corrupt state: {0}")]
     Corrupt(String),
+    /// A stored value of a state does not decode as the type the operator reads it as: the state's type changed
+    /// since the value was written.
+    #[error(
+        "state {state:?}: a stored value does not decode as {type_name} ({detail}); the state's type changed since \
+         it was written. Give the operator's kind a state signature (weir_taskmanager::registry::signed) so that \
+         `weir savepoint check` and submissions catch the change before deploying, or drop the state on restore \
+         (the operator's drop_state_on_change: true, or --allow-non-restored-state)"
+    )]
+    Decode {
+        /// State name.
+        state: String,
+        /// The type it was read as.
+        type_name: &'static str,
+        /// What the codec said.
+        detail: String,
+    },
     /// A snapshot cannot be restored into the backend asked for (a native RocksDB snapshot into the heap).
     #[error("cannot restore: {0}")]
     Restore(String),

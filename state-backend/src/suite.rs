@@ -842,3 +842,27 @@ fn ttl_map_states() {
 fn ttl_survives_snapshot_and_restore() {
     both(ttl_snapshot_restore);
 }
+
+/// A value written as one type and read, after a snapshot and restore, as another fails naming the state and
+/// what to do, on both backends (the state's type changed without its kind's signature saying so).
+fn a_value_of_another_type(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let mut st = ValueState::<u32>::register(b.as_mut(), "total").unwrap();
+    b.set_current_key(&key(1));
+    st.update(b.as_mut(), &7).unwrap();
+    let mut b = snapshot_and_restore(factory, b.as_mut(), dir, "types");
+    let wider = ValueState::<u64>::register(b.as_mut(), "total").unwrap();
+    b.set_current_key(&key(1));
+    let err = wider.value(b.as_mut()).unwrap_err().to_string();
+    assert!(
+        err.starts_with("state \"total\": a stored value does not decode as u64 (")
+            && err.contains("the state's type changed since it was written")
+            && err.contains("drop_state_on_change: true"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_value_of_another_type_is_reported_with_its_state() {
+    both(a_value_of_another_type);
+}
