@@ -20,7 +20,7 @@ use tracing::{debug, error, info, warn};
 use weir_common::checkpoint::{RestoreMode, SavepointFormat, SavepointTarget, TaskSnapshot};
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::now_ms;
-use weir_common::spec::resolve;
+use weir_common::spec::{resolve, ResolvedJob};
 use weir_common::store::Store;
 use weir_proto as pb;
 
@@ -177,7 +177,7 @@ impl JobManager {
         if *self.shared.shutdown.borrow() {
             return Err(JobRequestError::ShuttingDown);
         }
-        let mut spec = req.spec.clone().ok_or_else(|| JobRequestError::InvalidSpec("missing job spec".into()))?;
+        let spec = req.spec.clone().ok_or_else(|| JobRequestError::InvalidSpec("missing job spec".into()))?;
         let mode = RestoreMode::parse(&req.restore_mode).map_err(JobRequestError::InvalidSpec)?;
         let opts = self.shared.config.store_options();
         let savepoint = if req.from_savepoint.trim().is_empty() {
@@ -186,22 +186,10 @@ impl JobManager {
             let sp = savepoint::load(&req.from_savepoint, &opts).await.map_err(savepoint_error)?;
             Some(sp)
         };
-        let explicit_max_parallelism = spec.max_parallelism;
-        if let Some(sp) = &savepoint {
-            spec.max_parallelism = Some(savepoint::adopt_max_parallelism(explicit_max_parallelism, &sp.metadata));
-        }
-        let kinds = self.shared.registry.lock().kinds();
-        let job = resolve(&spec, &kinds).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
+        let (job, verdicts) = self.resolve_restored(&spec, savepoint.as_ref())?;
         let mut dropped = Vec::new();
-        if let Some(sp) = &savepoint {
-            dropped = savepoint::check_against_job(
-                sp,
-                &job,
-                explicit_max_parallelism,
-                req.allow_non_restored_state,
-                self.shared.config.union_state_fanout_limit,
-            )
-            .map_err(savepoint_error)?;
+        if let (Some(sp), Some(verdicts)) = (&savepoint, verdicts) {
+            dropped = verdicts.outcome(&sp.url, req.allow_non_restored_state).map_err(savepoint_error)?;
             savepoint::check_files(sp, &opts).await.map_err(savepoint_error)?;
         }
         match self.shared.store.probe(SUBMIT_PROBE_TIMEOUT).await {
@@ -281,26 +269,42 @@ impl JobManager {
         Err(JobRequestError::ShuttingDown)
     }
 
+    /// Resolves `spec` against the registered kinds, restored from `sp` if given: the savepoint's max
+    /// parallelism is adopted when the spec leaves it unset, and the verdicts say what the restore does with
+    /// each operator's state. Submissions and `weir savepoint check` decide alike through this.
+    fn resolve_restored(
+        &self,
+        spec: &pb::JobSpec,
+        sp: Option<&savepoint::LoadedSavepoint>,
+    ) -> Result<(ResolvedJob, Option<savepoint::Verdicts>), JobRequestError> {
+        let mut spec = spec.clone();
+        let explicit_max_parallelism = spec.max_parallelism;
+        if let Some(sp) = sp {
+            spec.max_parallelism = Some(savepoint::adopt_max_parallelism(explicit_max_parallelism, &sp.metadata));
+        }
+        let kinds = self.shared.registry.lock().kinds();
+        let job = resolve(&spec, &kinds).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
+        let limit = self.shared.config.union_state_fanout_limit;
+        let verdicts = sp.map(|sp| savepoint::verdicts(sp, &job, explicit_max_parallelism, limit));
+        Ok((job, verdicts))
+    }
+
     /// `weir savepoint check`: what restoring a savepoint into a job spec would do, per operator and state,
     /// with the same checks as a submission (nothing is deployed).
     pub async fn check_savepoint(
         &self,
         req: &pb::CheckSavepointRequest,
     ) -> Result<pb::CheckSavepointResponse, JobRequestError> {
-        let mut spec = req.spec.clone().ok_or_else(|| JobRequestError::InvalidSpec("missing job spec".into()))?;
+        let spec = req.spec.clone().ok_or_else(|| JobRequestError::InvalidSpec("missing job spec".into()))?;
         let opts = self.shared.config.store_options();
         let sp = savepoint::load(&req.url, &opts).await.map_err(savepoint_error)?;
         // A savepoint missing a file is no savepoint to restore from, whatever the spec.
         savepoint::check_files(&sp, &opts).await.map_err(savepoint_error)?;
-        let explicit_max_parallelism = spec.max_parallelism;
-        spec.max_parallelism = Some(savepoint::adopt_max_parallelism(explicit_max_parallelism, &sp.metadata));
-        let kinds = self.shared.registry.lock().kinds();
-        let job = resolve(&spec, &kinds).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
-        let limit = self.shared.config.union_state_fanout_limit;
-        let verdicts = savepoint::verdicts(&sp, &job, explicit_max_parallelism, limit);
-        let ok = savepoint::check_against_job(&sp, &job, explicit_max_parallelism, req.allow_non_restored_state, limit)
-            .is_ok();
+        let (_, verdicts) = self.resolve_restored(&spec, Some(&sp))?;
+        let verdicts = verdicts.ok_or_else(|| JobRequestError::InvalidSpec("no savepoint to check".into()))?;
+        let ok = verdicts.outcome(&sp.url, req.allow_non_restored_state).is_ok();
         let operators = verdicts
+            .operators
             .into_iter()
             .map(|v| {
                 let verdict = v.verdict.as_str().to_string();

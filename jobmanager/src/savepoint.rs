@@ -1,7 +1,7 @@
 //! Savepoints as the job manager sees them from outside a running job: reading one from its URL, checking it
 //! against a job before anything is deployed, summarising it for `weir savepoint inspect`, disposing of it.
-//! The decisions ([`check_against_job`], [`summarize`]) are pure; [`load`], [`check_files`] and [`dispose`] do
-//! the object-store I/O.
+//! The decisions ([`verdicts`] and [`Verdicts::outcome`], [`summarize`]) are pure; [`load`], [`check_files`] and
+//! [`dispose`] do the object-store I/O.
 
 use crate::assignment::union_fanout_bytes;
 use std::collections::BTreeSet;
@@ -155,6 +155,16 @@ pub struct OperatorVerdict {
     pub permitted: bool,
 }
 
+/// The verdicts of [`verdicts`]: one per operator, and a reason that makes every stored operator incompatible
+/// (another max parallelism), said once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdicts {
+    /// A reason that concerns the whole savepoint, not one operator.
+    pub global: Option<String>,
+    /// Per operator of the job, then per stored uid the job lacks.
+    pub operators: Vec<OperatorVerdict>,
+}
+
 /// The pre-flight check of restoring `sp` into `job`, per operator: what the restore would do with each
 /// stored state, before anything is deployed. `explicit_max_parallelism` is the max parallelism the spec set
 /// (unset adopts the savepoint's, see [`adopt_max_parallelism`]).
@@ -163,20 +173,9 @@ pub fn verdicts(
     job: &ResolvedJob,
     explicit_max_parallelism: Option<u32>,
     union_fanout_limit: u64,
-) -> Vec<OperatorVerdict> {
+) -> Verdicts {
     let meta = &sp.metadata;
-    let global = match explicit_max_parallelism {
-        Some(m) if m != meta.max_parallelism => Some(format!(
-            "the savepoint's keyed state has max_parallelism {} and the job sets {m}; max_parallelism can never \
-             change for a job's state (leave it unset to adopt {})",
-            meta.max_parallelism, meta.max_parallelism
-        )),
-        _ if job.max_parallelism != meta.max_parallelism => Some(format!(
-            "the savepoint's max_parallelism is {} but the job's is {}",
-            meta.max_parallelism, job.max_parallelism
-        )),
-        _ => None,
-    };
+    let global = max_parallelism_problem(meta, job, explicit_max_parallelism);
     let mut out = Vec::new();
     for op in &job.operators {
         let Some(stored) = meta.operators.get(&op.uid) else {
@@ -219,7 +218,24 @@ pub fn verdicts(
             permitted: false,
         });
     }
-    out
+    Verdicts { global, operators: out }
+}
+
+/// Why the savepoint's max parallelism does not fit the job, if it does not (every stored operator is then
+/// incompatible, for this one reason).
+fn max_parallelism_problem(meta: &CheckpointMetadata, job: &ResolvedJob, explicit: Option<u32>) -> Option<String> {
+    match explicit {
+        Some(m) if m != meta.max_parallelism => Some(format!(
+            "the savepoint's keyed state has max_parallelism {} and the job sets {m}; max_parallelism can never \
+             change for a job's state (leave it unset to adopt {})",
+            meta.max_parallelism, meta.max_parallelism
+        )),
+        _ if job.max_parallelism != meta.max_parallelism => Some(format!(
+            "the savepoint's max_parallelism is {} but the job's is {}",
+            meta.max_parallelism, job.max_parallelism
+        )),
+        _ => None,
+    }
 }
 
 /// The names of every state an operator stored (keyed and operator state), sorted.
@@ -262,45 +278,41 @@ fn restore_problem(
     None
 }
 
-/// What restoring `sp` into `job` means, checked before anything is deployed ([`verdicts`]): the uids whose
-/// state is dropped, or the reason the restore is refused — something incompatible, or state dropped without
-/// `allow_non_restored_state`.
-pub fn check_against_job(
-    sp: &LoadedSavepoint,
-    job: &ResolvedJob,
-    explicit_max_parallelism: Option<u32>,
-    allow_non_restored_state: bool,
-    union_fanout_limit: u64,
-) -> Result<Vec<String>, SavepointError> {
-    let bad = |reason: String| SavepointError::Incompatible { url: sp.url.clone(), reason };
-    let all = verdicts(sp, job, explicit_max_parallelism, union_fanout_limit);
-    if let Some(v) = all.iter().find(|v| v.verdict == Verdict::Incompatible) {
-        // A global reason (max parallelism) reads the same for every operator: say it once.
-        let global = all.iter().filter(|o| o.verdict == Verdict::Incompatible).all(|o| o.reason == v.reason)
-            && v.reason.contains("max_parallelism");
-        return Err(bad(if global { v.reason.clone() } else { format!("operator {:?}: {}", v.uid, v.reason) }));
-    }
-    let dropped: Vec<&OperatorVerdict> = all.iter().filter(|v| v.verdict == Verdict::Dropped).collect();
-    if !allow_non_restored_state {
-        let missing: Vec<&str> = dropped.iter().filter(|v| !v.in_job).map(|v| v.uid.as_str()).collect();
-        if !missing.is_empty() {
-            return Err(bad(format!(
-                "the savepoint holds state for operators the job does not have: {}; restore with \
-                 --allow-non-restored-state to drop it",
-                missing.join(", ")
-            )));
+impl Verdicts {
+    /// What a submission does with these verdicts: the uids whose state is dropped, or the reason it is
+    /// refused — something incompatible, or state dropped without `allow_non_restored_state` (or the operator's
+    /// `drop_state_on_change`).
+    pub fn outcome(&self, url: &str, allow_non_restored_state: bool) -> Result<Vec<String>, SavepointError> {
+        let bad = |reason: String| SavepointError::Incompatible { url: url.to_string(), reason };
+        if let Some(g) = &self.global {
+            return Err(bad(g.clone()));
         }
-        if let Some(v) = dropped.iter().find(|v| v.in_job && !v.permitted) {
-            return Err(bad(format!(
-                "operator {:?}: {}; its state cannot restore into the new version: give the operator a new uid, \
-                 set its drop_state_on_change: true, or restore with --allow-non-restored-state to drop its state",
-                v.uid, v.reason
-            )));
+        if let Some(v) = self.operators.iter().find(|v| v.verdict == Verdict::Incompatible) {
+            return Err(bad(format!("operator {:?}: {}", v.uid, v.reason)));
         }
+        let dropped: Vec<&OperatorVerdict> = self.operators.iter().filter(|v| v.verdict == Verdict::Dropped).collect();
+        if !allow_non_restored_state {
+            let missing: Vec<&str> = dropped.iter().filter(|v| !v.in_job).map(|v| v.uid.as_str()).collect();
+            if !missing.is_empty() {
+                return Err(bad(format!(
+                    "the savepoint holds state for operators the job does not have: {}; restore with \
+                     --allow-non-restored-state to drop it",
+                    missing.join(", ")
+                )));
+            }
+            if let Some(v) = dropped.iter().find(|v| v.in_job && !v.permitted) {
+                return Err(bad(format!(
+                    "operator {:?}: {}; its state cannot restore into the new version: give the operator a new \
+                     uid, set its drop_state_on_change: true, or restore with --allow-non-restored-state to drop \
+                     its state",
+                    v.uid, v.reason
+                )));
+            }
+        }
+        let mut uids: Vec<String> = dropped.iter().map(|v| v.uid.clone()).collect();
+        uids.sort();
+        Ok(uids)
     }
-    let mut uids: Vec<String> = dropped.iter().map(|v| v.uid.clone()).collect();
-    uids.sort();
-    Ok(uids)
 }
 
 /// Why an operator's stored state is not the state its new version declares, if it is not: another kind wrote
@@ -447,6 +459,17 @@ pub async fn delete_files(url: &str, opts: &StoreOptions) -> Result<u64, StoreEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a submission of `job` from `sp` does: the verdicts and their outcome.
+    fn check_against_job(
+        sp: &LoadedSavepoint,
+        job: &ResolvedJob,
+        explicit_max_parallelism: Option<u32>,
+        allow_non_restored_state: bool,
+        union_fanout_limit: u64,
+    ) -> Result<Vec<String>, SavepointError> {
+        verdicts(sp, job, explicit_max_parallelism, union_fanout_limit).outcome(&sp.url, allow_non_restored_state)
+    }
     use weir_common::checkpoint::{
         FileHandle, OperatorCheckpoint, OperatorStateHandle, OperatorSubtaskState, SavepointFormat, StateMetaInfo,
     };
@@ -517,14 +540,14 @@ mod tests {
         let mut sp = savepoint(128, 10);
         let counts = sp.metadata.operators.remove("counts").unwrap();
         sp.metadata.operators.insert("gone".into(), counts);
-        let v = verdicts(&sp, &job, None, u64::MAX);
+        let v = verdicts(&sp, &job, None, u64::MAX).operators;
         let of = |uid: &str| v.iter().find(|o| o.uid == uid).unwrap();
         assert_eq!(of("counts").verdict, Verdict::New);
         assert_eq!((of("gone").verdict, of("gone").in_job), (Verdict::Dropped, false));
         assert_eq!(of("gone").reason, "the job has no operator with this uid");
         assert!(v.iter().filter(|o| o.uid != "counts" && o.uid != "gone").all(|o| o.verdict == Verdict::Restored));
         // Another max parallelism: every stored operator is incompatible, for the same reason.
-        let v = verdicts(&sp, &job, Some(256), u64::MAX);
+        let v = verdicts(&sp, &job, Some(256), u64::MAX).operators;
         assert!(v.iter().filter(|o| o.in_job && o.verdict != Verdict::New).all(|o| o.verdict == Verdict::Incompatible));
         assert_eq!(Verdict::Incompatible.as_str(), "INCOMPATIBLE");
     }

@@ -325,6 +325,18 @@ fn spawn_heartbeats(fake: FakeTm, rpc_url: String) -> tokio::task::JoinHandle<()
 }
 
 /// Waits until `f` holds (synchronous checks: files, the fake's state).
+/// Submits [`SPEC`]; returns the job id.
+async fn submit(client: &ClientApiClient<Channel>) -> String {
+    let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
+    client
+        .clone()
+        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_id
+}
+
 async fn wait_until(what: &str, f: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while !f() {
@@ -421,13 +433,7 @@ async fn deploy_checkpoint_subsume_and_finish() {
     let err = client.get_job(pb::GetJobRequest { job_id: "0123abcd".into() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
 
-    let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
-    let id = client
-        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
-        .await
-        .unwrap()
-        .into_inner()
-        .job_id;
+    let id = submit(&client).await;
     let info = wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
     assert_eq!(info.attempt, 1);
     assert_eq!(info.max_parallelism, 128);
@@ -496,14 +502,7 @@ async fn failover_restores_and_jm_restart_resumes() {
     fake.register(&rpc).await;
     let hb = spawn_heartbeats(fake.clone(), rpc.clone());
 
-    let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
-    let id = client
-        .clone()
-        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
-        .await
-        .unwrap()
-        .into_inner()
-        .job_id;
+    let id = submit(&client).await;
     let job_id = JobId(id.clone());
     wait_job(&client, &id, "for 2 checkpoints", |j| j.last_completed_checkpoint >= Some(2)).await;
 
@@ -589,14 +588,7 @@ async fn lost_task_manager_fails_the_job_over_and_it_waits_for_slots() {
     let (fake, rpc) = start_fake_tm("tm-c", &jm.url, env.store.clone()).await;
     fake.register(&rpc).await;
     // No heartbeats: the task manager is lost after heartbeat_timeout_ms (2 s).
-    let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
-    let id = client
-        .clone()
-        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
-        .await
-        .unwrap()
-        .into_inner()
-        .job_id;
+    let id = submit(&client).await;
     wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
     let info = wait_job(&client, &id, "for RESTARTING", |j| j.state == "RESTARTING").await;
     assert!(info.failure.contains("tm-c"), "{}", info.failure);
@@ -624,14 +616,7 @@ async fn a_checkpoint_the_job_store_did_not_record_is_never_notified_as_complete
     let hb = spawn_heartbeats(fake.clone(), rpc.clone());
     // The third completion cannot be recorded (the job store fails right after `_metadata` was written).
     weir_common::fault::arm("checkpoint-after-metadata=2*off->1*return(error:disk full)->off").unwrap();
-    let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
-    let id = client
-        .clone()
-        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
-        .await
-        .unwrap()
-        .into_inner()
-        .job_id;
+    let id = submit(&client).await;
     let failed = wait_checkpoint(&client, &id, "for a failed checkpoint", |c| c.status == "FAILED").await;
     assert_eq!(failed.id, 3, "{failed:?}");
     assert!(
@@ -672,14 +657,7 @@ async fn task_states_whose_reports_were_lost_arrive_with_heartbeats() {
     let hb = spawn_heartbeats(fake.clone(), rpc.clone());
     // Every END_OF_INPUT and FINISHED report is lost; only heartbeats carry them.
     fake.state.lock().lose_reports = vec![pb::TaskState::EndOfInput, pb::TaskState::Finished];
-    let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
-    let id = client
-        .clone()
-        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
-        .await
-        .unwrap()
-        .into_inner()
-        .job_id;
+    let id = submit(&client).await;
     wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
     fake.state.lock().end_of_input = true;
     for d in fake.current_tasks() {

@@ -260,29 +260,26 @@ pub(crate) fn restore_rocksdb(
     let (mut natives, others): (Vec<_>, Vec<_>) =
         sources.into_iter().partition(|s| s.format == SnapshotFormat::Rocksdb);
     let mut declared = Declarations::default();
-    let scratch =
-        if natives.len() > 1 || !others.is_empty() { Some(Scratch::create(work_dir.join("rescale"))?) } else { None };
-    let mut db = match (natives.pop(), &scratch) {
-        (None, _) => RocksDbBackend::open(work_dir, max_parallelism, range, None, rocks.clone())?,
-        (Some(base), None) => {
-            let db = RocksDbBackend::open(work_dir, max_parallelism, range, Some(&base.dir), rocks.clone())?;
-            if base.key_group_range != range {
-                db.clip(range)?;
-            }
-            db
+    let scratch_dir = work_dir.join("rescale");
+    // Removed when this returns (also on failure).
+    let _scratch =
+        if natives.len() > 1 || !others.is_empty() { Some(Scratch::create(scratch_dir.clone())?) } else { None };
+    let mut db = if natives.len() > 1 {
+        import_rocksdb(work_dir, &scratch_dir, max_parallelism, range, natives, &mut declared, rocks)?
+    } else if let Some(base) = natives.pop() {
+        let db = RocksDbBackend::open(work_dir, max_parallelism, range, Some(&base.dir), rocks.clone())?;
+        if base.key_group_range != range {
+            db.clip(range)?;
         }
-        (Some(last), Some(scratch)) => {
-            natives.push(last);
-            import_rocksdb(work_dir, &scratch.0, max_parallelism, range, natives, &mut declared, rocks)?
-        }
+        db
+    } else {
+        RocksDbBackend::open(work_dir, max_parallelism, range, None, rocks.clone())?
     };
-    if let Some(scratch) = &scratch {
-        for (i, source) in others.iter().enumerate() {
-            let started = Instant::now();
-            let rows = merge_state_file(&mut db, &mut declared, source, &scratch.0.join(format!("file-{i}")), range)?;
-            tracing::debug!(dir = %source.dir.display(), format = %source.format, rows,
-                ms = started.elapsed().as_millis() as u64, "merged a snapshot into the restored database");
-        }
+    for (i, source) in others.iter().enumerate() {
+        let started = Instant::now();
+        let rows = merge_state_file(&mut db, &mut declared, source, &scratch_dir.join(format!("file-{i}")), range)?;
+        tracing::debug!(dir = %source.dir.display(), format = %source.format, rows,
+            ms = started.elapsed().as_millis() as u64, "merged a snapshot into the restored database");
     }
     Ok(db)
 }
@@ -314,32 +311,24 @@ fn import_rocksdb(
         let (lo, hi) = row.range_bounds(source.key_group_range);
         let inside = |files: &[SstFile]| files.iter().all(|f| f.smallest_key >= lo && f.largest_key < hi);
         let partial = source.key_group_range.intersection(&range) != Some(source.key_group_range);
-        // Most snapshots import whole, read without opening them for writing.
+        // Most snapshots import whole, read without opening them for writing; one that does not is opened as a
+        // restore of its own (its ingest files applied), so that the states it cannot import can be copied.
         let snapshot = RocksDbBackend::read_snapshot_files(&source.dir, rocks)?;
-        if snapshot.files.values().all(|(files, exact)| *exact && inside(files)) {
-            for (name, record) in snapshot.states {
-                declared.add(&name, record, &source.dir)?;
-                records.insert(name, record);
-            }
-            for (name, (files, _)) in snapshot.files {
-                if !files.is_empty() {
-                    cut |= partial;
-                    imports.entry(name).or_default().extend(files);
-                }
-            }
-            continue;
-        }
-        // Else it is opened as a restore of its own (its ingest files applied), and each state is imported or
-        // copied.
-        let src = RocksDbBackend::open(
-            &scratch.join(i.to_string()),
-            max_parallelism,
-            source.key_group_range,
-            Some(&source.dir),
-            rocks.clone(),
-        )?;
-        let mut files = src.freeze_state_files()?;
-        for (name, record) in src.stored_states()? {
+        let (states, mut files) = if snapshot.files.values().all(|(files, exact)| *exact && inside(files)) {
+            (snapshot.states, snapshot.files)
+        } else {
+            let src = RocksDbBackend::open(
+                &scratch.join(i.to_string()),
+                max_parallelism,
+                source.key_group_range,
+                Some(&source.dir),
+                rocks.clone(),
+            )?;
+            let found = (src.stored_states()?, src.freeze_state_files()?);
+            opened.insert(i, src);
+            found
+        };
+        for (name, record) in states {
             declared.add(&name, record, &source.dir)?;
             records.insert(name.clone(), record);
             let Some((state_files, exact)) = files.remove(&name).filter(|(f, _)| !f.is_empty()) else { continue };
@@ -352,7 +341,6 @@ fn import_rocksdb(
                 copies.push((i, name));
             }
         }
-        opened.insert(i, src);
     }
     let imported = scratch.join("import");
     RocksDbBackend::create_imported(&imported, &imports, rocks)?;

@@ -253,6 +253,17 @@ fn stored_states_of(db: &DB, cfs: &[String]) -> Result<Vec<(String, KindRecord)>
     Ok(out)
 }
 
+/// Whether every row of column family `cf` is in its SST files as written — none in a memtable, no range
+/// deletion —, so that importing the files carries the rows exactly ([`crate::import`]).
+fn rows_exactly_in_files(db: &DB, cf: &ColumnFamily) -> Result<bool, StateError> {
+    for prop in ["rocksdb.num-entries-active-mem-table", "rocksdb.num-entries-imm-mem-tables"] {
+        if db.property_int_value_cf(cf, prop)? != Some(0) {
+            return Ok(false);
+        }
+    }
+    Ok(import::range_deletions(db, cf)? == 0)
+}
+
 /// A native snapshot's states and files, as [`RocksDbBackend::read_snapshot_files`] reads them.
 pub(crate) struct SnapshotFiles {
     /// Every state with its kind record, by name.
@@ -459,10 +470,7 @@ impl RocksDbBackend {
             let cf_name = Self::cf_name(state);
             let cf =
                 db.cf_handle(&cf_name).ok_or_else(|| StateError::Corrupt(format!("no column family {cf_name:?}")))?;
-            let mut exact = import::range_deletions(&db, cf)? == 0;
-            for prop in ["rocksdb.num-entries-active-mem-table", "rocksdb.num-entries-imm-mem-tables"] {
-                exact &= db.property_int_value_cf(cf, prop)? == Some(0);
-            }
+            let exact = rows_exactly_in_files(&db, cf)?;
             let (mine, rest) = live.into_iter().partition(|f| f.column_family == cf_name);
             live = rest;
             files.insert(state.clone(), (mine, exact));
@@ -599,10 +607,7 @@ impl RocksDbBackend {
                 .db
                 .cf_handle(cf_name)
                 .ok_or_else(|| StateError::Corrupt(format!("column family {cf_name:?} vanished")))?;
-            let mut whole = import::range_deletions(&self.db, cf)? == 0;
-            for prop in ["rocksdb.num-entries-active-mem-table", "rocksdb.num-entries-imm-mem-tables"] {
-                whole &= self.db.property_int_value_cf(cf, prop)? == Some(0);
-            }
+            let whole = rows_exactly_in_files(&self.db, cf)?;
             let (mine, rest) = files.into_iter().partition(|f| f.column_family == *cf_name);
             files = rest;
             out.insert(state.to_string(), (mine, whole));
