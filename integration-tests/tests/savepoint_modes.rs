@@ -196,7 +196,9 @@ fn a_taskmanager_killed_during_a_rescaled_restore_leaves_the_output_exact() -> a
     cluster.kill_taskmanager(victim)?;
     cluster.start_taskmanager()?;
     let done = cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(120))?;
-    assert!(done.restarts >= 1, "the kill forced a restart: {done:?}");
+    // A kill that lands while the restore is still being deployed makes the job manager deploy it again (a new
+    // attempt, not counted as a restart); one that lands after it restarts the job. Either way: a new attempt.
+    assert!(done.attempt >= 2, "the kill forced a new attempt: {done:?}");
     verify_job_output(&job, &out)?;
     cluster.stop();
     Ok(())
