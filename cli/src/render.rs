@@ -612,7 +612,8 @@ mod tests {
 // ------------------------------------------------------------------------------------------ savepoints
 
 /// `savepoint check` in JSON (DESIGN §10): `{"ok", "operators": [{"uid", "verdict", "reason", "states":
-/// [{"name", "verdict", "reason"}]}]}`.
+/// [{"name", "verdict", "reason", "from"?, "to"?}]}]}` (`from`/`to`: the schemas of a migrated or incompatible
+/// state).
 pub fn check_json(r: &pb::CheckSavepointResponse) -> serde_json::Value {
     let operators: Vec<serde_json::Value> = r
         .operators
@@ -621,7 +622,14 @@ pub fn check_json(r: &pb::CheckSavepointResponse) -> serde_json::Value {
             let states: Vec<serde_json::Value> = o
                 .states
                 .iter()
-                .map(|s| serde_json::json!({ "name": s.name, "verdict": s.verdict, "reason": s.reason }))
+                .map(|s| {
+                    let mut j = serde_json::json!({ "name": s.name, "verdict": s.verdict, "reason": s.reason });
+                    if !s.from.is_empty() {
+                        j["from"] = s.from.clone().into();
+                        j["to"] = s.to.clone().into();
+                    }
+                    j
+                })
                 .collect();
             serde_json::json!({ "uid": o.uid, "verdict": o.verdict, "reason": o.reason, "states": states })
         })
@@ -639,7 +647,14 @@ pub fn check_text(r: &pb::CheckSavepointResponse) -> String {
         }
         out.push('\n');
         for s in &o.states {
-            out.push_str(&format!("  {:<11} {}\n", s.verdict, s.name));
+            out.push_str(&format!("  {:<11} {}", s.verdict, s.name));
+            if !s.reason.is_empty() {
+                out.push_str(&format!(": {}", s.reason));
+            }
+            out.push('\n');
+            if !s.from.is_empty() {
+                out.push_str(&format!("              was: {}\n              now: {}\n", s.from, s.to));
+            }
         }
     }
     out.push_str(if r.ok {

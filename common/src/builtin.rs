@@ -63,6 +63,12 @@ pub struct KindSignature {
     pub fingerprint: String,
     /// The structure, one state per line (what a refused restore prints).
     pub text: String,
+    /// The key's serializer (keyed kinds): keys are never migrated, so a restore into another one is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<crate::serializer::SerializerSnapshot>,
+    /// Each declared state's serializers: what a restore resolves state by state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<crate::serializer::StateSerializers>,
 }
 
 /// The kinds that every Weir task manager ships.

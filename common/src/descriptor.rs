@@ -157,6 +157,10 @@ pub struct SubtaskRestore {
     pub operator_state: Vec<OperatorStatePart>,
     /// Every old subtask had consumed all of its input (end-of-input work is not done again).
     pub end_of_input: bool,
+    /// The serializers the restored state was written with: a state whose serializer now needs a migration is
+    /// rewritten before the operator starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub serializers: Vec<crate::serializer::StateSerializers>,
 }
 
 /// Elements of some operator states inside one old operator-state blob.

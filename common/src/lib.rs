@@ -6,6 +6,8 @@
 //! - [`builtin`]: the built-in operator kinds and their typed configs.
 //! - [`datagen`]: the datagen record formula, shared by the source and by output verification.
 //! - [`checkpoint`]: checkpoint metadata and the one place that builds object-store paths.
+//! - [`serializer`]: serializer snapshots (recorded per state in checkpoint metadata), their resolution against a
+//!   new serializer and the Avro migration of stored values.
 //! - [`descriptor`]: what the job manager sends a task manager to deploy one subtask.
 //! - [`store`]: object stores from URLs (`file://`, `s3://`, `memory://`).
 //! - [`fault`]: failpoints on the control path, armed by `WEIR_FAILPOINTS` in tests.
@@ -20,6 +22,7 @@ pub mod descriptor;
 pub mod fault;
 pub mod ids;
 pub mod keygroup;
+pub mod serializer;
 pub mod spec;
 pub mod store;
 pub mod telemetry;

@@ -10,6 +10,7 @@ use crate::checkpoint::{
 use crate::descriptor::{ElementRef, OperatorStatePart, RestoreDescriptor, StatePart, SubtaskRestore};
 use crate::ids::{CheckpointId, SubtaskIndex, VertexId};
 use crate::keygroup::KeyGroupRange;
+use crate::serializer::{SerializerSnapshot, StateSerializers};
 use weir_proto as pb;
 
 /// A protobuf message that does not describe a valid handle.
@@ -246,6 +247,7 @@ impl From<&SubtaskRestore> for pb::SubtaskRestore {
                 })
                 .collect(),
             end_of_input: r.end_of_input,
+            serializers: r.serializers.iter().map(Into::into).collect(),
         }
     }
 }
@@ -268,6 +270,7 @@ impl TryFrom<pb::SubtaskRestore> for SubtaskRestore {
             keyed: r.keyed.into_iter().map(KeyedStateHandle::try_from).collect::<Result<_, _>>()?,
             operator_state,
             end_of_input: r.end_of_input,
+            serializers: r.serializers.into_iter().map(StateSerializers::from).collect(),
         })
     }
 }
@@ -298,6 +301,45 @@ impl TryFrom<pb::RestoreDescriptor> for RestoreDescriptor {
             own_files: r.own_files,
             operators,
         })
+    }
+}
+
+impl From<&SerializerSnapshot> for pb::SerializerSnapshot {
+    fn from(s: &SerializerSnapshot) -> Self {
+        pb::SerializerSnapshot {
+            format: s.format.clone(),
+            version: s.version,
+            root: s.root.clone(),
+            schema: s.schema.clone(),
+        }
+    }
+}
+
+impl From<pb::SerializerSnapshot> for SerializerSnapshot {
+    fn from(s: pb::SerializerSnapshot) -> Self {
+        SerializerSnapshot { format: s.format, version: s.version, root: s.root, schema: s.schema }
+    }
+}
+
+impl From<&StateSerializers> for pb::StateSerializers {
+    fn from(s: &StateSerializers) -> Self {
+        pb::StateSerializers {
+            state: s.state.clone(),
+            kind: s.kind.clone(),
+            value: Some((&s.value).into()),
+            user_key: s.user_key.as_ref().map(Into::into),
+        }
+    }
+}
+
+impl From<pb::StateSerializers> for StateSerializers {
+    fn from(s: pb::StateSerializers) -> Self {
+        StateSerializers {
+            state: s.state,
+            kind: s.kind,
+            value: s.value.map_or_else(SerializerSnapshot::opaque, Into::into),
+            user_key: s.user_key.map(Into::into),
+        }
     }
 }
 
@@ -371,6 +413,12 @@ mod tests {
                         ],
                     }],
                     end_of_input: true,
+                    serializers: vec![crate::serializer::StateSerializers {
+                        state: "m".into(),
+                        kind: "map".into(),
+                        value: crate::serializer::SerializerSnapshot::bincode("P", "struct P{a:u8}"),
+                        user_key: Some(crate::serializer::SerializerSnapshot::signature("string")),
+                    }],
                 },
             )]),
         };

@@ -6,17 +6,36 @@
 //!   `MapState` with time-to-live.
 //! - [`state_kinds`]: the keyed `state-kinds` kind, which keeps every kind of keyed and operator state (for the
 //!   rescaling tests).
-//! - [`registry`]: the built-in kinds plus the kinds of this crate; the `weir-example-taskmanager` binary runs
-//!   a task manager with it.
+//! - [`upgrades`]: the kinds `profiles` (Avro state), `sessions` (Protobuf), `people` (bincode) and `visits`,
+//!   each in two versions whose state types differ, for the upgrade-safety tests.
+//! - [`registry`]: the built-in kinds plus the kinds of this crate (the first version of [`upgrades`]); the
+//!   `weir-example-taskmanager` binary runs a task manager with it, `weir-example-taskmanager-v2` one with
+//!   [`registry_v2`] (the second version).
 
 pub mod buffering_sink;
 pub mod distinct_values;
 pub mod state_kinds;
+pub mod upgrades;
 
 use weir_taskmanager::registry::{Instance, Registry};
 
-/// Weir's built-in kinds plus `buffering-sink`, `distinct-values` and `state-kinds`.
+/// Weir's built-in kinds plus `buffering-sink`, `distinct-values`, `state-kinds` and the first version of the
+/// [`upgrades`] kinds.
 pub fn registry() -> Registry {
+    let mut r = common_registry();
+    upgrades::v1::register_kinds(&mut r);
+    r
+}
+
+/// [`registry`] with the second version of the [`upgrades`] kinds.
+pub fn registry_v2() -> Registry {
+    let mut r = common_registry();
+    upgrades::v2::register_kinds(&mut r);
+    r
+}
+
+/// The kinds both versions share.
+fn common_registry() -> Registry {
     let mut r = Registry::with_builtins();
     r.register(buffering_sink::kind_info(), |config| {
         let cfg = buffering_sink::BufferingSinkConfig::from_map(config)?;

@@ -452,6 +452,29 @@ impl Cluster {
         Ok(i)
     }
 
+    /// Deploys a new release of the task managers, as a user upgrading their job does: terminates every live
+    /// task manager, starts as many from the binary `name`, and waits until the job manager knows only the new
+    /// ones (the old ones' heartbeats time out), so that it resolves specs against the new binary's kinds.
+    pub fn replace_taskmanagers(&mut self, name: &str) -> Result<()> {
+        binary(name)?;
+        let live = self.live_taskmanagers();
+        for &i in &live {
+            self.terminate_taskmanager(i, Duration::from_secs(20))?;
+        }
+        self.options.taskmanager_binary = name.to_string();
+        let mut ids = Vec::new();
+        for _ in 0..live.len().max(1) {
+            let i = self.spawn_taskmanager(&[])?;
+            ids.push(self.taskmanagers[i].id.clone());
+        }
+        let what = format!("for only task managers {ids:?} to be registered");
+        let timeout = START_TIMEOUT + Duration::from_millis(self.options.heartbeat_timeout_ms * 3);
+        wait_until(&what, timeout, || {
+            let registered: BTreeSet<String> = self.overview()?.task_managers.into_iter().map(|t| t.id).collect();
+            Ok((registered == ids.iter().cloned().collect::<BTreeSet<_>>()).then_some(()))
+        })
+    }
+
     /// SIGKILLs task manager `i`, as a crashing machine would.
     pub fn kill_taskmanager(&mut self, i: usize) -> Result<()> {
         let tm = self.taskmanagers.get_mut(i).ok_or_else(|| anyhow!("no task manager {i}"))?;

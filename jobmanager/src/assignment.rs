@@ -88,7 +88,9 @@ pub fn assign(
     let mut old: Vec<_> = stored.subtasks.iter().collect();
     old.sort_by_key(|s| s.subtask);
     let same = stored.parallelism == new_parallelism && old.len() == n;
-    let mut out: Vec<SubtaskRestore> = (0..n).map(|_| SubtaskRestore::default()).collect();
+    let serializers = stored.signature.as_ref().map(|s| s.states.clone()).unwrap_or_default();
+    let mut out: Vec<SubtaskRestore> =
+        (0..n).map(|_| SubtaskRestore { serializers: serializers.clone(), ..SubtaskRestore::default() }).collect();
 
     // Keyed state: every old snapshot overlapping the new range.
     for (i, r) in out.iter_mut().enumerate() {

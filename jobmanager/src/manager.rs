@@ -307,13 +307,18 @@ impl JobManager {
             .operators
             .into_iter()
             .map(|v| {
-                let verdict = v.verdict.as_str().to_string();
                 let states = v
                     .states
                     .into_iter()
-                    .map(|name| pb::StateVerdict { name, verdict: verdict.clone(), reason: v.reason.clone() })
+                    .map(|s| pb::StateVerdict {
+                        name: s.name,
+                        verdict: s.verdict.as_str().to_string(),
+                        reason: s.reason,
+                        from: s.from,
+                        to: s.to,
+                    })
                     .collect();
-                pb::OperatorVerdict { uid: v.uid, verdict, reason: v.reason, states }
+                pb::OperatorVerdict { uid: v.uid, verdict: v.verdict.as_str().to_string(), reason: v.reason, states }
             })
             .collect();
         Ok(pb::CheckSavepointResponse { ok, operators })

@@ -98,8 +98,12 @@ pub fn kind_info_from_proto(k: &pb::OperatorKindInfo) -> Option<KindInfo> {
         keyed: k.keyed,
         version: k.version.clone(),
         states: k.states.iter().map(|s| (s.name.clone(), s.kind.clone(), s.type_name.clone())).collect(),
-        signature: (!k.state_signature.is_empty())
-            .then(|| KindSignature { fingerprint: k.state_signature.clone(), text: k.state_signature_text.clone() }),
+        signature: (!k.state_signature.is_empty()).then(|| KindSignature {
+            fingerprint: k.state_signature.clone(),
+            text: k.state_signature_text.clone(),
+            key: k.key_serializer.clone().map(Into::into),
+            states: k.state_serializers.iter().cloned().map(Into::into).collect(),
+        }),
     })
 }
 
@@ -345,6 +349,7 @@ mod tests {
                 states: vec![],
                 state_signature: "00000000000000ab".into(),
                 state_signature_text: "key: u64".into(),
+                ..Default::default()
             }],
         };
         let r = Registration::from_proto(&req).unwrap();

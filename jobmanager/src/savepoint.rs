@@ -114,16 +114,19 @@ pub async fn check_files(sp: &LoadedSavepoint, opts: &StoreOptions) -> Result<()
 }
 
 /// What a restore does with one operator's (or one state's) stored state: `weir savepoint check`'s verdicts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Verdict {
+    /// An operator with no state in the savepoint (a state its new version declares that the savepoint lacks).
+    New,
     /// Restored as it is.
     Restored,
-    /// Dropped: the job has no operator with the uid, or its kind or state signature changed.
+    /// Restored, every value rewritten with the new serializer before the operator starts.
+    Migrated,
+    /// Dropped: the job has no operator with the uid, or its kind or a state's type changed in a way its
+    /// format cannot evolve.
     Dropped,
     /// The restore would fail: refused.
     Incompatible,
-    /// An operator with no state in the savepoint.
-    New,
 }
 
 impl Verdict {
@@ -131,6 +134,7 @@ impl Verdict {
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Restored => "RESTORED",
+            Verdict::Migrated => "MIGRATED",
             Verdict::Dropped => "DROPPED",
             Verdict::Incompatible => "INCOMPATIBLE",
             Verdict::New => "NEW",
@@ -147,12 +151,33 @@ pub struct OperatorVerdict {
     pub verdict: Verdict,
     /// Why (empty when restored as is).
     pub reason: String,
-    /// Its stored states by name, each with the operator's verdict.
-    pub states: Vec<String>,
+    /// Its states by name: each stored one, and those its new version declares that the savepoint lacks.
+    pub states: Vec<StateVerdict>,
     /// Whether the job still has the uid.
     pub in_job: bool,
     /// Dropped with the operator's `drop_state_on_change: true`: no `--allow-non-restored-state` needed.
     pub permitted: bool,
+}
+
+/// The verdict on one state of an operator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateVerdict {
+    /// State name.
+    pub name: String,
+    /// What happens to it.
+    pub verdict: Verdict,
+    /// Why (empty when restored as is).
+    pub reason: String,
+    /// The schema it was written with, when it is migrated or incompatible.
+    pub from: String,
+    /// The schema the new version reads it with, likewise.
+    pub to: String,
+}
+
+impl StateVerdict {
+    fn new(name: &str, verdict: Verdict, reason: impl Into<String>) -> Self {
+        StateVerdict { name: name.to_string(), verdict, reason: reason.into(), from: String::new(), to: String::new() }
+    }
 }
 
 /// The verdicts of [`verdicts`]: one per operator, and a reason that makes every stored operator incompatible
@@ -189,23 +214,27 @@ pub fn verdicts(
             });
             continue;
         };
-        let (verdict, reason) = match (global.clone(), state_change(stored, op)) {
-            (Some(g), _) => (Verdict::Incompatible, g),
-            (None, Some(change)) => (Verdict::Dropped, change),
-            (None, None) => match restore_problem(stored, op, job, union_fanout_limit) {
-                Some(problem) => (Verdict::Incompatible, problem),
-                None => (Verdict::Restored, String::new()),
-            },
+        let same_verdict = |verdict: Verdict| -> Vec<StateVerdict> {
+            state_names(stored).iter().map(|n| StateVerdict::new(n, verdict, "")).collect()
+        };
+        let (verdict, reason, states) = match (global.clone(), state_change(stored, op)) {
+            (Some(g), _) => (Verdict::Incompatible, g, same_verdict(Verdict::Incompatible)),
+            (None, Some(change)) => (Verdict::Dropped, change, same_verdict(Verdict::Dropped)),
+            (None, None) => {
+                let (verdict, reason, states) = match per_state(stored, op) {
+                    Some(judged) => judged,
+                    None => (Verdict::Restored, String::new(), same_verdict(Verdict::Restored)),
+                };
+                match restore_problem(stored, op, job, union_fanout_limit) {
+                    Some(problem) if verdict <= Verdict::Migrated => {
+                        (Verdict::Incompatible, problem, same_verdict(Verdict::Incompatible))
+                    }
+                    _ => (verdict, reason, states),
+                }
+            }
         };
         let permitted = verdict == Verdict::Dropped && op.drop_state_on_change;
-        out.push(OperatorVerdict {
-            uid: op.uid.clone(),
-            verdict,
-            reason,
-            states: state_names(stored),
-            in_job: true,
-            permitted,
-        });
+        out.push(OperatorVerdict { uid: op.uid.clone(), verdict, reason, states, in_job: true, permitted });
     }
     let uids: BTreeSet<&str> = job.operators.iter().map(|o| o.uid.as_str()).collect();
     for (uid, stored) in meta.operators.iter().filter(|(u, _)| !uids.contains(u.as_str())) {
@@ -213,7 +242,7 @@ pub fn verdicts(
             uid: uid.clone(),
             verdict: Verdict::Dropped,
             reason: "the job has no operator with this uid".into(),
-            states: state_names(stored),
+            states: state_names(stored).iter().map(|n| StateVerdict::new(n, Verdict::Dropped, "")).collect(),
             in_job: false,
             permitted: false,
         });
@@ -315,13 +344,123 @@ impl Verdicts {
     }
 }
 
+/// The verdicts state by state, when both the savepoint and the new version recorded each state's serializers
+/// (`None` otherwise: [`state_change`] then compares whole signatures). Keys first: a changed key type is
+/// incompatible (keys are never migrated). Then each state's serializers are resolved
+/// (`weir_common::serializer::resolve`), the weakest of its parts: as is or reconfigured is `RESTORED`, after
+/// migration `MIGRATED`, incompatible in an evolvable format (Avro, Protobuf) `INCOMPATIBLE` with the format's
+/// reason, any other change — another kind of state, a changed bincode type — `DROPPED`, and with it the
+/// operator's other states (an operator's keyed state restores whole or not at all).
+fn per_state(stored: &OperatorCheckpoint, op: &ResolvedOperator) -> Option<(Verdict, String, Vec<StateVerdict>)> {
+    use weir_common::serializer::{resolve, Resolution};
+    let (old, new) = match (&stored.signature, &op.signature) {
+        (Some(o), Some(n)) if !o.states.is_empty() && !n.states.is_empty() => (o, n),
+        _ => return None,
+    };
+    let names = state_names(stored);
+    if let (Some(ok), Some(nk)) = (&old.key, &new.key) {
+        if let Resolution::Incompatible(why) = resolve(ok, nk) {
+            let reason = format!(
+                "the key type changed ({why}); keys are never migrated, so its state cannot be restored: give the                  operator a new uid to start it afresh"
+            );
+            let states = names.iter().map(|n| StateVerdict::new(n, Verdict::Incompatible, "")).collect();
+            return Some((Verdict::Incompatible, reason, states));
+        }
+    }
+    let mut all: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+    all.extend(old.states.iter().map(|s| s.state.as_str()));
+    let mut states = Vec::new();
+    for name in all {
+        let was = old.states.iter().find(|s| s.state == name);
+        let is = new.states.iter().find(|s| s.state == name);
+        let v = match (was, is) {
+            (_, None) => StateVerdict::new(
+                name,
+                Verdict::Restored,
+                "the new version does not declare it: its rows are kept as they are, unread",
+            ),
+            (None, Some(_)) => {
+                StateVerdict::new(name, Verdict::Restored, "the savepoint recorded no serializer for it")
+            }
+            (Some(w), Some(n)) if w.kind != n.kind => StateVerdict::new(
+                name,
+                Verdict::Dropped,
+                format!("it was {} state and is now declared as {} state", w.kind, n.kind),
+            ),
+            (Some(w), Some(n)) => {
+                let mut r = resolve(&w.value, &n.value);
+                if let (Some(wk), Some(nk)) = (&w.user_key, &n.user_key) {
+                    r = match resolve(wk, nk) {
+                        // Map keys are row keys: they are never rewritten.
+                        Resolution::AfterMigration => Resolution::Incompatible(format!(
+                            "its map keys would need a migration from {} to {}, and keys are never migrated",
+                            wk.describe(),
+                            nk.describe()
+                        )),
+                        k => k,
+                    }
+                    .weakest(r);
+                }
+                let mut v = match r {
+                    Resolution::AsIs => StateVerdict::new(name, Verdict::Restored, ""),
+                    Resolution::Reconfigured => {
+                        StateVerdict::new(name, Verdict::Restored, "read as is by the reconfigured serializer")
+                    }
+                    Resolution::AfterMigration => StateVerdict::new(
+                        name,
+                        Verdict::Migrated,
+                        format!("from {} to {}", w.value.describe(), n.value.describe()),
+                    ),
+                    Resolution::Incompatible(why) if w.value.evolvable() && w.value.format == n.value.format => {
+                        StateVerdict::new(name, Verdict::Incompatible, why)
+                    }
+                    Resolution::Incompatible(why) => StateVerdict::new(name, Verdict::Dropped, why),
+                };
+                if v.verdict >= Verdict::Migrated {
+                    v.from = w.value.schema_text();
+                    v.to = n.value.schema_text();
+                }
+                v
+            }
+        };
+        states.push(v);
+    }
+    let fresh: Vec<StateVerdict> = new
+        .states
+        .iter()
+        .filter(|n| !states.iter().any(|s| s.name == n.state))
+        .map(|n| StateVerdict::new(&n.state, Verdict::New, "not in the savepoint: starts empty"))
+        .collect();
+    states.extend(fresh);
+    let worst = states.iter().map(|s| s.verdict).max().unwrap_or(Verdict::Restored).max(Verdict::Restored);
+    let first = states.iter().find(|s| s.verdict == worst).cloned();
+    let reason = match (worst, &first) {
+        (Verdict::Restored, _) | (_, None) => String::new(),
+        (Verdict::Migrated, _) => {
+            let migrated: Vec<&str> =
+                states.iter().filter(|s| s.verdict == Verdict::Migrated).map(|s| s.name.as_str()).collect();
+            format!("state {} migrated to the new serializers", migrated.join(", "))
+        }
+        (_, Some(s)) => format!("state {:?}: {}", s.name, s.reason),
+    };
+    if worst == Verdict::Dropped {
+        let cause = first.map(|s| s.name).unwrap_or_default();
+        for s in states.iter_mut().filter(|s| s.verdict != Verdict::Dropped && s.verdict != Verdict::New) {
+            s.verdict = Verdict::Dropped;
+            s.reason = format!("dropped with the operator's other state ({cause:?} changed)");
+        }
+    }
+    Some((worst, reason, states))
+}
+
 /// Why an operator's stored state is not the state its new version declares, if it is not: another kind wrote
-/// it, or the kind's state signature changed (both known).
+/// it, or (without per-state serializers, see [`per_state`]) the kind's state signature changed.
 fn state_change(stored: &OperatorCheckpoint, op: &ResolvedOperator) -> Option<String> {
     if !stored.kind.is_empty() && stored.kind != op.kind {
         return Some(format!("its state was written by kind {:?} and the job runs kind {:?}", stored.kind, op.kind));
     }
     match (&stored.signature, &op.signature) {
+        (Some(old), Some(new)) if !old.states.is_empty() && !new.states.is_empty() => None,
         (Some(old), Some(new)) if old.fingerprint != new.fingerprint => Some(format!(
             "the state signature of kind {:?} changed from {} to {}:\n  was: {}\n  now: {}",
             op.kind,
@@ -555,7 +694,8 @@ mod tests {
     #[test]
     fn state_of_another_kind_or_signature_is_refused_or_dropped_with_permission() {
         use weir_common::builtin::KindSignature;
-        let sig = |f: &str, t: &str| Some(KindSignature { fingerprint: f.into(), text: t.into() });
+        let sig =
+            |f: &str, t: &str| Some(KindSignature { fingerprint: f.into(), text: t.into(), key: None, states: vec![] });
         let job = crate::descriptors::tests::demo_job();
         let mut sp = savepoint(128, 10);
         sp.metadata.operators.get_mut("counts").unwrap().kind = "distinct-values".into();

@@ -22,8 +22,10 @@
 use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
 use crate::layout::{decode_list, row_in, RowKeyBuilder};
 use crate::meta::{
-    check_redeclaration, check_same_declaration, encode_kind_record, too_large, wrong_kind, StateKind, StateOptions,
+    check_redeclaration, check_same_declaration, encode_kind_record, too_large, ttl_change, wrong_kind, StateKind,
+    StateOptions,
 };
+use crate::migrate::{RowRewrite, TtlChange, ValueMigration};
 use crate::statefile::{Row, StateFileReader, HEAP_V1, HEAP_V2};
 use crate::ttl::{
     retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock, DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
@@ -78,6 +80,24 @@ impl HeapState {
             cleanup_queue: Vec::new(),
             origin: String::new(),
         }
+    }
+}
+
+impl HeapState {
+    /// Rewrites every stored value in place ([`crate::migrate`]); returns how many.
+    fn rewrite(&mut self, ttl: TtlChange, values: Option<&mut ValueMigration<'_>>) -> Result<u64, StateError> {
+        let started = std::time::Instant::now();
+        let mut rewrite = RowRewrite::new(&self.name, self.kind, ttl, values);
+        let mut out = Vec::new();
+        let rows = self.rows.values_mut().chain(self.maps.values_mut().flat_map(|m| m.values_mut()));
+        for v in rows {
+            out.clear();
+            rewrite.row(v, &mut out)?;
+            std::mem::swap(v, &mut out);
+        }
+        let count = rewrite.count;
+        tracing::info!(state = %self.name, values = count, elapsed_ms = started.elapsed().as_millis() as u64, "state migrated");
+        Ok(count)
     }
 }
 
@@ -252,8 +272,13 @@ impl KeyedStateBackend for HeapBackend {
     ) -> Result<StateId, StateError> {
         let ttl = options.ttl;
         if let Some(i) = self.states.iter().position(|s| s.name == name) {
+            let now = self.clock.now_ms();
             let st = &mut self.states[i];
             check_redeclaration(name, (st.kind, st.ttl.as_ref(), st.namespaced), kind, options, !st.registered)?;
+            let change = ttl_change(st.ttl.as_ref(), ttl.as_ref(), now);
+            if !st.registered && !matches!(change, TtlChange::Keep { .. }) {
+                st.rewrite(change, None)?;
+            }
             st.ttl = ttl;
             st.registered = true;
             return Ok(StateId(i));
@@ -546,6 +571,21 @@ impl KeyedStateBackend for HeapBackend {
             key_group_range: self.range,
             pending: None,
         })
+    }
+
+    fn migrate_state(&mut self, name: &str, migration: &mut ValueMigration<'_>) -> Result<u64, StateError> {
+        let st =
+            self.states.iter_mut().find(|s| s.name == name).ok_or_else(|| {
+                StateError::Restore(format!("state {name:?} to migrate is not in the restored state"))
+            })?;
+        if st.registered {
+            return Err(StateError::Declaration {
+                name: name.to_string(),
+                message: "already registered: a state is migrated before the operator registers it".into(),
+            });
+        }
+        let stamped = st.ttl.is_some();
+        st.rewrite(TtlChange::Keep { stamped }, Some(migration))
     }
 
     fn kind(&self) -> &'static str {

@@ -92,7 +92,8 @@ pub const DEFAULT_MAX_VALUE_BYTES: usize = 256 << 20;
 pub trait KeyedStateBackend: Send {
     /// Registers a state of `kind` with `options`, or returns the existing one of that name if it was declared
     /// the same way. Another kind is a [`StateError::Declaration`] naming both kinds; so is another TTL config
-    /// (after a restore, only turning TTL on or off) and a different choice of namespaces.
+    /// and a different choice of namespaces. After a restore the TTL config may change, and turning TTL on or off
+    /// migrates the state's stored values (timestamps added, stamped now, or stripped).
     fn register_state_with_options(
         &mut self,
         name: &str,
@@ -164,6 +165,14 @@ pub trait KeyedStateBackend: Send {
     /// and should be on the same filesystem as the backend so RocksDB can hard-link). Some files may still be
     /// written in the background: [`LocalSnapshot::ready`] waits for them.
     fn snapshot_sync(&mut self, dir: &Path) -> Result<LocalSnapshot, StateError>;
+    /// Rewrites every stored value of state `name` — restored, and not registered since — through `migration`
+    /// (value rows, list elements, map values; TTL timestamps and keys stay as they are), before the operator
+    /// reads it: the state's serializer changed in a way that needs it. Returns the number of values rewritten.
+    fn migrate_state(
+        &mut self,
+        name: &str,
+        migration: &mut crate::migrate::ValueMigration<'_>,
+    ) -> Result<u64, StateError>;
     /// Name of the backend kind.
     fn kind(&self) -> &'static str;
     /// Every state the backend holds (registered, or restored and not registered again), by name.

@@ -19,6 +19,8 @@
 //!   value rows. The module docs describe the row layout.
 //! - [`ingest`]: how the RocksDB backend keeps a snapshot's synchronous part short — dirty cache rows frozen at
 //!   the barrier, written as SST files and ingested by a background thread.
+//! - [`migrate`]: rewriting a restored state's stored values when its serializer needs a migration or its TTL was
+//!   turned on or off ([`KeyedStateBackend::migrate_state`]; RocksDB through sorted SST files and ingestion).
 //! - [`heap`]: in-memory backend with the same behaviour, for small state and tests.
 //! - [`rescale`]: [`open_keyed_backend_from`] restores one backend from several snapshots ([`RestoreSource`], in
 //!   any [`SnapshotFormat`]), clipped to its key-group range — RocksDB by importing the native snapshots' SST
@@ -30,6 +32,8 @@
 //! - [`signature`]: state type signatures — [`signature::TypeSignature`] (with `#[derive(TypeSignature)]` from
 //!   `weir-state-derive`), an operator's [`signature::StateSignature`], `uid_stated` and the test helper
 //!   `assert_signature` that pins one.
+//! - [`formats`]: [`formats::Bincode`], [`formats::Avro`] and [`formats::Protobuf`] state values, whose type
+//!   signatures carry serializer snapshots (recorded in checkpoints, resolved on restore, migrated for Avro).
 //! - [`operator`]: operator list state, snapshotted as one blob plus per-state element offsets.
 //! - [`ttl`]: state time-to-live ([`StateTtlConfig`], the typed handles' `register_with_ttl`), an injectable
 //!   [`Clock`] ([`KeyedStateBackend::set_clock`]), lazy, snapshot, incremental (heap) and compaction-filter
@@ -47,6 +51,7 @@ extern crate self as weir_state;
 pub mod cache;
 pub mod canonical;
 pub mod codec;
+pub mod formats;
 pub mod handles;
 pub mod heap;
 pub(crate) mod import;
@@ -54,6 +59,7 @@ pub mod ingest;
 pub mod keyed;
 pub mod layout;
 pub mod meta;
+pub mod migrate;
 pub mod operator;
 pub mod rescale;
 pub mod rocks;
@@ -66,6 +72,7 @@ pub mod ttl;
 
 pub use canonical::write_canonical;
 pub use codec::StateCodec;
+pub use formats::{Avro, Bincode, Protobuf};
 pub use keyed::{
     open_keyed_backend, set_namespace, AggregateFunction, AggregatingState, KeyedStateBackend, ListState,
     LocalSnapshot, MapState, ReducingState, StateId, StateKind, StateOptions, ValueState, DEFAULT_MAX_VALUE_BYTES,

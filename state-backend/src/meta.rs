@@ -10,6 +10,7 @@
 //! update-type byte and the visibility byte (11 bytes in all). RocksDB stores it in the default
 //! column family (row `weir.kind.<name>`); heap snapshots store it after the state's name.
 
+use crate::migrate::TtlChange;
 use crate::ttl::{StateTtlConfig, TtlUpdateType, TtlVisibility};
 use crate::StateError;
 use std::io::Read;
@@ -144,7 +145,7 @@ impl StateOptions {
 
 /// Checks a registration of `name` as `kind` with `wanted` against how the state exists (`existing`: kind,
 /// TTL, namespaced — registered in this backend's lifetime, or only `restored`): another kind, TTL config
-/// (after a restore: TTL on or off) or choice of namespaces is a [`StateError::Declaration`].
+/// (not after a restore, where it migrates) or choice of namespaces is a [`StateError::Declaration`].
 pub(crate) fn check_redeclaration(
     name: &str,
     (existing_kind, existing_ttl, existing_namespaced): (StateKind, Option<&StateTtlConfig>, bool),
@@ -233,23 +234,29 @@ pub(crate) fn decode_kind_record(b: &[u8]) -> Result<KindRecord, StateError> {
 }
 
 /// Checks a registration's TTL config against the existing one: in this backend's lifetime it must be equal;
-/// against a restored state only turning TTL on or off is refused.
+/// a restored state may be registered with any (see [`ttl_change`]).
 pub(crate) fn check_ttl(
     name: &str,
     existing: Option<&StateTtlConfig>,
     wanted: Option<&StateTtlConfig>,
     restored: bool,
 ) -> Result<(), StateError> {
-    let ok = if restored { existing.is_some() == wanted.is_some() } else { existing == wanted };
-    if ok {
+    // After a restore any change is allowed: turning TTL on or off migrates the stored values (the caller's
+    // [`ttl_change`]).
+    if restored || existing == wanted {
         return Ok(());
     }
-    let message = if restored {
-        format!("registered with TTL {wanted:?} but restored with TTL {existing:?}; TTL cannot be turned on or off across a restore")
-    } else {
-        format!("registered with TTL {wanted:?} but it already exists with TTL {existing:?}")
-    };
+    let message = format!("registered with TTL {wanted:?} but it already exists with TTL {existing:?}");
     Err(StateError::Declaration { name: name.to_string(), message })
+}
+
+/// What registering a restored state with TTL `wanted` (stored with `existing`) does to its stored timestamps.
+pub(crate) fn ttl_change(existing: Option<&StateTtlConfig>, wanted: Option<&StateTtlConfig>, now: u64) -> TtlChange {
+    match (existing.is_some(), wanted.is_some()) {
+        (false, true) => TtlChange::TurnOn(now),
+        (true, false) => TtlChange::TurnOff,
+        (stamped, _) => TtlChange::Keep { stamped },
+    }
 }
 
 /// Where RocksDB stores the kind record of state `name`: a row of the default column family.

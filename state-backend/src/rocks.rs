@@ -58,9 +58,10 @@ use crate::ingest::{self, Background};
 use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
 use crate::layout::{decode_list, outside_bounds, prefix_successor, RowKeyBuilder};
 use crate::meta::{
-    check_redeclaration, decode_kind_record, encode_kind_record, rocks_kind_row, too_large, wrong_kind, KindRecord,
-    StateKind, StateOptions, ROCKS_KIND_ROW_PREFIX,
+    check_redeclaration, decode_kind_record, encode_kind_record, rocks_kind_row, too_large, ttl_change, wrong_kind,
+    KindRecord, StateKind, StateOptions, ROCKS_KIND_ROW_PREFIX,
 };
+use crate::migrate::{RowRewrite, TtlChange, ValueMigration};
 use crate::ttl::{
     list_all_expired, row_expired, Clock, SharedClock, StateTtlConfig, DEFAULT_PERIODIC_COMPACTION_SECS,
     FILTER_CLOCK_REFRESH_ROWS,
@@ -133,6 +134,9 @@ pub const MONITORED_PROPERTIES: &[&str] = &[
 /// Rows per write batch when rows are written through the memtable (the fallback when an SST cannot be
 /// written or ingested).
 const FLUSH_BATCH_ROWS: usize = 32 * 1024;
+
+/// Bytes of rows per SST file a migration writes.
+const MIGRATION_FILE_BYTES: usize = 256 << 20;
 
 /// Largest cache budget: offsets inside a cache's arena are 32-bit.
 const MAX_CACHE_BYTES: usize = 2 << 30;
@@ -635,6 +639,83 @@ impl RocksDbBackend {
         Ok(())
     }
 
+    /// Rewrites every row of `state`'s column family with `ttl` and `values` ([`crate::migrate`]): in key order
+    /// into sorted SST files of at most [`MIGRATION_FILE_BYTES`], then ingested over the old rows. Logs progress
+    /// every [`crate::migrate::PROGRESS_EVERY`] values; returns how many were rewritten.
+    fn rewrite_state(
+        &mut self,
+        state: &str,
+        kind: StateKind,
+        ttl: TtlChange,
+        values: Option<&mut ValueMigration<'_>>,
+    ) -> Result<u64, StateError> {
+        self.settle()?;
+        let started = std::time::Instant::now();
+        let dir = self.ingest_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| StateError::io(format!("create {}", dir.display()), e))?;
+        let db = self.db.clone();
+        let cf = cf_handle(&db, state)?;
+        let opts = ingest::sst_options();
+        let mut rewrite = RowRewrite::new(state, kind, ttl, values);
+        let mut files: Vec<PathBuf> = Vec::new();
+        let mut sink: Option<ingest::SstSink<'_>> = None;
+        let mut sink_bytes = 0usize;
+        let mut out = Vec::new();
+        let mut next_progress = crate::migrate::PROGRESS_EVERY;
+        let mut ro = ReadOptions::default();
+        ro.fill_cache(false);
+        ro.set_readahead_size(2 << 20);
+        let mut it = db.raw_iterator_cf_opt(cf, ro);
+        it.seek_to_first();
+        let written: Result<(), StateError> = (|| {
+            while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                out.clear();
+                rewrite.row(v, &mut out)?;
+                let s = sink.get_or_insert_with(|| {
+                    let path = dir.join(format!("migrate-{}-{}.sst", self.flush_seq, files.len()));
+                    ingest::SstSink::new(&opts, path)
+                });
+                s.put(k, &out)?;
+                sink_bytes += k.len() + out.len();
+                if sink_bytes >= MIGRATION_FILE_BYTES {
+                    files.extend(sink.take().map(ingest::SstSink::finish).transpose()?.flatten());
+                    sink_bytes = 0;
+                }
+                if rewrite.count >= next_progress {
+                    tracing::info!(
+                        state,
+                        values = rewrite.count,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "migrating state"
+                    );
+                    next_progress += crate::migrate::PROGRESS_EVERY;
+                }
+                it.next();
+            }
+            it.status()?;
+            files.extend(sink.take().map(ingest::SstSink::finish).transpose()?.flatten());
+            Ok(())
+        })();
+        drop(it);
+        let ingested =
+            written.and_then(|()| files.iter().try_for_each(|f| ingest::ingest(&self.db, &Self::cf_name(state), f)));
+        if let Err(e) = ingested {
+            for f in &files {
+                let _ = std::fs::remove_file(f);
+            }
+            return Err(e);
+        }
+        self.flush_seq += 1;
+        tracing::info!(
+            state,
+            values = rewrite.count,
+            files = files.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "state migrated"
+        );
+        Ok(rewrite.count)
+    }
+
     /// Ingests an SST file (moved into the database) into `state`'s column family.
     pub(crate) fn ingest_state_file(&self, state: &str, path: &Path) -> Result<(), StateError> {
         ingest::ingest(&self.db, &Self::cf_name(state), path)
@@ -851,6 +932,10 @@ impl KeyedStateBackend for RocksDbBackend {
         };
         if let Some((existing, stored_ttl, stored_namespaced)) = stored {
             check_redeclaration(name, (existing, stored_ttl.as_ref(), stored_namespaced), kind, options, true)?;
+            let change = ttl_change(stored_ttl.as_ref(), ttl.as_ref(), self.clock.now_ms());
+            if !matches!(change, TtlChange::Keep { .. }) {
+                self.rewrite_state(name, kind, change, None)?;
+            }
         }
         self.adopt_state(name, &(kind, ttl, namespaced))?;
         self.states.push(RocksState { name: name.to_string(), kind, ttl, namespaced, cache: RowCache::default() });
@@ -1119,6 +1204,20 @@ impl KeyedStateBackend for RocksDbBackend {
             }
         }
         out
+    }
+
+    fn migrate_state(&mut self, name: &str, migration: &mut ValueMigration<'_>) -> Result<u64, StateError> {
+        if self.states.iter().any(|s| s.name == name) {
+            return Err(StateError::Declaration {
+                name: name.to_string(),
+                message: "already registered: a state is migrated before the operator registers it".into(),
+            });
+        }
+        let (kind, ttl, _) =
+            self.stored_states()?.into_iter().find(|(n, _)| n == name).map(|(_, record)| record).ok_or_else(|| {
+                StateError::Restore(format!("state {name:?} to migrate is not in the restored state"))
+            })?;
+        self.rewrite_state(name, kind, TtlChange::Keep { stamped: ttl.is_some() }, Some(migration))
     }
 
     fn kind(&self) -> &'static str {

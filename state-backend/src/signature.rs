@@ -17,6 +17,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
+use weir_common::serializer::{SerializerSnapshot, StateSerializers};
 
 pub use weir_state_derive::TypeSignature;
 
@@ -206,6 +207,17 @@ pub trait TypeSignature {
     fn signature() -> u64 {
         fingerprint(&Self::shape().canonical())
     }
+
+    /// The snapshot of this type's serializer, for a type that is itself a state serializer
+    /// ([`crate::formats`]: `Bincode<T>`, `Avro<T>`, `Protobuf<T>`); other types are known by their signature.
+    fn serializer() -> Option<SerializerSnapshot> {
+        None
+    }
+}
+
+/// The serializer snapshot recorded for a state type `T`: its own, or its signature's canonical text.
+pub fn serializer_of<T: TypeSignature + ?Sized>() -> SerializerSnapshot {
+    T::serializer().unwrap_or_else(|| SerializerSnapshot::signature(&T::shape().canonical()))
 }
 
 thread_local! {
@@ -388,64 +400,94 @@ impl DeclaredKind {
 /// methods, in any order (states are listed by name).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateSignature {
-    key: Option<Shape>,
+    key: Option<(Shape, SerializerSnapshot)>,
     states: BTreeMap<String, (DeclaredKind, Vec<Shape>)>,
+    serializers: BTreeMap<String, StateSerializers>,
 }
 
 impl StateSignature {
     /// The signature of a keyed operator whose key type is `K`.
     pub fn keyed<K: TypeSignature>() -> Self {
-        StateSignature { key: Some(K::shape()), states: BTreeMap::new() }
+        StateSignature {
+            key: Some((K::shape(), serializer_of::<K>())),
+            states: BTreeMap::new(),
+            serializers: BTreeMap::new(),
+        }
     }
 
     /// The signature of an operator without keyed state.
     pub fn unkeyed() -> Self {
-        StateSignature { key: None, states: BTreeMap::new() }
+        StateSignature { key: None, states: BTreeMap::new(), serializers: BTreeMap::new() }
     }
 
-    fn with(mut self, name: &str, kind: DeclaredKind, types: Vec<Shape>) -> Self {
+    /// Declares state `name`: its kind, its types' shapes, its value's serializer and a map's user-key one.
+    fn with<V: TypeSignature>(
+        mut self,
+        name: &str,
+        kind: DeclaredKind,
+        user_key: Option<(Shape, SerializerSnapshot)>,
+    ) -> Self {
+        let mut types: Vec<Shape> = user_key.iter().map(|(s, _)| s.clone()).collect();
+        types.push(V::shape());
         self.states.insert(name.to_string(), (kind, types));
+        let serializers = StateSerializers {
+            state: name.to_string(),
+            kind: kind.name().to_string(),
+            value: serializer_of::<V>(),
+            user_key: user_key.map(|(_, s)| s),
+        };
+        self.serializers.insert(name.to_string(), serializers);
         self
     }
 
     /// Declares `ValueState<T>` `name`.
     pub fn value<T: TypeSignature>(self, name: &str) -> Self {
-        self.with(name, DeclaredKind::Value, vec![T::shape()])
+        self.with::<T>(name, DeclaredKind::Value, None)
     }
 
     /// Declares `ListState<T>` `name`.
     pub fn list<T: TypeSignature>(self, name: &str) -> Self {
-        self.with(name, DeclaredKind::List, vec![T::shape()])
+        self.with::<T>(name, DeclaredKind::List, None)
     }
 
     /// Declares `MapState<K, V>` `name`.
     pub fn map<K: TypeSignature, V: TypeSignature>(self, name: &str) -> Self {
-        self.with(name, DeclaredKind::Map, vec![K::shape(), V::shape()])
+        self.with::<V>(name, DeclaredKind::Map, Some((K::shape(), serializer_of::<K>())))
     }
 
     /// Declares `ReducingState<T>` `name`.
     pub fn reducing<T: TypeSignature>(self, name: &str) -> Self {
-        self.with(name, DeclaredKind::Reducing, vec![T::shape()])
+        self.with::<T>(name, DeclaredKind::Reducing, None)
     }
 
     /// Declares `AggregatingState` `name` with accumulator `ACC`.
     pub fn aggregating<ACC: TypeSignature>(self, name: &str) -> Self {
-        self.with(name, DeclaredKind::Aggregating, vec![ACC::shape()])
+        self.with::<ACC>(name, DeclaredKind::Aggregating, None)
     }
 
     /// Declares operator list state `name` of elements `T`.
     pub fn operator_list<T: TypeSignature>(self, name: &str) -> Self {
-        self.with(name, DeclaredKind::OperatorList, vec![T::shape()])
+        self.with::<T>(name, DeclaredKind::OperatorList, None)
     }
 
     /// Declares union list state `name` of elements `T`.
     pub fn union<T: TypeSignature>(self, name: &str) -> Self {
-        self.with(name, DeclaredKind::Union, vec![T::shape()])
+        self.with::<T>(name, DeclaredKind::Union, None)
     }
 
     /// Declares broadcast state `name` mapping `K` to `V`.
     pub fn broadcast<K: TypeSignature, V: TypeSignature>(self, name: &str) -> Self {
-        self.with(name, DeclaredKind::Broadcast, vec![K::shape(), V::shape()])
+        self.with::<V>(name, DeclaredKind::Broadcast, Some((K::shape(), serializer_of::<K>())))
+    }
+
+    /// The key's serializer snapshot (keyed operators).
+    pub fn key_serializer(&self) -> Option<&SerializerSnapshot> {
+        self.key.as_ref().map(|(_, s)| s)
+    }
+
+    /// Each declared state's serializers, by state name.
+    pub fn serializers(&self) -> impl Iterator<Item = &StateSerializers> {
+        self.serializers.values()
     }
 
     /// The canonical one-line text (what [`StateSignature::fingerprint`] hashes).
@@ -461,7 +503,7 @@ impl StateSignature {
     fn render(&self, pretty: bool) -> String {
         let shape = |s: &Shape| if pretty { s.pretty() } else { s.canonical() };
         let mut out = String::new();
-        match &self.key {
+        match self.key.as_ref().map(|(k, _)| k) {
             Some(k) => {
                 let _ = write!(out, "key: {}", shape(k));
             }

@@ -784,9 +784,7 @@ fn ttl_snapshot_restore(factory: Factory, dir: &Path) {
     let b = restored.as_mut();
     let clock = manual_clock(b);
     clock.set(T0 + 100);
-    // TTL cannot be turned off (or on) across a restore; its parameters may change.
-    assert!(ValueState::<u64>::register(b, "v").is_err());
-    assert!(ValueState::<u64>::register_with_ttl(b, "plain", ttl(100)).is_err());
+    // Its parameters may change across a restore (turning it on or off migrates: `ttl_turned_on_or_off_…`).
     let plain = ValueState::<u64>::register(b, "plain").unwrap();
     let v = ValueState::<u64>::register_with_ttl(b, "v", ttl(100)).unwrap();
     let r = ReducingState::<u64>::register_with_ttl(b, "r", |a, x| a + x, ttl(100)).unwrap();
@@ -865,4 +863,115 @@ fn a_value_of_another_type(factory: Factory, dir: &Path) {
 #[test]
 fn a_value_of_another_type_is_reported_with_its_state() {
     both(a_value_of_another_type);
+}
+
+/// Turning TTL on for a restored state stamps every value (list element, map value) with the restore's time;
+/// turning it off strips the stamps. Values stay exact either way.
+fn ttl_on_and_off_migrate(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    let clock = manual_clock(b);
+    let mut plain = ValueState::<u64>::register(b, "plain").unwrap();
+    let mut plain_list = ListState::<u64>::register(b, "plain-list").unwrap();
+    let mut stamped = ValueState::<u64>::register_with_ttl(b, "stamped", ttl(100)).unwrap();
+    let mut stamped_map = MapState::<u64, u64>::register_with_ttl(b, "stamped-map", ttl(100)).unwrap();
+    for i in 0..50u64 {
+        b.set_current_key(&key(i));
+        plain.update(b, &i).unwrap();
+        plain_list.add_all(b, &[i, i + 1]).unwrap();
+        stamped.update(b, &(i * 2)).unwrap();
+        stamped_map.put(b, &i, &(i * 3)).unwrap();
+    }
+    clock.set(T0 + 50);
+    let mut restored = snapshot_and_restore(factory, b, dir, "ttl-migrate");
+    let b = restored.as_mut();
+    let clock = manual_clock(b);
+    clock.set(T0 + 50);
+    let plain = ValueState::<u64>::register_with_ttl(b, "plain", ttl(100)).unwrap();
+    let plain_list = ListState::<u64>::register_with_ttl(b, "plain-list", ttl(100)).unwrap();
+    let stamped = ValueState::<u64>::register(b, "stamped").unwrap();
+    let mut stamped_map = MapState::<u64, u64>::register(b, "stamped-map").unwrap();
+    clock.set(T0 + 100);
+    for i in 0..50u64 {
+        b.set_current_key(&key(i));
+        assert_eq!(plain.value(b).unwrap(), Some(i), "key {i}");
+        assert_eq!(plain_list.get(b).unwrap(), vec![i, i + 1]);
+        assert_eq!(stamped.value(b).unwrap(), Some(i * 2));
+        assert_eq!(stamped_map.get(b, &i).unwrap(), Some(i * 3));
+    }
+    // The new stamps are the restore's time (T0 + 50), so TTL counts from there; without TTL, nothing expires.
+    clock.set(T0 + 151);
+    b.set_current_key(&key(7));
+    assert_eq!(plain.value(b).unwrap(), None);
+    assert_eq!(plain_list.get(b).unwrap(), Vec::<u64>::new());
+    assert_eq!(stamped.value(b).unwrap(), Some(14));
+    assert_eq!(stamped_map.get(b, &7).unwrap(), Some(21));
+    // And the migration survives the next snapshot.
+    let mut again = snapshot_and_restore(factory, b, dir, "ttl-migrate-2");
+    let b = again.as_mut();
+    let clock = manual_clock(b);
+    clock.set(T0 + 100_000);
+    let stamped = ValueState::<u64>::register(b, "stamped").unwrap();
+    b.set_current_key(&key(9));
+    assert_eq!(stamped.value(b).unwrap(), Some(18));
+}
+
+#[test]
+fn ttl_turned_on_or_off_across_a_restore_migrates() {
+    both(ttl_on_and_off_migrate);
+}
+
+/// `migrate_state` rewrites every value of a restored state of each kind (through a migration that appends a
+/// byte), TTL timestamps kept, other states untouched; a registered or unknown state is refused.
+fn values_migrate(factory: Factory, dir: &Path) {
+    let mut b = factory(&dir.join("w"), None);
+    let b = b.as_mut();
+    manual_clock(b);
+    let mut v = ValueState::<Vec<u8>>::register(b, "v").unwrap();
+    let mut l = ListState::<Vec<u8>>::register_with_ttl(b, "l", ttl(1_000_000)).unwrap();
+    let mut m = MapState::<u64, Vec<u8>>::register(b, "m").unwrap();
+    let mut other = ValueState::<Vec<u8>>::register(b, "other").unwrap();
+    for i in 0..300u64 {
+        b.set_current_key(&key(i));
+        v.update(b, &vec![i as u8]).unwrap();
+        l.add_all(b, &[vec![1], vec![2, 3]]).unwrap();
+        m.put(b, &i, &vec![5]).unwrap();
+        m.put(b, &(i + 1000), &vec![6]).unwrap();
+        other.update(b, &vec![9]).unwrap();
+    }
+    let mut restored = snapshot_and_restore(factory, b, dir, "migrate");
+    let b = restored.as_mut();
+    manual_clock(b);
+    let mut append = |old: &[u8], out: &mut Vec<u8>| {
+        out.extend_from_slice(old);
+        out.push(0xee);
+        Ok(())
+    };
+    assert_eq!(b.migrate_state("v", &mut append).unwrap(), 300);
+    assert_eq!(b.migrate_state("l", &mut append).unwrap(), 600);
+    assert_eq!(b.migrate_state("m", &mut append).unwrap(), 600);
+    assert!(b.migrate_state("nope", &mut append).is_err());
+    let v = ValueState::<Vec<u8>>::register(b, "v").unwrap();
+    let l = ListState::<Vec<u8>>::register_with_ttl(b, "l", ttl(1_000_000)).unwrap();
+    let mut m = MapState::<u64, Vec<u8>>::register(b, "m").unwrap();
+    let other = ValueState::<Vec<u8>>::register(b, "other").unwrap();
+    assert!(b.migrate_state("v", &mut append).is_err(), "a registered state is not migrated");
+    for i in 0..300u64 {
+        b.set_current_key(&key(i));
+        assert_eq!(v.value(b).unwrap(), Some(vec![i as u8, 0xee]));
+        assert_eq!(l.get(b).unwrap(), vec![vec![1, 0xee], vec![2, 3, 0xee]]);
+        assert_eq!(m.get(b, &i).unwrap(), Some(vec![5, 0xee]));
+        assert_eq!(m.get(b, &(i + 1000)).unwrap(), Some(vec![6, 0xee]));
+        assert_eq!(other.value(b).unwrap(), Some(vec![9]));
+    }
+    // A value the migration cannot read fails the migration with its error.
+    let mut again = snapshot_and_restore(factory, b, dir, "migrate-2");
+    let b = again.as_mut();
+    let mut refuse = |_: &[u8], _: &mut Vec<u8>| Err(StateError::Corrupt("unreadable".into()));
+    assert!(b.migrate_state("v", &mut refuse).unwrap_err().to_string().contains("unreadable"));
+}
+
+#[test]
+fn restored_values_migrate_on_both_backends() {
+    both(values_migrate);
 }

@@ -11,7 +11,12 @@ use weir_state::signature::StateSignature;
 /// `info` with its kind's state signature, which the task manager reports at registration: checkpoints record
 /// it and a restore into a kind whose signature changed is refused (or drops the state, with permission).
 pub fn signed(mut info: KindInfo, signature: &StateSignature) -> KindInfo {
-    info.signature = Some(KindSignature { fingerprint: signature.hex(), text: signature.pretty() });
+    info.signature = Some(KindSignature {
+        fingerprint: signature.hex(),
+        text: signature.pretty(),
+        key: signature.key_serializer().cloned(),
+        states: signature.serializers().cloned().collect(),
+    });
     info
 }
 

@@ -26,6 +26,22 @@ pub enum RestoreError {
     /// The descriptor or a file does not add up.
     #[error("corrupt restored state: {0}")]
     Corrupt(String),
+    /// A restored state could not be migrated to its new serializer.
+    #[error(
+        "operator {uid:?}, state {state:?}: cannot restore it, written as {from} and now read as {to}: {why}. Check          the restore with `weir savepoint check`; restore it with the serializer that wrote it, make the change one          the format can evolve, or drop the state (a new uid, drop_state_on_change: true)"
+    )]
+    Migration {
+        /// Operator uid.
+        uid: String,
+        /// State name.
+        state: String,
+        /// The schema it was written with.
+        from: String,
+        /// The schema it is read with now.
+        to: String,
+        /// Why.
+        why: String,
+    },
 }
 
 /// Reads the operator-state elements a subtask was assigned from the old blobs.
@@ -137,4 +153,42 @@ pub fn open_keyed(
         target.rocks,
     )?;
     Ok(RestoredKeyed { backend, reusable })
+}
+
+/// Migrates, before the operator opens, every restored keyed state whose serializer changed in a way that needs
+/// it: `written` are the serializers the savepoint recorded, `declared` the kind's now. A state the new version
+/// cannot read fails the restore with the operator, the state, both schemas and what to do (the job manager's
+/// pre-flight check refuses such a restore before deploying; this catches a binary swapped behind its back).
+pub fn migrate_keyed(
+    uid: &str,
+    backend: &mut dyn KeyedStateBackend,
+    written: &[weir_common::serializer::StateSerializers],
+    declared: Option<&weir_common::builtin::KindSignature>,
+) -> Result<u64, RestoreError> {
+    use weir_common::serializer::Migrator;
+    let Some(declared) = declared else { return Ok(0) };
+    let present: Vec<String> = backend.state_summaries()?.into_iter().map(|s| s.name).collect();
+    let mut migrated = 0;
+    for new in &declared.states {
+        let Some(old) = written.iter().find(|o| o.state == new.state) else { continue };
+        if !present.contains(&new.state) {
+            continue;
+        }
+        let fail = |why: String| RestoreError::Migration {
+            uid: uid.to_string(),
+            state: new.state.clone(),
+            from: old.value.describe(),
+            to: new.value.describe(),
+            why,
+        };
+        let migrator = match Migrator::between(&old.value, &new.value) {
+            Ok(None) => continue,
+            Ok(Some(m)) => m,
+            Err(why) => return Err(fail(why)),
+        };
+        tracing::info!(uid, state = %new.state, migration = %migrator.description, "migrating state before the operator starts");
+        let mut rewrite = |bytes: &[u8], out: &mut Vec<u8>| migrator.migrate(bytes, out).map_err(StateError::Corrupt);
+        migrated += backend.migrate_state(&new.state, &mut rewrite).map_err(|e| fail(e.to_string()))?;
+    }
+    Ok(migrated)
 }

@@ -94,6 +94,12 @@ impl TaskManager {
                 keyed: k.keyed,
                 state_signature: k.signature.as_ref().map(|s| s.fingerprint.clone()).unwrap_or_default(),
                 state_signature_text: k.signature.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
+                key_serializer: k.signature.as_ref().and_then(|s| s.key.as_ref()).map(Into::into),
+                state_serializers: k
+                    .signature
+                    .as_ref()
+                    .map(|s| s.states.iter().map(Into::into).collect())
+                    .unwrap_or_default(),
                 states: k
                     .states
                     .iter()

@@ -502,8 +502,10 @@ impl Task {
                             rocks: &env.rocks,
                             own_files: desc.restore.as_ref().is_some_and(|r| r.own_files),
                         };
-                        let restored = crate::restore::open_keyed(&target, downloaded)?;
+                        let mut restored = crate::restore::open_keyed(&target, downloaded)?;
                         let _ = std::fs::remove_dir_all(&download_dir);
+                        let declared = env.registry.info(&od.kind).and_then(|k| k.signature.as_ref());
+                        crate::restore::migrate_keyed(&od.uid, restored.backend.as_mut(), &r.serializers, declared)?;
                         // The restored checkpoint completed, so its files may be referenced again.
                         if let Some(files) = restored.reusable {
                             incremental.confirmed.insert(od.uid.clone(), files);

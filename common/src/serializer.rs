@@ -1,0 +1,520 @@
+//! Serializer snapshots: what a state's serializer leaves in checkpoint and savepoint metadata so that a later
+//! version of the job can recognise the schema the state was written with, judge whether its own serializer reads
+//! it ([`resolve`]), and rewrite the stored values when it needs to ([`Migrator`]).
+//!
+//! | format | evolvable | compatible when |
+//! |---|---|---|
+//! | `signature` (Weir's built-in codecs and users' own `StateCodec`s) | no | the type signatures' structure is equal |
+//! | `bincode` (serde) | no | the type signatures' structure is equal |
+//! | `avro` | yes | Avro's schema resolution reads the old schema with the new one (added fields with defaults, removed fields, promotions, aliases); values are migrated unless only docs or aliases changed |
+//! | `protobuf` | yes | every field number both messages use has the same type and cardinality, in nested messages too (prost reads the old bytes as they are) |
+//! | `opaque` (a codec that declares nothing) | — | not checked: the state's type signature is all there is |
+//!
+//! The rules are the ecosystems' own: `apache-avro`'s schema compatibility and resolution for Avro, `prost-reflect`
+//! descriptors for Protobuf. Snapshots live here, not in the state crate, because the job manager resolves them
+//! in `weir savepoint check` without any of the state crate's storage.
+
+use apache_avro::schema_compatibility::SchemaCompatibility;
+use apache_avro::Schema;
+use prost_reflect::{DescriptorPool, FieldDescriptor, Kind, MessageDescriptor};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+/// Format name of a codec known only by its type's signature (built-in codecs, users' own `StateCodec`s).
+pub const FORMAT_SIGNATURE: &str = "signature";
+/// Format name of serde values in bincode.
+pub const FORMAT_BINCODE: &str = "bincode";
+/// Format name of Avro datums.
+pub const FORMAT_AVRO: &str = "avro";
+/// Format name of Protobuf messages.
+pub const FORMAT_PROTOBUF: &str = "protobuf";
+/// Format name of a codec that left no snapshot.
+pub const FORMAT_OPAQUE: &str = "opaque";
+
+/// A versioned snapshot of one serializer: its format, the format's snapshot version, and the schema.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SerializerSnapshot {
+    /// One of the `FORMAT_*` names.
+    pub format: String,
+    /// Version of the format's snapshot layout.
+    pub version: u32,
+    /// The type's name: the Rust type (`bincode`), the record (`avro`), the message's full
+    /// name (`protobuf`).
+    pub root: String,
+    /// The schema: a type signature's canonical text (`bincode`), the schema's JSON (`avro`), the hex-encoded
+    /// `FileDescriptorSet` holding the message (`protobuf`); empty otherwise.
+    pub schema: String,
+}
+
+impl SerializerSnapshot {
+    /// The snapshot of a codec known by its type's signature (`signature`: the shape's canonical text).
+    pub fn signature(signature: &str) -> Self {
+        SerializerSnapshot {
+            format: FORMAT_SIGNATURE.into(),
+            version: 1,
+            root: String::new(),
+            schema: signature.into(),
+        }
+    }
+
+    /// The snapshot of a codec that declares nothing.
+    pub fn opaque() -> Self {
+        SerializerSnapshot { format: FORMAT_OPAQUE.into(), version: 1, root: String::new(), schema: String::new() }
+    }
+
+    /// A bincode serializer's snapshot: the type's name and its signature's canonical text.
+    pub fn bincode(type_name: &str, signature: &str) -> Self {
+        SerializerSnapshot {
+            format: FORMAT_BINCODE.into(),
+            version: 1,
+            root: type_name.into(),
+            schema: signature.into(),
+        }
+    }
+
+    /// An Avro serializer's snapshot: its schema.
+    pub fn avro(schema: &Schema) -> Self {
+        let root = schema.name().map(|n| n.fullname(None)).unwrap_or_else(|| format!("{:?}", schema_kind(schema)));
+        let json = serde_json::to_string(schema).unwrap_or_else(|_| schema.canonical_form());
+        SerializerSnapshot { format: FORMAT_AVRO.into(), version: 1, root, schema: json }
+    }
+
+    /// A Protobuf serializer's snapshot: the message and the descriptors of its files.
+    pub fn protobuf(message: &MessageDescriptor) -> Self {
+        SerializerSnapshot {
+            format: FORMAT_PROTOBUF.into(),
+            version: 1,
+            root: message.full_name().to_string(),
+            schema: to_hex(&message.parent_pool().encode_to_vec()),
+        }
+    }
+
+    /// Whether the format has rules for changing a schema (an incompatible change is then refused, not a
+    /// reason to drop the state).
+    pub fn evolvable(&self) -> bool {
+        self.format == FORMAT_AVRO || self.format == FORMAT_PROTOBUF
+    }
+
+    /// One line naming the schema: format, type and, where there is one, a short fingerprint of the schema.
+    pub fn describe(&self) -> String {
+        let mut s = if self.root.is_empty() { self.format.clone() } else { format!("{} {}", self.format, self.root) };
+        if !self.schema.is_empty() {
+            let h = murmur3::murmur3_x64_128(&mut self.schema.as_bytes(), 0).unwrap_or(0);
+            s.push_str(&format!(" (schema {:08x})", h as u32));
+        }
+        s
+    }
+
+    /// The schema as a person reads it: Avro's JSON, the bincode signature; for Protobuf the message's fields.
+    pub fn schema_text(&self) -> String {
+        if self.format == FORMAT_PROTOBUF {
+            return match protobuf_message(self) {
+                Ok(m) => describe_message(&m),
+                Err(e) => e,
+            };
+        }
+        self.schema.clone()
+    }
+}
+
+/// The serializers of one declared state, as its operator kind declares them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateSerializers {
+    /// State name.
+    pub state: String,
+    /// Declared kind (`value`, `list`, `map`, …).
+    pub kind: String,
+    /// The value's (list element's, map value's, accumulator's) serializer.
+    pub value: SerializerSnapshot,
+    /// A map's user-key serializer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_key: Option<SerializerSnapshot>,
+}
+
+/// How a new serializer relates to the snapshot of the one that wrote a state, from best to worst.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Resolution {
+    /// It reads the stored bytes as they are.
+    AsIs,
+    /// It reads them as they are once configured from the snapshot (only names, docs or aliases changed).
+    Reconfigured,
+    /// Every stored value must be rewritten with the new serializer first.
+    AfterMigration,
+    /// It cannot read them: why.
+    Incompatible(String),
+}
+
+impl Resolution {
+    /// The weaker of two results: what a state made of several serializers gets.
+    pub fn weakest(self, other: Resolution) -> Resolution {
+        self.max(other)
+    }
+
+    /// The name `savepoint check` prints for it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Resolution::AsIs => "compatible as is",
+            Resolution::Reconfigured => "compatible after reconfiguration",
+            Resolution::AfterMigration => "compatible after migration",
+            Resolution::Incompatible(_) => "incompatible",
+        }
+    }
+}
+
+/// Resolves a new serializer (`new`) against the snapshot of the one that wrote the state (`old`).
+pub fn resolve(old: &SerializerSnapshot, new: &SerializerSnapshot) -> Resolution {
+    if old.format != new.format {
+        return Resolution::Incompatible(format!(
+            "written as {} and now read as {}; a state's serialization format cannot change",
+            old.describe(),
+            new.describe()
+        ));
+    }
+    if old.version > new.version {
+        return Resolution::Incompatible(format!(
+            "written by a newer {} serializer snapshot (version {}) than this binary knows (version {})",
+            old.format, old.version, new.version
+        ));
+    }
+    match old.format.as_str() {
+        FORMAT_OPAQUE => Resolution::AsIs,
+        FORMAT_SIGNATURE | FORMAT_BINCODE if old.schema == new.schema => Resolution::AsIs,
+        FORMAT_SIGNATURE | FORMAT_BINCODE => Resolution::Incompatible(format!(
+            "{} is not evolvable and the type changed: {}",
+            old.format,
+            first_difference(&old.schema, &new.schema)
+        )),
+        FORMAT_AVRO => resolve_avro(old, new),
+        FORMAT_PROTOBUF => resolve_protobuf(old, new),
+        other => Resolution::Incompatible(format!("unknown serializer format {other:?}")),
+    }
+}
+
+/// Where two canonical signature texts first differ, as `old … / new …` around the first differing character.
+fn first_difference(old: &str, new: &str) -> String {
+    let at = old.bytes().zip(new.bytes()).take_while(|(a, b)| a == b).count();
+    let start = old[..at].rfind(['{', ',', '(', '<']).map_or(0, |i| i + 1);
+    let around = |s: &str| {
+        let end = s[at..].find(['}', ',', ')', '>']).map_or(s.len(), |i| at + i);
+        s.get(start.min(end)..end).unwrap_or("").to_string()
+    };
+    format!("was `{}`, is now `{}`", around(old), around(new))
+}
+
+fn schema_kind(schema: &Schema) -> apache_avro::schema::SchemaKind {
+    schema.into()
+}
+
+fn parse_avro(s: &SerializerSnapshot) -> Result<Schema, String> {
+    Schema::parse_str(&s.schema).map_err(|e| format!("the Avro schema of {} does not parse: {e}", s.describe()))
+}
+
+fn resolve_avro(old: &SerializerSnapshot, new: &SerializerSnapshot) -> Resolution {
+    let (writer, reader) = match (parse_avro(old), parse_avro(new)) {
+        (Ok(w), Ok(r)) => (w, r),
+        (Err(e), _) | (_, Err(e)) => return Resolution::Incompatible(e),
+    };
+    if let Err(e) = SchemaCompatibility::can_read(&writer, &reader) {
+        return Resolution::Incompatible(format!("Avro schema resolution: {}", avro_error_chain(&e)));
+    }
+    if writer.canonical_form() == reader.canonical_form() {
+        // Parsing Canonical Form drops docs, aliases and defaults: the encoding is the same.
+        if old.schema == new.schema {
+            Resolution::AsIs
+        } else {
+            Resolution::Reconfigured
+        }
+    } else {
+        Resolution::AfterMigration
+    }
+}
+
+/// An Avro compatibility error with its causes (which field, which type).
+fn avro_error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
+/// Rewrites stored values from the schema a state was written with to the new serializer's.
+pub struct Migrator {
+    writer: Schema,
+    reader: Schema,
+    /// One line naming both schemas, for progress logs and errors.
+    pub description: String,
+}
+
+impl Migrator {
+    /// The migrator from `old` to `new`, `None` when the values are read as they are, or why it cannot be made.
+    pub fn between(old: &SerializerSnapshot, new: &SerializerSnapshot) -> Result<Option<Migrator>, String> {
+        match resolve(old, new) {
+            Resolution::AsIs | Resolution::Reconfigured => Ok(None),
+            Resolution::Incompatible(why) => Err(why),
+            Resolution::AfterMigration => {
+                // Only Avro resolves to a migration.
+                let writer = parse_avro(old)?;
+                let reader = parse_avro(new)?;
+                let description = format!("{} -> {}", old.describe(), new.describe());
+                Ok(Some(Migrator { writer, reader, description }))
+            }
+        }
+    }
+
+    /// Appends `old` (a value in the old schema) rewritten in the new schema to `out`.
+    pub fn migrate(&self, old: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        let mut r = old;
+        let value = apache_avro::from_avro_datum(&self.writer, &mut r, Some(&self.reader))
+            .map_err(|e| format!("a stored value does not read with the old schema: {e}"))?;
+        let bytes = apache_avro::to_avro_datum(&self.reader, value)
+            .map_err(|e| format!("a migrated value does not write with the new schema: {e}"))?;
+        out.extend_from_slice(&bytes);
+        Ok(())
+    }
+}
+
+fn to_hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push_str(&format!("{x:02x}"));
+    }
+    s
+}
+
+fn from_hex(s: &str) -> Result<Vec<u8>, String> {
+    if !s.len().is_multiple_of(2) {
+        return Err("odd hex length".into());
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("bad hex: {e}"))).collect()
+}
+
+fn protobuf_message(s: &SerializerSnapshot) -> Result<MessageDescriptor, String> {
+    let bytes = from_hex(&s.schema).map_err(|e| format!("the descriptors of {} are corrupt: {e}", s.describe()))?;
+    let pool = DescriptorPool::decode(bytes.as_slice())
+        .map_err(|e| format!("the descriptors of {} do not decode: {e}", s.describe()))?;
+    pool.get_message_by_name(&s.root)
+        .ok_or_else(|| format!("the descriptors of {} lack message {}", s.describe(), s.root))
+}
+
+fn resolve_protobuf(old: &SerializerSnapshot, new: &SerializerSnapshot) -> Resolution {
+    let (old_m, new_m) = match (protobuf_message(old), protobuf_message(new)) {
+        (Ok(o), Ok(n)) => (o, n),
+        (Err(e), _) | (_, Err(e)) => return Resolution::Incompatible(e),
+    };
+    let mut seen = HashSet::new();
+    match compare_messages(&old_m, &new_m, &mut seen) {
+        Err(why) => Resolution::Incompatible(why),
+        Ok(()) if old.schema == new.schema && old.root == new.root => Resolution::AsIs,
+        // Protobuf reads old bytes by field number: added and removed fields need no rewrite.
+        Ok(()) => Resolution::AsIs,
+    }
+}
+
+/// A field's type as the wire sees it, for messages: its kind without the message's identity.
+fn field_type(f: &FieldDescriptor) -> String {
+    let base = match f.kind() {
+        Kind::Message(m) => format!("message {}", m.full_name()),
+        Kind::Enum(e) => format!("enum {}", e.full_name()),
+        k => format!("{k:?}").to_lowercase(),
+    };
+    if f.is_map() {
+        format!("map {base}")
+    } else if f.is_list() {
+        format!("repeated {base}")
+    } else {
+        base
+    }
+}
+
+/// Checks that every field number both messages use keeps its type and cardinality (nested messages too).
+fn compare_messages(
+    old: &MessageDescriptor,
+    new: &MessageDescriptor,
+    seen: &mut HashSet<(String, String)>,
+) -> Result<(), String> {
+    if !seen.insert((old.full_name().to_string(), new.full_name().to_string())) {
+        return Ok(());
+    }
+    for of in old.fields() {
+        let Some(nf) = new.get_field(of.number()) else { continue };
+        let same_shape = of.is_list() == nf.is_list() && of.is_map() == nf.is_map();
+        let nested = match (of.kind(), nf.kind()) {
+            (Kind::Message(om), Kind::Message(nm)) if same_shape => Some((om, nm)),
+            (Kind::Enum(_), Kind::Enum(_)) if same_shape => None,
+            (ok, nk) if same_shape && ok == nk => None,
+            _ => {
+                return Err(format!(
+                    "field number {} of {} was `{} {}` and is now `{} {}`; reusing a field number with another \
+                     type is incompatible (give the new field a new number, and reserve {})",
+                    of.number(),
+                    old.full_name(),
+                    field_type(&of),
+                    of.name(),
+                    field_type(&nf),
+                    nf.name(),
+                    of.number()
+                ))
+            }
+        };
+        if let Some((om, nm)) = nested {
+            compare_messages(&om, &nm, seen)?;
+        }
+    }
+    Ok(())
+}
+
+/// A message's fields, one per line: `2: string label`.
+fn describe_message(m: &MessageDescriptor) -> String {
+    let mut s = format!("message {} {{", m.full_name());
+    for f in m.fields() {
+        s.push_str(&format!(" {}: {} {};", f.number(), field_type(&f), f.name()));
+    }
+    s.push_str(" }");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn avro(json: &str) -> SerializerSnapshot {
+        SerializerSnapshot::avro(&Schema::parse_str(json).unwrap())
+    }
+
+    const V1: &str = r#"{"type":"record","name":"Profile","fields":[{"name":"count","type":"long"},{"name":"last","type":"string"}]}"#;
+
+    #[test]
+    fn avro_resolution_follows_avro_rules() {
+        let v1 = avro(V1);
+        assert_eq!(resolve(&v1, &v1), Resolution::AsIs);
+        let added = avro(
+            r#"{"type":"record","name":"Profile","fields":[{"name":"count","type":"long"},{"name":"last","type":"string"},{"name":"score","type":"double","default":0.5}]}"#,
+        );
+        assert_eq!(resolve(&v1, &added), Resolution::AfterMigration);
+        let no_default = avro(
+            r#"{"type":"record","name":"Profile","fields":[{"name":"count","type":"long"},{"name":"last","type":"string"},{"name":"score","type":"double"}]}"#,
+        );
+        match resolve(&v1, &no_default) {
+            Resolution::Incompatible(why) => assert!(why.contains("score") && why.contains("default"), "{why}"),
+            r => panic!("{r:?}"),
+        }
+        let removed = avro(r#"{"type":"record","name":"Profile","fields":[{"name":"count","type":"long"}]}"#);
+        assert_eq!(resolve(&v1, &removed), Resolution::AfterMigration);
+        let promoted = avro(
+            r#"{"type":"record","name":"Profile","fields":[{"name":"count","type":"double"},{"name":"last","type":"string"}]}"#,
+        );
+        assert_eq!(resolve(&v1, &promoted), Resolution::AfterMigration);
+        let demoted = avro(
+            r#"{"type":"record","name":"Profile","fields":[{"name":"count","type":"int"},{"name":"last","type":"string"}]}"#,
+        );
+        assert!(matches!(resolve(&v1, &demoted), Resolution::Incompatible(w) if w.contains("count")));
+        let documented = avro(
+            r#"{"type":"record","name":"Profile","doc":"a user","fields":[{"name":"count","type":"long"},{"name":"last","type":"string"}]}"#,
+        );
+        assert_eq!(resolve(&v1, &documented), Resolution::Reconfigured);
+        assert!(matches!(resolve(&v1, &SerializerSnapshot::signature("u64")), Resolution::Incompatible(_)));
+    }
+
+    #[test]
+    fn avro_migration_fills_defaults_and_drops_removed_fields() {
+        let v1 = avro(V1);
+        let v2 = avro(
+            r#"{"type":"record","name":"Profile","fields":[{"name":"count","type":"long"},{"name":"score","type":"double","default":0.5}]}"#,
+        );
+        let m = Migrator::between(&v1, &v2).unwrap().expect("a migration");
+        let w = Schema::parse_str(V1).unwrap();
+        let mut rec = apache_avro::types::Record::new(&w).unwrap();
+        rec.put("count", 7i64);
+        rec.put("last", "x");
+        let old = apache_avro::to_avro_datum(&w, rec).unwrap();
+        let mut out = Vec::new();
+        m.migrate(&old, &mut out).unwrap();
+        let r = Schema::parse_str(&v2.schema).unwrap();
+        let v = apache_avro::from_avro_datum(&r, &mut out.as_slice(), None).unwrap();
+        use apache_avro::types::Value;
+        assert_eq!(v, Value::Record(vec![("count".into(), Value::Long(7)), ("score".into(), Value::Double(0.5))]));
+        assert!(m.migrate(&[0xff], &mut out).is_err());
+        assert!(Migrator::between(&v1, &v1).unwrap().is_none());
+    }
+
+    #[test]
+    fn bincode_is_compatible_only_with_an_equal_signature() {
+        let a = SerializerSnapshot::bincode("Person", "struct Person{age:u32,name:String}");
+        let b = SerializerSnapshot::bincode("Person", "struct Person{age:u64,name:String}");
+        assert_eq!(resolve(&a, &a), Resolution::AsIs);
+        match resolve(&a, &b) {
+            Resolution::Incompatible(why) => assert!(why.contains("age:u32") && why.contains("age:u64"), "{why}"),
+            r => panic!("{r:?}"),
+        }
+        assert!(!a.evolvable());
+    }
+
+    #[test]
+    fn weakest_of_parts() {
+        assert_eq!(Resolution::AsIs.weakest(Resolution::AfterMigration), Resolution::AfterMigration);
+        assert_eq!(
+            Resolution::Reconfigured.weakest(Resolution::Incompatible("x".into())),
+            Resolution::Incompatible("x".into())
+        );
+        let (u64s, strings) = (SerializerSnapshot::signature("u64"), SerializerSnapshot::signature("string"));
+        assert_eq!(resolve(&u64s, &u64s), Resolution::AsIs);
+        match resolve(&u64s, &strings) {
+            Resolution::Incompatible(why) => assert!(why.contains("`u64`") && why.contains("`string`"), "{why}"),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    fn pool(fields: &[(&str, u32, i32)]) -> SerializerSnapshot {
+        use prost_reflect::prost_types::{field_descriptor_proto::Type, *};
+        let _ = Type::String;
+        let msg = DescriptorProto {
+            name: Some("Session".into()),
+            field: fields
+                .iter()
+                .map(|(n, num, ty)| FieldDescriptorProto {
+                    name: Some(n.to_string()),
+                    number: Some(*num as i32),
+                    r#type: Some(*ty),
+                    label: Some(1),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let file = FileDescriptorProto {
+            name: Some("s.proto".into()),
+            package: Some("t".into()),
+            message_type: vec![msg],
+            syntax: Some("proto3".into()),
+            ..Default::default()
+        };
+        let pool = DescriptorPool::from_file_descriptor_set(FileDescriptorSet { file: vec![file] }).unwrap();
+        SerializerSnapshot::protobuf(&pool.get_message_by_name("t.Session").unwrap())
+    }
+
+    #[test]
+    fn protobuf_is_evolvable_by_field_number() {
+        const UINT64: i32 = 4;
+        const STRING: i32 = 9;
+        const DOUBLE: i32 = 1;
+        let v1 = pool(&[("count", 1, UINT64), ("label", 2, STRING)]);
+        assert_eq!(resolve(&v1, &v1), Resolution::AsIs);
+        let added = pool(&[("count", 1, UINT64), ("label", 2, STRING), ("seen", 3, DOUBLE)]);
+        assert_eq!(resolve(&v1, &added), Resolution::AsIs);
+        let renamed = pool(&[("total", 1, UINT64)]);
+        assert_eq!(resolve(&v1, &renamed), Resolution::AsIs);
+        let reused = pool(&[("count", 1, UINT64), ("ratio", 2, DOUBLE)]);
+        match resolve(&v1, &reused) {
+            Resolution::Incompatible(why) => {
+                assert!(why.contains("field number 2") && why.contains("`string label`"), "{why}");
+                assert!(why.contains("`double ratio`"), "{why}");
+            }
+            r => panic!("{r:?}"),
+        }
+        assert!(v1.schema_text().contains("2: string label"), "{}", v1.schema_text());
+    }
+}

@@ -1,0 +1,165 @@
+//! Upgrading a job's code between a savepoint and its restore, with a custom task-manager binary in two
+//! versions (`weir-example-taskmanager` and `weir-example-taskmanager-v2`, `weir_examples::upgrades`): an Avro
+//! state with a field removed and one added (with a default) is migrated, on RocksDB and on the heap, over a
+//! million keys, every count exact; a bincode state whose struct changed is reported `DROPPED` and restored only
+//! with permission; a Protobuf field number reused with another type and a changed key type are refused before
+//! anything is deployed, naming the field and the key.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+use weir_integration_tests::{verify_job_output, Cluster, ClusterOptions, CountJob, JobState};
+
+const V1: &str = "weir-example-taskmanager";
+const V2: &str = "weir-example-taskmanager-v2";
+
+/// `weir savepoint check URL SPEC --output json [--allow-non-restored-state]`: whether it exited 0, and its JSON.
+fn check(cluster: &Cluster, url: &str, spec: &Path, allow: bool) -> anyhow::Result<(bool, serde_json::Value)> {
+    let spec = spec.display().to_string();
+    let mut args = vec!["savepoint", "check", url, spec.as_str(), "--output", "json"];
+    if allow {
+        args.push("--allow-non-restored-state");
+    }
+    let out = cluster.cli(&args)?;
+    Ok((out.status.success(), serde_json::from_str(&out.stdout)?))
+}
+
+fn operator(report: &serde_json::Value, uid: &str) -> serde_json::Value {
+    report["operators"].as_array().unwrap().iter().find(|o| o["uid"] == uid).cloned().unwrap_or_default()
+}
+
+/// A counting job whose counter is the example kind `kind`.
+fn job_of(kind: &str, job: &CountJob, backend: &str) -> String {
+    let yaml = job.yaml().replace("kind: keyed-count", &format!("kind: {kind}"));
+    yaml.replace("state_backend: rocksdb", &format!("state_backend: {backend}"))
+}
+
+/// Runs `spec` on v1 until about `records` were read, and stops it with a savepoint.
+fn savepoint_of(cluster: &mut Cluster, spec: &str, run_for: Duration) -> anyhow::Result<String> {
+    let id = cluster.submit(spec)?;
+    let started = Instant::now();
+    cluster.wait_for_checkpoints(&id, 1, Duration::from_secs(120))?;
+    if let Some(rest) = run_for.checked_sub(started.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    cluster.stop_with_savepoint(&id, false, "native")
+}
+
+fn avro_state_migrates(backend: &str) -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 4).with_taskmanager_binary(V1))?;
+    let out = cluster.output_dir("counts")?;
+    // A million keys, about 2.4M records (all but ~9% of the keys) read before the savepoint.
+    let job = CountJob::bounded("profiles", 3_600_000, 1_000_000, 11)
+        .rate(400_000)
+        .checkpoint_every_ms(1_000)
+        .into_files(&out);
+    let spec = job_of("profiles", &job, backend);
+    let url = savepoint_of(&mut cluster, &spec, Duration::from_secs(6))?;
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(Path::new(url.strip_prefix("file://").unwrap()).join("_metadata"))?)?;
+    let written = &meta["operators"]["counts"]["signature"]["states"][0];
+    assert_eq!(written["value"]["format"], "avro", "the savepoint records the Avro schema: {written}");
+
+    cluster.replace_taskmanagers(V2)?;
+    let spec_file = cluster.output_dir("specs")?.join("profiles.yaml");
+    std::fs::write(&spec_file, &spec)?;
+    let (exit_ok, report) = check(&cluster, &url, &spec_file, false)?;
+    assert!(exit_ok && report["ok"] == true, "{report}");
+    let counts = operator(&report, "counts");
+    assert_eq!(counts["verdict"], "MIGRATED", "{report}");
+    let state = &counts["states"][0];
+    assert_eq!((&state["name"], &state["verdict"]), (&"tally".into(), &"MIGRATED".into()), "{report}");
+    assert!(state["reason"].as_str().unwrap().contains("avro Profile"), "{report}");
+    assert!(state["from"].as_str().unwrap().contains("\"label\""), "{report}");
+    assert!(state["to"].as_str().unwrap().contains("\"weight\""), "{report}");
+
+    let r = cluster.submit_from(&spec, &url, "", false)?;
+    cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(300))?;
+    // v2 adds each profile's weight per record: a migrated profile without its default (1) would count wrong.
+    verify_job_output(&job, &out)?;
+    // The v2 task manager logged each subtask's migration: most of the million keys were in the savepoint.
+    let log = std::fs::read_to_string(cluster.dir().join("logs").join("tm-1.log"))?;
+    let migrated: u64 = log
+        .lines()
+        .filter(|l| l.contains("state migrated"))
+        .filter_map(|l| l.split("values=").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok())
+        .sum();
+    println!("{backend}: {migrated} values migrated");
+    assert!(migrated > 500_000, "{migrated} values migrated; the log: {log}");
+    cluster.stop();
+    Ok(())
+}
+
+#[test]
+fn avro_state_with_a_field_added_migrates_on_rocksdb_with_every_value_exact() -> anyhow::Result<()> {
+    avro_state_migrates("rocksdb")
+}
+
+#[test]
+fn avro_state_with_a_field_added_migrates_on_the_heap_with_every_value_exact() -> anyhow::Result<()> {
+    avro_state_migrates("heap")
+}
+
+#[test]
+fn changed_bincode_protobuf_and_key_types_are_judged_before_deploying() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 8).with_taskmanager_binary(V1))?;
+    let specs = cluster.output_dir("specs")?;
+    let mut savepoints = Vec::new();
+    for kind in ["sessions", "people", "visits"] {
+        let out = cluster.output_dir(kind)?;
+        let job = CountJob::bounded(kind, 400_000, 2_000, 5).rate(100_000).checkpoint_every_ms(300).into_files(&out);
+        let spec = job_of(kind, &job, "rocksdb");
+        let url = savepoint_of(&mut cluster, &spec, Duration::from_secs(1))?;
+        let file = specs.join(format!("{kind}.yaml"));
+        std::fs::write(&file, &spec)?;
+        savepoints.push((kind, job, spec, file, url, out));
+    }
+    cluster.replace_taskmanagers(V2)?;
+    let jobs_before = cluster.jobs()?.len();
+
+    for (kind, job, spec, file, url, out) in &savepoints {
+        let (exit_ok, report) = check(&cluster, url, file, false)?;
+        let counts = operator(&report, "counts");
+        let (allowed_ok, allowed) = check(&cluster, url, file, true)?;
+        let submitted = cluster.submit_from(spec, url, "", false);
+        match *kind {
+            // A field number reused with another type: refused, whatever the permission, naming the field.
+            "sessions" => {
+                assert!(!exit_ok && !allowed_ok && allowed["ok"] == false, "{report}");
+                assert_eq!(counts["verdict"], "INCOMPATIBLE", "{report}");
+                let reason = counts["states"][0]["reason"].as_str().unwrap();
+                assert!(reason.contains("field number 2") && reason.contains("`string label`"), "{report}");
+                assert!(reason.contains("`double ratio`"), "{report}");
+                let err = format!("{:#}", submitted.expect_err("refused"));
+                assert!(err.contains("field number 2"), "{err}");
+                assert!(cluster.submit_from(spec, url, "", true).is_err(), "permission does not help");
+            }
+            // The key type changed: refused.
+            "visits" => {
+                assert!(!exit_ok && !allowed_ok, "{report}");
+                assert_eq!(counts["verdict"], "INCOMPATIBLE", "{report}");
+                assert!(counts["reason"].as_str().unwrap().contains("key type changed"), "{report}");
+                assert!(counts["reason"].as_str().unwrap().contains("seq<u8"), "{report}");
+                let err = format!("{:#}", submitted.expect_err("refused"));
+                assert!(err.contains("key type changed"), "{err}");
+            }
+            // bincode cannot evolve: the state is dropped, with permission only.
+            "people" => {
+                assert!(!exit_ok && report["ok"] == false, "{report}");
+                assert_eq!(counts["verdict"], "DROPPED", "{report}");
+                assert!(counts["states"][0]["reason"].as_str().unwrap().contains("bincode"), "{report}");
+                assert!(allowed_ok && allowed["ok"] == true, "{allowed}");
+                assert!(submitted.is_err(), "without permission the submission is refused");
+                assert_eq!(cluster.jobs()?.len(), jobs_before, "nothing was deployed");
+                let r = cluster.submit_from(spec, url, "", true)?;
+                let done = cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(120))?;
+                assert!(done.dropped_state.iter().any(|d| d.contains("counts")), "{:?}", done.dropped_state);
+                // The counts start afresh: the output holds only what was read after the savepoint.
+                assert!(verify_job_output(job, out).is_err(), "the dropped counts are not in the output");
+            }
+            _ => unreachable!(),
+        }
+    }
+    assert_eq!(cluster.jobs()?.len(), jobs_before + 1, "only the permitted restore was deployed");
+    cluster.stop();
+    Ok(())
+}
