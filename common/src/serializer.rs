@@ -245,8 +245,165 @@ fn avro_error_chain(e: &dyn std::error::Error) -> String {
 pub struct Migrator {
     writer: Schema,
     reader: Schema,
+    /// For a record of primitive fields: the rewrite compiled to byte copies, conversions and defaults.
+    plan: Option<RecordPlan>,
     /// One line naming both schemas, for progress logs and errors.
     pub description: String,
+}
+
+/// A primitive Avro type as it is laid out in a datum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Prim {
+    Null,
+    Boolean,
+    Int,
+    Long,
+    Float,
+    Double,
+    Bytes,
+    String,
+}
+
+impl Prim {
+    fn of(schema: &Schema) -> Option<Prim> {
+        Some(match schema {
+            Schema::Null => Prim::Null,
+            Schema::Boolean => Prim::Boolean,
+            Schema::Int => Prim::Int,
+            Schema::Long => Prim::Long,
+            Schema::Float => Prim::Float,
+            Schema::Double => Prim::Double,
+            Schema::Bytes => Prim::Bytes,
+            Schema::String => Prim::String,
+            _ => return None,
+        })
+    }
+}
+
+/// How one field of the new schema is written.
+#[derive(Clone, Debug)]
+enum FieldStep {
+    /// The old field `i`'s bytes as they are (the same type, or a promotion with the same encoding: int to long,
+    /// string to bytes and back).
+    Copy(usize),
+    /// The old field `i`, bytes, as a string: the same encoding, if the bytes are UTF-8.
+    CopyUtf8(usize),
+    /// The old field `i`, an int or long, as a float or double.
+    VarintTo(usize, Prim),
+    /// The old field `i`, a float, as a double.
+    FloatToDouble(usize),
+    /// The field's default, encoded.
+    Default(Vec<u8>),
+}
+
+/// The compiled rewrite of a record of primitive fields: the old fields in order, the new fields' steps.
+struct RecordPlan {
+    old: Vec<Prim>,
+    steps: Vec<FieldStep>,
+}
+
+fn read_varint(b: &mut &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..70).step_by(7) {
+        let (&byte, rest) = b.split_first()?;
+        *b = rest;
+        v |= ((byte & 0x7f) as u64) << shift;
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn zigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+impl RecordPlan {
+    /// The plan from `writer` to `reader` when both are records of primitive fields and every new field is an
+    /// old one (same type or a promotion) or has a default; `None` otherwise (the general path then applies).
+    fn compile(writer: &Schema, reader: &Schema) -> Option<RecordPlan> {
+        let (Schema::Record(w), Schema::Record(r)) = (writer, reader) else { return None };
+        let old: Vec<Prim> = w.fields.iter().map(|f| Prim::of(&f.schema)).collect::<Option<_>>()?;
+        let mut steps = Vec::with_capacity(r.fields.len());
+        for f in &r.fields {
+            let to = Prim::of(&f.schema)?;
+            let names = std::iter::once(&f.name).chain(f.aliases.iter().flatten());
+            let found = names.filter_map(|n| w.fields.iter().position(|wf| &wf.name == n)).next();
+            let step = match found {
+                Some(i) => match (old[i], to) {
+                    (a, b) if a == b => FieldStep::Copy(i),
+                    (Prim::Int, Prim::Long) | (Prim::String, Prim::Bytes) => FieldStep::Copy(i),
+                    (Prim::Bytes, Prim::String) => FieldStep::CopyUtf8(i),
+                    (Prim::Int | Prim::Long, Prim::Float | Prim::Double) => FieldStep::VarintTo(i, to),
+                    (Prim::Float, Prim::Double) => FieldStep::FloatToDouble(i),
+                    _ => return None,
+                },
+                None => {
+                    let value = apache_avro::types::Value::from(f.default.clone()?).resolve(&f.schema).ok()?;
+                    FieldStep::Default(apache_avro::to_avro_datum(&f.schema, value).ok()?)
+                }
+            };
+            steps.push(step);
+        }
+        Some(RecordPlan { old, steps })
+    }
+
+    /// Appends `full` (a datum in the old schema) rewritten to `out`.
+    fn apply(&self, full: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        let truncated = || "a stored value does not read with the old schema: it is truncated".to_string();
+        let mut datum = full;
+        // The byte span of each old field in `full`.
+        let mut spans: smallvec::SmallVec<[(usize, usize); 16]> = smallvec::SmallVec::new();
+        for p in &self.old {
+            let from = full.len() - datum.len();
+            match p {
+                Prim::Null => {}
+                Prim::Boolean => datum = datum.get(1..).ok_or_else(truncated)?,
+                Prim::Int | Prim::Long => {
+                    read_varint(&mut datum).ok_or_else(truncated)?;
+                }
+                Prim::Float => datum = datum.get(4..).ok_or_else(truncated)?,
+                Prim::Double => datum = datum.get(8..).ok_or_else(truncated)?,
+                Prim::Bytes | Prim::String => {
+                    let len = usize::try_from(zigzag(read_varint(&mut datum).ok_or_else(truncated)?))
+                        .map_err(|_| truncated())?;
+                    datum = datum.get(len..).ok_or_else(truncated)?;
+                }
+            }
+            spans.push((from, full.len() - datum.len()));
+        }
+        if !datum.is_empty() {
+            return Err("a stored value does not read with the old schema: bytes are left after its last field".into());
+        }
+        for step in &self.steps {
+            match step {
+                FieldStep::Copy(i) => out.extend_from_slice(&full[spans[*i].0..spans[*i].1]),
+                FieldStep::CopyUtf8(i) => {
+                    let field = &full[spans[*i].0..spans[*i].1];
+                    let mut body = field;
+                    read_varint(&mut body).ok_or_else(truncated)?;
+                    std::str::from_utf8(body)
+                        .map_err(|_| "a stored value's bytes are not UTF-8 and cannot become a string".to_string())?;
+                    out.extend_from_slice(field);
+                }
+                FieldStep::VarintTo(i, to) => {
+                    let mut b = &full[spans[*i].0..spans[*i].1];
+                    let v = zigzag(read_varint(&mut b).ok_or_else(truncated)?);
+                    match to {
+                        Prim::Float => out.extend_from_slice(&(v as f32).to_le_bytes()),
+                        _ => out.extend_from_slice(&(v as f64).to_le_bytes()),
+                    }
+                }
+                FieldStep::FloatToDouble(i) => {
+                    let b: [u8; 4] = full[spans[*i].0..spans[*i].1].try_into().map_err(|_| truncated())?;
+                    out.extend_from_slice(&(f32::from_le_bytes(b) as f64).to_le_bytes());
+                }
+                FieldStep::Default(bytes) => out.extend_from_slice(bytes),
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Migrator {
@@ -260,13 +417,22 @@ impl Migrator {
                 let writer = parse_avro(old)?;
                 let reader = parse_avro(new)?;
                 let description = format!("{} -> {}", old.describe(), new.describe());
-                Ok(Some(Migrator { writer, reader, description }))
+                let plan = RecordPlan::compile(&writer, &reader);
+                Ok(Some(Migrator { writer, reader, plan, description }))
             }
         }
     }
 
     /// Appends `old` (a value in the old schema) rewritten in the new schema to `out`.
     pub fn migrate(&self, old: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        if let Some(plan) = &self.plan {
+            return plan.apply(old, out);
+        }
+        self.migrate_values(old, out)
+    }
+
+    /// [`Migrator::migrate`] through `apache-avro`'s values: decoded, resolved, encoded (any schema).
+    fn migrate_values(&self, old: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         let mut r = old;
         let value = apache_avro::from_avro_datum(&self.writer, &mut r, Some(&self.reader))
             .map_err(|e| format!("a stored value does not read with the old schema: {e}"))?;
@@ -516,5 +682,78 @@ mod tests {
             r => panic!("{r:?}"),
         }
         assert!(v1.schema_text().contains("2: string label"), "{}", v1.schema_text());
+    }
+
+    const WIDE: &str = r#"{"type":"record","name":"R","fields":[{"name":"a","type":"long"},{"name":"b","type":"string"},{"name":"c","type":"boolean"},{"name":"d","type":"int"},{"name":"e","type":"float"},{"name":"f","type":"bytes"}]}"#;
+    const READERS: [&str; 3] = [
+        r#"{"type":"record","name":"R","fields":[{"name":"e","type":"double"},{"name":"d","type":"long"},{"name":"z","type":"string","default":"zz"},{"name":"a","type":"long"},{"name":"n","type":"int","default":5}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"a","type":"long"},{"name":"b","type":"bytes"},{"name":"d","type":"double"},{"name":"c","type":"boolean"}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"f","type":"string"},{"name":"a","type":"float"},{"name":"x","type":"double","default":2.5},{"name":"y","type":"boolean","default":true}]}"#,
+    ];
+
+    proptest::proptest! {
+        /// The compiled rewrite of primitive records writes exactly what apache-avro's own resolution does.
+        #[test]
+        fn compiled_record_rewrites_match_apache_avro(
+            a: i64, b in ".{0,20}", c: bool, d: i32, e in -1e6f32..1e6f32, f in proptest::collection::vec(0u8..=255, 0..20),
+            which in 0usize..3,
+        ) {
+            use apache_avro::types::Value;
+            let w = Schema::parse_str(WIDE).unwrap();
+            let datum = apache_avro::to_avro_datum(&w, Value::Record(vec![
+                ("a".into(), Value::Long(a)), ("b".into(), Value::String(b)), ("c".into(), Value::Boolean(c)),
+                ("d".into(), Value::Int(d)), ("e".into(), Value::Float(e)), ("f".into(), Value::Bytes(f)),
+            ])).unwrap();
+            let m = Migrator::between(&avro(WIDE), &avro(READERS[which])).unwrap().unwrap();
+            proptest::prop_assert!(m.plan.is_some(), "reader {} compiles", which);
+            let (mut fast, mut general) = (Vec::new(), Vec::new());
+            let fast_ok = m.migrate(&datum, &mut fast).is_ok();
+            let general_ok = m.migrate_values(&datum, &mut general).is_ok();
+            proptest::prop_assert_eq!(fast_ok, general_ok, "both refuse or both write");
+            proptest::prop_assert_eq!(fast, general);
+            proptest::prop_assert!(m.migrate(&datum[..datum.len() - 1], &mut Vec::new()).is_err() || datum.len() == 1);
+        }
+    }
+
+    /// A field renamed with an alias (which `apache-avro`'s value resolution does not follow) keeps its value.
+    #[test]
+    fn a_field_renamed_with_an_alias_keeps_its_value() {
+        use apache_avro::types::Value;
+        let old = r#"{"type":"record","name":"R","fields":[{"name":"a","type":"long"},{"name":"b","type":"int"}]}"#;
+        let new = r#"{"type":"record","name":"R","fields":[{"name":"total","aliases":["a"],"type":"long"}]}"#;
+        let m = Migrator::between(&avro(old), &avro(new)).unwrap().unwrap();
+        let w = Schema::parse_str(old).unwrap();
+        let datum = apache_avro::to_avro_datum(
+            &w,
+            Value::Record(vec![("a".into(), Value::Long(-9)), ("b".into(), Value::Int(4))]),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        m.migrate(&datum, &mut out).unwrap();
+        let r = Schema::parse_str(new).unwrap();
+        assert_eq!(
+            apache_avro::from_avro_datum(&r, &mut out.as_slice(), None).unwrap(),
+            Value::Record(vec![("total".into(), Value::Long(-9))])
+        );
+    }
+
+    #[test]
+    fn schemas_beyond_primitive_records_take_the_general_path() {
+        let nested = r#"{"type":"record","name":"R","fields":[{"name":"a","type":{"type":"array","items":"long"}}]}"#;
+        let nested2 = r#"{"type":"record","name":"R","fields":[{"name":"a","type":{"type":"array","items":"long"}},{"name":"b","type":"long","default":1}]}"#;
+        let m = Migrator::between(&avro(nested), &avro(nested2)).unwrap().unwrap();
+        assert!(m.plan.is_none());
+        let w = Schema::parse_str(nested).unwrap();
+        use apache_avro::types::Value;
+        let datum =
+            apache_avro::to_avro_datum(&w, Value::Record(vec![("a".into(), Value::Array(vec![Value::Long(3)]))]))
+                .unwrap();
+        let mut out = Vec::new();
+        m.migrate(&datum, &mut out).unwrap();
+        let r = Schema::parse_str(nested2).unwrap();
+        assert_eq!(
+            apache_avro::from_avro_datum(&r, &mut out.as_slice(), None).unwrap(),
+            Value::Record(vec![("a".into(), Value::Array(vec![Value::Long(3)])), ("b".into(), Value::Long(1))])
+        );
     }
 }
