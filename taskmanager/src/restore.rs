@@ -192,3 +192,61 @@ pub fn migrate_keyed(
     }
     Ok(migrated)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_common::builtin::KindSignature;
+    use weir_common::serializer::{SerializerSnapshot, StateSerializers};
+    use weir_state::{open_keyed_backend, ValueState};
+
+    const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
+
+    fn avro(json: &str) -> SerializerSnapshot {
+        SerializerSnapshot::avro(&apache_avro::Schema::parse_str(json).unwrap())
+    }
+
+    fn declared(value: SerializerSnapshot) -> KindSignature {
+        let states = vec![StateSerializers { state: "s".into(), kind: "value".into(), value, user_key: None }];
+        KindSignature { fingerprint: String::new(), text: String::new(), key: None, states }
+    }
+
+    /// A restored state the new serializer cannot read fails the restore naming the operator, the state, both
+    /// schemas and what to do; one it can read after a migration is rewritten; one it reads as is is untouched.
+    #[test]
+    fn restored_states_are_migrated_or_refused_by_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let rocks = Default::default();
+        let mut b =
+            open_keyed_backend(StateBackendKind::Heap, &tmp.path().join("a"), 128, RANGE, None, &rocks).unwrap();
+        let old = r#"{"type":"record","name":"P","fields":[{"name":"n","type":"long"}]}"#;
+        let new = r#"{"type":"record","name":"P","fields":[{"name":"n","type":"long"},{"name":"w","type":"long","default":1}]}"#;
+        let mut s = ValueState::<Vec<u8>>::register(b.as_mut(), "s").unwrap();
+        b.set_current_key(b"k");
+        s.update(b.as_mut(), &vec![6]).unwrap(); // the long 3, zigzag-encoded
+        let mut snap = b.snapshot_sync(&tmp.path().join("snap")).unwrap();
+        snap.ready_blocking().unwrap();
+        let written = declared(avro(old)).states;
+        let restore = |dir: &str| {
+            open_keyed_backend(StateBackendKind::Heap, &tmp.path().join(dir), 128, RANGE, Some(&snap.dir), &rocks)
+                .unwrap()
+        };
+
+        let mut same = restore("same");
+        assert_eq!(migrate_keyed("op", same.as_mut(), &written, Some(&declared(avro(old)))).unwrap(), 0);
+
+        let mut migrated = restore("migrated");
+        assert_eq!(migrate_keyed("op", migrated.as_mut(), &written, Some(&declared(avro(new)))).unwrap(), 1);
+        let s = ValueState::<Vec<u8>>::register(migrated.as_mut(), "s").unwrap();
+        migrated.set_current_key(b"k");
+        assert_eq!(s.value(migrated.as_mut()).unwrap(), Some(vec![6, 2]), "the default weight 1 appended");
+
+        let mut refused = restore("refused");
+        let other = SerializerSnapshot::bincode("P", "struct P{n:i64}");
+        let e = migrate_keyed("op", refused.as_mut(), &written, Some(&declared(other))).unwrap_err().to_string();
+        for part in ["operator \"op\"", "state \"s\"", "written as avro P", "now read as bincode P", "savepoint check"]
+        {
+            assert!(e.contains(part), "{part:?} missing in: {e}");
+        }
+    }
+}
