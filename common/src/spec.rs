@@ -145,6 +145,9 @@ pub struct OperatorFile {
     #[serde(default)]
     #[allow(missing_docs)]
     pub drop_state_on_change: bool,
+    #[serde(default)]
+    #[allow(missing_docs)]
+    pub uid_stated: bool,
 }
 
 /// Parses a spec file (YAML, of which JSON is a subset) into its protobuf form.
@@ -176,6 +179,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
             input: op.input.unwrap_or_default(),
             partitioning: op.partitioning.unwrap_or_default(),
             drop_state_on_change: op.drop_state_on_change,
+            uid_stated: op.uid_stated,
         });
     }
     let c = file.checkpointing.unwrap_or_default();
@@ -361,6 +365,22 @@ pub struct ResolvedOperator {
     /// Its kind's state signature, as the task managers reported it at submission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<crate::builtin::KindSignature>,
+    /// Its uid is the spec's with the state signature folded in ([`stated_uid`]): the spec's `uid_stated: true`.
+    #[serde(default)]
+    pub uid_stated: bool,
+}
+
+/// `uid` with a state signature's fingerprint folded in, `<uid>@<first 8 hex digits>` (DataDome's `uidStated`):
+/// a structural change of the state gives the operator a new uid, so its old state is dropped on purpose, and
+/// reported, instead of failing the restore.
+pub fn stated_uid(uid: &str, fingerprint: &str) -> String {
+    format!("{uid}@{}", fingerprint.get(..8).unwrap_or(fingerprint))
+}
+
+/// The uid a `uid_stated` operator had before its signature was folded in, if `uid` is one (`base@8 hex`).
+pub fn unstated_uid(uid: &str) -> Option<&str> {
+    let (base, hex) = uid.rsplit_once('@')?;
+    (hex.len() == 8 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(base)
 }
 
 /// A validated job with every default applied.
@@ -458,8 +478,19 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         if info.keyed && partitioning.is_some_and(|p| p != Partitioning::KeyBy) {
             return Err(op_err(&op.uid, "partitioning", "a keyed operator's input must be partitioned key-by"));
         }
+        let uid = match (&info.signature, op.uid_stated) {
+            (_, false) => op.uid.clone(),
+            (Some(sig), true) => stated_uid(&op.uid, &sig.fingerprint),
+            (None, true) => {
+                return Err(op_err(
+                    &op.uid,
+                    "uid_stated",
+                    format!("kind {:?} reports no state signature to fold into the uid", op.kind),
+                ))
+            }
+        };
         operators.push(ResolvedOperator {
-            uid: op.uid.clone(),
+            uid,
             kind: op.kind.clone(),
             config,
             parallelism: p,
@@ -469,6 +500,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
             keyed: info.keyed,
             signature: info.signature.clone(),
             drop_state_on_change: op.drop_state_on_change,
+            uid_stated: op.uid_stated,
         });
     }
 
@@ -707,6 +739,29 @@ operators:
         assert_eq!(job.checkpointing.interval_ms, Some(1000));
         assert_eq!(job.checkpointing.timeout_ms, 600_000);
         assert_eq!(job.operators[0].config["count"], "1000000");
+    }
+
+    #[test]
+    fn uid_stated_folds_the_state_signature_into_the_uid() {
+        let mut kinds = builtin_kinds();
+        for k in &mut kinds {
+            if k.kind == "keyed-count" {
+                k.signature = Some(crate::builtin::KindSignature {
+                    fingerprint: "0123456789abcdef".into(),
+                    text: "key: seq<u8>".into(),
+                    key: None,
+                    states: vec![],
+                });
+            }
+        }
+        let stated = DEMO.replace("kind: keyed-count,", "kind: keyed-count, uid_stated: true,");
+        let job = resolve(&parse_spec_text(&stated).unwrap(), &kinds).unwrap();
+        assert_eq!(job.operators[1].uid, "counts@01234567");
+        assert_eq!(job.operators[2].input, Some(1), "inputs still name the spec's uid");
+        assert_eq!(unstated_uid(&job.operators[1].uid), Some("counts"));
+        assert_eq!(unstated_uid("counts"), None);
+        let e = resolve(&parse_spec_text(&stated).unwrap(), &builtin_kinds()).unwrap_err().to_string();
+        assert!(e.contains("uid_stated") && e.contains("no state signature"), "{e}");
     }
 
     fn err_of(text: &str) -> String {

@@ -2,8 +2,9 @@
 //! versions (`weir-example-taskmanager` and `weir-example-taskmanager-v2`, `weir_examples::upgrades`): an Avro
 //! state with a field removed and one added (with a default) is migrated, on RocksDB and on the heap, over a
 //! million keys, every count exact; a bincode state whose struct changed is reported `DROPPED` and restored only
-//! with permission; a Protobuf field number reused with another type and a changed key type are refused before
-//! anything is deployed, naming the field and the key.
+//! with permission (and, for an operator with `uid_stated: true`, on purpose without it); a Protobuf field
+//! number reused with another type and a changed key type are refused before anything is deployed, naming the
+//! field and the key.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -104,10 +105,14 @@ fn changed_bincode_protobuf_and_key_types_are_judged_before_deploying() -> anyho
     let mut cluster = Cluster::start(ClusterOptions::new(1, 8).with_taskmanager_binary(V1))?;
     let specs = cluster.output_dir("specs")?;
     let mut savepoints = Vec::new();
-    for kind in ["sessions", "people", "visits"] {
+    for kind in ["sessions", "people", "visits", "people-stated"] {
         let out = cluster.output_dir(kind)?;
         let job = CountJob::bounded(kind, 400_000, 2_000, 5).rate(100_000).checkpoint_every_ms(300).into_files(&out);
-        let spec = job_of(kind, &job, "rocksdb");
+        let spec = match kind {
+            // `uid_stated: true`: the operator's uid carries its state signature.
+            "people-stated" => job_of("people, uid_stated: true", &job, "rocksdb"),
+            _ => job_of(kind, &job, "rocksdb"),
+        };
         let url = savepoint_of(&mut cluster, &spec, Duration::from_secs(1))?;
         let file = specs.join(format!("{kind}.yaml"));
         std::fs::write(&file, &spec)?;
@@ -156,10 +161,28 @@ fn changed_bincode_protobuf_and_key_types_are_judged_before_deploying() -> anyho
                 // The counts start afresh: the output holds only what was read after the savepoint.
                 assert!(verify_job_output(job, out).is_err(), "the dropped counts are not in the output");
             }
+            // With uid_stated, the changed signature is a new uid: the old state is dropped on purpose, no
+            // permission needed.
+            "people-stated" => {
+                assert!(exit_ok && report["ok"] == true, "{report}");
+                let stated: Vec<&serde_json::Value> = report["operators"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|o| o["uid"].as_str().is_some_and(|u| u.starts_with("counts@")))
+                    .collect();
+                assert_eq!(stated.len(), 2, "the old and the new stated uid: {report}");
+                let old = stated.iter().find(|o| o["verdict"] == "DROPPED").expect("the old uid dropped");
+                assert!(old["reason"].as_str().unwrap().contains("uid_stated"), "{report}");
+                assert!(stated.iter().any(|o| o["verdict"] == "NEW"), "{report}");
+                let r = submitted?;
+                let done = cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(120))?;
+                assert!(done.dropped_state.iter().any(|d| d.contains("counts@")), "{:?}", done.dropped_state);
+            }
             _ => unreachable!(),
         }
     }
-    assert_eq!(cluster.jobs()?.len(), jobs_before + 1, "only the permitted restore was deployed");
+    assert_eq!(cluster.jobs()?.len(), jobs_before + 2, "only the permitted restores were deployed");
     cluster.stop();
     Ok(())
 }

@@ -155,7 +155,8 @@ pub struct OperatorVerdict {
     pub states: Vec<StateVerdict>,
     /// Whether the job still has the uid.
     pub in_job: bool,
-    /// Dropped with the operator's `drop_state_on_change: true`: no `--allow-non-restored-state` needed.
+    /// Dropped with the operator's `drop_state_on_change: true`, or the old state of a `uid_stated` operator whose
+    /// signature changed: no `--allow-non-restored-state` needed.
     pub permitted: bool,
 }
 
@@ -238,13 +239,25 @@ pub fn verdicts(
     }
     let uids: BTreeSet<&str> = job.operators.iter().map(|o| o.uid.as_str()).collect();
     for (uid, stored) in meta.operators.iter().filter(|(u, _)| !uids.contains(u.as_str())) {
+        // The state of a `uid_stated` operator whose signature changed since: dropped on purpose.
+        let restated = weir_common::spec::unstated_uid(uid).and_then(|base| {
+            job.operators.iter().find(|o| o.uid_stated && weir_common::spec::unstated_uid(&o.uid) == Some(base))
+        });
+        let reason = match restated {
+            Some(now) => format!(
+                "its state signature changed, and with it the uid_stated operator's uid (now {:?}): its old state is \
+                 dropped on purpose",
+                now.uid
+            ),
+            None => "the job has no operator with this uid".into(),
+        };
         out.push(OperatorVerdict {
             uid: uid.clone(),
             verdict: Verdict::Dropped,
-            reason: "the job has no operator with this uid".into(),
+            reason,
             states: state_names(stored).iter().map(|n| StateVerdict::new(n, Verdict::Dropped, "")).collect(),
             in_job: false,
-            permitted: false,
+            permitted: restated.is_some(),
         });
     }
     Verdicts { global, operators: out }
@@ -321,7 +334,8 @@ impl Verdicts {
         }
         let dropped: Vec<&OperatorVerdict> = self.operators.iter().filter(|v| v.verdict == Verdict::Dropped).collect();
         if !allow_non_restored_state {
-            let missing: Vec<&str> = dropped.iter().filter(|v| !v.in_job).map(|v| v.uid.as_str()).collect();
+            let missing: Vec<&str> =
+                dropped.iter().filter(|v| !v.in_job && !v.permitted).map(|v| v.uid.as_str()).collect();
             if !missing.is_empty() {
                 return Err(bad(format!(
                     "the savepoint holds state for operators the job does not have: {}; restore with \

@@ -530,9 +530,9 @@ impl StateSignature {
 
 /// `uid` with the operator's state signature folded in (`<uid>@<first 8 hex digits>`): a structural change of
 /// its state gives the operator a new uid, so its old state is dropped on purpose — and reported — instead of
-/// failing the restore (DataDome's `uidStated`).
+/// failing the restore (DataDome's `uidStated`). What a spec's `uid_stated: true` does to an operator's uid.
 pub fn uid_stated(uid: &str, signature: &StateSignature) -> String {
-    format!("{uid}@{}", &signature.hex()[..8])
+    weir_common::spec::stated_uid(uid, &signature.hex())
 }
 
 /// Fails (panics, for tests) unless `signature` renders as `pinned` (its [`StateSignature::pretty`] text),
