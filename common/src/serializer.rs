@@ -129,6 +129,9 @@ pub struct StateSerializers {
     /// A map's user-key serializer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_key: Option<SerializerSnapshot>,
+    /// The namespace serializer of a namespaced (window, timer) state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<SerializerSnapshot>,
 }
 
 /// How a new serializer relates to the snapshot of the one that wrote a state, from best to worst.

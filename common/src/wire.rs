@@ -328,6 +328,7 @@ impl From<&StateSerializers> for pb::StateSerializers {
             kind: s.kind.clone(),
             value: Some((&s.value).into()),
             user_key: s.user_key.as_ref().map(Into::into),
+            namespace: s.namespace.as_ref().map(Into::into),
         }
     }
 }
@@ -339,6 +340,7 @@ impl From<pb::StateSerializers> for StateSerializers {
             kind: s.kind,
             value: s.value.map_or_else(SerializerSnapshot::opaque, Into::into),
             user_key: s.user_key.map(Into::into),
+            namespace: s.namespace.map(Into::into),
         }
     }
 }
@@ -418,6 +420,7 @@ mod tests {
                         kind: "map".into(),
                         value: crate::serializer::SerializerSnapshot::bincode("P", "struct P{a:u8}"),
                         user_key: Some(crate::serializer::SerializerSnapshot::signature("string")),
+                        namespace: Some(crate::serializer::SerializerSnapshot::signature("u64")),
                     }],
                 },
             )]),

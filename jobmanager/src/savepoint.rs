@@ -366,7 +366,7 @@ impl Verdicts {
 /// reason, any other change — another kind of state, a changed bincode type — `DROPPED`, and with it the
 /// operator's other states (an operator's keyed state restores whole or not at all).
 fn per_state(stored: &OperatorCheckpoint, op: &ResolvedOperator) -> Option<(Verdict, String, Vec<StateVerdict>)> {
-    use weir_common::serializer::{resolve, Resolution};
+    use weir_common::serializer::{resolve, Resolution, SerializerSnapshot};
     let (old, new) = match (&stored.signature, &op.signature) {
         (Some(o), Some(n)) if !o.states.is_empty() && !n.states.is_empty() => (o, n),
         _ => return None,
@@ -402,19 +402,23 @@ fn per_state(stored: &OperatorCheckpoint, op: &ResolvedOperator) -> Option<(Verd
                 format!("it was {} state and is now declared as {} state", w.kind, n.kind),
             ),
             (Some(w), Some(n)) => {
-                let mut r = resolve(&w.value, &n.value);
-                if let (Some(wk), Some(nk)) = (&w.user_key, &n.user_key) {
-                    r = match resolve(wk, nk) {
-                        // Map keys are row keys: they are never rewritten.
-                        Resolution::AfterMigration => Resolution::Incompatible(format!(
-                            "its map keys would need a migration from {} to {}, and keys are never migrated",
-                            wk.describe(),
-                            nk.describe()
-                        )),
-                        k => k,
-                    }
-                    .weakest(r);
-                }
+                // Map user keys and namespaces are part of the row key: they are never rewritten.
+                let key_part =
+                    |what: &str, wk: &Option<SerializerSnapshot>, nk: &Option<SerializerSnapshot>| match (wk, nk) {
+                        (Some(wk), Some(nk)) => match resolve(wk, nk) {
+                            Resolution::AfterMigration => Resolution::Incompatible(format!(
+                                "its {what} would need a migration from {} to {}, and keys are never migrated",
+                                wk.describe(),
+                                nk.describe()
+                            )),
+                            Resolution::Incompatible(why) => Resolution::Incompatible(format!("its {what}: {why}")),
+                            k => k,
+                        },
+                        _ => Resolution::AsIs,
+                    };
+                let r = resolve(&w.value, &n.value)
+                    .weakest(key_part("map keys", &w.user_key, &n.user_key))
+                    .weakest(key_part("namespaces", &w.namespace, &n.namespace));
                 let mut v = match r {
                     Resolution::AsIs => StateVerdict::new(name, Verdict::Restored, ""),
                     Resolution::Reconfigured => {
@@ -755,5 +759,97 @@ mod tests {
         assert_eq!(counts.parallelism, 2);
         assert_eq!(counts.states[0].elements, Some(2));
         assert_eq!(counts.states[0].kind, "union-list");
+    }
+
+    /// Per state: as is, migrated (Avro), dropped (another state kind, a changed plain type: with the operator's
+    /// other states), refused (a changed key, map-key or namespace type), new.
+    #[test]
+    fn states_are_judged_one_by_one_from_their_serializers() {
+        use weir_common::builtin::KindSignature;
+        use weir_common::serializer::{SerializerSnapshot as S, StateSerializers};
+        let avro = |fields: &str| {
+            S::avro(
+                &apache_avro::Schema::parse_str(&format!(r#"{{"type":"record","name":"P","fields":[{fields}]}}"#))
+                    .unwrap(),
+            )
+        };
+        let v1 = avro(r#"{"name":"n","type":"long"}"#);
+        let v2 = avro(r#"{"name":"n","type":"long"},{"name":"w","type":"long","default":1}"#);
+        let state = |name: &str, kind: &str, value: S, ns: Option<S>| StateSerializers {
+            state: name.into(),
+            kind: kind.into(),
+            value,
+            user_key: None,
+            namespace: ns,
+        };
+        let sig = |key: &str, states: Vec<StateSerializers>| KindSignature {
+            fingerprint: "f".into(),
+            text: String::new(),
+            key: Some(S::signature(key)),
+            states,
+        };
+        let judge = |old: KindSignature, new: KindSignature| {
+            let mut job = crate::descriptors::tests::demo_job();
+            let mut sp = savepoint(128, 10);
+            sp.metadata.operators.get_mut("counts").unwrap().signature = Some(old);
+            job.operators.iter_mut().find(|o| o.uid == "counts").unwrap().signature = Some(new);
+            let v = verdicts(&sp, &job, None, u64::MAX);
+            v.operators.into_iter().find(|o| o.uid == "counts").unwrap()
+        };
+        let by_name = |v: &OperatorVerdict, n: &str| v.states.iter().find(|s| s.name == n).cloned().unwrap();
+
+        let old =
+            sig("u64", vec![state("p", "value", v1.clone(), None), state("c", "value", S::signature("u64"), None)]);
+        let migrated = judge(
+            old.clone(),
+            sig("u64", vec![state("p", "value", v2.clone(), None), state("c", "value", S::signature("u64"), None)]),
+        );
+        assert_eq!(migrated.verdict, Verdict::Migrated, "{migrated:?}");
+        let p = by_name(&migrated, "p");
+        assert!(p.reason.starts_with("from avro P") && p.from.contains("\"n\"") && p.to.contains("\"w\""), "{p:?}");
+        assert_eq!(by_name(&migrated, "c").verdict, Verdict::Restored);
+
+        let plus_new = judge(
+            old.clone(),
+            sig(
+                "u64",
+                vec![
+                    state("p", "value", v1.clone(), None),
+                    state("c", "value", S::signature("u64"), None),
+                    state("fresh", "list", S::signature("u64"), None),
+                ],
+            ),
+        );
+        assert_eq!(plus_new.verdict, Verdict::Restored, "{plus_new:?}");
+        assert_eq!(by_name(&plus_new, "fresh").verdict, Verdict::New);
+
+        let dropped = judge(
+            old.clone(),
+            sig("u64", vec![state("p", "value", v1.clone(), None), state("c", "list", S::signature("u64"), None)]),
+        );
+        assert_eq!(dropped.verdict, Verdict::Dropped, "{dropped:?}");
+        assert!(by_name(&dropped, "c").reason.contains("was value state and is now declared as list"));
+        assert!(by_name(&dropped, "p").reason.contains("dropped with the operator's other state"), "{dropped:?}");
+
+        let key = judge(old.clone(), sig("string", old.states.clone()));
+        assert_eq!(key.verdict, Verdict::Incompatible);
+        assert!(key.reason.contains("key type changed"), "{key:?}");
+
+        let windows = |ns: &str| {
+            sig(
+                "u64",
+                vec![
+                    state("p", "value", v1.clone(), None),
+                    state("c", "value", S::signature("u64"), Some(S::signature(ns))),
+                ],
+            )
+        };
+        let ns = judge(windows("u64"), windows("string"));
+        assert_eq!(ns.verdict, Verdict::Dropped, "a plain namespace type that changed: {ns:?}");
+        assert!(by_name(&ns, "c").reason.contains("its namespaces"), "{ns:?}");
+        let evolving = |ns: S| sig("u64", vec![state("p", "value", v1.clone(), Some(ns))]);
+        let ns = judge(evolving(v1.clone()), evolving(v2.clone()));
+        assert_eq!(ns.verdict, Verdict::Incompatible, "an Avro namespace would need a migration: {ns:?}");
+        assert!(ns.reason.contains("namespaces would need a migration"), "{ns:?}");
     }
 }

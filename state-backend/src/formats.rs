@@ -197,5 +197,10 @@ mod tests {
         assert_eq!(states[1].value.root, "Profile");
         assert_eq!(sig.key_serializer().map(|s| s.schema.as_str()), Some("u64"));
         assert_eq!(resolve(&serializer_of::<Bincode<Person>>(), &serializer_of::<Bincode<Person>>()), Resolution::AsIs);
+        // A namespaced state records its namespace type, which is part of its signature.
+        let windows = StateSignature::keyed::<u64>().list::<u64>("w").in_namespace::<(u64, u64)>("w");
+        let ns = windows.serializers().next().and_then(|s| s.namespace.clone()).expect("a namespace serializer");
+        assert_eq!(ns.schema, "(u64, u64)");
+        assert_ne!(windows.fingerprint(), StateSignature::keyed::<u64>().list::<u64>("w").fingerprint());
     }
 }

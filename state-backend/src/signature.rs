@@ -435,6 +435,7 @@ impl StateSignature {
             kind: kind.name().to_string(),
             value: serializer_of::<V>(),
             user_key: user_key.map(|(_, s)| s),
+            namespace: None,
         };
         self.serializers.insert(name.to_string(), serializers);
         self
@@ -478,6 +479,19 @@ impl StateSignature {
     /// Declares broadcast state `name` mapping `K` to `V`.
     pub fn broadcast<K: TypeSignature, V: TypeSignature>(self, name: &str) -> Self {
         self.with::<V>(name, DeclaredKind::Broadcast, Some((K::shape(), serializer_of::<K>())))
+    }
+
+    /// Declares that state `name` (declared before) is scoped to namespaces of type `N` (window and timer state,
+    /// `set_namespace`): the namespace type is part of the signature, and its serializer is recorded (namespaces
+    /// are part of the row key, so a restore into another namespace type is refused).
+    pub fn in_namespace<N: TypeSignature>(mut self, name: &str) -> Self {
+        if let Some((_, types)) = self.states.get_mut(name) {
+            types.push(Shape::custom(&format!("namespace {}", N::shape().canonical()), 1));
+        }
+        if let Some(s) = self.serializers.get_mut(name) {
+            s.namespace = Some(serializer_of::<N>());
+        }
+        self
     }
 
     /// The key's serializer snapshot (keyed operators).

@@ -207,7 +207,8 @@ mod tests {
     }
 
     fn declared(value: SerializerSnapshot) -> KindSignature {
-        let states = vec![StateSerializers { state: "s".into(), kind: "value".into(), value, user_key: None }];
+        let states =
+            vec![StateSerializers { state: "s".into(), kind: "value".into(), value, user_key: None, namespace: None }];
         KindSignature { fingerprint: String::new(), text: String::new(), key: None, states }
     }
 
