@@ -74,7 +74,10 @@ impl SerializerSnapshot {
 
     /// An Avro serializer's snapshot: its schema.
     pub fn avro(schema: &Schema) -> Self {
-        let root = schema.name().map(|n| n.fullname(None)).unwrap_or_else(|| format!("{:?}", schema_kind(schema)));
+        let root = schema
+            .name()
+            .map(|n| n.fullname(None))
+            .unwrap_or_else(|| format!("{:?}", apache_avro::schema::SchemaKind::from(schema)));
         let json = serde_json::to_string(schema).unwrap_or_else(|_| schema.canonical_form());
         SerializerSnapshot { format: FORMAT_AVRO.into(), version: 1, root, schema: json }
     }
@@ -202,10 +205,6 @@ fn first_difference(old: &str, new: &str) -> String {
         s.get(start.min(end)..end).unwrap_or("").to_string()
     };
     format!("was `{}`, is now `{}`", around(old), around(new))
-}
-
-fn schema_kind(schema: &Schema) -> apache_avro::schema::SchemaKind {
-    schema.into()
 }
 
 fn parse_avro(s: &SerializerSnapshot) -> Result<Schema, String> {
@@ -474,11 +473,9 @@ fn resolve_protobuf(old: &SerializerSnapshot, new: &SerializerSnapshot) -> Resol
         (Ok(o), Ok(n)) => (o, n),
         (Err(e), _) | (_, Err(e)) => return Resolution::Incompatible(e),
     };
-    let mut seen = HashSet::new();
-    match compare_messages(&old_m, &new_m, &mut seen) {
+    // Protobuf reads old bytes by field number: added and removed fields need no rewrite.
+    match compare_messages(&old_m, &new_m, &mut HashSet::new()) {
         Err(why) => Resolution::Incompatible(why),
-        Ok(()) if old.schema == new.schema && old.root == new.root => Resolution::AsIs,
-        // Protobuf reads old bytes by field number: added and removed fields need no rewrite.
         Ok(()) => Resolution::AsIs,
     }
 }

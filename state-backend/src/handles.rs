@@ -81,13 +81,7 @@ pub struct ValueState<T> {
 impl<T: StateCodec> ValueState<T> {
     /// Registers (or finds) the state `name` in a backend.
     pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
-        Ok(ValueState {
-            id: backend.register_value_state(name)?,
-            name: name.to_string(),
-            ttl: None,
-            scratch: Vec::new(),
-            _t: PhantomData,
-        })
+        Self::register_with_options(backend, name, StateOptions::default())
     }
 
     /// Registers (or finds) the state `name` with a time-to-live (see [`crate::ttl`]).
@@ -173,8 +167,7 @@ pub struct ListState<T> {
 impl<T: StateCodec> ListState<T> {
     /// Registers (or finds) the list state `name` in a backend.
     pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
-        let id = backend.register_state(name, StateKind::List)?;
-        Ok(ListState { id, name: name.to_string(), ttl: None, scratch: Vec::new(), elem: Vec::new(), _t: PhantomData })
+        Self::register_with_options(backend, name, StateOptions::default())
     }
 
     /// Registers (or finds) the list state `name` with a time-to-live per element (see [`crate::ttl`]).
@@ -315,15 +308,7 @@ pub struct MapState<K, V> {
 impl<K: StateCodec, V: StateCodec> MapState<K, V> {
     /// Registers (or finds) the map state `name` in a backend.
     pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
-        let id = backend.register_state(name, StateKind::Map)?;
-        Ok(MapState {
-            id,
-            name: name.to_string(),
-            ttl: None,
-            key_buf: Vec::new(),
-            val_buf: Vec::new(),
-            _t: PhantomData,
-        })
+        Self::register_with_options(backend, name, StateOptions::default())
     }
 
     /// Registers (or finds) the map state `name` with a time-to-live per entry (see [`crate::ttl`]).
@@ -534,8 +519,7 @@ impl<T: StateCodec> ReducingState<T> {
         name: &str,
         reduce: impl Fn(T, T) -> T + Send + 'static,
     ) -> Result<Self, StateError> {
-        let id = backend.register_state(name, StateKind::Reducing)?;
-        Ok(ReducingState { id, name: name.to_string(), ttl: None, reduce: Box::new(reduce), scratch: Vec::new() })
+        Self::register_with_options(backend, name, reduce, StateOptions::default())
     }
 
     /// Registers (or finds) the reducing state `name` with a time-to-live (see [`crate::ttl`]).
@@ -631,14 +615,7 @@ impl<In, Acc: StateCodec, Out> AggregatingState<In, Acc, Out> {
         name: &str,
         function: impl AggregateFunction<In, Acc, Out> + 'static,
     ) -> Result<Self, StateError> {
-        let id = backend.register_state(name, StateKind::Aggregating)?;
-        Ok(AggregatingState {
-            id,
-            name: name.to_string(),
-            ttl: None,
-            function: Box::new(function),
-            scratch: Vec::new(),
-        })
+        Self::register_with_options(backend, name, function, StateOptions::default())
     }
 
     /// Registers (or finds) the aggregating state `name` with a time-to-live (see [`crate::ttl`]).

@@ -401,23 +401,19 @@ impl DeclaredKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateSignature {
     key: Option<(Shape, SerializerSnapshot)>,
-    states: BTreeMap<String, (DeclaredKind, Vec<Shape>)>,
-    serializers: BTreeMap<String, StateSerializers>,
+    /// Per state name: its kind, its types' shapes and its serializers.
+    states: BTreeMap<String, (DeclaredKind, Vec<Shape>, StateSerializers)>,
 }
 
 impl StateSignature {
     /// The signature of a keyed operator whose key type is `K`.
     pub fn keyed<K: TypeSignature>() -> Self {
-        StateSignature {
-            key: Some((K::shape(), serializer_of::<K>())),
-            states: BTreeMap::new(),
-            serializers: BTreeMap::new(),
-        }
+        StateSignature { key: Some((K::shape(), serializer_of::<K>())), states: BTreeMap::new() }
     }
 
     /// The signature of an operator without keyed state.
     pub fn unkeyed() -> Self {
-        StateSignature { key: None, states: BTreeMap::new(), serializers: BTreeMap::new() }
+        StateSignature { key: None, states: BTreeMap::new() }
     }
 
     /// Declares state `name`: its kind, its types' shapes, its value's serializer and a map's user-key one.
@@ -429,7 +425,6 @@ impl StateSignature {
     ) -> Self {
         let mut types: Vec<Shape> = user_key.iter().map(|(s, _)| s.clone()).collect();
         types.push(V::shape());
-        self.states.insert(name.to_string(), (kind, types));
         let serializers = StateSerializers {
             state: name.to_string(),
             kind: kind.name().to_string(),
@@ -437,7 +432,7 @@ impl StateSignature {
             user_key: user_key.map(|(_, s)| s),
             namespace: None,
         };
-        self.serializers.insert(name.to_string(), serializers);
+        self.states.insert(name.to_string(), (kind, types, serializers));
         self
     }
 
@@ -485,11 +480,9 @@ impl StateSignature {
     /// `set_namespace`): the namespace type is part of the signature, and its serializer is recorded (namespaces
     /// are part of the row key, so a restore into another namespace type is refused).
     pub fn in_namespace<N: TypeSignature>(mut self, name: &str) -> Self {
-        if let Some((_, types)) = self.states.get_mut(name) {
+        if let Some((_, types, serializers)) = self.states.get_mut(name) {
             types.push(Shape::custom(&format!("namespace {}", N::shape().canonical()), 1));
-        }
-        if let Some(s) = self.serializers.get_mut(name) {
-            s.namespace = Some(serializer_of::<N>());
+            serializers.namespace = Some(serializer_of::<N>());
         }
         self
     }
@@ -501,7 +494,7 @@ impl StateSignature {
 
     /// Each declared state's serializers, by state name.
     pub fn serializers(&self) -> impl Iterator<Item = &StateSerializers> {
-        self.serializers.values()
+        self.states.values().map(|(_, _, s)| s)
     }
 
     /// The canonical one-line text (what [`StateSignature::fingerprint`] hashes).
@@ -523,7 +516,7 @@ impl StateSignature {
             }
             None => out.push_str("unkeyed"),
         }
-        for (name, (kind, types)) in &self.states {
+        for (name, (kind, types, _)) in &self.states {
             out.push_str(if pretty { "\n" } else { "; " });
             let types: Vec<String> = types.iter().map(shape).collect();
             let _ = write!(out, "{} {name:?}: {}", kind.name(), types.join(", "));
