@@ -3,7 +3,7 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in libclang-dev protobuf-compiler etcd-server python3-venv; do
+for pkg in libclang-dev protobuf-compiler libprotobuf-dev etcd-server iproute2 python3-venv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -24,9 +24,22 @@ pub struct Cli {
 /// Options every command takes (before or after the command name).
 #[derive(Args, Debug, Clone, Default)]
 pub struct GlobalArgs {
-    /// Address of the job manager's client API [default: http://127.0.0.1:6123]
-    #[arg(long, global = true, env = "WEIR_JOBMANAGER", value_name = "ADDR")]
+    /// Address of the job manager's client API, or several comma-separated (HA: any of them leads to the
+    /// leader) [default: http://127.0.0.1:6123]
+    #[arg(long, global = true, env = "WEIR_JOBMANAGER", value_name = "ADDR[,ADDR...]")]
     pub jobmanager: Option<String>,
+    /// File holding the bearer token for the job manager's client API (or the token itself in WEIR_TOKEN)
+    #[arg(long, global = true, env = "WEIR_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) to trust the job manager's TLS certificate with; https:// addresses need it
+    #[arg(long, global = true, env = "WEIR_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) to present, e.g. a member's; with --tls-key
+    #[arg(long, global = true, env = "WEIR_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert
+    #[arg(long, global = true, env = "WEIR_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
     /// Output format: `text` for people, `json` for scripts [default: text]
     #[arg(long, global = true, env = "WEIR_OUTPUT", value_enum, value_name = "FORMAT")]
     pub output: Option<OutputFormat>,

@@ -5,46 +5,45 @@ use crate::error::error_chain;
 use crate::CliError;
 use std::future::Future;
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
+use weir_common::cluster::JmLink;
+use weir_common::security::{SecureChannel, Security};
 use weir_proto as pb;
 use weir_proto::client_api_client::ClientApiClient;
 
-/// Longest wait for a TCP connection to the job manager.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A connection to one job manager.
-#[derive(Clone, Debug)]
+/// A connection to the job managers of one cluster: calls go to the leader, following a standby's answer.
+#[derive(Clone)]
 pub struct JobManager {
-    addr: String,
-    client: ClientApiClient<Channel>,
+    link: JmLink,
     timeout: Duration,
+    /// Without TLS a transport failure may be a TLS server refusing plaintext: the error says so.
+    plaintext: bool,
 }
 
 impl JobManager {
-    /// Connects to `addr` (with a scheme, e.g. `http://127.0.0.1:6123`); every later call times out after `timeout`.
-    pub async fn connect(addr: &str, timeout: Duration) -> Result<JobManager, CliError> {
-        let endpoint = Endpoint::from_shared(addr.to_string())
-            .map_err(|e| CliError::Usage(format!("invalid job manager address {addr:?}: {}", error_chain(&e))))?
-            .connect_timeout(CONNECT_TIMEOUT.min(timeout))
-            .timeout(timeout);
-        let unreachable = |cause: String| CliError::Unreachable { addr: addr.to_string(), cause };
-        let channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
-            Ok(Ok(channel)) => channel,
-            Ok(Err(e)) => return Err(unreachable(error_chain(&e))),
-            Err(_) => return Err(unreachable(format!("no connection within {}", crate::render::duration(timeout)))),
-        };
-        Ok(JobManager { addr: addr.to_string(), client: ClientApiClient::new(channel), timeout })
+    /// A client of `addrs` (comma-separated, each with a scheme, e.g. `http://127.0.0.1:6123`), presenting
+    /// `security`; every later call times out after `timeout`. Connections are made by the first call.
+    pub async fn connect(addrs: &str, timeout: Duration, security: Security) -> Result<JobManager, CliError> {
+        let list = weir_common::cluster::parse_addresses(addrs).map_err(CliError::Usage)?;
+        let plaintext = security.tls.is_none();
+        let link = JmLink::new(list, security, timeout).map_err(CliError::Usage)?;
+        Ok(JobManager { link, timeout, plaintext })
     }
 
-    /// The address this client talks to.
-    pub fn addr(&self) -> &str {
-        &self.addr
+    /// The address this client talks to now.
+    pub fn addr(&self) -> String {
+        self.link.current()
     }
 
     /// Submits a job; an `INVALID_ARGUMENT` answer (the spec is wrong) becomes [`CliError::Spec`].
     pub async fn submit_job(&self, req: pb::SubmitJobRequest) -> Result<String, CliError> {
-        match self.call("SubmitJob", |mut c| async move { c.submit_job(req).await }).await {
+        match self
+            .call("SubmitJob", move |mut c| {
+                let req = req.clone();
+                async move { c.submit_job(req).await }
+            })
+            .await
+        {
             Ok(r) => Ok(r.job_id),
             Err(Rejected(s)) if s.code() == Code::InvalidArgument => Err(CliError::Spec(s.message().to_string())),
             Err(e) => Err(self.error(e)),
@@ -60,21 +59,36 @@ impl JobManager {
     /// One job.
     pub async fn get_job(&self, job_id: &str) -> Result<pb::JobInfo, CliError> {
         let req = pb::GetJobRequest { job_id: job_id.to_string() };
-        let r = self.call("GetJob", |mut c| async move { c.get_job(req).await }).await;
+        let r = self
+            .call("GetJob", move |mut c| {
+                let req = req.clone();
+                async move { c.get_job(req).await }
+            })
+            .await;
         r.map_err(|e| self.error(e))?.job.ok_or_else(|| missing_field("GetJob", "job"))
     }
 
     /// Cancels a job; returns its state after the request.
     pub async fn cancel_job(&self, job_id: &str) -> Result<pb::JobInfo, CliError> {
         let req = pb::CancelJobRequest { job_id: job_id.to_string() };
-        let r = self.call("CancelJob", |mut c| async move { c.cancel_job(req).await }).await;
+        let r = self
+            .call("CancelJob", move |mut c| {
+                let req = req.clone();
+                async move { c.cancel_job(req).await }
+            })
+            .await;
         r.map_err(|e| self.error(e))?.job.ok_or_else(|| missing_field("CancelJob", "job"))
     }
 
     /// The checkpoints of a job.
     pub async fn list_checkpoints(&self, job_id: &str) -> Result<Vec<pb::CheckpointInfo>, CliError> {
         let req = pb::ListCheckpointsRequest { job_id: job_id.to_string() };
-        let r = self.call("ListCheckpoints", |mut c| async move { c.list_checkpoints(req).await }).await;
+        let r = self
+            .call("ListCheckpoints", move |mut c| {
+                let req = req.clone();
+                async move { c.list_checkpoints(req).await }
+            })
+            .await;
         Ok(r.map_err(|e| self.error(e))?.checkpoints)
     }
 
@@ -93,7 +107,11 @@ impl JobManager {
                     target_dir: dir.to_string(),
                     format: format.to_string(),
                 };
-                self.call("TriggerSavepoint", |mut c| async move { c.trigger_savepoint(req).await }).await
+                self.call("TriggerSavepoint", move |mut c| {
+                    let req = req.clone();
+                    async move { c.trigger_savepoint(req).await }
+                })
+                .await
             }
             Some(drain) => {
                 let req = pb::StopJobRequest {
@@ -102,7 +120,11 @@ impl JobManager {
                     format: format.to_string(),
                     drain,
                 };
-                self.call("StopJob", |mut c| async move { c.stop_job(req).await }).await
+                self.call("StopJob", move |mut c| {
+                    let req = req.clone();
+                    async move { c.stop_job(req).await }
+                })
+                .await
             }
         };
         r.map_err(|e| self.error(e))
@@ -111,7 +133,12 @@ impl JobManager {
     /// Summarises a savepoint.
     pub async fn inspect_savepoint(&self, url: &str) -> Result<pb::InspectSavepointResponse, CliError> {
         let req = pb::InspectSavepointRequest { url: url.to_string() };
-        let r = self.call("InspectSavepoint", |mut c| async move { c.inspect_savepoint(req).await }).await;
+        let r = self
+            .call("InspectSavepoint", move |mut c| {
+                let req = req.clone();
+                async move { c.inspect_savepoint(req).await }
+            })
+            .await;
         r.map_err(|e| self.error(e))
     }
 
@@ -123,14 +150,24 @@ impl JobManager {
         allow_non_restored_state: bool,
     ) -> Result<pb::CheckSavepointResponse, CliError> {
         let req = pb::CheckSavepointRequest { url: url.to_string(), spec: Some(spec), allow_non_restored_state };
-        let r = self.call("CheckSavepoint", |mut c| async move { c.check_savepoint(req).await }).await;
+        let r = self
+            .call("CheckSavepoint", move |mut c| {
+                let req = req.clone();
+                async move { c.check_savepoint(req).await }
+            })
+            .await;
         r.map_err(|e| self.error(e))
     }
 
     /// Deletes a savepoint; returns the number of files deleted.
     pub async fn dispose_savepoint(&self, url: &str) -> Result<u64, CliError> {
         let req = pb::DisposeSavepointRequest { url: url.to_string() };
-        let r = self.call("DisposeSavepoint", |mut c| async move { c.dispose_savepoint(req).await }).await;
+        let r = self
+            .call("DisposeSavepoint", move |mut c| {
+                let req = req.clone();
+                async move { c.dispose_savepoint(req).await }
+            })
+            .await;
         Ok(r.map_err(|e| self.error(e))?.deleted_files)
     }
 
@@ -143,21 +180,51 @@ impl JobManager {
 
     async fn call<T, F, Fut>(&self, what: &'static str, f: F) -> Result<T, CallError>
     where
-        F: FnOnce(ClientApiClient<Channel>) -> Fut,
+        F: Fn(ClientApiClient<SecureChannel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
-        match tokio::time::timeout(self.timeout, f(self.client.clone())).await {
-            Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(s)) => Err(Rejected(s)),
-            Err(_) => Err(CallError::TimedOut(what)),
+        // Each address at most twice: enough to follow a standby to the leader and to skip dead ones.
+        let mut tries = 2 * self.link.addresses().len() + 1;
+        loop {
+            let channel = self.link.channel().map_err(|e| Rejected(Status::invalid_argument(e)))?;
+            match tokio::time::timeout(self.timeout, f(ClientApiClient::new(channel))).await {
+                Ok(Ok(r)) => return Ok(r.into_inner()),
+                // A standby did nothing, and a refused connection carried nothing: trying elsewhere is safe.
+                Ok(Err(s)) if tries > 1 && self.link.observe(&s) => tries -= 1,
+                Ok(Err(s)) => return Err(Rejected(s)),
+                // A job manager that accepts connections but does not answer (paused, half hung): a read may
+                // be asked elsewhere; a change may have been made there, so it is not sent twice.
+                Err(_) if tries > 1 && !CHANGES.contains(&what) => {
+                    if !self.link.observe(&Status::deadline_exceeded("no answer")) {
+                        return Err(CallError::TimedOut(what));
+                    }
+                    tries -= 1;
+                }
+                Err(_) => return Err(CallError::TimedOut(what)),
+            }
         }
     }
 
     fn error(&self, e: CallError) -> CliError {
+        let e = match e {
+            Rejected(s) if self.plaintext && is_transport_failure(&s) => {
+                return CliError::Unreachable {
+                    addr: self.link.addresses().join(","),
+                    cause: format!(
+                        "{} (if the job manager serves TLS, give --tls-ca and an https:// address)",
+                        status_cause(&s)
+                    ),
+                }
+            }
+            e => e,
+        };
         match e {
             CallError::TimedOut(what) => self.timeout_error(what),
             Rejected(s) => match s.code() {
-                Code::Unavailable => CliError::Unreachable { addr: self.addr.clone(), cause: status_cause(&s) },
+                Code::Unavailable => {
+                    CliError::Unreachable { addr: self.link.addresses().join(","), cause: status_cause(&s) }
+                }
+                Code::Unauthenticated => CliError::Failed(format!("UNAUTHENTICATED: {}", status_cause(&s))),
                 Code::DeadlineExceeded => self.timeout_error("the request"),
                 Code::Cancelled if s.message().to_ascii_lowercase().contains("timeout") => {
                     self.timeout_error("the request")
@@ -173,11 +240,14 @@ impl JobManager {
     fn timeout_error(&self, what: &str) -> CliError {
         CliError::Timeout(format!(
             "the job manager at {} did not answer {what} within {} (see --rpc-timeout)",
-            self.addr,
+            self.link.current(),
             crate::render::duration(self.timeout)
         ))
     }
 }
+
+/// The calls that change something: never sent a second time after a timeout.
+const CHANGES: &[&str] = &["SubmitJob", "CancelJob", "TriggerSavepoint", "StopJob", "DisposeSavepoint"];
 
 /// A failed call, before it is turned into a [`CliError`].
 enum CallError {
@@ -185,6 +255,13 @@ enum CallError {
     TimedOut(&'static str),
 }
 use CallError::Rejected;
+
+/// Whether a call failed in the transport (the connection broke) rather than with an answer.
+fn is_transport_failure(s: &Status) -> bool {
+    let cause = status_cause(s).to_ascii_lowercase();
+    matches!(s.code(), Code::Unknown | Code::Unavailable | Code::Internal)
+        && (cause.contains("transport error") || cause.contains("broken pipe") || cause.contains("connection reset"))
+}
 
 fn status_cause(s: &Status) -> String {
     let msg = s.message();

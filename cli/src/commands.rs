@@ -91,7 +91,12 @@ pub async fn savepoint(settings: &Settings, cmd: SavepointCommand) -> Result<Exi
 
 /// A connection whose calls may take `secs` (at least the usual timeout): savepoints take as long as their state.
 async fn connect_for(settings: &Settings, secs: u64) -> Result<JobManager, CliError> {
-    JobManager::connect(&settings.jobmanager, settings.rpc_timeout.max(Duration::from_secs(secs))).await
+    JobManager::connect(
+        &settings.jobmanager,
+        settings.rpc_timeout.max(Duration::from_secs(secs)),
+        settings.security.clone(),
+    )
+    .await
 }
 
 /// `weir checkpoints ID`
@@ -187,7 +192,7 @@ pub async fn wait_for_job<W: Write>(
 }
 
 async fn connect(settings: &Settings) -> Result<JobManager, CliError> {
-    JobManager::connect(&settings.jobmanager, settings.rpc_timeout).await
+    JobManager::connect(&settings.jobmanager, settings.rpc_timeout, settings.security.clone()).await
 }
 
 /// Prints a result on stdout in the chosen format.

@@ -521,7 +521,7 @@ async fn wait_registered(
             bail!("{name} exited while the cluster was starting ({status})");
         }
         if jm.is_none() {
-            match JobManager::connect(jm_addr, rpc_timeout).await {
+            match JobManager::connect(jm_addr, rpc_timeout, Default::default()).await {
                 Ok(c) => jm = Some(c),
                 Err(e) => last_problem = e.to_string(),
             }

@@ -247,6 +247,12 @@ pub struct ClusterJson {
     pub task_managers: Vec<TaskManagerJson>,
     pub total_slots: u32,
     pub free_slots: u32,
+    /// HA: the leader's client address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+    /// HA: the leader's epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
 }
 
 /// The cluster for `--output json`.
@@ -265,6 +271,8 @@ pub fn cluster_json(c: &pb::ClusterOverviewResponse) -> ClusterJson {
             .collect(),
         total_slots: c.total_slots,
         free_slots: c.free_slots,
+        leader: (!c.leader.is_empty()).then(|| c.leader.clone()),
+        epoch: (c.epoch > 0).then_some(c.epoch),
     }
 }
 
@@ -277,6 +285,9 @@ pub fn cluster_text(c: &pb::ClusterOverviewResponse) -> String {
         c.total_slots,
         c.free_slots
     );
+    if !c.leader.is_empty() {
+        out.push_str(&format!("leader {} (epoch {})\n", c.leader, c.epoch));
+    }
     if !c.task_managers.is_empty() {
         let rows = c
             .task_managers
@@ -560,6 +571,7 @@ mod tests {
             }],
             total_slots: 2,
             free_slots: 1,
+            ..Default::default()
         };
         assert!(cluster_text(&cluster).starts_with("1 task manager, 2 slots (1 free)\n"));
         assert_eq!(to_value(&cluster_json(&cluster))["task_managers"][0]["free_slots"], json!(1));

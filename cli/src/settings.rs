@@ -5,6 +5,7 @@ use crate::args::{GlobalArgs, OutputFormat, DEFAULT_JOBMANAGER, DEFAULT_RPC_TIME
 use crate::CliError;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use weir_common::security::{Secret, Security, TlsFiles};
 
 /// The keys of the CLI's config file, with their defaults.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -37,7 +38,7 @@ struct Flags<'a> {
 }
 
 /// Resolved shared options.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// Job manager address, always with a scheme (`http://` is added when missing).
     pub jobmanager: String,
@@ -45,6 +46,8 @@ pub struct Settings {
     pub output: OutputFormat,
     /// Timeout of every call to the job manager.
     pub rpc_timeout: Duration,
+    /// TLS and the bearer token presented to the job manager.
+    pub security: Security,
 }
 
 impl Settings {
@@ -58,18 +61,38 @@ impl Settings {
         if file.rpc_timeout == 0 {
             return Err(CliError::Usage("invalid configuration: rpc_timeout must be at least 1 second".into()));
         }
+        let jobmanager = file.jobmanager.split(',').map(normalize_address).collect::<Vec<_>>().join(",");
         Ok(Settings {
-            jobmanager: normalize_address(&file.jobmanager),
+            jobmanager,
             output: file.output,
             rpc_timeout: Duration::from_secs(file.rpc_timeout),
+            security: security(args)?,
         })
     }
+}
+
+/// The token (from `--token-file`, else `WEIR_TOKEN`) and TLS files of this invocation. The token is read
+/// here rather than by clap, which would show an environment variable's value in `--help`.
+fn security(args: &GlobalArgs) -> Result<Security, CliError> {
+    let usage = |e: weir_common::security::SecurityError| CliError::Usage(e.to_string());
+    let token = match (&args.token_file, std::env::var("WEIR_TOKEN")) {
+        (Some(f), _) => Some(Secret::from_file("token", f).map_err(usage)?),
+        (None, Ok(t)) if !t.trim().is_empty() => Some(Secret::new("token", &t).map_err(usage)?),
+        _ => None,
+    };
+    let tls = match (&args.tls_ca, &args.tls_cert, &args.tls_key) {
+        (None, None, None) => None,
+        (Some(ca), Some(cert), Some(key)) => Some(TlsFiles::load(cert, key, ca).map_err(usage)?),
+        (Some(ca), None, None) => Some(TlsFiles::trusting(ca).map_err(usage)?),
+        _ => return Err(CliError::Usage("--tls-cert and --tls-key go together, with --tls-ca".into())),
+    };
+    Ok(Security { tls, secret: None, token })
 }
 
 /// Adds `http://` to an address given as `HOST:PORT`.
 pub fn normalize_address(addr: &str) -> String {
     let addr = addr.trim();
-    if addr.contains("://") {
+    if addr.is_empty() || addr.contains("://") {
         addr.to_string()
     } else {
         format!("http://{addr}")

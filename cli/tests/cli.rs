@@ -177,7 +177,12 @@ impl ClientApi for FakeJm {
             })
             .collect();
         let total = 2 * task_managers.len() as u32;
-        Ok(Response::new(pb::ClusterOverviewResponse { task_managers, total_slots: total, free_slots: total }))
+        Ok(Response::new(pb::ClusterOverviewResponse {
+            task_managers,
+            total_slots: total,
+            free_slots: total,
+            ..Default::default()
+        }))
     }
 }
 

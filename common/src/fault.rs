@@ -29,6 +29,10 @@ pub const POINTS: &[&str] = &[
     "job-store-save",
     // Between writing a checkpoint's `_metadata` and recording the checkpoint in the job store.
     "checkpoint-after-metadata",
+    // The job manager's sending of a checkpoint notification (a delay holds it back).
+    "jm-send-notify",
+    // The HA leader's health probe (a delay makes it hang: the leader resigns).
+    "leader-health",
     // Job manager → task manager RPCs, as the task manager receives them.
     "rpc-deploy",
     "rpc-trigger",

@@ -11,17 +11,21 @@
 //! - [`descriptor`]: what the job manager sends a task manager to deploy one subtask.
 //! - [`store`]: object stores from URLs (`file://`, `s3://`, `memory://`).
 //! - [`fault`]: failpoints on the control path, armed by `WEIR_FAILPOINTS` in tests.
+//! - [`cluster`]: finding the leading job manager (a standby's answer, the addresses a process follows).
+//! - [`security`]: TLS files, the cluster secret and client tokens, and the checks that admit members and clients.
 //! - [`config`]: layered config loading (defaults < TOML file < `WEIR_*` env < flags).
 //! - [`telemetry`]: tracing setup.
 
 pub mod builtin;
 pub mod checkpoint;
+pub mod cluster;
 pub mod config;
 pub mod datagen;
 pub mod descriptor;
 pub mod fault;
 pub mod ids;
 pub mod keygroup;
+pub mod security;
 pub mod serializer;
 pub mod spec;
 pub mod store;

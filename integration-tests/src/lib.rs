@@ -19,6 +19,7 @@
 
 pub mod audit;
 pub mod cluster;
+pub mod ha;
 pub mod job;
 pub mod lock;
 pub mod output;

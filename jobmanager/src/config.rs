@@ -20,6 +20,17 @@ pub const CONFIG_KEYS: &[&str] = &[
     "operator_state_inline_limit",
     "operator_state_limit",
     "union_state_fanout_limit",
+    "advertise_address",
+    "ha",
+    "etcd_endpoints",
+    "ha_cluster_id",
+    "ha_lease_ttl_ms",
+    "etcd_timeout_ms",
+    "tls_cert",
+    "tls_key",
+    "tls_ca",
+    "cluster_secret_file",
+    "auth_token_file",
 ];
 
 /// The job manager's configuration.
@@ -54,6 +65,34 @@ pub struct JobManagerConfig {
     pub operator_state_limit: u64,
     /// A restore whose union state times the new parallelism exceeds this many bytes is refused.
     pub union_state_fanout_limit: u64,
+    /// The client address this job manager publishes as HA leader (default `http://<bind>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertise_address: Option<String>,
+    /// High availability: `none` (the local job store) or `etcd`.
+    pub ha: String,
+    /// etcd endpoints, comma-separated `http://HOST:PORT` (with `ha = "etcd"`).
+    pub etcd_endpoints: String,
+    /// Names the HA cluster: its keys live under `/weir/<id>/` in etcd.
+    pub ha_cluster_id: String,
+    /// TTL of the leader's etcd lease: a dead leader is replaced this long after its last keep-alive.
+    pub ha_lease_ttl_ms: u64,
+    /// Bound of every etcd call, and of the wait for etcd at start-up.
+    pub etcd_timeout_ms: u64,
+    /// This member's TLS certificate (PEM); with `tls_key` and `tls_ca`, TLS on every connection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA that signs every member's certificate (PEM).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
+    /// File holding the shared cluster secret members authenticate with when TLS is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// File holding the bearer token clients must present (absent: the client API is open).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth_token_file: Option<PathBuf>,
 }
 
 impl Default for JobManagerConfig {
@@ -71,6 +110,17 @@ impl Default for JobManagerConfig {
             operator_state_inline_limit: weir_common::descriptor::DEFAULT_OPERATOR_STATE_INLINE_LIMIT,
             operator_state_limit: 1 << 30,
             union_state_fanout_limit: 2 << 30,
+            advertise_address: None,
+            ha: "none".into(),
+            etcd_endpoints: String::new(),
+            ha_cluster_id: "default".into(),
+            ha_lease_ttl_ms: 5000,
+            etcd_timeout_ms: 5000,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            cluster_secret_file: None,
+            auth_token_file: None,
         }
     }
 }
@@ -114,7 +164,87 @@ impl JobManagerConfig {
                 )));
             }
         }
+        match self.ha.as_str() {
+            "none" => {}
+            "etcd" => {
+                self.etcd_endpoint_list()?;
+                if self.ha_cluster_id.is_empty()
+                    || !self.ha_cluster_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                {
+                    return Err(ConfigError(format!(
+                        "ha_cluster_id: expected letters, digits, '-' or '_', got {:?}",
+                        self.ha_cluster_id
+                    )));
+                }
+                if self.ha_lease_ttl_ms < 2000 {
+                    return Err(ConfigError(format!(
+                        "ha_lease_ttl_ms: etcd leases last whole seconds, at least 2; got {} ms",
+                        self.ha_lease_ttl_ms
+                    )));
+                }
+                if self.etcd_timeout_ms == 0 {
+                    return Err(ConfigError("etcd_timeout_ms: must be positive".into()));
+                }
+                self.client_address()?;
+            }
+            other => return Err(ConfigError(format!("ha: expected none or etcd, got {other:?}"))),
+        }
         Ok(())
+    }
+
+    /// The etcd endpoints, parsed.
+    pub fn etcd_endpoint_list(&self) -> Result<Vec<String>, ConfigError> {
+        let list: Vec<String> =
+            self.etcd_endpoints.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect();
+        if list.is_empty() {
+            return Err(ConfigError("etcd_endpoints: ha = etcd needs at least one etcd endpoint".into()));
+        }
+        for e in &list {
+            if !e.starts_with("http://") {
+                return Err(ConfigError(format!(
+                    "etcd_endpoints: expected http://HOST:PORT, got {e:?} (TLS to etcd is not supported yet)"
+                )));
+            }
+        }
+        Ok(list)
+    }
+
+    /// The address clients and task managers reach this job manager at, as an HA leader publishes it.
+    pub fn client_address(&self) -> Result<String, ConfigError> {
+        if let Some(a) = &self.advertise_address {
+            if !a.starts_with("http://") && !a.starts_with("https://") {
+                return Err(ConfigError(format!("advertise_address: expected http://HOST:PORT, got {a:?}")));
+            }
+            return Ok(a.trim_end_matches('/').to_string());
+        }
+        let host = self.bind.rsplit_once(':').map(|(h, _)| h).unwrap_or_default();
+        if host == "0.0.0.0" || host == "[::]" || self.bind.ends_with(":0") {
+            return Err(ConfigError(format!(
+                "advertise_address: binding {} does not say where clients reach this job manager; set advertise_address",
+                self.bind
+            )));
+        }
+        let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
+        Ok(format!("{scheme}://{}", self.bind))
+    }
+
+    /// What this job manager presents to task managers and checks of them: TLS files, the cluster secret.
+    pub fn security(&self) -> Result<weir_common::security::Security, weir_common::security::SecurityError> {
+        use weir_common::security::{load_tls, Secret, Security};
+        let tls = load_tls(self.tls_cert.as_deref(), self.tls_key.as_deref(), self.tls_ca.as_deref())?;
+        let secret = match &self.cluster_secret_file {
+            Some(f) => Some(Secret::from_file("cluster secret", f)?),
+            None => None,
+        };
+        Ok(Security { tls, secret, token: None })
+    }
+
+    /// The token clients must present, if one is configured.
+    pub fn client_token(&self) -> Result<Option<weir_common::security::Secret>, weir_common::security::SecurityError> {
+        match &self.auth_token_file {
+            Some(f) => Ok(Some(weir_common::security::Secret::from_file("auth token", f)?)),
+            None => Ok(None),
+        }
     }
 
     /// The checkpoint store URL, defaulting to `file://<absolute data_dir>/checkpoints`.
@@ -210,6 +340,50 @@ pub struct Cli {
     #[arg(long, value_name = "BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub union_state_fanout_limit: Option<u64>,
+    /// The client address this job manager publishes when it leads (HA) [default: http://<bind>]
+    #[arg(long, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advertise_address: Option<String>,
+    /// High availability: none (local job store) or etcd [default: none]
+    #[arg(long, value_name = "MODE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ha: Option<String>,
+    /// etcd endpoints for --ha etcd, comma-separated http://HOST:PORT
+    #[arg(long, value_name = "URL[,URL...]")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd_endpoints: Option<String>,
+    /// The HA cluster's id: job managers with one id elect one leader [default: default]
+    #[arg(long, value_name = "ID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ha_cluster_id: Option<String>,
+    /// TTL of the leader's lease in etcd [default: 5000]
+    #[arg(long, value_name = "MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ha_lease_ttl_ms: Option<u64>,
+    /// Bound of every etcd call and of the wait for etcd at start-up [default: 5000]
+    #[arg(long, value_name = "MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd_timeout_ms: Option<u64>,
+    /// This member's TLS certificate (PEM); with --tls-key and --tls-ca turns TLS on
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA that signs every member's certificate (PEM)
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
+    /// File with the shared secret members present when TLS is off
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// File with the bearer token clients must present [default: the client API is open]
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth_token_file: Option<PathBuf>,
 }
 
 impl Cli {

@@ -19,6 +19,12 @@ pub enum JobManagerError {
     /// The local job store cannot be used.
     #[error(transparent)]
     JobStore(#[from] crate::job_store::JobStoreError),
+    /// High availability cannot work (etcd unreachable, conflicting clusters).
+    #[error(transparent)]
+    Ha(#[from] crate::ha::HaError),
+    /// TLS, secret or token files cannot be used.
+    #[error(transparent)]
+    Security(#[from] weir_common::security::SecurityError),
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),

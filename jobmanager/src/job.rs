@@ -271,7 +271,7 @@ impl JobActor {
             self.publish();
         }
         if !self.record.state.is_terminal() {
-            info!(job_id = %self.record.id, state = %self.record.state, "job coordination stopped; the job resumes when the job manager restarts");
+            info!(job_id = %self.record.id, state = %self.record.state, "job coordination stopped; the job resumes when a job manager (restarted, or the next HA leader) takes it up");
         }
         let _ = self.persist().await;
         self.publish();
@@ -289,12 +289,7 @@ impl JobActor {
     /// Writes `record` (this job's record or its next version) to the job store; failures are logged and
     /// returned.
     async fn persist_record(&self, record: &JobRecord) -> Result<(), String> {
-        let store = self.shared.job_store.clone();
-        let record = record.clone();
-        let result = match tokio::task::spawn_blocking(move || store.save(&record)).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(e) => Err(format!("job store writer panicked: {e}")),
-        };
+        let result = self.shared.job_store.save(record).await.map_err(|e| e.to_string());
         if let Err(error) = &result {
             error!(job_id = %self.record.id, %error, "cannot persist the job");
         }
@@ -420,6 +415,7 @@ impl JobActor {
             job_id: self.record.id.to_string(),
             attempt: dep.attempt.0,
             jm_session: self.shared.session.clone(),
+            jm_epoch: self.shared.epoch,
         };
         self.call_each(dep.rpc_addresses(), "end input", true, move |mut c| {
             let req = req.clone();
@@ -685,6 +681,7 @@ impl JobActor {
                 let request = serde_json::to_vec(d).map(|json| pb::DeployTaskRequest {
                     task: Some(task_ref(&job_id, attempt, key)),
                     jm_session: self.shared.session.clone(),
+                    jm_epoch: self.shared.epoch,
                     descriptor_json: json,
                     restore: d.restore.as_ref().map(Into::into),
                 });
@@ -760,6 +757,7 @@ impl JobActor {
             job_id: self.record.id.to_string(),
             up_to_attempt: dep.attempt.0,
             jm_session: self.shared.session.clone(),
+            jm_epoch: self.shared.epoch,
         };
         self.call_each(dep.rpc_addresses(), "cancel", false, move |mut c| {
             let req = req.clone();
@@ -941,6 +939,7 @@ impl JobActor {
                     checkpoint_id: id.0,
                     timestamp_ms: now,
                     jm_session: self.shared.session.clone(),
+                    jm_epoch: self.shared.epoch,
                     savepoint: target.clone(),
                 };
                 calls.push(async move {
@@ -1213,11 +1212,16 @@ impl JobActor {
             completed,
             is_final: completed && is_final,
             jm_session: self.shared.session.clone(),
+            jm_epoch: self.shared.epoch,
             stop: completed && stop,
         };
         self.call_each(dep.rpc_addresses(), "notify checkpoint", false, move |mut c| {
             let req = req.clone();
-            async move { c.notify_checkpoint(req).await.map(|_| ()) }
+            async move {
+                // Tests hold a notification back here to deliver it after this job manager lost leadership.
+                weir_common::fault::hit("jm-send-notify").await.map_err(tonic::Status::unavailable)?;
+                c.notify_checkpoint(req).await.map(|_| ())
+            }
         });
     }
 
@@ -1228,8 +1232,14 @@ impl JobActor {
         let job_id = self.record.id.clone();
         let retained = self.record.retained.clone();
         let known = self.retained_meta.clone();
+        let shared = self.shared.clone();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+            // A deposed leader's view of the retained checkpoints is stale: the new leader's own checkpoints
+            // reference files it does not know of.
+            if shared.is_deposed() {
+                return;
+            }
             sweep_job_files(&store, &job_id, &retained, &known, min_age_ms).await;
         });
     }
@@ -1258,7 +1268,12 @@ impl JobActor {
         let job_id = self.record.id.clone();
         let retained = self.record.retained.clone();
         let known = self.retained_meta.clone();
+        let shared = self.shared.clone();
         tokio::spawn(async move {
+            // Leaking files is better than deleting what a new leader's checkpoints might reference.
+            if shared.is_deposed() {
+                return;
+            }
             delete_checkpoint_dirs(&store, &job_id, &retained, &known, &ids, files).await;
         });
     }

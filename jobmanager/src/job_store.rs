@@ -1,6 +1,15 @@
-//! The local job store: one JSON file per job under `<data_dir>/jobs/<job-id>.json`, replaced atomically
-//! (temporary file, fsync, rename) whenever something important changes, and read back on start so that a
-//! restarted job manager resumes its jobs.
+//! The job store: what the job manager persists about every job, read back when a job manager (restarted,
+//! or a new HA leader) resumes the jobs.
+//!
+//! - Without HA, one JSON file per job under `<data_dir>/jobs/<job-id>.json`, replaced atomically (temporary
+//!   file, fsync, rename) whenever something important changes ([`LocalJobStore`]).
+//! - With etcd, one key per job under `/weir/<cluster-id>/jobs/` ([`EtcdJobStore`]): every write is a
+//!   transaction conditioned on the writer still leading at its epoch and on the record's revision being the
+//!   one it last wrote or read (compare-and-swap), so a deposed leader changes nothing, and the checkpoint id
+//!   counter (`next_checkpoint_id`, persisted before a trigger uses it) is never handed out twice. A record
+//!   holds the spec, the lifecycle state, the counter, the pointers to the retained checkpoints (their
+//!   `_metadata` stays in the object store) and a bounded history; one that would exceed
+//!   [`ETCD_RECORD_LIMIT`] is refused rather than sent (etcd refuses requests over 1.5 MiB).
 
 use crate::coordinator::{CheckpointHistoryEntry, CheckpointStatus, RetainedCheckpoint, HISTORY_LIMIT};
 use crate::lifecycle::{JobState, RestartHistory};
@@ -26,6 +35,25 @@ pub enum JobStoreError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// This job manager no longer leads: the write was refused.
+    #[error("job store: not written: this job manager is no longer the leader (epoch {epoch})")]
+    Fenced {
+        /// The epoch the writer led at.
+        epoch: u64,
+    },
+    /// etcd cannot be reached or refused.
+    #[error("job store: {0}")]
+    Etcd(String),
+    /// A record too large for etcd.
+    #[error("job store: job {job}'s record is {bytes} bytes, more than etcd takes ({limit}); lower the job's retained checkpoints")]
+    TooLarge {
+        /// The job.
+        job: JobId,
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
     },
     /// A job file is not readable as a job.
     #[error("job store {path}: unreadable job file: {reason}")]
@@ -208,18 +236,143 @@ impl JobRecord {
     }
 }
 
-/// The directory of job files.
-#[derive(Clone, Debug)]
-pub struct JobStore {
-    dir: PathBuf,
+/// Largest job record written to etcd (its request limit is 1.5 MiB; the rest is headroom).
+pub const ETCD_RECORD_LIMIT: usize = 1 << 20;
+
+/// Where job records live.
+#[derive(Clone)]
+pub enum JobStore {
+    /// Files in the data directory.
+    Local(LocalJobStore),
+    /// Keys in etcd, written by the leader only.
+    Etcd(EtcdJobStore),
 }
 
 impl JobStore {
+    /// Writes a job's record.
+    pub async fn save(&self, record: &JobRecord) -> Result<(), JobStoreError> {
+        match self {
+            JobStore::Local(s) => {
+                let (s, record) = (s.clone(), record.clone());
+                tokio::task::spawn_blocking(move || s.save(&record))
+                    .await
+                    .map_err(|e| JobStoreError::Etcd(format!("job store writer panicked: {e}")))?
+            }
+            JobStore::Etcd(s) => s.save(record).await,
+        }
+    }
+
+    /// Reads every record, oldest submission first; records that cannot be read are returned apart.
+    pub async fn load_all(&self) -> Result<(Vec<JobRecord>, Vec<JobStoreError>), JobStoreError> {
+        match self {
+            JobStore::Local(s) => {
+                let s = s.clone();
+                tokio::task::spawn_blocking(move || s.load_all())
+                    .await
+                    .map_err(|e| JobStoreError::Etcd(format!("job store reader panicked: {e}")))?
+            }
+            JobStore::Etcd(s) => s.load_all().await,
+        }
+    }
+}
+
+/// The job records of an HA cluster in etcd, as one leader term writes them.
+#[derive(Clone)]
+pub struct EtcdJobStore {
+    term: crate::ha::Term,
+    /// The revision of each job's key as this leader last wrote or read it (0: absent).
+    revisions: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<JobId, i64>>>,
+}
+
+impl EtcdJobStore {
+    /// The store of one leader term.
+    pub fn new(term: crate::ha::Term) -> EtcdJobStore {
+        EtcdJobStore { term, revisions: Default::default() }
+    }
+
+    fn key(&self, id: &JobId) -> String {
+        self.term.etcd().key(&format!("jobs/{id}"))
+    }
+
+    /// Writes a record if this term still leads and nobody else wrote it since.
+    pub async fn save(&self, record: &JobRecord) -> Result<(), JobStoreError> {
+        use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+        weir_common::fault::hit("job-store-save").await.map_err(|m| JobStoreError::Etcd(m.to_string()))?;
+        if self.term.is_lost() {
+            return Err(JobStoreError::Fenced { epoch: self.term.epoch });
+        }
+        let bytes = serde_json::to_vec(record)
+            .map_err(|e| JobStoreError::Corrupt { path: PathBuf::from(self.key(&record.id)), reason: e.to_string() })?;
+        if bytes.len() > ETCD_RECORD_LIMIT {
+            return Err(JobStoreError::TooLarge {
+                job: record.id.clone(),
+                bytes: bytes.len(),
+                limit: ETCD_RECORD_LIMIT,
+            });
+        }
+        let key = self.key(&record.id);
+        let expected = self.revisions.lock().get(&record.id).copied().unwrap_or(0);
+        let txn = Txn::new()
+            .when([self.term.fence(), Compare::mod_revision(key.clone(), CompareOp::Equal, expected)])
+            .and_then([TxnOp::put(key.clone(), bytes, None)]);
+        let etcd = self.term.etcd();
+        let resp = etcd
+            .call("writing a job record", etcd.client().txn(txn))
+            .await
+            .map_err(|e| JobStoreError::Etcd(e.to_string()))?;
+        if !resp.succeeded() {
+            return Err(JobStoreError::Fenced { epoch: self.term.epoch });
+        }
+        let revision = resp.header().map(|h| h.revision()).unwrap_or_default();
+        self.revisions.lock().insert(record.id.clone(), revision);
+        Ok(())
+    }
+
+    /// Reads every job record of the cluster.
+    pub async fn load_all(&self) -> Result<(Vec<JobRecord>, Vec<JobStoreError>), JobStoreError> {
+        let etcd = self.term.etcd();
+        let prefix = etcd.key("jobs/");
+        let resp = etcd
+            .call(
+                "reading the job records",
+                etcd.client().get(prefix, Some(etcd_client::GetOptions::new().with_prefix())),
+            )
+            .await
+            .map_err(|e| JobStoreError::Etcd(e.to_string()))?;
+        let mut records = Vec::new();
+        let mut errors = Vec::new();
+        let mut revisions = self.revisions.lock();
+        for kv in resp.kvs() {
+            let path = PathBuf::from(String::from_utf8_lossy(kv.key()).to_string());
+            match serde_json::from_slice::<JobRecord>(kv.value()) {
+                Ok(r) if r.format_version == JOB_FILE_VERSION => {
+                    revisions.insert(r.id.clone(), kv.mod_revision());
+                    records.push(r);
+                }
+                Ok(r) => errors.push(JobStoreError::Corrupt {
+                    path,
+                    reason: format!("unsupported format version {}", r.format_version),
+                }),
+                Err(e) => errors.push(JobStoreError::Corrupt { path, reason: e.to_string() }),
+            }
+        }
+        records.sort_by(|a, b| a.submit_time_ms.cmp(&b.submit_time_ms).then_with(|| a.id.cmp(&b.id)));
+        Ok((records, errors))
+    }
+}
+
+/// The directory of job files.
+#[derive(Clone, Debug)]
+pub struct LocalJobStore {
+    dir: PathBuf,
+}
+
+impl LocalJobStore {
     /// Opens (creating it if needed) `<data_dir>/jobs`.
-    pub fn open(data_dir: &Path) -> Result<JobStore, JobStoreError> {
+    pub fn open(data_dir: &Path) -> Result<LocalJobStore, JobStoreError> {
         let dir = data_dir.join("jobs");
         std::fs::create_dir_all(&dir).map_err(|source| JobStoreError::Io { path: dir.clone(), source })?;
-        Ok(JobStore { dir })
+        Ok(LocalJobStore { dir })
     }
 
     /// The file of a job.
@@ -300,7 +453,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let dir = tempfile::tempdir().unwrap();
-        let store = JobStore::open(dir.path()).unwrap();
+        let store = LocalJobStore::open(dir.path()).unwrap();
         let mut r = JobRecord::new(JobId::random(), demo_job(), 42);
         r.state = JobState::Running;
         r.attempt = AttemptNumber(3);

@@ -18,7 +18,9 @@
 //!   and sweeping files); [`assignment`] decides who restores what when parallelism changes and
 //!   [`descriptors`] builds the task descriptors of a deployment; [`savepoint`] reads, checks, summarises and
 //!   disposes of savepoints; [`registry`] tracks task managers and assigns slots.
-//! - [`job_store`] persists each job as `<data_dir>/jobs/<job-id>.json`, written atomically.
+//! - [`job_store`] persists each job: as `<data_dir>/jobs/<job-id>.json`, written atomically, or with HA in
+//!   etcd, fenced by the leader's epoch; [`ha`] elects the leader through an etcd lease, runs a job manager as
+//!   leader or standby, and resigns when the leader cannot work.
 //! - [`config`] is the layered configuration and the command-line flags; [`error`] the error types.
 //!
 //! Choices where `docs/protocol.md` is silent:
@@ -49,6 +51,7 @@ pub mod config;
 pub mod coordinator;
 pub mod descriptors;
 pub mod error;
+pub mod ha;
 mod job;
 pub mod job_store;
 pub mod lifecycle;

@@ -4,6 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use std::io::Write;
 use std::process::ExitCode;
+use weir_jobmanager::ha::{Etcd, Gate};
 use weir_jobmanager::{Cli, JobManager};
 
 fn main() -> ExitCode {
@@ -35,16 +36,14 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        let jm = match JobManager::start(config).await {
-            Ok(jm) => jm,
-            Err(e) => {
-                eprintln!("weir-jobmanager: {e}");
-                return ExitCode::from(2);
-            }
-        };
-        match serve(jm, listener).await {
+        let result = if config.ha == "etcd" { serve_ha(config, listener).await } else { serve(config, listener).await };
+        match result {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
+            Err(Failure::Start(e)) => {
+                eprintln!("weir-jobmanager: {e:#}");
+                ExitCode::from(2)
+            }
+            Err(Failure::Serve(e)) => {
                 eprintln!("weir-jobmanager: {e:#}");
                 ExitCode::from(1)
             }
@@ -52,17 +51,65 @@ fn main() -> ExitCode {
     })
 }
 
-async fn serve(jm: JobManager, listener: tokio::net::TcpListener) -> anyhow::Result<()> {
+/// Why the job manager stopped: it could not start (bad config, etcd away) or serving failed.
+enum Failure {
+    Start(anyhow::Error),
+    Serve(anyhow::Error),
+}
+
+fn listening(
+    config: &weir_jobmanager::JobManagerConfig,
+    listener: &tokio::net::TcpListener,
+    role: &str,
+) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("reading the bound address")?;
+    let scheme = if config.tls_cert.is_some() { "https" } else { "http" };
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "weir-jobmanager listening on {scheme}://{addr}{role}").context("writing to stdout")?;
+    stdout.flush().context("writing to stdout")
+}
+
+async fn serve(config: weir_jobmanager::JobManagerConfig, listener: tokio::net::TcpListener) -> Result<(), Failure> {
+    let jm = JobManager::start(config.clone()).await.map_err(|e| Failure::Start(e.into()))?;
     // The handlers are installed before the address is printed: whoever reads that line may send SIGTERM at
     // once, and it must stop the job manager, not kill it.
-    let shutdown = shutdown_signal()?;
-    let mut stdout = std::io::stdout();
-    writeln!(stdout, "weir-jobmanager listening on http://{addr}").context("writing to stdout")?;
-    stdout.flush().context("writing to stdout")?;
-    let result = weir_jobmanager::serve(jm.clone(), listener, shutdown).await;
+    let shutdown = shutdown_signal().map_err(Failure::Start)?;
+    listening(&config, &listener, "").map_err(Failure::Start)?;
+    let result = weir_jobmanager::serve(Gate::fixed(jm.clone()), &config, listener, shutdown).await;
     jm.shutdown().await;
-    result.context("serving")
+    result.context("serving").map_err(Failure::Serve)
+}
+
+/// HA: serves as a standby at once (pointing callers to the leader), campaigns, and leads when elected.
+async fn serve_ha(config: weir_jobmanager::JobManagerConfig, listener: tokio::net::TcpListener) -> Result<(), Failure> {
+    let start = Failure::Start;
+    let endpoints = config.etcd_endpoint_list().map_err(|e| start(e.into()))?;
+    let address = config.client_address().map_err(|e| start(e.into()))?;
+    // Bad TLS or secret files are found now, not at the first connection.
+    config.security().map_err(|e| start(e.into()))?;
+    config.client_token().map_err(|e| start(e.into()))?;
+    let timeout = std::time::Duration::from_millis(config.etcd_timeout_ms);
+    let etcd = Etcd::connect(&endpoints, &config.ha_cluster_id, timeout).await.map_err(|e| start(e.into()))?;
+    let url = config.checkpoint_store_url().map_err(|e| start(e.into()))?;
+    let store = weir_common::store::Store::open(&url, &config.store_options()).map_err(|e| start(e.into()))?;
+    etcd.bind_store(&config.ha_cluster_id, &store).await.map_err(|e| start(e.into()))?;
+    let shutdown = shutdown_signal().map_err(Failure::Start)?;
+    listening(&config, &listener, " (standby until elected)").map_err(Failure::Start)?;
+    let (leader_tx, leader_rx) = tokio::sync::watch::channel(None);
+    let gate = Gate::standby(leader_rx);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let ha = tokio::spawn(weir_jobmanager::ha::run(config.clone(), etcd, address, leader_tx, gate.clone(), stop_rx));
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
+    let result = weir_jobmanager::serve(gate, &config, listener, shutdown).await;
+    match tokio::time::timeout(std::time::Duration::from_secs(10), ha).await {
+        Ok(Ok(Err(e))) => tracing::error!(error = %e, "HA loop failed"),
+        Ok(_) => {}
+        Err(_) => tracing::warn!("the HA loop did not stop within 10 s"),
+    }
+    result.context("serving").map_err(Failure::Serve)
 }
 
 /// A future that resolves on SIGTERM or Ctrl-C, with its handlers installed now.

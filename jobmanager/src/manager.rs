@@ -5,14 +5,16 @@
 use crate::config::JobManagerConfig;
 use crate::coordinator::TaskKey;
 use crate::error::{JobManagerError, JobRequestError};
+use crate::ha::Term;
 use crate::job::SavepointRequest;
 use crate::job::{JobActor, JobEvent, JobHandle, ReportedTask};
-use crate::job_store::{InitialRestore, JobRecord, JobStore};
+use crate::job_store::{EtcdJobStore, InitialRestore, JobRecord, JobStore, LocalJobStore};
 use crate::registry::{Registration, Registry};
 use crate::savepoint::{self, SavepointError};
 use crate::tm_client::TmClients;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
@@ -41,11 +43,22 @@ pub(crate) struct Shared {
     pub(crate) registry: Mutex<Registry>,
     pub(crate) jobs: Mutex<BTreeMap<JobId, JobHandle>>,
     pub(crate) clients: TmClients,
+    /// The HA leader's epoch, carried by every message to a task manager (0 without HA).
+    pub(crate) epoch: u64,
+    /// The leadership term this job manager coordinates in (`None` without HA).
+    term: Option<Term>,
+    /// Set once this job manager lost leadership: nothing it still has in flight may delete files.
+    deposed: AtomicBool,
     shutdown: watch::Sender<bool>,
     monitor: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Shared {
+    /// Whether this job manager lost the leadership it coordinated under.
+    pub(crate) fn is_deposed(&self) -> bool {
+        self.deposed.load(Ordering::SeqCst) || self.term.as_ref().is_some_and(Term::is_lost)
+    }
+
     pub(crate) fn shutdown_receiver(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
     }
@@ -107,9 +120,28 @@ pub struct JobManager {
 }
 
 impl JobManager {
-    /// Opens the stores, resumes every stored job and starts the heartbeat monitor.
+    /// Opens the stores, resumes every stored job and starts the heartbeat monitor (no HA: the job store is
+    /// the local directory).
     pub async fn start(config: JobManagerConfig) -> Result<JobManager, JobManagerError> {
         config.validate()?;
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|source| JobManagerError::Directory { path: config.data_dir.clone(), source })?;
+        let job_store = JobStore::Local(LocalJobStore::open(&config.data_dir)?);
+        JobManager::start_with(config, job_store, None).await
+    }
+
+    /// Takes over as the HA leader of `term`: resumes every job recorded in etcd.
+    pub async fn start_leader(config: JobManagerConfig, term: Term) -> Result<JobManager, JobManagerError> {
+        config.validate()?;
+        let job_store = JobStore::Etcd(EtcdJobStore::new(term.clone()));
+        JobManager::start_with(config, job_store, Some(term)).await
+    }
+
+    async fn start_with(
+        config: JobManagerConfig,
+        job_store: JobStore,
+        term: Option<Term>,
+    ) -> Result<JobManager, JobManagerError> {
         let url = config.checkpoint_store_url()?;
         let store = Store::open(&url, &config.store_options())?;
         // A store that refuses is a configuration error, found now rather than by every checkpoint; one that is
@@ -119,15 +151,13 @@ impl JobManager {
             Err(e) if e.is_refusal() => return Err(JobManagerError::StoreRefused(e)),
             Err(e) => warn!(error = %e, "checkpoint store not reachable at start; checkpoints fail until it is"),
         }
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|source| JobManagerError::Directory { path: config.data_dir.clone(), source })?;
-        let job_store = JobStore::open(&config.data_dir)?;
-        let (records, errors) = job_store.load_all()?;
+        let (records, errors) = job_store.load_all().await?;
         for e in errors {
             error!(error = %e, "skipping an unreadable job file");
         }
         let (shutdown, _) = watch::channel(false);
         let session = uuid::Uuid::new_v4().simple().to_string();
+        let clients = TmClients::new(config.security()?);
         let shared = Arc::new(Shared {
             config,
             session,
@@ -135,11 +165,14 @@ impl JobManager {
             job_store,
             registry: Mutex::new(Registry::new()),
             jobs: Mutex::new(BTreeMap::new()),
-            clients: TmClients::default(),
+            clients,
+            epoch: term.as_ref().map_or(0, |t| t.epoch),
+            term,
+            deposed: AtomicBool::new(false),
             shutdown,
             monitor: Mutex::new(None),
         });
-        info!(session = %shared.session, checkpoint_store = %url, jobs = records.len(), "job manager starting");
+        info!(session = %shared.session, epoch = shared.epoch, checkpoint_store = %url, jobs = records.len(), "job manager starting");
         for record in records {
             let id = record.id.clone();
             let handle = JobActor::spawn(shared.clone(), record, true);
@@ -215,12 +248,7 @@ impl JobManager {
             });
             record.dropped_state = dropped;
         }
-        let store = self.shared.job_store.clone();
-        let copy = record.clone();
-        tokio::task::spawn_blocking(move || store.save(&copy))
-            .await
-            .map_err(|e| JobRequestError::Storage(e.to_string()))?
-            .map_err(|e| JobRequestError::Storage(e.to_string()))?;
+        self.shared.job_store.save(&record).await.map_err(|e| JobRequestError::Storage(e.to_string()))?;
         info!(job_id = %id, name = %record.job.name, operators = record.job.operators.len(), "job submitted");
         let handle = JobActor::spawn(self.shared.clone(), record, false);
         self.shared.jobs.lock().insert(id.clone(), handle);
@@ -411,6 +439,7 @@ impl JobManager {
         Ok(pb::RegisterTaskManagerResponse {
             jm_session: self.shared.session.clone(),
             heartbeat_interval_ms: self.shared.config.heartbeat_interval_ms,
+            jm_epoch: self.shared.epoch,
         })
     }
 
@@ -480,6 +509,18 @@ impl JobManager {
             }
             None => debug!(job_id = %job_id, "dropping a task message for an unknown job"),
         }
+    }
+
+    /// The HA leader's epoch (0 without HA).
+    pub fn epoch(&self) -> u64 {
+        self.shared.epoch
+    }
+
+    /// Stops coordinating after losing leadership: from now on nothing deletes files, every write to etcd is
+    /// refused, and the jobs stop here (the new leader resumes them).
+    pub async fn depose(&self) {
+        self.shared.deposed.store(true, Ordering::SeqCst);
+        self.shutdown().await;
     }
 
     /// Stops coordinating: every job persists its record and stops (jobs are not canceled; a restarted job

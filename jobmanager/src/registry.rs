@@ -268,6 +268,7 @@ impl Registry {
                 .collect(),
             total_slots: self.total_slots(),
             free_slots: self.free_slots(),
+            ..Default::default()
         }
     }
 }

@@ -1,16 +1,21 @@
 //! Serving the job manager over gRPC: both services on one listener, with request timeouts, a per-connection
-//! concurrency limit and a tracing span per request set as tower layers on the server builder.
+//! concurrency limit and a tracing span per request set as tower layers on the server builder; TLS when
+//! configured; the internal service wrapped in the member check (certificate or cluster secret) and the client
+//! API in the token check.
 
 use crate::config::JobManagerConfig;
 use crate::error::JobManagerError;
+use crate::ha::Gate;
 use crate::manager::JobManager;
 use crate::service::JobManagerService;
 use crate::tm_client::MAX_MESSAGE_BYTES;
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
+use weir_common::security::ClientCheck;
 use weir_proto::client_api_server::ClientApiServer;
 use weir_proto::job_manager_internal_server::JobManagerInternalServer;
 
@@ -29,28 +34,42 @@ pub async fn bind(config: &JobManagerConfig) -> Result<TcpListener, JobManagerEr
 }
 
 /// Serves `ClientApi` and `JobManagerInternal` on `listener` until `shutdown` completes, then lets requests
-/// in flight finish.
-pub async fn serve<F>(jm: JobManager, listener: TcpListener, shutdown: F) -> Result<(), JobManagerError>
+/// in flight finish. Without HA, pass [`Gate::fixed`].
+pub async fn serve<F>(
+    gate: Gate,
+    config: &JobManagerConfig,
+    listener: TcpListener,
+    shutdown: F,
+) -> Result<(), JobManagerError>
 where
     F: Future<Output = ()> + Send,
 {
-    let service = JobManagerService::new(jm);
+    let security = config.security()?;
+    let token = config.client_token()?;
+    let service = JobManagerService::new(gate);
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let (signaled, on_signal) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         shutdown.await;
         let _ = signaled.send(());
     };
-    let server = Server::builder()
+    let mut builder = Server::builder();
+    if let Some(tls) = &security.tls {
+        builder = builder.tls_config(tls.tonic_server())?;
+    }
+    let client_api = InterceptedService::new(ClientApiServer::new(service.clone()), ClientCheck::new(token));
+    let internal = InterceptedService::new(
+        JobManagerInternalServer::new(service)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        security.member_check(),
+    );
+    let server = builder
         .timeout(REQUEST_TIMEOUT)
         .concurrency_limit_per_connection(CONCURRENCY_PER_CONNECTION)
         .trace_fn(|req| tracing::debug_span!("grpc", path = %req.uri().path()))
-        .add_service(ClientApiServer::new(service.clone()))
-        .add_service(
-            JobManagerInternalServer::new(service)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
+        .add_service(client_api)
+        .add_service(internal)
         .serve_with_incoming_shutdown(incoming, shutdown);
     tokio::pin!(server);
     let grace_over = async move {
@@ -72,8 +91,8 @@ pub async fn run<F>(config: JobManagerConfig, listener: TcpListener, shutdown: F
 where
     F: Future<Output = ()> + Send,
 {
-    let jm = JobManager::start(config).await?;
-    let result = serve(jm.clone(), listener, shutdown).await;
+    let jm = JobManager::start(config.clone()).await?;
+    let result = serve(Gate::fixed(jm.clone()), &config, listener, shutdown).await;
     jm.shutdown().await;
     result
 }

@@ -1,6 +1,7 @@
 //! The gRPC services: `ClientApi` for the CLI and `JobManagerInternal` for task managers. Handlers only
 //! translate between protobuf and [`JobManager`] calls.
 
+use crate::ha::Gate;
 use crate::manager::{JobManager, TaskAddress};
 use tonic::{Request, Response, Status};
 use tracing::warn;
@@ -15,16 +16,21 @@ async fn fault(name: &str) -> Result<(), Status> {
     weir_common::fault::hit(name).await.map_err(Status::unavailable)
 }
 
-/// Implements both gRPC services on top of a [`JobManager`].
+/// Implements both gRPC services on top of a [`JobManager`]: the one this process runs while it leads; a
+/// standby answers every call with where the leader is.
 #[derive(Clone)]
 pub struct JobManagerService {
-    jm: JobManager,
+    gate: Gate,
 }
 
 impl JobManagerService {
-    /// Serves this job manager.
-    pub fn new(jm: JobManager) -> Self {
-        JobManagerService { jm }
+    /// Serves whatever job manager `gate` lets through.
+    pub fn new(gate: Gate) -> Self {
+        JobManagerService { gate }
+    }
+
+    fn jm(&self) -> Result<JobManager, Status> {
+        self.gate.get()
     }
 }
 
@@ -38,7 +44,7 @@ impl ClientApi for JobManagerService {
         if req.spec.is_none() {
             return Err(Status::invalid_argument("spec is required"));
         }
-        let id = self.jm.submit_from(&req).await?;
+        let id = self.jm()?.submit_from(&req).await?;
         Ok(Response::new(pb::SubmitJobResponse { job_id: id.to_string() }))
     }
 
@@ -46,11 +52,11 @@ impl ClientApi for JobManagerService {
         &self,
         _request: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::ListJobsResponse>, Status> {
-        Ok(Response::new(pb::ListJobsResponse { jobs: self.jm.list_jobs() }))
+        Ok(Response::new(pb::ListJobsResponse { jobs: self.jm()?.list_jobs() }))
     }
 
     async fn get_job(&self, request: Request<pb::GetJobRequest>) -> Result<Response<pb::GetJobResponse>, Status> {
-        let job = self.jm.job(&request.into_inner().job_id)?;
+        let job = self.jm()?.job(&request.into_inner().job_id)?;
         Ok(Response::new(pb::GetJobResponse { job: Some(job) }))
     }
 
@@ -58,7 +64,7 @@ impl ClientApi for JobManagerService {
         &self,
         request: Request<pb::CancelJobRequest>,
     ) -> Result<Response<pb::CancelJobResponse>, Status> {
-        let job = self.jm.cancel(&request.into_inner().job_id).await?;
+        let job = self.jm()?.cancel(&request.into_inner().job_id).await?;
         Ok(Response::new(pb::CancelJobResponse { job: Some(job) }))
     }
 
@@ -66,7 +72,7 @@ impl ClientApi for JobManagerService {
         &self,
         request: Request<pb::ListCheckpointsRequest>,
     ) -> Result<Response<pb::ListCheckpointsResponse>, Status> {
-        let checkpoints = self.jm.checkpoints(&request.into_inner().job_id)?;
+        let checkpoints = self.jm()?.checkpoints(&request.into_inner().job_id)?;
         Ok(Response::new(pb::ListCheckpointsResponse { checkpoints }))
     }
 
@@ -74,7 +80,11 @@ impl ClientApi for JobManagerService {
         &self,
         _request: Request<pb::ClusterOverviewRequest>,
     ) -> Result<Response<pb::ClusterOverviewResponse>, Status> {
-        Ok(Response::new(self.jm.cluster_overview()))
+        let jm = self.jm()?;
+        let mut overview = jm.cluster_overview();
+        overview.leader = self.gate.leader().unwrap_or_default();
+        overview.epoch = jm.epoch();
+        Ok(Response::new(overview))
     }
 
     async fn trigger_savepoint(
@@ -82,19 +92,19 @@ impl ClientApi for JobManagerService {
         request: Request<pb::TriggerSavepointRequest>,
     ) -> Result<Response<pb::SavepointResponse>, Status> {
         let r = request.into_inner();
-        Ok(Response::new(self.jm.savepoint(&r.job_id, &r.target_dir, &r.format, None).await?))
+        Ok(Response::new(self.jm()?.savepoint(&r.job_id, &r.target_dir, &r.format, None).await?))
     }
 
     async fn stop_job(&self, request: Request<pb::StopJobRequest>) -> Result<Response<pb::SavepointResponse>, Status> {
         let r = request.into_inner();
-        Ok(Response::new(self.jm.savepoint(&r.job_id, &r.target_dir, &r.format, Some(r.drain)).await?))
+        Ok(Response::new(self.jm()?.savepoint(&r.job_id, &r.target_dir, &r.format, Some(r.drain)).await?))
     }
 
     async fn dispose_savepoint(
         &self,
         request: Request<pb::DisposeSavepointRequest>,
     ) -> Result<Response<pb::DisposeSavepointResponse>, Status> {
-        let deleted_files = self.jm.dispose_savepoint(&request.into_inner().url).await?;
+        let deleted_files = self.jm()?.dispose_savepoint(&request.into_inner().url).await?;
         Ok(Response::new(pb::DisposeSavepointResponse { deleted_files }))
     }
 
@@ -102,14 +112,14 @@ impl ClientApi for JobManagerService {
         &self,
         request: Request<pb::CheckSavepointRequest>,
     ) -> Result<Response<pb::CheckSavepointResponse>, Status> {
-        Ok(Response::new(self.jm.check_savepoint(request.get_ref()).await?))
+        Ok(Response::new(self.jm()?.check_savepoint(request.get_ref()).await?))
     }
 
     async fn inspect_savepoint(
         &self,
         request: Request<pb::InspectSavepointRequest>,
     ) -> Result<Response<pb::InspectSavepointResponse>, Status> {
-        Ok(Response::new(self.jm.inspect_savepoint(&request.into_inner().url).await?))
+        Ok(Response::new(self.jm()?.inspect_savepoint(&request.into_inner().url).await?))
     }
 }
 
@@ -120,7 +130,7 @@ impl JobManagerInternal for JobManagerService {
         request: Request<pb::RegisterTaskManagerRequest>,
     ) -> Result<Response<pb::RegisterTaskManagerResponse>, Status> {
         fault("rpc-register").await?;
-        let resp = self.jm.register_task_manager(request.get_ref()).map_err(Status::invalid_argument)?;
+        let resp = self.jm()?.register_task_manager(request.get_ref()).map_err(Status::invalid_argument)?;
         Ok(Response::new(resp))
     }
 
@@ -129,7 +139,7 @@ impl JobManagerInternal for JobManagerService {
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         fault("rpc-heartbeat").await?;
-        Ok(Response::new(self.jm.heartbeat(request.get_ref())))
+        Ok(Response::new(self.jm()?.heartbeat(request.get_ref())))
     }
 
     async fn update_task_state(
@@ -141,7 +151,7 @@ impl JobManagerInternal for JobManagerService {
         let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
         let state = pb::TaskState::try_from(req.state)
             .map_err(|_| Status::invalid_argument(format!("unknown task state {}", req.state)))?;
-        self.jm.task_state(&req.tm_id, task, state, req.error);
+        self.jm()?.task_state(&req.tm_id, task, state, req.error);
         Ok(Response::new(pb::UpdateTaskStateResponse {}))
     }
 
@@ -156,14 +166,14 @@ impl JobManagerInternal for JobManagerService {
         let snapshot = req.snapshot.ok_or_else(|| "the acknowledgement carries no snapshot".to_string());
         match snapshot.and_then(|s| TaskSnapshot::try_from(s).map_err(|e| e.to_string())) {
             Ok(snapshot) => {
-                self.jm.acknowledge(task, checkpoint_id, snapshot);
+                self.jm()?.acknowledge(task, checkpoint_id, snapshot);
                 Ok(Response::new(pb::AcknowledgeCheckpointResponse {}))
             }
             Err(e) => {
                 // The checkpoint cannot complete without this task's state: fail it now rather than at expiry.
                 let reason = format!("unreadable task snapshot: {e}");
                 warn!(job_id = %task.job_id, checkpoint_id = checkpoint_id.0, tm_id = %req.tm_id, error = %e, "unreadable checkpoint acknowledgement");
-                self.jm.decline(task, checkpoint_id, reason.clone());
+                self.jm()?.decline(task, checkpoint_id, reason.clone());
                 Err(Status::invalid_argument(reason))
             }
         }
@@ -176,7 +186,7 @@ impl JobManagerInternal for JobManagerService {
         fault("rpc-decline").await?;
         let req = request.into_inner();
         let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
-        self.jm.decline(task, CheckpointId(req.checkpoint_id), req.reason);
+        self.jm()?.decline(task, CheckpointId(req.checkpoint_id), req.reason);
         Ok(Response::new(pb::DeclineCheckpointResponse {}))
     }
 }

@@ -6,7 +6,8 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::interceptor::InterceptedService;
+use weir_common::security::{SecureChannel, Security};
 use weir_proto::task_manager_api_client::TaskManagerApiClient;
 
 /// Timeout for establishing a connection to a task manager.
@@ -17,27 +18,34 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 /// A client of one task manager.
-pub type TmClient = TaskManagerApiClient<Channel>;
+pub type TmClient = TaskManagerApiClient<SecureChannel>;
 
 /// A pool of task-manager clients keyed by RPC address.
-#[derive(Clone, Default, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct TmClients {
     inner: Arc<Mutex<HashMap<String, TmClient>>>,
+    security: Security,
 }
 
 impl TmClients {
+    /// A pool whose channels present `security` (TLS with the member certificate, or the cluster secret).
+    pub fn new(security: Security) -> TmClients {
+        TmClients { inner: Arc::default(), security }
+    }
+
     /// The client for an address (created on first use; it connects lazily).
     pub fn get(&self, address: &str) -> Result<TmClient, tonic::Status> {
         let mut map = self.inner.lock();
         if let Some(c) = map.get(address) {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(address.to_string())
-            .map_err(|e| tonic::Status::invalid_argument(format!("invalid task manager address {address:?}: {e}")))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .tcp_nodelay(true);
-        let client = TaskManagerApiClient::new(endpoint.connect_lazy())
+        let endpoint = self
+            .security
+            .endpoint(address, REQUEST_TIMEOUT)
+            .map_err(|e| tonic::Status::invalid_argument(format!("task manager address: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT);
+        let channel = InterceptedService::new(endpoint.connect_lazy(), self.security.credentials());
+        let client = TaskManagerApiClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         map.insert(address.to_string(), client.clone());

@@ -264,12 +264,12 @@ impl RunningJm {
         };
         let listener = weir_jobmanager::bind(&config).await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let jm = JobManager::start(config).await.expect("start");
+        let jm = JobManager::start(config.clone()).await.expect("start");
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn({
             let jm = jm.clone();
             async move {
-                weir_jobmanager::serve(jm, listener, async {
+                weir_jobmanager::serve(weir_jobmanager::ha::Gate::fixed(jm), &config, listener, async {
                     let _ = stopped.await;
                 })
                 .await

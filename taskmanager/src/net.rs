@@ -12,6 +12,10 @@
 //! fails the channel. Both ends turn on TCP keepalive. A task's cancel signal interrupts a send blocked on
 //! back-pressure.
 //!
+//! Security: with TLS on, every data connection is TLS with client certificates both ways (rustls; both
+//! ends must present a certificate of the cluster's CA). With TLS off but a cluster secret configured, the
+//! producer's first frame is the secret ([`T_AUTH`]), and a consumer drops a connection without it.
+//!
 //! Bounds: nothing read off the network sizes an allocation by itself. A frame's buffer grows as its bytes
 //! arrive (at most [`MAX_FRAME`]), and a batch's record count must fit the bytes it came with (see
 //! [`crate::record::decode_batch`]).
@@ -23,8 +27,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
@@ -87,6 +90,8 @@ impl Default for Liveness {
 }
 
 const T_HANDSHAKE: u8 = 0;
+/// The cluster secret, a producer's first frame when TLS is off and a secret is configured.
+const T_AUTH: u8 = 5;
 const T_BATCH: u8 = 1;
 const T_BARRIER: u8 = 2;
 const T_END: u8 = 3;
@@ -355,13 +360,85 @@ async fn canceled(cancel: &mut watch::Receiver<bool>) {
     }
 }
 
-type Incoming = (u32, tokio::net::TcpStream);
+/// A byte stream a data connection runs over: TCP, or TLS over TCP.
+pub trait DataIo: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> DataIo for T {}
+
+/// A data connection.
+pub type DataStream = Box<dyn DataIo>;
+type OwnedReadHalf = tokio::io::ReadHalf<DataStream>;
+type OwnedWriteHalf = tokio::io::WriteHalf<DataStream>;
+
+type Incoming = (u32, DataStream);
+
+/// How data connections are secured: TLS with member certificates both ways, or the cluster secret as the
+/// producer's first frame, or nothing (the embedded local default).
+#[derive(Clone, Default)]
+pub struct DataSecurity {
+    tls: Option<(tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector)>,
+    secret: Option<weir_common::security::Secret>,
+}
+
+impl DataSecurity {
+    /// The data plane's side of a process's [`Security`](weir_common::security::Security).
+    pub fn from(
+        security: &weir_common::security::Security,
+    ) -> Result<DataSecurity, weir_common::security::SecurityError> {
+        let tls = match &security.tls {
+            Some(files) => Some((
+                tokio_rustls::TlsAcceptor::from(files.rustls_server()?),
+                tokio_rustls::TlsConnector::from(files.rustls_client()?),
+            )),
+            None => None,
+        };
+        Ok(DataSecurity { secret: if tls.is_some() { None } else { security.secret.clone() }, tls })
+    }
+
+    /// The consumer's side: a TLS handshake (the peer must present a member certificate) or the secret.
+    async fn accept(&self, tcp: TcpStream) -> Result<DataStream, String> {
+        let mut stream: DataStream = match &self.tls {
+            Some((acceptor, _)) => Box::new(acceptor.accept(tcp).await.map_err(|e| format!("TLS handshake: {e}"))?),
+            None => Box::new(tcp),
+        };
+        if let Some(secret) = &self.secret {
+            match read_raw(&mut stream, "cluster secret", MAX_HANDSHAKE).await {
+                Ok(Some((T_AUTH, offered))) if secret.matches(&offered) => {}
+                Ok(Some((T_AUTH, _))) => return Err("wrong cluster secret".into()),
+                _ => return Err("no cluster secret".into()),
+            }
+        }
+        Ok(stream)
+    }
+
+    /// The producer's side.
+    async fn connect(&self, tcp: TcpStream, addr: &str) -> Result<DataStream, String> {
+        let mut stream: DataStream = match &self.tls {
+            Some((_, connector)) => {
+                let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr).trim_matches(['[', ']']);
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| format!("TLS server name {host:?}: {e}"))?;
+                Box::new(connector.connect(name, tcp).await.map_err(|e| format!("TLS handshake: {e}"))?)
+            }
+            None => Box::new(tcp),
+        };
+        if let Some(secret) = &self.secret {
+            let bytes = secret.expose().as_bytes();
+            let mut frame = Vec::with_capacity(5 + bytes.len());
+            frame.extend_from_slice(&(bytes.len() as u32 + 1).to_le_bytes());
+            frame.push(T_AUTH);
+            frame.extend_from_slice(bytes);
+            stream.write_all(&frame).await.map_err(|e| format!("sending the cluster secret: {e}"))?;
+        }
+        Ok(stream)
+    }
+}
 
 /// Accepts data connections and hands each to the consumer task it names, holding connections that arrive
 /// before their task is deployed.
 #[derive(Default)]
 pub struct DataServer {
     inner: Mutex<ServerState>,
+    security: DataSecurity,
 }
 
 #[derive(Default)]
@@ -371,6 +448,16 @@ struct ServerState {
 }
 
 impl DataServer {
+    /// A server whose connections are secured by `security`.
+    pub fn new(security: DataSecurity) -> DataServer {
+        DataServer { inner: Mutex::default(), security }
+    }
+
+    /// How this task manager's data connections are secured (for the ones it opens).
+    pub fn security(&self) -> &DataSecurity {
+        &self.security
+    }
+
     /// Accepts connections until the listener fails.
     pub async fn run(self: Arc<Self>, listener: TcpListener) {
         loop {
@@ -384,8 +471,19 @@ impl DataServer {
             };
             let me = self.clone();
             tokio::spawn(async move {
-                let mut stream = stream;
                 tune_socket(&stream, Some(CONSUMER_USER_TIMEOUT));
+                let secured = tokio::time::timeout(Duration::from_secs(10), me.security.accept(stream)).await;
+                let mut stream = match secured {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(reason)) => {
+                        tracing::warn!(peer = %peer, %reason, "refusing a data connection");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::warn!(peer = %peer, "refusing a data connection: no handshake within 10 s");
+                        return;
+                    }
+                };
                 let hs =
                     tokio::time::timeout(Duration::from_secs(10), read_raw(&mut stream, "handshake", MAX_HANDSHAKE))
                         .await;
@@ -464,7 +562,7 @@ impl InputChannels {
         timeout: Duration,
         liveness: Liveness,
     ) -> Result<InputChannels, NetError> {
-        let mut streams: Vec<Option<TcpStream>> = (0..producers.len()).map(|_| None).collect();
+        let mut streams: Vec<Option<DataStream>> = (0..producers.len()).map(|_| None).collect();
         let deadline = tokio::time::Instant::now() + timeout;
         let mut missing = producers.len();
         while missing > 0 {
@@ -489,7 +587,7 @@ impl InputChannels {
         let mut tasks = Vec::with_capacity(2 * streams.len());
         for (idx, stream) in streams.into_iter().enumerate() {
             let Some(stream) = stream else { continue };
-            let (mut rd, mut wr) = stream.into_split();
+            let (mut rd, mut wr) = tokio::io::split(stream);
             let (ctx, mut crx) = mpsc::unbounded_channel::<u32>();
             credits.push(ctx);
             let heartbeat = liveness.heartbeat;
@@ -589,6 +687,7 @@ impl OutputChannel {
     /// signal: once it is `true`, a blocked [`OutputChannel::send_blocking`] returns [`NetError::Canceled`]
     /// and the connection is dropped.
     pub async fn connect(
+        security: &DataSecurity,
         addr: &str,
         hs: &Handshake,
         timeout: Duration,
@@ -608,7 +707,11 @@ impl OutputChannel {
             }
         };
         tune_socket(&stream, None);
-        let (rd, mut wr) = stream.into_split();
+        let stream = security.connect(stream, addr).await.map_err(|reason| NetError::Io {
+            context: format!("to {target}"),
+            source: std::io::Error::other(reason),
+        })?;
+        let (rd, mut wr) = tokio::io::split(stream);
         let hs_frame = json_frame(T_HANDSHAKE, hs, "handshake")?;
         wr.write_all(&hs_frame).await.map_err(|e| NetError::Io { context: format!("to {target}"), source: e })?;
 
@@ -1030,8 +1133,16 @@ mod tests {
         let hs = Handshake { to: key(), from_vertex: 0, from_subtask: 3 };
         let (_cancel_tx, cancel) = watch::channel(false);
         // The producer connects before the consumer registers: the connection is parked.
-        let mut out =
-            OutputChannel::connect(&addr, &hs, Duration::from_secs(5), Liveness::default(), cancel).await.unwrap();
+        let mut out = OutputChannel::connect(
+            &DataSecurity::default(),
+            &addr,
+            &hs,
+            Duration::from_secs(5),
+            Liveness::default(),
+            cancel,
+        )
+        .await
+        .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         let incoming = server.register(key());
         let (etx, mut erx) = mpsc::channel::<ChannelEvent>(100);
@@ -1110,7 +1221,10 @@ mod tests {
         let (cancel_tx, cancel) = watch::channel(false);
         // Long timeouts: only the cancel can end the wait.
         let liveness = Liveness { heartbeat: Duration::from_secs(600), silence_timeout: Duration::from_secs(600) };
-        let out = OutputChannel::connect(&addr, &hs, Duration::from_secs(5), liveness, cancel).await.unwrap();
+        let out =
+            OutputChannel::connect(&DataSecurity::default(), &addr, &hs, Duration::from_secs(5), liveness, cancel)
+                .await
+                .unwrap();
         let (sent, sender) = keep_sending(out);
         // No credit: the writer holds one frame and the queue two, then the sender blocks.
         let blocked = tokio::task::spawn_blocking(move || {
@@ -1139,7 +1253,10 @@ mod tests {
         let (_cancel_tx, cancel) = watch::channel(false);
         let silence = Duration::from_millis(300);
         let liveness = Liveness { heartbeat: Duration::from_millis(50), silence_timeout: silence };
-        let out = OutputChannel::connect(&addr, &hs, Duration::from_millis(300), liveness, cancel).await.unwrap();
+        let out =
+            OutputChannel::connect(&DataSecurity::default(), &addr, &hs, Duration::from_millis(300), liveness, cancel)
+                .await
+                .unwrap();
         let started = Instant::now();
         let (_, sender) = keep_sending(out);
         let ended = tokio::task::spawn_blocking(move || {
@@ -1166,7 +1283,10 @@ mod tests {
         let (_cancel_tx, cancel) = watch::channel(false);
         let silence = Duration::from_millis(400);
         let liveness = Liveness { heartbeat: Duration::from_millis(20), silence_timeout: silence };
-        let out = OutputChannel::connect(&addr, &hs, Duration::from_secs(5), liveness, cancel).await.unwrap();
+        let out =
+            OutputChannel::connect(&DataSecurity::default(), &addr, &hs, Duration::from_secs(5), liveness, cancel)
+                .await
+                .unwrap();
         let (etx, mut erx) = mpsc::channel::<ChannelEvent>(100);
         let inputs = InputChannels::accept(incoming, &[0], etx, |e| e, Duration::from_secs(5), liveness).await.unwrap();
         let (sent, sender) = keep_sending(out);

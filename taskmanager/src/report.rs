@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
+use weir_common::cluster::JmLink;
 use weir_proto as pb;
 use weir_proto::job_manager_internal_client::JobManagerInternalClient;
 
@@ -60,8 +60,11 @@ enum Outcome {
     Retry(String),
 }
 
-async fn send_once(client: &JobManagerInternalClient<Channel>, report: &Report) -> Outcome {
-    let mut c = client.clone();
+async fn send_once(link: &JmLink, report: &Report) -> Outcome {
+    let mut c = match link.channel() {
+        Ok(c) => JobManagerInternalClient::new(c),
+        Err(e) => return Outcome::Retry(e),
+    };
     let call = async {
         match report {
             Report::State(r) => c.update_task_state(r.clone()).await.map(|_| ()),
@@ -72,7 +75,11 @@ async fn send_once(client: &JobManagerInternalClient<Channel>, report: &Report) 
     match tokio::time::timeout(CALL_TIMEOUT, call).await {
         Ok(Ok(())) => Outcome::Delivered,
         Ok(Err(status)) if status.code() == tonic::Code::InvalidArgument => Outcome::Refused(status),
-        Ok(Err(status)) => Outcome::Retry(format!("{:?}: {}", status.code(), status.message())),
+        Ok(Err(status)) => {
+            // A standby names the leader: the next try goes there.
+            link.observe(&status);
+            Outcome::Retry(format!("{:?}: {}", status.code(), status.message()))
+        }
         Err(_) => Outcome::Retry(format!("no answer within {} s", CALL_TIMEOUT.as_secs())),
     }
 }
@@ -87,7 +94,7 @@ fn describe(report: &Report) -> (&'static str, u64) {
 
 impl Reporter {
     /// Starts the sender task on the current runtime.
-    pub fn start(client: JobManagerInternalClient<Channel>, tm_id: String) -> Reporter {
+    pub fn start(client: JmLink, tm_id: String) -> Reporter {
         let (tx, mut rx) = mpsc::unbounded_channel::<Report>();
         tokio::spawn(async move {
             while let Some(report) = rx.recv().await {
@@ -236,8 +243,8 @@ mod tests {
                 .add_service(JobManagerInternalServer::new(jm.clone()))
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
         );
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect_lazy();
-        let reporter = Reporter::start(JobManagerInternalClient::new(channel), "tm".into());
+        let link = JmLink::new(vec![format!("http://{addr}")], Default::default(), Duration::from_secs(30)).unwrap();
+        let reporter = Reporter::start(link, "tm".into());
         // An acknowledgement the job manager refuses as invalid does not hold the others back.
         reporter.send(Report::Ack(pb::AcknowledgeCheckpointRequest::default()));
         reporter.send(state(0, pb::TaskState::Running));

@@ -2,6 +2,7 @@
 //! gRPC server, the data server, registration, and shutdown on SIGTERM/SIGINT. A custom task-manager binary
 //! with extra operator kinds is `fn main() { weir_taskmanager::server::main_with_registry(my_registry()) }`.
 
+use crate::net::DataSecurity;
 use crate::net::DataServer;
 use crate::registry::Registry;
 use crate::service::{TaskManager, TaskManagerService, TaskManagerSettings};
@@ -13,14 +14,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use weir_common::cluster::JmLink;
 use weir_common::store::StoreOptions;
-use weir_proto::job_manager_internal_client::JobManagerInternalClient;
 
 /// Task-manager configuration.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TmConfig {
-    /// Job manager address.
+    /// Job manager addresses, comma-separated (HA: any of them leads to the leader).
     pub jobmanager: String,
     /// gRPC listen address (port 0 = any free port).
     pub bind: String,
@@ -48,6 +49,14 @@ pub struct TmConfig {
     pub rocksdb_block_cache_mb: u64,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); empty = no metrics.
     pub metrics_bind: String,
+    /// This member's TLS certificate (PEM); with `tls_key` and `tls_ca`, TLS on gRPC and the data plane.
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// The CA that signs every member's certificate (PEM).
+    pub tls_ca: Option<PathBuf>,
+    /// File holding the shared cluster secret members authenticate with when TLS is off.
+    pub cluster_secret_file: Option<PathBuf>,
 }
 
 impl Default for TmConfig {
@@ -67,6 +76,10 @@ impl Default for TmConfig {
             rocksdb_write_buffer_mb: 8,
             rocksdb_block_cache_mb: 16,
             metrics_bind: String::new(),
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            cluster_secret_file: None,
         }
     }
 }
@@ -86,6 +99,10 @@ const KEYS: &[&str] = &[
     "rocksdb_write_buffer_mb",
     "rocksdb_block_cache_mb",
     "metrics_bind",
+    "tls_cert",
+    "tls_key",
+    "tls_ca",
+    "cluster_secret_file",
 ];
 
 /// Command-line flags of `weir-taskmanager`; each overrides the config file and environment.
@@ -96,7 +113,8 @@ pub struct Flags {
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Job manager address [env: WEIR_JOBMANAGER] [default: http://127.0.0.1:6123].
+    /// Job manager address, or several comma-separated (HA: any of them leads to the leader)
+    /// [env: WEIR_JOBMANAGER] [default: http://127.0.0.1:6123].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jobmanager: Option<String>,
@@ -152,6 +170,22 @@ pub struct Flags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_bind: Option<String>,
+    /// This member's TLS certificate (PEM); with --tls-key and --tls-ca turns TLS on (gRPC and data plane).
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA that signs every member's certificate (PEM).
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
+    /// File with the shared secret members present when TLS is off.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_secret_file: Option<PathBuf>,
 }
 
 /// Loads and checks the configuration.
@@ -160,9 +194,9 @@ pub fn load_config(flags: &Flags) -> anyhow::Result<TmConfig> {
     if cfg.slots == 0 {
         anyhow::bail!("invalid configuration: slots must be at least 1");
     }
-    if !cfg.jobmanager.starts_with("http://") && !cfg.jobmanager.starts_with("https://") {
-        anyhow::bail!("invalid configuration: jobmanager must be an http:// address, got {:?}", cfg.jobmanager);
-    }
+    weir_common::cluster::parse_addresses(&cfg.jobmanager)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: jobmanager: {e}"))?;
+    security(&cfg)?;
     cfg.bind.parse::<SocketAddr>().with_context(|| format!("invalid configuration: bind {:?}", cfg.bind))?;
     cfg.data_bind
         .parse::<SocketAddr>()
@@ -173,6 +207,17 @@ pub fn load_config(flags: &Flags) -> anyhow::Result<TmConfig> {
             .with_context(|| format!("invalid configuration: metrics_bind {:?}", cfg.metrics_bind))?;
     }
     Ok(cfg)
+}
+
+/// The TLS files and cluster secret of this task manager, read and checked.
+pub fn security(cfg: &TmConfig) -> anyhow::Result<weir_common::security::Security> {
+    use weir_common::security::{load_tls, Secret, Security};
+    let tls = load_tls(cfg.tls_cert.as_deref(), cfg.tls_key.as_deref(), cfg.tls_ca.as_deref())?;
+    let secret = match &cfg.cluster_secret_file {
+        Some(f) => Some(Secret::from_file("cluster secret", f)?),
+        None => None,
+    };
+    Ok(Security { tls, secret, token: None })
 }
 
 fn advertised(addr: SocketAddr, host: &str) -> String {
@@ -200,7 +245,9 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
     let data_listener = tokio::net::TcpListener::bind(&cfg.data_bind)
         .await
         .with_context(|| format!("cannot bind {}", cfg.data_bind))?;
-    let rpc_address = format!("http://{}", advertised(rpc_listener.local_addr()?, &cfg.advertise_host));
+    let security = security(&cfg)?;
+    let scheme = if security.tls.is_some() { "https" } else { "http" };
+    let rpc_address = format!("{scheme}://{}", advertised(rpc_listener.local_addr()?, &cfg.advertise_host));
     let data_address = advertised(data_listener.local_addr()?, &cfg.advertise_host);
 
     if !cfg.metrics_bind.is_empty() {
@@ -212,15 +259,11 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
         tokio::spawn(crate::metrics::serve(listener, handle));
     }
 
-    let data_server = Arc::new(DataServer::default());
+    let data_server = Arc::new(DataServer::new(DataSecurity::from(&security)?));
     tokio::spawn(data_server.clone().run(data_listener));
 
-    let channel = tonic::transport::Endpoint::from_shared(cfg.jobmanager.clone())
-        .with_context(|| format!("invalid job manager address {:?}", cfg.jobmanager))?
-        .connect_timeout(Duration::from_secs(3))
-        .timeout(Duration::from_secs(30))
-        .connect_lazy();
-    let jm = JobManagerInternalClient::new(channel);
+    let addresses = weir_common::cluster::parse_addresses(&cfg.jobmanager).map_err(anyhow::Error::msg)?;
+    let jm = JmLink::new(addresses, security.clone(), Duration::from_secs(30)).map_err(anyhow::Error::msg)?;
 
     let tm = TaskManager::new(
         TaskManagerSettings {
@@ -245,10 +288,18 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
     );
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let server = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &security.tls {
+        builder = builder.tls_config(tls.tonic_server()).context("TLS")?;
+    }
+    let api = tonic::service::interceptor::InterceptedService::new(
+        weir_proto::task_manager_api_server::TaskManagerApiServer::new(TaskManagerService(tm.clone())),
+        security.member_check(),
+    );
+    let server = builder
         .timeout(Duration::from_secs(60))
         .concurrency_limit_per_connection(256)
-        .add_service(weir_proto::task_manager_api_server::TaskManagerApiServer::new(TaskManagerService(tm.clone())))
+        .add_service(api)
         .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(rpc_listener), {
             let mut rx = shutdown_rx.clone();
             async move {

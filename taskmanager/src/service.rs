@@ -10,13 +10,20 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use weir_common::checkpoint::SavepointTarget;
+use weir_common::cluster::JmLink;
 use weir_common::descriptor::{RestoreDescriptor, TaskDescriptor};
 use weir_common::store::StoreOptions;
 use weir_proto as pb;
 use weir_proto::job_manager_internal_client::JobManagerInternalClient;
+
+/// The job manager this task manager registered with: its session and epoch.
+#[derive(Clone, Debug, Default)]
+struct Session {
+    id: String,
+    epoch: u64,
+}
 
 type TaskKey = (String, u32, u32);
 
@@ -27,7 +34,11 @@ pub struct TaskManager {
     tasks: Mutex<HashMap<TaskKey, TaskHandle>>,
     /// Tasks being canceled whose threads may not have ended yet (key, attempt, done).
     stopping: Mutex<Vec<(TaskKey, u32, tokio::sync::watch::Receiver<bool>)>>,
-    session: Mutex<Option<String>>,
+    session: Mutex<Option<Session>>,
+    /// The newest leader epoch seen: messages of an older one come from a deposed leader.
+    newest_epoch: std::sync::atomic::AtomicU64,
+    /// Woken when a message shows a newer leader than the one registered with: register again.
+    newer_leader: tokio::sync::Notify,
     slots: u32,
     rpc_address: String,
     data_address: String,
@@ -57,7 +68,7 @@ impl TaskManager {
         settings: TaskManagerSettings,
         registry: Registry,
         data_server: Arc<DataServer>,
-        jm: JobManagerInternalClient<Channel>,
+        jm: JmLink,
     ) -> Arc<TaskManager> {
         let reporter = Reporter::start(jm, settings.id.clone());
         let env = Arc::new(TaskEnv {
@@ -76,6 +87,8 @@ impl TaskManager {
             tasks: Mutex::new(HashMap::new()),
             stopping: Mutex::new(Vec::new()),
             session: Mutex::new(None),
+            newest_epoch: Default::default(),
+            newer_leader: tokio::sync::Notify::new(),
             slots: settings.slots,
             rpc_address: settings.rpc_address,
             data_address: settings.data_address,
@@ -169,16 +182,13 @@ impl TaskManager {
         }
     }
 
-    /// Registers with the job manager and heartbeats until `shutdown` fires; re-registers (cancelling all
-    /// tasks) whenever the job manager asks or restarted.
-    pub async fn run_registration(
-        self: Arc<Self>,
-        jm: JobManagerInternalClient<Channel>,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
-    ) {
+    /// Registers with the (leading) job manager and heartbeats until `shutdown` fires; re-registers (cancelling
+    /// all tasks) whenever the job manager asks, restarted, or another leader took over.
+    pub async fn run_registration(self: Arc<Self>, jm: JmLink, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        use std::sync::atomic::Ordering;
         let mut interval = Duration::from_millis(1000);
         loop {
-            // Register, retrying until it works.
+            // Register, retrying (and following the leader) until it works.
             let req = pb::RegisterTaskManagerRequest {
                 tm_id: self.id.clone(),
                 rpc_address: self.rpc_address.clone(),
@@ -190,27 +200,47 @@ impl TaskManager {
                 if *shutdown.borrow() {
                     return;
                 }
-                match jm.clone().register_task_manager(req.clone()).await {
+                let result = match jm.channel() {
+                    Ok(c) => JobManagerInternalClient::new(c).register_task_manager(req.clone()).await,
+                    Err(e) => Err(Status::invalid_argument(e)),
+                };
+                match result {
+                    Ok(r) if r.get_ref().jm_epoch < self.newest_epoch.load(Ordering::SeqCst) => {
+                        tracing::debug!(
+                            epoch = r.get_ref().jm_epoch,
+                            "a deposed job manager took the registration; retrying"
+                        );
+                    }
                     Ok(r) => break r.into_inner(),
                     Err(e) => {
-                        tracing::debug!(error = %e.message(), "registration failed, retrying");
-                        tokio::select! {
-                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                            _ = shutdown.changed() => {}
+                        let moved = jm.observe(&e);
+                        tracing::debug!(jobmanager = %jm.current(), error = %e.message(), "registration failed, retrying");
+                        if moved {
+                            continue;
                         }
                     }
                 }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    _ = shutdown.changed() => {}
+                }
             };
             let canceled = self.cancel_where(|_, _| true).await;
-            *self.session.lock() = Some(resp.jm_session.clone());
+            self.newest_epoch.fetch_max(resp.jm_epoch, Ordering::SeqCst);
+            *self.session.lock() = Some(Session { id: resp.jm_session.clone(), epoch: resp.jm_epoch });
             if resp.heartbeat_interval_ms > 0 {
                 interval = Duration::from_millis(resp.heartbeat_interval_ms);
             }
-            tracing::info!(tm_id = %self.id, canceled_tasks = canceled, "registered with job manager");
-            // Heartbeat until asked to register again.
+            tracing::info!(tm_id = %self.id, jobmanager = %jm.current(), epoch = resp.jm_epoch, canceled_tasks = canceled, "registered with job manager");
+            // Heartbeat until asked to register again, or until another job manager leads.
+            let mut failures = 0u32;
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
+                    _ = self.newer_leader.notified() => {
+                        tracing::info!("a newer leader sent a message; registering with the leader");
+                        break;
+                    }
                     _ = shutdown.changed() => { if *shutdown.borrow() { return; } }
                 }
                 let hb = pb::HeartbeatRequest {
@@ -218,22 +248,54 @@ impl TaskManager {
                     jm_session: resp.jm_session.clone(),
                     tasks: self.env.reporter.task_statuses(),
                 };
-                match tokio::time::timeout(interval * 3, jm.clone().heartbeat(hb)).await {
+                let Ok(channel) = jm.channel() else { break };
+                match tokio::time::timeout(interval * 3, JobManagerInternalClient::new(channel).heartbeat(hb)).await {
                     Ok(Ok(r)) if r.get_ref().reregister => {
                         tracing::info!("job manager asked to register again");
                         break;
                     }
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => tracing::debug!(error = %e.message(), "heartbeat failed"),
-                    Err(_) => tracing::debug!("heartbeat timed out"),
+                    Ok(Ok(_)) => failures = 0,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e.message(), "heartbeat failed");
+                        failures += 1;
+                        // A standby's answer, or a leader silent for long: go where the link points now. A lone
+                        // job manager that restarts keeps its address, and this keeps heartbeating it.
+                        if weir_common::cluster::is_not_leader(&e) || failures >= 3 {
+                            if jm.observe(&e) {
+                                break;
+                            }
+                        }
+                    }
+                    Err(_) => {
+                        tracing::debug!("heartbeat timed out");
+                        failures += 1;
+                        if failures >= 3 && jm.observe(&Status::deadline_exceeded("heartbeat timed out")) {
+                            break;
+                        }
+                    }
                 }
             }
         }
     }
 
-    fn check_session(&self, session: &str) -> Result<(), Status> {
-        match self.session.lock().as_deref() {
-            Some(s) if s == session => Ok(()),
+    /// Admits a message of the job manager registered with; refuses one of a deposed leader (older epoch) or
+    /// of another job manager, and registers again when the message shows a newer leader.
+    fn check_session(&self, session: &str, epoch: u64) -> Result<(), Status> {
+        use std::sync::atomic::Ordering;
+        let newest = self.newest_epoch.load(Ordering::SeqCst);
+        if epoch < newest {
+            tracing::warn!(epoch, newest, "refusing a message of a deposed job manager");
+            return Err(Status::failed_precondition(format!(
+                "deposed job manager: its epoch {epoch} is older than the leader's {newest}"
+            )));
+        }
+        match self.session.lock().as_ref() {
+            Some(s) if s.id == session && s.epoch == epoch => Ok(()),
+            Some(s) if epoch > s.epoch => {
+                self.newest_epoch.fetch_max(epoch, Ordering::SeqCst);
+                self.newer_leader.notify_one();
+                Err(Status::failed_precondition("a newer leader: this task manager registers with it first"))
+            }
             _ => Err(Status::failed_precondition(
                 "stale job manager session: this task manager registered with another one",
             )),
@@ -263,7 +325,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         fault("rpc-deploy").await?;
         let req = req.into_inner();
         let tm = &self.0;
-        tm.check_session(&req.jm_session)?;
+        tm.check_session(&req.jm_session, req.jm_epoch)?;
         let mut desc: TaskDescriptor = serde_json::from_slice(&req.descriptor_json)
             .map_err(|e| Status::invalid_argument(format!("bad task descriptor: {e}")))?;
         desc.restore = req
@@ -295,7 +357,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
     ) -> Result<Response<pb::TriggerCheckpointResponse>, Status> {
         fault("rpc-trigger").await?;
         let req = req.into_inner();
-        self.0.check_session(&req.jm_session)?;
+        self.0.check_session(&req.jm_session, req.jm_epoch)?;
         let r = req.task.ok_or_else(|| Status::invalid_argument("missing task"))?;
         let sender = {
             let tasks = self.0.tasks.lock();
@@ -319,7 +381,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
     ) -> Result<Response<pb::NotifyCheckpointResponse>, Status> {
         fault("rpc-notify").await?;
         let req = req.into_inner();
-        self.0.check_session(&req.jm_session)?;
+        self.0.check_session(&req.jm_session, req.jm_epoch)?;
         let senders = self.0.event_senders(&req.job_id, req.attempt);
         for tx in senders {
             let _ = tx
@@ -340,7 +402,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
     ) -> Result<Response<pb::CancelTasksResponse>, Status> {
         fault("rpc-cancel").await?;
         let req = req.into_inner();
-        self.0.check_session(&req.jm_session)?;
+        self.0.check_session(&req.jm_session, req.jm_epoch)?;
         let n = self.0.cancel_where(|k, h| k.0 == req.job_id && h.attempt <= req.up_to_attempt).await;
         Ok(Response::new(pb::CancelTasksResponse { canceled: n }))
     }
@@ -348,7 +410,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
     async fn end_input(&self, req: Request<pb::EndInputRequest>) -> Result<Response<pb::EndInputResponse>, Status> {
         fault("rpc-end-input").await?;
         let req = req.into_inner();
-        self.0.check_session(&req.jm_session)?;
+        self.0.check_session(&req.jm_session, req.jm_epoch)?;
         let senders = self.0.event_senders(&req.job_id, req.attempt);
         // Every task of the attempt is told; only sources act on it.
         let mut tasks = 0;
@@ -369,7 +431,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_job_manager_message_is_fenced_by_the_session() {
         let tmp = tempfile::tempdir().unwrap();
-        let jm = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let jm = JmLink::new(vec!["http://127.0.0.1:9".into()], Default::default(), Duration::from_secs(1)).unwrap();
         let settings = TaskManagerSettings {
             id: "tm".into(),
             slots: 1,
@@ -379,13 +441,9 @@ mod tests {
             store_options: StoreOptions::default(),
             rocks: Default::default(),
         };
-        let tm = TaskManager::new(
-            settings,
-            Registry::with_builtins(),
-            Arc::new(DataServer::default()),
-            JobManagerInternalClient::new(jm),
-        );
-        *tm.session.lock() = Some("current".into());
+        let tm = TaskManager::new(settings, Registry::with_builtins(), Arc::new(DataServer::default()), jm);
+        *tm.session.lock() = Some(Session { id: "current".into(), epoch: 5 });
+        tm.newest_epoch.store(5, std::sync::atomic::Ordering::SeqCst);
         let svc = TaskManagerService(tm);
         let task = pb::TaskRef { job_id: "j".into(), attempt: 1, vertex: 0, subtask: 0 };
         for session in ["stale", ""] {
@@ -395,6 +453,7 @@ mod tests {
                 timestamp_ms: 0,
                 jm_session: session.into(),
                 savepoint: None,
+                jm_epoch: 5,
             };
             let e = svc.trigger_checkpoint(Request::new(trigger)).await.unwrap_err();
             assert_eq!(e.code(), tonic::Code::FailedPrecondition, "trigger from session {session:?}: {e}");
@@ -406,22 +465,49 @@ mod tests {
                 is_final: false,
                 jm_session: session.into(),
                 stop: false,
+                jm_epoch: 5,
             };
             let e = svc.notify_checkpoint(Request::new(notify)).await.unwrap_err();
             assert_eq!(e.code(), tonic::Code::FailedPrecondition, "notify from session {session:?}: {e}");
-            let cancel = pb::CancelTasksRequest { job_id: "j".into(), up_to_attempt: 1, jm_session: session.into() };
+            let cancel = pb::CancelTasksRequest {
+                job_id: "j".into(),
+                up_to_attempt: 1,
+                jm_session: session.into(),
+                jm_epoch: 5,
+            };
             let e = svc.cancel_job(Request::new(cancel)).await.unwrap_err();
             assert_eq!(e.code(), tonic::Code::FailedPrecondition, "cancel from session {session:?}: {e}");
         }
+        // A deposed leader (an older epoch) is refused whatever its session.
+        let cancel =
+            pb::CancelTasksRequest { job_id: "j".into(), up_to_attempt: 1, jm_session: "current".into(), jm_epoch: 4 };
+        let e = svc.cancel_job(Request::new(cancel)).await.unwrap_err();
+        assert!(e.message().contains("deposed job manager"), "{e}");
+        // A newer leader is not obeyed before this task manager registered with it, but it is noticed.
+        let cancel =
+            pb::CancelTasksRequest { job_id: "j".into(), up_to_attempt: 1, jm_session: "newer".into(), jm_epoch: 6 };
+        let e = svc.cancel_job(Request::new(cancel)).await.unwrap_err();
+        assert!(e.message().contains("newer leader"), "{e}");
+        assert_eq!(svc.0.newest_epoch.load(std::sync::atomic::Ordering::SeqCst), 6);
+        tokio::time::timeout(Duration::from_secs(1), svc.0.newer_leader.notified())
+            .await
+            .expect("re-registration asked");
+        // From now on the old leader's epoch 5 is deposed too.
+        let cancel =
+            pb::CancelTasksRequest { job_id: "j".into(), up_to_attempt: 1, jm_session: "current".into(), jm_epoch: 5 };
+        assert!(svc.cancel_job(Request::new(cancel)).await.unwrap_err().message().contains("deposed"));
+        *svc.0.session.lock() = Some(Session { id: "newer".into(), epoch: 6 });
         // The current job manager is obeyed (there is no such task to trigger, which it is told).
-        let cancel = pb::CancelTasksRequest { job_id: "j".into(), up_to_attempt: 1, jm_session: "current".into() };
+        let cancel =
+            pb::CancelTasksRequest { job_id: "j".into(), up_to_attempt: 1, jm_session: "newer".into(), jm_epoch: 6 };
         assert_eq!(svc.cancel_job(Request::new(cancel)).await.unwrap().into_inner().canceled, 0);
         let trigger = pb::TriggerCheckpointRequest {
             task: Some(task),
             checkpoint_id: 1,
             timestamp_ms: 0,
-            jm_session: "current".into(),
+            jm_session: "newer".into(),
             savepoint: None,
+            jm_epoch: 6,
         };
         assert_eq!(svc.trigger_checkpoint(Request::new(trigger)).await.unwrap_err().code(), tonic::Code::NotFound);
     }

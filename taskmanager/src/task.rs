@@ -557,8 +557,14 @@ impl Task {
                     from_vertex: desc.vertex.0,
                     from_subtask: desc.subtask.0,
                 };
-                let connect =
-                    OutputChannel::connect(addr, &hs, env.connect_timeout, Liveness::default(), cancel.clone());
+                let connect = OutputChannel::connect(
+                    env.data_server.security(),
+                    addr,
+                    &hs,
+                    env.connect_timeout,
+                    Liveness::default(),
+                    cancel.clone(),
+                );
                 channels.push(unless_canceled(&rt, &mut cancel, connect)?);
             }
             let n = channels.len();
@@ -1153,16 +1159,18 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_task_waiting_for_its_inputs_stops_when_canceled() {
         let tmp = tempfile::tempdir().unwrap();
-        let jm = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let jm = weir_common::cluster::JmLink::new(
+            vec!["http://127.0.0.1:9".into()],
+            Default::default(),
+            Duration::from_secs(1),
+        )
+        .unwrap();
         let env = Arc::new(TaskEnv {
             runtime: tokio::runtime::Handle::current(),
             data_server: Arc::new(DataServer::default()),
             registry: Arc::new(Registry::with_builtins()),
             data_dir: tmp.path().to_path_buf(),
-            reporter: Reporter::start(
-                weir_proto::job_manager_internal_client::JobManagerInternalClient::new(jm),
-                "tm".into(),
-            ),
+            reporter: Reporter::start(jm, "tm".into()),
             store_options: StoreOptions::default(),
             connect_timeout: Duration::from_secs(600),
             rocks: Default::default(),
@@ -1325,16 +1333,14 @@ mod data_plane_tests {
         let data_addr = data_listener.local_addr().unwrap().to_string();
         tokio::spawn(data_server.clone().run(data_listener));
         let tmp = tempfile::tempdir().unwrap();
-        let channel = tonic::transport::Endpoint::from_shared(jm_addr).unwrap().connect_lazy();
+        let channel =
+            weir_common::cluster::JmLink::new(vec![jm_addr], Default::default(), Duration::from_secs(30)).unwrap();
         let env = Arc::new(TaskEnv {
             runtime: tokio::runtime::Handle::current(),
             data_server,
             registry: Arc::new(Registry::with_builtins()),
             data_dir: tmp.path().to_path_buf(),
-            reporter: Reporter::start(
-                weir_proto::job_manager_internal_client::JobManagerInternalClient::new(channel),
-                "tm".into(),
-            ),
+            reporter: Reporter::start(channel, "tm".into()),
             store_options: StoreOptions::default(),
             connect_timeout: Duration::from_secs(10),
             rocks: Default::default(),

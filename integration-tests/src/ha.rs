@@ -1,0 +1,461 @@
+//! High-availability clusters for tests: real etcd members (Debian's `etcd`), several job managers with
+//! `--ha etcd`, task managers that know every job-manager address, and the `weir` CLI (which follows the
+//! leader) as the client. Ports are free ones on 127.0.0.1, files live in a temporary directory, and every
+//! process is killed when the cluster is dropped.
+
+use crate::cluster::{binary, wait_until};
+use crate::process::{free_port, run_with_timeout, Process};
+use anyhow::{anyhow, bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How long a process may take to start listening.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `etcd` binary (Debian's `etcd-server`, installed by `scripts/setup.sh`).
+pub fn etcd_binary() -> Result<PathBuf> {
+    for p in ["/usr/bin/etcd", "/usr/local/bin/etcd"] {
+        if Path::new(p).exists() {
+            return Ok(PathBuf::from(p));
+        }
+    }
+    bail!("etcd not found: run scripts/setup.sh (it installs Debian's etcd-server)")
+}
+
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    process: Option<Process>,
+}
+
+/// An etcd cluster of one or more members on loopback.
+pub struct EtcdCluster {
+    dir: PathBuf,
+    members: Vec<Member>,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members under `dir` and waits until each serves clients.
+    pub fn start(dir: &Path, n: usize) -> Result<EtcdCluster> {
+        let mut members = Vec::new();
+        for i in 0..n {
+            members.push(Member {
+                name: format!("etcd-{i}"),
+                client_port: free_port()?,
+                peer_port: free_port()?,
+                process: None,
+            });
+        }
+        let mut cluster = EtcdCluster { dir: dir.to_path_buf(), members };
+        for i in 0..n {
+            cluster.spawn(i, "new")?;
+        }
+        for i in 0..n {
+            cluster.wait_ready(i)?;
+        }
+        Ok(cluster)
+    }
+
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn spawn(&mut self, i: usize, state: &str) -> Result<()> {
+        let initial = self.initial_cluster();
+        let m = &self.members[i];
+        let data = self.dir.join(&m.name);
+        std::fs::create_dir_all(&data)?;
+        let mut cmd = Command::new(etcd_binary()?);
+        cmd.arg("--name")
+            .arg(&m.name)
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--listen-client-urls")
+            .arg(format!("http://127.0.0.1:{}", m.client_port))
+            .arg("--advertise-client-urls")
+            .arg(format!("http://127.0.0.1:{}", m.client_port))
+            .arg("--listen-peer-urls")
+            .arg(format!("http://127.0.0.1:{}", m.peer_port))
+            .arg("--initial-advertise-peer-urls")
+            .arg(format!("http://127.0.0.1:{}", m.peer_port))
+            .arg("--initial-cluster")
+            .arg(initial)
+            .arg("--initial-cluster-state")
+            .arg(state)
+            .arg("--initial-cluster-token")
+            .arg(format!("weir-test-{}", std::process::id()))
+            .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH);
+        let log = self.dir.join(format!("{}.log", m.name));
+        let process = Process::spawn(&m.name, cmd, &log)?;
+        self.members[i].process = Some(process);
+        Ok(())
+    }
+
+    fn wait_ready(&self, i: usize) -> Result<()> {
+        let log = self.dir.join(format!("{}.log", self.members[i].name));
+        wait_until(&format!("for {} to serve clients", self.members[i].name), START_TIMEOUT, || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            Ok(text.contains("ready to serve client requests").then_some(()))
+        })
+    }
+
+    /// Client URLs of every member, comma-separated.
+    pub fn endpoints(&self) -> String {
+        self.members.iter().map(|m| format!("http://127.0.0.1:{}", m.client_port)).collect::<Vec<_>>().join(",")
+    }
+
+    /// SIGKILLs member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(p) = self.members[i].process.as_mut() {
+            p.kill();
+        }
+    }
+
+    /// Starts member `i` again with its data directory.
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        self.spawn(i, "existing")?;
+        self.wait_ready(i)
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the cluster has no member.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+}
+
+/// Several HA job managers, their task managers and an etcd cluster.
+pub struct HaCluster {
+    /// The cluster's directory; kept when a test fails.
+    dir: Option<tempfile::TempDir>,
+    /// The etcd cluster.
+    pub etcd: EtcdCluster,
+    jobmanagers: Vec<(String, Option<Process>)>,
+    taskmanagers: Vec<Process>,
+    jm_args: Vec<String>,
+    /// Data-plane address of each task manager.
+    pub data_addresses: Vec<String>,
+    cli_args: Vec<String>,
+    cli_env: Vec<(String, String)>,
+    env: Vec<(String, String)>,
+    stopped: bool,
+    _lock: crate::lock::ClusterLock,
+}
+
+/// What HA cluster to start.
+#[derive(Clone, Debug)]
+pub struct HaOptions {
+    /// Job managers.
+    pub jobmanagers: usize,
+    /// Task managers (2 slots each).
+    pub taskmanagers: usize,
+    /// etcd members.
+    pub etcd_members: usize,
+    /// Lease TTL of the leader.
+    pub lease_ttl_ms: u64,
+    /// Extra flags of every job manager.
+    pub jm_args: Vec<String>,
+    /// Extra flags of every task manager.
+    pub tm_args: Vec<String>,
+    /// Extra flags of every `weir` call (`--tls-ca`, say).
+    pub cli_args: Vec<String>,
+    /// Environment of every `weir` call (`WEIR_TOKEN`, say).
+    pub cli_env: Vec<(String, String)>,
+}
+
+impl Default for HaOptions {
+    fn default() -> Self {
+        HaOptions {
+            jobmanagers: 3,
+            taskmanagers: 2,
+            etcd_members: 1,
+            lease_ttl_ms: 3000,
+            jm_args: Vec::new(),
+            tm_args: Vec::new(),
+            cli_args: Vec::new(),
+            cli_env: Vec::new(),
+        }
+    }
+}
+
+impl HaCluster {
+    /// Starts etcd, the job managers (one becomes leader) and the task managers.
+    pub fn start(options: HaOptions) -> Result<HaCluster> {
+        binary("weir-jobmanager")?;
+        let lock = crate::lock::ClusterLock::acquire(
+            &crate::lock::lock_path(&crate::cluster::bin_dir()?),
+            crate::lock::LOCK_TIMEOUT,
+        )?;
+        let dir = tempfile::Builder::new().prefix("weir-ha-").tempdir()?;
+        std::fs::create_dir_all(dir.path().join("logs"))?;
+        let etcd = EtcdCluster::start(dir.path(), options.etcd_members)?;
+        let store = format!("file://{}", dir.path().join("checkpoints").display());
+        let mut jm_args = vec![
+            "--ha".to_string(),
+            "etcd".into(),
+            "--etcd-endpoints".into(),
+            etcd.endpoints(),
+            "--ha-cluster-id".into(),
+            "test".into(),
+            "--ha-lease-ttl-ms".into(),
+            options.lease_ttl_ms.to_string(),
+            "--etcd-timeout-ms".into(),
+            "2000".into(),
+            "--checkpoint-store".into(),
+            store,
+            "--heartbeat-interval-ms".into(),
+            "300".into(),
+            "--heartbeat-timeout-ms".into(),
+            "3000".into(),
+        ];
+        jm_args.extend(options.jm_args.iter().cloned());
+        let mut cluster = HaCluster {
+            dir: Some(dir),
+            etcd,
+            jobmanagers: Vec::new(),
+            taskmanagers: Vec::new(),
+            jm_args,
+            data_addresses: Vec::new(),
+            cli_args: options.cli_args.clone(),
+            cli_env: options.cli_env.clone(),
+            env: Vec::new(),
+            stopped: false,
+            _lock: lock,
+        };
+        for _ in 0..options.jobmanagers {
+            let port = free_port()?;
+            cluster.jobmanagers.push((format!("127.0.0.1:{port}"), None));
+        }
+        for i in 0..options.jobmanagers {
+            cluster.start_jobmanager(i)?;
+        }
+        for i in 0..options.taskmanagers {
+            cluster.start_taskmanager(&options.tm_args)?;
+            let _ = i;
+        }
+        cluster.wait_for_leader(Duration::from_secs(30))?;
+        wait_until("for the task managers to register", START_TIMEOUT, || {
+            let o = cluster.cli_json(&["cluster"])?;
+            let n = o["task_managers"].as_array().map_or(0, |a| a.len());
+            Ok((n == options.taskmanagers).then_some(()))
+        })?;
+        Ok(cluster)
+    }
+
+    /// The cluster's directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("dir lives as long as the cluster").path()
+    }
+
+    /// A fresh directory for a job's output.
+    pub fn output_dir(&self, name: &str) -> Result<PathBuf> {
+        let d = self.dir().join("output").join(name);
+        std::fs::create_dir_all(&d)?;
+        Ok(d)
+    }
+
+    /// Every job manager's client address, comma-separated.
+    pub fn addresses(&self) -> String {
+        self.jobmanagers.iter().map(|(a, _)| format!("http://{a}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// Extra environment for processes started from now on.
+    pub fn set_env(&mut self, env: Vec<(String, String)>) {
+        self.env = env;
+    }
+
+    /// Starts job manager `i` (again) on its address.
+    pub fn start_jobmanager(&mut self, i: usize) -> Result<()> {
+        let addr = self.jobmanagers[i].0.clone();
+        let data = self.dir().join(format!("jm-{i}"));
+        std::fs::create_dir_all(&data)?;
+        let log = self.dir().join("logs").join(format!("jobmanager-{i}.log"));
+        let mut last = None;
+        // A port just released may take a moment to bind again.
+        for _ in 0..10 {
+            let mut cmd = Command::new(binary("weir-jobmanager")?);
+            cmd.arg("--bind").arg(&addr).arg("--data-dir").arg(&data).args(&self.jm_args).envs(self.env.clone());
+            let mut p = Process::spawn(&format!("jobmanager-{i}"), cmd, &log)?;
+            match p.wait_for_stdout(START_TIMEOUT, |l| l.starts_with("weir-jobmanager listening on").then_some(())) {
+                Ok(()) => {
+                    self.jobmanagers[i].1 = Some(p);
+                    return Ok(());
+                }
+                Err(e) => {
+                    p.kill();
+                    last = Some(e);
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }
+        }
+        Err(last.expect("tried").context(format!("cannot start job manager {i} on {addr}")))
+    }
+
+    /// Starts one more task manager with extra flags; returns its index (it may or may not register).
+    pub fn start_taskmanager(&mut self, extra: &[String]) -> Result<usize> {
+        let i = self.taskmanagers.len();
+        let data = self.dir().join(format!("tm-{i}"));
+        std::fs::create_dir_all(&data)?;
+        let log = self.dir().join("logs").join(format!("taskmanager-{i}.log"));
+        let mut cmd = Command::new(binary("weir-taskmanager")?);
+        cmd.arg("--jobmanager")
+            .arg(self.addresses())
+            .arg("--slots")
+            .arg("2")
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--tm-id")
+            .arg(format!("tm-{i}"))
+            .args(extra)
+            .envs(self.env.clone());
+        let mut p = Process::spawn(&format!("taskmanager-{i}"), cmd, &log)?;
+        let data = p.wait_for_stdout(START_TIMEOUT, |l| {
+            l.starts_with("weir-taskmanager").then(|| l.rsplit(" data ").next().unwrap_or_default().trim().to_string())
+        })?;
+        self.taskmanagers.push(p);
+        self.data_addresses.push(data);
+        Ok(i)
+    }
+
+    /// Runs `weir ARGS --jobmanager <all> --output json` and parses its stdout.
+    pub fn cli_json(&self, args: &[&str]) -> Result<serde_json::Value> {
+        let out = self.cli(args)?;
+        if out.code() != Some(0) {
+            bail!("weir {}: {}", args.join(" "), out.stderr.trim());
+        }
+        serde_json::from_str(&out.stdout).with_context(|| format!("weir {} printed {:?}", args.join(" "), out.stdout))
+    }
+
+    /// Runs `weir ARGS` against the cluster with exactly the environment and flags given (no token, no TLS
+    /// files of the cluster's own).
+    pub fn cli_bare(&self, args: &[&str], env: &[(&str, &str)]) -> Result<crate::process::CommandOutput> {
+        let mut cmd = Command::new(binary("weir")?);
+        cmd.args(args).arg("--jobmanager").arg(self.addresses()).arg("--rpc-timeout").arg("3").env_remove("WEIR_TOKEN");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        run_with_timeout(cmd, Duration::from_secs(30))
+    }
+
+    /// Runs `weir ARGS --jobmanager <all> --output json`.
+    pub fn cli(&self, args: &[&str]) -> Result<crate::process::CommandOutput> {
+        let mut cmd = Command::new(binary("weir")?);
+        cmd.args(args)
+            .arg("--jobmanager")
+            .arg(self.addresses())
+            .arg("--output")
+            .arg("json")
+            .arg("--rpc-timeout")
+            .arg("3")
+            .args(&self.cli_args)
+            .envs(self.env.clone())
+            .envs(self.cli_env.clone());
+        run_with_timeout(cmd, Duration::from_secs(30))
+    }
+
+    /// The leader's index, once one leads and answers.
+    pub fn wait_for_leader(&self, timeout: Duration) -> Result<usize> {
+        wait_until("for a leader", timeout, || {
+            let Ok(o) = self.cli_json(&["cluster"]) else { return Ok(None) };
+            let leader = o["leader"].as_str().unwrap_or_default();
+            let leader = leader.trim_start_matches("http://").trim_start_matches("https://").to_string();
+            Ok(self.jobmanagers.iter().position(|(a, _)| *a == leader))
+        })
+    }
+
+    /// SIGKILLs job manager `i`.
+    pub fn kill_jobmanager(&mut self, i: usize) {
+        if let Some(p) = self.jobmanagers[i].1.as_mut() {
+            p.kill();
+        }
+    }
+
+    /// Pauses (SIGSTOP) or resumes (SIGCONT) job manager `i`.
+    pub fn signal_jobmanager(&mut self, i: usize, sig: libc::c_int) -> Result<()> {
+        let pid = self.jobmanagers[i].1.as_ref().ok_or_else(|| anyhow!("job manager {i} is not running"))?.pid();
+        crate::process::signal(pid, sig)
+    }
+
+    /// Everything job manager `i` logged.
+    pub fn jobmanager_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir().join("logs").join(format!("jobmanager-{i}.log"))).unwrap_or_default()
+    }
+
+    /// Every log of the cluster (job managers, task managers, etcd), concatenated.
+    pub fn all_logs(&self) -> String {
+        let mut all = String::new();
+        for dir in [self.dir().join("logs"), self.dir().to_path_buf()] {
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                for e in entries.flatten() {
+                    if e.path().extension().is_some_and(|x| x == "log") {
+                        all.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    /// A job's JSON as `weir job status` prints it.
+    pub fn job(&self, id: &str) -> Result<serde_json::Value> {
+        self.cli_json(&["job", "status", id])
+    }
+
+    /// Waits until a job is in `state`; returns its JSON.
+    pub fn wait_for_state(&self, id: &str, state: &str, timeout: Duration) -> Result<serde_json::Value> {
+        let began = Instant::now();
+        wait_until(&format!("for job {id} to be {state}"), timeout, || {
+            let Ok(j) = self.job(id) else { return Ok(None) };
+            if j["state"] == "FAILED" {
+                bail!("job {id} failed after {:?}: {}", began.elapsed(), j["failure_reason"]);
+            }
+            Ok((j["state"] == state).then_some(j))
+        })
+    }
+
+    /// Stops every process; the directory is removed.
+    pub fn stop(mut self) {
+        self.stopped = true;
+        self.kill_all();
+    }
+
+    fn kill_all(&mut self) {
+        for p in &mut self.taskmanagers {
+            p.kill();
+        }
+        for (_, p) in &mut self.jobmanagers {
+            if let Some(p) = p.as_mut() {
+                p.kill();
+            }
+        }
+        for i in 0..self.etcd.len() {
+            self.etcd.kill(i);
+        }
+    }
+}
+
+impl Drop for HaCluster {
+    fn drop(&mut self) {
+        self.kill_all();
+        if !self.stopped {
+            if let Some(dir) = self.dir.take() {
+                let kept = dir.keep();
+                eprintln!("HA cluster directory kept for inspection: {}", kept.display());
+                for (i, _) in self.jobmanagers.iter().enumerate() {
+                    let log = kept.join("logs").join(format!("jobmanager-{i}.log"));
+                    eprintln!("{}", crate::process::log_tail(&format!("jobmanager-{i}"), &log, 40));
+                }
+            }
+        }
+    }
+}

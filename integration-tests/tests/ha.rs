@@ -1,0 +1,145 @@
+//! High availability with a real etcd: three job managers elect a leader; the leader is SIGKILLed three
+//! times while an `emit: updates` job runs, each time a standby takes over and the job continues from its
+//! latest checkpoint, and the committed output is exact. Also: a paused leader (SIGSTOP: alive but cut off
+//! from etcd and everyone) is replaced within the lease TTL, and when it resumes its delayed messages are
+//! refused and it completes no checkpoint; etcd unreachable at start-up, conflicting cluster ids.
+
+use std::time::{Duration, Instant};
+use weir_integration_tests::ha::{EtcdCluster, HaCluster, HaOptions};
+use weir_integration_tests::process::{free_port, run_with_timeout};
+use weir_integration_tests::{binary, scenario_seed, verify_job_output, wait_until, CountJob};
+
+fn submit(c: &HaCluster, job: &CountJob) -> anyhow::Result<String> {
+    let spec = c.dir().join(format!("{}.yaml", job.name));
+    std::fs::write(&spec, job.yaml())?;
+    let out = c.cli_json(&["job", "submit", spec.to_str().unwrap_or_default()])?;
+    Ok(out["id"].as_str().unwrap_or_default().to_string())
+}
+
+#[test]
+fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
+    let seed = scenario_seed();
+    let mut c = HaCluster::start(HaOptions::default())?;
+    let out = c.output_dir("counts")?;
+    let job = CountJob::bounded("ha-failover", 1_200_000, 50_000, seed % 1000)
+        .rate(40_000)
+        .checkpoint_every_ms(500)
+        .emit_updates()
+        .into_files(&out);
+    let id = submit(&c, &job)?;
+    c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
+    let mut recoveries = Vec::new();
+    for round in 0..3 {
+        let before = wait_until("for two more checkpoints", Duration::from_secs(60), || {
+            let j = c.job(&id)?;
+            Ok((j["checkpoints_completed"].as_u64().unwrap_or(0) >= 2 * (round + 1)).then_some(j))
+        })?;
+        if before["state"] == "FINISHED" {
+            break;
+        }
+        let leader = c.wait_for_leader(Duration::from_secs(30))?;
+        c.kill_jobmanager(leader);
+        let killed = Instant::now();
+        let attempt = before["attempt"].as_u64().unwrap_or(0);
+        let resumed = wait_until("for the job to run again under a new leader", Duration::from_secs(60), || {
+            let Ok(j) = c.job(&id) else { return Ok(None) };
+            let again = j["attempt"].as_u64().unwrap_or(0) > attempt && j["state"] == "RUNNING";
+            Ok((again || j["state"] == "FINISHED").then_some(j))
+        })?;
+        recoveries.push(killed.elapsed());
+        let new_leader = c.wait_for_leader(Duration::from_secs(30))?;
+        assert_ne!(new_leader, leader, "the killed job manager cannot lead");
+        assert!(
+            resumed["last_completed_checkpoint"].as_u64() >= before["last_completed_checkpoint"].as_u64(),
+            "the new leader forgot checkpoints: {before} then {resumed}"
+        );
+        c.start_jobmanager(leader)?;
+    }
+    eprintln!("kill -> RUNNING again: {recoveries:?}");
+    c.wait_for_state(&id, "FINISHED", Duration::from_secs(180))?;
+    verify_job_output(&job, &out)?;
+    c.stop();
+    Ok(())
+}
+
+#[test]
+fn a_paused_leader_is_replaced_and_its_late_messages_are_refused() -> anyhow::Result<()> {
+    let seed = scenario_seed();
+    let mut c = HaCluster::start(HaOptions { jobmanagers: 2, ..Default::default() })?;
+    let out = c.output_dir("counts")?;
+    let job = CountJob::bounded("ha-pause", 800_000, 20_000, seed % 1000)
+        .rate(40_000)
+        .checkpoint_every_ms(500)
+        .emit_updates()
+        .into_files(&out);
+    let id = submit(&c, &job)?;
+    wait_until("for checkpoints", Duration::from_secs(60), || {
+        Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= 2).then_some(()))
+    })?;
+    let old = c.wait_for_leader(Duration::from_secs(30))?;
+    // SIGSTOP: the process lives but says nothing to etcd or anyone, like a leader behind a partition.
+    c.signal_jobmanager(old, libc::SIGSTOP)?;
+    let paused = Instant::now();
+    let new = wait_until("for a new leader", Duration::from_secs(30), || {
+        Ok(c.wait_for_leader(Duration::from_secs(2)).ok().filter(|l| *l != old))
+    })?;
+    eprintln!("pause -> new leader seen by the CLI: {:?}", paused.elapsed());
+    c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
+    // Resumed, the old leader finds its lease gone: it stops coordinating; whatever it had in flight (triggers,
+    // notifications) reaches task managers that registered with the new leader and refuse it.
+    c.signal_jobmanager(old, libc::SIGCONT)?;
+    wait_until("for the old leader to notice", Duration::from_secs(20), || {
+        let log = c.jobmanager_log(old);
+        Ok((log.contains("leadership lost") || log.contains("standby: following the leader")).then_some(()))
+    })?;
+    c.wait_for_state(&id, "FINISHED", Duration::from_secs(180))?;
+    verify_job_output(&job, &out)?;
+    let old_log = c.jobmanager_log(old);
+    let after_resume = old_log.rsplit("leadership lost").next().unwrap_or_default();
+    assert!(
+        !after_resume.contains("checkpoint completed"),
+        "the deposed leader completed a checkpoint after losing leadership"
+    );
+    assert_ne!(new, old);
+    c.stop();
+    Ok(())
+}
+
+#[test]
+fn unreachable_etcd_and_conflicting_cluster_ids_are_clear_errors() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = format!("file://{}", dir.path().join("checkpoints").display());
+    // Nothing listens on this port: a clear error, within the bounded wait.
+    let dead = format!("http://127.0.0.1:{}", free_port()?);
+    let mut cmd = std::process::Command::new(binary("weir-jobmanager")?);
+    cmd.args(["--bind", "127.0.0.1:0", "--ha", "etcd", "--etcd-endpoints", &dead, "--etcd-timeout-ms", "1500"])
+        .args(["--advertise-address", "http://127.0.0.1:1", "--checkpoint-store", &store])
+        .arg("--data-dir")
+        .arg(dir.path().join("jm"));
+    let began = Instant::now();
+    let out = run_with_timeout(cmd, Duration::from_secs(30))?;
+    assert_eq!(out.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("etcd at") && out.stderr.contains(&dead), "{}", out.stderr);
+    assert!(began.elapsed() < Duration::from_secs(15), "waited {:?}", began.elapsed());
+
+    // Two clusters on one checkpoint store: the second is refused, naming both ids.
+    let etcd = EtcdCluster::start(dir.path(), 1)?;
+    let start = |cluster_id: &str, endpoints: &str| -> anyhow::Result<weir_integration_tests::Process> {
+        let mut cmd = std::process::Command::new(binary("weir-jobmanager")?);
+        cmd.args(["--bind", "127.0.0.1:0", "--ha", "etcd", "--etcd-endpoints", endpoints])
+            .args(["--ha-cluster-id", cluster_id, "--advertise-address", "http://127.0.0.1:1"])
+            .args(["--checkpoint-store", &store])
+            .arg("--data-dir")
+            .arg(dir.path().join(format!("jm-{cluster_id}")));
+        weir_integration_tests::Process::spawn(cluster_id, cmd, &dir.path().join(format!("{cluster_id}.log")))
+    };
+    let mut first = start("blue", &etcd.endpoints())?;
+    first.wait_for_stdout(Duration::from_secs(30), |l| l.starts_with("weir-jobmanager listening").then_some(()))?;
+    let mut second = start("green", &etcd.endpoints())?;
+    let status = second.wait_exit(Duration::from_secs(30))?;
+    assert_eq!(status.code(), Some(2));
+    let log = std::fs::read_to_string(dir.path().join("green.log"))?;
+    assert!(log.contains("belongs to HA cluster \"blue\"") && log.contains("\"green\""), "{log}");
+    first.kill();
+    Ok(())
+}

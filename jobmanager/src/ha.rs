@@ -1,0 +1,444 @@
+//! High availability through etcd: leader election on a lease, the leader's fencing condition, the binding of
+//! an HA cluster id to one checkpoint store, and the loop that runs a job manager as leader or standby.
+//!
+//! Keys, all under `/weir/<cluster-id>/`:
+//!
+//! - `leader`: the leader's client address, attached to its lease. Its create revision is the leader's
+//!   **epoch**: it grows with every new leader, and every JM → TM message carries it.
+//! - `cluster`: the checkpoint store URL the cluster was created with (a job manager configured with another
+//!   store refuses to start: its jobs' checkpoints would not be where its records say).
+//! - `jobs/<job-id>`: one job record (see [`crate::job_store`]); written only in a transaction conditioned on
+//!   the writer still holding `leader` at its epoch, and on the record's own revision (compare-and-swap).
+//!
+//! A leader declares itself deposed when its lease could have expired: no successful keep-alive for two
+//! thirds of the TTL (etcd counts the TTL from the last keep-alive it received, which is before the answer
+//! the leader saw). It also resigns when it is alive but cannot work: when its health probe (a write, read and
+//! delete of a marker in the checkpoint store) hangs [`HEALTH_STRIKES`] times in a row.
+
+use crate::config::JobManagerConfig;
+use crate::error::JobManagerError;
+use crate::manager::JobManager;
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp};
+use parking_lot::RwLock;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+use weir_common::store::Store;
+
+/// How often a standby tries to become leader.
+const CAMPAIGN_PERIOD: Duration = Duration::from_millis(250);
+/// Consecutive hung health probes after which a leader resigns.
+pub const HEALTH_STRIKES: u32 = 3;
+/// After resigning because it could not work, a job manager waits this long before campaigning again, so a
+/// healthy standby takes over.
+const RESIGN_BACKOFF: Duration = Duration::from_secs(10);
+/// The object in the checkpoint store that names the HA cluster owning it.
+pub const CLUSTER_MARKER: &str = "_weir_ha_cluster";
+
+/// An HA failure the job manager cannot work around.
+#[derive(Debug, thiserror::Error)]
+pub enum HaError {
+    /// etcd cannot be reached or refused a request.
+    #[error("etcd at {endpoints}: {reason}")]
+    Etcd {
+        /// The endpoints tried.
+        endpoints: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Two clusters would share one store, or one cluster two stores.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+/// The etcd side of one HA cluster.
+#[derive(Clone)]
+pub struct Etcd {
+    client: Client,
+    endpoints: String,
+    prefix: String,
+    /// Upper bound of any single etcd call.
+    call_timeout: Duration,
+}
+
+impl Etcd {
+    /// Connects, bounded by `timeout`, and checks that etcd answers.
+    pub async fn connect(endpoints: &[String], cluster_id: &str, timeout: Duration) -> Result<Etcd, HaError> {
+        let joined = endpoints.join(",");
+        let err = |reason: String| HaError::Etcd { endpoints: joined.clone(), reason };
+        let mut options =
+            ConnectOptions::new().with_connect_timeout(timeout.min(Duration::from_secs(3))).with_timeout(timeout);
+        if let Ok(user) = std::env::var("WEIR_ETCD_USER") {
+            let password = std::env::var("WEIR_ETCD_PASSWORD").unwrap_or_default();
+            options = options.with_user(user, password);
+        }
+        let connect = Client::connect(endpoints, Some(options));
+        let mut client = match tokio::time::timeout(timeout, connect).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(err(e.to_string())),
+            Err(_) => return Err(err(format!("no connection within {} ms", timeout.as_millis()))),
+        };
+        match tokio::time::timeout(timeout, client.status()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(err(e.to_string())),
+            Err(_) => return Err(err(format!("no answer within {} ms", timeout.as_millis()))),
+        }
+        Ok(Etcd { client, endpoints: joined, prefix: format!("/weir/{cluster_id}/"), call_timeout: timeout })
+    }
+
+    /// The full key of `rel` under the cluster's prefix.
+    pub fn key(&self, rel: &str) -> String {
+        format!("{}{rel}", self.prefix)
+    }
+
+    /// A client for one call (clones share the connection).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Bounds an etcd call and turns its failure into an [`HaError`].
+    pub async fn call<T, F>(&self, what: &str, f: F) -> Result<T, HaError>
+    where
+        F: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        match tokio::time::timeout(self.call_timeout, f).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(HaError::Etcd { endpoints: self.endpoints.clone(), reason: format!("{what}: {e}") }),
+            Err(_) => Err(HaError::Etcd {
+                endpoints: self.endpoints.clone(),
+                reason: format!("{what}: no answer within {} ms", self.call_timeout.as_millis()),
+            }),
+        }
+    }
+
+    /// Binds the cluster to `store_url` on first use and checks the binding afterwards, in etcd and in the
+    /// store itself (two clusters with different ids on one store would both lead it).
+    pub async fn bind_store(&self, cluster_id: &str, store: &Store) -> Result<(), HaError> {
+        let key = self.key("cluster");
+        let url = store.url().to_string();
+        let txn = Txn::new()
+            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), url.clone(), None)])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let resp = self.call("binding the checkpoint store", self.client().txn(txn)).await?;
+        if !resp.succeeded() {
+            let existing = first_value(&resp).unwrap_or_default();
+            if existing != url {
+                return Err(HaError::Conflict(format!(
+                    "HA cluster {cluster_id:?} keeps its checkpoints in {existing}, not in {url}: give every job manager of \
+                     one cluster the same --checkpoint-store"
+                )));
+            }
+        }
+        match store.get(CLUSTER_MARKER).await {
+            Ok(bytes) => {
+                let owner = String::from_utf8_lossy(&bytes).trim().to_string();
+                if owner != cluster_id {
+                    return Err(HaError::Conflict(format!(
+                        "checkpoint store {url} belongs to HA cluster {owner:?}, and this job manager is in {cluster_id:?}: \
+                         two clusters must not share a checkpoint store (check --ha-cluster-id)"
+                    )));
+                }
+                Ok(())
+            }
+            Err(weir_common::store::StoreError::NotFound(_)) => {
+                match store.put_new(CLUSTER_MARKER, cluster_id.as_bytes().to_vec().into()).await {
+                    Ok(()) => Ok(()),
+                    // Another job manager of some cluster wrote it meanwhile: read who.
+                    Err(_) => Box::pin(self.bind_store(cluster_id, store)).await,
+                }
+            }
+            Err(e) => Err(HaError::Conflict(format!("cannot read {CLUSTER_MARKER} in checkpoint store {url}: {e}"))),
+        }
+    }
+}
+
+fn first_value(resp: &etcd_client::TxnResponse) -> Option<String> {
+    resp.op_responses().into_iter().find_map(|op| match op {
+        etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| String::from_utf8_lossy(kv.value()).to_string()),
+        _ => None,
+    })
+}
+
+/// One term of leadership: the epoch, the lease and whether it is over.
+#[derive(Clone)]
+pub struct Term {
+    /// The leader key's create revision: larger for every later leader.
+    pub epoch: u64,
+    lease: i64,
+    leader_key: String,
+    lost: watch::Receiver<bool>,
+    etcd: Etcd,
+}
+
+impl Term {
+    /// The condition of every write of this leader: it still holds the leader key it created.
+    pub fn fence(&self) -> Compare {
+        Compare::create_revision(self.leader_key.clone(), CompareOp::Equal, self.epoch as i64)
+    }
+
+    /// Whether this term is over (the lease may have expired, or the leader resigned).
+    pub fn is_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Resolves when the term is over.
+    pub async fn lost(&self) {
+        let mut rx = self.lost.clone();
+        let _ = rx.wait_for(|l| *l).await;
+    }
+
+    /// The etcd connection of this term.
+    pub fn etcd(&self) -> &Etcd {
+        &self.etcd
+    }
+
+    /// Gives leadership up now (revoking the lease deletes the leader key), so a standby takes over without
+    /// waiting for the TTL.
+    pub async fn resign(&self) {
+        if let Err(e) = self.etcd.call("revoking the lease", self.etcd.client().lease_revoke(self.lease)).await {
+            warn!(error = %e, "cannot revoke the leader lease; it expires by itself");
+        }
+    }
+}
+
+/// Campaigns until this job manager leads (or `stop` fires): returns its term. Meanwhile `leader` holds the
+/// current leader's address, for standbys to point callers to.
+pub async fn campaign(
+    etcd: &Etcd,
+    address: &str,
+    ttl: Duration,
+    leader: &watch::Sender<Option<String>>,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Term> {
+    let key = etcd.key("leader");
+    // Leases last whole seconds; the keep-alive deadline below is computed from the same rounded TTL.
+    let ttl_s = ttl.as_secs().max(1) as i64;
+    let ttl = Duration::from_secs(ttl_s as u64);
+    loop {
+        if *stop.borrow() {
+            return None;
+        }
+        match try_to_lead(etcd, &key, address, ttl_s).await {
+            Ok(Ok((epoch, lease))) => {
+                let (lost_tx, lost) = watch::channel(false);
+                leader.send_replace(Some(address.to_string()));
+                tokio::spawn(keep_alive(etcd.clone(), lease, ttl, lost_tx));
+                info!(epoch, address, ttl_ms = ttl.as_millis() as u64, "elected leader");
+                return Some(Term { epoch, lease, leader_key: key, lost, etcd: etcd.clone() });
+            }
+            Ok(Err(current)) => {
+                if *leader.borrow() != current {
+                    info!(leader = current.as_deref().unwrap_or(""), "standby: following the leader");
+                }
+                leader.send_replace(current);
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot campaign; retrying");
+                leader.send_replace(None);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(CAMPAIGN_PERIOD) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+/// One round of the campaign: the leader's address if someone leads, else an attempt to create the leader
+/// key on a fresh lease (a standby holds no lease: one granted long ago would have expired unrenewed).
+async fn try_to_lead(
+    etcd: &Etcd,
+    key: &str,
+    address: &str,
+    ttl_s: i64,
+) -> Result<Result<(u64, i64), Option<String>>, HaError> {
+    let current = etcd.call("reading the leader", etcd.client().get(key, None)).await?;
+    if let Some(kv) = current.kvs().first() {
+        return Ok(Err(Some(String::from_utf8_lossy(kv.value()).to_string())));
+    }
+    let lease = etcd.call("granting a lease", etcd.client().lease_grant(ttl_s, None)).await?.id();
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key, address, Some(PutOptions::new().with_lease(lease)))])
+        .or_else([TxnOp::get(key, None)]);
+    let resp = etcd.call("campaigning", etcd.client().txn(txn)).await?;
+    if resp.succeeded() {
+        let epoch = resp.header().map(|h| h.revision()).unwrap_or_default() as u64;
+        return Ok(Ok((epoch, lease)));
+    }
+    // Another job manager won this round.
+    let _ = etcd.call("revoking an unused lease", etcd.client().lease_revoke(lease)).await;
+    Ok(Err(first_value(&resp)))
+}
+
+/// Keeps the lease alive; reports the term lost once the lease may have expired.
+async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, lost: watch::Sender<bool>) {
+    let period = (ttl / 4).max(Duration::from_millis(100));
+    let deadline = ttl * 2 / 3;
+    let mut last_ok = Instant::now();
+    let mut stream = None;
+    loop {
+        if lost.is_closed() {
+            return;
+        }
+        let tick = Instant::now();
+        if stream.is_none() {
+            if let Ok(Ok(s)) = tokio::time::timeout(period, etcd.client().lease_keep_alive(lease)).await {
+                stream = Some(s);
+            }
+        }
+        if let Some((keeper, answers)) = stream.as_mut() {
+            let round = async {
+                keeper.keep_alive().await?;
+                answers.message().await
+            };
+            match tokio::time::timeout(period, round).await {
+                Ok(Ok(Some(r))) if r.ttl() > 0 => last_ok = tick,
+                Ok(Ok(Some(_))) => {
+                    warn!(lease, "the leader lease expired");
+                    lost.send_replace(true);
+                    return;
+                }
+                _ => stream = None,
+            }
+        }
+        if last_ok.elapsed() >= deadline {
+            warn!(
+                lease,
+                silent_ms = last_ok.elapsed().as_millis() as u64,
+                "etcd silent: leadership may have lapsed; stopping coordination"
+            );
+            lost.send_replace(true);
+            return;
+        }
+        tokio::time::sleep(period.saturating_sub(tick.elapsed())).await;
+    }
+}
+
+/// What the services serve: the job manager while this process leads, and otherwise where the leader is.
+#[derive(Clone)]
+pub struct Gate {
+    leading: Arc<RwLock<Option<JobManager>>>,
+    leader: watch::Receiver<Option<String>>,
+}
+
+impl Gate {
+    /// A gate that always leads (no HA).
+    pub fn fixed(jm: JobManager) -> Gate {
+        let (_, leader) = watch::channel(None);
+        Gate { leading: Arc::new(RwLock::new(Some(jm))), leader }
+    }
+
+    /// A standby gate that points to `leader`.
+    pub fn standby(leader: watch::Receiver<Option<String>>) -> Gate {
+        Gate { leading: Arc::new(RwLock::new(None)), leader }
+    }
+
+    /// The job manager, or the standby's answer naming the leader.
+    pub fn get(&self) -> Result<JobManager, tonic::Status> {
+        if let Some(jm) = self.leading.read().as_ref() {
+            return Ok(jm.clone());
+        }
+        Err(weir_common::cluster::not_leader(self.leader.borrow().as_deref()))
+    }
+
+    /// The leader's address as this process knows it (its own while it leads).
+    pub fn leader(&self) -> Option<String> {
+        self.leader.borrow().clone()
+    }
+
+    fn lead(&self, jm: JobManager) {
+        *self.leading.write() = Some(jm);
+    }
+
+    fn step_down(&self) -> Option<JobManager> {
+        self.leading.write().take()
+    }
+}
+
+/// Runs the HA loop until `stop`: campaign, lead until the term is lost (or the job manager cannot work and
+/// resigns), stand by, campaign again.
+pub async fn run(
+    config: JobManagerConfig,
+    etcd: Etcd,
+    address: String,
+    leader: watch::Sender<Option<String>>,
+    gate: Gate,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), JobManagerError> {
+    let ttl = Duration::from_millis(config.ha_lease_ttl_ms);
+    loop {
+        let Some(term) = campaign(&etcd, &address, ttl, &leader, &mut stop).await else { return Ok(()) };
+        let jm = match JobManager::start_leader(config.clone(), term.clone()).await {
+            Ok(jm) => jm,
+            Err(e) => {
+                error!(error = %e, "cannot take over as leader; resigning");
+                term.resign().await;
+                tokio::time::sleep(RESIGN_BACKOFF).await;
+                continue;
+            }
+        };
+        gate.lead(jm.clone());
+        let started = Instant::now();
+        let outcome = tokio::select! {
+            _ = term.lost() => "lost",
+            _ = health_watch(&jm, ttl) => "unhealthy",
+            _ = stop.wait_for(|s| *s) => "stopping",
+        };
+        gate.step_down();
+        leader.send_replace(None);
+        match outcome {
+            "lost" => {
+                warn!(
+                    epoch = term.epoch,
+                    led_ms = started.elapsed().as_millis() as u64,
+                    "leadership lost; coordination stopped"
+                );
+                jm.depose().await;
+            }
+            "unhealthy" => {
+                error!(
+                    epoch = term.epoch,
+                    strikes = HEALTH_STRIKES,
+                    "the checkpoint store does not answer: resigning leadership"
+                );
+                jm.depose().await;
+                term.resign().await;
+                tokio::select! {
+                    _ = tokio::time::sleep(RESIGN_BACKOFF) => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+            }
+            _ => {
+                jm.shutdown().await;
+                term.resign().await;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Resolves once the leader's health probe has hung [`HEALTH_STRIKES`] times in a row.
+async fn health_watch(jm: &JobManager, ttl: Duration) {
+    let mut strikes = 0;
+    loop {
+        tokio::time::sleep(ttl).await;
+        let probe = async {
+            weir_common::fault::hit("leader-health").await.map_err(|m| m.to_string())?;
+            jm.checkpoint_store().probe(ttl).await.map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(ttl * 2, probe).await {
+            Err(_) => strikes += 1,
+            Ok(Err(e)) if e.contains("no answer within") => strikes += 1,
+            Ok(_) => strikes = 0,
+        }
+        if strikes > 0 {
+            warn!(strikes, "leader health probe hung");
+        }
+        if strikes >= HEALTH_STRIKES {
+            return;
+        }
+    }
+}
