@@ -187,7 +187,13 @@ impl JobManager {
         let mut tries = 2 * self.link.addresses().len() + 1;
         loop {
             let channel = self.link.channel().map_err(|e| Rejected(Status::invalid_argument(e)))?;
-            match tokio::time::timeout(self.timeout, f(ClientApiClient::new(channel))).await {
+            let answer = match tokio::time::timeout(self.timeout, f(ClientApiClient::new(channel))).await {
+                // The channel's own timeout (a tower layer) answers `CANCELLED` first: the same as no answer.
+                Ok(Err(s)) if s.code() == Code::Cancelled && s.message().contains("Timeout expired") => Err(()),
+                Ok(r) => Ok(r),
+                Err(_) => Err(()),
+            };
+            match answer {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
                 // A standby did nothing, and a refused connection carried nothing: trying elsewhere is safe.
                 Ok(Err(s)) if tries > 1 && self.link.observe(&s) => tries -= 1,

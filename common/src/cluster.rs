@@ -131,7 +131,10 @@ impl JmLink {
             s.current = index;
             return changed;
         }
-        let unreachable = matches!(status.code(), tonic::Code::Unavailable | tonic::Code::DeadlineExceeded);
+        // A channel's own timeout answers `CANCELLED` ("Timeout expired"): a job manager that does not answer.
+        let timed_out = status.code() == tonic::Code::Cancelled && status.message().contains("Timeout expired");
+        let unreachable =
+            timed_out || matches!(status.code(), tonic::Code::Unavailable | tonic::Code::DeadlineExceeded);
         if unreachable && s.addresses.len() > 1 {
             s.current = (s.current + 1) % s.addresses.len();
             return true;

@@ -245,7 +245,7 @@ pub enum JobStore {
     /// Files in the data directory.
     Local(LocalJobStore),
     /// Keys in etcd, written by the leader only.
-    Etcd(EtcdJobStore),
+    Etcd(Box<EtcdJobStore>),
 }
 
 impl JobStore {

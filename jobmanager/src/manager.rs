@@ -133,7 +133,7 @@ impl JobManager {
     /// Takes over as the HA leader of `term`: resumes every job recorded in etcd.
     pub async fn start_leader(config: JobManagerConfig, term: Term) -> Result<JobManager, JobManagerError> {
         config.validate()?;
-        let job_store = JobStore::Etcd(EtcdJobStore::new(term.clone()));
+        let job_store = JobStore::Etcd(Box::new(EtcdJobStore::new(term.clone())));
         JobManager::start_with(config, job_store, Some(term)).await
     }
 

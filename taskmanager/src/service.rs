@@ -260,10 +260,8 @@ impl TaskManager {
                         failures += 1;
                         // A standby's answer, or a leader silent for long: go where the link points now. A lone
                         // job manager that restarts keeps its address, and this keeps heartbeating it.
-                        if weir_common::cluster::is_not_leader(&e) || failures >= 3 {
-                            if jm.observe(&e) {
-                                break;
-                            }
+                        if (weir_common::cluster::is_not_leader(&e) || failures >= 3) && jm.observe(&e) {
+                            break;
                         }
                     }
                     Err(_) => {
