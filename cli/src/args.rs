@@ -200,6 +200,15 @@ pub struct SubmitArgs {
 /// `weir local`
 #[derive(Args, Debug, Clone)]
 pub struct LocalArgs {
+    /// Number of job managers to start (more than one needs --ha etcd)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobmanagers: u32,
+    /// High availability: none, or etcd (starts an etcd under DIR/etcd; the job managers elect a leader)
+    #[arg(long, value_name = "MODE", default_value = "none")]
+    pub ha: String,
+    /// The etcd binary for --ha etcd [default: etcd on PATH, as Debian's etcd-server installs it]
+    #[arg(long, value_name = "PATH")]
+    pub etcd_bin: Option<PathBuf>,
     /// Number of task managers to start
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub taskmanagers: u32,

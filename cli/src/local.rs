@@ -50,7 +50,9 @@ pub fn parse_jobmanager_line(line: &str) -> Option<String> {
         return None;
     }
     let addr = words.next()?;
-    if words.next().is_some() || !addr.contains("://") {
+    // An HA job manager adds "(standby until elected)".
+    let rest: Vec<&str> = words.collect();
+    if !(rest.is_empty() || rest == ["(standby", "until", "elected)"]) || !addr.contains("://") {
         return None;
     }
     Some(addr.to_string())
@@ -77,16 +79,29 @@ pub fn connectable_address(addr: &str) -> String {
 /// What `weir local --output json` prints and writes to `DIR/cluster.json`.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct ClusterFile {
-    /// The job manager's client address.
+    /// The job manager's client address (with several, all of them comma-separated: what `--jobmanager`
+    /// takes).
     pub jobmanager: String,
-    /// The job manager's pid.
+    /// The (first) job manager's pid.
     pub jobmanager_pid: u32,
+    /// Every job manager's client address and pid, in start order.
+    pub jobmanagers: Vec<JobManagerEntry>,
+    /// With `--ha etcd`: the etcd client URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<String>,
     /// The task managers, in start order.
     pub taskmanagers: Vec<TaskManagerEntry>,
     /// The cluster's directory.
     pub dir: String,
     /// The checkpoint store URL.
     pub checkpoint_store: String,
+}
+
+/// One job manager of a local cluster.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct JobManagerEntry {
+    pub address: String,
+    pub pid: u32,
 }
 
 /// One task manager of a local cluster.
@@ -426,26 +441,60 @@ async fn start(
     let checkpoint_store =
         args.checkpoint_store.clone().unwrap_or_else(|| format!("file://{}", dir.join("checkpoints").display()));
 
-    // The job manager.
-    let jm_dir = dir.join("jobmanager");
-    std::fs::create_dir_all(&jm_dir).with_context(|| format!("cannot create {}", jm_dir.display()))?;
+    let ha = match args.ha.as_str() {
+        "none" if args.jobmanagers > 1 => bail!("--jobmanagers {} needs --ha etcd", args.jobmanagers),
+        "none" => false,
+        "etcd" => true,
+        other => bail!("--ha: expected none or etcd, got {other:?}"),
+    };
+    let etcd = if ha { Some(start_etcd(cluster, args, dir, &sink_for("etcd"), startup_timeout).await?) } else { None };
+
+    // The job managers (with HA each on a port of its own, which it publishes when it leads).
     let jm_bin = find_binary("weir-jobmanager", args.jobmanager_bin.as_deref());
-    let jm_args = vec![
-        "--bind".to_string(),
-        args.bind.clone(),
-        "--data-dir".to_string(),
-        jm_dir.display().to_string(),
-        "--checkpoint-store".to_string(),
-        checkpoint_store.clone(),
-    ];
-    let sink = sink_for("weir-jobmanager");
-    let (jm_idx, mut jm_lines) = cluster.spawn("weir-jobmanager", &jm_bin, &jm_args, &sink)?;
-    let deadline = Instant::now() + startup_timeout;
-    let jm_addr = cluster.read_ready(jm_idx, &mut jm_lines, &sink, deadline, parse_jobmanager_line).await?;
-    sink.forward(jm_lines);
-    let jm_addr = connectable_address(&jm_addr);
-    let jobmanager_pid = cluster.procs[jm_idx].pid;
-    eprintln!("job manager listening on {jm_addr} (pid {jobmanager_pid})");
+    let mut jobmanagers = Vec::new();
+    for i in 0..args.jobmanagers {
+        let jm_dir = if i == 0 { dir.join("jobmanager") } else { dir.join(format!("jobmanager-{i}")) };
+        std::fs::create_dir_all(&jm_dir).with_context(|| format!("cannot create {}", jm_dir.display()))?;
+        let mut jm_args = vec![
+            "--data-dir".to_string(),
+            jm_dir.display().to_string(),
+            "--checkpoint-store".to_string(),
+            checkpoint_store.clone(),
+        ];
+        if let Some(etcd) = &etcd {
+            let bind = if i == 0 && !args.bind.ends_with(":0") {
+                args.bind.clone()
+            } else {
+                format!("127.0.0.1:{}", free_port()?)
+            };
+            jm_args.extend([
+                "--bind".to_string(),
+                bind.clone(),
+                "--advertise-address".to_string(),
+                format!("http://{bind}"),
+                "--ha".to_string(),
+                "etcd".to_string(),
+                "--etcd-endpoints".to_string(),
+                etcd.clone(),
+                "--ha-cluster-id".to_string(),
+                "local".to_string(),
+            ]);
+        } else {
+            jm_args.extend(["--bind".to_string(), args.bind.clone()]);
+        }
+        let name = if i == 0 { "weir-jobmanager".to_string() } else { format!("weir-jobmanager-{i}") };
+        let sink = sink_for(&name);
+        let (jm_idx, mut jm_lines) = cluster.spawn(&name, &jm_bin, &jm_args, &sink)?;
+        let deadline = Instant::now() + startup_timeout;
+        let jm_addr = cluster.read_ready(jm_idx, &mut jm_lines, &sink, deadline, parse_jobmanager_line).await?;
+        sink.forward(jm_lines);
+        let address = connectable_address(&jm_addr);
+        let pid = cluster.procs[jm_idx].pid;
+        eprintln!("job manager listening on {address} (pid {pid})");
+        jobmanagers.push(JobManagerEntry { address, pid });
+    }
+    let jm_addr = jobmanagers.iter().map(|j| j.address.as_str()).collect::<Vec<_>>().join(",");
+    let jobmanager_pid = jobmanagers[0].pid;
 
     // The task managers: all started at once, then their lines read in order.
     let tm_bin = find_binary("weir-taskmanager", args.taskmanager_bin.as_deref());
@@ -498,10 +547,68 @@ async fn start(
     Ok(ClusterFile {
         jobmanager: jm_addr,
         jobmanager_pid,
+        jobmanagers,
+        etcd,
         taskmanagers,
         dir: dir.display().to_string(),
         checkpoint_store,
     })
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; the process started next binds it).
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Starts a one-member etcd with its data under DIR/etcd and waits until it takes connections; returns its
+/// client URL.
+async fn start_etcd(
+    cluster: &mut Cluster,
+    args: &LocalArgs,
+    dir: &Path,
+    sink: &Sink,
+    startup_timeout: Duration,
+) -> anyhow::Result<String> {
+    let (client, peer) = (free_port()?, free_port()?);
+    let data = dir.join("etcd");
+    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
+    let bin = args.etcd_bin.clone().unwrap_or_else(|| PathBuf::from("etcd"));
+    let url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let etcd_args = vec![
+        "--name".to_string(),
+        "weir-local".to_string(),
+        "--data-dir".to_string(),
+        data.display().to_string(),
+        "--listen-client-urls".to_string(),
+        url.clone(),
+        "--advertise-client-urls".to_string(),
+        url.clone(),
+        "--listen-peer-urls".to_string(),
+        peer_url.clone(),
+        "--initial-advertise-peer-urls".to_string(),
+        peer_url.clone(),
+        "--initial-cluster".to_string(),
+        format!("weir-local={peer_url}"),
+    ];
+    let (idx, lines) = cluster.spawn("etcd", &bin, &etcd_args, sink).with_context(|| {
+        format!("cannot start etcd ({}); scripts/setup.sh installs Debian's etcd-server", bin.display())
+    })?;
+    sink.forward(lines);
+    let deadline = Instant::now() + startup_timeout;
+    loop {
+        if let Some(status) = cluster.procs[idx].exit_status() {
+            bail!("etcd exited while starting ({status}); {}", sink.hint());
+        }
+        if tokio::net::TcpStream::connect(("127.0.0.1", client)).await.is_ok() {
+            eprintln!("etcd listening on {url} (pid {})", cluster.procs[idx].pid);
+            return Ok(url);
+        }
+        if Instant::now() >= deadline {
+            bail!("etcd did not listen on {url} in time (see --startup-timeout); {}", sink.hint());
+        }
+        tokio::time::sleep(REGISTRATION_POLL).await;
+    }
 }
 
 /// Polls `ClusterOverview` until every task manager in `ids` is registered, showing progress on stderr.
@@ -613,6 +720,8 @@ mod tests {
         let f = ClusterFile {
             jobmanager: "http://127.0.0.1:6123".into(),
             jobmanager_pid: 10,
+            jobmanagers: vec![JobManagerEntry { address: "http://127.0.0.1:6123".into(), pid: 10 }],
+            etcd: None,
             taskmanagers: vec![TaskManagerEntry {
                 id: "tm-a".into(),
                 pid: 11,

@@ -276,6 +276,21 @@ impl tonic::service::Interceptor for Credentials {
 }
 
 impl Security {
+    /// A member's security from its flags: the TLS files (all three or none) and the cluster secret file.
+    pub fn member(
+        cert: Option<&Path>,
+        key: Option<&Path>,
+        ca: Option<&Path>,
+        secret_file: Option<&Path>,
+    ) -> Result<Security, SecurityError> {
+        let tls = load_tls(cert, key, ca)?;
+        let secret = match secret_file {
+            Some(f) => Some(Secret::from_file("cluster secret", f)?),
+            None => None,
+        };
+        Ok(Security { tls, secret, token: None })
+    }
+
     /// An endpoint for `addr` (`http://` or `https://`), with TLS when configured.
     pub fn endpoint(&self, addr: &str, timeout: Duration) -> Result<Endpoint, String> {
         let addr = match (&self.tls, addr.strip_prefix("http://")) {

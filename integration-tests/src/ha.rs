@@ -97,12 +97,21 @@ impl EtcdCluster {
         Ok(())
     }
 
-    fn wait_ready(&self, i: usize) -> Result<()> {
+    fn ready_lines(&self, i: usize) -> usize {
         let log = self.dir.join(format!("{}.log", self.members[i].name));
+        std::fs::read_to_string(&log).unwrap_or_default().matches("ready to serve client requests").count()
+    }
+
+    /// Waits until member `i` logged that it serves clients more than `seen` times (its log is appended to
+    /// across restarts).
+    fn wait_ready_after(&self, i: usize, seen: usize) -> Result<()> {
         wait_until(&format!("for {} to serve clients", self.members[i].name), START_TIMEOUT, || {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            Ok(text.contains("ready to serve client requests").then_some(()))
+            Ok((self.ready_lines(i) > seen).then_some(()))
         })
+    }
+
+    fn wait_ready(&self, i: usize) -> Result<()> {
+        self.wait_ready_after(i, 0)
     }
 
     /// Client URLs of every member, comma-separated.
@@ -117,10 +126,17 @@ impl EtcdCluster {
         }
     }
 
-    /// Starts member `i` again with its data directory.
-    pub fn restart(&mut self, i: usize) -> Result<()> {
-        self.spawn(i, "existing")?;
-        self.wait_ready(i)
+    /// Starts members `which` again with their data directories, all at once (a member without a quorum
+    /// does not serve), and waits until each serves.
+    pub fn restart(&mut self, which: &[usize]) -> Result<()> {
+        let seen: Vec<usize> = which.iter().map(|&i| self.ready_lines(i)).collect();
+        for &i in which {
+            self.spawn(i, "existing")?;
+        }
+        for (&i, &n) in which.iter().zip(&seen) {
+            self.wait_ready_after(i, n)?;
+        }
+        Ok(())
     }
 
     /// Number of members.
@@ -147,6 +163,9 @@ pub struct HaCluster {
     pub data_addresses: Vec<String>,
     cli_args: Vec<String>,
     cli_env: Vec<(String, String)>,
+    first_jm_env: Vec<(String, String)>,
+    /// The proxy between the first job manager and etcd (with [`HaOptions::first_jm_etcd_proxy`]).
+    pub etcd_proxy: Option<crate::proxy::TcpProxy>,
     env: Vec<(String, String)>,
     stopped: bool,
     _lock: crate::lock::ClusterLock,
@@ -171,6 +190,11 @@ pub struct HaOptions {
     pub cli_args: Vec<String>,
     /// Environment of every `weir` call (`WEIR_TOKEN`, say).
     pub cli_env: Vec<(String, String)>,
+    /// Environment of the first job manager only (which is started, and leads, before the others start).
+    pub first_jm_env: Vec<(String, String)>,
+    /// The first job manager reaches etcd through a [`TcpProxy`] the test can take down (a partition
+    /// between that job manager and etcd only).
+    pub first_jm_etcd_proxy: bool,
 }
 
 impl Default for HaOptions {
@@ -184,6 +208,8 @@ impl Default for HaOptions {
             tm_args: Vec::new(),
             cli_args: Vec::new(),
             cli_env: Vec::new(),
+            first_jm_env: Vec::new(),
+            first_jm_etcd_proxy: false,
         }
     }
 }
@@ -203,8 +229,6 @@ impl HaCluster {
         let mut jm_args = vec![
             "--ha".to_string(),
             "etcd".into(),
-            "--etcd-endpoints".into(),
-            etcd.endpoints(),
             "--ha-cluster-id".into(),
             "test".into(),
             "--ha-lease-ttl-ms".into(),
@@ -228,6 +252,8 @@ impl HaCluster {
             data_addresses: Vec::new(),
             cli_args: options.cli_args.clone(),
             cli_env: options.cli_env.clone(),
+            first_jm_env: options.first_jm_env.clone(),
+            etcd_proxy: None,
             env: Vec::new(),
             stopped: false,
             _lock: lock,
@@ -236,7 +262,21 @@ impl HaCluster {
             let port = free_port()?;
             cluster.jobmanagers.push((format!("127.0.0.1:{port}"), None));
         }
-        for i in 0..options.jobmanagers {
+        if options.first_jm_etcd_proxy {
+            let first = cluster
+                .etcd
+                .endpoints()
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("http://")
+                .to_string();
+            cluster.etcd_proxy = Some(crate::proxy::TcpProxy::start(first.parse()?)?);
+        }
+        // The first job manager leads: the others start once it does.
+        cluster.start_jobmanager(0)?;
+        cluster.wait_for_leader(Duration::from_secs(30))?;
+        for i in 1..options.jobmanagers {
             cluster.start_jobmanager(i)?;
         }
         for i in 0..options.taskmanagers {
@@ -284,7 +324,21 @@ impl HaCluster {
         // A port just released may take a moment to bind again.
         for _ in 0..10 {
             let mut cmd = Command::new(binary("weir-jobmanager")?);
-            cmd.arg("--bind").arg(&addr).arg("--data-dir").arg(&data).args(&self.jm_args).envs(self.env.clone());
+            let etcd = match (&self.etcd_proxy, i) {
+                (Some(proxy), 0) => format!("http://{}", proxy.addr()),
+                _ => self.etcd.endpoints(),
+            };
+            cmd.arg("--bind")
+                .arg(&addr)
+                .arg("--data-dir")
+                .arg(&data)
+                .args(&self.jm_args)
+                .arg("--etcd-endpoints")
+                .arg(etcd)
+                .envs(self.env.clone());
+            if i == 0 {
+                cmd.envs(self.first_jm_env.clone());
+            }
             let mut p = Process::spawn(&format!("jobmanager-{i}"), cmd, &log)?;
             match p.wait_for_stdout(START_TIMEOUT, |l| l.starts_with("weir-jobmanager listening on").then_some(())) {
                 Ok(()) => {

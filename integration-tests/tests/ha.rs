@@ -2,7 +2,11 @@
 //! times while an `emit: updates` job runs, each time a standby takes over and the job continues from its
 //! latest checkpoint, and the committed output is exact. Also: a paused leader (SIGSTOP: alive but cut off
 //! from etcd and everyone) is replaced within the lease TTL, and when it resumes its delayed messages are
-//! refused and it completes no checkpoint; etcd unreachable at start-up, conflicting cluster ids.
+//! refused and it completes no checkpoint; a leader cut off from etcd only (a proxy that stops forwarding)
+//! stops coordinating and its held-back notifications are refused by the task managers, and the two
+//! leaders never complete the same checkpoint; etcd of three members survives losing one, and losing all
+//! of them loses nothing; a leader whose checkpoint store hangs resigns; etcd unreachable at start-up,
+//! conflicting cluster ids.
 
 use std::time::{Duration, Instant};
 use weir_integration_tests::ha::{EtcdCluster, HaCluster, HaOptions};
@@ -141,5 +145,130 @@ fn unreachable_etcd_and_conflicting_cluster_ids_are_clear_errors() -> anyhow::Re
     let log = std::fs::read_to_string(dir.path().join("green.log"))?;
     assert!(log.contains("belongs to HA cluster \"blue\"") && log.contains("\"green\""), "{log}");
     first.kill();
+    Ok(())
+}
+
+/// Checkpoint ids a job manager's log says it completed.
+fn completed_ids(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("checkpoint completed"))
+        .filter_map(|l| l.split("checkpoint_id=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_leader_cut_off_from_etcd_stops_and_its_held_back_notifications_are_refused() -> anyhow::Result<()> {
+    let seed = scenario_seed();
+    // The first leader holds every checkpoint notification back for 8 s from the fourth on: some are still
+    // on their way when it has lost leadership and the task managers follow the new leader.
+    let c = HaCluster::start(HaOptions {
+        jobmanagers: 2,
+        first_jm_etcd_proxy: true,
+        first_jm_env: vec![("WEIR_FAILPOINTS".into(), "jm-send-notify=3*off->return(delay:8000)".into())],
+        ..Default::default()
+    })?;
+    let out = c.output_dir("counts")?;
+    let job = CountJob::bounded("ha-cut", 1_000_000, 20_000, seed % 1000)
+        .rate(40_000)
+        .checkpoint_every_ms(500)
+        .emit_updates()
+        .into_files(&out);
+    let id = submit(&c, &job)?;
+    wait_until("for checkpoints", Duration::from_secs(60), || {
+        Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= 6).then_some(()))
+    })?;
+    assert_eq!(c.wait_for_leader(Duration::from_secs(10))?, 0, "the first job manager leads");
+    // Only the link between the leader and etcd goes: everything else still reaches it.
+    let cut = Instant::now();
+    c.etcd_proxy.as_ref().expect("proxy").down();
+    wait_until("for the leader to stop coordinating", Duration::from_secs(15), || {
+        Ok(c.jobmanager_log(0).contains("leadership lost").then_some(()))
+    })?;
+    eprintln!("cut -> old leader stopped coordinating: {:?}", cut.elapsed());
+    wait_until("for the standby to lead", Duration::from_secs(30), || {
+        Ok((c.wait_for_leader(Duration::from_secs(2)).ok() == Some(1)).then_some(()))
+    })?;
+    eprintln!("cut -> new leader: {:?}", cut.elapsed());
+    wait_until("for a task manager to refuse the deposed leader", Duration::from_secs(30), || {
+        Ok(c.all_logs().contains("refusing a message of a deposed job manager").then_some(()))
+    })?;
+    c.wait_for_state(&id, "FINISHED", Duration::from_secs(180))?;
+    verify_job_output(&job, &out)?;
+    // Never both: the checkpoints each leader completed are disjoint, and none of the old leader's came after
+    // it lost leadership.
+    let (old, new) = (c.jobmanager_log(0), c.jobmanager_log(1));
+    let after = old.split("leadership lost").nth(1).unwrap_or_default();
+    assert!(completed_ids(after).is_empty(), "the cut-off leader completed checkpoints {:?}", completed_ids(after));
+    let (a, b) = (completed_ids(&old), completed_ids(&new));
+    assert!(!a.is_empty() && !b.is_empty(), "both leaders completed checkpoints: {a:?} {b:?}");
+    assert!(a.iter().all(|x| !b.contains(x)), "a checkpoint id was completed twice: {a:?} {b:?}");
+    assert!(a.iter().max() < b.iter().min(), "the new leader reused checkpoint ids: {a:?} {b:?}");
+    c.stop();
+    Ok(())
+}
+
+#[test]
+fn etcd_losing_a_member_changes_nothing_and_losing_all_loses_nothing() -> anyhow::Result<()> {
+    let seed = scenario_seed();
+    let mut c = HaCluster::start(HaOptions { jobmanagers: 2, etcd_members: 3, ..Default::default() })?;
+    let out = c.output_dir("counts")?;
+    let job = CountJob::bounded("ha-etcd", 1_200_000, 20_000, seed % 1000)
+        .rate(40_000)
+        .checkpoint_every_ms(500)
+        .emit_updates()
+        .into_files(&out);
+    let id = submit(&c, &job)?;
+    c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
+    let leader = c.wait_for_leader(Duration::from_secs(10))?;
+    let attempt = c.job(&id)?["attempt"].as_u64();
+    // One member of three down: the quorum holds, nothing changes.
+    c.etcd.kill(2);
+    let before = c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0);
+    wait_until("for checkpoints with a member down", Duration::from_secs(30), || {
+        Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= before + 4).then_some(()))
+    })?;
+    assert_eq!(c.wait_for_leader(Duration::from_secs(10))?, leader, "the leader changed");
+    assert_eq!(c.job(&id)?["attempt"].as_u64(), attempt, "the job restarted");
+    // All members down: no checkpoint completes (none can be recorded), the job is not lost.
+    c.etcd.kill(0);
+    c.etcd.kill(1);
+    std::thread::sleep(Duration::from_secs(3));
+    let count = |c: &HaCluster| (0..2).map(|i| completed_ids(&c.jobmanager_log(i)).len()).sum::<usize>();
+    let during = count(&c);
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(count(&c), during, "a checkpoint completed while etcd was down");
+    c.etcd.restart(&[0, 1, 2])?;
+    c.wait_for_leader(Duration::from_secs(30))?;
+    c.wait_for_state(&id, "FINISHED", Duration::from_secs(180))?;
+    verify_job_output(&job, &out)?;
+    c.stop();
+    Ok(())
+}
+
+#[test]
+fn a_leader_whose_store_hangs_resigns() -> anyhow::Result<()> {
+    let seed = scenario_seed();
+    // The first leader's health probe hangs from its third on, three times: it resigns; the other leads.
+    let c = HaCluster::start(HaOptions {
+        jobmanagers: 2,
+        first_jm_env: vec![("WEIR_FAILPOINTS".into(), "leader-health=2*off->3*return(delay:60000)->off".into())],
+        ..Default::default()
+    })?;
+    let out = c.output_dir("counts")?;
+    let job = CountJob::bounded("ha-hung", 1_200_000, 20_000, seed % 1000)
+        .rate(30_000)
+        .checkpoint_every_ms(500)
+        .emit_updates()
+        .into_files(&out);
+    let id = submit(&c, &job)?;
+    wait_until("for the hung leader to resign", Duration::from_secs(60), || {
+        Ok(c.jobmanager_log(0).contains("resigning leadership").then_some(()))
+    })?;
+    wait_until("for the other job manager to lead", Duration::from_secs(30), || {
+        Ok((c.wait_for_leader(Duration::from_secs(2)).ok() == Some(1)).then_some(()))
+    })?;
+    c.wait_for_state(&id, "FINISHED", Duration::from_secs(180))?;
+    verify_job_output(&job, &out)?;
+    c.stop();
     Ok(())
 }

@@ -230,13 +230,12 @@ impl JobManagerConfig {
 
     /// What this job manager presents to task managers and checks of them: TLS files, the cluster secret.
     pub fn security(&self) -> Result<weir_common::security::Security, weir_common::security::SecurityError> {
-        use weir_common::security::{load_tls, Secret, Security};
-        let tls = load_tls(self.tls_cert.as_deref(), self.tls_key.as_deref(), self.tls_ca.as_deref())?;
-        let secret = match &self.cluster_secret_file {
-            Some(f) => Some(Secret::from_file("cluster secret", f)?),
-            None => None,
-        };
-        Ok(Security { tls, secret, token: None })
+        weir_common::security::Security::member(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_ca.as_deref(),
+            self.cluster_secret_file.as_deref(),
+        )
     }
 
     /// The token clients must present, if one is configured.

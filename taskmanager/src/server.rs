@@ -211,13 +211,12 @@ pub fn load_config(flags: &Flags) -> anyhow::Result<TmConfig> {
 
 /// The TLS files and cluster secret of this task manager, read and checked.
 pub fn security(cfg: &TmConfig) -> anyhow::Result<weir_common::security::Security> {
-    use weir_common::security::{load_tls, Secret, Security};
-    let tls = load_tls(cfg.tls_cert.as_deref(), cfg.tls_key.as_deref(), cfg.tls_ca.as_deref())?;
-    let secret = match &cfg.cluster_secret_file {
-        Some(f) => Some(Secret::from_file("cluster secret", f)?),
-        None => None,
-    };
-    Ok(Security { tls, secret, token: None })
+    Ok(weir_common::security::Security::member(
+        cfg.tls_cert.as_deref(),
+        cfg.tls_key.as_deref(),
+        cfg.tls_ca.as_deref(),
+        cfg.cluster_secret_file.as_deref(),
+    )?)
 }
 
 fn advertised(addr: SocketAddr, host: &str) -> String {
