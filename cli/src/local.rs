@@ -455,21 +455,21 @@ async fn start(
     for i in 0..args.jobmanagers {
         let jm_dir = if i == 0 { dir.join("jobmanager") } else { dir.join(format!("jobmanager-{i}")) };
         std::fs::create_dir_all(&jm_dir).with_context(|| format!("cannot create {}", jm_dir.display()))?;
+        let bind = match &etcd {
+            // An HA job manager publishes its address, so it needs a known port.
+            Some(_) if i > 0 || args.bind.ends_with(":0") => format!("127.0.0.1:{}", free_port()?),
+            _ => args.bind.clone(),
+        };
         let mut jm_args = vec![
+            "--bind".to_string(),
+            bind.clone(),
             "--data-dir".to_string(),
             jm_dir.display().to_string(),
             "--checkpoint-store".to_string(),
             checkpoint_store.clone(),
         ];
         if let Some(etcd) = &etcd {
-            let bind = if i == 0 && !args.bind.ends_with(":0") {
-                args.bind.clone()
-            } else {
-                format!("127.0.0.1:{}", free_port()?)
-            };
             jm_args.extend([
-                "--bind".to_string(),
-                bind.clone(),
                 "--advertise-address".to_string(),
                 format!("http://{bind}"),
                 "--ha".to_string(),
@@ -479,8 +479,6 @@ async fn start(
                 "--ha-cluster-id".to_string(),
                 "local".to_string(),
             ]);
-        } else {
-            jm_args.extend(["--bind".to_string(), args.bind.clone()]);
         }
         let name = if i == 0 { "weir-jobmanager".to_string() } else { format!("weir-jobmanager-{i}") };
         let sink = sink_for(&name);

@@ -272,3 +272,45 @@ fn a_leader_whose_store_hangs_resigns() -> anyhow::Result<()> {
     c.stop();
     Ok(())
 }
+
+#[test]
+fn weir_local_starts_etcd_and_two_job_managers() -> anyhow::Result<()> {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir()?;
+    let cluster_dir = dir.path().join("c");
+    let mut cmd = std::process::Command::new(binary("weir")?);
+    cmd.args(["local", "--jobmanagers", "2", "--ha", "etcd", "--taskmanagers", "1", "--logs-to-files"])
+        .args(["--output", "json", "--dir"])
+        .arg(&cluster_dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn()?;
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60));
+    let result = (|| -> anyhow::Result<()> {
+        let info: serde_json::Value = serde_json::from_str(&line?)?;
+        let addresses = info["jobmanager"].as_str().unwrap_or_default().to_string();
+        assert_eq!(addresses.split(',').count(), 2, "{info}");
+        assert!(info["etcd"].as_str().is_some_and(|e| e.starts_with("http://127.0.0.1:")), "{info}");
+        let mut weir = std::process::Command::new(binary("weir")?);
+        weir.args(["cluster", "--output", "json", "--jobmanager", &addresses]);
+        let out = run_with_timeout(weir, Duration::from_secs(30))?;
+        let overview: serde_json::Value = serde_json::from_str(&out.stdout)?;
+        let leader = overview["leader"].as_str().unwrap_or_default();
+        assert!(addresses.split(',').any(|a| a == leader), "leader {leader:?} not among {addresses}");
+        assert_eq!(overview["task_managers"].as_array().map_or(0, |a| a.len()), 1, "{overview}");
+        Ok(())
+    })();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait()?;
+    result?;
+    assert!(status.success(), "weir local exited {status}");
+    Ok(())
+}
