@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod ha;
 pub mod job;
 pub mod lock;
+pub mod netns;
 pub mod output;
 pub mod process;
 pub mod proxy;
