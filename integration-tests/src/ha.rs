@@ -161,6 +161,7 @@ pub struct HaCluster {
     jm_args: Vec<String>,
     /// Data-plane address of each task manager.
     pub data_addresses: Vec<String>,
+    slots: u32,
     cli_args: Vec<String>,
     cli_env: Vec<(String, String)>,
     first_jm_env: Vec<(String, String)>,
@@ -176,8 +177,10 @@ pub struct HaCluster {
 pub struct HaOptions {
     /// Job managers.
     pub jobmanagers: usize,
-    /// Task managers (2 slots each).
+    /// Task managers.
     pub taskmanagers: usize,
+    /// Slots per task manager.
+    pub slots: u32,
     /// etcd members.
     pub etcd_members: usize,
     /// Lease TTL of the leader.
@@ -202,6 +205,7 @@ impl Default for HaOptions {
         HaOptions {
             jobmanagers: 3,
             taskmanagers: 2,
+            slots: 2,
             etcd_members: 1,
             lease_ttl_ms: 3000,
             jm_args: Vec::new(),
@@ -250,6 +254,7 @@ impl HaCluster {
             taskmanagers: Vec::new(),
             jm_args,
             data_addresses: Vec::new(),
+            slots: options.slots,
             cli_args: options.cli_args.clone(),
             cli_env: options.cli_env.clone(),
             first_jm_env: options.first_jm_env.clone(),
@@ -365,7 +370,7 @@ impl HaCluster {
         cmd.arg("--jobmanager")
             .arg(self.addresses())
             .arg("--slots")
-            .arg("2")
+            .arg(self.slots.to_string())
             .arg("--data-dir")
             .arg(&data)
             .arg("--tm-id")

@@ -24,6 +24,7 @@ pub mod job;
 pub mod lock;
 pub mod netns;
 pub mod output;
+pub mod pki;
 pub mod process;
 pub mod proxy;
 pub mod s3;

@@ -5,7 +5,7 @@
 //! No log holds the token, the secret or a key. A key that does not fit its certificate is a start-up error.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use weir_integration_tests::ha::{HaCluster, HaOptions};
 use weir_integration_tests::process::run_with_timeout;
@@ -107,38 +107,17 @@ fn tokens_and_the_cluster_secret_keep_strangers_out() -> anyhow::Result<()> {
     Ok(())
 }
 
-struct Pki {
-    dir: PathBuf,
-}
-
-impl Pki {
-    /// A CA named `name` and a member certificate for 127.0.0.1 signed by it; returns (cert, key, ca) paths.
-    fn member(&self, name: &str) -> anyhow::Result<(String, String, String)> {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-        let ca_key = KeyPair::generate()?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(DnType::CommonName, format!("{name} CA"));
-        let ca = ca_params.self_signed(&ca_key)?;
-        let issuer = Issuer::from_params(&ca_params, &ca_key);
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
-        params.distinguished_name.push(DnType::CommonName, format!("{name} member"));
-        let cert = params.signed_by(&key, &issuer)?;
-        Ok((
-            write(&self.dir, &format!("{name}.crt"), &cert.pem())?,
-            write(&self.dir, &format!("{name}.key"), &key.serialize_pem())?,
-            write(&self.dir, &format!("{name}-ca.crt"), &ca.pem())?,
-        ))
-    }
+/// A CA named `name` and a member certificate signed by it; returns (cert, key, ca) paths.
+fn member(dir: &Path, name: &str) -> anyhow::Result<(String, String, String)> {
+    let f = weir_integration_tests::pki::member(dir, name)?;
+    Ok((f.cert.display().to_string(), f.key.display().to_string(), f.ca.display().to_string()))
 }
 
 #[test]
 fn mutual_tls_admits_members_only() -> anyhow::Result<()> {
     let files = tempfile::tempdir()?;
-    let pki = Pki { dir: files.path().to_path_buf() };
-    let (cert, key, ca) = pki.member("weir")?;
-    let (rogue_cert, rogue_key, rogue_ca) = pki.member("rogue")?;
+    let (cert, key, ca) = member(files.path(), "weir")?;
+    let (rogue_cert, rogue_key, rogue_ca) = member(files.path(), "rogue")?;
     let token = write(files.path(), "token", TOKEN)?;
     let tls = |c: &str, k: &str, a: &str| {
         vec![
