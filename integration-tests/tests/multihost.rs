@@ -113,9 +113,9 @@ fn a_task_manager_cut_off_the_network_is_failed_over_and_fenced_when_it_returns(
     let tm1_log = log_of(d, "tm1");
     let canceled = tm1_log
         .lines()
+        .rev()
         .filter(|l| l.contains("registered with job manager"))
-        .filter_map(|l| l.split("canceled_tasks=").nth(1)?.split_whitespace().next()?.parse::<u32>().ok())
-        .last()
+        .find_map(|l| l.split("canceled_tasks=").nth(1)?.split_whitespace().next()?.parse::<u32>().ok())
         .unwrap_or(0);
     assert!(canceled > 0, "tm1's old tasks were not canceled when it came back:\n{tm1_log}");
 
