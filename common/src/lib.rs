@@ -14,7 +14,7 @@
 //! - [`cluster`]: finding the leading job manager (a standby's answer, the addresses a process follows).
 //! - [`security`]: TLS files, the cluster secret and client tokens, and the checks that admit members and clients.
 //! - [`config`]: layered config loading (defaults < TOML file < `WEIR_*` env < flags).
-//! - [`telemetry`]: tracing setup.
+//! - [`telemetry`]: tracing setup; [`metrics`]: the Prometheus endpoint.
 
 pub mod builtin;
 pub mod checkpoint;
@@ -25,6 +25,7 @@ pub mod descriptor;
 pub mod fault;
 pub mod ids;
 pub mod keygroup;
+pub mod metrics;
 pub mod security;
 pub mod serializer;
 pub mod spec;

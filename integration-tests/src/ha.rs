@@ -157,6 +157,8 @@ pub struct HaCluster {
     /// The etcd cluster.
     pub etcd: EtcdCluster,
     jobmanagers: Vec<(String, Option<Process>)>,
+    /// Each job manager's metrics address, with [`HaOptions::metrics`].
+    metrics: Vec<Option<String>>,
     taskmanagers: Vec<Process>,
     jm_args: Vec<String>,
     /// Data-plane address of each task manager.
@@ -198,6 +200,8 @@ pub struct HaOptions {
     /// The first job manager reaches etcd through a [`TcpProxy`] the test can take down (a partition
     /// between that job manager and etcd only).
     pub first_jm_etcd_proxy: bool,
+    /// Every job manager serves Prometheus metrics on a port of its own ([`HaCluster::metrics`]).
+    pub metrics: bool,
 }
 
 impl Default for HaOptions {
@@ -214,6 +218,7 @@ impl Default for HaOptions {
             cli_env: Vec::new(),
             first_jm_env: Vec::new(),
             first_jm_etcd_proxy: false,
+            metrics: false,
         }
     }
 }
@@ -251,6 +256,7 @@ impl HaCluster {
             dir: Some(dir),
             etcd,
             jobmanagers: Vec::new(),
+            metrics: Vec::new(),
             taskmanagers: Vec::new(),
             jm_args,
             data_addresses: Vec::new(),
@@ -266,6 +272,8 @@ impl HaCluster {
         for _ in 0..options.jobmanagers {
             let port = free_port()?;
             cluster.jobmanagers.push((format!("127.0.0.1:{port}"), None));
+            let metrics = if options.metrics { Some(format!("127.0.0.1:{}", free_port()?)) } else { None };
+            cluster.metrics.push(metrics);
         }
         if options.first_jm_etcd_proxy {
             let first = cluster
@@ -343,6 +351,9 @@ impl HaCluster {
                 .envs(self.env.clone());
             if i == 0 {
                 cmd.envs(self.first_jm_env.clone());
+            }
+            if let Some(m) = &self.metrics[i] {
+                cmd.arg("--metrics-bind").arg(m);
             }
             let mut p = Process::spawn(&format!("jobmanager-{i}"), cmd, &log)?;
             match p.wait_for_stdout(START_TIMEOUT, |l| l.starts_with("weir-jobmanager listening on").then_some(())) {
@@ -430,6 +441,18 @@ impl HaCluster {
             let leader = leader.trim_start_matches("http://").trim_start_matches("https://").to_string();
             Ok(self.jobmanagers.iter().position(|(a, _)| *a == leader))
         })
+    }
+
+    /// The Prometheus text of job manager `i` (with [`HaOptions::metrics`]).
+    pub fn metrics(&self, i: usize) -> Result<String> {
+        use std::io::{Read, Write};
+        let addr = self.metrics[i].as_ref().ok_or_else(|| anyhow!("job manager {i} serves no metrics"))?;
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        Ok(text)
     }
 
     /// SIGKILLs job manager `i`.

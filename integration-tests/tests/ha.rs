@@ -164,6 +164,7 @@ fn a_leader_cut_off_from_etcd_stops_and_its_held_back_notifications_are_refused(
     let c = HaCluster::start(HaOptions {
         jobmanagers: 2,
         first_jm_etcd_proxy: true,
+        metrics: true,
         first_jm_env: vec![("WEIR_FAILPOINTS".into(), "jm-send-notify=3*off->return(delay:8000)".into())],
         ..Default::default()
     })?;
@@ -203,6 +204,17 @@ fn a_leader_cut_off_from_etcd_stops_and_its_held_back_notifications_are_refused(
     assert!(!a.is_empty() && !b.is_empty(), "both leaders completed checkpoints: {a:?} {b:?}");
     assert!(a.iter().all(|x| !b.contains(x)), "a checkpoint id was completed twice: {a:?} {b:?}");
     assert!(a.iter().max() < b.iter().min(), "the new leader reused checkpoint ids: {a:?} {b:?}");
+    // The metrics say the same: the old leader lost its lease and does not lead; the new one leads at a later
+    // epoch and resumed the job.
+    let value = |text: &str, name: &str| -> Option<f64> {
+        text.lines().find(|l| l.starts_with(name))?.rsplit(' ').next()?.parse().ok()
+    };
+    let (m0, m1) = (c.metrics(0)?, c.metrics(1)?);
+    assert_eq!(value(&m0, "weir_jobmanager_is_leader"), Some(0.0), "{m0}");
+    assert_eq!(value(&m0, "weir_jobmanager_leadership_lost_total{reason=\"lease\"}"), Some(1.0), "{m0}");
+    assert_eq!(value(&m1, "weir_jobmanager_is_leader"), Some(1.0), "{m1}");
+    assert!(value(&m1, "weir_jobmanager_epoch") > value(&m0, "weir_jobmanager_epoch"), "{m0}\n{m1}");
+    assert!(value(&m1, "weir_jobmanager_resume_seconds_count").is_some_and(|n| n >= 1.0), "{m1}");
     c.stop();
     Ok(())
 }

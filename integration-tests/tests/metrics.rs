@@ -30,9 +30,9 @@ fn total(text: &str, name: &str, label: &str) -> Option<f64> {
 fn taskmanager_serves_record_and_checkpoint_metrics() -> anyhow::Result<()> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let addr = format!("127.0.0.1:{port}");
-    let mut options = ClusterOptions::new(1, 2);
-    options.env.push(("WEIR_METRICS_BIND".into(), addr.clone()));
-    let mut cluster = Cluster::start(options)?;
+    // Only the task manager gets the variable: the job manager reads WEIR_METRICS_BIND too.
+    let mut cluster = Cluster::start(ClusterOptions::new(0, 2))?;
+    cluster.start_taskmanager_with_env(&[("WEIR_METRICS_BIND".into(), addr.clone())])?;
     let job = CountJob::bounded("metrics", 200_000, 1000, 7).rate(50_000).checkpoint_every_ms(300).into_blackhole();
     let id = cluster.submit(&job.yaml())?;
     cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(90))?;

@@ -31,6 +31,7 @@ pub const CONFIG_KEYS: &[&str] = &[
     "tls_ca",
     "cluster_secret_file",
     "auth_token_file",
+    "metrics_bind",
 ];
 
 /// The job manager's configuration.
@@ -93,6 +94,9 @@ pub struct JobManagerConfig {
     /// File holding the bearer token clients must present (absent: the client API is open).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth_token_file: Option<PathBuf>,
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`); absent = no metrics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_bind: Option<String>,
 }
 
 impl Default for JobManagerConfig {
@@ -121,6 +125,7 @@ impl Default for JobManagerConfig {
             tls_ca: None,
             cluster_secret_file: None,
             auth_token_file: None,
+            metrics_bind: None,
         }
     }
 }
@@ -383,6 +388,10 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth_token_file: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: off]
+    #[arg(long, value_name = "HOST:PORT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_bind: Option<String>,
 }
 
 impl Cli {

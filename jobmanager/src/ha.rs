@@ -381,6 +381,9 @@ pub async fn run(
             }
         };
         gate.lead(jm.clone());
+        metrics::gauge!("weir_jobmanager_is_leader").set(1.0);
+        metrics::gauge!("weir_jobmanager_epoch").set(term.epoch as f64);
+        metrics::counter!("weir_jobmanager_leader_elections_total").increment(1);
         let started = Instant::now();
         let outcome = tokio::select! {
             _ = term.lost() => "lost",
@@ -389,6 +392,11 @@ pub async fn run(
         };
         gate.step_down();
         leader.send_replace(None);
+        metrics::gauge!("weir_jobmanager_is_leader").set(0.0);
+        if outcome != "stopping" {
+            let reason = if outcome == "lost" { "lease" } else { "unhealthy" };
+            metrics::counter!("weir_jobmanager_leadership_lost_total", "reason" => reason).increment(1);
+        }
         match outcome {
             "lost" => {
                 warn!(

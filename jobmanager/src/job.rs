@@ -212,6 +212,9 @@ pub(crate) struct JobActor {
     draining: Option<SavepointRequest>,
     /// A stop-with-savepoint completed: the tasks are finishing, by this time at the latest.
     stopping_until_ms: Option<u64>,
+    /// When this job manager took the (recovered) job over: until its first redeployment runs, for the resume
+    /// metric.
+    takeover: Option<std::time::Instant>,
 }
 
 impl JobActor {
@@ -235,6 +238,7 @@ impl JobActor {
             savepoint_in_flight: None,
             draining: None,
             stopping_until_ms: None,
+            takeover: recovered.then(std::time::Instant::now),
         };
         let task = tokio::spawn(actor.run(rx, shutdown, recovered));
         JobHandle { tx, view, task: Some(task) }
@@ -717,6 +721,11 @@ impl JobActor {
             dep.coordinator = CheckpointCoordinator::new(settings, attempt, now_ms());
         }
         self.set_state(JobState::Running);
+        if let Some(t) = self.takeover.take() {
+            let seconds = t.elapsed().as_secs_f64();
+            metrics::histogram!("weir_jobmanager_resume_seconds").record(seconds);
+            info!(job_id = %self.record.id, resume_ms = (seconds * 1000.0) as u64, "job resumed after this job manager took over");
+        }
         let _ = self.persist().await;
     }
 

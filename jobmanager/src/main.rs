@@ -36,6 +36,25 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
+        if let Some(addr) = &config.metrics_bind {
+            let listener = match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("weir-jobmanager: cannot bind metrics address {addr}: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match weir_common::metrics::install() {
+                Ok(handle) => {
+                    tracing::info!(address = %addr, "serving metrics at /metrics");
+                    tokio::spawn(weir_common::metrics::serve(listener, handle));
+                }
+                Err(e) => {
+                    eprintln!("weir-jobmanager: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
         let result = if config.ha == "etcd" { serve_ha(config, listener).await } else { serve(config, listener).await };
         match result {
             Ok(()) => ExitCode::SUCCESS,

@@ -9,14 +9,12 @@
 //! - [`align`]: barrier alignment.
 //! - [`task`]: one subtask's thread: the record loop, checkpoints, end of input.
 //! - [`report`]: ordered reports to the job manager.
-//! - [`metrics`]: Prometheus metrics over HTTP.
 //! - [`service`]: the gRPC service, registration and heartbeats.
 //! - [`server`]: config and the whole process, used by the `weir-taskmanager` binary.
 
 pub mod align;
 pub mod builtins;
 pub mod commit;
-pub mod metrics;
 pub mod net;
 pub mod operator;
 pub mod record;

@@ -254,8 +254,8 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot bind metrics address {}", cfg.metrics_bind))?;
         tracing::info!(address = %listener.local_addr()?, "serving metrics at /metrics");
-        let handle = crate::metrics::install().map_err(anyhow::Error::msg)?;
-        tokio::spawn(crate::metrics::serve(listener, handle));
+        let handle = weir_common::metrics::install().map_err(anyhow::Error::msg)?;
+        tokio::spawn(weir_common::metrics::serve(listener, handle));
     }
 
     let data_server = Arc::new(DataServer::new(DataSecurity::from(&security)?));
