@@ -34,11 +34,18 @@ struct Member {
 pub struct EtcdCluster {
     dir: PathBuf,
     members: Vec<Member>,
+    /// TLS for clients (mutual: etcd requires a client certificate of the same CA).
+    tls: Option<crate::pki::MemberFiles>,
 }
 
 impl EtcdCluster {
     /// Starts `n` members under `dir` and waits until each serves clients.
     pub fn start(dir: &Path, n: usize) -> Result<EtcdCluster> {
+        EtcdCluster::start_with(dir, n, None)
+    }
+
+    /// [`EtcdCluster::start`], serving clients over TLS with `tls` (and requiring client certificates).
+    pub fn start_with(dir: &Path, n: usize, tls: Option<crate::pki::MemberFiles>) -> Result<EtcdCluster> {
         let mut members = Vec::new();
         for i in 0..n {
             members.push(Member {
@@ -48,7 +55,7 @@ impl EtcdCluster {
                 process: None,
             });
         }
-        let mut cluster = EtcdCluster { dir: dir.to_path_buf(), members };
+        let mut cluster = EtcdCluster { dir: dir.to_path_buf(), members, tls };
         for i in 0..n {
             cluster.spawn(i, "new")?;
         }
@@ -69,6 +76,7 @@ impl EtcdCluster {
     fn spawn(&mut self, i: usize, state: &str) -> Result<()> {
         let initial = self.initial_cluster();
         let m = &self.members[i];
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         let data = self.dir.join(&m.name);
         std::fs::create_dir_all(&data)?;
         let mut cmd = Command::new(etcd_binary()?);
@@ -77,9 +85,9 @@ impl EtcdCluster {
             .arg("--data-dir")
             .arg(&data)
             .arg("--listen-client-urls")
-            .arg(format!("http://127.0.0.1:{}", m.client_port))
+            .arg(format!("{scheme}://127.0.0.1:{}", m.client_port))
             .arg("--advertise-client-urls")
-            .arg(format!("http://127.0.0.1:{}", m.client_port))
+            .arg(format!("{scheme}://127.0.0.1:{}", m.client_port))
             .arg("--listen-peer-urls")
             .arg(format!("http://127.0.0.1:{}", m.peer_port))
             .arg("--initial-advertise-peer-urls")
@@ -91,6 +99,15 @@ impl EtcdCluster {
             .arg("--initial-cluster-token")
             .arg(format!("weir-test-{}", std::process::id()))
             .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH);
+        if let Some(tls) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--client-cert-auth");
+        }
         let log = self.dir.join(format!("{}.log", m.name));
         let process = Process::spawn(&m.name, cmd, &log)?;
         self.members[i].process = Some(process);
@@ -116,7 +133,8 @@ impl EtcdCluster {
 
     /// Client URLs of every member, comma-separated.
     pub fn endpoints(&self) -> String {
-        self.members.iter().map(|m| format!("http://127.0.0.1:{}", m.client_port)).collect::<Vec<_>>().join(",")
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        self.members.iter().map(|m| format!("{scheme}://127.0.0.1:{}", m.client_port)).collect::<Vec<_>>().join(",")
     }
 
     /// SIGKILLs member `i`.
@@ -202,6 +220,8 @@ pub struct HaOptions {
     pub first_jm_etcd_proxy: bool,
     /// Every job manager serves Prometheus metrics on a port of its own ([`HaCluster::metrics`]).
     pub metrics: bool,
+    /// etcd serves clients over TLS with these files (the job managers need TLS flags of the same CA).
+    pub etcd_tls: Option<crate::pki::MemberFiles>,
 }
 
 impl Default for HaOptions {
@@ -219,6 +239,7 @@ impl Default for HaOptions {
             first_jm_env: Vec::new(),
             first_jm_etcd_proxy: false,
             metrics: false,
+            etcd_tls: None,
         }
     }
 }
@@ -233,7 +254,7 @@ impl HaCluster {
         )?;
         let dir = tempfile::Builder::new().prefix("weir-ha-").tempdir()?;
         std::fs::create_dir_all(dir.path().join("logs"))?;
-        let etcd = EtcdCluster::start(dir.path(), options.etcd_members)?;
+        let etcd = EtcdCluster::start_with(dir.path(), options.etcd_members, options.etcd_tls.clone())?;
         let store = format!("file://{}", dir.path().join("checkpoints").display());
         let mut jm_args = vec![
             "--ha".to_string(),
@@ -276,14 +297,9 @@ impl HaCluster {
             cluster.metrics.push(metrics);
         }
         if options.first_jm_etcd_proxy {
-            let first = cluster
-                .etcd
-                .endpoints()
-                .split(',')
-                .next()
-                .unwrap_or_default()
-                .trim_start_matches("http://")
-                .to_string();
+            let endpoints = cluster.etcd.endpoints();
+            let first =
+                endpoints.split(',').next().unwrap_or_default().split("://").nth(1).unwrap_or_default().to_string();
             cluster.etcd_proxy = Some(crate::proxy::TcpProxy::start(first.parse()?)?);
         }
         // The first job manager leads: the others start once it does.
@@ -338,7 +354,9 @@ impl HaCluster {
         for _ in 0..10 {
             let mut cmd = Command::new(binary("weir-jobmanager")?);
             let etcd = match (&self.etcd_proxy, i) {
-                (Some(proxy), 0) => format!("http://{}", proxy.addr()),
+                (Some(proxy), 0) => {
+                    format!("{}://{}", if self.etcd.tls.is_some() { "https" } else { "http" }, proxy.addr())
+                }
                 _ => self.etcd.endpoints(),
             };
             cmd.arg("--bind")

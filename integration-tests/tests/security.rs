@@ -131,9 +131,16 @@ fn mutual_tls_admits_members_only() -> anyhow::Result<()> {
     };
     let mut jm_args = tls(&cert, &key, &ca);
     jm_args.extend(["--auth-token-file".to_string(), token.clone()]);
+    // etcd too is reached over mutual TLS, with the members' CA.
+    let etcd_tls = weir_integration_tests::pki::MemberFiles {
+        cert: cert.clone().into(),
+        key: key.clone().into(),
+        ca: ca.clone().into(),
+    };
     let mut c = HaCluster::start(HaOptions {
         jobmanagers: 1,
         jm_args,
+        etcd_tls: Some(etcd_tls),
         tm_args: tls(&cert, &key, &ca),
         cli_args: vec!["--tls-ca".into(), ca.clone()],
         cli_env: vec![("WEIR_TOKEN".into(), TOKEN.into())],

@@ -205,9 +205,15 @@ impl JobManagerConfig {
             return Err(ConfigError("etcd_endpoints: ha = etcd needs at least one etcd endpoint".into()));
         }
         for e in &list {
-            if !e.starts_with("http://") {
+            if !e.starts_with("http://") && !e.starts_with("https://") {
                 return Err(ConfigError(format!(
-                    "etcd_endpoints: expected http://HOST:PORT, got {e:?} (TLS to etcd is not supported yet)"
+                    "etcd_endpoints: expected http://HOST:PORT or https://HOST:PORT, got {e:?}"
+                )));
+            }
+            if e.starts_with("https://") && self.tls_cert.is_none() {
+                return Err(ConfigError(format!(
+                    "etcd_endpoints: {e} is https: give tls_cert, tls_key and tls_ca (the CA file must hold the CA of \
+                     etcd's certificate; etcd sees this member's certificate)"
                 )));
             }
         }

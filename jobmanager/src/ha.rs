@@ -63,12 +63,22 @@ pub struct Etcd {
 }
 
 impl Etcd {
-    /// Connects, bounded by `timeout`, and checks that etcd answers.
-    pub async fn connect(endpoints: &[String], cluster_id: &str, timeout: Duration) -> Result<Etcd, HaError> {
+    /// Connects, bounded by `timeout`, and checks that etcd answers. `https://` endpoints are reached over TLS
+    /// with this member's certificate (mutual TLS), trusting the cluster CA (which may be a bundle that also
+    /// holds etcd's CA).
+    pub async fn connect(
+        endpoints: &[String],
+        cluster_id: &str,
+        timeout: Duration,
+        tls: Option<&weir_common::security::TlsFiles>,
+    ) -> Result<Etcd, HaError> {
         let joined = endpoints.join(",");
         let err = |reason: String| HaError::Etcd { endpoints: joined.clone(), reason };
         let mut options =
             ConnectOptions::new().with_connect_timeout(timeout.min(Duration::from_secs(3))).with_timeout(timeout);
+        if let Some(tls) = tls {
+            options = options.with_tls(tls.tonic_client());
+        }
         if let Ok(user) = std::env::var("WEIR_ETCD_USER") {
             let password = std::env::var("WEIR_ETCD_PASSWORD").unwrap_or_default();
             options = options.with_user(user, password);

@@ -105,10 +105,12 @@ async fn serve_ha(config: weir_jobmanager::JobManagerConfig, listener: tokio::ne
     let endpoints = config.etcd_endpoint_list().map_err(|e| start(e.into()))?;
     let address = config.client_address().map_err(|e| start(e.into()))?;
     // Bad TLS or secret files are found now, not at the first connection.
-    config.security().map_err(|e| start(e.into()))?;
+    let security = config.security().map_err(|e| start(e.into()))?;
     config.client_token().map_err(|e| start(e.into()))?;
     let timeout = std::time::Duration::from_millis(config.etcd_timeout_ms);
-    let etcd = Etcd::connect(&endpoints, &config.ha_cluster_id, timeout).await.map_err(|e| start(e.into()))?;
+    let etcd_tls = security.tls.as_ref().filter(|_| endpoints.iter().any(|e| e.starts_with("https://")));
+    let etcd =
+        Etcd::connect(&endpoints, &config.ha_cluster_id, timeout, etcd_tls).await.map_err(|e| start(e.into()))?;
     let url = config.checkpoint_store_url().map_err(|e| start(e.into()))?;
     let store = weir_common::store::Store::open(&url, &config.store_options()).map_err(|e| start(e.into()))?;
     etcd.bind_store(&config.ha_cluster_id, &store).await.map_err(|e| start(e.into()))?;
