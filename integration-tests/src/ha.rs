@@ -506,6 +506,14 @@ impl HaCluster {
         all
     }
 
+    /// Writes the job's spec into the cluster's directory, submits it with `weir job submit` and returns its id.
+    pub fn submit(&self, job: &crate::CountJob) -> Result<String> {
+        let spec = self.dir().join(format!("{}.yaml", job.name));
+        std::fs::write(&spec, job.yaml())?;
+        let out = self.cli_json(&["job", "submit", &spec.display().to_string()])?;
+        out["id"].as_str().map(str::to_string).ok_or_else(|| anyhow!("weir job submit printed no id: {out}"))
+    }
+
     /// A job's JSON as `weir job status` prints it.
     pub fn job(&self, id: &str) -> Result<serde_json::Value> {
         self.cli_json(&["job", "status", id])

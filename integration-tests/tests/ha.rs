@@ -13,13 +13,6 @@ use weir_integration_tests::ha::{EtcdCluster, HaCluster, HaOptions};
 use weir_integration_tests::process::{free_port, run_with_timeout};
 use weir_integration_tests::{binary, scenario_seed, verify_job_output, wait_until, CountJob};
 
-fn submit(c: &HaCluster, job: &CountJob) -> anyhow::Result<String> {
-    let spec = c.dir().join(format!("{}.yaml", job.name));
-    std::fs::write(&spec, job.yaml())?;
-    let out = c.cli_json(&["job", "submit", spec.to_str().unwrap_or_default()])?;
-    Ok(out["id"].as_str().unwrap_or_default().to_string())
-}
-
 #[test]
 fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
     let seed = scenario_seed();
@@ -30,7 +23,7 @@ fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
         .checkpoint_every_ms(500)
         .emit_updates()
         .into_files(&out);
-    let id = submit(&c, &job)?;
+    let id = c.submit(&job)?;
     c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
     let mut recoveries = Vec::new();
     for round in 0..3 {
@@ -76,7 +69,7 @@ fn a_paused_leader_is_replaced_and_its_late_messages_are_refused() -> anyhow::Re
         .checkpoint_every_ms(500)
         .emit_updates()
         .into_files(&out);
-    let id = submit(&c, &job)?;
+    let id = c.submit(&job)?;
     wait_until("for checkpoints", Duration::from_secs(60), || {
         Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= 2).then_some(()))
     })?;
@@ -174,7 +167,7 @@ fn a_leader_cut_off_from_etcd_stops_and_its_held_back_notifications_are_refused(
         .checkpoint_every_ms(500)
         .emit_updates()
         .into_files(&out);
-    let id = submit(&c, &job)?;
+    let id = c.submit(&job)?;
     wait_until("for checkpoints", Duration::from_secs(60), || {
         Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= 6).then_some(()))
     })?;
@@ -229,7 +222,7 @@ fn etcd_losing_a_member_changes_nothing_and_losing_all_loses_nothing() -> anyhow
         .checkpoint_every_ms(500)
         .emit_updates()
         .into_files(&out);
-    let id = submit(&c, &job)?;
+    let id = c.submit(&job)?;
     c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
     let leader = c.wait_for_leader(Duration::from_secs(10))?;
     let attempt = c.job(&id)?["attempt"].as_u64();
@@ -272,7 +265,7 @@ fn a_leader_whose_store_hangs_resigns() -> anyhow::Result<()> {
         .checkpoint_every_ms(500)
         .emit_updates()
         .into_files(&out);
-    let id = submit(&c, &job)?;
+    let id = c.submit(&job)?;
     wait_until("for the hung leader to resign", Duration::from_secs(60), || {
         Ok(c.jobmanager_log(0).contains("resigning leadership").then_some(()))
     })?;

@@ -20,13 +20,6 @@ fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
     Ok(p.display().to_string())
 }
 
-fn submit(c: &HaCluster, job: &CountJob) -> anyhow::Result<String> {
-    let spec = c.dir().join(format!("{}.yaml", job.name));
-    std::fs::write(&spec, job.yaml())?;
-    let out = c.cli_json(&["job", "submit", spec.to_str().unwrap_or_default()])?;
-    Ok(out["id"].as_str().unwrap_or_default().to_string())
-}
-
 /// Sends a data-plane frame to `addr` and reports whether the connection is closed on us within 5 s.
 fn data_peer_is_dropped(addr: &str, first: &[u8]) -> anyhow::Result<bool> {
     let mut s = std::net::TcpStream::connect(addr)?;
@@ -92,7 +85,7 @@ fn tokens_and_the_cluster_secret_keep_strangers_out() -> anyhow::Result<()> {
     // A job runs across the secret-protected data plane.
     let out_dir = c.output_dir("counts")?;
     let job = CountJob::bounded("sec-job", 100_000, 1000, 7).into_files(&out_dir);
-    let id = submit(&c, &job)?;
+    let id = c.submit(&job)?;
     c.wait_for_state(&id, "FINISHED", Duration::from_secs(120))?;
     verify_job_output(&job, &out_dir)?;
 
@@ -166,7 +159,7 @@ fn mutual_tls_admits_members_only() -> anyhow::Result<()> {
     // A job runs with TLS on gRPC and the data plane.
     let out_dir = c.output_dir("counts")?;
     let job = CountJob::bounded("tls-job", 100_000, 1000, 9).into_files(&out_dir);
-    let id = submit(&c, &job)?;
+    let id = c.submit(&job)?;
     c.wait_for_state(&id, "FINISHED", Duration::from_secs(120))?;
     verify_job_output(&job, &out_dir)?;
     let logs = c.all_logs();

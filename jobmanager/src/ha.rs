@@ -33,6 +33,8 @@ pub const HEALTH_STRIKES: u32 = 3;
 /// After resigning because it could not work, a job manager waits this long before campaigning again, so a
 /// healthy standby takes over.
 const RESIGN_BACKOFF: Duration = Duration::from_secs(10);
+/// Wait before a call that could not connect is made again.
+const CONNECT_RETRY: Duration = Duration::from_millis(50);
 /// The object in the checkpoint store that names the HA cluster owning it.
 pub const CLUSTER_MARKER: &str = "_weir_ha_cluster";
 
@@ -107,18 +109,34 @@ impl Etcd {
         self.client.clone()
     }
 
-    /// Bounds an etcd call and turns its failure into an [`HaError`].
-    pub async fn call<T, F>(&self, what: &str, f: F) -> Result<T, HaError>
+    /// Bounds an etcd call (made by `f` with a fresh client handle) and turns its failure into an
+    /// [`HaError`]. A call that could not even connect is made again until the bound: with a member of the
+    /// cluster down, the client's balancer still sends some calls to it, and those were never sent, so they
+    /// are safe to repeat (a call that reached etcd is never repeated: a job record's compare-and-swap would
+    /// then fail against its own write).
+    pub async fn call<T, F, Fut>(&self, what: &str, f: F) -> Result<T, HaError>
     where
-        F: std::future::Future<Output = Result<T, etcd_client::Error>>,
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
-        match tokio::time::timeout(self.call_timeout, f).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(HaError::Etcd { endpoints: self.endpoints.clone(), reason: format!("{what}: {e}") }),
-            Err(_) => Err(HaError::Etcd {
-                endpoints: self.endpoints.clone(),
-                reason: format!("{what}: no answer within {} ms", self.call_timeout.as_millis()),
-            }),
+        let deadline = Instant::now() + self.call_timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, f(self.client())).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if not_connected(&e) && Instant::now() + CONNECT_RETRY < deadline => {
+                    tokio::time::sleep(CONNECT_RETRY).await;
+                }
+                Ok(Err(e)) => {
+                    return Err(HaError::Etcd { endpoints: self.endpoints.clone(), reason: format!("{what}: {e}") })
+                }
+                Err(_) => {
+                    return Err(HaError::Etcd {
+                        endpoints: self.endpoints.clone(),
+                        reason: format!("{what}: no answer within {} ms", self.call_timeout.as_millis()),
+                    })
+                }
+            }
         }
     }
 
@@ -131,7 +149,12 @@ impl Etcd {
             .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.clone(), url.clone(), None)])
             .or_else([TxnOp::get(key.clone(), None)]);
-        let resp = self.call("binding the checkpoint store", self.client().txn(txn)).await?;
+        let resp = self
+            .call("binding the checkpoint store", |mut c| {
+                let t = txn.clone();
+                async move { c.txn(t).await }
+            })
+            .await?;
         if !resp.succeeded() {
             let existing = first_value(&resp).unwrap_or_default();
             if existing != url {
@@ -162,6 +185,16 @@ impl Etcd {
             Err(e) => Err(HaError::Conflict(format!("cannot read {CLUSTER_MARKER} in checkpoint store {url}: {e}"))),
         }
     }
+}
+
+/// Whether a call failed before anything was sent: no connection to the member it was routed to.
+fn not_connected(e: &etcd_client::Error) -> bool {
+    let text = match e {
+        etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::Unavailable => format!("{s:?}"),
+        etcd_client::Error::TransportError(t) => format!("{t:?}"),
+        _ => return false,
+    };
+    text.contains("ConnectError") || text.contains("tcp connect error")
 }
 
 fn first_value(resp: &etcd_client::TxnResponse) -> Option<String> {
@@ -207,7 +240,9 @@ impl Term {
     /// Gives leadership up now (revoking the lease deletes the leader key), so a standby takes over without
     /// waiting for the TTL.
     pub async fn resign(&self) {
-        if let Err(e) = self.etcd.call("revoking the lease", self.etcd.client().lease_revoke(self.lease)).await {
+        if let Err(e) =
+            self.etcd.call("revoking the lease", |mut c| async move { c.lease_revoke(self.lease).await }).await
+        {
             warn!(error = %e, "cannot revoke the leader lease; it expires by itself");
         }
     }
@@ -264,22 +299,27 @@ async fn try_to_lead(
     address: &str,
     ttl_s: i64,
 ) -> Result<Result<(u64, i64), Option<String>>, HaError> {
-    let current = etcd.call("reading the leader", etcd.client().get(key, None)).await?;
+    let current = etcd.call("reading the leader", |mut c| async move { c.get(key, None).await }).await?;
     if let Some(kv) = current.kvs().first() {
         return Ok(Err(Some(String::from_utf8_lossy(kv.value()).to_string())));
     }
-    let lease = etcd.call("granting a lease", etcd.client().lease_grant(ttl_s, None)).await?.id();
+    let lease = etcd.call("granting a lease", |mut c| async move { c.lease_grant(ttl_s, None).await }).await?.id();
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([TxnOp::put(key, address, Some(PutOptions::new().with_lease(lease)))])
         .or_else([TxnOp::get(key, None)]);
-    let resp = etcd.call("campaigning", etcd.client().txn(txn)).await?;
+    let resp = etcd
+        .call("campaigning", |mut c| {
+            let t = txn.clone();
+            async move { c.txn(t).await }
+        })
+        .await?;
     if resp.succeeded() {
         let epoch = resp.header().map(|h| h.revision()).unwrap_or_default() as u64;
         return Ok(Ok((epoch, lease)));
     }
     // Another job manager won this round.
-    let _ = etcd.call("revoking an unused lease", etcd.client().lease_revoke(lease)).await;
+    let _ = etcd.call("revoking an unused lease", |mut c| async move { c.lease_revoke(lease).await }).await;
     Ok(Err(first_value(&resp)))
 }
 
@@ -299,13 +339,17 @@ async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, lost: watch::Sender<b
                 stream = Some(s);
             }
         }
+        let mut renewed = false;
         if let Some((keeper, answers)) = stream.as_mut() {
             let round = async {
                 keeper.keep_alive().await?;
                 answers.message().await
             };
             match tokio::time::timeout(period, round).await {
-                Ok(Ok(Some(r))) if r.ttl() > 0 => last_ok = tick,
+                Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                    last_ok = tick;
+                    renewed = true;
+                }
                 Ok(Ok(Some(_))) => {
                     warn!(lease, "the leader lease expired");
                     lost.send_replace(true);
@@ -323,7 +367,10 @@ async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, lost: watch::Sender<b
             lost.send_replace(true);
             return;
         }
-        tokio::time::sleep(period.saturating_sub(tick.elapsed())).await;
+        // A failed round (a member down, say) is tried again at once on a new stream, which the client's
+        // balancer may route to another member.
+        let pause = if renewed { period.saturating_sub(tick.elapsed()) } else { CONNECT_RETRY };
+        tokio::time::sleep(pause).await;
     }
 }
 

@@ -317,7 +317,10 @@ impl EtcdJobStore {
             .and_then([TxnOp::put(key.clone(), bytes, None)]);
         let etcd = self.term.etcd();
         let resp = etcd
-            .call("writing a job record", etcd.client().txn(txn))
+            .call("writing a job record", |mut c| {
+                let t = txn.clone();
+                async move { c.txn(t).await }
+            })
             .await
             .map_err(|e| JobStoreError::Etcd(e.to_string()))?;
         if !resp.succeeded() {
@@ -333,10 +336,10 @@ impl EtcdJobStore {
         let etcd = self.term.etcd();
         let prefix = etcd.key("jobs/");
         let resp = etcd
-            .call(
-                "reading the job records",
-                etcd.client().get(prefix, Some(etcd_client::GetOptions::new().with_prefix())),
-            )
+            .call("reading the job records", |mut c| {
+                let p = prefix.clone();
+                async move { c.get(p, Some(etcd_client::GetOptions::new().with_prefix())).await }
+            })
             .await
             .map_err(|e| JobStoreError::Etcd(e.to_string()))?;
         let mut records = Vec::new();

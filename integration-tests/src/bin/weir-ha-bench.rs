@@ -73,17 +73,10 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
-fn submit(c: &HaCluster, job: &CountJob) -> Result<String> {
-    let spec = c.dir().join(format!("{}.yaml", job.name));
-    std::fs::write(&spec, job.yaml())?;
-    let out = c.cli_json(&["job", "submit", spec.to_str().unwrap_or_default()])?;
-    Ok(out["id"].as_str().unwrap_or_default().to_string())
-}
-
 fn failover(kills: usize, lease_ttl_ms: u64) -> Result<()> {
     let mut c = HaCluster::start(HaOptions { lease_ttl_ms, ..Default::default() })?;
     let job = CountJob::unbounded("failover-bench", 50_000, 1).rate(20_000).checkpoint_every_ms(1000).into_blackhole();
-    let id = submit(&c, &job)?;
+    let id = c.submit(&job)?;
     c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
     let mut times = Vec::new();
     for k in 0..kills {
@@ -127,7 +120,7 @@ fn count_once(records: u64, keys: u64, tls: bool) -> Result<f64> {
     }
     let c = HaCluster::start(options)?;
     let job = CountJob::bounded("tls-bench", records, keys, 1).checkpoint_every_ms(5000).into_blackhole();
-    let id = submit(&c, &job)?;
+    let id = c.submit(&job)?;
     c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
     let running = Instant::now();
     c.wait_for_state(&id, "FINISHED", Duration::from_secs(1800))?;
