@@ -40,6 +40,10 @@ pub struct GlobalArgs {
     /// Private key (PEM) of --tls-cert
     #[arg(long, global = true, env = "WEIR_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+    /// File with the cluster secret: a member's credential, accepted by the client API instead of a token
+    /// when TLS is off
+    #[arg(long, global = true, env = "WEIR_CLUSTER_SECRET_FILE", value_name = "FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
     /// Output format: `text` for people, `json` for scripts [default: text]
     #[arg(long, global = true, env = "WEIR_OUTPUT", value_enum, value_name = "FORMAT")]
     pub output: Option<OutputFormat>,

@@ -86,7 +86,11 @@ fn security(args: &GlobalArgs) -> Result<Security, CliError> {
         (Some(ca), None, None) => Some(TlsFiles::trusting(ca).map_err(usage)?),
         _ => return Err(CliError::Usage("--tls-cert and --tls-key go together, with --tls-ca".into())),
     };
-    Ok(Security { tls, secret: None, token })
+    let secret = match &args.cluster_secret_file {
+        Some(f) => Some(Secret::from_file("cluster secret", f).map_err(usage)?),
+        None => None,
+    };
+    Ok(Security { tls, secret, token })
 }
 
 /// Adds `http://` to an address given as `HOST:PORT`.

@@ -5,8 +5,9 @@
 //!   (`--cluster-secret-file`) sent with every call when it is off. The internal services accept nothing
 //!   else: a client token never opens them.
 //! - Clients (`weir`) send a bearer token (`--token-file` / `WEIR_TOKEN`); the job manager's client API checks
-//!   it against `--auth-token-file`. A member certificate opens the client API too, so an operator on a
-//!   cluster node can use the node's certificate.
+//!   it against `--auth-token-file`. A member's credential (its certificate, or the cluster secret without
+//!   TLS) opens the client API too, so an operator on a cluster node can use the node's own
+//!   (`weir --tls-cert/--tls-key` or `weir --cluster-secret-file`).
 //! - Secrets are read from files or the environment only; [`Secret`]'s `Debug` and `Display` print
 //!   `<redacted>`, so a secret cannot reach a log line or an error message by accident.
 //!
@@ -358,17 +359,19 @@ impl tonic::service::Interceptor for MemberCheck {
     }
 }
 
-/// Admits a client with the right bearer token, or a member certificate; without a configured token,
-/// everyone.
+/// Admits a client with the right bearer token, or a member's credential (a member certificate, or the
+/// cluster secret without TLS); without a configured token, everyone.
 #[derive(Clone, Debug)]
 pub struct ClientCheck {
     token: Option<Secret>,
+    secret: Option<Secret>,
 }
 
 impl ClientCheck {
-    /// Checks against `token` (`None`: the client API is open).
-    pub fn new(token: Option<Secret>) -> ClientCheck {
-        ClientCheck { token }
+    /// Checks against `token` (`None`: the client API is open); `secret` is the cluster secret, which
+    /// members (and operators holding it) may present instead.
+    pub fn new(token: Option<Secret>, secret: Option<Secret>) -> ClientCheck {
+        ClientCheck { token, secret }
     }
 }
 
@@ -377,6 +380,12 @@ impl tonic::service::Interceptor for ClientCheck {
         let Some(token) = &self.token else { return Ok(req) };
         if has_member_certificate(&req) {
             return Ok(req);
+        }
+        let offered = req.metadata().get(SECRET_METADATA);
+        if let (Some(secret), Some(v)) = (&self.secret, offered) {
+            if secret.matches(v.as_bytes()) {
+                return Ok(req);
+            }
         }
         match req.metadata().get("authorization").map(|v| v.as_bytes()) {
             Some(v) if v.starts_with(b"Bearer ") && token.matches(&v[7..]) => Ok(req),
@@ -424,9 +433,13 @@ mod tests {
 
     #[test]
     fn client_check_wants_the_token() {
-        let mut open = ClientCheck::new(None);
+        let mut open = ClientCheck::new(None, None);
         assert!(open.call(Request::new(())).is_ok());
-        let mut check = ClientCheck::new(Some(Secret::new("token", "t0k").unwrap()));
+        let secret = Secret::new("cluster secret", "s3cret").unwrap();
+        let mut check = ClientCheck::new(Some(Secret::new("token", "t0k").unwrap()), Some(secret.clone()));
+        // The cluster secret is a member's credential: it opens the client API too.
+        let mut member = Security { secret: Some(secret), ..Default::default() }.credentials();
+        assert!(check.call(member.call(Request::new(())).unwrap()).is_ok());
         assert!(check.call(Request::new(())).unwrap_err().message().contains("token is required"));
         let mut req = Request::new(());
         req.metadata_mut().insert("authorization", "Bearer nope".parse().unwrap());

@@ -66,8 +66,10 @@ fn tokens_and_the_cluster_secret_keep_strangers_out() -> anyhow::Result<()> {
         assert!(out.stderr.contains("UNAUTHENTICATED"), "{}", out.stderr);
     }
     assert_eq!(c.cli_json(&["job", "list"])?.as_array().map_or(0, |a| a.len()), 0, "nothing was submitted");
-    // The right token from a file works.
+    // The right token from a file works, and so does the cluster secret (a member's credential).
     let out = c.cli_bare(&["job", "list", "--token-file", &token], &[])?;
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let out = c.cli_bare(&["job", "list", "--cluster-secret-file", &secret], &[])?;
     assert_eq!(out.code(), Some(0), "{}", out.stderr);
 
     // A task manager without the secret cannot register; one with a client token is no member either.

@@ -57,7 +57,10 @@ where
     if let Some(tls) = &security.tls {
         builder = builder.tls_config(tls.tonic_server())?;
     }
-    let client_api = InterceptedService::new(ClientApiServer::new(service.clone()), ClientCheck::new(token));
+    let client_api = InterceptedService::new(
+        ClientApiServer::new(service.clone()),
+        ClientCheck::new(token, security.secret.clone()),
+    );
     let internal = InterceptedService::new(
         JobManagerInternalServer::new(service)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
