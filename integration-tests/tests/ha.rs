@@ -15,15 +15,8 @@ use weir_integration_tests::{binary, scenario_seed, verify_job_output, wait_unti
 
 #[test]
 fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
-    let seed = scenario_seed();
     let mut c = HaCluster::start(HaOptions::default())?;
-    let out = c.output_dir("counts")?;
-    let job = CountJob::bounded("ha-failover", 1_200_000, 50_000, seed % 1000)
-        .rate(40_000)
-        .checkpoint_every_ms(500)
-        .emit_updates()
-        .into_files(&out);
-    let id = c.submit(&job)?;
+    let (job, id, out) = updates_job(&c, "ha-failover", 1_200_000, 50_000, 40_000)?;
     c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
     let mut recoveries = Vec::new();
     for round in 0..3 {
@@ -61,15 +54,8 @@ fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
 
 #[test]
 fn a_paused_leader_is_replaced_and_its_late_messages_are_refused() -> anyhow::Result<()> {
-    let seed = scenario_seed();
     let mut c = HaCluster::start(HaOptions { jobmanagers: 2, ..Default::default() })?;
-    let out = c.output_dir("counts")?;
-    let job = CountJob::bounded("ha-pause", 800_000, 20_000, seed % 1000)
-        .rate(40_000)
-        .checkpoint_every_ms(500)
-        .emit_updates()
-        .into_files(&out);
-    let id = c.submit(&job)?;
+    let (job, id, out) = updates_job(&c, "ha-pause", 800_000, 20_000, 40_000)?;
     wait_until("for checkpoints", Duration::from_secs(60), || {
         Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= 2).then_some(()))
     })?;
@@ -141,6 +127,26 @@ fn unreachable_etcd_and_conflicting_cluster_ids_are_clear_errors() -> anyhow::Re
     Ok(())
 }
 
+/// Submits the job every HA scenario runs: `records` records over `keys` keys at `rate` records/s, a checkpoint
+/// every 500 ms, `emit: updates` into a file sink (so commits happen all the time); returns it, its id and
+/// its output directory.
+fn updates_job(
+    c: &HaCluster,
+    name: &str,
+    records: u64,
+    keys: u64,
+    rate: u64,
+) -> anyhow::Result<(CountJob, String, std::path::PathBuf)> {
+    let out = c.output_dir(name)?;
+    let job = CountJob::bounded(name, records, keys, scenario_seed() % 1000)
+        .rate(rate)
+        .checkpoint_every_ms(500)
+        .emit_updates()
+        .into_files(&out);
+    let id = c.submit(&job)?;
+    Ok((job, id, out))
+}
+
 /// Checkpoint ids a job manager's log says it completed.
 fn completed_ids(log: &str) -> Vec<u64> {
     log.lines()
@@ -151,7 +157,6 @@ fn completed_ids(log: &str) -> Vec<u64> {
 
 #[test]
 fn a_leader_cut_off_from_etcd_stops_and_its_held_back_notifications_are_refused() -> anyhow::Result<()> {
-    let seed = scenario_seed();
     // The first leader holds every checkpoint notification back for 8 s from the fourth on: some are still
     // on their way when it has lost leadership and the task managers follow the new leader.
     let c = HaCluster::start(HaOptions {
@@ -161,13 +166,7 @@ fn a_leader_cut_off_from_etcd_stops_and_its_held_back_notifications_are_refused(
         first_jm_env: vec![("WEIR_FAILPOINTS".into(), "jm-send-notify=3*off->return(delay:8000)".into())],
         ..Default::default()
     })?;
-    let out = c.output_dir("counts")?;
-    let job = CountJob::bounded("ha-cut", 1_000_000, 20_000, seed % 1000)
-        .rate(40_000)
-        .checkpoint_every_ms(500)
-        .emit_updates()
-        .into_files(&out);
-    let id = c.submit(&job)?;
+    let (job, id, out) = updates_job(&c, "ha-cut", 1_000_000, 20_000, 40_000)?;
     wait_until("for checkpoints", Duration::from_secs(60), || {
         Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= 6).then_some(()))
     })?;
@@ -214,15 +213,8 @@ fn a_leader_cut_off_from_etcd_stops_and_its_held_back_notifications_are_refused(
 
 #[test]
 fn etcd_losing_a_member_changes_nothing_and_losing_all_loses_nothing() -> anyhow::Result<()> {
-    let seed = scenario_seed();
     let mut c = HaCluster::start(HaOptions { jobmanagers: 2, etcd_members: 3, ..Default::default() })?;
-    let out = c.output_dir("counts")?;
-    let job = CountJob::bounded("ha-etcd", 1_200_000, 20_000, seed % 1000)
-        .rate(40_000)
-        .checkpoint_every_ms(500)
-        .emit_updates()
-        .into_files(&out);
-    let id = c.submit(&job)?;
+    let (job, id, out) = updates_job(&c, "ha-etcd", 1_200_000, 20_000, 40_000)?;
     c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
     let leader = c.wait_for_leader(Duration::from_secs(10))?;
     let attempt = c.job(&id)?["attempt"].as_u64();
@@ -252,20 +244,13 @@ fn etcd_losing_a_member_changes_nothing_and_losing_all_loses_nothing() -> anyhow
 
 #[test]
 fn a_leader_whose_store_hangs_resigns() -> anyhow::Result<()> {
-    let seed = scenario_seed();
     // The first leader's health probe hangs from its third on, three times: it resigns; the other leads.
     let c = HaCluster::start(HaOptions {
         jobmanagers: 2,
         first_jm_env: vec![("WEIR_FAILPOINTS".into(), "leader-health=2*off->3*return(delay:60000)->off".into())],
         ..Default::default()
     })?;
-    let out = c.output_dir("counts")?;
-    let job = CountJob::bounded("ha-hung", 1_200_000, 20_000, seed % 1000)
-        .rate(30_000)
-        .checkpoint_every_ms(500)
-        .emit_updates()
-        .into_files(&out);
-    let id = c.submit(&job)?;
+    let (job, id, out) = updates_job(&c, "ha-hung", 1_200_000, 20_000, 30_000)?;
     wait_until("for the hung leader to resign", Duration::from_secs(60), || {
         Ok(c.jobmanager_log(0).contains("resigning leadership").then_some(()))
     })?;
