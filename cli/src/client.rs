@@ -188,8 +188,8 @@ impl JobManager {
         loop {
             let channel = self.link.channel().map_err(|e| Rejected(Status::invalid_argument(e)))?;
             let answer = match tokio::time::timeout(self.timeout, f(ClientApiClient::new(channel))).await {
-                // The channel's own timeout (a tower layer) answers `CANCELLED` first: the same as no answer.
-                Ok(Err(s)) if s.code() == Code::Cancelled && s.message().contains("Timeout expired") => Err(()),
+                // The channel's own timeout (a tower layer) may answer first: the same as no answer.
+                Ok(Err(s)) if s.code() == Code::Cancelled && weir_common::cluster::timed_out(&s) => Err(()),
                 Ok(r) => Ok(r),
                 Err(_) => Err(()),
             };

@@ -31,7 +31,7 @@ pub fn not_leader(leader: Option<&str>) -> Status {
 
 /// The leader a standby's answer points to, if it is one and names it.
 pub fn leader_of(status: &Status) -> Option<String> {
-    if status.code() != tonic::Code::Unavailable || !status.message().starts_with(NOT_LEADER) {
+    if !is_not_leader(status) {
         return None;
     }
     status.metadata().get(LEADER_METADATA).and_then(|v| v.to_str().ok()).map(str::to_string)
@@ -40,6 +40,13 @@ pub fn leader_of(status: &Status) -> Option<String> {
 /// Whether the answer came from a standby (with or without a leader to name).
 pub fn is_not_leader(status: &Status) -> bool {
     status.code() == tonic::Code::Unavailable && status.message().starts_with(NOT_LEADER)
+}
+
+/// Whether a call got no answer in time: a channel's own timeout (a tower layer) answers `CANCELLED`
+/// "Timeout expired", a deadline `DEADLINE_EXCEEDED`.
+pub fn timed_out(status: &Status) -> bool {
+    status.code() == tonic::Code::DeadlineExceeded
+        || (status.code() == tonic::Code::Cancelled && status.message().contains("Timeout expired"))
 }
 
 /// Parses a comma-separated list of `http(s)://HOST:PORT` job-manager addresses.
@@ -131,10 +138,7 @@ impl JmLink {
             s.current = index;
             return changed;
         }
-        // A channel's own timeout answers `CANCELLED` ("Timeout expired"): a job manager that does not answer.
-        let timed_out = status.code() == tonic::Code::Cancelled && status.message().contains("Timeout expired");
-        let unreachable =
-            timed_out || matches!(status.code(), tonic::Code::Unavailable | tonic::Code::DeadlineExceeded);
+        let unreachable = timed_out(status) || status.code() == tonic::Code::Unavailable;
         if unreachable && s.addresses.len() > 1 {
             s.current = (s.current + 1) % s.addresses.len();
             return true;

@@ -443,44 +443,38 @@ pub async fn run(
         metrics::counter!("weir_jobmanager_leader_elections_total").increment(1);
         let started = Instant::now();
         let outcome = tokio::select! {
-            _ = term.lost() => "lost",
-            _ = health_watch(&jm, ttl) => "unhealthy",
-            _ = stop.wait_for(|s| *s) => "stopping",
+            _ = term.lost() => Some("lease"),
+            _ = health_watch(&jm, ttl) => Some("unhealthy"),
+            _ = stop.wait_for(|s| *s) => None,
         };
         gate.step_down();
         leader.send_replace(None);
         metrics::gauge!("weir_jobmanager_is_leader").set(0.0);
-        if outcome != "stopping" {
-            let reason = if outcome == "lost" { "lease" } else { "unhealthy" };
-            metrics::counter!("weir_jobmanager_leadership_lost_total", "reason" => reason).increment(1);
+        let Some(reason) = outcome else {
+            jm.shutdown().await;
+            term.resign().await;
+            return Ok(());
+        };
+        metrics::counter!("weir_jobmanager_leadership_lost_total", "reason" => reason).increment(1);
+        if reason == "lease" {
+            warn!(
+                epoch = term.epoch,
+                led_ms = started.elapsed().as_millis() as u64,
+                "leadership lost; coordination stopped"
+            );
+            jm.depose().await;
+            continue;
         }
-        match outcome {
-            "lost" => {
-                warn!(
-                    epoch = term.epoch,
-                    led_ms = started.elapsed().as_millis() as u64,
-                    "leadership lost; coordination stopped"
-                );
-                jm.depose().await;
-            }
-            "unhealthy" => {
-                error!(
-                    epoch = term.epoch,
-                    strikes = HEALTH_STRIKES,
-                    "the checkpoint store does not answer: resigning leadership"
-                );
-                jm.depose().await;
-                term.resign().await;
-                tokio::select! {
-                    _ = tokio::time::sleep(RESIGN_BACKOFF) => {}
-                    _ = stop.wait_for(|s| *s) => {}
-                }
-            }
-            _ => {
-                jm.shutdown().await;
-                term.resign().await;
-                return Ok(());
-            }
+        error!(
+            epoch = term.epoch,
+            strikes = HEALTH_STRIKES,
+            "the checkpoint store does not answer: resigning leadership"
+        );
+        jm.depose().await;
+        term.resign().await;
+        tokio::select! {
+            _ = tokio::time::sleep(RESIGN_BACKOFF) => {}
+            _ = stop.wait_for(|s| *s) => {}
         }
     }
 }

@@ -90,12 +90,12 @@ impl Default for Liveness {
 }
 
 const T_HANDSHAKE: u8 = 0;
-/// The cluster secret, a producer's first frame when TLS is off and a secret is configured.
-const T_AUTH: u8 = 5;
 const T_BATCH: u8 = 1;
 const T_BARRIER: u8 = 2;
 const T_END: u8 = 3;
 const T_CREDIT: u8 = 4;
+/// The cluster secret, a producer's first frame when TLS is off and a secret is configured.
+const T_AUTH: u8 = 5;
 
 /// A data-plane message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -366,8 +366,8 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> DataIo for T {}
 
 /// A data connection.
 pub type DataStream = Box<dyn DataIo>;
-type OwnedReadHalf = tokio::io::ReadHalf<DataStream>;
-type OwnedWriteHalf = tokio::io::WriteHalf<DataStream>;
+type DataReadHalf = tokio::io::ReadHalf<DataStream>;
+type DataWriteHalf = tokio::io::WriteHalf<DataStream>;
 
 type Incoming = (u32, DataStream);
 
@@ -422,11 +422,10 @@ impl DataSecurity {
             None => Box::new(tcp),
         };
         if let Some(secret) = &self.secret {
-            let bytes = secret.expose().as_bytes();
-            let mut frame = Vec::with_capacity(5 + bytes.len());
-            frame.extend_from_slice(&(bytes.len() as u32 + 1).to_le_bytes());
-            frame.push(T_AUTH);
-            frame.extend_from_slice(bytes);
+            let mut frame = Vec::new();
+            begin_frame(&mut frame, T_AUTH);
+            frame.extend_from_slice(secret.expose().as_bytes());
+            finish_frame(&mut frame);
             stream.write_all(&frame).await.map_err(|e| format!("sending the cluster secret: {e}"))?;
         }
         Ok(stream)
@@ -769,7 +768,7 @@ impl OutputChannel {
 /// Reads credits (and heartbeats) from the consumer until the connection ends; then closes `permits`, so a
 /// writer waiting for credit notices.
 async fn read_credits(
-    mut rd: OwnedReadHalf,
+    mut rd: DataReadHalf,
     permits: Arc<Semaphore>,
     heard: Arc<AtomicU64>,
     failure: Arc<OnceLock<String>>,
@@ -793,7 +792,7 @@ async fn read_credits(
 /// Writes queued frames as credit allows. Ends when the task dropped its end of the queue (then shuts the
 /// connection down cleanly unless the task was canceled) or when the connection fails.
 async fn write_frames(
-    mut wr: OwnedWriteHalf,
+    mut wr: DataWriteHalf,
     mut rx: mpsc::Receiver<Vec<u8>>,
     permits: Arc<Semaphore>,
     cancel: watch::Receiver<bool>,

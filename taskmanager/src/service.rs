@@ -249,25 +249,22 @@ impl TaskManager {
                     tasks: self.env.reporter.task_statuses(),
                 };
                 let Ok(channel) = jm.channel() else { break };
-                match tokio::time::timeout(interval * 3, JobManagerInternalClient::new(channel).heartbeat(hb)).await {
-                    Ok(Ok(r)) if r.get_ref().reregister => {
+                let mut client = JobManagerInternalClient::new(channel);
+                let answer = tokio::time::timeout(interval * 3, client.heartbeat(hb))
+                    .await
+                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("heartbeat timed out")));
+                match answer {
+                    Ok(r) if r.get_ref().reregister => {
                         tracing::info!("job manager asked to register again");
                         break;
                     }
-                    Ok(Ok(_)) => failures = 0,
-                    Ok(Err(e)) => {
+                    Ok(_) => failures = 0,
+                    Err(e) => {
                         tracing::debug!(error = %e.message(), "heartbeat failed");
                         failures += 1;
                         // A standby's answer, or a leader silent for long: go where the link points now. A lone
                         // job manager that restarts keeps its address, and this keeps heartbeating it.
                         if (weir_common::cluster::is_not_leader(&e) || failures >= 3) && jm.observe(&e) {
-                            break;
-                        }
-                    }
-                    Err(_) => {
-                        tracing::debug!("heartbeat timed out");
-                        failures += 1;
-                        if failures >= 3 && jm.observe(&Status::deadline_exceeded("heartbeat timed out")) {
                             break;
                         }
                     }
