@@ -21,6 +21,9 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// A local store's directory does not exist (and was not to be created).
+    #[error("no such directory: {0}")]
+    NoDirectory(String),
     /// An object does not exist.
     #[error("not found in object store: {0}")]
     NotFound(String),
@@ -77,7 +80,10 @@ impl ProbeError {
 /// a server that is down. Unknown errors count as passing: a healthy cluster must not stop on a doubt.
 fn is_refusal(e: &StoreError) -> bool {
     match e {
-        StoreError::InvalidUrl { .. } | StoreError::NotFound(_) | StoreError::AlreadyExists(_) => true,
+        StoreError::InvalidUrl { .. }
+        | StoreError::NoDirectory(_)
+        | StoreError::NotFound(_)
+        | StoreError::AlreadyExists(_) => true,
         StoreError::Io { source, .. } => match source.as_ref() {
             object_store::Error::PermissionDenied { .. }
             | object_store::Error::Unauthenticated { .. }
@@ -128,14 +134,28 @@ impl StoreOptions {
 }
 
 impl Store {
-    /// Opens the store a URL names.
+    /// Opens the store a URL names; a local directory is created if it does not exist.
     pub fn open(url: &str, opts: &StoreOptions) -> Result<Store, StoreError> {
+        Self::open_with(url, opts, true)
+    }
+
+    /// Opens the store a URL names for reading what is there: a local directory that does not exist is an
+    /// error, not created (a mistyped savepoint path must leave nothing behind).
+    pub fn open_existing(url: &str, opts: &StoreOptions) -> Result<Store, StoreError> {
+        Self::open_with(url, opts, false)
+    }
+
+    fn open_with(url: &str, opts: &StoreOptions, create: bool) -> Result<Store, StoreError> {
         let bad = |reason: String| StoreError::InvalidUrl { url: url.to_string(), reason };
         let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
         let (inner, root): (Arc<dyn ObjectStore>, String) = match parsed.scheme() {
             "file" => {
                 let dir = parsed.to_file_path().map_err(|_| bad("not an absolute local path".into()))?;
-                std::fs::create_dir_all(&dir).map_err(|e| bad(format!("cannot create {}: {e}", dir.display())))?;
+                if create {
+                    std::fs::create_dir_all(&dir).map_err(|e| bad(format!("cannot create {}: {e}", dir.display())))?;
+                } else if !dir.is_dir() {
+                    return Err(StoreError::NoDirectory(dir.display().to_string()));
+                }
                 let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
                     .map_err(|e| bad(e.to_string()))?
                     .with_automatic_cleanup(true);
@@ -339,6 +359,19 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn opening_to_read_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no/such/savepoint");
+        let url = format!("file://{}", missing.display());
+        let err = Store::open_existing(&url, &StoreOptions::default()).unwrap_err().to_string();
+        assert!(err.contains("no such directory"), "{err}");
+        assert!(!dir.path().join("no").exists(), "nothing was created");
+        Store::open(&url, &StoreOptions::default()).unwrap();
+        assert!(missing.is_dir(), "a store opened to write creates its directory");
+        Store::open_existing(&url, &StoreOptions::default()).unwrap();
+    }
 
     #[tokio::test]
     async fn file_store_round_trip() {

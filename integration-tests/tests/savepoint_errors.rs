@@ -4,6 +4,8 @@
 //! `--allow-non-restored-state`, and then listed in the job's status). Also: `savepoint inspect` and `dispose`,
 //! a savepoint moved to another directory, a no-claim restore that leaves every file of the savepoint as it
 //! was, and state of another kind (or state signature) at the same uid, refused or dropped with permission.
+//! A mistyped savepoint path is refused and nothing is created there; a savepoint that fails leaves no
+//! files, also when a task acknowledges it late.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -81,6 +83,13 @@ fn bad_savepoints_are_refused_before_deploying_and_good_ones_restore() -> anyhow
     // No savepoint at all.
     std::fs::create_dir_all(dir.join("empty"))?;
     refused(&mut cluster, &spec, &format!("file://{}", dir.join("empty").display()), false, "no _metadata file");
+    // A mistyped path: refused, and nothing is created there (by the submission or by `inspect`).
+    let typo = dir.join("typo/savepoint-x");
+    refused(&mut cluster, &spec, &format!("file://{}", typo.display()), false, "no such directory");
+    let inspected = cluster.cli_json(&["savepoint", "inspect", &format!("file://{}", typo.display())]);
+    let msg = format!("{:#}", inspected.expect_err("inspect refuses a missing savepoint"));
+    assert!(msg.contains("no such directory"), "{msg}");
+    assert!(!dir.join("typo").exists(), "a refused savepoint path is left as it was");
     // Truncated and tampered metadata.
     let truncated = dir.join("truncated");
     copy_dir(&sp, &truncated);
@@ -110,8 +119,7 @@ fn bad_savepoints_are_refused_before_deploying_and_good_ones_restore() -> anyhow
     // parallelism: the output is exact, and the savepoint's files stay as they were through several
     // checkpoints of the restored job, the first of which is a full one.
     let stopped = cluster.stop_with_savepoint(&id, false, "native")?;
-    // Allowed (from the first savepoint): the job runs and says which state it dropped. (Its sink writes where the first job's did: the
-    // savepoint's pending files are committed there already.)
+    // Allowed (from the first savepoint): the job runs and says which state it dropped.
     let allowed = spec.replace("uid: counts", "uid: tallies").replace("input: counts", "input: tallies");
     let a = cluster.submit_from(&allowed, &url, "", true)?;
     let info = cluster.wait_for_state(&a, &[JobState::Running], Duration::from_secs(30))?;
@@ -139,7 +147,8 @@ fn bad_savepoints_are_refused_before_deploying_and_good_ones_restore() -> anyhow
     assert!(disposed["deleted_files"].as_u64().unwrap() > 0, "{disposed}");
     assert!(!sp.join("_metadata").exists());
     let again = cluster.cli(&["savepoint", "inspect", &url])?;
-    assert!(!again.status.success() && again.stderr.contains("no _metadata file"), "{again}");
+    // Its directory went with it.
+    assert!(!again.status.success() && again.stderr.contains("no such directory"), "{again}");
     cluster.stop();
     Ok(())
 }
@@ -212,6 +221,49 @@ fn state_of_another_kind_at_the_same_uid_is_refused_or_dropped_with_permission()
     let running = cluster.wait_for_state(&r, &[JobState::Running, JobState::Finished], Duration::from_secs(60))?;
     assert_eq!(running.dropped_state, vec!["counts".to_string()], "{running:?}");
     cluster.cancel(&r)?;
+    cluster.stop();
+    Ok(())
+}
+
+/// A savepoint that times out because one task's upload hangs: its client learns why and the job keeps
+/// running. The slow task uploads into the savepoint's directory after the failure, and its late
+/// acknowledgement makes the job manager delete that directory again: nothing is left. The next savepoint
+/// succeeds.
+#[test]
+fn a_failed_savepoint_leaves_no_files_even_when_a_task_acknowledges_late() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(0, 4))?;
+    // This task manager's first snapshot upload waits 4 s, well past the savepoint's 1.5 s timeout.
+    cluster.start_taskmanager_with_env(&[("WEIR_FAILPOINTS".into(), "task-upload=1*return(delay:4000)".into())])?;
+    let out = cluster.output_dir("counts")?;
+    // No periodic checkpoint comes first: the first upload is the savepoint's.
+    let job = CountJob::unbounded("late-ack", 2_000, 3)
+        .rate(20_000)
+        .checkpoint_every_ms(600_000)
+        .checkpoint_timeout_ms(1_500)
+        .into_files(&out);
+    let id = cluster.submit(&job.yaml())?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    let target = cluster.dir().join("savepoints");
+    let target_url = format!("file://{}", target.display());
+    let failed = cluster.cli_json(&["savepoint", "trigger", &id, &target_url]);
+    let msg = format!("{:#}", failed.expect_err("the savepoint times out"));
+    assert!(msg.contains("savepoint failed") && msg.contains("expired"), "{msg}");
+    assert_eq!(JobState::of(&cluster.job(&id)?), Some(JobState::Running), "the job is unharmed");
+    // The slow task's files arrive after the failure; its acknowledgement gets them deleted.
+    weir_integration_tests::wait_until("for the late acknowledgement's cleanup", Duration::from_secs(30), || {
+        let log = cluster.jobmanager_log()?;
+        Ok(log
+            .lines()
+            .any(|l| l.contains("deleted the files of a failed savepoint") && l.contains("late"))
+            .then_some(()))
+    })?;
+    let left: Vec<_> = std::fs::read_dir(&target).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "a failed savepoint leaves nothing behind: {left:?}");
+    // The failpoint fired once: the next savepoint completes.
+    let taken = cluster.cli_json(&["savepoint", "trigger", &id, &target_url])?;
+    let url = taken["savepoint"].as_str().unwrap().to_string();
+    assert!(local_path(&url).join("_metadata").is_file(), "{url}");
+    cluster.cancel(&id)?;
     cluster.stop();
     Ok(())
 }

@@ -3,7 +3,8 @@
 //! job's own checkpoints subsume it; a savepoint moved to the S3 server restores from there; a task manager
 //! killed while a rescaled restore runs leaves the output exact; and the operator-state guard declines
 //! checkpoints over `--operator-state-limit` while the job keeps running; a source new in a restored job reads
-//! from its beginning.
+//! from its beginning; a job restored with another sink path commits the savepoint's pending files where they
+//! were written.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -233,6 +234,32 @@ fn operator_state_over_the_limit_declines_checkpoints_and_the_job_keeps_running(
     assert_eq!(JobState::of(&info), Some(JobState::Running), "{info:?}");
     assert_eq!(info.restarts, 0, "a declined checkpoint is no failure of the job: {info:?}");
     cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+/// A job restored with another sink path: the files its savepoint lists as pending are committed where they
+/// were written (Flink's committables carry their paths too), new files go to the new path, and the two
+/// together are exact.
+#[test]
+fn a_job_restored_with_another_sink_path_commits_the_savepoints_files_where_they_were_written() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 4))?;
+    let out = cluster.output_dir("counts")?;
+    let job = CountJob::bounded("moved-sink", 400_000, 3_000, 17)
+        .rate(100_000)
+        .checkpoint_every_ms(300)
+        .emit_updates()
+        .into_files(&out);
+    let id = cluster.submit(&job.yaml())?;
+    cluster.wait_for_checkpoints(&id, 2, Duration::from_secs(60))?;
+    let url = cluster.stop_with_savepoint(&id, false, "native")?;
+    let elsewhere = out.join("restored");
+    let r = cluster.submit_from(&job.clone().into_files(&elsewhere).yaml(), &url, "", false)?;
+    let done = cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(120))?;
+    assert_eq!(done.restarts, 0, "the restore succeeded at once: {done:?}");
+    assert!(std::fs::read_dir(&elsewhere)?.count() > 0, "the restored job wrote to its own path");
+    // `out` holds `restored/`: both jobs' output, every running count once.
+    verify_job_output(&job, &out)?;
     cluster.stop();
     Ok(())
 }

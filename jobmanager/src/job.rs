@@ -986,9 +986,15 @@ impl JobActor {
         match outcome {
             AckOutcome::Dropped(reason) => {
                 debug!(job_id = %job_id, checkpoint_id = checkpoint_id.0, attempt = attempt.0, reason, "acknowledgement dropped");
-                // Files a task uploaded for a checkpoint that already failed are deleted again.
-                if self.record.is_failed_checkpoint(checkpoint_id) {
-                    self.spawn_cleanup(vec![checkpoint_id], files);
+                // Files a task uploaded for a checkpoint that already failed are deleted again; a savepoint's
+                // are in its own directory, which goes again as a whole.
+                match self.record.failed_checkpoint(checkpoint_id) {
+                    Some(e) if e.is_savepoint => {
+                        let dir = e.path.strip_suffix(&format!("/{}", paths::METADATA_FILE)).unwrap_or(&e.path);
+                        self.spawn_savepoint_cleanup(dir.to_string(), "a late acknowledgement");
+                    }
+                    Some(_) => self.spawn_cleanup(vec![checkpoint_id], files),
+                    None => {}
                 }
             }
             AckOutcome::Pending { remaining } => {
@@ -1193,7 +1199,7 @@ impl JobActor {
             // final checkpoint is then retried as a plain one.)
             Some(target) => {
                 self.answer_savepoint(pending.id, Err(JobRequestError::SavepointFailed(reason.to_string())));
-                self.spawn_savepoint_cleanup(target.url.clone());
+                self.spawn_savepoint_cleanup(target.url.clone(), "the savepoint failed");
             }
             None => self.spawn_cleanup(vec![pending.id], pending.acks.values().flat_map(snapshot_files).collect()),
         }
@@ -1253,13 +1259,20 @@ impl JobActor {
         });
     }
 
-    /// Deletes what a failed savepoint wrote, in the background.
-    fn spawn_savepoint_cleanup(&self, url: String) {
+    /// Deletes what a failed savepoint wrote, in the background; `after` says what happened (its failure, or a
+    /// late acknowledgement naming files a task uploaded after it).
+    fn spawn_savepoint_cleanup(&self, url: String, after: &'static str) {
         let opts = self.shared.config.store_options();
         let job_id = self.record.id.clone();
         tokio::spawn(async move {
-            if let Err(error) = crate::savepoint::delete_files(&url, &opts).await {
-                warn!(job_id = %job_id, savepoint = %url, %error, "cannot delete the files of a failed savepoint");
+            match crate::savepoint::delete_files(&url, &opts).await {
+                Ok(0) => {}
+                Ok(files) => {
+                    info!(job_id = %job_id, savepoint = %url, files, after, "deleted the files of a failed savepoint")
+                }
+                Err(error) => {
+                    warn!(job_id = %job_id, savepoint = %url, %error, "cannot delete the files of a failed savepoint")
+                }
             }
         });
     }

@@ -178,9 +178,9 @@ impl JobRecord {
         self.history.iter_mut().rev().find(|e| e.id == id)
     }
 
-    /// Whether the history records this checkpoint as failed.
-    pub fn is_failed_checkpoint(&self, id: CheckpointId) -> bool {
-        self.history.iter().any(|e| e.id == id && e.status == CheckpointStatus::Failed)
+    /// The history entry of checkpoint (or savepoint) `id` if it records it as failed.
+    pub fn failed_checkpoint(&self, id: CheckpointId) -> Option<&CheckpointHistoryEntry> {
+        self.history.iter().rev().find(|e| e.id == id && e.status == CheckpointStatus::Failed)
     }
 
     /// Checkpoint or savepoint `id` completed: counted, its history entry completed, nothing waits any more.

@@ -69,7 +69,7 @@ pub fn open_dir(url: &str, opts: &StoreOptions) -> Result<(String, Store), Savep
             reason: "expected a URL such as file:///dir/savepoint-… or s3://bucket/…".into(),
         });
     }
-    let store = Store::open(&dir, opts)
+    let store = Store::open_existing(&dir, opts)
         .map_err(|e| SavepointError::NotASavepoint { url: url.to_string(), reason: e.to_string() })?;
     Ok((dir, store))
 }
@@ -92,7 +92,7 @@ pub async fn load(url: &str, opts: &StoreOptions) -> Result<LoadedSavepoint, Sav
 
 /// Checks that every file the savepoint references exists with the size its metadata says.
 pub async fn check_files(sp: &LoadedSavepoint, opts: &StoreOptions) -> Result<(), SavepointError> {
-    let store = Store::open(&sp.root, opts)
+    let store = Store::open_existing(&sp.root, opts)
         .map_err(|e| SavepointError::NotASavepoint { url: sp.url.clone(), reason: e.to_string() })?;
     // One listing per directory instead of one request per file.
     let dirs: BTreeSet<&str> = sp.metadata.files().map(|f| f.path.rsplit_once('/').map_or("", |(d, _)| d)).collect();
@@ -600,14 +600,18 @@ pub async fn dispose(url: &str, opts: &StoreOptions) -> Result<u64, SavepointErr
 /// `_metadata` last, so that a half-deleted savepoint is still recognisable and can be disposed again. Returns
 /// how many files were deleted.
 pub async fn delete_files(url: &str, opts: &StoreOptions) -> Result<u64, StoreError> {
-    let store = Store::open(url, opts)?;
+    let local = url.strip_prefix("file://");
+    if local.is_some_and(|dir| !std::path::Path::new(dir).exists()) {
+        return Ok(0);
+    }
+    let store = Store::open_existing(url, opts)?;
     let files = store.list("").await?;
     for f in files.iter().filter(|f| f.as_str() != paths::METADATA_FILE) {
         store.delete(f).await?;
     }
     store.delete(paths::METADATA_FILE).await?;
     // The local store leaves the (now empty) directory itself behind.
-    if let Some(dir) = url.strip_prefix("file://") {
+    if let Some(dir) = local {
         let _ = std::fs::remove_dir_all(dir);
     }
     Ok(files.len() as u64)

@@ -1,9 +1,12 @@
 //! Files made visible exactly once, for sinks that write files: a file is written hidden
 //! (`.<name>.inprogress`), becomes *pending* for the checkpoint whose barrier follows it, and is committed — an
 //! idempotent rename to `<name>` — when that checkpoint completes. Pending files are kept in operator list
-//! state (`<checkpoint id>\t<name>` per element), so a restored sink commits what the checkpoint it restores
-//! from still listed (the completion notification may have been lost) and can delete the hidden files of
-//! attempts that never completed a checkpoint. Used by `file-sink` and by the user sinks in `examples/`.
+//! state (`<checkpoint id>\t<name>\t<directory>` per element), so a restored sink commits what the checkpoint
+//! it restores from still listed (the completion notification may have been lost) and can delete the hidden
+//! files of attempts that never completed a checkpoint. A pending file is committed in the directory it was
+//! written to, as Flink's committables carry their full paths: a job restored with another sink path still
+//! commits the files the savepoint's job left pending. (Elements without a directory, written before it was
+//! recorded, mean the sink's own directory.) Used by `file-sink` and by the user sinks in `examples/`.
 
 use crate::operator::OperatorError;
 use std::path::{Path, PathBuf};
@@ -23,7 +26,15 @@ pub fn attempt_and_number(rest: &str) -> Option<(u32, u64)> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingFiles {
     dir: PathBuf,
-    pending: Vec<(u64, String)>,
+    pending: Vec<Pending>,
+}
+
+/// A file waiting for its checkpoint to complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pending {
+    checkpoint: u64,
+    dir: PathBuf,
+    name: String,
 }
 
 impl PendingFiles {
@@ -39,7 +50,7 @@ impl PendingFiles {
 
     /// `name` (written hidden) becomes pending for checkpoint `checkpoint`.
     pub fn add(&mut self, checkpoint: u64, name: String) {
-        self.pending.push((checkpoint, name));
+        self.pending.push(Pending { checkpoint, dir: self.dir.clone(), name });
     }
 
     /// Commits every file pending for a checkpoint up to `id` (renames are idempotent: a file an earlier
@@ -47,13 +58,13 @@ impl PendingFiles {
     pub fn commit_up_to(&mut self, id: u64) -> Result<(), OperatorError> {
         // A file leaves the pending list only once it is committed: after a failed commit the rest is still
         // pending, for the next notification or the restore to commit.
-        while let Some(i) = self.pending.iter().position(|(ckpt, _)| *ckpt <= id) {
-            let (ckpt, name) = &self.pending[i];
+        while let Some(i) = self.pending.iter().position(|p| p.checkpoint <= id) {
+            let Pending { checkpoint, dir, name } = &self.pending[i];
             weir_common::fault::hit_blocking("sink-commit").map_err(OperatorError::Other)?;
-            let from = self.dir.join(hidden_name(name));
-            let to = self.dir.join(name);
+            let from = dir.join(hidden_name(name));
+            let to = dir.join(name);
             match std::fs::rename(&from, &to) {
-                Ok(()) => tracing::debug!(file = %name, checkpoint_id = ckpt, "committed file"),
+                Ok(()) => tracing::debug!(file = %to.display(), checkpoint_id = checkpoint, "committed file"),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => {}
                 Err(e) => return Err(OperatorError::io(format!("commit {}", to.display()), e)),
             }
@@ -64,7 +75,7 @@ impl PendingFiles {
 
     /// The pending files as operator-state elements.
     pub fn to_state(&self) -> Vec<Vec<u8>> {
-        self.pending.iter().map(|(ckpt, name)| format!("{ckpt}\t{name}").into_bytes()).collect()
+        self.pending.iter().map(|p| format!("{}\t{}\t{}", p.checkpoint, p.name, p.dir.display()).into_bytes()).collect()
     }
 
     /// Takes the pending files of restored state, then commits them all: the checkpoint restored from
@@ -73,12 +84,18 @@ impl PendingFiles {
         let corrupt = || OperatorError::Other(format!("{who}: corrupt pending file in restored state"));
         for e in elements {
             let text = std::str::from_utf8(e).map_err(|_| corrupt())?;
-            let (ckpt, name) = text.split_once('\t').ok_or_else(corrupt)?;
-            let ckpt = ckpt.parse().map_err(|_| corrupt())?;
+            let mut fields = text.splitn(3, '\t');
+            let (Some(ckpt), Some(name)) = (fields.next(), fields.next()) else { return Err(corrupt()) };
+            let checkpoint = ckpt.parse().map_err(|_| corrupt())?;
             if name.is_empty() || name.contains('/') || name.starts_with('.') {
                 return Err(OperatorError::Other(format!("{who}: unsafe file name {name:?} in restored state")));
             }
-            self.pending.push((ckpt, name.to_string()));
+            let dir = match fields.next() {
+                Some("") => return Err(corrupt()),
+                Some(d) => PathBuf::from(d),
+                None => self.dir.clone(),
+            };
+            self.pending.push(Pending { checkpoint, dir, name: name.to_string() });
         }
         self.commit_up_to(u64::MAX)
     }
@@ -120,12 +137,13 @@ mod tests {
         p.commit_up_to(1)?;
         assert!(tmp.path().join("a").exists() && !tmp.path().join("b").exists());
         let state = p.to_state();
-        assert_eq!(state, vec![b"2\tb".to_vec()]);
+        assert_eq!(state, vec![format!("2\tb\t{}", tmp.path().display()).into_bytes()]);
         // A restored subtask commits what its state lists, also when a late notification did it already.
         let mut r = PendingFiles::new(tmp.path());
         r.restore_and_commit(&[b"1\ta".to_vec(), b"2\tb".to_vec()], "test")?;
         assert!(tmp.path().join("b").exists());
         assert!(r.restore_and_commit(&[b"3\t../x".to_vec()], "test").is_err());
+        assert!(r.restore_and_commit(&[b"3\tx\t".to_vec()], "test").is_err());
         for name in ["p-1-0", "p-2-0", "p-3-0", "q-1-0"] {
             std::fs::write(tmp.path().join(hidden_name(name)), "x").unwrap();
         }
@@ -133,6 +151,25 @@ mod tests {
         r.remove_uncommitted("p-", 2)?;
         let left = |n: &str| tmp.path().join(hidden_name(n)).exists();
         assert!(!left("p-1-0") && left("p-2-0") && left("p-3-0") && left("q-1-0"));
+        Ok(())
+    }
+
+    #[test]
+    fn files_are_committed_where_they_were_written() -> Result<(), OperatorError> {
+        let (old, new) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut p = PendingFiles::new(old.path());
+        std::fs::write(old.path().join(hidden_name("a")), "a").unwrap();
+        p.add(1, "a".to_string());
+        let state = p.to_state();
+        // Restored by a sink that writes elsewhere now: the old directory's file is committed, there.
+        let mut r = PendingFiles::new(new.path());
+        r.restore_and_commit(&state, "test")?;
+        assert!(old.path().join("a").exists());
+        assert_eq!(std::fs::read_dir(new.path()).unwrap().count(), 0);
+        // An element of the old format (no directory) means the sink's own directory.
+        std::fs::write(new.path().join(hidden_name("b")), "b").unwrap();
+        r.restore_and_commit(&[b"2\tb".to_vec()], "test")?;
+        assert!(new.path().join("b").exists());
         Ok(())
     }
 }

@@ -454,7 +454,7 @@ impl Task {
         // Restored state is read from where the job manager says (a savepoint lives in its own directory).
         let restore_store = match &desc.restore {
             Some(r) if r.root == desc.checkpoint_root => Some(store.clone()),
-            Some(r) => Some(Store::open(&r.root, &env.store_options)?),
+            Some(r) => Some(Store::open_existing(&r.root, &env.store_options)?),
             None => None,
         };
 
