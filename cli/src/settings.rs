@@ -86,10 +86,7 @@ fn security(args: &GlobalArgs) -> Result<Security, CliError> {
         (Some(ca), None, None) => Some(TlsFiles::trusting(ca).map_err(usage)?),
         _ => return Err(CliError::Usage("--tls-cert and --tls-key go together, with --tls-ca".into())),
     };
-    let secret = match &args.cluster_secret_file {
-        Some(f) => Some(Secret::from_file("cluster secret", f).map_err(usage)?),
-        None => None,
-    };
+    let secret = Security::cluster_secret(args.cluster_secret_file.as_deref()).map_err(usage)?;
     Ok(Security { tls, secret, token })
 }
 

@@ -14,13 +14,22 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+/// Binds `addr`, installs the recorder and serves it in the background; returns the address bound.
+pub async fn start(addr: &str) -> Result<std::net::SocketAddr, String> {
+    let listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot bind metrics address {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| format!("metrics address {addr}: {e}"))?;
+    let handle = install()?;
+    tokio::spawn(serve(listener, handle));
+    Ok(bound)
+}
+
 /// Installs the process-wide Prometheus recorder.
-pub fn install() -> Result<PrometheusHandle, String> {
+fn install() -> Result<PrometheusHandle, String> {
     PrometheusBuilder::new().install_recorder().map_err(|e| format!("cannot install the metrics recorder: {e}"))
 }
 
 /// Serves `GET /metrics` until the listener fails; any other path is 404.
-pub async fn serve(listener: TcpListener, handle: PrometheusHandle) {
+async fn serve(listener: TcpListener, handle: PrometheusHandle) {
     let upkeep = handle.clone();
     tokio::spawn(async move {
         loop {

@@ -284,12 +284,12 @@ impl Security {
         ca: Option<&Path>,
         secret_file: Option<&Path>,
     ) -> Result<Security, SecurityError> {
-        let tls = load_tls(cert, key, ca)?;
-        let secret = match secret_file {
-            Some(f) => Some(Secret::from_file("cluster secret", f)?),
-            None => None,
-        };
-        Ok(Security { tls, secret, token: None })
+        Ok(Security { tls: load_tls(cert, key, ca)?, secret: Security::cluster_secret(secret_file)?, token: None })
+    }
+
+    /// The cluster secret read from `file` (`--cluster-secret-file`), if one is given.
+    pub fn cluster_secret(file: Option<&Path>) -> Result<Option<Secret>, SecurityError> {
+        file.map(|f| Secret::from_file("cluster secret", f)).transpose()
     }
 
     /// An endpoint for `addr` (`http://` or `https://`), with TLS when configured.

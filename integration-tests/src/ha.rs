@@ -23,6 +23,22 @@ pub fn etcd_binary() -> Result<PathBuf> {
     bail!("etcd not found: run scripts/setup.sh (it installs Debian's etcd-server)")
 }
 
+/// Adds the flags of etcd member `name` (data in `data`, serving clients at `client_url` and peers at
+/// `peer_url`, in the cluster `initial_cluster` = `name=peer_url,…`) to an `etcd` command.
+pub fn etcd_member_args(
+    cmd: &mut Command,
+    name: &str,
+    data: &Path,
+    client_url: &str,
+    peer_url: &str,
+    initial_cluster: &str,
+) {
+    cmd.arg("--name").arg(name).arg("--data-dir").arg(data);
+    cmd.args(["--listen-client-urls", client_url, "--advertise-client-urls", client_url]);
+    cmd.args(["--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url]);
+    cmd.args(["--initial-cluster", initial_cluster]);
+}
+
 struct Member {
     name: String,
     client_port: u16,
@@ -80,21 +96,10 @@ impl EtcdCluster {
         let data = self.dir.join(&m.name);
         std::fs::create_dir_all(&data)?;
         let mut cmd = Command::new(etcd_binary()?);
-        cmd.arg("--name")
-            .arg(&m.name)
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--listen-client-urls")
-            .arg(format!("{scheme}://127.0.0.1:{}", m.client_port))
-            .arg("--advertise-client-urls")
-            .arg(format!("{scheme}://127.0.0.1:{}", m.client_port))
-            .arg("--listen-peer-urls")
-            .arg(format!("http://127.0.0.1:{}", m.peer_port))
-            .arg("--initial-advertise-peer-urls")
-            .arg(format!("http://127.0.0.1:{}", m.peer_port))
-            .arg("--initial-cluster")
-            .arg(initial)
-            .arg("--initial-cluster-state")
+        let (client, peer) =
+            (format!("{scheme}://127.0.0.1:{}", m.client_port), format!("http://127.0.0.1:{}", m.peer_port));
+        etcd_member_args(&mut cmd, &m.name, &data, &client, &peer, &initial);
+        cmd.arg("--initial-cluster-state")
             .arg(state)
             .arg("--initial-cluster-token")
             .arg(format!("weir-test-{}", std::process::id()))

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 use std::time::Duration;
-use weir_integration_tests::ha::etcd_binary;
+use weir_integration_tests::ha::{etcd_binary, etcd_member_args};
 use weir_integration_tests::netns::Hosts;
 use weir_integration_tests::process::run_with_timeout;
 use weir_integration_tests::{binary, scenario_seed, verify_job_output, wait_until, CountJob, Process};
@@ -39,14 +39,15 @@ fn a_task_manager_cut_off_the_network_is_failed_over_and_fenced_when_it_returns(
     let (etcd_ip, jm_ip) = (hosts.ip_of("etcd"), hosts.ip_of("jm"));
 
     let mut etcd_cmd = hosts.command("etcd", &etcd_binary()?);
-    etcd_cmd
-        .args(["--name", "mh", "--data-dir"])
-        .arg(d.join("etcd"))
-        .args(["--listen-client-urls", &format!("http://{etcd_ip}:2379")])
-        .args(["--advertise-client-urls", &format!("http://{etcd_ip}:2379")])
-        .args(["--listen-peer-urls", &format!("http://{etcd_ip}:2380")])
-        .args(["--initial-advertise-peer-urls", &format!("http://{etcd_ip}:2380")])
-        .args(["--initial-cluster", &format!("mh=http://{etcd_ip}:2380")]);
+    let peer = format!("http://{etcd_ip}:2380");
+    etcd_member_args(
+        &mut etcd_cmd,
+        "mh",
+        &d.join("etcd"),
+        &format!("http://{etcd_ip}:2379"),
+        &peer,
+        &format!("mh={peer}"),
+    );
     let mut etcd = Process::spawn("etcd", etcd_cmd, &d.join("etcd.log"))?;
     wait_until("for etcd", Duration::from_secs(30), || {
         Ok(log_of(d, "etcd").contains("ready to serve client requests").then_some(()))

@@ -374,6 +374,25 @@ async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, lost: watch::Sender<b
     }
 }
 
+/// Why a leader stopped leading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lost {
+    /// Its lease lapsed or may have (etcd silent).
+    Lease,
+    /// It resigned: its checkpoint store does not answer.
+    Unhealthy,
+}
+
+impl Lost {
+    /// The `reason` label of `weir_jobmanager_leadership_lost_total`.
+    fn label(self) -> &'static str {
+        match self {
+            Lost::Lease => "lease",
+            Lost::Unhealthy => "unhealthy",
+        }
+    }
+}
+
 /// What the services serve: the job manager while this process leads, and otherwise where the leader is.
 #[derive(Clone)]
 pub struct Gate {
@@ -443,8 +462,8 @@ pub async fn run(
         metrics::counter!("weir_jobmanager_leader_elections_total").increment(1);
         let started = Instant::now();
         let outcome = tokio::select! {
-            _ = term.lost() => Some("lease"),
-            _ = health_watch(&jm, ttl) => Some("unhealthy"),
+            _ = term.lost() => Some(Lost::Lease),
+            _ = health_watch(&jm, ttl) => Some(Lost::Unhealthy),
             _ = stop.wait_for(|s| *s) => None,
         };
         gate.step_down();
@@ -455,8 +474,8 @@ pub async fn run(
             term.resign().await;
             return Ok(());
         };
-        metrics::counter!("weir_jobmanager_leadership_lost_total", "reason" => reason).increment(1);
-        if reason == "lease" {
+        metrics::counter!("weir_jobmanager_leadership_lost_total", "reason" => reason.label()).increment(1);
+        if reason == Lost::Lease {
             warn!(
                 epoch = term.epoch,
                 led_ms = started.elapsed().as_millis() as u64,

@@ -990,8 +990,8 @@ impl JobActor {
                 // are in its own directory, which goes again as a whole.
                 match self.record.failed_checkpoint(checkpoint_id) {
                     Some(e) if e.is_savepoint => {
-                        let dir = e.path.strip_suffix(&format!("/{}", paths::METADATA_FILE)).unwrap_or(&e.path);
-                        self.spawn_savepoint_cleanup(dir.to_string(), "a late acknowledgement");
+                        let dir = crate::savepoint::dir_of(&e.path).to_string();
+                        self.spawn_savepoint_cleanup(dir, "a late acknowledgement");
                     }
                     Some(_) => self.spawn_cleanup(vec![checkpoint_id], files),
                     None => {}

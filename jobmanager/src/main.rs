@@ -37,18 +37,8 @@ fn main() -> ExitCode {
             }
         };
         if let Some(addr) = &config.metrics_bind {
-            let listener = match tokio::net::TcpListener::bind(addr).await {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("weir-jobmanager: cannot bind metrics address {addr}: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            match weir_common::metrics::install() {
-                Ok(handle) => {
-                    tracing::info!(address = %addr, "serving metrics at /metrics");
-                    tokio::spawn(weir_common::metrics::serve(listener, handle));
-                }
+            match weir_common::metrics::start(addr).await {
+                Ok(address) => tracing::info!(%address, "serving metrics at /metrics"),
                 Err(e) => {
                     eprintln!("weir-jobmanager: {e}");
                     return ExitCode::from(2);

@@ -59,10 +59,15 @@ pub struct LoadedSavepoint {
     pub metadata: CheckpointMetadata,
 }
 
+/// The directory of a savepoint given by its directory or its `_metadata` (a trailing `/` is accepted).
+pub fn dir_of(url: &str) -> &str {
+    let dir = url.trim().trim_end_matches('/');
+    dir.strip_suffix(paths::METADATA_FILE).and_then(|d| d.strip_suffix('/')).unwrap_or(dir)
+}
+
 /// Opens the store of a savepoint directory (trailing `/` and a trailing `/_metadata` are accepted).
 pub fn open_dir(url: &str, opts: &StoreOptions) -> Result<(String, Store), SavepointError> {
-    let dir = url.trim().trim_end_matches('/');
-    let dir = dir.strip_suffix(&format!("/{}", paths::METADATA_FILE)).unwrap_or(dir).to_string();
+    let dir = dir_of(url).to_string();
     if !dir.contains("://") {
         return Err(SavepointError::NotASavepoint {
             url: url.to_string(),

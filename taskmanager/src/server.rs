@@ -250,12 +250,8 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
     let data_address = advertised(data_listener.local_addr()?, &cfg.advertise_host);
 
     if !cfg.metrics_bind.is_empty() {
-        let listener = tokio::net::TcpListener::bind(&cfg.metrics_bind)
-            .await
-            .with_context(|| format!("cannot bind metrics address {}", cfg.metrics_bind))?;
-        tracing::info!(address = %listener.local_addr()?, "serving metrics at /metrics");
-        let handle = weir_common::metrics::install().map_err(anyhow::Error::msg)?;
-        tokio::spawn(weir_common::metrics::serve(listener, handle));
+        let address = weir_common::metrics::start(&cfg.metrics_bind).await.map_err(anyhow::Error::msg)?;
+        tracing::info!(%address, "serving metrics at /metrics");
     }
 
     let data_server = Arc::new(DataServer::new(DataSecurity::from(&security)?));
