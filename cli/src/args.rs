@@ -107,6 +107,15 @@ pub enum JobCommand {
     },
     /// Stop a job with a savepoint and print the savepoint's URL; the job ends FINISHED
     Stop(StopArgs),
+    /// Delete the record of a job that has ended (FINISHED, CANCELED or FAILED); its checkpoints are kept
+    /// unless --delete-checkpoints, its savepoints always
+    Delete {
+        /// Job id
+        id: String,
+        /// Also delete the job's checkpoints (<checkpoint store>/<job id>/)
+        #[arg(long)]
+        delete_checkpoints: bool,
+    },
 }
 
 /// `weir job stop`

@@ -36,7 +36,7 @@ impl JobManager {
     }
 
     /// Submits a job; an `INVALID_ARGUMENT` answer (the spec is wrong) becomes [`CliError::Spec`].
-    pub async fn submit_job(&self, req: pb::SubmitJobRequest) -> Result<String, CliError> {
+    pub async fn submit_job(&self, req: pb::SubmitJobRequest) -> Result<pb::SubmitJobResponse, CliError> {
         match self
             .call("SubmitJob", move |mut c| {
                 let req = req.clone();
@@ -44,16 +44,43 @@ impl JobManager {
             })
             .await
         {
-            Ok(r) => Ok(r.job_id),
+            Ok(r) => Ok(r),
             Err(Rejected(s)) if s.code() == Code::InvalidArgument => Err(CliError::Spec(s.message().to_string())),
             Err(e) => Err(self.error(e)),
         }
     }
 
-    /// All jobs the job manager knows.
+    /// All jobs the job manager knows, read a page at a time (so that no answer outgrows a message).
     pub async fn list_jobs(&self) -> Result<Vec<pb::JobInfo>, CliError> {
-        let r = self.call("ListJobs", |mut c| async move { c.list_jobs(pb::ListJobsRequest {}).await }).await;
-        Ok(r.map_err(|e| self.error(e))?.jobs)
+        let mut jobs = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let req = pb::ListJobsRequest { page_size: 0, page_token: page_token.clone() };
+            let r = self
+                .call("ListJobs", move |mut c| {
+                    let req = req.clone();
+                    async move { c.list_jobs(req).await }
+                })
+                .await
+                .map_err(|e| self.error(e))?;
+            jobs.extend(r.jobs);
+            if r.next_page_token.is_empty() {
+                return Ok(jobs);
+            }
+            page_token = r.next_page_token;
+        }
+    }
+
+    /// Deletes the record of an ended job (and its checkpoints, if asked); returns the files deleted.
+    pub async fn delete_job(&self, job_id: &str, delete_checkpoints: bool) -> Result<u64, CliError> {
+        let req = pb::DeleteJobRequest { job_id: job_id.to_string(), delete_checkpoints };
+        let r = self
+            .call("DeleteJob", move |mut c| {
+                let req = req.clone();
+                async move { c.delete_job(req).await }
+            })
+            .await;
+        Ok(r.map_err(|e| self.error(e))?.deleted_files)
     }
 
     /// One job.

@@ -39,6 +39,18 @@ pub async fn job(settings: &Settings, cmd: JobCommand) -> Result<ExitCode, CliEr
             emit(settings, || format!("{}\n", render::job_line(&job)), || render::job_json(&job));
             Ok(ExitCode::SUCCESS)
         }
+        JobCommand::Delete { id, delete_checkpoints } => {
+            let files = connect(settings).await?.delete_job(&id, delete_checkpoints).await?;
+            emit(
+                settings,
+                || match delete_checkpoints {
+                    true => format!("deleted job {id} and {files} checkpoint files\n"),
+                    false => format!("deleted job {id} (its checkpoints are kept)\n"),
+                },
+                || json!({ "id": id, "deleted": true, "deleted_files": files }),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         JobCommand::Stop(a) => {
             let dir = a.savepoint.unwrap_or_default();
             let jm = connect_for(settings, a.timeout).await?;
@@ -122,7 +134,7 @@ pub fn load_spec(args: &SubmitArgs) -> Result<pb::JobSpec, CliError> {
     let mut spec = weir_common::spec::parse_spec_text(&text)
         .map_err(|e| CliError::Spec(format!("invalid job spec {path}: {e}")))?;
     if let Some(p) = args.parallelism {
-        spec.parallelism = p;
+        spec.parallelism = Some(p);
     }
     Ok(spec)
 }
@@ -136,8 +148,15 @@ async fn submit(settings: &Settings, args: SubmitArgs) -> Result<ExitCode, CliEr
         allow_non_restored_state: args.allow_non_restored_state,
         restore_mode: args.restore_mode.clone(),
     };
-    let id = jm.submit_job(req).await?;
-    emit(settings, || format!("{id}\n"), || json!({ "id": id }));
+    let submitted = jm.submit_job(req).await?;
+    let id = submitted.job_id;
+    // A restore that drops state says so, state by state, where a person sees it even with --output json.
+    for d in &submitted.dropped {
+        eprintln!("warning: the restore drops state {:?} of operator {:?}: {}", d.state, d.uid, d.reason);
+    }
+    let dropped: Vec<serde_json::Value> =
+        submitted.dropped.iter().map(|d| json!({ "uid": d.uid, "state": d.state, "reason": d.reason })).collect();
+    emit(settings, || format!("{id}\n"), || json!({ "id": id, "dropped_states": dropped }));
     if !args.wait {
         return Ok(ExitCode::SUCCESS);
     }

@@ -34,6 +34,8 @@ pub struct JobJson {
     pub waiting: Option<String>,
     /// Operators of the savepoint the job started from whose state was dropped (--allow-non-restored-state).
     pub dropped_state: Vec<String>,
+    /// The same, state by state: `{"uid", "state", "reason"}`.
+    pub dropped_states: Vec<DroppedStateJson>,
     pub submit_time_ms: u64,
     pub end_time_ms: Option<u64>,
 }
@@ -56,10 +58,23 @@ impl From<&pb::JobInfo> for JobJson {
             restored_from: non_empty(&j.restored_from),
             waiting: non_empty(&j.waiting),
             dropped_state: j.dropped_state.clone(),
+            dropped_states: j
+                .dropped_states
+                .iter()
+                .map(|d| DroppedStateJson { uid: d.uid.clone(), state: d.state.clone(), reason: d.reason.clone() })
+                .collect(),
             submit_time_ms: j.submit_time_ms,
             end_time_ms: non_zero(j.end_time_ms),
         }
     }
+}
+
+/// One state a restore dropped, in a job's JSON.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct DroppedStateJson {
+    pub uid: String,
+    pub state: String,
+    pub reason: String,
 }
 
 /// A job for `--output json`.
@@ -106,6 +121,9 @@ pub fn job_text(job: &pb::JobInfo, now_ms: u64) -> String {
     }
     if !job.dropped_state.is_empty() {
         rows.push(("dropped state", format!("of operators {}", job.dropped_state.join(", "))));
+    }
+    for d in &job.dropped_states {
+        rows.push(("  dropped", format!("{}/{}: {}", d.uid, d.state, d.reason)));
     }
     if !job.failure.is_empty() {
         rows.push(("failure", job.failure.clone()));
@@ -457,6 +475,7 @@ mod tests {
             restored_from: String::new(),
             waiting: String::new(),
             dropped_state: vec![],
+            dropped_states: vec![],
         }
     }
 
@@ -469,7 +488,7 @@ mod tests {
                 "id": "j-1", "name": "demo", "state": "RUNNING", "last_completed_checkpoint": null,
                 "restarts": 0, "attempt": 1, "parallelism": 2, "max_parallelism": 128,
                 "checkpoints_completed": 0, "checkpoints_failed": 0, "failure": null,
-                "failure_reason": null, "restored_from": null, "waiting": null, "dropped_state": [],
+                "failure_reason": null, "restored_from": null, "waiting": null, "dropped_state": [], "dropped_states": [],
                 "submit_time_ms": 1_700_000_000_000u64, "end_time_ms": null
             })
         );

@@ -96,16 +96,41 @@ impl ClientApi for FakeJm {
                 "operator \"counts\": field \"kind\": unknown operator kind \"nope\"",
             ));
         }
+        let mut dropped = Vec::new();
+        if spec.name == "drops" {
+            dropped.push(pb::DroppedState {
+                uid: "counts".into(),
+                state: "count".into(),
+                reason: "kind changed".into(),
+            });
+        }
         let mut s = self.state();
         s.submitted.push(spec);
-        Ok(Response::new(pb::SubmitJobResponse { job_id: format!("job-{}", s.submitted.len()) }))
+        Ok(Response::new(pb::SubmitJobResponse { job_id: format!("job-{}", s.submitted.len()), dropped }))
     }
 
-    async fn list_jobs(&self, _: Request<pb::ListJobsRequest>) -> Result<Response<pb::ListJobsResponse>, Status> {
+    /// One job per page, so that the CLI must follow `next_page_token` to list both.
+    async fn list_jobs(&self, r: Request<pb::ListJobsRequest>) -> Result<Response<pb::ListJobsResponse>, Status> {
         let mut failed = job("job-2", "other", "FAILED", Some(4));
         failed.failure = "task failed: boom".into();
         failed.end_time_ms = 1_700_000_100_000;
-        Ok(Response::new(pb::ListJobsResponse { jobs: vec![failed, job("job-1", "demo", "RUNNING", None)] }))
+        let page = match r.into_inner().page_token.as_str() {
+            "" => pb::ListJobsResponse { jobs: vec![failed], next_page_token: "second".into() },
+            "second" => pb::ListJobsResponse {
+                jobs: vec![job("job-1", "demo", "RUNNING", None)],
+                next_page_token: String::new(),
+            },
+            other => return Err(Status::invalid_argument(format!("unknown page token {other}"))),
+        };
+        Ok(Response::new(page))
+    }
+
+    async fn delete_job(&self, r: Request<pb::DeleteJobRequest>) -> Result<Response<pb::DeleteJobResponse>, Status> {
+        let r = r.into_inner();
+        if r.job_id == "job-1" {
+            return Err(Status::failed_precondition("job job-1 is RUNNING: cancel it first"));
+        }
+        Ok(Response::new(pb::DeleteJobResponse { deleted_files: if r.delete_checkpoints { 7 } else { 0 } }))
     }
 
     async fn get_job(&self, r: Request<pb::GetJobRequest>) -> Result<Response<pb::GetJobResponse>, Status> {
@@ -254,12 +279,39 @@ async fn submit_prints_the_id_and_applies_parallelism() {
     let o = weir(&["job", "submit", &spec, "--parallelism", "5", "--jobmanager", &addr, "--output", "json"]).await;
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!(v, serde_json::json!({ "id": "job-2" }));
+    assert_eq!(v, serde_json::json!({ "id": "job-2", "dropped_states": [] }));
+
+    // A restore that drops state says so, state by state, on stderr, and in the JSON.
+    let drops = write_spec(dir.path(), "drops");
+    let o = weir(&["job", "submit", &drops, "--jobmanager", &addr, "--output", "json"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: the restore drops state \"count\" of operator \"counts\": kind changed"),
+        "{}",
+        stderr(&o)
+    );
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["dropped_states"][0]["uid"], "counts", "{v}");
 
     let s = fake.state();
-    assert_eq!(s.submitted[0].parallelism, 2);
-    assert_eq!(s.submitted[1].parallelism, 5);
+    assert_eq!(s.submitted[0].parallelism, Some(2));
+    assert_eq!(s.submitted[1].parallelism, Some(5));
     assert_eq!(s.submitted[1].operators.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_forgets_an_ended_job_and_refuses_a_running_one() {
+    let addr = start_fake(FakeJm::default()).await;
+    let o = weir(&["job", "delete", "job-2", "--jobmanager", &addr]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "deleted job job-2 (its checkpoints are kept)\n");
+    let o = weir(&["job", "delete", "job-2", "--delete-checkpoints", "--jobmanager", &addr, "--output", "json"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v, serde_json::json!({ "id": "job-2", "deleted": true, "deleted_files": 7 }));
+    let o = weir(&["job", "delete", "job-1", "--jobmanager", &addr]).await;
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("cancel it first"), "{}", stderr(&o));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -142,12 +142,9 @@ impl<'a> ConfigReader<'a> {
         debug_assert!(self.allowed.contains(&field));
         match self.map.get(field) {
             None => Ok(None),
-            Some(s) => s
-                .trim()
-                .replace('_', "")
-                .parse::<u64>()
-                .map(Some)
-                .map_err(|_| field_err(field, format!("expected a non-negative integer, got {s:?}"))),
+            Some(s) => s.trim().replace('_', "").parse::<u64>().map(Some).map_err(|_| {
+                field_err(field, format!("expected a non-negative integer, got {}", crate::spec::echo(s)))
+            }),
         }
     }
 
@@ -238,7 +235,9 @@ impl KeyedCountConfig {
         let emit = match r.string("emit").as_deref().map(str::trim) {
             None | Some("end") => KeyedCountEmit::End,
             Some("updates") => KeyedCountEmit::Updates,
-            Some(other) => return Err(field_err("emit", format!("expected end or updates, got {other:?}"))),
+            Some(other) => {
+                return Err(field_err("emit", format!("expected end or updates, got {}", crate::spec::echo(other))))
+            }
         };
         Ok(KeyedCountConfig { emit })
     }

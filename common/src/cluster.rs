@@ -94,6 +94,11 @@ impl JmLink {
         Ok(link)
     }
 
+    /// How this link's channels are secured.
+    pub fn security(&self) -> &Security {
+        &self.security
+    }
+
     /// The address calls go to now.
     pub fn current(&self) -> String {
         let s = self.state.lock();

@@ -137,7 +137,7 @@ pub fn check(name: &str) -> Option<Fault> {
     if fault == Fault::Exit {
         exit_now(name);
     }
-    tracing::debug!(failpoint = name, ?fault, "failpoint fired");
+    tracing::info!(failpoint = name, ?fault, "failpoint fired");
     Some(fault)
 }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Status};
 
 /// Metadata key of the cluster secret on internal calls without TLS.
@@ -199,6 +199,24 @@ impl TlsFiles {
         Ok(Arc::new(config))
     }
 
+    /// A rustls server configuration for gRPC: this member's identity and h2; a client certificate is optional
+    /// (clients of the client API have none) but, when presented, must be signed by the CA, and
+    /// [`MemberCheck`] requires one on the internal services.
+    pub fn rustls_grpc_server(&self) -> Result<Arc<rustls::ServerConfig>, SecurityError> {
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(self.roots()?), provider())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| SecurityError::Tls(format!("client verifier: {e}")))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| SecurityError::Tls(e.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.certs()?, self.key()?)
+            .map_err(|e| SecurityError::Tls(format!("the key does not fit the certificate: {e}")))?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
+    }
+
     /// A rustls client configuration that trusts the CA and presents this member's certificate.
     pub fn rustls_client(&self) -> Result<Arc<rustls::ClientConfig>, SecurityError> {
         let config = rustls::ClientConfig::builder_with_provider(provider())
@@ -210,15 +228,6 @@ impl TlsFiles {
         Ok(Arc::new(config))
     }
 
-    /// tonic's server configuration: this member's identity; a client certificate is optional at the TLS
-    /// level (clients of the client API have none) and required by [`MemberCheck`] on internal services.
-    pub fn tonic_server(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new()
-            .identity(Identity::from_pem(self.cert_pem.as_slice(), self.key_pem.as_slice()))
-            .client_ca_root(Certificate::from_pem(self.ca_pem.as_slice()))
-            .client_auth_optional(true)
-    }
-
     /// tonic's client configuration: trust the CA, present this member's certificate.
     pub fn tonic_client(&self) -> ClientTlsConfig {
         let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(self.ca_pem.as_slice()));
@@ -227,6 +236,134 @@ impl TlsFiles {
         }
         config.identity(Identity::from_pem(self.cert_pem.as_slice(), self.key_pem.as_slice()))
     }
+}
+
+/// Lets a warning about refused peers through at most once per [`RefusalLog::PERIOD`], counting the ones it
+/// held back: a peer that retries twice a second with a wrong credential must not flood the log, yet must be
+/// seen.
+#[derive(Debug, Default)]
+struct RefusalLog {
+    last_ms: std::sync::atomic::AtomicU64,
+    held_back: std::sync::atomic::AtomicU64,
+}
+
+impl RefusalLog {
+    const PERIOD_MS: u64 = 5_000;
+
+    /// `Some(n)`: log now, `n` refusals were held back since the last line; `None`: hold this one back.
+    fn admit(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        let now = crate::now_ms();
+        let last = self.last_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= Self::PERIOD_MS
+            && self.last_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            return Some(self.held_back.swap(0, Ordering::Relaxed));
+        }
+        self.held_back.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
+/// How long a peer may take over its TLS handshake before the connection is dropped.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connections of a gRPC server with TLS: accepted on `listener`, each handshake done (bounded by
+/// [`HANDSHAKE_TIMEOUT`]) on its own task. A peer whose handshake fails — a certificate of another CA, a
+/// plaintext client — is logged at warning level with its address and the reason, which tonic's own TLS
+/// would drop silently. `service` names the server in those lines.
+pub fn tls_incoming(
+    listener: tokio::net::TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    service: &'static str,
+) -> impl futures::Stream<Item = Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>, std::io::Error>> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let refusals = Arc::new(RefusalLog::default());
+    tokio::spawn(async move {
+        loop {
+            // The server stopped (it dropped the stream): stop accepting, which frees the port.
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = tx.closed() => return,
+            };
+            let (tcp, peer) = match accepted {
+                Ok(c) => c,
+                Err(error) => {
+                    // Out of descriptors, say: keep serving the connections there are, and try again shortly.
+                    tracing::warn!(service, %error, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, tx, refusals) = (acceptor.clone(), tx.clone(), refusals.clone());
+            tokio::spawn(async move {
+                let error = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send(Ok(stream)).await;
+                        return;
+                    }
+                    Ok(Err(error)) => error.to_string(),
+                    Err(_) => format!("no TLS handshake within {} ms", HANDSHAKE_TIMEOUT.as_millis()),
+                };
+                if let Some(held_back) = refusals.admit() {
+                    tracing::warn!(service, %peer, %error, held_back, "refused a connection: its TLS handshake failed");
+                }
+            });
+        }
+    });
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Why a TLS connection to `addr` (`https://HOST:PORT` or `HOST:PORT`) fails, if it does, found by one
+/// handshake of our own with `tls`: a gRPC client only learns that its connection broke ("operation was
+/// canceled"), while the peer's alert says why (`UnknownCA`: it does not accept our certificate). With TLS 1.3
+/// a server checks the client's certificate after the client finished its side, so the alert is read after
+/// the handshake; silence for a second means the peer accepted us.
+pub async fn diagnose_tls(addr: &str, tls: &TlsFiles) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let host_port = addr.split("://").nth(1).unwrap_or(addr).trim_end_matches('/');
+    let host = host_port.rsplit_once(':').map_or(host_port, |(h, _)| h).trim_matches(['[', ']']).to_string();
+    let config = match tls.rustls_client() {
+        Ok(c) => c,
+        Err(e) => return Some(e.to_string()),
+    };
+    let attempt = async {
+        let tcp = tokio::net::TcpStream::connect(host_port).await.map_err(|e| format!("cannot connect: {e}"))?;
+        let name = rustls::pki_types::ServerName::try_from(host).map_err(|e| format!("server name: {e}"))?;
+        let mut stream = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(Duration::from_secs(1), stream.read(&mut byte)).await {
+            Ok(Err(e)) => Err(format!("TLS: {e}")),
+            _ => Ok(()),
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+        Ok(Ok(())) => None,
+        Ok(Err(why)) => Some(why),
+        Err(_) => Some("no TLS handshake within 5 s".into()),
+    }
+}
+
+/// A gRPC status with the errors it wraps, outermost first: tonic's own message for a failed connection is
+/// often only "transport error" or "operation was canceled", and the reason (a TLS alert, a refused
+/// certificate) is further down.
+pub fn status_chain(status: &Status) -> String {
+    let mut text = format!("{}: {}", status.code(), status.message());
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        let s = e.to_string();
+        if !text.contains(&s) {
+            text.push_str(": ");
+            text.push_str(&s);
+        }
+        source = e.source();
+    }
+    text
 }
 
 /// The TLS flags of every binary, read together.
@@ -321,9 +458,16 @@ impl Security {
         Credentials { secret: if self.tls.is_some() { None } else { self.secret.clone() }, token: self.token.clone() }
     }
 
+    /// The check for the client API: the bearer token `token` (`None`: the API is open), or a member's
+    /// credential — its certificate with TLS on, the cluster secret with TLS off. With TLS on the secret is no
+    /// credential at all (members never send it then), so it opens nothing.
+    pub fn client_check(&self, token: Option<Secret>) -> ClientCheck {
+        ClientCheck { token, secret: if self.tls.is_some() { None } else { self.secret.clone() } }
+    }
+
     /// The check for services only members may call.
     pub fn member_check(&self) -> MemberCheck {
-        MemberCheck { tls: self.tls.is_some(), secret: self.secret.clone() }
+        MemberCheck { tls: self.tls.is_some(), secret: self.secret.clone(), refusals: Arc::default() }
     }
 }
 
@@ -338,23 +482,39 @@ fn has_member_certificate<T>(req: &Request<T>) -> bool {
 pub struct MemberCheck {
     tls: bool,
     secret: Option<Secret>,
+    refusals: Arc<RefusalLog>,
 }
 
-impl tonic::service::Interceptor for MemberCheck {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+impl MemberCheck {
+    fn decide(&self, req: &Request<()>) -> Result<(), Status> {
         if self.tls {
-            if has_member_certificate(&req) {
-                return Ok(req);
+            if has_member_certificate(req) {
+                return Ok(());
             }
             return Err(Status::unauthenticated("this service is for cluster members: present a member certificate"));
         }
         match &self.secret {
-            None => Ok(req),
+            None => Ok(()),
             Some(s) => match req.metadata().get(SECRET_METADATA) {
-                Some(v) if s.matches(v.as_bytes()) => Ok(req),
+                Some(v) if s.matches(v.as_bytes()) => Ok(()),
                 Some(_) => Err(Status::unauthenticated("wrong cluster secret")),
                 None => Err(Status::unauthenticated("this service is for cluster members: no cluster secret given")),
             },
+        }
+    }
+}
+
+impl tonic::service::Interceptor for MemberCheck {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        match self.decide(&req) {
+            Ok(()) => Ok(req),
+            Err(status) => {
+                if let Some(held_back) = self.refusals.admit() {
+                    let peer = req.remote_addr().map_or_else(|| "unknown".to_string(), |a| a.to_string());
+                    tracing::warn!(%peer, reason = status.message(), held_back, "refused a call to an internal service");
+                }
+                Err(status)
+            }
         }
     }
 }
@@ -365,14 +525,6 @@ impl tonic::service::Interceptor for MemberCheck {
 pub struct ClientCheck {
     token: Option<Secret>,
     secret: Option<Secret>,
-}
-
-impl ClientCheck {
-    /// Checks against `token` (`None`: the client API is open); `secret` is the cluster secret, which
-    /// members (and operators holding it) may present instead.
-    pub fn new(token: Option<Secret>, secret: Option<Secret>) -> ClientCheck {
-        ClientCheck { token, secret }
-    }
 }
 
 impl tonic::service::Interceptor for ClientCheck {
@@ -427,16 +579,33 @@ mod tests {
         let req = client.call(Request::new(())).unwrap();
         assert!(check.call(req).is_err());
         // Without TLS, a certificate cannot be offered at all: the check asks for one only with TLS on.
-        let mut tls_check = MemberCheck { tls: true, secret: None };
+        let mut tls_check = MemberCheck { tls: true, secret: None, refusals: Arc::default() };
         assert!(tls_check.call(Request::new(())).unwrap_err().message().contains("member certificate"));
     }
 
     #[test]
+    fn with_tls_the_cluster_secret_opens_no_client_api() {
+        let secret = Secret::new("cluster secret", "s3cret").unwrap();
+        let tls = TlsFiles { cert_pem: Arc::default(), key_pem: Arc::default(), ca_pem: Arc::default() };
+        let server = Security { tls: Some(tls), secret: Some(secret.clone()), token: None };
+        let mut check = server.client_check(Some(Secret::new("token", "t0k").unwrap()));
+        let mut req = Request::new(());
+        req.metadata_mut().insert(SECRET_METADATA, "s3cret".parse().unwrap());
+        assert_eq!(check.call(req).unwrap_err().code(), tonic::Code::Unauthenticated);
+        // Without TLS the same secret is a member's credential.
+        let plain = Security { secret: Some(secret), ..Default::default() };
+        let mut req = Request::new(());
+        req.metadata_mut().insert(SECRET_METADATA, "s3cret".parse().unwrap());
+        assert!(plain.client_check(Some(Secret::new("token", "t0k").unwrap())).call(req).is_ok());
+    }
+
+    #[test]
     fn client_check_wants_the_token() {
-        let mut open = ClientCheck::new(None, None);
+        let mut open = Security::default().client_check(None);
         assert!(open.call(Request::new(())).is_ok());
         let secret = Secret::new("cluster secret", "s3cret").unwrap();
-        let mut check = ClientCheck::new(Some(Secret::new("token", "t0k").unwrap()), Some(secret.clone()));
+        let server = Security { secret: Some(secret.clone()), ..Default::default() };
+        let mut check = server.client_check(Some(Secret::new("token", "t0k").unwrap()));
         // The cluster secret is a member's credential: it opens the client API too.
         let mut member = Security { secret: Some(secret), ..Default::default() }.credentials();
         assert!(check.call(member.call(Request::new(())).unwrap()).is_ok());

@@ -4,7 +4,7 @@
 use crate::builtin::{validate_builtin_config, KindInfo, Role};
 use crate::keygroup::{default_max_parallelism, UPPER_BOUND_MAX_PARALLELISM};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use weir_proto as pb;
 
 /// A problem with a job spec, naming where it is.
@@ -188,7 +188,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
     let rms = |name: &str, v| duration_ms(&format!("restart.{name}"), v);
     Ok(pb::JobSpec {
         name: file.name,
-        parallelism: file.parallelism.unwrap_or(0),
+        parallelism: file.parallelism,
         max_parallelism: file.max_parallelism,
         state_backend: file.state_backend.unwrap_or_default(),
         checkpointing: Some(pb::CheckpointConfig {
@@ -402,19 +402,89 @@ pub struct ResolvedJob {
     pub operators: Vec<ResolvedOperator>,
 }
 
+/// Most operators in one job. Validation and planning are linear in it; the limit keeps one submission from
+/// holding the job manager for long, and is far above what a real job has.
+pub const MAX_OPERATORS: usize = 1024;
+/// Largest encoded spec (the gRPC message limit is 4 MiB; a spec is rarely over a few KiB).
+pub const MAX_SPEC_BYTES: usize = 1 << 20;
+/// Longest job name, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Longest uid, in bytes.
+pub const MAX_UID_BYTES: usize = 128;
+/// Longest operator kind, input uid, partitioning or config key, in bytes.
+pub const MAX_FIELD_BYTES: usize = 128;
+/// Longest config value, in bytes (a schema given inline fits).
+pub const MAX_CONFIG_VALUE_BYTES: usize = 64 * 1024;
+/// How much of a user's value an error message repeats.
+const ECHO_CHARS: usize = 64;
+
+/// A value from a user, quoted for an error message and cut to its first characters, so that an error never
+/// grows with its input.
+pub fn echo(value: &str) -> String {
+    match value.char_indices().nth(ECHO_CHARS) {
+        None => format!("{value:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &value[..cut], value.len()),
+    }
+}
+
+/// Checks the spec's size limits before anything else looks at it: a spec over them is refused naming the
+/// limit, in time linear in its size.
+pub fn check_limits(spec: &pb::JobSpec) -> Result<(), SpecError> {
+    let over = |what: &str, len: usize, limit: usize| format!("{what} is {len} bytes, over the limit of {limit} bytes");
+    if spec.operators.len() > MAX_OPERATORS {
+        return Err(job_err(
+            "operators",
+            format!("{} operators, over the limit of {MAX_OPERATORS} operators per job", spec.operators.len()),
+        ));
+    }
+    let size = prost::Message::encoded_len(spec);
+    if size > MAX_SPEC_BYTES {
+        return Err(job_err("spec", over("the encoded spec", size, MAX_SPEC_BYTES)));
+    }
+    if spec.name.len() > MAX_NAME_BYTES {
+        return Err(job_err("name", over("it", spec.name.len(), MAX_NAME_BYTES)));
+    }
+    for (i, op) in spec.operators.iter().enumerate() {
+        let who = if op.uid.is_empty() { format!("#{}", i + 1) } else { echo(&op.uid) };
+        let who = who.trim_matches('"');
+        if op.uid.len() > MAX_UID_BYTES {
+            return Err(op_err(who, "uid", over("it", op.uid.len(), MAX_UID_BYTES)));
+        }
+        for (field, value) in [("kind", &op.kind), ("input", &op.input), ("partitioning", &op.partitioning)] {
+            if value.len() > MAX_FIELD_BYTES {
+                return Err(op_err(who, field, over("it", value.len(), MAX_FIELD_BYTES)));
+            }
+        }
+        for (k, v) in &op.config {
+            if k.len() > MAX_FIELD_BYTES {
+                return Err(op_err(who, "config", over(&format!("the key {}", echo(k)), k.len(), MAX_FIELD_BYTES)));
+            }
+            if v.len() > MAX_CONFIG_VALUE_BYTES {
+                return Err(op_err(who, &format!("config.{k}"), over("the value", v.len(), MAX_CONFIG_VALUE_BYTES)));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn valid_uid(uid: &str) -> bool {
     !uid.is_empty()
-        && uid.len() <= 128
+        && uid.len() <= MAX_UID_BYTES
         && uid.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && !uid.starts_with('.')
 }
 
 /// Validates a spec against the known operator kinds and applies defaults.
 pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, SpecError> {
+    check_limits(spec)?;
     if spec.name.trim().is_empty() {
         return Err(job_err("name", "is required"));
     }
-    let parallelism = if spec.parallelism == 0 { 1 } else { spec.parallelism };
+    let parallelism = match spec.parallelism {
+        None => 1,
+        Some(0) => return Err(job_err("parallelism", "must be at least 1 (leave it out for 1)")),
+        Some(p) => p,
+    };
     if spec.operators.is_empty() {
         return Err(job_err("operators", "a job needs at least one operator"));
     }
@@ -428,7 +498,8 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
     let mut index: HashMap<&str, usize> = HashMap::new();
     for (i, op) in spec.operators.iter().enumerate() {
         if !valid_uid(&op.uid) {
-            let name = if op.uid.is_empty() { format!("#{}", i + 1) } else { op.uid.clone() };
+            let name =
+                if op.uid.is_empty() { format!("#{}", i + 1) } else { echo(&op.uid).trim_matches('"').to_string() };
             return Err(op_err(&name, "uid", "must be 1-128 characters of letters, digits, '-', '_' or '.'"));
         }
         if index.insert(op.uid.as_str(), i).is_some() {
@@ -504,29 +575,21 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         });
     }
 
-    // Cycles: with one input per operator, following inputs from any operator must reach a source.
-    for start in 0..operators.len() {
-        let mut seen = HashSet::new();
-        let mut cur = start;
-        while let Some(next) = operators[cur].input {
-            if !seen.insert(cur) {
-                return Err(op_err(&operators[start].uid, "input", "the inputs form a cycle"));
-            }
-            cur = next;
-        }
+    if let Some(i) = first_in_cycle(&operators) {
+        return Err(op_err(&operators[i].uid, "input", "the inputs form a cycle"));
     }
 
     // Defaults and checks that need the whole graph.
-    let ops_snapshot = operators.clone();
-    for op in operators.iter_mut() {
-        let Some(i) = op.input else { continue };
-        let up = &ops_snapshot[i];
+    for i in 0..operators.len() {
+        let Some(u) = operators[i].input else { continue };
+        let up = &operators[u];
+        let op = &operators[i];
         if up.role == Role::Sink {
             return Err(op_err(&op.uid, "input", format!("{:?} is a sink and has no output", up.uid)));
         }
-        let explicit = !spec.operators.iter().any(|o| o.uid == op.uid && o.partitioning.is_empty());
         if op.partitioning == Partitioning::Forward && up.parallelism != op.parallelism {
-            if explicit {
+            // `operators` is in spec order: the same index is the operator as written.
+            if !spec.operators[i].partitioning.is_empty() {
                 return Err(op_err(
                     &op.uid,
                     "partitioning",
@@ -536,7 +599,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
                     ),
                 ));
             }
-            op.partitioning = Partitioning::Rebalance;
+            operators[i].partitioning = Partitioning::Rebalance;
         }
     }
 
@@ -571,6 +634,37 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         restart,
         operators,
     })
+}
+
+/// The first operator (in spec order) whose chain of inputs runs into a cycle, if any. Each operator has at most
+/// one input, so every operator is walked once: a walk stops at an operator already known to reach a source.
+fn first_in_cycle(operators: &[ResolvedOperator]) -> Option<usize> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Unseen,
+        OnPath,
+        Done,
+    }
+    let mut mark = vec![Mark::Unseen; operators.len()];
+    let mut path = Vec::new();
+    for start in 0..operators.len() {
+        let mut cur = Some(start);
+        while let Some(i) = cur {
+            match mark[i] {
+                Mark::Done => break,
+                Mark::OnPath => return Some(start),
+                Mark::Unseen => {
+                    mark[i] = Mark::OnPath;
+                    path.push(i);
+                    cur = operators[i].input;
+                }
+            }
+        }
+        for i in path.drain(..) {
+            mark[i] = Mark::Done;
+        }
+    }
+    None
 }
 
 /// Checkpoint settings with defaults; every value that would be silently useless is refused.
@@ -890,5 +984,85 @@ operators:
                 jitter_factor: 0.0,
             }
         );
+    }
+
+    /// A source and a chain of `n - 1` counters, in protobuf form.
+    fn chain(n: usize) -> pb::JobSpec {
+        let mut operators = vec![pb::OperatorSpec { uid: "op-0".into(), kind: "datagen".into(), ..Default::default() }];
+        for i in 1..n {
+            operators.push(pb::OperatorSpec {
+                uid: format!("op-{i}"),
+                kind: "keyed-count".into(),
+                input: format!("op-{}", i - 1),
+                ..Default::default()
+            });
+        }
+        pb::JobSpec { name: "chain".into(), operators, ..Default::default() }
+    }
+
+    #[test]
+    fn limits_are_refused_by_name_and_echo_little() {
+        let e = resolve(&chain(MAX_OPERATORS + 1), &builtin_kinds()).unwrap_err().to_string();
+        assert!(e.contains("\"operators\"") && e.contains(&MAX_OPERATORS.to_string()), "{e}");
+        assert!(resolve(&chain(MAX_OPERATORS), &builtin_kinds()).is_ok(), "the limit itself is fine");
+
+        let mut spec = chain(2);
+        spec.name = "n".repeat(MAX_NAME_BYTES + 1);
+        let e = check_limits(&spec).unwrap_err().to_string();
+        assert!(e.contains("\"name\"") && e.len() < 200, "{e}");
+
+        let mut spec = chain(2);
+        spec.operators[0].config.insert("seed".into(), "9".repeat(MAX_CONFIG_VALUE_BYTES + 1));
+        let e = check_limits(&spec).unwrap_err().to_string();
+        assert!(e.contains("config.seed") && e.contains("65536") && e.len() < 200, "{e}");
+
+        let mut spec = chain(2);
+        spec.operators[1].uid = "x".repeat(5000);
+        let e = check_limits(&spec).unwrap_err().to_string();
+        assert!(e.contains("\"uid\"") && e.contains("5000 bytes") && e.len() < 300, "{e}");
+        // A uid under the byte limit but with characters a uid may not have: refused, echoing its start only.
+        let mut spec = chain(2);
+        spec.operators[1].uid = format!("{}!", "y".repeat(120));
+        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        assert!(e.contains("… (121 bytes)") && !e.contains(&"y".repeat(100)), "{e}");
+
+        // A value echoed by a config check is cut too.
+        let mut spec = chain(2);
+        spec.operators[0].config.insert("keys".into(), "z".repeat(10_000));
+        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        assert!(e.contains("config.keys") && e.len() < 300, "{e}");
+
+        let mut spec = chain(2);
+        spec.parallelism = Some(0);
+        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        assert!(e.contains("\"parallelism\"") && e.contains("at least 1"), "{e}");
+        spec.parallelism = None;
+        assert_eq!(resolve(&spec, &builtin_kinds()).unwrap().parallelism, 1, "unset is 1");
+    }
+
+    #[test]
+    fn a_cycle_at_the_end_of_a_long_chain_is_found_and_named() {
+        // The chain's first operator is fed by its last: every operator is on the cycle; the first in spec
+        // order is named (walking each once, not once per start).
+        let mut spec = chain(MAX_OPERATORS);
+        spec.operators[0].kind = "keyed-count".into();
+        spec.operators[0].input = format!("op-{}", MAX_OPERATORS - 1);
+        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        assert!(e.contains("\"op-0\"") && e.contains("cycle"), "{e}");
+        // A side branch that runs into the cycle is named when it comes first.
+        let mut ops = chain(4).operators;
+        ops[1].input = "op-3".into();
+        ops.insert(
+            0,
+            pb::OperatorSpec {
+                uid: "side".into(),
+                kind: "keyed-count".into(),
+                input: "op-2".into(),
+                ..Default::default()
+            },
+        );
+        let spec = pb::JobSpec { name: "c".into(), operators: ops, ..Default::default() };
+        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        assert!(e.contains("\"side\"") && e.contains("cycle"), "{e}");
     }
 }

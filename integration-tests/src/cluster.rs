@@ -573,6 +573,15 @@ impl Cluster {
         Ok(String::from_utf8_lossy(&std::fs::read(&path)?).into_owned())
     }
 
+    /// Everything every process of the cluster logged (job manager and task managers, dead or alive).
+    pub fn all_logs(&self) -> String {
+        let mut out = String::new();
+        for entry in std::fs::read_dir(self.dir().join("logs")).into_iter().flatten().flatten() {
+            out.push_str(&String::from_utf8_lossy(&std::fs::read(entry.path()).unwrap_or_default()));
+        }
+        out
+    }
+
     /// Peak resident memory (KiB) of every live process, by name.
     pub fn peak_rss(&mut self) -> Vec<(String, Option<u64>)> {
         let mut out = Vec::new();
@@ -635,6 +644,11 @@ impl Cluster {
     /// Submits a job spec (YAML) over gRPC and returns the job id.
     pub fn submit(&mut self, spec_yaml: &str) -> Result<String> {
         let spec = weir_common::spec::parse_spec_text(spec_yaml).context("the test's own job spec is invalid")?;
+        self.submit_spec(spec)
+    }
+
+    /// Submits a job spec in its protobuf form (one no YAML file would hold, say) and returns the job id.
+    pub fn submit_spec(&mut self, spec: weir_proto::JobSpec) -> Result<String> {
         let resp = self.call("SubmitJob", |mut c| async move {
             c.submit_job(SubmitJobRequest { spec: Some(spec), ..Default::default() }).await
         })?;
@@ -679,9 +693,19 @@ impl Cluster {
         resp.job.ok_or_else(|| anyhow!("GetJob({id}) returned no job"))
     }
 
-    /// Every job the job manager knows.
+    /// Every job the job manager knows (read a page at a time).
     pub fn jobs(&mut self) -> Result<Vec<JobInfo>> {
-        Ok(self.call("ListJobs", |mut c| async move { c.list_jobs(ListJobsRequest {}).await })?.jobs)
+        let mut jobs = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let req = ListJobsRequest { page_size: 0, page_token };
+            let page = self.call("ListJobs", |mut c| async move { c.list_jobs(req).await })?;
+            jobs.extend(page.jobs);
+            if page.next_page_token.is_empty() {
+                return Ok(jobs);
+            }
+            page_token = page.next_page_token;
+        }
     }
 
     /// Cancels a job.

@@ -186,12 +186,21 @@ pub struct HaCluster {
     jm_args: Vec<String>,
     /// Data-plane address of each task manager.
     pub data_addresses: Vec<String>,
+    /// gRPC address (`http://` or `https://`) of each task manager.
+    pub rpc_addresses: Vec<String>,
     slots: u32,
     cli_args: Vec<String>,
     cli_env: Vec<(String, String)>,
     first_jm_env: Vec<(String, String)>,
     /// The proxy between the first job manager and etcd (with [`HaOptions::first_jm_etcd_proxy`]).
     pub etcd_proxy: Option<crate::proxy::TcpProxy>,
+    /// The proxy between the first job manager and the S3 checkpoint store (with
+    /// [`HaOptions::first_jm_store_proxy`]).
+    pub store_proxy: Option<crate::proxy::TcpProxy>,
+    /// The S3 server of the checkpoint store, when there is one.
+    _s3: Option<crate::s3::S3Server>,
+    /// Environment every process gets (the store's), under `env`.
+    store_env: Vec<(String, String)>,
     env: Vec<(String, String)>,
     stopped: bool,
     _lock: crate::lock::ClusterLock,
@@ -223,6 +232,10 @@ pub struct HaOptions {
     /// The first job manager reaches etcd through a [`TcpProxy`] the test can take down (a partition
     /// between that job manager and etcd only).
     pub first_jm_etcd_proxy: bool,
+    /// The checkpoint store is an S3 bucket (moto) that the first job manager reaches through a [`TcpProxy`]
+    /// the test can stall (a store that stops answering that job manager only); everyone else reaches it
+    /// directly.
+    pub first_jm_store_proxy: bool,
     /// Every job manager serves Prometheus metrics on a port of its own ([`HaCluster::metrics`]).
     pub metrics: bool,
     /// etcd serves clients over TLS with these files (the job managers need TLS flags of the same CA).
@@ -243,6 +256,7 @@ impl Default for HaOptions {
             cli_env: Vec::new(),
             first_jm_env: Vec::new(),
             first_jm_etcd_proxy: false,
+            first_jm_store_proxy: false,
             metrics: false,
             etcd_tls: None,
         }
@@ -260,7 +274,19 @@ impl HaCluster {
         let dir = tempfile::Builder::new().prefix("weir-ha-").tempdir()?;
         std::fs::create_dir_all(dir.path().join("logs"))?;
         let etcd = EtcdCluster::start_with(dir.path(), options.etcd_members, options.etcd_tls.clone())?;
-        let store = format!("file://{}", dir.path().join("checkpoints").display());
+        let mut store = format!("file://{}", dir.path().join("checkpoints").display());
+        let mut first_jm_env = options.first_jm_env.clone();
+        let (mut s3, mut store_proxy, mut store_env) = (None, None, Vec::new());
+        if options.first_jm_store_proxy {
+            let server = crate::s3::S3Server::start()?;
+            let proxy = crate::proxy::TcpProxy::start(server.addr())?;
+            let direct = server.endpoint("checkpoints");
+            store = direct.url();
+            store_env = direct.env();
+            // The first job manager's variables come after everyone's: its endpoint is the proxy.
+            first_jm_env.extend(server.endpoint_via(proxy.addr(), "checkpoints").env());
+            (s3, store_proxy) = (Some(server), Some(proxy));
+        }
         let mut jm_args = vec![
             "--ha".to_string(),
             "etcd".into(),
@@ -286,11 +312,15 @@ impl HaCluster {
             taskmanagers: Vec::new(),
             jm_args,
             data_addresses: Vec::new(),
+            rpc_addresses: Vec::new(),
             slots: options.slots,
             cli_args: options.cli_args.clone(),
             cli_env: options.cli_env.clone(),
-            first_jm_env: options.first_jm_env.clone(),
+            first_jm_env,
             etcd_proxy: None,
+            store_proxy,
+            _s3: s3,
+            store_env,
             env: Vec::new(),
             stopped: false,
             _lock: lock,
@@ -371,6 +401,7 @@ impl HaCluster {
                 .args(&self.jm_args)
                 .arg("--etcd-endpoints")
                 .arg(etcd)
+                .envs(self.store_env.clone())
                 .envs(self.env.clone());
             if i == 0 {
                 cmd.envs(self.first_jm_env.clone());
@@ -410,13 +441,18 @@ impl HaCluster {
             .arg("--tm-id")
             .arg(format!("tm-{i}"))
             .args(extra)
+            .envs(self.store_env.clone())
             .envs(self.env.clone());
         let mut p = Process::spawn(&format!("taskmanager-{i}"), cmd, &log)?;
-        let data = p.wait_for_stdout(START_TIMEOUT, |l| {
-            l.starts_with("weir-taskmanager").then(|| l.rsplit(" data ").next().unwrap_or_default().trim().to_string())
+        // `weir-taskmanager <id> listening on <rpc> data <data>`
+        let (rpc, data) = p.wait_for_stdout(START_TIMEOUT, |l| {
+            let rest = l.strip_prefix("weir-taskmanager")?.split(" listening on ").nth(1)?;
+            let (rpc, data) = rest.split_once(" data ")?;
+            Some((rpc.trim().to_string(), data.trim().to_string()))
         })?;
         self.taskmanagers.push(p);
         self.data_addresses.push(data);
+        self.rpc_addresses.push(rpc);
         Ok(i)
     }
 

@@ -6,9 +6,9 @@ pub use weir_common::builtin::KeyedCountEmit;
 /// Where the counts go.
 #[derive(Clone, Debug)]
 pub enum Sink {
-    /// A `file-sink` committing `key,count` files under this directory (parallelism 1).
+    /// A `file-sink` committing `key,count` files under this directory.
     Files(PathBuf),
-    /// A `blackhole` sink (parallelism 1).
+    /// A `blackhole` sink.
     Blackhole,
 }
 
@@ -25,8 +25,10 @@ pub struct CountJob {
     pub seed: u64,
     /// Records per second for the whole source; 0 = as fast as possible.
     pub rate_per_sec: u64,
-    /// Parallelism of source and counter (the sink always has 1).
+    /// Parallelism of source and counter.
     pub parallelism: u32,
+    /// Parallelism of the sink (1 unless set: several sink subtasks are several writers to crash).
+    pub sink_parallelism: u32,
     /// Checkpoint interval; `None` = no periodic checkpoints.
     pub checkpoint_interval_ms: Option<u64>,
     /// Checkpoint timeout.
@@ -55,6 +57,7 @@ impl CountJob {
             seed,
             rate_per_sec: 0,
             parallelism: 2,
+            sink_parallelism: 1,
             checkpoint_interval_ms: Some(500),
             checkpoint_timeout_ms: None,
             retained: None,
@@ -80,6 +83,18 @@ impl CountJob {
     /// Parallelism of source and counter.
     pub fn parallelism(mut self, p: u32) -> Self {
         self.parallelism = p;
+        self
+    }
+
+    /// Parallelism of the sink.
+    pub fn sink_parallelism(mut self, p: u32) -> Self {
+        self.sink_parallelism = p;
+        self
+    }
+
+    /// Keyed state on the heap backend instead of RocksDB.
+    pub fn heap(mut self) -> Self {
+        self.state_backend = "heap".to_string();
         self
     }
 
@@ -153,11 +168,14 @@ impl CountJob {
         if let Some(n) = self.retained {
             checkpointing.push(format!("retained: {n}"));
         }
+        let sp = self.sink_parallelism;
         let sink = match &self.sink {
             Sink::Files(dir) => {
-                format!("{{ uid: out, kind: file-sink, input: counts, parallelism: 1, config: {{ path: {:?} }} }}", dir)
+                format!(
+                    "{{ uid: out, kind: file-sink, input: counts, parallelism: {sp}, config: {{ path: {dir:?} }} }}"
+                )
             }
-            Sink::Blackhole => "{ uid: out, kind: blackhole, input: counts, parallelism: 1 }".to_string(),
+            Sink::Blackhole => format!("{{ uid: out, kind: blackhole, input: counts, parallelism: {sp} }}"),
         };
         let counter = match self.emit {
             KeyedCountEmit::End => "{ uid: counts, kind: keyed-count, input: events }",

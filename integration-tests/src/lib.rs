@@ -38,7 +38,8 @@ pub use cluster::{
 };
 pub use job::{CountJob, KeyedCountEmit, Sink};
 pub use output::{
-    read_sink_lines, read_sink_output, verify_counts, verify_job_output, verify_running_counts, SinkLines,
+    counts_after, datagen_positions, read_sink_lines, read_sink_output, verify_counts, verify_job_output,
+    verify_running_counts, SinkLines,
 };
 pub use process::{CommandOutput, Process};
 pub use proxy::TcpProxy;

@@ -65,6 +65,53 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The position (next record index) of every split of a `datagen` source with uid `uid`, read from the
+/// operator state of a savepoint in the local directory `dir` (each subtask's `<uid>/<subtask>/opstate`:
+/// elements of a `u32` little-endian length and 12 bytes, the split id and its next index).
+pub fn datagen_positions(dir: &Path, uid: &str) -> Result<std::collections::BTreeMap<u32, u64>> {
+    let mut positions = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir.join(uid)).with_context(|| format!("no {uid} state in {}", dir.display()))? {
+        let blob = std::fs::read(entry?.path().join("opstate"))?;
+        let mut rest = blob.as_slice();
+        while !rest.is_empty() {
+            let (len, tail) = rest.split_at_checked(4).context("a truncated element length")?;
+            let len = u32::from_le_bytes(len.try_into()?) as usize;
+            if len != 12 {
+                bail!("a split element of {len} bytes, not 12");
+            }
+            let (e, tail) = tail.split_at_checked(len).context("a truncated split element")?;
+            let id = u32::from_le_bytes(e[..4].try_into()?);
+            let next = u64::from_le_bytes(e[4..].try_into()?);
+            if positions.insert(id, next).is_some() {
+                bail!("split {id} twice");
+            }
+            rest = tail;
+        }
+    }
+    Ok(positions)
+}
+
+/// The per-key counts of the records of a bounded datagen (`count` records over `keys` keys from `seed`, in
+/// `splits` splits) that come after the split `positions`: what a counter restored without its state but with
+/// the source's positions counts from there on.
+pub fn counts_after(
+    seed: u64,
+    count: u64,
+    keys: u64,
+    splits: u32,
+    positions: &std::collections::BTreeMap<u32, u64>,
+) -> HashMap<u64, u64> {
+    let mut counts = HashMap::new();
+    for j in 0..splits {
+        let (start, end) = weir_common::datagen::split_range(j, splits, Some(count));
+        let from = positions.get(&j).copied().unwrap_or(start);
+        for i in from..end {
+            *counts.entry(weir_common::datagen::key_of(seed, i, keys)).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
 /// Compares sink output with the counts of a bounded datagen (`count` records over `keys` keys from `seed`).
 /// Keys that no record has must be absent. The error says exactly what differs, with the first examples.
 pub fn verify_counts(output: &HashMap<u64, u64>, seed: u64, count: u64, keys: u64) -> Result<(), String> {

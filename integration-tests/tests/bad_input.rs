@@ -1,5 +1,8 @@
 //! Bad job specs are rejected before a job exists, with exit code 2 and a message naming the operator and
-//! field; bad config files stop a binary at once with a one-line reason.
+//! field; bad config files stop a binary at once with a one-line reason. Specs over the size limits (40,000
+//! operators, a config value of megabytes, a name of megabytes, a long uid) are refused at once, naming the
+//! limit and echoing little, while a job runs on untouched. Jobs are listed a page at a time, and the record of
+//! an ended job can be deleted.
 
 use std::path::Path;
 use std::process::Command;
@@ -129,6 +132,11 @@ operators:
             mentions: &[&["restart.multiplier"], &["does not apply"]],
         },
         BadSpec {
+            name: "parallelism 0",
+            spec: GOOD.replace("parallelism: 2\n", "parallelism: 0\n"),
+            mentions: &[&["parallelism"], &["at least 1"]],
+        },
+        BadSpec {
             name: "malformed YAML",
             spec: "name: x\noperators: [ { uid: a, kind: datagen\n".to_string(),
             mentions: &[&["yaml", "malformed", "parse", "expected"]],
@@ -251,4 +259,123 @@ fn unknown_config_keys_stop_the_binaries_with_a_one_line_reason() {
     .flatten()
     .collect();
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+/// A spec of `n` operators, a source and a chain of counters.
+fn chain_spec(n: usize) -> weir_proto::JobSpec {
+    let mut operators =
+        vec![weir_proto::OperatorSpec { uid: "op-0".into(), kind: "datagen".into(), ..Default::default() }];
+    for i in 1..n {
+        operators.push(weir_proto::OperatorSpec {
+            uid: format!("op-{i}"),
+            kind: "keyed-count".into(),
+            input: format!("op-{}", i - 1),
+            ..Default::default()
+        });
+    }
+    weir_proto::JobSpec { name: "huge".into(), operators, ..Default::default() }
+}
+
+/// A spec over a limit: refused with `INVALID_ARGUMENT`, quickly, naming `mentions`, and with a short message.
+fn refused_quickly(cluster: &mut Cluster, what: &str, spec: weir_proto::JobSpec, mentions: &[&str]) -> Duration {
+    let began = std::time::Instant::now();
+    let err = cluster.submit_spec(spec).expect_err(what);
+    let took = began.elapsed();
+    let Some(RpcError(status)) = err.downcast_ref::<RpcError>() else { panic!("{what}: {err:#}") };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{what}: {status:?}");
+    for m in mentions {
+        assert!(status.message().contains(m), "{what}: {m:?} not in {}", status.message());
+    }
+    assert!(status.message().len() < 1024, "{what}: the error echoes {} bytes", status.message().len());
+    eprintln!("{what}: refused in {took:?}: {}", status.message());
+    took
+}
+
+#[test]
+fn oversized_specs_are_refused_at_once_and_the_running_job_is_untouched() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 2))?;
+    let job = weir_integration_tests::CountJob::unbounded("steady", 1_000, 3)
+        .rate(20_000)
+        .checkpoint_every_ms(200)
+        .into_blackhole();
+    let id = cluster.submit(&job.yaml())?;
+    let before = cluster.wait_for_checkpoints(&id, 2, Duration::from_secs(60))?;
+
+    // 40,000 chained operators (1.2 MB, under gRPC's 4 MiB): refused in under a second, naming the limit.
+    let took = refused_quickly(&mut cluster, "40,000 operators", chain_spec(40_000), &["operators", "1024"]);
+    assert!(took < Duration::from_secs(1), "a 40,000-operator spec took {took:?} to refuse");
+    // A config value of 3.5 MB: the error names the field and the limit, and does not echo the value.
+    let mut big_value = chain_spec(2);
+    big_value.operators[0].config.insert("seed".into(), "7".repeat(3_500_000));
+    refused_quickly(&mut cluster, "a 3.5 MB config value", big_value, &["config.seed", "65536"]);
+    // A name of 3 MB: refused (two of them once broke `weir job list` for everyone).
+    let mut big_name = chain_spec(2);
+    big_name.name = "n".repeat(3_000_000);
+    refused_quickly(&mut cluster, "a 3 MB name", big_name, &["name", "256"]);
+    // A uid of 200 characters: refused, echoing only its start.
+    let mut long_uid = chain_spec(2);
+    long_uid.operators[0].uid = "u".repeat(200);
+    long_uid.operators[1].input = "u".repeat(200);
+    let _ = refused_quickly(&mut cluster, "a 200-character uid", long_uid, &["uid", "128"]);
+
+    // The running job never noticed: still running, no restart, and it goes on checkpointing.
+    let after = cluster.wait_for_checkpoint_after(
+        &id,
+        before.last_completed_checkpoint.unwrap_or(0) + 2,
+        Duration::from_secs(30),
+    )?;
+    let info = cluster.job(&id)?;
+    assert_eq!(
+        weir_integration_tests::JobState::of(&info),
+        Some(weir_integration_tests::JobState::Running),
+        "{info:?}"
+    );
+    assert_eq!((info.restarts, info.attempt), (before.restarts, before.attempt), "{info:?}");
+    assert_eq!(after.status, "COMPLETED");
+
+    // Many jobs: listed a page at a time, every one of them. They wait for slots the running job holds.
+    let specs = cluster.output_dir("waiting")?;
+    let waiting_spec = specs.join("waiting.yaml");
+    write_file(&waiting_spec, GOOD)?;
+    let mut waiting = Vec::new();
+    for _ in 0..120 {
+        waiting.push(cluster.submit(GOOD)?);
+    }
+    let listed = cluster.cli_json(&["job", "list"])?;
+    let ids: Vec<&str> = listed.as_array().expect("an array").iter().filter_map(|j| j["id"].as_str()).collect();
+    assert_eq!(ids.len(), 121, "every job listed across pages");
+    assert!(waiting.iter().all(|w| ids.contains(&w.as_str())));
+
+    // Deleting: a job that has not ended is refused; an ended one's record goes, its checkpoints stay unless asked.
+    let out = cluster.cli(&["job", "delete", &id])?;
+    assert!(!out.status.success() && out.stderr.contains("cancel it first"), "{out}");
+    for w in &waiting {
+        cluster.cancel(w)?;
+        let out = cluster.cli(&["job", "delete", w, "--output", "json"])?;
+        assert!(out.status.success(), "{out}");
+    }
+    assert_eq!(cluster.jobs()?.len(), 1, "only the running job is left");
+    cluster.cancel(&id)?;
+    let chk = cluster.checkpoint_dir().expect("local store").join(&id);
+    let out = cluster.cli(&["job", "delete", &id])?;
+    assert!(out.status.success() && out.stdout.contains("kept"), "{out}");
+    assert!(chk.exists(), "the checkpoints are kept unless asked");
+    let err = cluster.job(&id).expect_err("the record is gone");
+    assert!(format!("{err:#}").contains("no job with id"), "{err:#}");
+    // A job deleted with its checkpoints: the directory goes too.
+    let gone = cluster.submit(&job.yaml())?;
+    cluster.wait_for_checkpoints(&gone, 2, Duration::from_secs(60))?;
+    cluster.cancel(&gone)?;
+    let gone_dir = cluster.checkpoint_dir().expect("local store").join(&gone);
+    weir_integration_tests::wait_until("for the job to be canceled", Duration::from_secs(30), || {
+        Ok((weir_integration_tests::JobState::of(&cluster.job(&gone)?)
+            == Some(weir_integration_tests::JobState::Canceled))
+        .then_some(()))
+    })?;
+    let out = cluster.cli_json(&["job", "delete", &gone, "--delete-checkpoints"])?;
+    assert!(out["deleted_files"].as_u64().unwrap_or(0) > 0, "{out}");
+    assert!(!gone_dir.exists(), "{} is left", gone_dir.display());
+    assert!(cluster.jobs()?.is_empty());
+    cluster.stop();
+    Ok(())
 }

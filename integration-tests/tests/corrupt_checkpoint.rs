@@ -51,6 +51,7 @@ fn restores_from_an_older_checkpoint_when_the_newest_are_corrupt() -> anyhow::Re
         .retain_checkpoints(3)
         .restart_delay_ms(2000)
         .emit_updates()
+        .sink_parallelism(3)
         .into_files(&out);
     let id = cluster.submit(&job.yaml())?;
     let before = cluster.wait_for_checkpoints(&id, 4, Duration::from_secs(60))?;

@@ -19,6 +19,7 @@ fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
     let (job, id, out) = updates_job(&c, "ha-failover", 1_200_000, 50_000, 40_000)?;
     c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
     let mut recoveries = Vec::new();
+    let mut kills = 0;
     for round in 0..3 {
         let before = wait_until("for two more checkpoints", Duration::from_secs(60), || {
             let j = c.job(&id)?;
@@ -29,6 +30,7 @@ fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
         }
         let leader = c.wait_for_leader(Duration::from_secs(30))?;
         c.kill_jobmanager(leader);
+        kills += 1;
         let killed = Instant::now();
         let attempt = before["attempt"].as_u64().unwrap_or(0);
         let resumed = wait_until("for the job to run again under a new leader", Duration::from_secs(60), || {
@@ -46,6 +48,8 @@ fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
         c.start_jobmanager(leader)?;
     }
     eprintln!("kill -> RUNNING again: {recoveries:?}");
+    assert_eq!(kills, 3, "the job finished before the leader was killed three times: {recoveries:?}");
+    assert_eq!(recoveries.len(), 3);
     c.wait_for_state(&id, "FINISHED", Duration::from_secs(180))?;
     verify_job_output(&job, &out)?;
     c.stop();
@@ -54,12 +58,21 @@ fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
 
 #[test]
 fn a_paused_leader_is_replaced_and_its_late_messages_are_refused() -> anyhow::Result<()> {
-    let mut c = HaCluster::start(HaOptions { jobmanagers: 2, ..Default::default() })?;
+    // The first leader holds checkpoint notifications back for 6 s from the third on, so that it certainly
+    // has messages in flight when it is paused: they leave when it resumes, late.
+    let mut c = HaCluster::start(HaOptions {
+        jobmanagers: 2,
+        first_jm_env: vec![("WEIR_FAILPOINTS".into(), "jm-send-notify=2*off->return(delay:6000)".into())],
+        ..Default::default()
+    })?;
     let (job, id, out) = updates_job(&c, "ha-pause", 800_000, 20_000, 40_000)?;
     wait_until("for checkpoints", Duration::from_secs(60), || {
-        Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= 2).then_some(()))
+        Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= 4).then_some(()))
     })?;
     let old = c.wait_for_leader(Duration::from_secs(30))?;
+    assert_eq!(old, 0, "the first job manager leads");
+    let refusals = |c: &HaCluster| c.all_logs().matches("refusing a message of a deposed job manager").count();
+    let refused_before = refusals(&c);
     // SIGSTOP: the process lives but says nothing to etcd or anyone, like a leader behind a partition.
     c.signal_jobmanager(old, libc::SIGSTOP)?;
     let paused = Instant::now();
@@ -74,6 +87,10 @@ fn a_paused_leader_is_replaced_and_its_late_messages_are_refused() -> anyhow::Re
     wait_until("for the old leader to notice", Duration::from_secs(20), || {
         let log = c.jobmanager_log(old);
         Ok((log.contains("leadership lost") || log.contains("standby: following the leader")).then_some(()))
+    })?;
+    // Its held-back notifications arrive now, and the task managers say they refused them.
+    wait_until("for a task manager to refuse the resumed leader's late messages", Duration::from_secs(30), || {
+        Ok((refusals(&c) > refused_before).then_some(()))
     })?;
     c.wait_for_state(&id, "FINISHED", Duration::from_secs(180))?;
     verify_job_output(&job, &out)?;
@@ -177,7 +194,12 @@ fn a_leader_cut_off_from_etcd_stops_and_its_held_back_notifications_are_refused(
     wait_until("for the leader to stop coordinating", Duration::from_secs(15), || {
         Ok(c.jobmanager_log(0).contains("leadership lost").then_some(()))
     })?;
-    eprintln!("cut -> old leader stopped coordinating: {:?}", cut.elapsed());
+    let stopped = cut.elapsed();
+    eprintln!("cut -> old leader stopped coordinating: {stopped:?}");
+    // It deposes itself 2/3 of the TTL after its last good keep-alive, which is at most a keep-alive period
+    // (TTL/4) before the cut: within the TTL. The margin covers writing and polling the log line.
+    let (ttl, margin) = (Duration::from_millis(HaOptions::default().lease_ttl_ms), Duration::from_millis(1500));
+    assert!(stopped <= ttl + margin, "the cut-off leader stopped after {stopped:?}, not within {ttl:?} + {margin:?}");
     wait_until("for the standby to lead", Duration::from_secs(30), || {
         Ok((c.wait_for_leader(Duration::from_secs(2)).ok() == Some(1)).then_some(()))
     })?;
@@ -248,16 +270,19 @@ fn etcd_losing_a_member_changes_nothing_and_losing_all_loses_nothing() -> anyhow
 
 #[test]
 fn a_leader_whose_store_hangs_resigns() -> anyhow::Result<()> {
-    // The first leader's health probe hangs from its third on, three times: it resigns; the other leads.
-    let c = HaCluster::start(HaOptions {
-        jobmanagers: 2,
-        first_jm_env: vec![("WEIR_FAILPOINTS".into(), "leader-health=2*off->3*return(delay:60000)->off".into())],
-        ..Default::default()
-    })?;
+    // The checkpoint store (S3) is reached by the first leader through a proxy; everyone else reaches it
+    // directly. The proxy stops answering: the leader's health probes hang, and it resigns; the other leads.
+    let c = HaCluster::start(HaOptions { jobmanagers: 2, first_jm_store_proxy: true, ..Default::default() })?;
     let (job, id, out) = updates_job(&c, "ha-hung", 1_200_000, 20_000, 30_000)?;
-    wait_until("for the hung leader to resign", Duration::from_secs(60), || {
+    wait_until("for checkpoints", Duration::from_secs(60), || {
+        Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= 2).then_some(()))
+    })?;
+    assert_eq!(c.wait_for_leader(Duration::from_secs(10))?, 0, "the first job manager leads");
+    c.store_proxy.as_ref().expect("store proxy").stall();
+    wait_until("for the hung leader to resign", Duration::from_secs(90), || {
         Ok(c.jobmanager_log(0).contains("resigning leadership").then_some(()))
     })?;
+    assert!(c.jobmanager_log(0).contains("leader health probe hung"), "it resigned for its hung probes");
     wait_until("for the other job manager to lead", Duration::from_secs(30), || {
         Ok((c.wait_for_leader(Duration::from_secs(2)).ok() == Some(1)).then_some(()))
     })?;

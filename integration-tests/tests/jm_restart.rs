@@ -1,6 +1,7 @@
 //! The job manager crashes mid-job and comes back on the same address with the same data directory: the job
 //! resumes from its last completed checkpoint in a new attempt, and its output is exact. The counts are
 //! emitted as they change (`emit: updates`), so the file sink has files in flight when the job manager dies.
+//! On RocksDB and on the heap backend.
 
 use std::time::Duration;
 use weir_integration_tests::{
@@ -13,14 +14,26 @@ const RATE: u64 = 80_000; // 12.5 s of input
 
 #[test]
 fn job_resumes_after_a_jobmanager_crash() -> anyhow::Result<()> {
+    jobmanager_crash(false)
+}
+
+#[test]
+fn job_resumes_after_a_jobmanager_crash_on_heap() -> anyhow::Result<()> {
+    jobmanager_crash(true)
+}
+
+fn jobmanager_crash(heap: bool) -> anyhow::Result<()> {
     let seed = scenario_seed();
     let mut cluster = Cluster::start(ClusterOptions::new(2, 2))?;
     let out = cluster.output_dir("counts")?;
-    let job = CountJob::bounded("jm-restart", RECORDS, KEYS, seed % 1000)
+    let mut job = CountJob::bounded("jm-restart", RECORDS, KEYS, seed % 1000)
         .rate(RATE)
         .checkpoint_every_ms(500)
         .emit_updates()
         .into_files(&out);
+    if heap {
+        job = job.heap();
+    }
     let id = cluster.submit(&job.yaml())?;
 
     let before = cluster.wait_for_checkpoints(&id, 3, Duration::from_secs(60))?;

@@ -1,8 +1,13 @@
 //! Rescaling through savepoints. The golden chain: one bounded, rate-limited `datagen → keyed-count →
 //! file-sink` job runs (1) uninterrupted and (2) at parallelism 2, stopped with a savepoint, restored at 4,
 //! stopped, restored at 1, stopped, restored at 3 to the end; both outputs must equal the formula's counts
-//! exactly. On RocksDB, on heap, moving heap → RocksDB through a canonical savepoint, and with `emit: updates`
-//! (every running count committed exactly once across all four jobs).
+//! exactly. On RocksDB, on heap, moving heap → RocksDB through a canonical savepoint, and with the sink's own
+//! parallelism changing 2 → 3 → 1.
+//!
+//! Every chain emits every running count (`emit: updates`), so each step's committed output proves that the
+//! step before it handed its state over: a source that started again from the beginning, or counts that
+//! started again from zero, would commit some `key,i` twice, and a source that skipped records would leave a
+//! gap. (With `emit: end` the last step alone, restored from nothing, would produce the same final counts.)
 
 use std::time::Duration;
 use weir_integration_tests::{verify_job_output, Cluster, ClusterOptions, CountJob, JobState};
@@ -11,15 +16,17 @@ const RECORDS: u64 = 300_000;
 const KEYS: u64 = 5_000;
 const RATE: u64 = 50_000; // 6 s of input
 
-/// One step of a chain: parallelism, backend, and the format of the savepoint that ends the step.
+/// One step of a chain: parallelism, backend, the format of the savepoint that ends the step, and the sink's
+/// parallelism.
 struct Step {
     parallelism: u32,
     backend: &'static str,
     savepoint_format: &'static str,
+    sink_parallelism: u32,
 }
 
 fn step(parallelism: u32, backend: &'static str, savepoint_format: &'static str) -> Step {
-    Step { parallelism, backend, savepoint_format }
+    Step { parallelism, backend, savepoint_format, sink_parallelism: 1 }
 }
 
 /// Runs `job` through `steps`: each but the last runs ~1 s, is stopped with a savepoint and the next restores it
@@ -28,7 +35,7 @@ fn chain(cluster: &mut Cluster, job: &CountJob, steps: &[Step]) -> anyhow::Resul
     let mut savepoint: Option<String> = None;
     let mut savepoints = Vec::new();
     for (i, s) in steps.iter().enumerate() {
-        let mut j = job.clone().parallelism(s.parallelism);
+        let mut j = job.clone().parallelism(s.parallelism).sink_parallelism(s.sink_parallelism);
         j.state_backend = s.backend.to_string();
         let id = match &savepoint {
             None => cluster.submit(&j.yaml())?,
@@ -54,27 +61,18 @@ fn chain(cluster: &mut Cluster, job: &CountJob, steps: &[Step]) -> anyhow::Resul
     Ok(savepoints)
 }
 
-fn golden(backends: [&'static str; 4], first_format: &'static str, updates: bool) -> anyhow::Result<()> {
+fn golden(steps: [Step; 4]) -> anyhow::Result<()> {
     let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
     let uninterrupted = cluster.output_dir("uninterrupted")?;
     let chained = cluster.output_dir("chained")?;
-    let mut base = CountJob::bounded("golden", RECORDS, KEYS, 7).rate(RATE).checkpoint_every_ms(300);
-    if updates {
-        base = base.emit_updates();
-    }
+    let base = CountJob::bounded("golden", RECORDS, KEYS, 7).rate(RATE).checkpoint_every_ms(300).emit_updates();
     let mut whole = base.clone().into_files(&uninterrupted).parallelism(2);
-    whole.state_backend = backends[0].to_string();
+    whole.state_backend = steps[0].backend.to_string();
     let id = cluster.submit(&whole.yaml())?;
     cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(120))?;
     verify_job_output(&whole, &uninterrupted)?;
 
     let job = base.into_files(&chained);
-    let steps = [
-        step(2, backends[0], first_format),
-        step(4, backends[1], "native"),
-        step(1, backends[2], "native"),
-        step(3, backends[3], "native"),
-    ];
     let savepoints = chain(&mut cluster, &job, &steps)?;
     assert_eq!(savepoints.len(), 3);
     verify_job_output(&job, &chained)?;
@@ -84,20 +82,37 @@ fn golden(backends: [&'static str; 4], first_format: &'static str, updates: bool
 
 #[test]
 fn golden_chain_on_rocksdb() -> anyhow::Result<()> {
-    golden(["rocksdb"; 4], "native", false)
+    golden([
+        step(2, "rocksdb", "native"),
+        step(4, "rocksdb", "native"),
+        step(1, "rocksdb", "native"),
+        step(3, "rocksdb", "native"),
+    ])
 }
 
 #[test]
 fn golden_chain_on_heap() -> anyhow::Result<()> {
-    golden(["heap"; 4], "native", false)
+    golden([step(2, "heap", "native"), step(4, "heap", "native"), step(1, "heap", "native"), step(3, "heap", "native")])
 }
 
 #[test]
 fn golden_chain_from_heap_to_rocksdb_through_a_canonical_savepoint() -> anyhow::Result<()> {
-    golden(["heap", "rocksdb", "rocksdb", "rocksdb"], "canonical", false)
+    golden([
+        step(2, "heap", "canonical"),
+        step(4, "rocksdb", "native"),
+        step(1, "rocksdb", "native"),
+        step(3, "rocksdb", "native"),
+    ])
 }
 
+/// The sink's own subtasks rescale too (2 → 3 → 1, then 2): its pending files and commits move with them.
 #[test]
-fn golden_chain_with_every_running_count_exactly_once() -> anyhow::Result<()> {
-    golden(["rocksdb"; 4], "native", true)
+fn golden_chain_with_the_sink_rescaled() -> anyhow::Result<()> {
+    let sink = |s: Step, p| Step { sink_parallelism: p, ..s };
+    golden([
+        sink(step(2, "rocksdb", "native"), 2),
+        sink(step(4, "rocksdb", "native"), 3),
+        sink(step(1, "rocksdb", "native"), 1),
+        sink(step(3, "rocksdb", "native"), 2),
+    ])
 }

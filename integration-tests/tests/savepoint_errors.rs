@@ -207,9 +207,51 @@ fn state_of_another_kind_at_the_same_uid_is_refused_or_dropped_with_permission()
         &other,
         &url,
         false,
-        "operator \"counts\": its state was written by kind \"keyed-count\" and the job runs kind \"distinct-values\"",
+        "operator \"counts\" DROPPED: its state was written by kind \"keyed-count\" and the job runs kind \"distinct-values\"",
     );
+    // Two reasons at once (`counts` changed kind, `out` is gone): the refusal names both, with their states,
+    // as `savepoint check` does — not only the first.
+    let both = other.replace("uid: out", "uid: sink");
+    let err = cluster.submit_from(&both, &url, "", false).expect_err("the submission is refused");
+    let msg = format!("{err:#}");
+    for expected in [
+        "operators the job does not have: out",
+        "operator \"counts\" DROPPED: its state was written by kind \"keyed-count\"",
+        "state \"count\" DROPPED",
+        "operator \"out\" DROPPED: the job has no operator with this uid",
+        "--allow-non-restored-state",
+    ] {
+        assert!(msg.contains(expected), "expected {expected:?} in: {msg}");
+    }
     assert!(cluster.jobs()?.iter().all(|j| j.id == id), "nothing was deployed");
+    // With permission, the job says after the restore which states it dropped: every one, with why.
+    let both_spec = dir.join("both.yaml");
+    std::fs::write(&both_spec, &both)?;
+    let out = cluster.cli(&[
+        "job",
+        "submit",
+        &both_spec.display().to_string(),
+        "--from-savepoint",
+        &url,
+        "--allow-non-restored-state",
+        "--output",
+        "json",
+    ])?;
+    assert!(out.status.success(), "{out}");
+    assert!(out.stderr.contains("warning: the restore drops state \"count\" of operator \"counts\""), "{out}");
+    let submitted: serde_json::Value = serde_json::from_str(&out.stdout)?;
+    let b = submitted["id"].as_str().unwrap().to_string();
+    let status = cluster.cli_json(&["job", "status", &b])?;
+    let dropped: Vec<(String, String)> = status["dropped_states"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["uid"].as_str().unwrap().to_string(), d["state"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(dropped.contains(&("counts".into(), "count".into())), "{status}");
+    assert!(dropped.iter().any(|(uid, _)| uid == "out"), "{status}");
+    assert_eq!(status["dropped_state"], serde_json::json!(["counts", "out"]), "{status}");
+    cluster.cancel(&b)?;
     // The operator itself may allow it: `drop_state_on_change: true`.
     let permissive = other.replace("kind: distinct-values,", "kind: distinct-values, drop_state_on_change: true,");
     assert_ne!(permissive, other);

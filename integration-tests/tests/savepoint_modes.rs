@@ -4,7 +4,8 @@
 //! killed while a rescaled restore runs leaves the output exact; and the operator-state guard declines
 //! checkpoints over `--operator-state-limit` while the job keeps running; a source new in a restored job reads
 //! from its beginning; a job restored with another sink path commits the savepoint's pending files where they
-//! were written.
+//! were written; a retained checkpoint restores like a savepoint, in both modes, and who owns its files
+//! afterwards is what the mode says.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -260,6 +261,100 @@ fn a_job_restored_with_another_sink_path_commits_the_savepoints_files_where_they
     assert!(std::fs::read_dir(&elsewhere)?.count() > 0, "the restored job wrote to its own path");
     // `out` holds `restored/`: both jobs' output, every running count once.
     verify_job_output(&job, &out)?;
+    cluster.stop();
+    Ok(())
+}
+
+/// The files a checkpoint's `_metadata` references (relative to the checkpoint store's root), and the
+/// checkpoint's own directory.
+fn checkpoint_files(store: &Path, chk: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(chk.join("_metadata"))?)?;
+    let mut files = vec![chk.join("_metadata")];
+    fn collect(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let (Some(p), Some(_)) = (m.get("path").and_then(|p| p.as_str()), m.get("size")) {
+                    out.push(p.to_string());
+                }
+                m.values().for_each(|v| collect(v, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| collect(v, out)),
+            _ => {}
+        }
+    }
+    let mut paths = Vec::new();
+    collect(&meta["operators"], &mut paths);
+    files.extend(paths.into_iter().map(|p| store.join(p)));
+    Ok(files)
+}
+
+/// A retained checkpoint `<store>/<job>/chk-<n>` restores like a savepoint (README), with `emit: updates` so
+/// that every step's output proves the state went on. The first job is canceled; its checkpoint restores at
+/// another parallelism in no-claim mode, and that job never deletes any of its files, whatever it subsumes.
+/// That job is canceled in turn; its checkpoint restores at the same parallelism in claim mode and runs to the
+/// end: the output of the three together is exact, and the claimed checkpoint (its directory and every file it
+/// references) is deleted once the claiming job's own checkpoints subsume it. Meanwhile a running job's own
+/// checkpoint cannot be claimed, and a claimed one cannot be restored by anyone else.
+#[test]
+fn a_retained_checkpoint_restores_like_a_savepoint_in_both_modes() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
+    let out = cluster.output_dir("counts")?;
+    let store = cluster.checkpoint_dir().expect("a local store");
+    let job = CountJob::bounded("retained", 1_200_000, 3_000, 19)
+        .rate(100_000)
+        .checkpoint_every_ms(300)
+        .retain_checkpoints(2)
+        .emit_updates()
+        .into_files(&out);
+    let chk_url = |job_id: &str, n: u64| format!("file://{}", store.join(job_id).join(format!("chk-{n}")).display());
+
+    // The first job's checkpoint, while it runs: no-claim would do, but it cannot be claimed.
+    let a = cluster.submit(&job.yaml())?;
+    let running = cluster.wait_for_checkpoints(&a, 3, Duration::from_secs(60))?;
+    let n = running.last_completed_checkpoint.expect("a checkpoint");
+    let err = cluster.submit_from(&job.yaml(), &chk_url(&a, n), "claim", false).expect_err("refused");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains(&format!("checkpoint of job {a}, which is still running")) && msg.contains("no-claim"),
+        "{msg}"
+    );
+    cluster.cancel(&a)?;
+    let a_done = cluster.wait_for_state(&a, &[JobState::Canceled], Duration::from_secs(30))?;
+    let n = a_done.last_completed_checkpoint.expect("a checkpoint");
+    let a_chk = store.join(&a).join(format!("chk-{n}"));
+    let a_files = checkpoint_files(&store, &a_chk)?;
+    assert!(a_files.iter().any(|f| f.starts_with(store.join(&a).join("shared"))), "incremental: {a_files:?}");
+
+    // No-claim, at another parallelism: the job runs several checkpoints of its own and never deletes a file of
+    // the checkpoint it restored from.
+    let b = cluster.submit_from(&job.clone().parallelism(3).yaml(), &chk_url(&a, n), "no-claim", false)?;
+    let b_running = cluster.wait_for_checkpoints(&b, 4, Duration::from_secs(60))?;
+    assert!(b_running.restored_from.contains(&format!("chk-{n}")), "{b_running:?}");
+    cluster.cancel(&b)?;
+    let b_done = cluster.wait_for_state(&b, &[JobState::Canceled], Duration::from_secs(30))?;
+    let m = b_done.last_completed_checkpoint.expect("a checkpoint");
+    let b_chk = store.join(&b).join(format!("chk-{m}"));
+    let b_files = checkpoint_files(&store, &b_chk)?;
+
+    // Claim, at the same parallelism, checkpointing slowly so that its restore stays the job's restore point
+    // for a while: meanwhile nobody else may restore from what it claimed, in either mode.
+    let slow = job.clone().parallelism(3).checkpoint_every_ms(2_500);
+    let c = cluster.submit_from(&slow.yaml(), &chk_url(&b, m), "claim", false)?;
+    cluster.wait_for_state(&c, &[JobState::Running], Duration::from_secs(30))?;
+    for mode in ["no-claim", "claim"] {
+        let err = cluster.submit_from(&slow.yaml(), &chk_url(&b, m), mode, false).expect_err("refused");
+        let msg = format!("{err:#}");
+        assert!(msg.contains(&format!("job {c} restores from it in claim mode")), "{mode}: {msg}");
+    }
+    cluster.wait_for_state(&c, &[JobState::Finished], Duration::from_secs(120))?;
+    verify_job_output(&job, &out)?;
+    // Claimed: gone once subsumed (the job's checkpoints, retained 2, subsumed it before it finished).
+    wait_until("for the claimed checkpoint's files to be deleted", Duration::from_secs(20), || {
+        Ok(b_files.iter().all(|f| !f.exists()).then_some(()))
+    })?;
+    // Not claimed: every file is still there.
+    let missing: Vec<&PathBuf> = a_files.iter().filter(|f| !f.exists()).collect();
+    assert!(missing.is_empty(), "a no-claim restore deleted files of the checkpoint it restored from: {missing:?}");
     cluster.stop();
     Ok(())
 }

@@ -1,12 +1,18 @@
 //! Nobody uninvited gets in. Without TLS: the client API wants the bearer token (`UNAUTHENTICATED`
 //! otherwise, and nothing changes), the internal services and the data plane want the cluster secret. With
-//! TLS: members present certificates of the cluster CA (mutual TLS on gRPC and the data plane), a task manager
-//! with a certificate of another CA is refused, a plaintext client gets a clear message, a job runs end to end.
-//! No log holds the token, the secret or a key. A key that does not fit its certificate is a start-up error.
+//! TLS: members present certificates of the cluster CA (mutual TLS on gRPC and the data plane). A peer that
+//! trusts the cluster's CA but presents a certificate of another CA, or none at all, is refused by the job
+//! manager, by the task manager's own gRPC service and by the data plane, and both sides log who was refused
+//! and why; a valid client token opens none of the internal RPCs; with TLS on, the cluster secret opens no
+//! client API; a plaintext client gets a clear message; a job runs end to end. No log holds the token, the
+//! secret or a key. A key that does not fit its certificate is a start-up error, and so is a client token
+//! without any member authentication (unless `--insecure-members` says so on purpose).
 
 use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+use weir_common::security::{Secret, Security, TlsFiles};
 use weir_integration_tests::ha::{HaCluster, HaOptions};
 use weir_integration_tests::process::run_with_timeout;
 use weir_integration_tests::{binary, verify_job_output, CountJob};
@@ -46,6 +52,139 @@ fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
     f
 }
 
+/// A data-plane handshake frame naming a consumer task.
+fn handshake() -> Vec<u8> {
+    frame(0, br#"{"to":{"job_id":"x","attempt":1,"vertex":0,"subtask":0},"from_vertex":0,"from_subtask":0}"#)
+}
+
+/// What a peer that is not a member presents over TLS.
+enum Stranger<'a> {
+    /// A certificate of another CA, while trusting the cluster's CA (so that it accepts the server).
+    OtherCa { cert: &'a str, key: &'a str, cluster_ca: &'a str },
+    /// No certificate at all, trusting the cluster's CA.
+    NoCertificate { cluster_ca: &'a str },
+}
+
+impl Stranger<'_> {
+    fn security(&self, token: Option<&str>) -> anyhow::Result<Security> {
+        let tls = match self {
+            Stranger::OtherCa { cert, key, cluster_ca } => {
+                TlsFiles::load(Path::new(cert), Path::new(key), Path::new(cluster_ca))?
+            }
+            Stranger::NoCertificate { cluster_ca } => TlsFiles::trusting(Path::new(cluster_ca))?,
+        };
+        let token = token.map(|t| Secret::new("token", t)).transpose()?;
+        Ok(Security { tls: Some(tls), secret: None, token })
+    }
+
+    fn rustls_client(&self) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+        match self {
+            Stranger::OtherCa { .. } => Ok(self.security(None)?.tls.expect("tls").rustls_client()?),
+            Stranger::NoCertificate { cluster_ca } => {
+                use rustls::pki_types::pem::PemObject;
+                let mut roots = rustls::RootCertStore::empty();
+                for c in rustls::pki_types::CertificateDer::pem_file_iter(cluster_ca)? {
+                    roots.add(c?)?;
+                }
+                let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::aws_lc_rs::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+                Ok(Arc::new(config))
+            }
+        }
+    }
+}
+
+/// Every RPC of the job manager's internal service and of a task manager's service, called through
+/// `security` (a stranger, or a client with a valid token): the error of each, `None` where one succeeded.
+fn internal_calls(
+    security: &Security,
+    jm: &str,
+    tm: &str,
+) -> anyhow::Result<Vec<(&'static str, Option<tonic::Status>)>> {
+    use weir_proto as pb;
+    use weir_proto::job_manager_internal_client::JobManagerInternalClient;
+    use weir_proto::task_manager_api_client::TaskManagerApiClient;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let timeout = Duration::from_secs(5);
+        let jm = JobManagerInternalClient::new(security.channel(jm, timeout).map_err(anyhow::Error::msg)?);
+        let tm = TaskManagerApiClient::new(security.channel(tm, timeout).map_err(anyhow::Error::msg)?);
+        let register = pb::RegisterTaskManagerRequest {
+            tm_id: "intruder".into(),
+            rpc_address: "http://127.0.0.1:1".into(),
+            data_address: "127.0.0.1:1".into(),
+            slots: 1000,
+            operator_kinds: vec![],
+        };
+        let err = |r: Result<(), tonic::Status>| r.err();
+        Ok(vec![
+            ("RegisterTaskManager", err(jm.clone().register_task_manager(register).await.map(drop))),
+            ("Heartbeat", err(jm.clone().heartbeat(pb::HeartbeatRequest::default()).await.map(drop))),
+            (
+                "UpdateTaskState",
+                err(jm.clone().update_task_state(pb::UpdateTaskStateRequest::default()).await.map(drop)),
+            ),
+            (
+                "AcknowledgeCheckpoint",
+                err(jm.clone().acknowledge_checkpoint(pb::AcknowledgeCheckpointRequest::default()).await.map(drop)),
+            ),
+            (
+                "DeclineCheckpoint",
+                err(jm.clone().decline_checkpoint(pb::DeclineCheckpointRequest::default()).await.map(drop)),
+            ),
+            ("DeployTask", err(tm.clone().deploy_task(pb::DeployTaskRequest::default()).await.map(drop))),
+            (
+                "TriggerCheckpoint",
+                err(tm.clone().trigger_checkpoint(pb::TriggerCheckpointRequest::default()).await.map(drop)),
+            ),
+            (
+                "NotifyCheckpoint",
+                err(tm.clone().notify_checkpoint(pb::NotifyCheckpointRequest::default()).await.map(drop)),
+            ),
+            ("CancelJob", err(tm.clone().cancel_job(pb::CancelTasksRequest::default()).await.map(drop))),
+            ("EndInput", err(tm.clone().end_input(pb::EndInputRequest::default()).await.map(drop))),
+        ])
+    })
+}
+
+/// Asserts that every internal RPC was refused, and (with `unauthenticated`) refused as `UNAUTHENTICATED`
+/// by the member check rather than failing some other way.
+fn assert_all_refused(who: &str, calls: &[(&str, Option<tonic::Status>)], unauthenticated: bool) {
+    for (rpc, status) in calls {
+        let Some(status) = status else { panic!("{who}: {rpc} was accepted") };
+        if unauthenticated {
+            assert_eq!(status.code(), tonic::Code::Unauthenticated, "{who}: {rpc}: {status:?}");
+        }
+    }
+}
+
+/// Opens a TLS data connection as `stranger` and reports whether it is dropped (the handshake refused, or
+/// the connection closed before the handshake frame gets anywhere).
+fn data_peer_over_tls_is_dropped(addr: &str, stranger: &Stranger) -> anyhow::Result<bool> {
+    let config = stranger.rustls_client()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+        let mut tls = match tokio_rustls::TlsConnector::from(config).connect(name, tcp).await {
+            Ok(s) => s,
+            Err(_) => return Ok(true),
+        };
+        let _ = tls.write_all(&handshake()).await;
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf)).await {
+            Err(_) => Ok(false),
+            Ok(Ok(0)) | Ok(Err(_)) => Ok(true),
+            Ok(Ok(_)) => Ok(false),
+        }
+    })
+}
+
 #[test]
 fn tokens_and_the_cluster_secret_keep_strangers_out() -> anyhow::Result<()> {
     let files = tempfile::tempdir()?;
@@ -80,9 +219,16 @@ fn tokens_and_the_cluster_secret_keep_strangers_out() -> anyhow::Result<()> {
     let log = std::fs::read_to_string(c.dir().join("logs").join(format!("taskmanager-{outsider}.log")))?;
     assert!(!log.contains("registered with job manager"), "{log}");
 
+    // A valid client token opens none of the internal RPCs, of the job manager or of a task manager.
+    let client = Security { token: Some(Secret::new("token", TOKEN)?), ..Default::default() };
+    let jm = c.addresses().split(',').next().unwrap_or_default().to_string();
+    let calls = internal_calls(&client, &jm, &c.rpc_addresses[0])?;
+    assert_all_refused("a client token", &calls, true);
+    assert!(calls.iter().all(|(_, s)| s.as_ref().is_some_and(|s| s.message().contains("cluster secret"))), "{calls:?}");
+    assert_eq!(c.cli_json(&["cluster"])?["task_managers"].as_array().map_or(0, |a| a.len()), 2, "nobody joined");
+
     // The data plane: a peer that does not send the secret first is dropped.
-    let handshake = frame(0, br#"{"to":{"job_id":"x","attempt":1,"vertex":0,"subtask":0},"from_subtask":0}"#);
-    assert!(data_peer_is_dropped(&c.data_addresses[0], &handshake)?, "a data peer without the secret was kept");
+    assert!(data_peer_is_dropped(&c.data_addresses[0], &handshake())?, "a data peer without the secret was kept");
 
     // A job runs across the secret-protected data plane.
     let out_dir = c.output_dir("counts")?;
@@ -124,8 +270,10 @@ fn mutual_tls_admits_members_only() -> anyhow::Result<()> {
             a.to_string(),
         ]
     };
+    let secret = write(files.path(), "secret", SECRET)?;
     let mut jm_args = tls(&cert, &key, &ca);
-    jm_args.extend(["--auth-token-file".to_string(), token.clone()]);
+    // A cluster secret too: with TLS on it is no credential, and must open nothing.
+    jm_args.extend(["--auth-token-file".to_string(), token.clone(), "--cluster-secret-file".into(), secret.clone()]);
     // etcd too is reached over mutual TLS, with the members' CA.
     let etcd_tls = weir_integration_tests::pki::MemberFiles {
         cert: cert.clone().into(),
@@ -146,17 +294,64 @@ fn mutual_tls_admits_members_only() -> anyhow::Result<()> {
     assert_ne!(out.code(), Some(0));
     assert!(out.stderr.to_lowercase().contains("tls"), "no hint at TLS: {}", out.stderr);
 
-    // A task manager with a certificate of another CA is refused.
-    let rogue = c.start_taskmanager(&tls(&rogue_cert, &rogue_key, &rogue_ca))?;
-    std::thread::sleep(Duration::from_secs(3));
+    // With TLS on, the cluster secret is no client credential.
+    let out = c.cli_bare(&["job", "list", "--tls-ca", &ca, "--cluster-secret-file", &secret], &[])?;
+    assert_ne!(out.code(), Some(0), "the cluster secret opened the client API with TLS on");
+    assert!(out.stderr.contains("UNAUTHENTICATED"), "{}", out.stderr);
+
+    // A task manager with a certificate of another CA, trusting the cluster's CA (so that it accepts the job
+    // manager, and the job manager's own check is what refuses it): refused, and both sides say so.
+    let rogue = c.start_taskmanager(&tls(&rogue_cert, &rogue_key, &ca))?;
+    let rogue_log = c.dir().join("logs").join(format!("taskmanager-{rogue}.log"));
+    weir_integration_tests::wait_until(
+        "for the rogue task manager to say it was refused",
+        Duration::from_secs(20),
+        || {
+            let log = std::fs::read_to_string(&rogue_log)?;
+            Ok(log.contains("did not accept this task manager's registration").then_some(log))
+        },
+    )?;
     let tms = c.cli_json(&["cluster"])?["task_managers"].as_array().map_or(0, |a| a.len());
     assert_eq!(tms, 2, "the rogue task manager registered");
-    let log = std::fs::read_to_string(c.dir().join("logs").join(format!("taskmanager-{rogue}.log")))?;
+    let log = std::fs::read_to_string(&rogue_log)?;
     assert!(!log.contains("registered with job manager"), "{log}");
+    let refused = log.lines().find(|l| l.contains("did not accept this task manager's registration")).unwrap_or("");
+    let why = refused.to_lowercase();
+    assert!(
+        refused.contains("WARN") && (why.contains("unknownca") || why.contains("certificate")),
+        "why, at warning level: {refused}"
+    );
+    // The job manager names the peer and the reason (the plaintext client above failed its handshake too, for
+    // another reason: look for the certificate's).
+    let jm_refused =
+        weir_integration_tests::wait_until("for the job manager's warning", Duration::from_secs(20), || {
+            Ok(c.jobmanager_log(0)
+                .lines()
+                .find(|l| l.contains("refused a connection: its TLS handshake failed") && l.contains("certificate"))
+                .map(str::to_string))
+        })?;
+    assert!(
+        jm_refused.contains("WARN") && jm_refused.contains("peer=127.0.0.1:"),
+        "the job manager says whom: {jm_refused}"
+    );
 
-    // A data-plane peer without a member certificate (plain TCP) is refused.
-    let handshake = frame(0, b"{}");
-    assert!(data_peer_is_dropped(&c.data_addresses[0], &handshake)?, "a plaintext data peer was kept");
+    // The same strangers, by hand, against every internal RPC of the job manager and of a task manager, and
+    // against the data plane: a certificate of another CA, and no certificate at all.
+    let jm = c.addresses().split(',').next().unwrap_or_default().to_string();
+    let tm = c.rpc_addresses[0].clone();
+    let other_ca = Stranger::OtherCa { cert: &rogue_cert, key: &rogue_key, cluster_ca: &ca };
+    let no_cert = Stranger::NoCertificate { cluster_ca: &ca };
+    assert_all_refused("a certificate of another CA", &internal_calls(&other_ca.security(None)?, &jm, &tm)?, false);
+    assert_all_refused("no certificate", &internal_calls(&no_cert.security(None)?, &jm, &tm)?, true);
+    // A valid client token, over TLS with the cluster's CA but no member certificate, opens no internal RPC.
+    assert_all_refused("a client token", &internal_calls(&no_cert.security(Some(TOKEN))?, &jm, &tm)?, true);
+    assert_eq!(c.cli_json(&["cluster"])?["task_managers"].as_array().map_or(0, |a| a.len()), 2, "nobody joined");
+    for (who, stranger) in [("another CA", &other_ca), ("no certificate", &no_cert)] {
+        assert!(data_peer_over_tls_is_dropped(&c.data_addresses[0], stranger)?, "a data peer with {who} was kept");
+    }
+    // A data-plane peer without TLS at all (plain TCP) is refused too.
+    assert!(data_peer_is_dropped(&c.data_addresses[0], &handshake())?, "a plaintext data peer was kept");
+    let _ = rogue_ca;
 
     // A job runs with TLS on gRPC and the data plane.
     let out_dir = c.output_dir("counts")?;
@@ -180,5 +375,42 @@ fn mutual_tls_admits_members_only() -> anyhow::Result<()> {
     assert_eq!(out.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("does not fit the certificate"), "{}", out.stderr);
     assert!(!out.stderr.contains(key_body), "the key reached the error");
+    Ok(())
+}
+
+/// A client token with neither TLS nor a cluster secret would leave the internal services open: the job
+/// manager refuses to start, saying what to add, unless `--insecure-members` says it is meant (and then it
+/// warns at start).
+#[test]
+fn a_client_token_without_member_authentication_is_refused_at_start() -> anyhow::Result<()> {
+    let files = tempfile::tempdir()?;
+    let token = write(files.path(), "token", TOKEN)?;
+    let jm = |extra: &[&str]| -> anyhow::Result<std::process::Command> {
+        let mut cmd = std::process::Command::new(binary("weir-jobmanager")?);
+        cmd.args(["--bind", "127.0.0.1:0", "--auth-token-file", &token])
+            .args(extra)
+            .arg("--data-dir")
+            .arg(files.path().join("jm"));
+        Ok(cmd)
+    };
+    let out = run_with_timeout(jm(&[])?, Duration::from_secs(20))?;
+    assert_eq!(out.code(), Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--cluster-secret-file")
+            && out.stderr.contains("--tls-cert")
+            && out.stderr.contains("--insecure-members"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr.trim().lines().count(), 1, "one line: {}", out.stderr);
+    // On purpose: it starts, and says at warning level what it leaves open.
+    let log = files.path().join("insecure.log");
+    let mut p = weir_integration_tests::Process::spawn("insecure", jm(&["--insecure-members"])?, &log)?;
+    p.wait_for_stdout(Duration::from_secs(20), |l| l.starts_with("weir-jobmanager listening").then_some(()))?;
+    weir_integration_tests::wait_until("for the warning", Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&log)?;
+        Ok(text.lines().any(|l| l.contains("WARN") && l.contains("--insecure-members")).then_some(()))
+    })?;
+    p.kill();
     Ok(())
 }

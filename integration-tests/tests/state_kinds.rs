@@ -1,7 +1,10 @@
 //! Every keyed state kind (value, list, map, reducing, aggregating) and every operator state kind (list,
 //! union, broadcast) survives a rescale 3 → 5 → 2 through savepoints with its content exact, on RocksDB and
 //! on heap. The `state-kinds` operator (examples crate) keeps all of them; at end of input it emits what they
-//! hold, and the committed output is compared with what the datagen formula says.
+//! hold, and the committed output is compared with what the datagen formula says — after the scale-out too:
+//! the savepoint of the first step is restored twice, once at 5 run to the end (every state kind checked on
+//! five subtasks, union and broadcast state on the new ones among them), once at 5 stopped again and
+//! restored at 2.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -42,27 +45,33 @@ fn committed_lines(dir: &Path) -> Vec<String> {
 fn rescale_3_5_2(backend: &str) -> anyhow::Result<()> {
     let mut cluster = Cluster::start(ClusterOptions::new(2, 3).with_taskmanager_binary("weir-example-taskmanager"))?;
     let out = cluster.output_dir("kinds")?;
-    let mut savepoint: Option<String> = None;
-    for (step, p) in [3u32, 5, 2].into_iter().enumerate() {
-        let spec = spec(p, backend, &out);
-        let id = match &savepoint {
-            None => cluster.submit(&spec)?,
-            Some(url) => cluster.submit_from(&spec, url, "", false)?,
-        };
-        if step == 2 {
-            cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(120))?;
-        } else {
-            cluster.wait_for_checkpoints(&id, 2, Duration::from_secs(60))?;
-            savepoint = Some(cluster.stop_with_savepoint(&id, false, "native")?);
-        }
-    }
+    let scaled_out = cluster.output_dir("kinds-at-5")?;
+    let first = cluster.submit(&spec(3, backend, &out))?;
+    cluster.wait_for_checkpoints(&first, 2, Duration::from_secs(60))?;
+    let at_3 = cluster.stop_with_savepoint(&first, false, "native")?;
+    // The scale-out, run to the end: every kind of state on five subtasks.
+    let to_5 = cluster.submit_from(&spec(5, backend, &scaled_out), &at_3, "", false)?;
+    cluster.wait_for_state(&to_5, &[JobState::Finished], Duration::from_secs(120))?;
+    check_output(&scaled_out, 5)?;
+    // The chain: at 5 again, stopped, then at 2 to the end.
+    let again = cluster.submit_from(&spec(5, backend, &out), &at_3, "", false)?;
+    cluster.wait_for_checkpoints(&again, 2, Duration::from_secs(60))?;
+    let at_5 = cluster.stop_with_savepoint(&again, false, "native")?;
+    let last = cluster.submit_from(&spec(2, backend, &out), &at_5, "", false)?;
+    cluster.wait_for_state(&last, &[JobState::Finished], Duration::from_secs(120))?;
+    check_output(&out, 2)?;
+    cluster.stop();
+    Ok(())
+}
 
+/// Checks what a run that ended at parallelism `p` committed under `out`: every state kind's content exact.
+fn check_output(out: &Path, p: usize) -> anyhow::Result<()> {
     let mut expected_counts: BTreeMap<u64, u64> = BTreeMap::new();
     for i in 0..RECORDS {
         *expected_counts.entry(key_of(SEED, i, KEYS)).or_insert(0) += 1;
     }
     let (mut keyed, mut tokens, mut members, mut configs) = (BTreeMap::new(), Vec::new(), Vec::new(), Vec::new());
-    for line in committed_lines(&out) {
+    for line in committed_lines(out) {
         let (key, value) = line.split_once(',').expect("key,value");
         match key {
             "token" => tokens.push(value.to_string()),
@@ -83,11 +92,10 @@ fn rescale_3_5_2(backend: &str) -> anyhow::Result<()> {
     let all: Vec<String> = (0..3).flat_map(|i| (0..10).map(move |j| format!("t-{i}-{j}"))).collect();
     let all_sorted: Vec<String> = all.iter().cloned().collect::<BTreeSet<_>>().into_iter().collect();
     assert_eq!(tokens, all_sorted, "list state: every element once");
-    // Union state: every subtask of the last run (2) holds every element of the first run's 3 subtasks.
-    assert_eq!(members, vec!["m-0,m-1,m-2".to_string(); 2], "union state on every subtask");
+    // Union state: every subtask of the last run holds every element of the first run's 3 subtasks.
+    assert_eq!(members, vec!["m-0,m-1,m-2".to_string(); p], "union state on every subtask");
     // Broadcast state: the same copy on every subtask.
-    assert_eq!(configs, vec!["rule=r1".to_string(); 2], "broadcast state on every subtask");
-    cluster.stop();
+    assert_eq!(configs, vec!["rule=r1".to_string(); p], "broadcast state on every subtask");
     Ok(())
 }
 

@@ -1,14 +1,17 @@
 //! Upgrading a job's code between a savepoint and its restore, with a custom task-manager binary in two
 //! versions (`weir-example-taskmanager` and `weir-example-taskmanager-v2`, `weir_examples::upgrades`): an Avro
-//! state with a field removed and one added (with a default) is migrated, on RocksDB and on the heap, over a
-//! million keys, every count exact; a bincode state whose struct changed is reported `DROPPED` and restored only
+//! state with a field removed and one added (with a default) is migrated over a million keys, every count
+//! exact, while the job is also rescaled 2 → 3 on RocksDB, and while it moves from RocksDB to the heap through
+//! a canonical savepoint (at parallelism 1); a bincode state whose struct changed is reported `DROPPED` and restored only
 //! with permission (and, for an operator with `uid_stated: true`, on purpose without it); a Protobuf field
 //! number reused with another type and a changed key type are refused before anything is deployed, naming the
 //! field and the key.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-use weir_integration_tests::{verify_job_output, Cluster, ClusterOptions, CountJob, JobState};
+use weir_integration_tests::{
+    counts_after, datagen_positions, read_sink_output, verify_job_output, Cluster, ClusterOptions, CountJob, JobState,
+};
 
 const V1: &str = "weir-example-taskmanager";
 const V2: &str = "weir-example-taskmanager-v2";
@@ -34,18 +37,20 @@ fn job_of(kind: &str, job: &CountJob, backend: &str) -> String {
     yaml.replace("state_backend: rocksdb", &format!("state_backend: {backend}"))
 }
 
-/// Runs `spec` on v1 until about `records` were read, and stops it with a savepoint.
-fn savepoint_of(cluster: &mut Cluster, spec: &str, run_for: Duration) -> anyhow::Result<String> {
+/// Runs `spec` on v1 for about `run_for`, and stops it with a savepoint in `format`.
+fn savepoint_of(cluster: &mut Cluster, spec: &str, run_for: Duration, format: &str) -> anyhow::Result<String> {
     let id = cluster.submit(spec)?;
     let started = Instant::now();
     cluster.wait_for_checkpoints(&id, 1, Duration::from_secs(120))?;
     if let Some(rest) = run_for.checked_sub(started.elapsed()) {
         std::thread::sleep(rest);
     }
-    cluster.stop_with_savepoint(&id, false, "native")
+    cluster.stop_with_savepoint(&id, false, format)
 }
 
-fn avro_state_migrates(backend: &str) -> anyhow::Result<()> {
+/// The Avro state migrates while the job also changes shape: the savepoint is taken at parallelism 2 on `from`
+/// (in `format`) and restored at `parallelism` on `to`.
+fn avro_state_migrates(from: &str, format: &str, to: &str, parallelism: u32) -> anyhow::Result<()> {
     let mut cluster = Cluster::start(ClusterOptions::new(1, 4).with_taskmanager_binary(V1))?;
     let out = cluster.output_dir("counts")?;
     // A million keys, about 2.4M records (all but ~9% of the keys) read before the savepoint.
@@ -53,8 +58,8 @@ fn avro_state_migrates(backend: &str) -> anyhow::Result<()> {
         .rate(400_000)
         .checkpoint_every_ms(1_000)
         .into_files(&out);
-    let spec = job_of("profiles", &job, backend);
-    let url = savepoint_of(&mut cluster, &spec, Duration::from_secs(6))?;
+    let url = savepoint_of(&mut cluster, &job_of("profiles", &job, from), Duration::from_secs(6), format)?;
+    let spec = job_of("profiles", &job.clone().parallelism(parallelism), to);
     let meta: serde_json::Value =
         serde_json::from_slice(&std::fs::read(Path::new(url.strip_prefix("file://").unwrap()).join("_metadata"))?)?;
     let written = &meta["operators"]["counts"]["signature"]["states"][0];
@@ -84,20 +89,20 @@ fn avro_state_migrates(backend: &str) -> anyhow::Result<()> {
         .filter(|l| l.contains("state migrated"))
         .filter_map(|l| l.split("values=").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok())
         .sum();
-    println!("{backend}: {migrated} values migrated");
+    println!("{from} ({format}) -> {to} at parallelism {parallelism}: {migrated} values migrated");
     assert!(migrated > 500_000, "{migrated} values migrated; the log: {log}");
     cluster.stop();
     Ok(())
 }
 
 #[test]
-fn avro_state_with_a_field_added_migrates_on_rocksdb_with_every_value_exact() -> anyhow::Result<()> {
-    avro_state_migrates("rocksdb")
+fn avro_state_with_a_field_added_migrates_on_rocksdb_rescaled_2_to_3_with_every_value_exact() -> anyhow::Result<()> {
+    avro_state_migrates("rocksdb", "native", "rocksdb", 3)
 }
 
 #[test]
-fn avro_state_with_a_field_added_migrates_on_the_heap_with_every_value_exact() -> anyhow::Result<()> {
-    avro_state_migrates("heap")
+fn avro_state_migrates_from_a_canonical_rocksdb_savepoint_into_the_heap_with_every_value_exact() -> anyhow::Result<()> {
+    avro_state_migrates("rocksdb", "canonical", "heap", 1)
 }
 
 #[test]
@@ -113,7 +118,7 @@ fn changed_bincode_protobuf_and_key_types_are_judged_before_deploying() -> anyho
             "people-stated" => job_of("people, uid_stated: true", &job, "rocksdb"),
             _ => job_of(kind, &job, "rocksdb"),
         };
-        let url = savepoint_of(&mut cluster, &spec, Duration::from_secs(1))?;
+        let url = savepoint_of(&mut cluster, &spec, Duration::from_secs(1), "native")?;
         let file = specs.join(format!("{kind}.yaml"));
         std::fs::write(&file, &spec)?;
         savepoints.push((kind, job, spec, file, url, out));
@@ -158,8 +163,25 @@ fn changed_bincode_protobuf_and_key_types_are_judged_before_deploying() -> anyho
                 let r = cluster.submit_from(spec, url, "", true)?;
                 let done = cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(120))?;
                 assert!(done.dropped_state.iter().any(|d| d.contains("counts")), "{:?}", done.dropped_state);
-                // The counts start afresh: the output holds only what was read after the savepoint.
-                assert!(verify_job_output(job, out).is_err(), "the dropped counts are not in the output");
+                // The counts start afresh from zero, and the source (whose state was kept) goes on where it
+                // stopped: the output is exactly the counts of the records after the savepoint's positions.
+                let sp_dir = Path::new(url.strip_prefix("file://").expect("a local savepoint"));
+                let positions = datagen_positions(sp_dir, "events")?;
+                assert_eq!(positions.len(), 128, "every split's position is in the savepoint");
+                let read_before: u64 = positions
+                    .iter()
+                    .map(|(&j, &next)| next - weir_common::datagen::split_range(j, 128, Some(400_000)).0)
+                    .sum();
+                assert!(read_before > 0, "the first run read records before its savepoint");
+                let expected = counts_after(job.seed, 400_000, job.keys, 128, &positions);
+                let got = read_sink_output(out)?;
+                assert_eq!(got.values().sum::<u64>(), 400_000 - read_before, "records counted after the restore");
+                assert!(
+                    got == expected,
+                    "the output is not the counts after the savepoint ({} keys, {} expected)",
+                    got.len(),
+                    expected.len()
+                );
             }
             // With uid_stated, the changed signature is a new uid: the old state is dropped on purpose, no
             // permission needed.

@@ -31,6 +31,7 @@ pub const CONFIG_KEYS: &[&str] = &[
     "tls_ca",
     "cluster_secret_file",
     "auth_token_file",
+    "insecure_members",
     "metrics_bind",
 ];
 
@@ -94,6 +95,10 @@ pub struct JobManagerConfig {
     /// File holding the bearer token clients must present (absent: the client API is open).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth_token_file: Option<PathBuf>,
+    /// Run with a client token but without member authentication (neither TLS nor a cluster secret), on
+    /// purpose: anyone who reaches the port can then join as a task manager. Without it, that combination is
+    /// refused at start.
+    pub insecure_members: bool,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); absent = no metrics.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_bind: Option<String>,
@@ -125,6 +130,7 @@ impl Default for JobManagerConfig {
             tls_ca: None,
             cluster_secret_file: None,
             auth_token_file: None,
+            insecure_members: false,
             metrics_bind: None,
         }
     }
@@ -133,6 +139,7 @@ impl Default for JobManagerConfig {
 impl JobManagerConfig {
     /// Checks values that deserialize fine but make no sense.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_member_auth()?;
         if self.bind.trim().is_empty() || !self.bind.contains(':') {
             return Err(ConfigError(format!("bind: expected HOST:PORT, got {:?}", self.bind)));
         }
@@ -237,6 +244,28 @@ impl JobManagerConfig {
         }
         let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
         Ok(format!("{scheme}://{}", self.bind))
+    }
+
+    /// A client token guards the client API; without TLS or a cluster secret the internal services, where task
+    /// managers register and receive work, would still be open to anyone: a configuration mistake, unless said
+    /// on purpose with `insecure_members`.
+    fn check_member_auth(&self) -> Result<(), ConfigError> {
+        let members_authenticated = self.tls_cert.is_some() || self.cluster_secret_file.is_some();
+        if self.auth_token_file.is_some() && !members_authenticated && !self.insecure_members {
+            return Err(ConfigError(
+                "auth_token_file protects the client API, but without TLS or a cluster secret anyone who reaches this \
+                 port can still join as a task manager: add --tls-cert/--tls-key/--tls-ca (mutual TLS) or \
+                 --cluster-secret-file, or pass --insecure-members to run so on purpose"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether members are let in unauthenticated although clients need a token (`insecure_members`): worth a
+    /// warning at every start.
+    pub fn members_unauthenticated_on_purpose(&self) -> bool {
+        self.insecure_members && self.tls_cert.is_none() && self.cluster_secret_file.is_none()
     }
 
     /// What this job manager presents to task managers and checks of them: TLS files, the cluster secret.
@@ -394,6 +423,11 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth_token_file: Option<PathBuf>,
+    /// With --auth-token-file but neither TLS nor --cluster-secret-file: start anyway, leaving the internal
+    /// services open to anyone who reaches the port (refused without this flag)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_members: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off]
     #[arg(long, value_name = "HOST:PORT")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -456,6 +490,29 @@ mod tests {
         for key in CONFIG_KEYS {
             assert!(text.contains(&format!("{key} =")), "deploy/jobmanager.toml lacks {key}");
         }
+    }
+
+    #[test]
+    fn a_client_token_needs_member_authentication() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = Some(dir.path().join("token"));
+        let err = Cli { auth_token_file: token.clone(), ..Default::default() }.load().unwrap_err().to_string();
+        assert!(err.contains("--cluster-secret-file") && err.contains("--insecure-members"), "{err}");
+        let secret = Some(dir.path().join("secret"));
+        let ok = Cli { auth_token_file: token.clone(), cluster_secret_file: secret, ..Default::default() }.load();
+        assert!(!ok.unwrap().members_unauthenticated_on_purpose());
+        let tls = Cli {
+            auth_token_file: token.clone(),
+            tls_cert: Some("c".into()),
+            tls_key: Some("k".into()),
+            tls_ca: Some("a".into()),
+            ..Default::default()
+        };
+        assert!(tls.load().is_ok());
+        let on_purpose = Cli { auth_token_file: token, insecure_members: true, ..Default::default() }.load().unwrap();
+        assert!(on_purpose.members_unauthenticated_on_purpose());
+        // No token at all: the embedded local default, open on loopback.
+        assert!(Cli::default().load().is_ok());
     }
 
     #[test]

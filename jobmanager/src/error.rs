@@ -68,6 +68,19 @@ pub enum JobRequestError {
         /// Its state.
         state: &'static str,
     },
+    /// The job has not ended, so its record cannot be deleted.
+    #[error(
+        "job {id} is {state}: only a job that has ended (FINISHED, CANCELED or FAILED) can be deleted; cancel it first"
+    )]
+    NotEnded {
+        /// The job id.
+        id: String,
+        /// Its state.
+        state: &'static str,
+    },
+    /// What the request would delete is still needed by another job.
+    #[error("{0}")]
+    InUse(String),
     /// The job could not be written to the local job store.
     #[error("cannot store job: {0}")]
     Storage(String),
@@ -91,13 +104,31 @@ pub enum JobRequestError {
     NotRunning(String),
 }
 
+/// The longest message a refused request carries: far above any real one, and far below the message size a
+/// client can read, so that no input echoed into an error keeps the client from learning what was wrong.
+pub const MAX_ERROR_BYTES: usize = 64 * 1024;
+
+/// `msg` cut to [`MAX_ERROR_BYTES`] at a character boundary, saying how much was cut.
+fn capped(msg: String) -> String {
+    if msg.len() <= MAX_ERROR_BYTES {
+        return msg;
+    }
+    let mut cut = MAX_ERROR_BYTES;
+    while !msg.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} more bytes not shown)", &msg[..cut], msg.len() - cut)
+}
+
 impl From<JobRequestError> for tonic::Status {
     fn from(e: JobRequestError) -> Self {
-        let msg = e.to_string();
+        let msg = capped(e.to_string());
         match e {
             JobRequestError::InvalidId(_) | JobRequestError::InvalidSpec(_) => tonic::Status::invalid_argument(msg),
             JobRequestError::NotFound(_) => tonic::Status::not_found(msg),
-            JobRequestError::AlreadyTerminal { .. } => tonic::Status::failed_precondition(msg),
+            JobRequestError::AlreadyTerminal { .. } | JobRequestError::NotEnded { .. } | JobRequestError::InUse(_) => {
+                tonic::Status::failed_precondition(msg)
+            }
             JobRequestError::Storage(_) => tonic::Status::internal(msg),
             JobRequestError::ShuttingDown => tonic::Status::unavailable(msg),
             JobRequestError::StoreRefused(_) => tonic::Status::failed_precondition(msg),
@@ -106,5 +137,21 @@ impl From<JobRequestError> for tonic::Status {
             JobRequestError::SavepointFailed(_) => tonic::Status::aborted(msg),
             JobRequestError::NotRunning(_) => tonic::Status::failed_precondition(msg),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_capped() {
+        let huge = JobRequestError::InvalidSpec(format!("operator \"x\": {}", "é".repeat(MAX_ERROR_BYTES)));
+        let status = tonic::Status::from(huge);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().len() < MAX_ERROR_BYTES + 64, "{}", status.message().len());
+        assert!(status.message().starts_with("operator \"x\"") && status.message().ends_with("more bytes not shown)"));
+        let small = tonic::Status::from(JobRequestError::NotFound("j".into()));
+        assert_eq!(small.message(), "no job with id j");
     }
 }

@@ -489,8 +489,11 @@ pub async fn run(
             strikes = HEALTH_STRIKES,
             "the checkpoint store does not answer: resigning leadership"
         );
-        jm.depose().await;
+        // Nothing of this term acts any more, the lease goes at once (a standby leads now, not when the hung
+        // store calls of this one's jobs give up, minutes later), and then the jobs are waited for.
+        jm.stop_coordinating();
         term.resign().await;
+        jm.depose().await;
         tokio::select! {
             _ = tokio::time::sleep(RESIGN_BACKOFF) => {}
             _ = stop.wait_for(|s| *s) => {}
@@ -517,6 +520,56 @@ async fn health_watch(jm: &JobManager, ttl: Duration) {
         }
         if strikes >= HEALTH_STRIKES {
             return;
+        }
+    }
+}
+
+/// A real etcd for unit tests: Debian's `etcd` (installed by `scripts/setup.sh`) on free loopback ports, in a
+/// temporary directory, killed when dropped.
+#[cfg(test)]
+pub(crate) mod test_etcd {
+    use std::process::{Child, Command, Stdio};
+
+    /// One etcd member.
+    pub(crate) struct TestEtcd {
+        child: Child,
+        /// Its client URL.
+        pub(crate) url: String,
+        _dir: tempfile::TempDir,
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    }
+
+    impl TestEtcd {
+        pub(crate) fn start() -> TestEtcd {
+            let bin = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+                .into_iter()
+                .find(|p| std::path::Path::new(p).exists())
+                .expect("etcd not found: run scripts/setup.sh (it installs Debian's etcd-server)");
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (client, peer) =
+                (format!("http://127.0.0.1:{}", free_port()), format!("http://127.0.0.1:{}", free_port()));
+            let child = Command::new(bin)
+                .args(["--name", "t", "--data-dir"])
+                .arg(dir.path().join("data"))
+                .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+                .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+                .args(["--initial-cluster", &format!("t={peer}")])
+                .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start etcd");
+            TestEtcd { child, url: client, _dir: dir }
+        }
+    }
+
+    impl Drop for TestEtcd {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }

@@ -110,11 +110,19 @@ pub(crate) struct JobView {
     pub(crate) info: pb::JobInfo,
     pub(crate) state: JobState,
     pub(crate) history: Vec<CheckpointHistoryEntry>,
+    /// The savepoint or checkpoint (its directory URL) the job still restores from, until its own first
+    /// checkpoint (or, claimed, the checkpoints that subsume it) completes.
+    pub(crate) restoring_from: Option<(String, weir_common::checkpoint::RestoreMode)>,
 }
 
 impl JobView {
     pub(crate) fn of(record: &JobRecord) -> Self {
-        JobView { info: record.info(), state: record.state, history: record.history.clone() }
+        JobView {
+            info: record.info(),
+            state: record.state,
+            history: record.history.clone(),
+            restoring_from: record.initial.as_ref().filter(|i| i.active).map(|i| (i.url.clone(), i.mode)),
+        }
     }
 }
 
@@ -1090,7 +1098,7 @@ impl JobActor {
         if let Some(url) = dispose_claimed {
             let opts = self.shared.config.store_options();
             tokio::spawn(async move {
-                match crate::savepoint::dispose(&url, &opts).await {
+                match crate::savepoint::delete_claimed(&url, &opts).await {
                     Ok(files) => info!(savepoint = %url, files, "claimed savepoint subsumed and deleted"),
                     Err(error) => warn!(savepoint = %url, %error, "cannot delete the claimed savepoint"),
                 }
@@ -1131,12 +1139,21 @@ impl JobActor {
         let full_size_bytes = meta.full_size();
         let uploaded_bytes = pending.uploaded_bytes();
         let duration_ms = now.saturating_sub(pending.trigger_time_ms);
-        self.record.mark_completed(id, duration_ms, full_size_bytes, uploaded_bytes);
+        // As for a checkpoint: a savepoint counts only once the job store recorded it. Answered or notified
+        // before that, the client would hold a savepoint the job's history does not know and sinks would commit
+        // output that a restarted job manager replays.
+        let mut next = self.record.clone();
+        next.mark_completed(id, duration_ms, full_size_bytes, uploaded_bytes);
+        if let Err(e) = self.persist_record(&next).await {
+            // Its directory (with the `_metadata` just written) is deleted again by the failure's cleanup.
+            self.record_failed(pending, format!("cannot record the savepoint in the job store: {e}"), true).await;
+            return;
+        }
+        self.record = next;
         let stops = target.stop || pending.is_final;
         if stops {
             self.stopping_until_ms = Some(now + STOP_FINISH_TIMEOUT_MS);
         }
-        let _ = self.persist().await;
         if let Some(dep) = self.deployment.as_mut() {
             dep.completed(id, now, pending.is_final);
         }

@@ -115,6 +115,9 @@ pub struct JobRecord {
     /// Operator uids whose state in the initial savepoint no operator of the job took.
     #[serde(default)]
     pub dropped_state: Vec<String>,
+    /// The same, state by state, with why each was dropped.
+    #[serde(default)]
+    pub dropped_states: Vec<crate::savepoint::DroppedState>,
 }
 
 /// The savepoint a job starts from.
@@ -156,6 +159,7 @@ impl JobRecord {
             waiting: String::new(),
             initial: None,
             dropped_state: Vec::new(),
+            dropped_states: Vec::new(),
         }
     }
 
@@ -232,6 +236,7 @@ impl JobRecord {
             },
             waiting: self.waiting.clone(),
             dropped_state: self.dropped_state.clone(),
+            dropped_states: self.dropped_states.iter().map(pb::DroppedState::from).collect(),
         }
     }
 }
@@ -259,6 +264,19 @@ impl JobStore {
                     .map_err(|e| JobStoreError::Etcd(format!("job store writer panicked: {e}")))?
             }
             JobStore::Etcd(s) => s.save(record).await,
+        }
+    }
+
+    /// Deletes a job's record (absent is fine).
+    pub async fn delete(&self, id: &JobId) -> Result<(), JobStoreError> {
+        match self {
+            JobStore::Local(s) => {
+                let (s, id) = (s.clone(), id.clone());
+                tokio::task::spawn_blocking(move || s.delete(&id))
+                    .await
+                    .map_err(|e| JobStoreError::Etcd(format!("job store writer panicked: {e}")))?
+            }
+            JobStore::Etcd(s) => s.delete(id).await,
         }
     }
 
@@ -328,6 +346,29 @@ impl EtcdJobStore {
         }
         let revision = resp.header().map(|h| h.revision()).unwrap_or_default();
         self.revisions.lock().insert(record.id.clone(), revision);
+        Ok(())
+    }
+
+    /// Deletes a record if this term still leads.
+    pub async fn delete(&self, id: &JobId) -> Result<(), JobStoreError> {
+        use etcd_client::{Txn, TxnOp};
+        if self.term.is_lost() {
+            return Err(JobStoreError::Fenced { epoch: self.term.epoch });
+        }
+        let txn = Txn::new().when([self.term.fence()]).and_then([TxnOp::delete(self.key(id), None)]);
+        let resp = self
+            .term
+            .etcd()
+            .call("deleting a job record", |mut c| {
+                let t = txn.clone();
+                async move { c.txn(t).await }
+            })
+            .await
+            .map_err(|e| JobStoreError::Etcd(e.to_string()))?;
+        if !resp.succeeded() {
+            return Err(JobStoreError::Fenced { epoch: self.term.epoch });
+        }
+        self.revisions.lock().remove(id);
         Ok(())
     }
 
@@ -402,6 +443,16 @@ impl LocalJobStore {
             let _ = d.sync_all();
         }
         Ok(())
+    }
+
+    /// Deletes a job's file (absent is fine).
+    pub fn delete(&self, id: &JobId) -> Result<(), JobStoreError> {
+        let path = self.path_of(id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(JobStoreError::Io { path, source }),
+        }
     }
 
     /// Reads one job file.
@@ -508,5 +559,118 @@ mod tests {
         let loaded: JobRecord = serde_json::from_value(json).unwrap();
         assert_eq!(loaded.restart_history, RestartHistory::default());
         assert_eq!(loaded, r);
+    }
+
+    /// etcd, a leader term and its job store, and a second client that acts behind the leader's back.
+    async fn leading_store(
+        etcd: &crate::ha::test_etcd::TestEtcd,
+    ) -> (crate::ha::Etcd, crate::ha::Term, EtcdJobStore, etcd_client::Client) {
+        use std::time::Duration;
+        let url = vec![etcd.url.clone()];
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let conn = loop {
+            match crate::ha::Etcd::connect(&url, "fencing", Duration::from_secs(2), None).await {
+                Ok(c) => break c,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("etcd did not start: {e}"),
+            }
+        };
+        let (leader, _) = tokio::sync::watch::channel(None);
+        let (_stop, mut stop) = tokio::sync::watch::channel(false);
+        // A long lease: its keep-alive runs every 15 s, so the term cannot learn of anything done behind its
+        // back before the writes below; what refuses them is etcd's compare, not the term's own flag.
+        let term = crate::ha::campaign(&conn, "http://leader-a", Duration::from_secs(60), &leader, &mut stop)
+            .await
+            .expect("elected");
+        let other = etcd_client::Client::connect(url, None).await.expect("second client");
+        (conn.clone(), term.clone(), EtcdJobStore::new(term), other)
+    }
+
+    async fn stored(client: &mut etcd_client::Client, key: &str) -> Vec<u8> {
+        let r = client.get(key, None).await.expect("get");
+        r.kvs().first().map(|kv| kv.value().to_vec()).unwrap_or_default()
+    }
+
+    /// The record with the checkpoint counter moved on, a new checkpoint pointer, and another state: each is a
+    /// write a deposed leader must not make.
+    fn changes(base: &JobRecord) -> Vec<(&'static str, JobRecord)> {
+        let mut counter = base.clone();
+        counter.next_checkpoint_id = CheckpointId(base.next_checkpoint_id.0 + 5);
+        let mut pointer = base.clone();
+        pointer.retained.push(RetainedCheckpoint {
+            id: CheckpointId(9),
+            metadata_path: format!("{}/chk-9/_metadata", base.id),
+            timestamp_ms: 9,
+            full_size_bytes: 9,
+            uploaded_bytes: 9,
+            is_final: false,
+        });
+        let mut state = base.clone();
+        state.state = JobState::Canceled;
+        vec![("the checkpoint counter", counter), ("a checkpoint pointer", pointer), ("the job state", state)]
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_refuses_the_writes_of_a_leader_whose_key_was_deleted_behind_its_back() {
+        let etcd = crate::ha::test_etcd::TestEtcd::start();
+        let (conn, term, store, mut other) = leading_store(&etcd).await;
+        let record = JobRecord::new(JobId::random(), demo_job(), 1);
+        store.save(&record).await.expect("the leader writes");
+        let key = conn.key(&format!("jobs/{}", record.id));
+        let before = stored(&mut other, &key).await;
+        assert!(!before.is_empty());
+
+        other.delete(conn.key("leader"), None).await.expect("delete the leader key");
+        for (what, changed) in changes(&record) {
+            assert!(!term.is_lost(), "the term must still believe it leads, so the write reaches etcd");
+            let err = store.save(&changed).await.expect_err(what);
+            assert!(matches!(err, JobStoreError::Fenced { .. }), "{what}: {err}");
+            assert_eq!(stored(&mut other, &key).await, before, "{what}: the record is unchanged");
+        }
+        assert!(store.delete(&record.id).await.is_err(), "nor may it delete the record");
+        assert_eq!(stored(&mut other, &key).await, before);
+
+        // A new leader, elected meanwhile, writes the same record: the refusal was the fence, not etcd failing.
+        let (leader, _) = tokio::sync::watch::channel(None);
+        let (_stop, mut stop) = tokio::sync::watch::channel(false);
+        let next =
+            crate::ha::campaign(&conn, "http://leader-b", std::time::Duration::from_secs(60), &leader, &mut stop)
+                .await
+                .expect("elected");
+        assert!(next.epoch > term.epoch);
+        let next_store = EtcdJobStore::new(next);
+        next_store.load_all().await.expect("the new leader reads the records first");
+        let (_, counter) = changes(&record).remove(0);
+        next_store.save(&counter).await.expect("the new leader writes");
+        assert_ne!(stored(&mut other, &key).await, before);
+        // And the old one is still refused, now by the new leader key's create revision.
+        assert!(matches!(store.save(&record).await, Err(JobStoreError::Fenced { .. })));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_refuses_the_writes_of_a_leader_whose_lease_was_revoked_behind_its_back() {
+        let etcd = crate::ha::test_etcd::TestEtcd::start();
+        let (conn, term, store, mut other) = leading_store(&etcd).await;
+        let record = JobRecord::new(JobId::random(), demo_job(), 1);
+        store.save(&record).await.expect("the leader writes");
+        let key = conn.key(&format!("jobs/{}", record.id));
+        let before = stored(&mut other, &key).await;
+
+        // Every lease there is, the leader's among them, revoked by another client: the leader key goes with it.
+        let leases = other.leases().await.expect("list leases");
+        assert!(!leases.leases().is_empty());
+        for l in leases.leases() {
+            other.lease_revoke(l.id()).await.expect("revoke");
+        }
+        assert!(stored(&mut other, &conn.key("leader")).await.is_empty(), "the leader key went with its lease");
+        for (what, changed) in changes(&record) {
+            assert!(!term.is_lost(), "the term must still believe it leads, so the write reaches etcd");
+            let err = store.save(&changed).await.expect_err(what);
+            assert!(matches!(err, JobStoreError::Fenced { .. }), "{what}: {err}");
+            assert_eq!(stored(&mut other, &key).await, before, "{what}: the record is unchanged");
+        }
     }
 }

@@ -200,13 +200,16 @@ impl JobManager {
 
     /// Validates and accepts a job; it is deployed once enough slots are free.
     pub async fn submit(&self, spec: &pb::JobSpec) -> Result<JobId, JobRequestError> {
-        self.submit_from(&pb::SubmitJobRequest { spec: Some(spec.clone()), ..Default::default() }).await
+        let submitted =
+            self.submit_from(&pb::SubmitJobRequest { spec: Some(spec.clone()), ..Default::default() }).await?;
+        Ok(JobId(submitted.job_id))
     }
 
     /// Validates and accepts a job, optionally started from a savepoint or retained checkpoint, which is read
     /// and checked against the job (max parallelism, operator uids, union-state fan-out, its files) before
     /// the job is accepted.
-    pub async fn submit_from(&self, req: &pb::SubmitJobRequest) -> Result<JobId, JobRequestError> {
+    /// The answer names the job and every state of the savepoint that the restore drops.
+    pub async fn submit_from(&self, req: &pb::SubmitJobRequest) -> Result<pb::SubmitJobResponse, JobRequestError> {
         if *self.shared.shutdown.borrow() {
             return Err(JobRequestError::ShuttingDown);
         }
@@ -219,10 +222,32 @@ impl JobManager {
             let sp = savepoint::load(&req.from_savepoint, &opts).await.map_err(savepoint_error)?;
             Some(sp)
         };
-        let (job, verdicts) = self.resolve_restored(&spec, savepoint.as_ref())?;
+        if let Some(sp) = &savepoint {
+            let store = self.shared.store.url().trim_end_matches('/').to_string();
+            let others: Vec<savepoint::OtherJob> = self
+                .shared
+                .jobs
+                .lock()
+                .iter()
+                .map(|(id, h)| {
+                    let view = h.view.lock();
+                    savepoint::OtherJob {
+                        id: id.to_string(),
+                        running: !view.state.is_terminal(),
+                        restoring_from: view.restoring_from.clone(),
+                    }
+                })
+                .collect();
+            if let Some(why) = savepoint::ownership_conflict(&sp.url, mode, &store, &others) {
+                return Err(JobRequestError::BadSavepoint(format!("cannot start the job from {}: {why}", sp.url)));
+            }
+        }
+        let (job, verdicts) = self.resolve_restored(&spec, savepoint.as_ref()).await?;
         let mut dropped = Vec::new();
+        let mut dropped_states = Vec::new();
         if let (Some(sp), Some(verdicts)) = (&savepoint, verdicts) {
             dropped = verdicts.outcome(&sp.url, req.allow_non_restored_state).map_err(savepoint_error)?;
+            dropped_states = verdicts.dropped_states();
             savepoint::check_files(sp, &opts).await.map_err(savepoint_error)?;
         }
         match self.shared.store.probe(SUBMIT_PROBE_TIMEOUT).await {
@@ -237,6 +262,10 @@ impl JobManager {
         if let Some(sp) = savepoint {
             info!(job_id = %id, savepoint = %sp.url, checkpoint_id = sp.metadata.checkpoint_id.0, mode = mode.as_str(),
                 dropped = ?dropped, "job starts from a savepoint");
+            for d in &dropped_states {
+                warn!(job_id = %id, savepoint = %sp.url, uid = %d.uid, state = %d.state, reason = %d.reason,
+                    "the restore drops this state");
+            }
             // Checkpoint ids continue after the savepoint's, as in Flink, so ids never go backwards for the state.
             record.next_checkpoint_id = CheckpointId(sp.metadata.checkpoint_id.0 + 1);
             record.initial = Some(InitialRestore {
@@ -247,12 +276,14 @@ impl JobManager {
                 active: true,
             });
             record.dropped_state = dropped;
+            record.dropped_states = dropped_states;
         }
         self.shared.job_store.save(&record).await.map_err(|e| JobRequestError::Storage(e.to_string()))?;
         info!(job_id = %id, name = %record.job.name, operators = record.job.operators.len(), "job submitted");
+        let dropped = record.dropped_states.iter().map(pb::DroppedState::from).collect();
         let handle = JobActor::spawn(self.shared.clone(), record, false);
         self.shared.jobs.lock().insert(id.clone(), handle);
-        Ok(id)
+        Ok(pb::SubmitJobResponse { job_id: id.to_string(), dropped })
     }
 
     /// Takes a savepoint of a running job (`stop`: and stops it, `drain`: after ending its input); answers
@@ -300,18 +331,26 @@ impl JobManager {
     /// Resolves `spec` against the registered kinds, restored from `sp` if given: the savepoint's max
     /// parallelism is adopted when the spec leaves it unset, and the verdicts say what the restore does with
     /// each operator's state. Submissions and `weir savepoint check` decide alike through this.
-    fn resolve_restored(
+    ///
+    /// Validation runs on a blocking thread: however large a spec is, the runtime's workers keep serving
+    /// heartbeats, acknowledgements and other clients meanwhile.
+    async fn resolve_restored(
         &self,
         spec: &pb::JobSpec,
         sp: Option<&savepoint::LoadedSavepoint>,
     ) -> Result<(ResolvedJob, Option<savepoint::Verdicts>), JobRequestError> {
+        // The limits first, on the caller's thread: they are cheap, and a spec over them is not cloned.
+        weir_common::spec::check_limits(spec).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
         let mut spec = spec.clone();
         let explicit_max_parallelism = spec.max_parallelism;
         if let Some(sp) = sp {
             spec.max_parallelism = Some(savepoint::adopt_max_parallelism(explicit_max_parallelism, &sp.metadata));
         }
         let kinds = self.shared.registry.lock().kinds();
-        let job = resolve(&spec, &kinds).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
+        let job = tokio::task::spawn_blocking(move || resolve(&spec, &kinds))
+            .await
+            .map_err(|e| JobRequestError::InvalidSpec(format!("spec validation failed: {e}")))?
+            .map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
         let limit = self.shared.config.union_state_fanout_limit;
         let verdicts = sp.map(|sp| savepoint::verdicts(sp, &job, explicit_max_parallelism, limit));
         Ok((job, verdicts))
@@ -328,7 +367,7 @@ impl JobManager {
         let sp = savepoint::load(&req.url, &opts).await.map_err(savepoint_error)?;
         // A savepoint missing a file is no savepoint to restore from, whatever the spec.
         savepoint::check_files(&sp, &opts).await.map_err(savepoint_error)?;
-        let (_, verdicts) = self.resolve_restored(&spec, Some(&sp))?;
+        let (_, verdicts) = self.resolve_restored(&spec, Some(&sp)).await?;
         let verdicts = verdicts.ok_or_else(|| JobRequestError::InvalidSpec("no savepoint to check".into()))?;
         let ok = verdicts.outcome(&sp.url, req.allow_non_restored_state).is_ok();
         let operators = verdicts
@@ -370,6 +409,66 @@ impl JobManager {
         let mut jobs: Vec<pb::JobInfo> = self.shared.jobs.lock().values().map(|h| h.view.lock().info.clone()).collect();
         jobs.sort_by(|a, b| a.submit_time_ms.cmp(&b.submit_time_ms).then_with(|| a.id.cmp(&b.id)));
         jobs
+    }
+
+    /// One page of [`JobManager::list_jobs`]: see [`page_of_jobs`].
+    pub fn list_jobs_page(&self, req: &pb::ListJobsRequest) -> Result<pb::ListJobsResponse, JobRequestError> {
+        page_of_jobs(self.list_jobs(), req.page_size, &req.page_token)
+    }
+
+    /// Deletes the record of a job that has ended (its checkpoints too if asked; savepoints never): returns how
+    /// many checkpoint files were deleted.
+    pub async fn delete_job(&self, id: &str, delete_checkpoints: bool) -> Result<u64, JobRequestError> {
+        let id = JobId::parse(id).map_err(JobRequestError::InvalidId)?;
+        {
+            let jobs = self.shared.jobs.lock();
+            let handle = jobs.get(&id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
+            let state = handle.view.lock().state;
+            if !state.is_terminal() {
+                return Err(JobRequestError::NotEnded { id: id.to_string(), state: state.as_str() });
+            }
+        }
+        let dir = format!("{}/{id}/", self.shared.store.url().trim_end_matches('/'));
+        if delete_checkpoints {
+            // Another job restoring from (or having claimed) one of these checkpoints still needs its files.
+            let users: Vec<String> = self
+                .shared
+                .jobs
+                .lock()
+                .iter()
+                .filter(|(other, h)| {
+                    let view = h.view.lock();
+                    **other != id
+                        && !view.state.is_terminal()
+                        && view.restoring_from.as_ref().is_some_and(|(u, _)| u.starts_with(&dir))
+                })
+                .map(|(other, _)| other.to_string())
+                .collect();
+            if !users.is_empty() {
+                return Err(JobRequestError::InUse(format!(
+                    "the checkpoints of job {id} are still the restore point of job(s) {}: delete the record without \
+                     --delete-checkpoints, or wait until those jobs have completed a checkpoint of their own",
+                    users.join(", ")
+                )));
+            }
+        }
+        self.shared.job_store.delete(&id).await.map_err(|e| JobRequestError::Storage(e.to_string()))?;
+        self.shared.jobs.lock().remove(&id);
+        let mut files = 0u64;
+        if delete_checkpoints {
+            let failed = |e: weir_common::store::StoreError| {
+                JobRequestError::Storage(format!("the job's record is deleted, but not all of its checkpoints: {e}"))
+            };
+            for f in self.shared.store.list(id.as_str()).await.map_err(failed)? {
+                self.shared.store.delete(&f).await.map_err(failed)?;
+                files += 1;
+            }
+            if let Some(local) = dir.strip_prefix("file://") {
+                let _ = std::fs::remove_dir_all(local);
+            }
+        }
+        info!(job_id = %id, delete_checkpoints, files, "job record deleted");
+        Ok(files)
     }
 
     /// One job.
@@ -519,8 +618,15 @@ impl JobManager {
     /// Stops coordinating after losing leadership: from now on nothing deletes files, every write to etcd is
     /// refused, and the jobs stop here (the new leader resumes them).
     pub async fn depose(&self) {
-        self.shared.deposed.store(true, Ordering::SeqCst);
+        self.stop_coordinating();
         self.shutdown().await;
+    }
+
+    /// Marks this job manager deposed and tells every job to stop, without waiting for them: a job may be
+    /// stuck in a call to a store that hangs, and whoever resigns must not wait for that to give leadership up.
+    pub fn stop_coordinating(&self) {
+        self.shared.deposed.store(true, Ordering::SeqCst);
+        self.shared.shutdown.send_replace(true);
     }
 
     /// Stops coordinating: every job persists its record and stops (jobs are not canceled; a restarted job
@@ -559,5 +665,84 @@ async fn monitor_heartbeats(shared: Arc<Shared>) {
                 }
             }
         }
+    }
+}
+
+/// Jobs listed per page by default, and at most.
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
+/// The largest page a client may ask for.
+pub const MAX_PAGE_SIZE: u32 = 1000;
+
+/// One page of `jobs` (oldest submission first): up to `page_size` jobs (0: [`DEFAULT_PAGE_SIZE`]) after the
+/// job named by `token` (empty: from the first). The next token is the last listed job's submission time and
+/// id, so a page never repeats or skips a job when others are submitted or deleted between calls.
+pub fn page_of_jobs(
+    jobs: Vec<pb::JobInfo>,
+    page_size: u32,
+    token: &str,
+) -> Result<pb::ListJobsResponse, JobRequestError> {
+    let size = match page_size {
+        0 => DEFAULT_PAGE_SIZE,
+        n if n > MAX_PAGE_SIZE => {
+            return Err(JobRequestError::InvalidSpec(format!("page_size {n} is over the limit of {MAX_PAGE_SIZE}")))
+        }
+        n => n,
+    } as usize;
+    let after = if token.is_empty() {
+        None
+    } else {
+        let parsed = token.split_once(':').and_then(|(t, id)| Some((t.parse::<u64>().ok()?, id.to_string())));
+        Some(parsed.ok_or_else(|| {
+            JobRequestError::InvalidSpec(format!(
+                "page_token {} is not one this job manager gave",
+                weir_common::spec::echo(token)
+            ))
+        })?)
+    };
+    let mut page: Vec<pb::JobInfo> = jobs
+        .into_iter()
+        .filter(|j| after.as_ref().is_none_or(|(t, id)| (j.submit_time_ms, &j.id) > (*t, id)))
+        .take(size + 1)
+        .collect();
+    let more = page.len() > size;
+    page.truncate(size);
+    let next_page_token = match page.last() {
+        Some(last) if more => format!("{}:{}", last.submit_time_ms, last.id),
+        _ => String::new(),
+    };
+    Ok(pb::ListJobsResponse { jobs: page, next_page_token })
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+
+    fn job(t: u64, id: &str) -> pb::JobInfo {
+        pb::JobInfo { id: id.into(), submit_time_ms: t, ..Default::default() }
+    }
+
+    #[test]
+    fn pages_cover_every_job_once() {
+        let jobs: Vec<pb::JobInfo> = (0..7).map(|i| job(i / 2, &format!("j{i}"))).collect();
+        let mut seen = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = page_of_jobs(jobs.clone(), 3, &token).unwrap();
+            assert!(page.jobs.len() <= 3);
+            seen.extend(page.jobs.iter().map(|j| j.id.clone()));
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            token = page.next_page_token;
+        }
+        assert_eq!(seen, (0..7).map(|i| format!("j{i}")).collect::<Vec<_>>());
+        // A job deleted between two pages does not shift the next one.
+        let first = page_of_jobs(jobs.clone(), 3, "").unwrap();
+        let rest: Vec<pb::JobInfo> = jobs.iter().filter(|j| j.id != "j1").cloned().collect();
+        let second = page_of_jobs(rest, 3, &first.next_page_token).unwrap();
+        assert_eq!(second.jobs[0].id, "j3");
+        assert_eq!(page_of_jobs(jobs.clone(), 0, "").unwrap().jobs.len(), 7);
+        assert!(page_of_jobs(jobs.clone(), 5000, "").is_err());
+        assert!(page_of_jobs(jobs, 3, "garbage").unwrap_err().to_string().contains("page_token"));
     }
 }

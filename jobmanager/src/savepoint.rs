@@ -5,7 +5,9 @@
 
 use crate::assignment::union_fanout_bytes;
 use std::collections::BTreeSet;
-use weir_common::checkpoint::{paths, restore_root, CheckpointMetadata, DistributionMode, OperatorCheckpoint};
+use weir_common::checkpoint::{
+    paths, restore_root, CheckpointMetadata, DistributionMode, OperatorCheckpoint, RestoreMode,
+};
 use weir_common::spec::{ResolvedJob, ResolvedOperator};
 use weir_common::store::{Store, StoreError, StoreOptions};
 use weir_proto as pb;
@@ -325,41 +327,113 @@ fn restore_problem(
     None
 }
 
+/// One state a restore drops (`--allow-non-restored-state`, `drop_state_on_change`, `uid_stated`), as the job's
+/// status reports it after the restore.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DroppedState {
+    /// The operator uid the state was stored under.
+    pub uid: String,
+    /// The state's name (empty when the operator stored no named state).
+    pub state: String,
+    /// Why it is dropped.
+    pub reason: String,
+}
+
+impl From<&DroppedState> for pb::DroppedState {
+    fn from(d: &DroppedState) -> Self {
+        pb::DroppedState { uid: d.uid.clone(), state: d.state.clone(), reason: d.reason.clone() }
+    }
+}
+
+impl OperatorVerdict {
+    /// `operator "uid" VERDICT: reason`, then a line per state (with its reason, if it has its own).
+    fn describe(&self) -> String {
+        let mut text = format!("operator {:?} {}", self.uid, self.verdict.as_str());
+        if !self.reason.is_empty() {
+            text.push_str(&format!(": {}", self.reason));
+        }
+        if self.permitted {
+            text.push_str(" (dropped as the job allows)");
+        }
+        for s in &self.states {
+            text.push_str(&format!("\n    state {:?} {}", s.name, s.verdict.as_str()));
+            if !s.reason.is_empty() {
+                text.push_str(&format!(": {}", s.reason));
+            }
+        }
+        text
+    }
+}
+
 impl Verdicts {
     /// What a submission does with these verdicts: the uids whose state is dropped, or the reason it is
     /// refused — something incompatible, or state dropped without `allow_non_restored_state` (or the operator's
-    /// `drop_state_on_change`).
+    /// `drop_state_on_change`). A refusal lists every operator whose state would not be restored, each with its
+    /// states, verdicts and reasons (what `weir savepoint check` prints), so that a user who follows its advice
+    /// knows everything the advice drops.
     pub fn outcome(&self, url: &str, allow_non_restored_state: bool) -> Result<Vec<String>, SavepointError> {
         let bad = |reason: String| SavepointError::Incompatible { url: url.to_string(), reason };
         if let Some(g) = &self.global {
             return Err(bad(g.clone()));
         }
-        if let Some(v) = self.operators.iter().find(|v| v.verdict == Verdict::Incompatible) {
-            return Err(bad(format!("operator {:?}: {}", v.uid, v.reason)));
-        }
-        let dropped: Vec<&OperatorVerdict> = self.operators.iter().filter(|v| v.verdict == Verdict::Dropped).collect();
-        if !allow_non_restored_state {
+        let not_restored: Vec<&OperatorVerdict> =
+            self.operators.iter().filter(|v| matches!(v.verdict, Verdict::Dropped | Verdict::Incompatible)).collect();
+        let incompatible = not_restored.iter().any(|v| v.verdict == Verdict::Incompatible);
+        let refused_drop = |v: &&&OperatorVerdict| v.verdict == Verdict::Dropped && !v.permitted;
+        let unpermitted = !allow_non_restored_state && not_restored.iter().any(|v| refused_drop(&v));
+        if incompatible || unpermitted {
+            let mut lines = Vec::new();
             let missing: Vec<&str> =
-                dropped.iter().filter(|v| !v.in_job && !v.permitted).map(|v| v.uid.as_str()).collect();
-            if !missing.is_empty() {
-                return Err(bad(format!(
-                    "the savepoint holds state for operators the job does not have: {}; restore with \
-                     --allow-non-restored-state to drop it",
+                not_restored.iter().filter(|v| refused_drop(v) && !v.in_job).map(|v| v.uid.as_str()).collect();
+            if unpermitted && !missing.is_empty() {
+                lines.push(format!(
+                    "the savepoint holds state for operators the job does not have: {}",
                     missing.join(", ")
-                )));
+                ));
             }
-            if let Some(v) = dropped.iter().find(|v| v.in_job && !v.permitted) {
-                return Err(bad(format!(
-                    "operator {:?}: {}; its state cannot restore into the new version: give the operator a new \
-                     uid, set its drop_state_on_change: true, or restore with --allow-non-restored-state to drop \
-                     its state",
-                    v.uid, v.reason
-                )));
+            lines.push(format!("the state of {} operator(s) would not be restored:", not_restored.len()));
+            lines.extend(not_restored.iter().map(|v| format!("  {}", v.describe())));
+            if incompatible {
+                lines.push(
+                    "INCOMPATIBLE state is refused whatever the permissions: restore a version that reads it, or give \
+                     the operator a new uid to start it afresh"
+                        .into(),
+                );
             }
+            if unpermitted {
+                lines.push(
+                    "DROPPED state is lost by a restore: give such an operator of the job a new uid, set its \
+                     drop_state_on_change: true, or restore with --allow-non-restored-state to drop all of the \
+                     DROPPED state listed"
+                        .into(),
+                );
+            }
+            return Err(bad(lines.join("\n")));
         }
-        let mut uids: Vec<String> = dropped.iter().map(|v| v.uid.clone()).collect();
+        let mut uids: Vec<String> =
+            not_restored.iter().filter(|v| v.verdict == Verdict::Dropped).map(|v| v.uid.clone()).collect();
         uids.sort();
         Ok(uids)
+    }
+
+    /// Every state a restore with these verdicts drops, operator by operator, as the job reports it afterwards.
+    pub fn dropped_states(&self) -> Vec<DroppedState> {
+        let mut out = Vec::new();
+        for v in self.operators.iter().filter(|v| v.verdict == Verdict::Dropped) {
+            if v.states.is_empty() {
+                out.push(DroppedState { uid: v.uid.clone(), state: String::new(), reason: v.reason.clone() });
+            }
+            for s in &v.states {
+                let reason = match (s.reason.is_empty(), v.reason.is_empty()) {
+                    (false, _) => s.reason.clone(),
+                    (true, false) => v.reason.clone(),
+                    (true, true) => "dropped with its operator".into(),
+                };
+                out.push(DroppedState { uid: v.uid.clone(), state: s.name.clone(), reason });
+            }
+        }
+        out.sort_by(|a, b| (&a.uid, &a.state).cmp(&(&b.uid, &b.state)));
+        out
     }
 }
 
@@ -601,6 +675,71 @@ pub async fn dispose(url: &str, opts: &StoreOptions) -> Result<u64, SavepointErr
     delete_files(&sp.url, opts).await.map_err(|source| SavepointError::Unavailable { url: sp.url.clone(), source })
 }
 
+/// Another job, as [`ownership_conflict`] sees it.
+#[derive(Clone, Debug)]
+pub struct OtherJob {
+    /// Its id.
+    pub id: String,
+    /// It has not ended.
+    pub running: bool,
+    /// The directory it still restores from, and how.
+    pub restoring_from: Option<(String, RestoreMode)>,
+}
+
+/// Why restoring the savepoint or retained checkpoint at `url` in `mode` would take files from under another
+/// job, if it would: a job restoring in claim mode deletes what it restored from once its own checkpoints
+/// subsume it, so nobody else may restore from that while it runs; and a running job's own checkpoints are
+/// its to delete, so they cannot be claimed (`store` is the job manager's checkpoint store URL).
+pub fn ownership_conflict(url: &str, mode: RestoreMode, store: &str, others: &[OtherJob]) -> Option<String> {
+    let dir = dir_of(url);
+    for other in others.iter().filter(|o| o.running) {
+        match &other.restoring_from {
+            Some((from, RestoreMode::Claim)) if dir_of(from) == dir => {
+                return Some(format!(
+                    "job {} restores from it in claim mode and owns it: it deletes it once its own checkpoints \
+                     subsume it; restore from a checkpoint or savepoint of job {} instead",
+                    other.id, other.id
+                ))
+            }
+            Some((from, RestoreMode::NoClaim)) if mode == RestoreMode::Claim && dir_of(from) == dir => {
+                return Some(format!(
+                    "job {} still restores from it, so it cannot be claimed: restore it in no-claim mode",
+                    other.id
+                ))
+            }
+            _ => {}
+        }
+        let owned = format!("{}/{}/", store.trim_end_matches('/'), other.id);
+        if mode == RestoreMode::Claim && format!("{dir}/").starts_with(&owned) {
+            return Some(format!(
+                "it is a checkpoint of job {}, which is still running and owns it: restore it in no-claim mode, or \
+                 stop job {} first",
+                other.id, other.id
+            ));
+        }
+    }
+    None
+}
+
+/// Deletes what a job restored in claim mode took ownership of, once its own checkpoints subsumed it: a
+/// savepoint's whole directory, or a retained checkpoint's directory and every file it references in its job's
+/// `shared/` and `taskowned/` folders (as Flink's claim mode does: restoring another checkpoint of that job is
+/// unsafe afterwards). Returns how many files were deleted.
+pub async fn delete_claimed(url: &str, opts: &StoreOptions) -> Result<u64, SavepointError> {
+    let sp = load(url, opts).await?;
+    let unavailable = |source| SavepointError::Unavailable { url: sp.url.clone(), source };
+    if sp.metadata.savepoint.is_some() {
+        return delete_files(&sp.url, opts).await.map_err(unavailable);
+    }
+    let root = Store::open_existing(&sp.root, opts).map_err(unavailable)?;
+    let mut deleted = 0u64;
+    for f in sp.metadata.files() {
+        root.delete(&f.path).await.map_err(unavailable)?;
+        deleted += 1;
+    }
+    Ok(deleted + delete_files(&sp.url, opts).await.map_err(unavailable)?)
+}
+
 /// Deletes every file under a savepoint's directory (a disposed savepoint, or what a failed one wrote), its
 /// `_metadata` last, so that a half-deleted savepoint is still recognisable and can be disposed again. Returns
 /// how many files were deleted.
@@ -701,6 +840,35 @@ mod tests {
     }
 
     #[test]
+    fn what_another_job_owns_is_not_restored_from_behind_its_back() {
+        let store = "file:///cp";
+        let job = |id: &str, running, from: Option<(&str, RestoreMode)>| OtherJob {
+            id: id.into(),
+            running,
+            restoring_from: from.map(|(u, m)| (u.to_string(), m)),
+        };
+        let chk = "file:///cp/aaaa/chk-7";
+        // A running job's own checkpoint: no-claim is fine, claim is refused; once it ended, both are fine.
+        let owner = [job("aaaa", true, None)];
+        assert!(ownership_conflict(chk, RestoreMode::NoClaim, store, &owner).is_none());
+        let e = ownership_conflict(chk, RestoreMode::Claim, store, &owner).unwrap();
+        assert!(e.contains("checkpoint of job aaaa") && e.contains("no-claim"), "{e}");
+        assert!(ownership_conflict(chk, RestoreMode::Claim, store, &[job("aaaa", false, None)]).is_none());
+        // Another job claimed it: nobody restores from it, in either mode (a trailing /_metadata is the same).
+        let claimer = [job("bbbb", true, Some((chk, RestoreMode::Claim)))];
+        for mode in [RestoreMode::NoClaim, RestoreMode::Claim] {
+            let e = ownership_conflict(&format!("{chk}/_metadata"), mode, store, &claimer).unwrap();
+            assert!(e.contains("job bbbb restores from it in claim mode"), "{e}");
+        }
+        // Another job restores from it without claiming: no-claim is fine, claim is refused.
+        let reader = [job("cccc", true, Some((chk, RestoreMode::NoClaim)))];
+        assert!(ownership_conflict(chk, RestoreMode::NoClaim, store, &reader).is_none());
+        assert!(ownership_conflict(chk, RestoreMode::Claim, store, &reader).unwrap().contains("job cccc"));
+        // A job id that merely starts like the owner's is another job.
+        assert!(ownership_conflict("file:///cp/aaaab/chk-1", RestoreMode::Claim, store, &owner).is_none());
+    }
+
+    #[test]
     fn verdicts_say_what_happens_to_each_operator() {
         let job = crate::descriptors::tests::demo_job();
         let mut sp = savepoint(128, 10);
@@ -719,6 +887,32 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_lists_every_operator_whose_state_would_not_be_restored() {
+        let job = crate::descriptors::tests::demo_job();
+        let mut sp = savepoint(128, 10);
+        sp.metadata.operators.get_mut("counts").unwrap().kind = "distinct-values".into();
+        let stored = sp.metadata.operators["counts"].clone();
+        sp.metadata.operators.insert("gone".into(), stored);
+        let v = verdicts(&sp, &job, None, u64::MAX);
+        let e = v.outcome(&sp.url, false).unwrap_err().to_string();
+        // Both reasons, not only the first: a user who follows the advice knows all it drops.
+        assert!(e.contains("operators the job does not have: gone"), "{e}");
+        assert!(e.contains("the state of 2 operator(s) would not be restored"), "{e}");
+        assert!(e.contains("operator \"counts\" DROPPED: its state was written by kind \"distinct-values\""), "{e}");
+        assert!(e.contains("operator \"gone\" DROPPED: the job has no operator with this uid"), "{e}");
+        let states: Vec<&str> = e.lines().filter(|l| l.trim_start().starts_with("state ")).collect();
+        assert_eq!(states.len(), 2 * state_names(&sp.metadata.operators["counts"]).len(), "{e}");
+        assert!(e.contains("--allow-non-restored-state"), "{e}");
+        // Allowed: both operators' states are reported dropped, each with its reason.
+        assert_eq!(v.outcome(&sp.url, true).unwrap(), vec!["counts".to_string(), "gone".to_string()]);
+        let dropped = v.dropped_states();
+        let uids: BTreeSet<&str> = dropped.iter().map(|d| d.uid.as_str()).collect();
+        assert_eq!(uids, BTreeSet::from(["counts", "gone"]));
+        assert!(dropped.iter().all(|d| !d.reason.is_empty()), "{dropped:?}");
+        assert!(dropped.iter().any(|d| d.uid == "gone" && d.reason.contains("no operator with this uid")));
+    }
+
+    #[test]
     fn state_of_another_kind_or_signature_is_refused_or_dropped_with_permission() {
         use weir_common::builtin::KindSignature;
         let sig =
@@ -729,7 +923,7 @@ mod tests {
         let e = check_against_job(&sp, &job, None, false, u64::MAX).unwrap_err().to_string();
         assert!(
             e.contains(
-                "operator \"counts\": its state was written by kind \"distinct-values\" and the job runs kind \
+                "operator \"counts\" DROPPED: its state was written by kind \"distinct-values\" and the job runs kind \
                         \"keyed-count\""
             ) && e.contains("--allow-non-restored-state"),
             "{e}"

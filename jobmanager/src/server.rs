@@ -15,7 +15,6 @@ use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
-use weir_common::security::ClientCheck;
 use weir_proto::client_api_server::ClientApiServer;
 use weir_proto::job_manager_internal_server::JobManagerInternalServer;
 
@@ -46,34 +45,43 @@ where
 {
     let security = config.security()?;
     let token = config.client_token()?;
+    if config.members_unauthenticated_on_purpose() {
+        tracing::warn!(
+            "--insecure-members: clients need a token, but anyone who reaches this port can join as a task manager \
+             (no TLS, no cluster secret)"
+        );
+    }
     let service = JobManagerService::new(gate);
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let (signaled, on_signal) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         shutdown.await;
         let _ = signaled.send(());
     };
-    let mut builder = Server::builder();
-    if let Some(tls) = &security.tls {
-        builder = builder.tls_config(tls.tonic_server())?;
-    }
-    let client_api = InterceptedService::new(
-        ClientApiServer::new(service.clone()),
-        ClientCheck::new(token, security.secret.clone()),
-    );
+    // With TLS the handshakes are done by `tls_incoming`, which logs every peer it refuses.
+    let tls = security.tls.as_ref().map(|t| t.rustls_grpc_server()).transpose()?;
+    let builder = Server::builder();
+    let client_api = InterceptedService::new(ClientApiServer::new(service.clone()), security.client_check(token));
     let internal = InterceptedService::new(
         JobManagerInternalServer::new(service)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         security.member_check(),
     );
-    let server = builder
+    let router = builder
         .timeout(REQUEST_TIMEOUT)
         .concurrency_limit_per_connection(CONCURRENCY_PER_CONNECTION)
         .trace_fn(|req| tracing::debug_span!("grpc", path = %req.uri().path()))
         .add_service(client_api)
-        .add_service(internal)
-        .serve_with_incoming_shutdown(incoming, shutdown);
+        .add_service(internal);
+    let server: std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match tls {
+        Some(config) => Box::pin(router.serve_with_incoming_shutdown(
+            weir_common::security::tls_incoming(listener, config, "job manager"),
+            shutdown,
+        )),
+        None => Box::pin(
+            router.serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), shutdown),
+        ),
+    };
     tokio::pin!(server);
     let grace_over = async move {
         if on_signal.await.is_ok() {

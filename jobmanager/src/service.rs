@@ -44,15 +44,20 @@ impl ClientApi for JobManagerService {
         if req.spec.is_none() {
             return Err(Status::invalid_argument("spec is required"));
         }
-        let id = self.jm()?.submit_from(&req).await?;
-        Ok(Response::new(pb::SubmitJobResponse { job_id: id.to_string() }))
+        Ok(Response::new(self.jm()?.submit_from(&req).await?))
     }
 
-    async fn list_jobs(
+    async fn list_jobs(&self, request: Request<pb::ListJobsRequest>) -> Result<Response<pb::ListJobsResponse>, Status> {
+        Ok(Response::new(self.jm()?.list_jobs_page(request.get_ref())?))
+    }
+
+    async fn delete_job(
         &self,
-        _request: Request<pb::ListJobsRequest>,
-    ) -> Result<Response<pb::ListJobsResponse>, Status> {
-        Ok(Response::new(pb::ListJobsResponse { jobs: self.jm()?.list_jobs() }))
+        request: Request<pb::DeleteJobRequest>,
+    ) -> Result<Response<pb::DeleteJobResponse>, Status> {
+        let r = request.into_inner();
+        let deleted_files = self.jm()?.delete_job(&r.job_id, r.delete_checkpoints).await?;
+        Ok(Response::new(pb::DeleteJobResponse { deleted_files }))
     }
 
     async fn get_job(&self, request: Request<pb::GetJobRequest>) -> Result<Response<pb::GetJobResponse>, Status> {

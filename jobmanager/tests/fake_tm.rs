@@ -218,7 +218,8 @@ impl TaskManagerApi for FakeTm {
     ) -> Result<Response<pb::NotifyCheckpointResponse>, Status> {
         let req = request.into_inner();
         self.state.lock().notifications.push(req.clone());
-        if req.completed && req.is_final {
+        // A completed final checkpoint or stop-with-savepoint ends the tasks, as a real task manager's do.
+        if req.completed && (req.is_final || req.stop) {
             let me = self.clone();
             tokio::spawn(async move {
                 for d in me.current_tasks().into_iter().filter(|d| d.attempt.0 == req.attempt) {
@@ -448,7 +449,7 @@ async fn deploy_checkpoint_subsume_and_finish() {
     }
     let overview = client.cluster_overview(pb::ClusterOverviewRequest {}).await.unwrap().into_inner();
     assert_eq!((overview.total_slots, overview.free_slots), (2, 0));
-    let listed = client.list_jobs(pb::ListJobsRequest {}).await.unwrap().into_inner().jobs;
+    let listed = client.list_jobs(pb::ListJobsRequest::default()).await.unwrap().into_inner().jobs;
     assert_eq!(listed.len(), 1);
 
     // Periodic checkpoints complete: _metadata appears, tasks are notified, old ones are subsumed.
@@ -667,6 +668,104 @@ async fn task_states_whose_reports_were_lost_arrive_with_heartbeats() {
     assert_eq!(done.restarts, 0);
     let last = checkpoints(&client, &id).await.pop().unwrap();
     assert!(last.is_final && last.status == "COMPLETED", "{last:?}");
+    hb.abort();
+    jm.stop().await;
+}
+
+/// Files below `dir`, recursively (none when it does not exist).
+fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                found.push(p);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() {
+    let _failpoints = fail::FailScenario::setup();
+    let env = env();
+    let jm = RunningJm::start(&env.data, &env.store_url).await;
+    let client = jm.client().await;
+    let (fake, rpc) = start_fake_tm("tm-f", &jm.url, env.store.clone()).await;
+    fake.register(&rpc).await;
+    let hb = spawn_heartbeats(fake.clone(), rpc.clone());
+    // No periodic checkpoints: the job store is written exactly twice per savepoint (its id when it is
+    // triggered, its completion), so the failpoint below hits the completion and nothing else.
+    let spec = SPEC.replace("checkpointing: { interval_ms: 100, retained: 2 }", "checkpointing: { retained: 2 }");
+    let spec = weir_common::spec::parse_spec_text(&spec).unwrap();
+    let id = client
+        .clone()
+        .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .job_id;
+    wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
+    let sp_root = env._dir.path().join("savepoints");
+    let target_dir = format!("file://{}", sp_root.display());
+
+    // Both ways of taking a savepoint: trigger, and stop with a savepoint.
+    let mut last_failed = 0;
+    for stop in [false, true] {
+        weir_common::fault::arm("job-store-save=1*off->1*return(error:disk full)->off").unwrap();
+        let err = if stop {
+            let req = pb::StopJobRequest { job_id: id.clone(), target_dir: target_dir.clone(), ..Default::default() };
+            client.clone().stop_job(req).await.unwrap_err()
+        } else {
+            let req = pb::TriggerSavepointRequest {
+                job_id: id.clone(),
+                target_dir: target_dir.clone(),
+                ..Default::default()
+            };
+            client.clone().trigger_savepoint(req).await.unwrap_err()
+        };
+        assert!(
+            err.message().contains("cannot record the savepoint in the job store")
+                && err.message().contains("disk full"),
+            "stop {stop}: the client hears why: {}",
+            err.message()
+        );
+        let failed = wait_checkpoint(&client, &id, "for the failed savepoint in the history", |c| {
+            c.is_savepoint && c.status == "FAILED" && c.id > last_failed
+        })
+        .await;
+        last_failed = failed.id;
+        assert!(failed.failure_reason.contains("cannot record the savepoint"), "stop {stop}: {failed:?}");
+        assert!(
+            !fake.state.lock().notifications.iter().any(|n| n.checkpoint_id == failed.id && n.completed),
+            "stop {stop}: savepoint {} was announced complete although the job store never recorded it",
+            failed.id
+        );
+        let root = sp_root.clone();
+        wait_until("for the failed savepoint's files to be deleted", || files_below(&root).is_empty()).await;
+        let info = job_info(&client, &id).await;
+        assert_eq!(info.state, "RUNNING", "stop {stop}: the job keeps running: {info:?}");
+        weir_common::fault::disarm("job-store-save");
+    }
+
+    // Recorded, a savepoint completes as before, and the stop then ends the job.
+    let req = pb::StopJobRequest { job_id: id.clone(), target_dir: target_dir.clone(), ..Default::default() };
+    let done = client.clone().stop_job(req).await.unwrap().into_inner();
+    assert!(done.savepoint.starts_with(&target_dir), "{done:?}");
+    let sp_id = done.checkpoint_id;
+    let state = fake.state.clone();
+    wait_until("for the completed stop to be notified", || {
+        state.lock().notifications.iter().any(|n| n.checkpoint_id == sp_id && n.completed && n.stop)
+    })
+    .await;
+    wait_job(&client, &id, "for FINISHED", |j| j.state == "FINISHED").await;
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.data.join("jobs").join(format!("{id}.json"))).unwrap()).unwrap();
+    assert_eq!(stored["checkpoints_completed"], 1, "only the recorded savepoint counts: {stored}");
     hb.abort();
     jm.stop().await;
 }

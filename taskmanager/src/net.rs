@@ -434,22 +434,54 @@ impl DataSecurity {
 
 /// Accepts data connections and hands each to the consumer task it names, holding connections that arrive
 /// before their task is deployed.
-#[derive(Default)]
 pub struct DataServer {
     inner: Mutex<ServerState>,
     security: DataSecurity,
+    /// Most connections parked at once ([`MAX_PARKED`] unless set otherwise).
+    max_parked: usize,
+}
+
+impl Default for DataServer {
+    fn default() -> Self {
+        DataServer::new(DataSecurity::default())
+    }
 }
 
 #[derive(Default)]
 struct ServerState {
     waiting: HashMap<ChannelKey, mpsc::UnboundedSender<Incoming>>,
-    parked: HashMap<ChannelKey, Vec<(Instant, Incoming)>>,
+    /// Connections that arrived before their consumer registered; each is held by a watcher task
+    /// ([`DataServer::hold`]) that hands it over when claimed and closes it when its peer does.
+    parked: HashMap<ChannelKey, Vec<Parked>>,
+    /// How many connections `parked` holds, all keys together.
+    parked_count: usize,
+    next_parked_id: u64,
 }
+
+/// A parked connection, as the server's state knows it: sending the consumer's channel on `claim` hands the
+/// connection over; dropping `claim` closes it.
+struct Parked {
+    id: u64,
+    claim: tokio::sync::oneshot::Sender<mpsc::UnboundedSender<Incoming>>,
+}
+
+/// Most connections a task manager holds for consumers not yet deployed. Consumers are deployed before their
+/// producers, so parking is brief and rare; the bound keeps peers that connect and never get claimed from
+/// holding the process's file descriptors.
+pub const MAX_PARKED: usize = 4096;
+/// A parked connection nobody claimed within this long is closed.
+pub const PARK_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl DataServer {
     /// A server whose connections are secured by `security`.
     pub fn new(security: DataSecurity) -> DataServer {
-        DataServer { inner: Mutex::default(), security }
+        DataServer { inner: Mutex::default(), security, max_parked: MAX_PARKED }
+    }
+
+    /// The same server holding at most `n` parked connections.
+    pub fn with_parking_limit(mut self, n: usize) -> DataServer {
+        self.max_parked = n;
+        self
     }
 
     /// How this task manager's data connections are secured (for the ones it opens).
@@ -498,38 +530,96 @@ impl DataServer {
         }
     }
 
-    fn deliver(&self, key: ChannelKey, incoming: Incoming) {
+    fn deliver(self: &Arc<Self>, key: ChannelKey, incoming: Incoming) {
         let mut st = self.inner.lock();
         if let Some(tx) = st.waiting.get(&key) {
-            if tx.send(incoming).is_ok() {
-                return;
-            }
+            let _ = tx.send(incoming);
             return;
         }
-        // Not deployed yet: park it, forgetting connections nobody claimed for a minute.
-        st.parked.retain(|_, v| {
-            v.retain(|(t, _)| t.elapsed() < Duration::from_secs(60));
-            !v.is_empty()
-        });
-        st.parked.entry(key).or_default().push((Instant::now(), incoming));
+        // Not deployed yet: park it, up to a bound.
+        if st.parked_count >= self.max_parked {
+            tracing::warn!(job_id = %key.job_id, vertex = key.vertex, subtask = key.subtask, parked = st.parked_count,
+                "refusing a data connection: too many connections wait for consumers not deployed");
+            return;
+        }
+        let (claim, claimed) = tokio::sync::oneshot::channel();
+        let id = st.next_parked_id;
+        st.next_parked_id += 1;
+        st.parked.entry(key.clone()).or_default().push(Parked { id, claim });
+        st.parked_count += 1;
+        tokio::spawn(self.clone().hold(key, id, incoming, claimed));
+    }
+
+    /// Holds parked connection `id` until its consumer claims it, its peer closes it, it waits longer than
+    /// [`PARK_TIMEOUT`] or its consumer is forgotten; in all but the first case it is closed and forgotten.
+    async fn hold(
+        self: Arc<Self>,
+        key: ChannelKey,
+        id: u64,
+        incoming: Incoming,
+        mut claimed: tokio::sync::oneshot::Receiver<mpsc::UnboundedSender<Incoming>>,
+    ) {
+        let (from, mut stream) = incoming;
+        let mut byte = [0u8; 1];
+        // A producer sends nothing before its consumer grants credit: a read that completes means the peer
+        // closed the connection (or broke the protocol). Dropping the read when the claim comes loses nothing.
+        let outcome = tokio::select! {
+            to = &mut claimed => match to {
+                Ok(to) => Ok(to),
+                Err(_) => Err("its consumer was forgotten"),
+            },
+            r = stream.read(&mut byte) => Err(match r {
+                Ok(0) | Err(_) => "the peer closed it",
+                Ok(_) => "the peer sent data before its consumer granted credit",
+            }),
+            _ = tokio::time::sleep(PARK_TIMEOUT) => Err("nobody claimed it in time"),
+        };
+        match outcome {
+            Ok(to) => {
+                let _ = to.send((from, stream));
+            }
+            Err(why) => {
+                let mut st = self.inner.lock();
+                if let Some(v) = st.parked.get_mut(&key) {
+                    let before = v.len();
+                    v.retain(|p| p.id != id);
+                    let removed = before - v.len();
+                    if v.is_empty() {
+                        st.parked.remove(&key);
+                    }
+                    st.parked_count -= removed;
+                }
+                tracing::debug!(job_id = %key.job_id, vertex = key.vertex, subtask = key.subtask, from, why,
+                    "closed a parked data connection");
+            }
+        }
     }
 
     /// Registers a consumer task; connections for it (including parked ones) arrive on the receiver.
     pub fn register(&self, key: ChannelKey) -> mpsc::UnboundedReceiver<Incoming> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.inner.lock();
-        for (_, inc) in st.parked.remove(&key).unwrap_or_default() {
-            let _ = tx.send(inc);
+        let parked = st.parked.remove(&key).unwrap_or_default();
+        st.parked_count -= parked.len();
+        for p in parked {
+            let _ = p.claim.send(tx.clone());
         }
         st.waiting.insert(key, tx);
         rx
     }
 
-    /// Forgets a consumer task.
+    /// Forgets a consumer task (its parked connections are closed).
     pub fn unregister(&self, key: &ChannelKey) {
         let mut st = self.inner.lock();
         st.waiting.remove(key);
-        st.parked.remove(key);
+        if let Some(parked) = st.parked.remove(key) {
+            st.parked_count -= parked.len();
+        }
+    }
+
+    /// How many connections are parked now (tests, metrics).
+    pub fn parked(&self) -> usize {
+        self.inner.lock().parked_count
     }
 }
 
@@ -1121,6 +1211,50 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         cond()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn parked_connections_are_bounded_and_closed_with_their_peers() {
+        let server = Arc::new(DataServer::default().with_parking_limit(3));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(server.clone().run(listener));
+        let wait_for = |what: &str, want: usize| {
+            let (server, what) = (server.clone(), what.to_string());
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while server.parked() != want {
+                    assert!(Instant::now() < deadline, "{what}: {} parked, not {want}", server.parked());
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        // Five producers handshake for a consumer that is not deployed: three are parked, two refused.
+        let mut peers = Vec::new();
+        for from in 0..5u32 {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            let hs = Handshake { to: key(), from_vertex: 0, from_subtask: from };
+            c.write_all(&json_frame(T_HANDSHAKE, &hs, "handshake").unwrap()).await.unwrap();
+            peers.push(c);
+            if from < 3 {
+                wait_for("while parking", from as usize + 1).await;
+            }
+        }
+        for refused in peers.iter_mut().skip(3) {
+            let mut buf = [0u8; 1];
+            let n = tokio::time::timeout(Duration::from_secs(10), refused.read(&mut buf)).await.unwrap();
+            assert!(matches!(n, Ok(0) | Err(_)), "a connection over the bound is closed: {n:?}");
+        }
+        assert_eq!(server.parked(), 3);
+        // Two peers go away: their parked connections are closed and forgotten at once, not after a minute.
+        drop(peers.remove(0));
+        drop(peers.remove(0));
+        wait_for("after two peers closed", 1).await;
+        // The consumer registers and gets the one left.
+        let mut incoming = server.register(key());
+        let (from, _) = tokio::time::timeout(Duration::from_secs(10), incoming.recv()).await.unwrap().unwrap();
+        assert_eq!(from, 2);
+        assert_eq!(server.parked(), 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

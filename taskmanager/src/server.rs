@@ -283,25 +283,31 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
     );
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &security.tls {
-        builder = builder.tls_config(tls.tonic_server()).context("TLS")?;
-    }
+    // With TLS the handshakes are done by `tls_incoming`, which logs every peer it refuses.
+    let tls = security.tls.as_ref().map(|t| t.rustls_grpc_server()).transpose().context("TLS")?;
     let api = tonic::service::interceptor::InterceptedService::new(
         weir_proto::task_manager_api_server::TaskManagerApiServer::new(TaskManagerService(tm.clone())),
         security.member_check(),
     );
-    let server = builder
+    let router = tonic::transport::Server::builder()
         .timeout(Duration::from_secs(60))
         .concurrency_limit_per_connection(256)
-        .add_service(api)
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(rpc_listener), {
-            let mut rx = shutdown_rx.clone();
-            async move {
-                let _ = rx.wait_for(|v| *v).await;
-            }
-        });
-    let server = tokio::spawn(server);
+        .add_service(api);
+    let stopped = {
+        let mut rx = shutdown_rx.clone();
+        async move {
+            let _ = rx.wait_for(|v| *v).await;
+        }
+    };
+    let server = match tls {
+        Some(config) => tokio::spawn(router.serve_with_incoming_shutdown(
+            weir_common::security::tls_incoming(rpc_listener, config, "task manager"),
+            stopped,
+        )),
+        None => tokio::spawn(
+            router.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(rpc_listener), stopped),
+        ),
+    };
     let registration = tokio::spawn(tm.clone().run_registration(jm, shutdown_rx));
 
     // Installed before the address is printed: whoever reads that line may send SIGTERM at once.

@@ -196,6 +196,9 @@ impl TaskManager {
                 slots: self.slots,
                 operator_kinds: self.kinds(),
             };
+            // A refusal is said at warning level when it first happens, when its reason changes, and then every
+            // half minute: a task manager the job manager will not admit must not retry in silence.
+            let mut refused: Option<(String, std::time::Instant)> = None;
             let resp = loop {
                 if *shutdown.borrow() {
                     return;
@@ -213,10 +216,28 @@ impl TaskManager {
                     }
                     Ok(r) => break r.into_inner(),
                     Err(e) => {
+                        let mut reason = weir_common::security::status_chain(&e);
                         let moved = jm.observe(&e);
-                        tracing::debug!(jobmanager = %jm.current(), error = %e.message(), "registration failed, retrying");
                         if moved {
+                            tracing::debug!(jobmanager = %jm.current(), error = %reason, "registration failed, retrying");
                             continue;
+                        }
+                        let say = match &refused {
+                            Some((r, at)) => *r != reason || at.elapsed() >= Duration::from_secs(30),
+                            None => true,
+                        };
+                        if say {
+                            refused = Some((reason.clone(), std::time::Instant::now()));
+                            // A broken connection says little; with TLS, one handshake of our own says why.
+                            if let (Some(tls), tonic::Code::Unavailable | tonic::Code::Unknown) =
+                                (&jm.security().tls, e.code())
+                            {
+                                if let Some(why) = weir_common::security::diagnose_tls(&jm.current(), tls).await {
+                                    reason = format!("{reason} (TLS: {why})");
+                                }
+                            }
+                            tracing::warn!(jobmanager = %jm.current(), error = %reason,
+                                "the job manager did not accept this task manager's registration; retrying");
                         }
                     }
                 }
