@@ -427,6 +427,15 @@ pub fn echo(value: &str) -> String {
     }
 }
 
+/// A value from a user cut to its first characters for an error message that quotes it itself (an operator's
+/// uid in [`SpecError::Operator`]).
+fn shortened(value: &str) -> String {
+    match value.char_indices().nth(ECHO_CHARS) {
+        None => value.to_string(),
+        Some((cut, _)) => format!("{}… ({} bytes)", &value[..cut], value.len()),
+    }
+}
+
 /// Checks the spec's size limits before anything else looks at it: a spec over them is refused naming the
 /// limit, in time linear in its size.
 pub fn check_limits(spec: &pb::JobSpec) -> Result<(), SpecError> {
@@ -437,16 +446,12 @@ pub fn check_limits(spec: &pb::JobSpec) -> Result<(), SpecError> {
             format!("{} operators, over the limit of {MAX_OPERATORS} operators per job", spec.operators.len()),
         ));
     }
-    let size = prost::Message::encoded_len(spec);
-    if size > MAX_SPEC_BYTES {
-        return Err(job_err("spec", over("the encoded spec", size, MAX_SPEC_BYTES)));
-    }
     if spec.name.len() > MAX_NAME_BYTES {
         return Err(job_err("name", over("it", spec.name.len(), MAX_NAME_BYTES)));
     }
     for (i, op) in spec.operators.iter().enumerate() {
-        let who = if op.uid.is_empty() { format!("#{}", i + 1) } else { echo(&op.uid) };
-        let who = who.trim_matches('"');
+        let who = if op.uid.is_empty() { format!("#{}", i + 1) } else { shortened(&op.uid) };
+        let who = who.as_str();
         if op.uid.len() > MAX_UID_BYTES {
             return Err(op_err(who, "uid", over("it", op.uid.len(), MAX_UID_BYTES)));
         }
@@ -463,6 +468,11 @@ pub fn check_limits(spec: &pb::JobSpec) -> Result<(), SpecError> {
                 return Err(op_err(who, &format!("config.{k}"), over("the value", v.len(), MAX_CONFIG_VALUE_BYTES)));
             }
         }
+    }
+    // Every part within its limit, the whole may still be too much (many large values).
+    let size = prost::Message::encoded_len(spec);
+    if size > MAX_SPEC_BYTES {
+        return Err(job_err("spec", over("the encoded spec", size, MAX_SPEC_BYTES)));
     }
     Ok(())
 }
@@ -498,8 +508,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
     let mut index: HashMap<&str, usize> = HashMap::new();
     for (i, op) in spec.operators.iter().enumerate() {
         if !valid_uid(&op.uid) {
-            let name =
-                if op.uid.is_empty() { format!("#{}", i + 1) } else { echo(&op.uid).trim_matches('"').to_string() };
+            let name = if op.uid.is_empty() { format!("#{}", i + 1) } else { shortened(&op.uid) };
             return Err(op_err(&name, "uid", "must be 1-128 characters of letters, digits, '-', '_' or '.'"));
         }
         if index.insert(op.uid.as_str(), i).is_some() {
@@ -1002,6 +1011,14 @@ operators:
 
     #[test]
     fn limits_are_refused_by_name_and_echo_little() {
+        // Every value within its limit, together too much.
+        let mut spec = chain(2);
+        for i in 0..20 {
+            spec.operators[0].config.insert(format!("k{i}"), "v".repeat(MAX_CONFIG_VALUE_BYTES));
+        }
+        let e = check_limits(&spec).unwrap_err().to_string();
+        assert!(e.contains("\"spec\"") && e.contains("1048576"), "{e}");
+
         let e = resolve(&chain(MAX_OPERATORS + 1), &builtin_kinds()).unwrap_err().to_string();
         assert!(e.contains("\"operators\"") && e.contains(&MAX_OPERATORS.to_string()), "{e}");
         assert!(resolve(&chain(MAX_OPERATORS), &builtin_kinds()).is_ok(), "the limit itself is fine");

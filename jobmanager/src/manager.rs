@@ -673,9 +673,14 @@ pub const DEFAULT_PAGE_SIZE: u32 = 100;
 /// The largest page a client may ask for.
 pub const MAX_PAGE_SIZE: u32 = 1000;
 
+/// Encoded bytes a page of jobs stops growing at (it holds at least one job): far below gRPC's 4 MiB, whatever
+/// the jobs' records hold (records from before the spec limits may carry names of megabytes).
+pub const MAX_PAGE_BYTES: usize = 1 << 20;
+
 /// One page of `jobs` (oldest submission first): up to `page_size` jobs (0: [`DEFAULT_PAGE_SIZE`]) after the
-/// job named by `token` (empty: from the first). The next token is the last listed job's submission time and
-/// id, so a page never repeats or skips a job when others are submitted or deleted between calls.
+/// job named by `token` (empty: from the first), and no more than [`MAX_PAGE_BYTES`] of them. The next token is
+/// the last listed job's submission time and id, so a page never repeats or skips a job when others are
+/// submitted or deleted between calls.
 pub fn page_of_jobs(
     jobs: Vec<pb::JobInfo>,
     page_size: u32,
@@ -699,13 +704,19 @@ pub fn page_of_jobs(
             ))
         })?)
     };
-    let mut page: Vec<pb::JobInfo> = jobs
-        .into_iter()
-        .filter(|j| after.as_ref().is_none_or(|(t, id)| (j.submit_time_ms, &j.id) > (*t, id)))
-        .take(size + 1)
-        .collect();
-    let more = page.len() > size;
-    page.truncate(size);
+    let rest = jobs.into_iter().filter(|j| after.as_ref().is_none_or(|(t, id)| (j.submit_time_ms, &j.id) > (*t, id)));
+    let mut page = Vec::new();
+    let mut bytes = 0;
+    let mut more = false;
+    for job in rest {
+        let len = prost::Message::encoded_len(&job);
+        if page.len() == size || (!page.is_empty() && bytes + len > MAX_PAGE_BYTES) {
+            more = true;
+            break;
+        }
+        bytes += len;
+        page.push(job);
+    }
     let next_page_token = match page.last() {
         Some(last) if more => format!("{}:{}", last.submit_time_ms, last.id),
         _ => String::new(),
@@ -744,5 +755,12 @@ mod page_tests {
         assert_eq!(page_of_jobs(jobs.clone(), 0, "").unwrap().jobs.len(), 7);
         assert!(page_of_jobs(jobs.clone(), 5000, "").is_err());
         assert!(page_of_jobs(jobs, 3, "garbage").unwrap_err().to_string().contains("page_token"));
+        // Records with huge names (stored before the limits) do not make a page too large to send.
+        let huge: Vec<pb::JobInfo> =
+            (0..3).map(|i| pb::JobInfo { name: "n".repeat(700_000), ..job(i, &format!("h{i}")) }).collect();
+        let first = page_of_jobs(huge.clone(), 0, "").unwrap();
+        assert_eq!(first.jobs.len(), 1, "a second 700 KB job would pass the page's byte bound");
+        let second = page_of_jobs(huge, 0, &first.next_page_token).unwrap();
+        assert_eq!(second.jobs[0].id, "h1");
     }
 }

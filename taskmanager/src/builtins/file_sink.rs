@@ -10,12 +10,16 @@
 //!
 //! No record is committed twice either when the job manager falls back to an older checkpoint (the newest
 //! one's `_metadata` was unreadable): the files committed by the checkpoints after the one restored from are
-//! already visible, and the replay would write their records again. Each snapshot records the sink's position
-//! (attempt and next file number); a restored sink reads the lines of the visible files past that position
-//! and drops that many equal lines from what it receives next. With a deterministic source the replay holds
-//! exactly those records again (barriers align, so the set of records between two checkpoints is fixed even
-//! where the order across channels is not). Lines still to drop are kept in the sink's state, so a further
-//! failure during the replay loses nothing.
+//! already visible, and the replay would write their records again. Each snapshot records every subtask's
+//! position (attempt and next file number) in union state, so a restored subtask learns them all; it reads the
+//! lines of every subtask's visible files past its position and drops that many equal lines from what it
+//! receives next. With a deterministic source the replay holds exactly those records again (barriers align,
+//! so the set of records between two checkpoints is fixed even where the order across channels is not), but
+//! not necessarily at the same sink subtask: where the sink's parallelism differs from its input's, records
+//! are dealt out round-robin, so a line one subtask committed may come back to another. Each subtask therefore
+//! drops any of the lines all subtasks committed past the restore point; lines it never receives stay in its
+//! list, and could drop an equal line written much later (for sinks whose lines repeat; `keyed-count`'s never
+//! do). Lines still to drop are kept in the sink's state, so a further failure during the replay loses nothing.
 
 use crate::commit::{attempt_and_number, hidden_name, PendingFiles};
 use crate::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
@@ -32,6 +36,10 @@ const STATE: &str = "pending-files";
 const POSITION_STATE: &str = "position";
 /// Lines a replay after a fallback must not write again (one element, the lines concatenated).
 const REPLAYED_STATE: &str = "replayed-lines";
+/// Union list state: one element per subtask, `<subtask>-<attempt>-<next file number>`, so that a restored
+/// subtask knows where every old subtask stood (see the module docs). Snapshots from before it have only
+/// [`POSITION_STATE`], each subtask's own.
+const POSITIONS_STATE: &str = "positions";
 
 struct InProgress {
     name: String,
@@ -47,6 +55,7 @@ pub struct FileSink {
     pending: PendingFiles,
     line: String,
     attempt: u32,
+    subtask: u32,
     /// Lines (with their newline) still to drop from the input, with how many times each.
     replayed: HashMap<String, u32>,
 }
@@ -62,6 +71,7 @@ impl FileSink {
             pending: PendingFiles::new(&cfg.path),
             line: String::new(),
             attempt: 0,
+            subtask: 0,
             replayed: HashMap::new(),
         }
     }
@@ -87,17 +97,21 @@ impl FileSink {
         }
     }
 
-    /// After a restore: the lines of visible files of this subtask created after `position` (by a later file
-    /// number of the same attempt, or by a later attempt), i.e. committed by checkpoints newer than the one
-    /// restored from.
-    fn lines_past(&mut self, file_prefix: &str, position: (u32, u64)) -> Result<(), OperatorError> {
+    /// After a restore: the lines of the visible files past the positions (by a later file number of the same
+    /// attempt, or by a later attempt), i.e. committed by checkpoints newer than the one restored from. The
+    /// files are this job's `part-<job>-<subtask>-<attempt>-<seq>`; `positions` holds each old subtask's.
+    fn lines_past(&mut self, job_prefix: &str, positions: &HashMap<u32, (u32, u64)>) -> Result<(), OperatorError> {
         let entries =
             std::fs::read_dir(&self.dir).map_err(|e| OperatorError::io(format!("list {}", self.dir.display()), e))?;
         let mut files = 0;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some((attempt, seq)) = name.strip_prefix(file_prefix).and_then(attempt_and_number) else { continue };
-            if (attempt, seq) < position {
+            let Some((subtask, rest)) = name.strip_prefix(job_prefix).and_then(|r| r.split_once('-')) else {
+                continue;
+            };
+            let Some(position) = subtask.parse().ok().and_then(|s: u32| positions.get(&s)) else { continue };
+            let Some((attempt, seq)) = attempt_and_number(rest) else { continue };
+            if (attempt, seq) < *position {
                 continue;
             }
             let text = std::fs::read_to_string(entry.path())
@@ -133,6 +147,8 @@ impl Operator for FileSink {
             .map_err(|e| OperatorError::io(format!("create {}", self.dir.display()), e))?;
         self.prefix = format!("part-{}-{}-{}-", ctx.info.job_id, ctx.info.subtask.0, ctx.info.attempt);
         self.attempt = ctx.info.attempt;
+        self.subtask = ctx.info.subtask.0;
+        let job_prefix = format!("part-{}-", ctx.info.job_id);
         let subtask_prefix = format!("part-{}-{}-", ctx.info.job_id, ctx.info.subtask.0);
         if ctx.restored {
             let restored = ctx.operator_state.list_state(STATE)?.clone();
@@ -141,9 +157,22 @@ impl Operator for FileSink {
             for e in std::mem::take(ctx.operator_state.list_state(REPLAYED_STATE)?) {
                 self.count_replayed(std::str::from_utf8(&e).map_err(|_| corrupt())?);
             }
-            if let Some(p) = ctx.operator_state.list_state(POSITION_STATE)?.first().cloned() {
-                let p = std::str::from_utf8(&p).ok().and_then(attempt_and_number).ok_or_else(corrupt)?;
-                self.lines_past(&subtask_prefix, p)?;
+            // Every old subtask's position (union state); a snapshot from before it has only this subtask's.
+            let mut positions = HashMap::new();
+            for e in std::mem::take(ctx.operator_state.union_list_state(POSITIONS_STATE)?) {
+                let text = std::str::from_utf8(&e).map_err(|_| corrupt())?;
+                let (subtask, rest) = text.split_once('-').ok_or_else(corrupt)?;
+                let position = attempt_and_number(rest).ok_or_else(corrupt)?;
+                positions.insert(subtask.parse::<u32>().map_err(|_| corrupt())?, position);
+            }
+            if positions.is_empty() {
+                if let Some(p) = ctx.operator_state.list_state(POSITION_STATE)?.first().cloned() {
+                    let p = std::str::from_utf8(&p).ok().and_then(attempt_and_number).ok_or_else(corrupt)?;
+                    positions.insert(self.subtask, p);
+                }
+            }
+            if !positions.is_empty() {
+                self.lines_past(&job_prefix, &positions)?;
             }
         }
         self.pending.remove_uncommitted(&subtask_prefix, ctx.info.attempt)
@@ -181,6 +210,8 @@ impl Operator for FileSink {
         }
         *ctx.operator_state.list_state(STATE)? = self.pending.to_state();
         *ctx.operator_state.list_state(POSITION_STATE)? = vec![format!("{}-{}", self.attempt, self.seq).into_bytes()];
+        *ctx.operator_state.union_list_state(POSITIONS_STATE)? =
+            vec![format!("{}-{}-{}", self.subtask, self.attempt, self.seq).into_bytes()];
         let replayed = ctx.operator_state.list_state(REPLAYED_STATE)?;
         replayed.clear();
         if !self.replayed.is_empty() {
@@ -221,12 +252,17 @@ mod tests {
 
     /// Subtask 0 of sink `out` of job `j`, in `attempt`.
     fn info(attempt: u32) -> RuntimeInfo {
+        info_of(attempt, 0, 1)
+    }
+
+    /// Subtask `subtask` of `parallelism` of sink `out` of job `j`, in `attempt`.
+    fn info_of(attempt: u32, subtask: u32, parallelism: u32) -> RuntimeInfo {
         RuntimeInfo {
             uid: "out".into(),
             job_id: "j".into(),
             attempt,
-            subtask: SubtaskIndex(0),
-            parallelism: 1,
+            subtask: SubtaskIndex(subtask),
+            parallelism,
             max_parallelism: 128,
             key_group_range: KeyGroupRange { start: 0, end: 127 },
         }
@@ -344,6 +380,84 @@ mod tests {
         snapshot(&mut sink, 4)?;
         sink.notify_checkpoint_complete(CheckpointId(4))?;
         assert_eq!(all_lines(tmp.path()), ["1,1", "1,2", "2,1", "3,1"], "every line exactly once");
+        Ok(())
+    }
+
+    /// Two sink subtasks fed round-robin: after a fallback, a line one subtask committed past the restore point
+    /// may be replayed to the other, which must drop it too.
+    #[test]
+    fn a_fallback_drops_lines_another_subtask_committed() -> Result<(), OperatorError> {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = FileSinkConfig { path: tmp.path().display().to_string() };
+        let rec = |k: u64, v: i64| Record::new_i64(&k.to_be_bytes(), v);
+        let mut nothing = |_: Vec<Record>| Ok(());
+        let snapshot = |sink: &mut FileSink, id: u64| -> Result<OperatorStateStore, OperatorError> {
+            let mut store = OperatorStateStore::new();
+            sink.snapshot_state(&mut SnapshotContext {
+                checkpoint_id: CheckpointId(id),
+                timestamp_ms: 0,
+                operator_state: &mut store,
+            })?;
+            let (blob, metas) = store.snapshot();
+            Ok(OperatorStateStore::restore(&blob, &metas)?)
+        };
+        let mut sinks = Vec::new();
+        let mut chk1 = Vec::new();
+        for s in 0..2 {
+            let i = info_of(1, s, 2);
+            let mut sink = FileSink::new(cfg.clone());
+            let mut fresh = OperatorStateStore::new();
+            sink.initialize_state(&mut InitContext {
+                info: &i,
+                restored: false,
+                operator_state: &mut fresh,
+                keyed: None,
+            })?;
+            chk1.push(snapshot(&mut sink, 1)?);
+            sink.notify_checkpoint_complete(CheckpointId(1))?;
+            // Checkpoint 2 commits a line on each subtask, then turns out unreadable.
+            sink.process_batch(
+                &[rec(10 + s as u64, 1)],
+                &mut ProcessContext { info: &i, keyed: None },
+                &mut Collector::new(&mut nothing),
+            )?;
+            snapshot(&mut sink, 2)?;
+            sink.notify_checkpoint_complete(CheckpointId(2))?;
+            sinks.push(sink);
+        }
+        drop(sinks);
+        // Restored from checkpoint 1: union state gives each subtask both positions.
+        let unions: Vec<Vec<u8>> =
+            chk1.iter_mut().flat_map(|c| c.union_list_state(POSITIONS_STATE).unwrap().clone()).collect();
+        assert_eq!(unions.len(), 2);
+        for (s, mut store) in chk1.into_iter().enumerate() {
+            *store.union_list_state(POSITIONS_STATE)? = unions.clone();
+            let i = info_of(2, s as u32, 2);
+            let mut sink = FileSink::new(cfg.clone());
+            sink.initialize_state(&mut InitContext {
+                info: &i,
+                restored: true,
+                operator_state: &mut store,
+                keyed: None,
+            })?;
+            // The replay crosses over: subtask 0 receives what subtask 1 committed, and the other way round.
+            let crossed = rec(10 + (1 - s as u64), 1);
+            sink.process_batch(
+                &[crossed, rec(20 + s as u64, 1)],
+                &mut ProcessContext { info: &i, keyed: None },
+                &mut Collector::new(&mut nothing),
+            )?;
+            snapshot(&mut sink, 3)?;
+            sink.notify_checkpoint_complete(CheckpointId(3))?;
+        }
+        let mut lines: Vec<String> = visible(tmp.path())
+            .iter()
+            .flat_map(|f| {
+                std::fs::read_to_string(tmp.path().join(f)).unwrap().lines().map(str::to_string).collect::<Vec<_>>()
+            })
+            .collect();
+        lines.sort();
+        assert_eq!(lines, ["10,1", "11,1", "20,1", "21,1"], "every line exactly once");
         Ok(())
     }
 }
