@@ -320,7 +320,8 @@ pub fn tls_incoming(
 /// handshake of our own with `tls`: a gRPC client only learns that its connection broke ("operation was
 /// canceled"), while the peer's alert says why (`UnknownCA`: it does not accept our certificate). With TLS 1.3
 /// a server checks the client's certificate after the client finished its side, so the alert is read after
-/// the handshake; silence for a second means the peer accepted us.
+/// the handshake; a connection closed then, with or without the alert, is the peer refusing our certificate.
+/// Silence for two seconds means the peer accepted us.
 pub async fn diagnose_tls(addr: &str, tls: &TlsFiles) -> Option<String> {
     use tokio::io::AsyncReadExt;
     let host_port = addr.split("://").nth(1).unwrap_or(addr).trim_end_matches('/');
@@ -337,8 +338,12 @@ pub async fn diagnose_tls(addr: &str, tls: &TlsFiles) -> Option<String> {
             .await
             .map_err(|e| format!("TLS handshake: {e}"))?;
         let mut byte = [0u8; 1];
-        match tokio::time::timeout(Duration::from_secs(1), stream.read(&mut byte)).await {
-            Ok(Err(e)) => Err(format!("TLS: {e}")),
+        let refused = "it closed the connection right after the TLS handshake: it does not accept this member's \
+                       certificate (is it signed by the peer's CA?)";
+        match tokio::time::timeout(Duration::from_secs(2), stream.read(&mut byte)).await {
+            Ok(Err(e)) if e.to_string().contains("alert") => Err(format!("{e}: the peer does not accept this member's certificate")),
+            Ok(Err(e)) => Err(format!("{refused}: {e}")),
+            Ok(Ok(0)) => Err(refused.to_string()),
             _ => Ok(()),
         }
     };
