@@ -341,7 +341,9 @@ pub async fn diagnose_tls(addr: &str, tls: &TlsFiles) -> Option<String> {
         let refused = "it closed the connection right after the TLS handshake: it does not accept this member's \
                        certificate (is it signed by the peer's CA?)";
         match tokio::time::timeout(Duration::from_secs(2), stream.read(&mut byte)).await {
-            Ok(Err(e)) if e.to_string().contains("alert") => Err(format!("{e}: the peer does not accept this member's certificate")),
+            Ok(Err(e)) if e.to_string().contains("alert") => {
+                Err(format!("{e}: the peer does not accept this member's certificate"))
+            }
             Ok(Err(e)) => Err(format!("{refused}: {e}")),
             Ok(Ok(0)) => Err(refused.to_string()),
             _ => Ok(()),

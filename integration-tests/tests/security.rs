@@ -302,7 +302,8 @@ fn mutual_tls_admits_members_only() -> anyhow::Result<()> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         rt.block_on(async {
             let plain = Security { tls: Some(TlsFiles::trusting(Path::new(&ca))?), ..Default::default() };
-            let mut client = ClientApiClient::new(plain.channel(&jm, Duration::from_secs(5)).map_err(anyhow::Error::msg)?);
+            let mut client =
+                ClientApiClient::new(plain.channel(&jm, Duration::from_secs(5)).map_err(anyhow::Error::msg)?);
             let mut req = tonic::Request::new(weir_proto::ListJobsRequest::default());
             req.metadata_mut().insert(weir_common::security::SECRET_METADATA, SECRET.parse()?);
             anyhow::Ok(client.list_jobs(req).await.err())

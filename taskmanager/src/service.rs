@@ -229,8 +229,10 @@ impl TaskManager {
                         if say {
                             refused = Some((reason.clone(), std::time::Instant::now()));
                             // A broken connection says little; with TLS, one handshake of our own says why.
-                            if let (Some(tls), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled) =
-                                (&jm.security().tls, e.code())
+                            if let (
+                                Some(tls),
+                                tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled,
+                            ) = (&jm.security().tls, e.code())
                             {
                                 if let Some(why) = weir_common::security::diagnose_tls(&jm.current(), tls).await {
                                     reason = format!("{reason} (TLS: {why})");
