@@ -253,15 +253,20 @@ pub enum JobStore {
     Etcd(Box<EtcdJobStore>),
 }
 
+/// Runs a local job store's file I/O on a blocking thread, off the runtime's workers.
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, JobStoreError> + Send + 'static,
+) -> Result<T, JobStoreError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| JobStoreError::Etcd(format!("job store I/O panicked: {e}")))?
+}
+
 impl JobStore {
     /// Writes a job's record.
     pub async fn save(&self, record: &JobRecord) -> Result<(), JobStoreError> {
         match self {
             JobStore::Local(s) => {
                 let (s, record) = (s.clone(), record.clone());
-                tokio::task::spawn_blocking(move || s.save(&record))
-                    .await
-                    .map_err(|e| JobStoreError::Etcd(format!("job store writer panicked: {e}")))?
+                off_runtime(move || s.save(&record)).await
             }
             JobStore::Etcd(s) => s.save(record).await,
         }
@@ -272,9 +277,7 @@ impl JobStore {
         match self {
             JobStore::Local(s) => {
                 let (s, id) = (s.clone(), id.clone());
-                tokio::task::spawn_blocking(move || s.delete(&id))
-                    .await
-                    .map_err(|e| JobStoreError::Etcd(format!("job store writer panicked: {e}")))?
+                off_runtime(move || s.delete(&id)).await
             }
             JobStore::Etcd(s) => s.delete(id).await,
         }
@@ -285,9 +288,7 @@ impl JobStore {
         match self {
             JobStore::Local(s) => {
                 let s = s.clone();
-                tokio::task::spawn_blocking(move || s.load_all())
-                    .await
-                    .map_err(|e| JobStoreError::Etcd(format!("job store reader panicked: {e}")))?
+                off_runtime(move || s.load_all()).await
             }
             JobStore::Etcd(s) => s.load_all().await,
         }
@@ -333,17 +334,7 @@ impl EtcdJobStore {
         let txn = Txn::new()
             .when([self.term.fence(), Compare::mod_revision(key.clone(), CompareOp::Equal, expected)])
             .and_then([TxnOp::put(key.clone(), bytes, None)]);
-        let etcd = self.term.etcd();
-        let resp = etcd
-            .call("writing a job record", |mut c| {
-                let t = txn.clone();
-                async move { c.txn(t).await }
-            })
-            .await
-            .map_err(|e| JobStoreError::Etcd(e.to_string()))?;
-        if !resp.succeeded() {
-            return Err(JobStoreError::Fenced { epoch: self.term.epoch });
-        }
+        let resp = self.fenced_txn("writing a job record", txn).await?;
         let revision = resp.header().map(|h| h.revision()).unwrap_or_default();
         self.revisions.lock().insert(record.id.clone(), revision);
         Ok(())
@@ -356,10 +347,17 @@ impl EtcdJobStore {
             return Err(JobStoreError::Fenced { epoch: self.term.epoch });
         }
         let txn = Txn::new().when([self.term.fence()]).and_then([TxnOp::delete(self.key(id), None)]);
+        self.fenced_txn("deleting a job record", txn).await?;
+        self.revisions.lock().remove(id);
+        Ok(())
+    }
+
+    /// Sends a transaction whose compares include this term's fence: refused by etcd means fenced.
+    async fn fenced_txn(&self, what: &str, txn: etcd_client::Txn) -> Result<etcd_client::TxnResponse, JobStoreError> {
         let resp = self
             .term
             .etcd()
-            .call("deleting a job record", |mut c| {
+            .call(what, |mut c| {
                 let t = txn.clone();
                 async move { c.txn(t).await }
             })
@@ -368,8 +366,7 @@ impl EtcdJobStore {
         if !resp.succeeded() {
             return Err(JobStoreError::Fenced { epoch: self.term.epoch });
         }
-        self.revisions.lock().remove(id);
-        Ok(())
+        Ok(resp)
     }
 
     /// Reads every job record of the cluster.

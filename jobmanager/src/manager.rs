@@ -224,21 +224,7 @@ impl JobManager {
         };
         if let Some(sp) = &savepoint {
             let store = self.shared.store.url().trim_end_matches('/').to_string();
-            let others: Vec<savepoint::OtherJob> = self
-                .shared
-                .jobs
-                .lock()
-                .iter()
-                .map(|(id, h)| {
-                    let view = h.view.lock();
-                    savepoint::OtherJob {
-                        id: id.to_string(),
-                        running: !view.state.is_terminal(),
-                        restoring_from: view.restoring_from.clone(),
-                    }
-                })
-                .collect();
-            if let Some(why) = savepoint::ownership_conflict(&sp.url, mode, &store, &others) {
+            if let Some(why) = savepoint::ownership_conflict(&sp.url, mode, &store, &self.other_jobs()) {
                 return Err(JobRequestError::BadSavepoint(format!("cannot start the job from {}: {why}", sp.url)));
             }
         }
@@ -411,6 +397,21 @@ impl JobManager {
         jobs
     }
 
+    /// Every job as the ownership checks of restores and deletions see it.
+    fn other_jobs(&self) -> Vec<savepoint::OtherJob> {
+        let jobs = self.shared.jobs.lock();
+        jobs.iter()
+            .map(|(id, h)| {
+                let view = h.view.lock();
+                savepoint::OtherJob {
+                    id: id.to_string(),
+                    running: !view.state.is_terminal(),
+                    restoring_from: view.restoring_from.clone(),
+                }
+            })
+            .collect()
+    }
+
     /// One page of [`JobManager::list_jobs`]: see [`page_of_jobs`].
     pub fn list_jobs_page(&self, req: &pb::ListJobsRequest) -> Result<pb::ListJobsResponse, JobRequestError> {
         page_of_jobs(self.list_jobs(), req.page_size, &req.page_token)
@@ -432,17 +433,11 @@ impl JobManager {
         if delete_checkpoints {
             // Another job restoring from (or having claimed) one of these checkpoints still needs its files.
             let users: Vec<String> = self
-                .shared
-                .jobs
-                .lock()
-                .iter()
-                .filter(|(other, h)| {
-                    let view = h.view.lock();
-                    **other != id
-                        && !view.state.is_terminal()
-                        && view.restoring_from.as_ref().is_some_and(|(u, _)| u.starts_with(&dir))
-                })
-                .map(|(other, _)| other.to_string())
+                .other_jobs()
+                .into_iter()
+                .filter(|o| o.id != id.as_str() && o.running)
+                .filter(|o| o.restoring_from.as_ref().is_some_and(|(u, _)| u.starts_with(&dir)))
+                .map(|o| o.id)
                 .collect();
             if !users.is_empty() {
                 return Err(JobRequestError::InUse(format!(

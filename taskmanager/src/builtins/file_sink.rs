@@ -250,6 +250,18 @@ mod tests {
         v
     }
 
+    /// Takes checkpoint `id` of `sink` and reads it back as a restore would.
+    fn snapshot(sink: &mut FileSink, id: u64) -> Result<OperatorStateStore, OperatorError> {
+        let mut store = OperatorStateStore::new();
+        sink.snapshot_state(&mut SnapshotContext {
+            checkpoint_id: CheckpointId(id),
+            timestamp_ms: 0,
+            operator_state: &mut store,
+        })?;
+        let (blob, metas) = store.snapshot();
+        Ok(OperatorStateStore::restore(&blob, &metas)?)
+    }
+
     /// Subtask 0 of sink `out` of job `j`, in `attempt`.
     fn info(attempt: u32) -> RuntimeInfo {
         info_of(attempt, 0, 1)
@@ -321,16 +333,6 @@ mod tests {
         let cfg = FileSinkConfig { path: tmp.path().display().to_string() };
         let rec = |k: u64, v: i64| Record::new_i64(&k.to_be_bytes(), v);
         let mut nothing = |_: Vec<Record>| Ok(());
-        let snapshot = |sink: &mut FileSink, id: u64| -> Result<OperatorStateStore, OperatorError> {
-            let mut store = OperatorStateStore::new();
-            sink.snapshot_state(&mut SnapshotContext {
-                checkpoint_id: CheckpointId(id),
-                timestamp_ms: 0,
-                operator_state: &mut store,
-            })?;
-            let (blob, metas) = store.snapshot();
-            Ok(OperatorStateStore::restore(&blob, &metas)?)
-        };
         let all_lines = |dir: &Path| -> Vec<String> {
             let mut lines: Vec<String> = visible(dir)
                 .iter()
@@ -391,16 +393,6 @@ mod tests {
         let cfg = FileSinkConfig { path: tmp.path().display().to_string() };
         let rec = |k: u64, v: i64| Record::new_i64(&k.to_be_bytes(), v);
         let mut nothing = |_: Vec<Record>| Ok(());
-        let snapshot = |sink: &mut FileSink, id: u64| -> Result<OperatorStateStore, OperatorError> {
-            let mut store = OperatorStateStore::new();
-            sink.snapshot_state(&mut SnapshotContext {
-                checkpoint_id: CheckpointId(id),
-                timestamp_ms: 0,
-                operator_state: &mut store,
-            })?;
-            let (blob, metas) = store.snapshot();
-            Ok(OperatorStateStore::restore(&blob, &metas)?)
-        };
         let mut sinks = Vec::new();
         let mut chk1 = Vec::new();
         for s in 0..2 {
