@@ -143,7 +143,7 @@ impl<'a> ConfigReader<'a> {
         match self.map.get(field) {
             None => Ok(None),
             Some(s) => s.trim().replace('_', "").parse::<u64>().map(Some).map_err(|_| {
-                field_err(field, format!("expected a non-negative integer, got {}", crate::spec::echo(s)))
+                field_err(field, format!("expected a non-negative integer, got {}", crate::text::echo(s)))
             }),
         }
     }
@@ -236,7 +236,7 @@ impl KeyedCountConfig {
             None | Some("end") => KeyedCountEmit::End,
             Some("updates") => KeyedCountEmit::Updates,
             Some(other) => {
-                return Err(field_err("emit", format!("expected end or updates, got {}", crate::spec::echo(other))))
+                return Err(field_err("emit", format!("expected end or updates, got {}", crate::text::echo(other))))
             }
         };
         Ok(KeyedCountConfig { emit })

@@ -15,6 +15,7 @@
 //! - [`security`]: TLS files, the cluster secret and client tokens, and the checks that admit members and clients.
 //! - [`config`]: layered config loading (defaults < TOML file < `WEIR_*` env < flags).
 //! - [`telemetry`]: tracing setup; [`metrics`]: the Prometheus endpoint.
+//! - [`text`]: a user's values quoted, and cut short, in error messages.
 
 pub mod builtin;
 pub mod checkpoint;
@@ -31,6 +32,7 @@ pub mod serializer;
 pub mod spec;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod wire;
 
 /// Milliseconds since the Unix epoch, the time unit of every timestamp Weir stores.

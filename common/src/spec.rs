@@ -3,6 +3,8 @@
 
 use crate::builtin::{validate_builtin_config, KindInfo, Role};
 use crate::keygroup::{default_max_parallelism, UPPER_BOUND_MAX_PARALLELISM};
+pub use crate::text::echo;
+use crate::text::shortened;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use weir_proto as pb;
@@ -415,27 +417,6 @@ pub const MAX_UID_BYTES: usize = 128;
 pub const MAX_FIELD_BYTES: usize = 128;
 /// Longest config value, in bytes (a schema given inline fits).
 pub const MAX_CONFIG_VALUE_BYTES: usize = 64 * 1024;
-/// How much of a user's value an error message repeats.
-const ECHO_CHARS: usize = 64;
-
-/// A value from a user, quoted for an error message and cut to its first characters, so that an error never
-/// grows with its input.
-pub fn echo(value: &str) -> String {
-    match value.char_indices().nth(ECHO_CHARS) {
-        None => format!("{value:?}"),
-        Some((cut, _)) => format!("{:?}… ({} bytes)", &value[..cut], value.len()),
-    }
-}
-
-/// A value from a user cut to its first characters for an error message that quotes it itself (an operator's
-/// uid in [`SpecError::Operator`]).
-fn shortened(value: &str) -> String {
-    match value.char_indices().nth(ECHO_CHARS) {
-        None => value.to_string(),
-        Some((cut, _)) => format!("{}… ({} bytes)", &value[..cut], value.len()),
-    }
-}
-
 /// Checks the spec's size limits before anything else looks at it: a spec over them is refused naming the
 /// limit, in time linear in its size.
 pub fn check_limits(spec: &pb::JobSpec) -> Result<(), SpecError> {
