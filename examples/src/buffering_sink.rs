@@ -46,9 +46,11 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use weir_common::builtin::{KindInfo, Role};
 use weir_common::ids::CheckpointId;
-use weir_taskmanager::commit::{hidden_name, PendingFiles};
-use weir_taskmanager::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use weir_taskmanager::record::{decode_records, encode_record, Record};
+use weir_taskmanager::api::commit::{hidden_name, PendingFiles};
+use weir_taskmanager::api::operator::{
+    Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext,
+};
+use weir_taskmanager::api::record::{decode_records, encode_record, Record};
 
 /// The kind's name in the registry.
 pub const KIND: &str = "buffering-sink";
@@ -249,7 +251,7 @@ mod tests {
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;
     use weir_state::OperatorStateStore;
-    use weir_taskmanager::operator::RuntimeInfo;
+    use weir_taskmanager::api::operator::RuntimeInfo;
 
     fn info(attempt: u32) -> RuntimeInfo {
         RuntimeInfo {

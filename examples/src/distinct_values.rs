@@ -30,8 +30,8 @@ use std::time::Duration;
 use weir_common::builtin::{KindInfo, Role};
 use weir_state::signature::StateSignature;
 use weir_state::{KeyedStateBackend, MapState, StateError, StateTtlConfig, ValueState};
-use weir_taskmanager::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
-use weir_taskmanager::record::{Record, Value};
+use weir_taskmanager::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
+use weir_taskmanager::api::record::{Record, Value};
 
 /// The kind's name in the registry.
 pub const KIND: &str = "distinct-values";
@@ -46,7 +46,7 @@ pub const KEYS_STATE: &str = "keys";
 /// What the job manager learns about `distinct-values` when a task manager with it registers.
 pub fn kind_info() -> KindInfo {
     let signature = StateSignature::keyed::<Vec<u8>>().map::<i64, u64>(VALUES_STATE).value::<()>(KEYS_STATE);
-    weir_taskmanager::registry::signed(
+    weir_taskmanager::api::registry::signed(
         KindInfo {
             signature: None,
             kind: KIND.into(),
@@ -204,7 +204,7 @@ mod tests {
     use weir_common::spec::StateBackendKind;
     use weir_state::rocks::RocksOptions;
     use weir_state::{open_keyed_backend, ManualClock, OperatorStateStore};
-    use weir_taskmanager::operator::RuntimeInfo;
+    use weir_taskmanager::api::operator::RuntimeInfo;
 
     const MAX_PARALLELISM: u32 = 128;
     const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };

@@ -17,7 +17,7 @@ pub mod distinct_values;
 pub mod state_kinds;
 pub mod upgrades;
 
-use weir_taskmanager::registry::{Instance, Registry};
+use weir_taskmanager::api::registry::{Instance, Registry};
 
 /// Weir's built-in kinds plus `buffering-sink`, `distinct-values`, `state-kinds` and the first version of the
 /// [`upgrades`] kinds.
@@ -36,7 +36,7 @@ pub fn registry_v2() -> Registry {
 
 /// The kinds both versions share.
 fn common_registry() -> Registry {
-    let mut r = Registry::with_builtins();
+    let mut r = weir_taskmanager::builtins::registry();
     r.register(buffering_sink::kind_info(), |config| {
         let cfg = buffering_sink::BufferingSinkConfig::from_map(config)?;
         Ok(Instance::Operator(Box::new(buffering_sink::BufferingSink::new(cfg))))

@@ -21,8 +21,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use weir_common::builtin::{KindInfo, Role};
 use weir_state::{AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState};
-use weir_taskmanager::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use weir_taskmanager::record::{Record, Value};
+use weir_taskmanager::api::operator::{
+    Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext,
+};
+use weir_taskmanager::api::record::{Record, Value};
 
 /// The kind's name in the registry.
 pub const KIND: &str = "state-kinds";

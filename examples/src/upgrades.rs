@@ -15,9 +15,9 @@ use std::sync::LazyLock;
 use weir_common::builtin::{KindInfo, Role};
 use weir_state::signature::{StateSignature, TypeSignature};
 use weir_state::{Avro, Bincode, Protobuf, StateCodec, ValueState};
-use weir_taskmanager::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
-use weir_taskmanager::record::{Record, Value};
-use weir_taskmanager::registry::{Instance, Registry};
+use weir_taskmanager::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
+use weir_taskmanager::api::record::{Record, Value};
+use weir_taskmanager::api::registry::{Instance, Registry};
 
 /// The state every kind here keeps.
 pub const STATE: &str = "tally";
@@ -97,7 +97,7 @@ fn register<T: Tally, K: TypeSignature>(r: &mut Registry, kind: &'static str) {
         signature: None,
     };
     let signature = StateSignature::keyed::<K>().value::<T>(STATE);
-    r.register(weir_taskmanager::registry::signed(info, &signature), move |config| match config.keys().next() {
+    r.register(weir_taskmanager::api::registry::signed(info, &signature), move |config| match config.keys().next() {
         Some(unknown) => Err(format!("config field {unknown:?}: unknown field ({kind} takes none)")),
         None => Ok(Instance::Operator(Box::new(PerKey::<T> { kind, state: None }))),
     });

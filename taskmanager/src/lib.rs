@@ -1,28 +1,20 @@
-//! Weir's task manager.
+//! Weir's task manager. Its folders are its architecture:
 //!
-//! - [`operator`]: the operator API users implement (sources, operators, sinks, lifecycle hooks).
-//! - [`registry`]: kind name → factory; users build their own task-manager binary with more kinds.
-//! - [`builtins`]: `datagen`, `keyed-count`, `file-sink`, `blackhole`.
-//! - [`record`]: records and their batch codec.
-//! - [`commit`]: exactly-once file commits for sinks (hidden, pending, renamed on completion).
-//! - [`net`]: the data plane (framed TCP, credit-based flow control).
-//! - [`align`]: barrier alignment.
-//! - [`task`]: one subtask's thread: the record loop, checkpoints, end of input.
-//! - [`report`]: ordered reports to the job manager.
-//! - [`service`]: the gRPC service, registration and heartbeats.
-//! - [`server`]: config and the whole process, used by the `weir-taskmanager` binary.
+//! - [`api`]: what an operator author programs against (operator traits, records, the kind registry, commit
+//!   helpers); `examples/` and users' own task-manager binaries import only this and [`builtins`].
+//! - [`builtins`]: `datagen`, `keyed-count`, `file-sink`, `blackhole`, written against [`api`]; [`builtins::registry`]
+//!   is a registry holding them.
+//! - [`task`]: one subtask's thread: the run loop, setup and restore, snapshot upload, output edges and
+//!   chaining, barrier alignment.
+//! - [`net`]: the data plane: framing, the data server, input and output channels with credit-based flow control.
+//! - [`control`]: the gRPC service the job manager calls, registration, heartbeats and reports.
+//! - [`process`]: config and the whole process, used by the `weir-taskmanager` binary.
 
-pub mod align;
+pub mod api;
 pub mod builtins;
-pub mod commit;
+pub mod control;
 pub mod net;
-pub mod operator;
-pub mod record;
-pub mod registry;
-pub mod report;
-pub mod restore;
-pub mod server;
-pub mod service;
+pub mod process;
 pub mod task;
 
 pub(crate) use weir_common::now_ms;

@@ -1,5 +1,5 @@
 //! `weir-taskmanager` with the built-in operator kinds.
 
 fn main() {
-    weir_taskmanager::server::main_with_registry(weir_taskmanager::registry::Registry::with_builtins());
+    weir_taskmanager::process::main_with_registry(weir_taskmanager::builtins::registry());
 }

@@ -2,5 +2,5 @@
 //! next release would ship them), for the upgrade-safety tests.
 
 fn main() {
-    weir_taskmanager::server::main_with_registry(weir_examples::registry_v2());
+    weir_taskmanager::process::main_with_registry(weir_examples::registry_v2());
 }

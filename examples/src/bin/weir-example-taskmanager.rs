@@ -3,5 +3,5 @@
 //! registers.
 
 fn main() {
-    weir_taskmanager::server::main_with_registry(weir_examples::registry());
+    weir_taskmanager::process::main_with_registry(weir_examples::registry());
 }

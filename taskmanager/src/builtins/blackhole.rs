@@ -1,7 +1,7 @@
 //! `blackhole`: discards records, counting them (`weir_blackhole_records_total`).
 
-use crate::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
-use crate::record::Record;
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
+use crate::api::record::Record;
 
 /// A sink that discards everything.
 #[derive(Default)]

@@ -2,8 +2,8 @@
 //! sequence is cut into `splits` contiguous ranges, assigned to subtasks round-robin; each split's next index
 //! is kept in operator list state, so the source resumes exactly where the checkpoint left it.
 
-use crate::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceStatus};
-use crate::record::{Key, Record, Value};
+use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceStatus};
+use crate::api::record::{Key, Record, Value};
 use std::time::{Duration, Instant};
 use weir_common::builtin::DatagenConfig;
 use weir_common::datagen::{key_of, split_range};
@@ -105,7 +105,7 @@ impl Source for Datagen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::RuntimeInfo;
+    use crate::api::operator::RuntimeInfo;
     use weir_common::ids::{CheckpointId, SubtaskIndex};
     use weir_common::keygroup::KeyGroupRange;
     use weir_state::OperatorStateStore;

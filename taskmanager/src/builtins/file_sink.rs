@@ -21,9 +21,9 @@
 //! list, and could drop an equal line written much later (for sinks whose lines repeat; `keyed-count`'s never
 //! do). Lines still to drop are kept in the sink's state, so a further failure during the replay loses nothing.
 
-use crate::commit::{attempt_and_number, hidden_name, PendingFiles};
-use crate::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::record::Record;
+use crate::api::commit::{attempt_and_number, hidden_name, PendingFiles};
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
+use crate::api::record::Record;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -234,7 +234,7 @@ impl Operator for FileSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::RuntimeInfo;
+    use crate::api::operator::RuntimeInfo;
     use std::path::Path;
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;

@@ -2,8 +2,8 @@
 //! (`emit: end`, the default) or as `(key, new count)` after every record (`emit: updates`, like a Flink
 //! `KeyedProcessFunction` emitting running counts).
 
-use crate::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
-use crate::record::{Record, Value};
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
+use crate::api::record::{Record, Value};
 use weir_common::builtin::{KeyedCountConfig, KeyedCountEmit};
 use weir_state::ValueState;
 
@@ -80,7 +80,7 @@ impl Operator for KeyedCount {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::RuntimeInfo;
+    use crate::api::operator::RuntimeInfo;
     use std::collections::BTreeMap;
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;
@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn the_registry_reads_emit() {
-        let r = crate::registry::Registry::with_builtins();
+        let r = crate::builtins::registry();
         let config: BTreeMap<String, String> = [("emit".to_string(), "updates".to_string())].into();
         assert!(r.build("keyed-count", &config).is_ok());
         let config: BTreeMap<String, String> = [("emit".to_string(), "later".to_string())].into();

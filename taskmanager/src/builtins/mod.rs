@@ -10,7 +10,7 @@ pub use datagen::Datagen;
 pub use file_sink::FileSink;
 pub use keyed_count::KeyedCount;
 
-use crate::registry::{signed, Instance, Registry};
+use crate::api::registry::{signed, Instance, Registry};
 use weir_common::builtin::{builtin_kinds, DatagenConfig, FileSinkConfig, KeyedCountConfig};
 use weir_state::signature::StateSignature;
 
@@ -28,6 +28,13 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
             .operator_list::<Vec<u8>>("replayed-lines"),
         _ => return None,
     })
+}
+
+/// A registry holding Weir's built-in kinds (a user's task-manager binary adds its own to it).
+pub fn registry() -> Registry {
+    let mut r = Registry::new();
+    register_all(&mut r);
+    r
 }
 
 /// Registers every built-in kind.

@@ -8,7 +8,7 @@
 //! commits the files the savepoint's job left pending. (Elements without a directory, written before it was
 //! recorded, mean the sink's own directory.) Used by `file-sink` and by the user sinks in `examples/`.
 
-use crate::operator::OperatorError;
+use crate::api::operator::OperatorError;
 use std::path::{Path, PathBuf};
 
 /// The hidden name of a file while it is written and pending.

@@ -5,17 +5,26 @@
 //! beyond the records themselves, no logging per record. Uploads run on the tokio runtime while processing
 //! continues.
 
-use crate::align::{Alignment, BarrierAligner, BarrierOutcome, Deferred};
+pub mod align;
+mod output;
+pub mod restore;
+mod setup;
+mod upload;
+
+use output::{downstream_of, push_chain, ChainOp, Head, OutputEdge};
+use upload::Incremental;
+
+use crate::api::operator::{
+    Collector, InitContext, Operator, OperatorError, ProcessContext, RuntimeInfo, SnapshotContext, Source, SourceStatus,
+};
+use crate::api::record::{decode_batch, encode_record, Record, MAX_BATCH_RECORDS};
+use crate::api::registry::{Instance, Registry};
+use crate::control::report::{Report, Reporter};
 use crate::net::{
     begin_batch, encode_frame, finish_batch, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels,
     Liveness, OutputChannel,
 };
-use crate::operator::{
-    Collector, InitContext, Operator, OperatorError, ProcessContext, RuntimeInfo, SnapshotContext, Source, SourceStatus,
-};
-use crate::record::{decode_batch, encode_record, Record, MAX_BATCH_RECORDS};
-use crate::registry::{Instance, Registry};
-use crate::report::{Report, Reporter};
+use crate::task::align::{Alignment, BarrierAligner, BarrierOutcome, Deferred};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -127,11 +136,11 @@ enum TaskError {
     #[error(transparent)]
     Net(#[from] crate::net::NetError),
     #[error(transparent)]
-    Codec(#[from] crate::record::CodecError),
+    Codec(#[from] crate::api::record::CodecError),
     #[error(transparent)]
     Store(#[from] weir_common::store::StoreError),
     #[error(transparent)]
-    Restore(#[from] crate::restore::RestoreError),
+    Restore(#[from] crate::task::restore::RestoreError),
     #[error("canceled")]
     Canceled,
     #[error("{0}")]
@@ -262,147 +271,6 @@ fn keyed_mut(k: &mut Option<Box<dyn KeyedStateBackend>>) -> Option<&mut dyn Keye
     }
 }
 
-enum Head {
-    Source(Box<dyn Source>),
-    Operator(Box<dyn Operator>),
-}
-
-struct ChainOp {
-    info: RuntimeInfo,
-    head: Head,
-    keyed: Option<Box<dyn KeyedStateBackend>>,
-    op_state: OperatorStateStore,
-}
-
-/// Runs `records` through the operators of `chain` (each one's output feeding the next, chunk by chunk)
-/// and routes what the last one emits to `outputs`.
-fn push_chain(chain: &mut [ChainOp], outputs: &mut [OutputEdge], records: Vec<Record>) -> Result<(), TaskError> {
-    let Some((op, rest)) = chain.split_first_mut() else {
-        return route(outputs, &records);
-    };
-    let Head::Operator(o) = &mut op.head else {
-        return Err(TaskError::Other(format!("source {:?} cannot take input", op.info.uid)));
-    };
-    let mut ctx = ProcessContext { info: &op.info, keyed: keyed_mut(&mut op.keyed) };
-    let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
-    let mut out = Collector::new(&mut downstream);
-    o.process_batch(&records, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
-    out.flush()?;
-    Ok(())
-}
-
-/// The part of a chain after an operator, as that operator's collector sees it.
-fn downstream_of(rest: &mut [ChainOp], outputs: &mut [OutputEdge], chunk: Vec<Record>) -> Result<(), OperatorError> {
-    push_chain(rest, outputs, chunk).map_err(|e| match e {
-        TaskError::Operator(e) => e,
-        other => OperatorError::Other(other.to_string()),
-    })
-}
-
-fn route(outputs: &mut [OutputEdge], records: &[Record]) -> Result<(), TaskError> {
-    for edge in outputs {
-        edge.records_out.increment(records.len() as u64);
-        for r in records {
-            edge.emit(r)?;
-        }
-    }
-    Ok(())
-}
-
-/// One output edge: a partitioner and a channel per target subtask.
-struct OutputEdge {
-    partitioning: Partitioning,
-    channels: Vec<OutputChannel>,
-    bufs: Vec<Vec<u8>>,
-    counts: Vec<u32>,
-    next: usize,
-    to_parallelism: u32,
-    max_parallelism: u32,
-    records_out: metrics::Counter,
-}
-
-impl OutputEdge {
-    fn emit(&mut self, r: &Record) -> Result<(), TaskError> {
-        match self.partitioning {
-            Partitioning::Forward => self.push(0, r),
-            Partitioning::Rebalance => {
-                let t = self.next;
-                self.next = (self.next + 1) % self.channels.len();
-                self.push(t, r)
-            }
-            Partitioning::KeyBy => {
-                let kg = key_group_for_key(&r.key, self.max_parallelism);
-                let t = subtask_for_key_group(kg, self.to_parallelism, self.max_parallelism).0 as usize;
-                self.push(t, r)
-            }
-            Partitioning::Broadcast => {
-                for t in 0..self.channels.len() {
-                    self.push(t, r)?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn push(&mut self, t: usize, r: &Record) -> Result<(), TaskError> {
-        encode_record(r, &mut self.bufs[t])?;
-        self.counts[t] += 1;
-        if self.counts[t] >= BATCH_RECORDS || self.bufs[t].len() >= BATCH_BYTES {
-            self.flush(t)?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self, t: usize) -> Result<(), TaskError> {
-        if self.counts[t] == 0 {
-            return Ok(());
-        }
-        let mut buf = std::mem::replace(&mut self.bufs[t], Vec::with_capacity(BATCH_BYTES + 4096));
-        finish_batch(&mut buf, self.counts[t]);
-        self.counts[t] = 0;
-        begin_batch(&mut self.bufs[t]);
-        self.channels[t].send_blocking(buf)?;
-        Ok(())
-    }
-
-    fn flush_all(&mut self) -> Result<(), TaskError> {
-        for t in 0..self.channels.len() {
-            self.flush(t)?;
-        }
-        Ok(())
-    }
-
-    fn broadcast(&mut self, frame: &Frame) -> Result<(), TaskError> {
-        self.flush_all()?;
-        let bytes = encode_frame(frame);
-        for c in &mut self.channels {
-            c.send_blocking(bytes.clone())?;
-        }
-        Ok(())
-    }
-}
-
-/// Shareable snapshot files (by local name) per operator uid.
-type SharedFiles = BTreeMap<String, std::collections::HashMap<String, FileHandle>>;
-
-/// What incremental checkpoints may reuse: the shareable files of the last completed checkpoint, and those
-/// of snapshots uploaded but not yet known to be complete (promoted on the completion notification).
-#[derive(Default)]
-struct Incremental {
-    confirmed: SharedFiles,
-    uploaded: BTreeMap<u64, SharedFiles>,
-}
-
-impl Incremental {
-    /// Checkpoint `id` completed: its files become the ones to reuse; older unconfirmed uploads never will.
-    fn completed(&mut self, id: u64) {
-        if let Some(files) = self.uploaded.remove(&id) {
-            self.confirmed = files;
-        }
-        self.uploaded.retain(|&k, _| k > id);
-    }
-}
-
 struct Task {
     desc: TaskDescriptor,
     env: Arc<TaskEnv>,
@@ -435,199 +303,6 @@ struct Task {
 }
 
 impl Task {
-    fn setup(
-        desc: TaskDescriptor,
-        env: Arc<TaskEnv>,
-        rx: mpsc::Receiver<TaskEvent>,
-        events: mpsc::Sender<TaskEvent>,
-        work_dir: PathBuf,
-        key: &ChannelKey,
-        mut cancel: watch::Receiver<bool>,
-    ) -> Result<Task, TaskError> {
-        // Claim input connections first, so producers that connect early are held for us.
-        let incoming = desc.input.as_ref().map(|_| env.data_server.register(key.clone()));
-        std::fs::create_dir_all(&work_dir)
-            .map_err(|e| TaskError::Other(format!("cannot create {}: {e}", work_dir.display())))?;
-        let store = Store::open(&desc.checkpoint_root, &env.store_options)?;
-        let rt = env.runtime.clone();
-        let restored_at_end = desc.restore.as_ref().is_some_and(|r| r.operators.values().any(|s| s.end_of_input));
-        // Restored state is read from where the job manager says (a savepoint lives in its own directory).
-        let restore_store = match &desc.restore {
-            Some(r) if r.root == desc.checkpoint_root => Some(store.clone()),
-            Some(r) => Some(Store::open_existing(&r.root, &env.store_options)?),
-            None => None,
-        };
-
-        let mut incremental = Incremental::default();
-        let mut ops = Vec::with_capacity(desc.operators.len());
-        for od in &desc.operators {
-            let info = RuntimeInfo {
-                uid: od.uid.clone(),
-                job_id: desc.job_id.0.clone(),
-                attempt: desc.attempt.0,
-                subtask: desc.subtask,
-                parallelism: desc.parallelism,
-                max_parallelism: desc.max_parallelism,
-                key_group_range: desc.key_group_range,
-            };
-            let keyed_kind = env.registry.info(&od.kind).is_some_and(|k| k.keyed);
-            let head = match env.registry.build(&od.kind, &od.config) {
-                Ok(Instance::Source(s)) => Head::Source(s),
-                Ok(Instance::Operator(o)) => Head::Operator(o),
-                Err(e) => return Err(TaskError::Other(format!("operator {:?}: {e}", od.uid))),
-            };
-            let restored = desc.restore.as_ref().and_then(|r| r.operators.get(&od.uid));
-            let restore_store = restore_store.as_ref();
-            let op_state = match (restored, restore_store) {
-                (Some(r), Some(store)) => {
-                    unless_canceled(&rt, &mut cancel, crate::restore::operator_state(store, &r.operator_state))?
-                }
-                _ => OperatorStateStore::new(),
-            };
-            let keyed = if keyed_kind {
-                let state_dir = work_dir.join(format!("state-{}", od.uid));
-                match (restored.filter(|r| !r.keyed.is_empty()), restore_store) {
-                    (Some(r), Some(store)) => {
-                        let download_dir = work_dir.join(format!("restore-{}", od.uid));
-                        let downloaded = unless_canceled(
-                            &rt,
-                            &mut cancel,
-                            crate::restore::download_keyed(store, &r.keyed, &download_dir),
-                        )?;
-                        let target = crate::restore::KeyedTarget {
-                            kind: desc.state_backend,
-                            range: desc.key_group_range,
-                            max_parallelism: desc.max_parallelism,
-                            state_dir: &state_dir,
-                            rocks: &env.rocks,
-                            own_files: desc.restore.as_ref().is_some_and(|r| r.own_files),
-                        };
-                        let mut restored = crate::restore::open_keyed(&target, downloaded)?;
-                        let _ = std::fs::remove_dir_all(&download_dir);
-                        let declared = env.registry.info(&od.kind).and_then(|k| k.signature.as_ref());
-                        crate::restore::migrate_keyed(&od.uid, restored.backend.as_mut(), &r.serializers, declared)?;
-                        // The restored checkpoint completed, so its files may be referenced again.
-                        if let Some(files) = restored.reusable {
-                            incremental.confirmed.insert(od.uid.clone(), files);
-                        }
-                        Some(restored.backend)
-                    }
-                    _ => Some(open_keyed_backend(
-                        desc.state_backend,
-                        &state_dir,
-                        desc.max_parallelism,
-                        desc.key_group_range,
-                        None,
-                        &env.rocks,
-                    )?),
-                }
-            } else {
-                None
-            };
-            ops.push(ChainOp { info, head, keyed, op_state });
-        }
-        for op in &mut ops {
-            // Per operator: one whose uid the checkpoint or savepoint lacks (new in this job) starts afresh —
-            // a source added to a job reads from its beginning — even when the rest of the job restores.
-            let restored = desc.restore.as_ref().is_some_and(|r| r.operators.contains_key(&op.info.uid));
-            let mut ctx = InitContext {
-                info: &op.info,
-                restored,
-                operator_state: &mut op.op_state,
-                keyed: keyed_mut(&mut op.keyed),
-            };
-            let result = match &mut op.head {
-                Head::Source(s) => s.initialize_state(&mut ctx),
-                Head::Operator(o) => o.initialize_state(&mut ctx),
-            };
-            result.map_err(|e| in_operator(&op.info.uid, e))?;
-        }
-
-        let mut outputs = Vec::with_capacity(desc.outputs.len());
-        for out in &desc.outputs {
-            let mut channels = Vec::with_capacity(out.targets.len());
-            for (sub, addr) in &out.targets {
-                let hs = Handshake {
-                    to: ChannelKey {
-                        job_id: desc.job_id.0.clone(),
-                        attempt: desc.attempt.0,
-                        vertex: out.to_vertex.0,
-                        subtask: sub.0,
-                    },
-                    from_vertex: desc.vertex.0,
-                    from_subtask: desc.subtask.0,
-                };
-                let connect = OutputChannel::connect(
-                    env.data_server.security(),
-                    addr,
-                    &hs,
-                    env.connect_timeout,
-                    Liveness::default(),
-                    cancel.clone(),
-                );
-                channels.push(unless_canceled(&rt, &mut cancel, connect)?);
-            }
-            let n = channels.len();
-            let mut bufs = Vec::with_capacity(n);
-            for _ in 0..n {
-                let mut b = Vec::with_capacity(BATCH_BYTES + 4096);
-                begin_batch(&mut b);
-                bufs.push(b);
-            }
-            outputs.push(OutputEdge {
-                partitioning: out.partitioning,
-                channels,
-                bufs,
-                counts: vec![0; n],
-                next: desc.subtask.0 as usize % n.max(1),
-                to_parallelism: out.to_parallelism,
-                max_parallelism: desc.max_parallelism,
-                records_out: metrics::counter!("weir_records_out_total", &labels(&desc)),
-            });
-        }
-
-        let (inputs, n_inputs) = match (&desc.input, incoming) {
-            (Some(input), Some(incoming)) => {
-                let producers: Vec<u32> = input.channels.iter().map(|s: &SubtaskIndex| s.0).collect();
-                let accept = InputChannels::accept(
-                    incoming,
-                    &producers,
-                    events,
-                    TaskEvent::Channel,
-                    env.connect_timeout,
-                    Liveness::default(),
-                );
-                let ch = unless_canceled(&rt, &mut cancel, accept)?;
-                let n = ch.len();
-                (Some(ch), n)
-            }
-            _ => (None, 0),
-        };
-        Ok(Task {
-            env,
-            store,
-            rx,
-            ops,
-            outputs,
-            inputs,
-            aligner: BarrierAligner::new(n_inputs),
-            deferred: Deferred::new(n_inputs),
-            input_ended: false,
-            restored_at_end,
-            work_dir,
-            last_flush: Instant::now(),
-            records_in: metrics::counter!("weir_records_in_total", &labels(&desc)),
-            incremental: Arc::new(parking_lot::Mutex::new(incremental)),
-            last_state_metrics: Instant::now(),
-            instance: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
-            savepoint_barriers: BTreeMap::new(),
-            suspended_by: None,
-            end_input_requested: false,
-            sync_seconds: metrics::histogram!("weir_checkpoint_sync_seconds", &labels(&desc)),
-            desc,
-        })
-    }
-
     fn run(&mut self) -> Result<Exit, TaskError> {
         if matches!(self.ops.first().map(|o| &o.head), Some(Head::Source(_))) {
             self.run_source()
@@ -961,191 +636,6 @@ impl Task {
         }
         Ok(())
     }
-
-    /// Where checkpoint `id`'s local snapshot waits for its upload (deleted after it).
-    fn snapshot_dir(&self, id: CheckpointId) -> PathBuf {
-        self.work_dir.join(format!("chk-{}", id.0))
-    }
-
-    fn snapshot_sync(&mut self, id: CheckpointId, timestamp_ms: u64) -> Result<Vec<SnapshotPart>, TaskError> {
-        let dir = self.snapshot_dir(id);
-        let mut parts = Vec::with_capacity(self.ops.len());
-        for op in &mut self.ops {
-            let mut ctx = SnapshotContext { checkpoint_id: id, timestamp_ms, operator_state: &mut op.op_state };
-            match &mut op.head {
-                Head::Source(s) => s.snapshot_state(&mut ctx)?,
-                Head::Operator(o) => o.snapshot_state(&mut ctx)?,
-            }
-            let (keyed, keyed_states) = match &mut op.keyed {
-                Some(k) => {
-                    let snapshot = k.snapshot_sync(&dir.join(&op.info.uid))?;
-                    (Some(snapshot), describe_states(k.state_summaries()?))
-                }
-                None => (None, Vec::new()),
-            };
-            let op_state = (!op.op_state.is_empty()).then(|| op.op_state.snapshot());
-            parts.push(SnapshotPart { uid: op.info.uid.clone(), keyed, keyed_states, op_state });
-        }
-        Ok(parts)
-    }
-
-    fn spawn_upload(
-        &self,
-        id: CheckpointId,
-        parts: Vec<SnapshotPart>,
-        sync_ms: u64,
-        savepoint: Option<SavepointTarget>,
-    ) {
-        let reporter = self.env.reporter.clone();
-        let tref = task_ref(&self.desc);
-        let job = self.desc.job_id.clone();
-        let (vertex, subtask) = (self.desc.vertex, self.desc.subtask);
-        let end_of_input = self.input_ended;
-        let dir = self.snapshot_dir(id);
-        let async_seconds = metrics::histogram!("weir_checkpoint_async_seconds", &labels(&self.desc));
-        let uploaded_total = metrics::counter!("weir_checkpoint_uploaded_bytes_total", &labels(&self.desc));
-        let incremental = self.incremental.clone();
-        // A savepoint is self-contained: every file goes into its own directory, nothing is shared with (or
-        // reused from) the job's checkpoints.
-        let incremental_on = self.desc.incremental && savepoint.is_none();
-        let confirmed = if incremental_on { incremental.lock().confirmed.clone() } else { SharedFiles::new() };
-        let instance = self.instance.clone();
-        let inline_limit = self.desc.operator_state_inline_limit;
-        let store = match &savepoint {
-            None => Ok(self.store.clone()),
-            Some(t) => Store::open(&t.url, &self.env.store_options),
-        };
-        let canonical = savepoint.as_ref().is_some_and(|t| t.format == SavepointFormat::Canonical);
-        let (max_parallelism, rocks) = (self.desc.max_parallelism, self.env.rocks.clone());
-        self.env.runtime.spawn(async move {
-            let started = Instant::now();
-            let result: Result<TaskSnapshot, TaskError> = async {
-                let store = store?;
-                weir_common::fault::hit("task-upload").await.map_err(TaskError::Other)?;
-                let mut operators = BTreeMap::new();
-                let mut uploaded = 0;
-                let mut shareable = SharedFiles::new();
-                for mut part in parts {
-                    let remote = match &savepoint {
-                        None => paths::subtask_dir(&job, id, &part.uid, subtask),
-                        Some(_) => paths::savepoint_subtask_dir(&part.uid, subtask),
-                    };
-                    if canonical {
-                        if let Some(mut native) = part.keyed.take() {
-                            native.ready().await?;
-                            // Inside the checkpoint's directory, which goes once the upload is over.
-                            let (scratch, out) = (
-                                dir.join(format!("canonical-{}-work", part.uid)),
-                                dir.join(format!("canonical-{}", part.uid)),
-                            );
-                            let rocks = rocks.clone();
-                            let converted = tokio::task::spawn_blocking(move || {
-                                let r = weir_state::write_canonical(native, &scratch, &out, max_parallelism, &rocks);
-                                let _ = std::fs::remove_dir_all(&scratch);
-                                r
-                            })
-                            .await
-                            .map_err(|e| TaskError::Other(format!("canonical conversion panicked: {e}")))??;
-                            part.keyed = Some(converted);
-                        }
-                    }
-                    let keyed = match &mut part.keyed {
-                        Some(local) => {
-                            let shared = incremental_on
-                                .then(|| paths::shared_snapshot_dir(&job, &part.uid, subtask, &instance, id));
-                            let empty = std::collections::HashMap::new();
-                            let (h, n) = weir_state::snapshot::upload_keyed_incremental(
-                                &store,
-                                local,
-                                &paths::keyed_dir(&remote),
-                                shared.as_deref(),
-                                confirmed.get(&part.uid).unwrap_or(&empty),
-                            )
-                            .await?;
-                            uploaded += n;
-                            let h = KeyedStateHandle { states: std::mem::take(&mut part.keyed_states), ..h };
-                            if savepoint.is_none() {
-                                shareable.insert(part.uid.clone(), weir_state::snapshot::shareable_files(&h));
-                            }
-                            Some(h)
-                        }
-                        None => None,
-                    };
-                    let operator_state = match part.op_state {
-                        Some((blob, mut states)) => {
-                            let path = paths::opstate_file(&remote);
-                            // Offsets beyond the inline limit go next to the blob: the acknowledgement (and the
-                            // job manager's memory) carries only the file's handle.
-                            for (i, meta) in states.iter_mut().enumerate() {
-                                let Offsets::Inline(offsets) = &meta.offsets else { continue };
-                                if offsets.len() as u64 * OFFSET_BYTES <= inline_limit {
-                                    continue;
-                                }
-                                let bytes = weir_state::operator::encode_offsets(offsets);
-                                let size = bytes.len() as u64;
-                                let offsets_path = paths::offsets_file(&path, i);
-                                store.put(&offsets_path, bytes::Bytes::from(bytes)).await?;
-                                uploaded += size;
-                                meta.offsets = Offsets::File(FileHandle { path: offsets_path, size });
-                            }
-                            let size = blob.len() as u64;
-                            store.put(&path, bytes::Bytes::from(blob)).await?;
-                            uploaded += size;
-                            Some(OperatorStateHandle { file: FileHandle { path, size }, states })
-                        }
-                        None => None,
-                    };
-                    operators.insert(part.uid, OperatorSubtaskState { subtask, keyed, operator_state, end_of_input });
-                }
-                if savepoint.is_none() {
-                    incremental.lock().uploaded.insert(id.0, shareable);
-                }
-                Ok(TaskSnapshot { vertex, subtask, operators, uploaded_bytes: uploaded })
-            }
-            .await;
-            let _ = tokio::fs::remove_dir_all(&dir).await;
-            let async_ms = started.elapsed().as_millis() as u64;
-            async_seconds.record(started.elapsed().as_secs_f64());
-            if let Ok(s) = &result {
-                uploaded_total.increment(s.uploaded_bytes);
-            }
-            match result {
-                Ok(snapshot) => reporter.send(Report::Ack(pb::AcknowledgeCheckpointRequest {
-                    tm_id: reporter.tm_id.clone(),
-                    task: Some(tref),
-                    checkpoint_id: id.0,
-                    snapshot: Some((&snapshot).into()),
-                    sync_duration_ms: sync_ms,
-                    async_duration_ms: async_ms,
-                })),
-                Err(e) => {
-                    tracing::warn!(checkpoint_id = id.0, error = %e, "checkpoint upload failed");
-                    reporter.decline(&tref, id.0, format!("upload of vertex {} subtask {}: {e}", vertex.0, subtask.0))
-                }
-            }
-        });
-    }
-}
-
-struct SnapshotPart {
-    uid: String,
-    keyed: Option<LocalSnapshot>,
-    /// What the keyed snapshot holds, for its handle.
-    keyed_states: Vec<KeyedStateInfo>,
-    op_state: Option<(Vec<u8>, Vec<weir_common::checkpoint::StateMetaInfo>)>,
-}
-
-/// The keyed states of a backend as a snapshot's handle lists them.
-fn describe_states(summaries: Vec<weir_state::StateSummary>) -> Vec<KeyedStateInfo> {
-    summaries
-        .into_iter()
-        .map(|s| KeyedStateInfo {
-            name: s.name,
-            kind: s.kind.name().to_string(),
-            ttl_ms: s.ttl.map(|t| t.ttl_ms()),
-            bytes: s.bytes,
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -1168,7 +658,7 @@ mod tests {
         let env = Arc::new(TaskEnv {
             runtime: tokio::runtime::Handle::current(),
             data_server: Arc::new(DataServer::default()),
-            registry: Arc::new(Registry::with_builtins()),
+            registry: Arc::new(crate::builtins::registry()),
             data_dir: tmp.path().to_path_buf(),
             reporter: Reporter::start(jm, "tm".into()),
             store_options: StoreOptions::default(),
@@ -1338,7 +828,7 @@ mod data_plane_tests {
         let env = Arc::new(TaskEnv {
             runtime: tokio::runtime::Handle::current(),
             data_server,
-            registry: Arc::new(Registry::with_builtins()),
+            registry: Arc::new(crate::builtins::registry()),
             data_dir: tmp.path().to_path_buf(),
             reporter: Reporter::start(channel, "tm".into()),
             store_options: StoreOptions::default(),

@@ -2,7 +2,7 @@
 //! job manager can validate specs without running user code. Users build their own task-manager binary with
 //! extra kinds registered (as Flink users ship a jar).
 
-use crate::operator::{Operator, Source};
+use crate::api::operator::{Operator, Source};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use weir_common::builtin::{KindInfo, KindSignature, Role};
@@ -40,13 +40,6 @@ impl Registry {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// A registry with Weir's built-in kinds.
-    pub fn with_builtins() -> Self {
-        let mut r = Self::new();
-        crate::builtins::register_all(&mut r);
-        r
     }
 
     /// Registers a kind; `build` turns the spec's config into an instance or explains what is wrong.

@@ -1,9 +1,9 @@
 //! The task manager as a service: the `TaskManagerApi` gRPC server (deploy, trigger, notify, cancel), the
 //! registration and heartbeat loop with the job manager, and shutdown.
 
+use crate::api::registry::Registry;
+use crate::control::report::Reporter;
 use crate::net::DataServer;
-use crate::registry::Registry;
-use crate::report::Reporter;
 use crate::task::{self, TaskEnv, TaskEvent, TaskHandle};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -459,7 +459,7 @@ mod tests {
             store_options: StoreOptions::default(),
             rocks: Default::default(),
         };
-        let tm = TaskManager::new(settings, Registry::with_builtins(), Arc::new(DataServer::default()), jm);
+        let tm = TaskManager::new(settings, crate::builtins::registry(), Arc::new(DataServer::default()), jm);
         *tm.session.lock() = Some(Session { id: "current".into(), epoch: 5 });
         tm.newest_epoch.store(5, std::sync::atomic::Ordering::SeqCst);
         let svc = TaskManagerService(tm);

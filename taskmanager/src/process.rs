@@ -1,11 +1,11 @@
 //! The whole task-manager process: config (defaults < TOML file < `WEIR_*` env < flags), listeners, the
 //! gRPC server, the data server, registration, and shutdown on SIGTERM/SIGINT. A custom task-manager binary
-//! with extra operator kinds is `fn main() { weir_taskmanager::server::main_with_registry(my_registry()) }`.
+//! with extra operator kinds is `fn main() { weir_taskmanager::process::main_with_registry(my_registry()) }`.
 
+use crate::api::registry::Registry;
+use crate::control::service::{TaskManager, TaskManagerService, TaskManagerSettings};
 use crate::net::DataSecurity;
 use crate::net::DataServer;
-use crate::registry::Registry;
-use crate::service::{TaskManager, TaskManagerService, TaskManagerSettings};
 use anyhow::Context;
 use clap::Parser;
 use serde::{Deserialize, Serialize};

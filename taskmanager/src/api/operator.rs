@@ -12,7 +12,7 @@
 //!   checkpoint completed). Logic that commits side effects must be idempotent and must also commit what
 //!   its restored state says is pending (see the `file-sink`).
 
-use crate::record::Record;
+use crate::api::record::Record;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
 use weir_common::keygroup::KeyGroupRange;
 use weir_state::{KeyedStateBackend, OperatorStateStore};

@@ -1,0 +1,253 @@
+//! Framing: the frame types, their encoding and decoding, and reading one frame off a connection with a
+//! bounded buffer.
+
+use super::*;
+
+pub(super) const T_HANDSHAKE: u8 = 0;
+pub(super) const T_BATCH: u8 = 1;
+pub(super) const T_BARRIER: u8 = 2;
+pub(super) const T_END: u8 = 3;
+pub(super) const T_CREDIT: u8 = 4;
+/// The cluster secret, a producer's first frame when TLS is off and a secret is configured.
+pub(super) const T_AUTH: u8 = 5;
+
+/// A data-plane message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// `count` records, encoded by [`crate::api::record::encode_record`].
+    Batch {
+        /// Number of records.
+        count: u32,
+        /// Encoded records.
+        body: Vec<u8>,
+    },
+    /// Checkpoint barrier.
+    Barrier {
+        /// Checkpoint id.
+        id: u64,
+        /// Trigger timestamp.
+        timestamp_ms: u64,
+        /// Set when the checkpoint is a savepoint: where every task writes its state (Flink's barriers carry
+        /// the checkpoint's type and target location the same way).
+        savepoint: Option<Box<weir_common::checkpoint::SavepointTarget>>,
+    },
+    /// The producer will send no more records.
+    EndOfInput,
+    /// Consumer → producer: permission to send more frames (0: a heartbeat).
+    Credit(u32),
+}
+
+/// Data-plane errors.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// Socket I/O failed.
+    #[error("data connection {context}: {source}")]
+    Io {
+        /// Which connection.
+        context: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The peer sent something that is not a valid frame.
+    #[error("data connection {0}: protocol error")]
+    Protocol(String),
+    /// A channel did not connect in time.
+    #[error("timed out after {secs}s waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// Seconds waited.
+        secs: u64,
+    },
+    /// An output channel failed (its connection broke, or its consumer fell silent).
+    #[error("data connection to {target} lost: {reason}")]
+    Lost {
+        /// Where the channel went.
+        target: String,
+        /// Why.
+        reason: String,
+    },
+    /// A frame could not be encoded.
+    #[error("cannot encode {what}: {reason}")]
+    Encode {
+        /// What was encoded.
+        what: &'static str,
+        /// Why it failed.
+        reason: String,
+    },
+    /// The task was canceled while it waited to send.
+    #[error("canceled")]
+    Canceled,
+}
+
+/// Identifies the consumer end of a channel: one subtask of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChannelKey {
+    /// Job id.
+    pub job_id: String,
+    /// Attempt.
+    pub attempt: u32,
+    /// Consumer vertex.
+    pub vertex: u32,
+    /// Consumer subtask.
+    pub subtask: u32,
+}
+
+/// The first frame on a connection: who is sending to whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handshake {
+    /// Consumer.
+    pub to: ChannelKey,
+    /// Producer vertex.
+    pub from_vertex: u32,
+    /// Producer subtask.
+    pub from_subtask: u32,
+}
+
+/// Starts an encoded frame in `out` (the length is patched by [`finish_frame`]).
+pub fn begin_frame(out: &mut Vec<u8>, kind: u8) {
+    out.clear();
+    out.extend_from_slice(&[0, 0, 0, 0, kind]);
+}
+
+/// Patches the length of a frame begun with [`begin_frame`].
+pub fn finish_frame(out: &mut [u8]) {
+    let len = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Starts a batch frame; the record count follows the type byte and is patched by [`finish_batch`].
+pub fn begin_batch(out: &mut Vec<u8>) {
+    begin_frame(out, T_BATCH);
+    out.extend_from_slice(&[0, 0, 0, 0]);
+}
+
+/// Patches count and length of a batch frame.
+pub fn finish_batch(out: &mut [u8], count: u32) {
+    out[5..9].copy_from_slice(&count.to_le_bytes());
+    finish_frame(out);
+}
+
+/// Encodes a non-batch frame.
+pub fn encode_frame(frame: &Frame) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32);
+    match frame {
+        Frame::Batch { count, body } => {
+            begin_batch(&mut out);
+            out.extend_from_slice(body);
+            finish_batch(&mut out, *count);
+            return out;
+        }
+        Frame::Barrier { id, timestamp_ms, savepoint } => {
+            begin_frame(&mut out, T_BARRIER);
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&timestamp_ms.to_le_bytes());
+            if let Some(t) = savepoint {
+                // A struct of strings and enums always serializes.
+                if let Ok(json) = serde_json::to_vec(t) {
+                    out.extend_from_slice(&json);
+                }
+            }
+        }
+        Frame::EndOfInput => begin_frame(&mut out, T_END),
+        Frame::Credit(n) => {
+            begin_frame(&mut out, T_CREDIT);
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+    finish_frame(&mut out);
+    out
+}
+
+/// A credit frame, without allocating (one goes out per frame a consumer processes).
+pub(super) fn credit_frame(n: u32) -> [u8; 9] {
+    let mut out = [5, 0, 0, 0, T_CREDIT, 0, 0, 0, 0];
+    out[5..].copy_from_slice(&n.to_le_bytes());
+    out
+}
+
+/// A frame of type `kind` carrying `value` as JSON; an encoding failure is an error, never an empty payload.
+pub(super) fn json_frame<T: Serialize>(kind: u8, value: &T, what: &'static str) -> Result<Vec<u8>, NetError> {
+    let mut out = Vec::new();
+    begin_frame(&mut out, kind);
+    serde_json::to_writer(&mut out, value).map_err(|e| NetError::Encode { what, reason: e.to_string() })?;
+    finish_frame(&mut out);
+    Ok(out)
+}
+
+/// Decodes a frame's payload. Every frame has an exact size, but a batch, whose record count must fit the
+/// bytes it came with: each record takes at least [`MIN_ENCODED_RECORD`] bytes.
+pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, String> {
+    // The match arms fix the slice lengths these are called with.
+    let le_u32 = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let le_u64 = |b: &[u8]| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+    match (kind, payload.len()) {
+        (T_BATCH, n) if n >= 4 => {
+            let count = le_u32(&payload[..4]);
+            let body = n - 4;
+            if count > MAX_BATCH_RECORDS || count as usize > body / MIN_ENCODED_RECORD {
+                return Err(format!("batch frame claims {count} records in {body} bytes"));
+            }
+            payload.drain(..4);
+            Ok(Frame::Batch { count, body: payload })
+        }
+        (T_BARRIER, n) if n >= 16 => {
+            let savepoint = match n {
+                16 => None,
+                _ => Some(Box::new(
+                    serde_json::from_slice(&payload[16..])
+                        .map_err(|e| format!("barrier with a bad savepoint target: {e}"))?,
+                )),
+            };
+            Ok(Frame::Barrier { id: le_u64(&payload[..8]), timestamp_ms: le_u64(&payload[8..16]), savepoint })
+        }
+        (T_END, 0) => Ok(Frame::EndOfInput),
+        (T_CREDIT, 4) => Ok(Frame::Credit(le_u32(&payload))),
+        (T_BATCH | T_BARRIER | T_END | T_CREDIT, n) => Err(format!("frame of type {kind} with a payload of {n} bytes")),
+        _ => Err(format!("bad frame type {kind}")),
+    }
+}
+
+/// Reads one raw frame of at most `max` bytes; `Ok(None)` on a clean end of stream (at a frame boundary).
+pub(super) async fn read_raw(
+    r: &mut (impl AsyncRead + Unpin),
+    ctx: &str,
+    max: usize,
+) -> Result<Option<(u8, Vec<u8>)>, NetError> {
+    let io = |e| NetError::Io { context: ctx.to_string(), source: e };
+    let mut head = [0u8; 5];
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]).await.map_err(io)? {
+            0 if got == 0 => return Ok(None),
+            0 => return Err(NetError::Protocol(format!("{ctx}: stream ended inside a frame header"))),
+            n => got += n,
+        }
+    }
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    if len == 0 || len > max {
+        return Err(NetError::Protocol(format!("{ctx}: frame of {len} bytes")));
+    }
+    let kind = head[4];
+    // The length is the peer's word: the buffer grows only as the bytes arrive.
+    let want = len - 1;
+    let mut buf = vec![0u8; want.min(READ_CHUNK)];
+    r.read_exact(&mut buf).await.map_err(io)?;
+    while buf.len() < want {
+        let have = buf.len();
+        buf.resize(want.min(have * 2), 0);
+        r.read_exact(&mut buf[have..]).await.map_err(io)?;
+    }
+    Ok(Some((kind, buf)))
+}
+
+/// Reads one frame; `Ok(None)` on a clean end of stream.
+pub async fn read_frame(r: &mut (impl AsyncRead + Unpin), ctx: &str) -> Result<Option<Frame>, NetError> {
+    match read_raw(r, ctx, MAX_FRAME).await? {
+        None => Ok(None),
+        Some((kind, payload)) => {
+            decode_frame(kind, payload).map(Some).map_err(|e| NetError::Protocol(format!("{ctx}: {e}")))
+        }
+    }
+}

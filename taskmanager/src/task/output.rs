@@ -1,0 +1,132 @@
+//! Output edges and chaining: records passed down a chain of operators as values, then partitioned onto the
+//! task's output channels and batched into frames.
+
+use super::*;
+
+pub(super) enum Head {
+    Source(Box<dyn Source>),
+    Operator(Box<dyn Operator>),
+}
+
+pub(super) struct ChainOp {
+    pub(super) info: RuntimeInfo,
+    pub(super) head: Head,
+    pub(super) keyed: Option<Box<dyn KeyedStateBackend>>,
+    pub(super) op_state: OperatorStateStore,
+}
+
+/// Runs `records` through the operators of `chain` (each one's output feeding the next, chunk by chunk)
+/// and routes what the last one emits to `outputs`.
+pub(super) fn push_chain(
+    chain: &mut [ChainOp],
+    outputs: &mut [OutputEdge],
+    records: Vec<Record>,
+) -> Result<(), TaskError> {
+    let Some((op, rest)) = chain.split_first_mut() else {
+        return route(outputs, &records);
+    };
+    let Head::Operator(o) = &mut op.head else {
+        return Err(TaskError::Other(format!("source {:?} cannot take input", op.info.uid)));
+    };
+    let mut ctx = ProcessContext { info: &op.info, keyed: keyed_mut(&mut op.keyed) };
+    let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
+    let mut out = Collector::new(&mut downstream);
+    o.process_batch(&records, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The part of a chain after an operator, as that operator's collector sees it.
+pub(super) fn downstream_of(
+    rest: &mut [ChainOp],
+    outputs: &mut [OutputEdge],
+    chunk: Vec<Record>,
+) -> Result<(), OperatorError> {
+    push_chain(rest, outputs, chunk).map_err(|e| match e {
+        TaskError::Operator(e) => e,
+        other => OperatorError::Other(other.to_string()),
+    })
+}
+
+pub(super) fn route(outputs: &mut [OutputEdge], records: &[Record]) -> Result<(), TaskError> {
+    for edge in outputs {
+        edge.records_out.increment(records.len() as u64);
+        for r in records {
+            edge.emit(r)?;
+        }
+    }
+    Ok(())
+}
+
+/// One output edge: a partitioner and a channel per target subtask.
+pub(super) struct OutputEdge {
+    pub(super) partitioning: Partitioning,
+    pub(super) channels: Vec<OutputChannel>,
+    pub(super) bufs: Vec<Vec<u8>>,
+    pub(super) counts: Vec<u32>,
+    pub(super) next: usize,
+    pub(super) to_parallelism: u32,
+    pub(super) max_parallelism: u32,
+    pub(super) records_out: metrics::Counter,
+}
+
+impl OutputEdge {
+    pub(super) fn emit(&mut self, r: &Record) -> Result<(), TaskError> {
+        match self.partitioning {
+            Partitioning::Forward => self.push(0, r),
+            Partitioning::Rebalance => {
+                let t = self.next;
+                self.next = (self.next + 1) % self.channels.len();
+                self.push(t, r)
+            }
+            Partitioning::KeyBy => {
+                let kg = key_group_for_key(&r.key, self.max_parallelism);
+                let t = subtask_for_key_group(kg, self.to_parallelism, self.max_parallelism).0 as usize;
+                self.push(t, r)
+            }
+            Partitioning::Broadcast => {
+                for t in 0..self.channels.len() {
+                    self.push(t, r)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn push(&mut self, t: usize, r: &Record) -> Result<(), TaskError> {
+        encode_record(r, &mut self.bufs[t])?;
+        self.counts[t] += 1;
+        if self.counts[t] >= BATCH_RECORDS || self.bufs[t].len() >= BATCH_BYTES {
+            self.flush(t)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn flush(&mut self, t: usize) -> Result<(), TaskError> {
+        if self.counts[t] == 0 {
+            return Ok(());
+        }
+        let mut buf = std::mem::replace(&mut self.bufs[t], Vec::with_capacity(BATCH_BYTES + 4096));
+        finish_batch(&mut buf, self.counts[t]);
+        self.counts[t] = 0;
+        begin_batch(&mut self.bufs[t]);
+        self.channels[t].send_blocking(buf)?;
+        Ok(())
+    }
+
+    pub(super) fn flush_all(&mut self) -> Result<(), TaskError> {
+        for t in 0..self.channels.len() {
+            self.flush(t)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn broadcast(&mut self, frame: &Frame) -> Result<(), TaskError> {
+        self.flush_all()?;
+        let bytes = encode_frame(frame);
+        for c in &mut self.channels {
+            c.send_blocking(bytes.clone())?;
+        }
+        Ok(())
+    }
+}
