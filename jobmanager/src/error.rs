@@ -21,7 +21,7 @@ pub enum JobManagerError {
     JobStore(#[from] crate::job_store::JobStoreError),
     /// High availability cannot work (etcd unreachable, conflicting clusters).
     #[error(transparent)]
-    Ha(#[from] crate::ha::HaError),
+    Ha(#[from] crate::ha::etcd::HaError),
     /// TLS, secret or token files cannot be used.
     #[error(transparent)]
     Security(#[from] weir_common::security::SecurityError),

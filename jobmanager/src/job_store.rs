@@ -11,18 +11,10 @@
 //!   `_metadata` stays in the object store) and a bounded history; one that would exceed
 //!   [`ETCD_RECORD_LIMIT`] is refused rather than sent (etcd refuses requests over 1.5 MiB).
 
-use crate::coordinator::{CheckpointHistoryEntry, CheckpointStatus, RetainedCheckpoint, HISTORY_LIMIT};
-use crate::lifecycle::{JobState, RestartHistory};
-use serde::{Deserialize, Serialize};
+use crate::job::record::{JobRecord, JOB_FILE_VERSION};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use weir_common::checkpoint::RestoreMode;
-use weir_common::ids::{AttemptNumber, CheckpointId, JobId};
-use weir_common::spec::ResolvedJob;
-use weir_proto as pb;
-
-/// Version of the job file format written by this build.
-pub const JOB_FILE_VERSION: u32 = 1;
+use weir_common::ids::JobId;
 
 /// A job store failure.
 #[derive(Debug, thiserror::Error)]
@@ -63,182 +55,6 @@ pub enum JobStoreError {
         /// Why.
         reason: String,
     },
-}
-
-/// Everything the job manager persists about one job.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
-    /// Format version of the file.
-    pub format_version: u32,
-    /// The job's id.
-    pub id: JobId,
-    /// The validated spec.
-    pub job: ResolvedJob,
-    /// Lifecycle state.
-    pub state: JobState,
-    /// The last attempt deployed (0 = never deployed); the next deployment uses `attempt + 1`.
-    pub attempt: AttemptNumber,
-    /// Restarts after failures so far.
-    pub restarts: u32,
-    /// What the restart strategy remembers of past failures (absent in records of older versions).
-    #[serde(default)]
-    pub restart_history: RestartHistory,
-    /// When the job was submitted.
-    pub submit_time_ms: u64,
-    /// When it reached a terminal state (0 while it runs).
-    pub end_time_ms: u64,
-    /// The last failure's cause.
-    pub failure: String,
-    /// The id the next checkpoint gets; persisted before a trigger uses it, never goes backwards.
-    pub next_checkpoint_id: CheckpointId,
-    /// Completed checkpoints kept, oldest first.
-    pub retained: Vec<RetainedCheckpoint>,
-    /// The last [`HISTORY_LIMIT`] checkpoints, newest last.
-    pub history: Vec<CheckpointHistoryEntry>,
-    /// Checkpoints completed over the job's life.
-    pub checkpoints_completed: u64,
-    /// Checkpoints failed over the job's life.
-    pub checkpoints_failed: u64,
-    /// The checkpoint the current attempt restored from (empty: none).
-    #[serde(default)]
-    pub restored_from: String,
-    /// The last time a restore had to skip unreadable newer checkpoints, and why (empty: never).
-    #[serde(default)]
-    pub fallback: String,
-    /// What the job waits on that it cannot fix itself (empty: nothing).
-    #[serde(default)]
-    pub waiting: String,
-    /// The savepoint (or retained checkpoint) the job was submitted to start from; restored from until the
-    /// job's own first checkpoint completes, and, if claimed, deleted once the job's checkpoints subsume it.
-    #[serde(default)]
-    pub initial: Option<InitialRestore>,
-    /// Operator uids whose state in the initial savepoint no operator of the job took.
-    #[serde(default)]
-    pub dropped_state: Vec<String>,
-    /// The same, state by state, with why each was dropped.
-    #[serde(default)]
-    pub dropped_states: Vec<crate::savepoint::DroppedState>,
-}
-
-/// The savepoint a job starts from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InitialRestore {
-    /// URL of the savepoint's (or checkpoint's) directory.
-    pub url: String,
-    /// URL its paths are relative to.
-    pub root: String,
-    /// Its checkpoint id.
-    pub checkpoint_id: CheckpointId,
-    /// Claim or no-claim.
-    pub mode: RestoreMode,
-    /// Still the restore point: no checkpoint of the job has completed yet.
-    pub active: bool,
-}
-
-impl JobRecord {
-    /// A freshly submitted job.
-    pub fn new(id: JobId, job: ResolvedJob, now_ms: u64) -> Self {
-        JobRecord {
-            format_version: JOB_FILE_VERSION,
-            id,
-            job,
-            state: JobState::Created,
-            attempt: AttemptNumber(0),
-            restarts: 0,
-            restart_history: RestartHistory::default(),
-            submit_time_ms: now_ms,
-            end_time_ms: 0,
-            failure: String::new(),
-            next_checkpoint_id: CheckpointId(1),
-            retained: Vec::new(),
-            history: Vec::new(),
-            checkpoints_completed: 0,
-            checkpoints_failed: 0,
-            restored_from: String::new(),
-            fallback: String::new(),
-            waiting: String::new(),
-            initial: None,
-            dropped_state: Vec::new(),
-            dropped_states: Vec::new(),
-        }
-    }
-
-    /// The newest retained checkpoint.
-    pub fn latest_completed(&self) -> Option<&RetainedCheckpoint> {
-        self.retained.iter().max_by_key(|r| r.id)
-    }
-
-    /// Appends to the history, dropping the oldest entries beyond [`HISTORY_LIMIT`].
-    pub fn push_history(&mut self, entry: CheckpointHistoryEntry) {
-        self.history.push(entry);
-        if self.history.len() > HISTORY_LIMIT {
-            let excess = self.history.len() - HISTORY_LIMIT;
-            self.history.drain(..excess);
-        }
-    }
-
-    /// The history entry of a checkpoint.
-    pub fn history_mut(&mut self, id: CheckpointId) -> Option<&mut CheckpointHistoryEntry> {
-        self.history.iter_mut().rev().find(|e| e.id == id)
-    }
-
-    /// The history entry of checkpoint (or savepoint) `id` if it records it as failed.
-    pub fn failed_checkpoint(&self, id: CheckpointId) -> Option<&CheckpointHistoryEntry> {
-        self.history.iter().rev().find(|e| e.id == id && e.status == CheckpointStatus::Failed)
-    }
-
-    /// Checkpoint or savepoint `id` completed: counted, its history entry completed, nothing waits any more.
-    pub fn mark_completed(&mut self, id: CheckpointId, duration_ms: u64, full_size_bytes: u64, uploaded_bytes: u64) {
-        self.checkpoints_completed += 1;
-        self.waiting.clear();
-        if let Some(e) = self.history_mut(id) {
-            e.status = CheckpointStatus::Completed;
-            e.duration_ms = duration_ms;
-            e.full_size_bytes = full_size_bytes;
-            e.uploaded_bytes = uploaded_bytes;
-        }
-    }
-
-    /// One of the job's own checkpoints completed (and `retained` holds it): it is now the restore point
-    /// instead of the savepoint the job started from. Returns that savepoint's URL when it was claimed and the
-    /// job's checkpoints would now have subsumed it (it is to be deleted); an unclaimed one is never touched.
-    pub fn release_initial(&mut self) -> Option<String> {
-        let keep = self.job.checkpointing.retained.max(1);
-        let subsumed = self.retained.len() as u32 >= keep;
-        let initial = self.initial.as_mut().filter(|i| i.active)?;
-        if initial.mode == RestoreMode::Claim && !subsumed {
-            return None;
-        }
-        initial.active = false;
-        (initial.mode == RestoreMode::Claim).then(|| initial.url.clone())
-    }
-
-    /// The job as the client API shows it.
-    pub fn info(&self) -> pb::JobInfo {
-        pb::JobInfo {
-            id: self.id.to_string(),
-            name: self.job.name.clone(),
-            state: self.state.as_str().to_string(),
-            last_completed_checkpoint: self.latest_completed().map(|r| r.id.0),
-            restarts: self.restarts,
-            attempt: self.attempt.0,
-            submit_time_ms: self.submit_time_ms,
-            end_time_ms: self.end_time_ms,
-            failure: self.failure.clone(),
-            parallelism: self.job.parallelism,
-            max_parallelism: self.job.max_parallelism,
-            checkpoints_completed: self.checkpoints_completed,
-            checkpoints_failed: self.checkpoints_failed,
-            restored_from: match (self.restored_from.is_empty(), self.fallback.is_empty()) {
-                (_, true) => self.restored_from.clone(),
-                (true, false) => self.fallback.clone(),
-                (false, false) => format!("{}; {}", self.restored_from, self.fallback),
-            },
-            waiting: self.waiting.clone(),
-            dropped_state: self.dropped_state.clone(),
-            dropped_states: self.dropped_states.iter().map(pb::DroppedState::from).collect(),
-        }
-    }
 }
 
 /// Largest job record written to etcd (its request limit is 1.5 MiB; the rest is headroom).
@@ -298,14 +114,14 @@ impl JobStore {
 /// The job records of an HA cluster in etcd, as one leader term writes them.
 #[derive(Clone)]
 pub struct EtcdJobStore {
-    term: crate::ha::Term,
+    term: crate::ha::etcd::Term,
     /// The revision of each job's key as this leader last wrote or read it (0: absent).
     revisions: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<JobId, i64>>>,
 }
 
 impl EtcdJobStore {
     /// The store of one leader term.
-    pub fn new(term: crate::ha::Term) -> EtcdJobStore {
+    pub fn new(term: crate::ha::etcd::Term) -> EtcdJobStore {
         EtcdJobStore { term, revisions: Default::default() }
     }
 
@@ -499,7 +315,10 @@ impl LocalJobStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::descriptors::tests::demo_job;
+    use crate::checkpoint::coordinator::{CheckpointHistoryEntry, RetainedCheckpoint, HISTORY_LIMIT};
+    use crate::job::descriptors::tests::demo_job;
+    use crate::job::lifecycle::{JobState, RestartHistory};
+    use weir_common::ids::{AttemptNumber, CheckpointId};
 
     #[test]
     fn round_trip() {
@@ -560,13 +379,13 @@ mod tests {
 
     /// etcd, a leader term and its job store, and a second client that acts behind the leader's back.
     async fn leading_store(
-        etcd: &crate::ha::test_etcd::TestEtcd,
-    ) -> (crate::ha::Etcd, crate::ha::Term, EtcdJobStore, etcd_client::Client) {
+        etcd: &crate::ha::etcd::test_etcd::TestEtcd,
+    ) -> (crate::ha::etcd::Etcd, crate::ha::etcd::Term, EtcdJobStore, etcd_client::Client) {
         use std::time::Duration;
         let url = vec![etcd.url.clone()];
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         let conn = loop {
-            match crate::ha::Etcd::connect(&url, "fencing", Duration::from_secs(2), None).await {
+            match crate::ha::etcd::Etcd::connect(&url, "fencing", Duration::from_secs(2), None).await {
                 Ok(c) => break c,
                 Err(e) if std::time::Instant::now() < deadline => {
                     let _ = e;
@@ -579,7 +398,7 @@ mod tests {
         let (_stop, mut stop) = tokio::sync::watch::channel(false);
         // A long lease: its keep-alive runs every 15 s, so the term cannot learn of anything done behind its
         // back before the writes below; what refuses them is etcd's compare, not the term's own flag.
-        let term = crate::ha::campaign(&conn, "http://leader-a", Duration::from_secs(60), &leader, &mut stop)
+        let term = crate::ha::etcd::campaign(&conn, "http://leader-a", Duration::from_secs(60), &leader, &mut stop)
             .await
             .expect("elected");
         let other = etcd_client::Client::connect(url, None).await.expect("second client");
@@ -612,7 +431,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn etcd_refuses_the_writes_of_a_leader_whose_key_was_deleted_behind_its_back() {
-        let etcd = crate::ha::test_etcd::TestEtcd::start();
+        let etcd = crate::ha::etcd::test_etcd::TestEtcd::start();
         let (conn, term, store, mut other) = leading_store(&etcd).await;
         let record = JobRecord::new(JobId::random(), demo_job(), 1);
         store.save(&record).await.expect("the leader writes");
@@ -634,7 +453,7 @@ mod tests {
         let (leader, _) = tokio::sync::watch::channel(None);
         let (_stop, mut stop) = tokio::sync::watch::channel(false);
         let next =
-            crate::ha::campaign(&conn, "http://leader-b", std::time::Duration::from_secs(60), &leader, &mut stop)
+            crate::ha::etcd::campaign(&conn, "http://leader-b", std::time::Duration::from_secs(60), &leader, &mut stop)
                 .await
                 .expect("elected");
         assert!(next.epoch > term.epoch);
@@ -649,7 +468,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn etcd_refuses_the_writes_of_a_leader_whose_lease_was_revoked_behind_its_back() {
-        let etcd = crate::ha::test_etcd::TestEtcd::start();
+        let etcd = crate::ha::etcd::test_etcd::TestEtcd::start();
         let (conn, term, store, mut other) = leading_store(&etcd).await;
         let record = JobRecord::new(JobId::random(), demo_job(), 1);
         store.save(&record).await.expect("the leader writes");

@@ -1,26 +1,21 @@
 //! Weir's job manager: accepts jobs over gRPC, schedules them onto task managers, coordinates their
-//! checkpoints and restarts them from the latest checkpoint when something fails.
+//! checkpoints and restarts them from the latest checkpoint when something fails. Its folders are its
+//! architecture, from the wire inwards:
 //!
-//! How the pieces fit, from the wire inwards:
-//!
-//! - [`server`] binds the listener and serves both gRPC services with tower layers (timeouts,
-//!   concurrency limits, tracing spans); [`service`] translates protobuf requests into [`JobManager`] calls.
-//! - [`manager`] holds the [`JobManager`]: the task-manager [`registry`], the checkpoint [`Store`], the
-//!   local [`job_store`], the task-manager clients ([`tm_client`]) and one coordinator per job. It resumes
-//!   stored jobs at start-up, watches heartbeats and routes task messages to their job.
-//! - `job` (private) is the coordinator of one job: a task that handles the job's events one at a time
-//!   (task states, acknowledgements, declines, lost task managers, cancel) and a timer for deployment,
-//!   checkpoint triggers and expiry. It performs the I/O; the decisions live in the modules below.
-//! - [`lifecycle`] is the job state machine (states, the table of allowed transitions, restart decisions);
-//!   [`coordinator`] holds the checkpoint decisions (when to trigger, when complete, what is stale, what is
-//!   subsumed and may be deleted, when failures are too many, whether operator state is over its limit) and
-//!   [`checkpoint_store`] the object-store work they lead to (reading the checkpoint to restore from, deleting
-//!   and sweeping files); [`assignment`] decides who restores what when parallelism changes and
-//!   [`descriptors`] builds the task descriptors of a deployment; [`savepoint`] reads, checks, summarises and
-//!   disposes of savepoints; [`registry`] tracks task managers and assigns slots.
-//! - [`job_store`] persists each job: as `<data_dir>/jobs/<job-id>.json`, written atomically, or with HA in
-//!   etcd, fenced by the leader's epoch; [`ha`] elects the leader through an etcd lease, runs a job manager as
-//!   leader or standby, and resigns when the leader cannot work.
+//! - [`api`]: the gRPC listener with its tower layers, and the services (client API, and the internal service
+//!   task managers call), which translate protobuf requests into [`JobManager`] calls.
+//! - [`manager`]: the [`JobManager`]: resumes stored jobs at start-up, accepts submissions, watches heartbeats
+//!   and routes task messages to their job; `context` (private) is what it shares with every job.
+//! - [`job`]: one job's coordinator (an actor doing the I/O), its mailbox and record, and the pure decisions
+//!   it acts on: the lifecycle state machine and restart strategies, who restores what on a rescale, the task
+//!   descriptors of a deployment.
+//! - [`checkpoint`]: the checkpoint coordinator's pure decisions, the object-store work they lead to, and
+//!   savepoints (reading, checking, summarising, disposing, ownership).
+//! - [`cluster`]: the task-manager registry and slots, and the clients the job manager calls them with.
+//! - [`job_store`]: each job's record, as `<data_dir>/jobs/<job-id>.json` written atomically, or in etcd
+//!   fenced by the leader's epoch.
+//! - [`ha`]: the etcd primitives (connection, election, terms and their fence), below the job store; the
+//!   leader loop, above the job manager.
 //! - [`config`] is the layered configuration and the command-line flags; [`error`] the error types.
 //!
 //! Choices where `docs/protocol.md` is silent:
@@ -29,7 +24,7 @@
 //!   `RESTARTING` jobs become `RESTARTING` and are redeployed with the next attempt, which does not count as
 //!   a restart of the restart strategy. Checkpoints in flight at the restart are recorded as failed.
 //! - The final checkpoint is triggered even when periodic checkpoints are off; after a failed checkpoint
-//!   it is retried after [`coordinator::FINAL_RETRY_DELAY_MS`]. While tasks have not all reported
+//!   it is retried after [`checkpoint::coordinator::FINAL_RETRY_DELAY_MS`]. While tasks have not all reported
 //!   `FINISHED`, the final checkpoint's completion is re-sent every 2 s (tasks tolerate repeated
 //!   notifications).
 //! - Checkpoints aborted by failover, cancel or finish are recorded as failed but do not count toward
@@ -45,25 +40,19 @@
 
 #![warn(missing_docs)]
 
-pub mod assignment;
-pub mod checkpoint_store;
+pub mod api;
+pub mod checkpoint;
+pub mod cluster;
 pub mod config;
-pub mod coordinator;
-pub mod descriptors;
+mod context;
 pub mod error;
 pub mod ha;
-mod job;
+pub mod job;
 pub mod job_store;
-pub mod lifecycle;
 pub mod manager;
-pub mod registry;
-pub mod savepoint;
-pub mod server;
-pub mod service;
-pub mod tm_client;
 
+pub use api::server::{bind, run, serve};
+pub use api::service::JobManagerService;
 pub use config::{Cli, JobManagerConfig};
 pub use error::{JobManagerError, JobRequestError};
 pub use manager::JobManager;
-pub use server::{bind, run, serve};
-pub use service::JobManagerService;

@@ -2,16 +2,18 @@
 //! stores, clients, the coordinator of every job), start-up with recovery of stored jobs, the heartbeat
 //! monitor, and shutdown.
 
+use crate::checkpoint::coordinator::TaskKey;
+use crate::checkpoint::savepoint::{self, SavepointError};
+use crate::cluster::client::TmClients;
+use crate::cluster::registry::{Registration, Registry};
 use crate::config::JobManagerConfig;
-use crate::coordinator::TaskKey;
+use crate::context::Shared;
 use crate::error::{JobManagerError, JobRequestError};
-use crate::ha::Term;
+use crate::ha::etcd::Term;
+use crate::job::record::{InitialRestore, JobRecord};
 use crate::job::SavepointRequest;
-use crate::job::{JobActor, JobEvent, JobHandle, ReportedTask};
-use crate::job_store::{EtcdJobStore, InitialRestore, JobRecord, JobStore, LocalJobStore};
-use crate::registry::{Registration, Registry};
-use crate::savepoint::{self, SavepointError};
-use crate::tm_client::TmClients;
+use crate::job::{JobActor, JobEvent, ReportedTask};
+use crate::job_store::{EtcdJobStore, JobStore, LocalJobStore};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,56 +33,6 @@ fn savepoint_error(e: SavepointError) -> JobRequestError {
     match e {
         SavepointError::Unavailable { .. } => JobRequestError::SavepointUnavailable(e.to_string()),
         e => JobRequestError::BadSavepoint(e.to_string()),
-    }
-}
-
-/// State shared by the services and the job coordinators.
-pub(crate) struct Shared {
-    pub(crate) config: JobManagerConfig,
-    pub(crate) session: String,
-    pub(crate) store: Store,
-    pub(crate) job_store: JobStore,
-    pub(crate) registry: Mutex<Registry>,
-    pub(crate) jobs: Mutex<BTreeMap<JobId, JobHandle>>,
-    pub(crate) clients: TmClients,
-    /// The HA leader's epoch, carried by every message to a task manager (0 without HA).
-    pub(crate) epoch: u64,
-    /// The leadership term this job manager coordinates in (`None` without HA).
-    term: Option<Term>,
-    /// Set once this job manager lost leadership: nothing it still has in flight may delete files.
-    deposed: AtomicBool,
-    shutdown: watch::Sender<bool>,
-    monitor: Mutex<Option<tokio::task::JoinHandle<()>>>,
-}
-
-impl Shared {
-    /// Whether this job manager lost the leadership it coordinated under.
-    pub(crate) fn is_deposed(&self) -> bool {
-        self.deposed.load(Ordering::SeqCst) || self.term.as_ref().is_some_and(Term::is_lost)
-    }
-
-    pub(crate) fn shutdown_receiver(&self) -> watch::Receiver<bool> {
-        self.shutdown.subscribe()
-    }
-
-    /// Removes a task manager (if it is still this instance) and tells every job.
-    pub(crate) fn tm_lost(&self, tm_id: &str, instance: u64, reason: &str) {
-        let removed = self.registry.lock().remove(tm_id, instance);
-        if let Some(tm) = removed {
-            warn!(tm_id, instance, reason, "task manager lost");
-            self.clients.forget(&tm.rpc_address);
-            self.broadcast_lost(tm_id, instance, reason);
-        }
-    }
-
-    fn broadcast_lost(&self, tm_id: &str, instance: u64, reason: &str) {
-        for handle in self.jobs.lock().values() {
-            let _ = handle.tx.send(JobEvent::TaskManagerLost {
-                tm_id: tm_id.to_string(),
-                instance,
-                reason: reason.to_string(),
-            });
-        }
     }
 }
 
@@ -502,7 +454,7 @@ impl JobManager {
         // The job's coordinator has stopped: the job is over, or the job manager is shutting down.
         let view = view.lock().clone();
         match view.state {
-            crate::lifecycle::JobState::Canceled => Ok(view.info),
+            crate::job::lifecycle::JobState::Canceled => Ok(view.info),
             s if s.is_terminal() => Err(JobRequestError::AlreadyTerminal { id: id.to_string(), state: s.as_str() }),
             _ => Err(JobRequestError::ShuttingDown),
         }

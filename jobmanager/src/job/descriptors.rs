@@ -2,8 +2,8 @@
 //! output targets with the data address of the task manager running each downstream subtask, and the state
 //! to restore. Plain functions, no I/O.
 
-use crate::assignment::{assign, AssignError};
-use crate::registry::SlotTarget;
+use crate::cluster::registry::SlotTarget;
+use crate::job::assignment::{assign, AssignError};
 use std::collections::BTreeMap;
 use weir_common::checkpoint::CheckpointMetadata;
 use weir_common::descriptor::{

@@ -3,7 +3,7 @@
 //! The decisions ([`verdicts`] and [`Verdicts::outcome`], [`summarize`]) are pure; [`load`], [`check_files`] and
 //! [`dispose`] do the object-store I/O.
 
-use crate::assignment::union_fanout_bytes;
+use crate::job::assignment::union_fanout_bytes;
 use std::collections::BTreeSet;
 use weir_common::checkpoint::{
     paths, restore_root, CheckpointMetadata, DistributionMode, OperatorCheckpoint, RestoreMode,
@@ -781,7 +781,7 @@ mod tests {
     use weir_common::ids::{CheckpointId, JobId, SubtaskIndex};
 
     fn savepoint(max_parallelism: u32, union_bytes: u64) -> LoadedSavepoint {
-        let job = crate::descriptors::tests::demo_job();
+        let job = crate::job::descriptors::tests::demo_job();
         let mut operators = std::collections::BTreeMap::new();
         for op in &job.operators {
             let subtasks = (0..op.parallelism)
@@ -818,7 +818,7 @@ mod tests {
 
     #[test]
     fn a_savepoint_is_checked_against_the_job_before_deploying() {
-        let job = crate::descriptors::tests::demo_job();
+        let job = crate::job::descriptors::tests::demo_job();
         let sp = savepoint(128, 10);
         assert_eq!(check_against_job(&sp, &job, None, false, u64::MAX).unwrap(), Vec::<String>::new());
         let e = check_against_job(&sp, &job, Some(256), false, u64::MAX).unwrap_err().to_string();
@@ -870,7 +870,7 @@ mod tests {
 
     #[test]
     fn verdicts_say_what_happens_to_each_operator() {
-        let job = crate::descriptors::tests::demo_job();
+        let job = crate::job::descriptors::tests::demo_job();
         let mut sp = savepoint(128, 10);
         let counts = sp.metadata.operators.remove("counts").unwrap();
         sp.metadata.operators.insert("gone".into(), counts);
@@ -888,7 +888,7 @@ mod tests {
 
     #[test]
     fn a_refusal_lists_every_operator_whose_state_would_not_be_restored() {
-        let job = crate::descriptors::tests::demo_job();
+        let job = crate::job::descriptors::tests::demo_job();
         let mut sp = savepoint(128, 10);
         sp.metadata.operators.get_mut("counts").unwrap().kind = "distinct-values".into();
         let stored = sp.metadata.operators["counts"].clone();
@@ -917,7 +917,7 @@ mod tests {
         use weir_common::builtin::KindSignature;
         let sig =
             |f: &str, t: &str| Some(KindSignature { fingerprint: f.into(), text: t.into(), key: None, states: vec![] });
-        let job = crate::descriptors::tests::demo_job();
+        let job = crate::job::descriptors::tests::demo_job();
         let mut sp = savepoint(128, 10);
         sp.metadata.operators.get_mut("counts").unwrap().kind = "distinct-values".into();
         let e = check_against_job(&sp, &job, None, false, u64::MAX).unwrap_err().to_string();
@@ -992,7 +992,7 @@ mod tests {
             states,
         };
         let judge = |old: KindSignature, new: KindSignature| {
-            let mut job = crate::descriptors::tests::demo_job();
+            let mut job = crate::job::descriptors::tests::demo_job();
             let mut sp = savepoint(128, 10);
             sp.metadata.operators.get_mut("counts").unwrap().signature = Some(old);
             job.operators.iter_mut().find(|o| o.uid == "counts").unwrap().signature = Some(new);

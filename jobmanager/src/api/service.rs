@@ -1,7 +1,7 @@
 //! The gRPC services: `ClientApi` for the CLI and `JobManagerInternal` for task managers. Handlers only
 //! translate between protobuf and [`JobManager`] calls.
 
-use crate::ha::Gate;
+use crate::ha::leader::Gate;
 use crate::manager::{JobManager, TaskAddress};
 use tonic::{Request, Response, Status};
 use tracing::warn;

@@ -3,12 +3,12 @@
 //! configured; the internal service wrapped in the member check (certificate or cluster secret) and the client
 //! API in the token check.
 
+use crate::api::service::JobManagerService;
+use crate::cluster::client::MAX_MESSAGE_BYTES;
 use crate::config::JobManagerConfig;
 use crate::error::JobManagerError;
-use crate::ha::Gate;
+use crate::ha::leader::Gate;
 use crate::manager::JobManager;
-use crate::service::JobManagerService;
-use crate::tm_client::MAX_MESSAGE_BYTES;
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;

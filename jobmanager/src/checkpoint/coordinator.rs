@@ -1,7 +1,7 @@
 //! The checkpoint coordinator's decisions, as plain data and functions tested without network or disk:
 //! may we trigger now, is a checkpoint complete, which acknowledgements are stale, which checkpoints are
 //! subsumed and which of their files may be deleted, is the failure count over the tolerance, does operator
-//! state stay under its limit. The object-store work those decisions lead to is in [`crate::checkpoint_store`].
+//! state stay under its limit. The object-store work those decisions lead to is in [`crate::checkpoint::store`].
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -571,7 +571,7 @@ mod tests {
         ];
         assert_eq!(unreferenced_shared_files(candidates, &referenced, "j/shared"), vec!["j/shared/a/0/x/2.sst"]);
     }
-    use crate::descriptors::tests::demo_job;
+    use crate::job::descriptors::tests::demo_job;
     use weir_common::checkpoint::{
         DistributionMode, FileHandle, OperatorStateHandle, OperatorSubtaskState, StateMetaInfo,
     };

@@ -1,31 +1,32 @@
 //! The coordinator of one job: a task that owns the job's record and handles its events one at a time —
 //! task state reports, checkpoint acknowledgements and declines, lost task managers, cancel requests —
 //! plus a periodic tick for deployment, checkpoint triggers and expiry. Decisions come from
-//! [`crate::lifecycle`], [`crate::coordinator`], [`crate::assignment`] and [`crate::descriptors`]; this module
-//! does the I/O (the checkpoint files' through [`crate::checkpoint_store`]).
+//! [`crate::job::lifecycle`], [`crate::checkpoint::coordinator`], [`crate::job::assignment`] and [`crate::job::descriptors`]; this module
+//! does the I/O (the checkpoint files' through [`crate::checkpoint::store`]).
 
-use crate::checkpoint_store::{
-    delete_checkpoint_dirs, load_restore_point, sweep_job_files, RestoreError, RestorePoint,
-};
-use crate::coordinator::{
+use crate::checkpoint::coordinator::{
     build_metadata, operator_state_over_limit, snapshot_files, subsumed, AckOutcome, CheckpointCoordinator,
     CheckpointHistoryEntry, CheckpointStatus, PendingCheckpoint, RetainedCheckpoint, TaskKey, TaskReadiness,
     TriggerDecision,
 };
-use crate::descriptors::{build_descriptors, DeployPlan, RestorePlan};
+use crate::checkpoint::store::{
+    delete_checkpoint_dirs, load_restore_point, sweep_job_files, RestoreError, RestorePoint,
+};
+use crate::cluster::client::{is_connection_error, TmClient};
+use crate::cluster::registry::SlotTarget;
+use crate::context::Shared;
 use crate::error::JobRequestError;
-use crate::job_store::JobRecord;
-use crate::lifecycle::{transition, JobState, RestartDecision};
-use crate::manager::Shared;
-use crate::registry::SlotTarget;
-use crate::tm_client::{is_connection_error, TmClient};
+use crate::job::descriptors::{build_descriptors, DeployPlan, RestorePlan};
+use crate::job::lifecycle::{transition, JobState, RestartDecision};
+use crate::job::mailbox::{JobEvent, JobHandle, JobView, SavepointRequest};
+use crate::job::record::JobRecord;
 use bytes::Bytes;
 use futures::future::join_all;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 use weir_common::checkpoint::{paths, CheckpointMetadata, SavepointTarget, TaskSnapshot};
 use weir_common::descriptor::ExecutionGraph;
@@ -51,47 +52,8 @@ const SWEEP_CLOCK_MARGIN_MS: u64 = 60_000;
 /// Wait before sweeping a job that just ended, so that uploads of its canceled tasks have landed.
 const SWEEP_GRACE_MS: u64 = 2_000;
 
-/// Something that happened to a job.
-#[derive(Debug)]
-pub(crate) enum JobEvent {
-    /// A task reported a state.
-    TaskState { tm_id: String, attempt: AttemptNumber, task: TaskKey, state: pb::TaskState, error: String },
-    /// A heartbeat named the latest state of some of the job's tasks on a task manager.
-    Reconcile { tm_id: String, tasks: Vec<ReportedTask> },
-    /// A task acknowledged a checkpoint.
-    Acknowledge { attempt: AttemptNumber, task: TaskKey, checkpoint_id: CheckpointId, snapshot: Box<TaskSnapshot> },
-    /// A task declined a checkpoint.
-    Decline { attempt: AttemptNumber, task: TaskKey, checkpoint_id: CheckpointId, reason: String },
-    /// A task manager was lost.
-    TaskManagerLost { tm_id: String, instance: u64, reason: String },
-    /// A client asked to cancel the job.
-    Cancel { reply: oneshot::Sender<Result<pb::JobInfo, JobRequestError>> },
-    /// A client asked for a savepoint (and maybe to stop the job with it).
-    Savepoint(SavepointRequest),
-}
-
-/// A client's request for a savepoint.
-#[derive(Debug)]
-pub(crate) struct SavepointRequest {
-    /// Where and how; `target.stop` stops the job without draining.
-    pub(crate) target: SavepointTarget,
-    /// Stop with drain: end the input first, the final checkpoint is the savepoint.
-    pub(crate) drain: bool,
-    /// Answered once the savepoint completed or failed.
-    pub(crate) reply: oneshot::Sender<Result<pb::SavepointResponse, JobRequestError>>,
-}
-
 /// How long tasks have to finish after a stop-with-savepoint completed before they are canceled.
 const STOP_FINISH_TIMEOUT_MS: u64 = 30_000;
-
-/// A task's latest state as a heartbeat carries it.
-#[derive(Debug)]
-pub(crate) struct ReportedTask {
-    pub(crate) attempt: AttemptNumber,
-    pub(crate) task: TaskKey,
-    pub(crate) state: pb::TaskState,
-    pub(crate) error: String,
-}
 
 /// Whether a task's reported state says something the job's view of it does not know yet.
 fn is_news(view: TaskStatus, reported: pb::TaskState) -> bool {
@@ -102,35 +64,6 @@ fn is_news(view: TaskStatus, reported: pb::TaskState) -> bool {
         pb::TaskState::Failed | pb::TaskState::Canceled => true,
         pb::TaskState::Unspecified => false,
     }
-}
-
-/// What clients can read about a job without waiting for its coordinator.
-#[derive(Clone, Debug)]
-pub(crate) struct JobView {
-    pub(crate) info: pb::JobInfo,
-    pub(crate) state: JobState,
-    pub(crate) history: Vec<CheckpointHistoryEntry>,
-    /// The savepoint or checkpoint (its directory URL) the job still restores from, until its own first
-    /// checkpoint (or, claimed, the checkpoints that subsume it) completes.
-    pub(crate) restoring_from: Option<(String, weir_common::checkpoint::RestoreMode)>,
-}
-
-impl JobView {
-    pub(crate) fn of(record: &JobRecord) -> Self {
-        JobView {
-            info: record.info(),
-            state: record.state,
-            history: record.history.clone(),
-            restoring_from: record.initial.as_ref().filter(|i| i.active).map(|i| (i.url.clone(), i.mode)),
-        }
-    }
-}
-
-/// The handle the job manager keeps for each job.
-pub(crate) struct JobHandle {
-    pub(crate) tx: mpsc::UnboundedSender<JobEvent>,
-    pub(crate) view: Arc<Mutex<JobView>>,
-    pub(crate) task: Option<tokio::task::JoinHandle<()>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -457,7 +390,7 @@ impl JobActor {
             return Ok(Some((r, self.shared.store.url().to_string(), true)));
         }
         let Some(initial) = self.record.initial.clone().filter(|i| i.active) else { return Ok(None) };
-        match crate::savepoint::load(&initial.url, &self.shared.config.store_options()).await {
+        match crate::checkpoint::savepoint::load(&initial.url, &self.shared.config.store_options()).await {
             Ok(sp) => {
                 let checkpoint = RetainedCheckpoint {
                     id: sp.metadata.checkpoint_id,
@@ -475,7 +408,7 @@ impl JobActor {
                 }
                 Ok(Some((RestorePoint { checkpoint, metadata, skipped: vec![] }, initial.root, false)))
             }
-            Err(crate::savepoint::SavepointError::Unavailable { source, .. }) => {
+            Err(crate::checkpoint::savepoint::SavepointError::Unavailable { source, .. }) => {
                 Err(RestoreError::Unavailable { checkpoint: initial.checkpoint_id, source })
             }
             Err(e) => Err(RestoreError::NoneReadable(vec![(initial.checkpoint_id, e.to_string())])),
@@ -998,7 +931,7 @@ impl JobActor {
                 // are in its own directory, which goes again as a whole.
                 match self.record.failed_checkpoint(checkpoint_id) {
                     Some(e) if e.is_savepoint => {
-                        let dir = crate::savepoint::dir_of(&e.path).to_string();
+                        let dir = crate::checkpoint::savepoint::dir_of(&e.path).to_string();
                         self.spawn_savepoint_cleanup(dir, "a late acknowledgement");
                     }
                     Some(_) => self.spawn_cleanup(vec![checkpoint_id], files),
@@ -1098,7 +1031,7 @@ impl JobActor {
         if let Some(url) = dispose_claimed {
             let opts = self.shared.config.store_options();
             tokio::spawn(async move {
-                match crate::savepoint::delete_claimed(&url, &opts).await {
+                match crate::checkpoint::savepoint::delete_claimed(&url, &opts).await {
                     Ok(files) => info!(savepoint = %url, files, "claimed savepoint subsumed and deleted"),
                     Err(error) => warn!(savepoint = %url, %error, "cannot delete the claimed savepoint"),
                 }
@@ -1184,7 +1117,7 @@ impl JobActor {
             self.record.waiting = format!(
                 "the final checkpoint ({}) failed and is retried every {} ms: {reason}",
                 pending.id,
-                crate::coordinator::FINAL_RETRY_DELAY_MS
+                crate::checkpoint::coordinator::FINAL_RETRY_DELAY_MS
             );
         }
         let _ = self.persist().await;
@@ -1282,7 +1215,7 @@ impl JobActor {
         let opts = self.shared.config.store_options();
         let job_id = self.record.id.clone();
         tokio::spawn(async move {
-            match crate::savepoint::delete_files(&url, &opts).await {
+            match crate::checkpoint::savepoint::delete_files(&url, &opts).await {
                 Ok(0) => {}
                 Ok(files) => {
                     info!(job_id = %job_id, savepoint = %url, files, after, "deleted the files of a failed savepoint")

@@ -1,8 +1,8 @@
 //! The job manager's object-store work for a job's checkpoints, driven by the decisions of
-//! [`crate::coordinator`]: picking the checkpoint to restore from (falling back past unreadable ones), deleting
+//! [`crate::checkpoint::coordinator`]: picking the checkpoint to restore from (falling back past unreadable ones), deleting
 //! the directories and shared files of checkpoints no longer needed, and sweeping what failed ones left.
 
-use crate::coordinator::{
+use crate::checkpoint::coordinator::{
     plan_dir_cleanup, referenced_files, stale_checkpoint_dirs, sweep_candidates, unreferenced_shared_files, DirCleanup,
     RetainedCheckpoint,
 };
