@@ -113,7 +113,7 @@ impl std::fmt::Debug for TlsFiles {
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 impl TlsFiles {

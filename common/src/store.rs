@@ -164,6 +164,9 @@ impl Store {
             "memory" => (Arc::new(object_store::memory::InMemory::new()), parsed.path().trim_matches('/').to_string()),
             "s3" | "s3a" => {
                 let bucket = parsed.host_str().ok_or_else(|| bad("missing bucket".into()))?;
+                // The S3 client's rustls has no provider of its own (AWS-LC is not compiled in): ring is the
+                // process default. Err means one is installed already, which is as good.
+                let _ = rustls::crypto::ring::default_provider().install_default();
                 let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
                 if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
                     b = b.with_region("us-east-1");

@@ -87,7 +87,7 @@ impl Stranger<'_> {
                     roots.add(c?)?;
                 }
                 let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-                    rustls::crypto::aws_lc_rs::default_provider(),
+                    rustls::crypto::ring::default_provider(),
                 ))
                 .with_safe_default_protocol_versions()?
                 .with_root_certificates(roots)
