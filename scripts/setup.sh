@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Installs what building and testing Weir needs on a Debian machine. Idempotent and quiet when all is present.
+# `setup.sh --build-only` (what scripts/demo.sh runs) installs only what the build needs: a newcomer's demo
+# does not wait for the test servers and the test runner to install.
 set -euo pipefail
 
+build_only=false
+[ "${1:-}" = "--build-only" ] && build_only=true
+
+packages=(libclang-dev protobuf-compiler libprotobuf-dev)
+$build_only || packages+=(etcd-server iproute2 python3-venv)
 need_apt=()
-for pkg in libclang-dev protobuf-compiler libprotobuf-dev etcd-server iproute2 python3-venv; do
+for pkg in "${packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -12,6 +19,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
+
+$build_only && exit 0
 
 # S3-compatible test server: moto's standalone server, in a venv of its own outside the clone.
 WEIR_TOOLS="${WEIR_TOOLS:-$HOME/.cache/weir/tools}"

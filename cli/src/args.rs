@@ -31,19 +31,10 @@ pub struct GlobalArgs {
     /// File holding the bearer token for the job manager's client API (or the token itself in WEIR_TOKEN)
     #[arg(long, global = true, env = "WEIR_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// CA certificate (PEM) to trust the job manager's TLS certificate with; https:// addresses need it
-    #[arg(long, global = true, env = "WEIR_TLS_CA", value_name = "FILE")]
-    pub tls_ca: Option<PathBuf>,
-    /// Client certificate (PEM) to present, e.g. a member's; with --tls-key
-    #[arg(long, global = true, env = "WEIR_TLS_CERT", value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// Private key (PEM) of --tls-cert
-    #[arg(long, global = true, env = "WEIR_TLS_KEY", value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
-    /// File with the cluster secret: a member's credential, accepted by the client API instead of a token
-    /// when TLS is off
-    #[arg(long, global = true, env = "WEIR_CLUSTER_SECRET_FILE", value_name = "FILE")]
-    pub cluster_secret_file: Option<PathBuf>,
+    /// TLS (`--tls-ca` alone trusts the job manager's certificate, as https:// addresses need; with
+    /// `--tls-cert` and `--tls-key` this command presents a certificate too) and the cluster secret.
+    #[command(flatten)]
+    pub security: weir_common::security::SecurityFlags,
     /// Output format: `text` for people, `json` for scripts [default: text]
     #[arg(long, global = true, env = "WEIR_OUTPUT", value_enum, value_name = "FORMAT")]
     pub output: Option<OutputFormat>,

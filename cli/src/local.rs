@@ -148,7 +148,7 @@ impl Proc {
 }
 
 /// Where a child's stderr (and anything extra it prints on stdout) goes.
-#[derive(Clone)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Sink {
     /// Our stderr; stdout lines get a `[name]` prefix.
     Terminal(String),
@@ -419,6 +419,116 @@ pub async fn run(settings: &Settings, args: LocalArgs) -> Result<ExitCode, CliEr
 }
 
 /// Starts the job manager and the task managers and waits until they are registered.
+/// What `weir local` starts, decided from its arguments before anything runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LocalPlan {
+    /// DIR/logs when each process logs to a file there; `None`: to this terminal.
+    logs: Option<PathBuf>,
+    /// Where checkpoints go.
+    checkpoint_store: String,
+    /// An etcd is started and the job managers elect a leader in it.
+    ha: bool,
+    /// The job managers, the first one the one a client is pointed at.
+    jobmanagers: Vec<JobManagerPlan>,
+    /// Each task manager's name and data directory.
+    taskmanagers: Vec<(String, PathBuf)>,
+}
+
+/// One job manager to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct JobManagerPlan {
+    /// Its process name (and log file's).
+    name: String,
+    /// Its data directory.
+    dir: PathBuf,
+    /// The address it binds; `None`: a free port on 127.0.0.1 (an HA job manager publishes its address, so it
+    /// needs a known port).
+    bind: Option<String>,
+}
+
+/// Decides what `weir local` starts: which processes, where their data and logs go, how they bind.
+fn plan_local(args: &LocalArgs, dir: &Path) -> anyhow::Result<LocalPlan> {
+    let ha = match args.ha.as_str() {
+        "none" if args.jobmanagers > 1 => bail!("--jobmanagers {} needs --ha etcd", args.jobmanagers),
+        "none" => false,
+        "etcd" => true,
+        other => bail!("--ha: expected none or etcd, got {other:?}"),
+    };
+    let jobmanagers = (0..args.jobmanagers)
+        .map(|i| JobManagerPlan {
+            name: if i == 0 { "weir-jobmanager".to_string() } else { format!("weir-jobmanager-{i}") },
+            dir: if i == 0 { dir.join("jobmanager") } else { dir.join(format!("jobmanager-{i}")) },
+            bind: (!ha || (i == 0 && !args.bind.ends_with(":0"))).then(|| args.bind.clone()),
+        })
+        .collect();
+    Ok(LocalPlan {
+        logs: args.logs_to_files.then(|| dir.join("logs")),
+        checkpoint_store: args
+            .checkpoint_store
+            .clone()
+            .unwrap_or_else(|| format!("file://{}", dir.join("checkpoints").display())),
+        ha,
+        jobmanagers,
+        taskmanagers: (0..args.taskmanagers)
+            .map(|i| (format!("weir-taskmanager-{i}"), dir.join(format!("tm-{i}"))))
+            .collect(),
+    })
+}
+
+impl LocalPlan {
+    /// Where a process's stderr goes: `weir-jobmanager` to DIR/logs/jobmanager.log, `weir-taskmanager-<i>` to
+    /// DIR/logs/taskmanager-<i>.log, or this terminal.
+    fn sink_for(&self, name: &str) -> Sink {
+        match &self.logs {
+            Some(logs) => Sink::File(logs.join(format!("{}.log", name.trim_start_matches("weir-")))),
+            None => Sink::Terminal(name.to_string()),
+        }
+    }
+
+    /// A job manager's command line, binding `bind`, with the HA flags when an etcd runs at `etcd`.
+    fn jobmanager_args(&self, jm: &JobManagerPlan, bind: &str, etcd: Option<&str>) -> Vec<String> {
+        let mut args = vec![
+            "--bind".to_string(),
+            bind.to_string(),
+            "--data-dir".to_string(),
+            jm.dir.display().to_string(),
+            "--checkpoint-store".to_string(),
+            self.checkpoint_store.clone(),
+        ];
+        if let Some(etcd) = etcd {
+            args.extend([
+                "--advertise-address".to_string(),
+                format!("http://{bind}"),
+                "--ha".to_string(),
+                "etcd".to_string(),
+                "--etcd-endpoints".to_string(),
+                etcd.to_string(),
+                "--ha-cluster-id".to_string(),
+                "local".to_string(),
+            ]);
+        }
+        args
+    }
+}
+
+/// A task manager's command line: registering with `jobmanagers`, on free loopback ports.
+fn taskmanager_args(jobmanagers: &str, slots: u32, data_dir: &Path) -> Vec<String> {
+    vec![
+        "--jobmanager".to_string(),
+        jobmanagers.to_string(),
+        "--bind".to_string(),
+        "127.0.0.1:0".to_string(),
+        "--data-bind".to_string(),
+        "127.0.0.1:0".to_string(),
+        "--slots".to_string(),
+        slots.to_string(),
+        "--data-dir".to_string(),
+        data_dir.display().to_string(),
+    ]
+}
+
+/// Starts what [`plan_local`] decides, in order: etcd, the job managers, the task managers; then waits until
+/// every task manager is registered.
 async fn start(
     cluster: &mut Cluster,
     args: &LocalArgs,
@@ -426,63 +536,27 @@ async fn start(
     rpc_timeout: Duration,
 ) -> anyhow::Result<ClusterFile> {
     let startup_timeout = Duration::from_secs(args.startup_timeout);
-    let logs = dir.join("logs");
-    if args.logs_to_files {
-        std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+    let plan = plan_local(args, dir)?;
+    if let Some(logs) = &plan.logs {
+        std::fs::create_dir_all(logs).with_context(|| format!("cannot create {}", logs.display()))?;
     }
-    // `weir-jobmanager` logs to DIR/logs/jobmanager.log, `weir-taskmanager-<i>` to DIR/logs/taskmanager-<i>.log.
-    let sink_for = |name: &str| {
-        if args.logs_to_files {
-            Sink::File(logs.join(format!("{}.log", name.trim_start_matches("weir-"))))
-        } else {
-            Sink::Terminal(name.to_string())
-        }
+    let etcd = if plan.ha {
+        Some(start_etcd(cluster, args, dir, &plan.sink_for("etcd"), startup_timeout).await?)
+    } else {
+        None
     };
-    let checkpoint_store =
-        args.checkpoint_store.clone().unwrap_or_else(|| format!("file://{}", dir.join("checkpoints").display()));
 
-    let ha = match args.ha.as_str() {
-        "none" if args.jobmanagers > 1 => bail!("--jobmanagers {} needs --ha etcd", args.jobmanagers),
-        "none" => false,
-        "etcd" => true,
-        other => bail!("--ha: expected none or etcd, got {other:?}"),
-    };
-    let etcd = if ha { Some(start_etcd(cluster, args, dir, &sink_for("etcd"), startup_timeout).await?) } else { None };
-
-    // The job managers (with HA each on a port of its own, which it publishes when it leads).
     let jm_bin = find_binary("weir-jobmanager", args.jobmanager_bin.as_deref());
     let mut jobmanagers = Vec::new();
-    for i in 0..args.jobmanagers {
-        let jm_dir = if i == 0 { dir.join("jobmanager") } else { dir.join(format!("jobmanager-{i}")) };
-        std::fs::create_dir_all(&jm_dir).with_context(|| format!("cannot create {}", jm_dir.display()))?;
-        let bind = match &etcd {
-            // An HA job manager publishes its address, so it needs a known port.
-            Some(_) if i > 0 || args.bind.ends_with(":0") => format!("127.0.0.1:{}", free_port()?),
-            _ => args.bind.clone(),
+    for jm in &plan.jobmanagers {
+        std::fs::create_dir_all(&jm.dir).with_context(|| format!("cannot create {}", jm.dir.display()))?;
+        let bind = match &jm.bind {
+            Some(b) => b.clone(),
+            None => format!("127.0.0.1:{}", free_port()?),
         };
-        let mut jm_args = vec![
-            "--bind".to_string(),
-            bind.clone(),
-            "--data-dir".to_string(),
-            jm_dir.display().to_string(),
-            "--checkpoint-store".to_string(),
-            checkpoint_store.clone(),
-        ];
-        if let Some(etcd) = &etcd {
-            jm_args.extend([
-                "--advertise-address".to_string(),
-                format!("http://{bind}"),
-                "--ha".to_string(),
-                "etcd".to_string(),
-                "--etcd-endpoints".to_string(),
-                etcd.clone(),
-                "--ha-cluster-id".to_string(),
-                "local".to_string(),
-            ]);
-        }
-        let name = if i == 0 { "weir-jobmanager".to_string() } else { format!("weir-jobmanager-{i}") };
-        let sink = sink_for(&name);
-        let (jm_idx, mut jm_lines) = cluster.spawn(&name, &jm_bin, &jm_args, &sink)?;
+        let jm_args = plan.jobmanager_args(jm, &bind, etcd.as_deref());
+        let sink = plan.sink_for(&jm.name);
+        let (jm_idx, mut jm_lines) = cluster.spawn(&jm.name, &jm_bin, &jm_args, &sink)?;
         let deadline = Instant::now() + startup_timeout;
         let jm_addr = cluster.read_ready(jm_idx, &mut jm_lines, &sink, deadline, parse_jobmanager_line).await?;
         sink.forward(jm_lines);
@@ -497,24 +571,11 @@ async fn start(
     // The task managers: all started at once, then their lines read in order.
     let tm_bin = find_binary("weir-taskmanager", args.taskmanager_bin.as_deref());
     let mut started = Vec::new();
-    for i in 0..args.taskmanagers {
-        let data_dir = dir.join(format!("tm-{i}"));
-        std::fs::create_dir_all(&data_dir).with_context(|| format!("cannot create {}", data_dir.display()))?;
-        let tm_args = vec![
-            "--jobmanager".to_string(),
-            jm_addr.clone(),
-            "--bind".to_string(),
-            "127.0.0.1:0".to_string(),
-            "--data-bind".to_string(),
-            "127.0.0.1:0".to_string(),
-            "--slots".to_string(),
-            args.slots.to_string(),
-            "--data-dir".to_string(),
-            data_dir.display().to_string(),
-        ];
-        let name = format!("weir-taskmanager-{i}");
-        let sink = sink_for(&name);
-        let (idx, lines) = cluster.spawn(&name, &tm_bin, &tm_args, &sink)?;
+    for (name, data_dir) in &plan.taskmanagers {
+        std::fs::create_dir_all(data_dir).with_context(|| format!("cannot create {}", data_dir.display()))?;
+        let tm_args = taskmanager_args(&jm_addr, args.slots, data_dir);
+        let sink = plan.sink_for(name);
+        let (idx, lines) = cluster.spawn(name, &tm_bin, &tm_args, &sink)?;
         started.push((idx, lines, sink, data_dir, tm_args));
     }
     let deadline = Instant::now() + startup_timeout;
@@ -549,7 +610,7 @@ async fn start(
         etcd,
         taskmanagers,
         dir: dir.display().to_string(),
-        checkpoint_store,
+        checkpoint_store: plan.checkpoint_store,
     })
 }
 
@@ -667,6 +728,94 @@ fn write_cluster_file(path: &Path, info: &ClusterFile) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn local(extra: &[&str]) -> LocalArgs {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            local: LocalArgs,
+        }
+        let mut argv = vec!["weir", "--dir", "/d"];
+        argv.extend_from_slice(extra);
+        Wrap::parse_from(argv).local
+    }
+
+    #[test]
+    fn the_default_plan_is_one_job_manager_and_one_task_manager_logging_here_with_checkpoints_under_dir() {
+        let args = local(&[]);
+        let plan = plan_local(&args, Path::new("/d")).expect("valid");
+        assert!(!plan.ha && plan.logs.is_none());
+        assert_eq!(plan.checkpoint_store, "file:///d/checkpoints");
+        assert_eq!(
+            plan.jobmanagers,
+            vec![JobManagerPlan {
+                name: "weir-jobmanager".into(),
+                dir: PathBuf::from("/d/jobmanager"),
+                bind: Some(args.bind.clone())
+            }]
+        );
+        assert_eq!(plan.taskmanagers, vec![("weir-taskmanager-0".to_string(), PathBuf::from("/d/tm-0"))]);
+        assert_eq!(plan.sink_for("weir-taskmanager-0"), Sink::Terminal("weir-taskmanager-0".into()));
+        let jm = plan.jobmanager_args(&plan.jobmanagers[0], "127.0.0.1:6123", None);
+        assert!(!jm.iter().any(|a| a.starts_with("--ha") || a == "--etcd-endpoints"), "{jm:?}");
+    }
+
+    #[test]
+    fn several_job_managers_need_ha_and_an_unknown_ha_mode_is_refused() {
+        let e = plan_local(&local(&["--jobmanagers", "2"]), Path::new("/d")).expect_err("refused");
+        assert_eq!(e.to_string(), "--jobmanagers 2 needs --ha etcd");
+        let e = plan_local(&local(&["--ha", "zookeeper"]), Path::new("/d")).expect_err("refused");
+        assert_eq!(e.to_string(), "--ha: expected none or etcd, got \"zookeeper\"");
+    }
+
+    #[test]
+    fn with_ha_only_the_first_job_manager_keeps_a_given_port_and_every_one_gets_the_ha_flags() {
+        let args = local(&["--ha", "etcd", "--jobmanagers", "3", "--bind", "127.0.0.1:6123"]);
+        let plan = plan_local(&args, Path::new("/d")).expect("valid");
+        assert!(plan.ha);
+        let binds: Vec<Option<&str>> = plan.jobmanagers.iter().map(|j| j.bind.as_deref()).collect();
+        assert_eq!(binds, vec![Some("127.0.0.1:6123"), None, None]);
+        assert_eq!(plan.jobmanagers[2].dir, PathBuf::from("/d/jobmanager-2"));
+        assert_eq!(plan.jobmanagers[2].name, "weir-jobmanager-2");
+        let jm = plan.jobmanager_args(&plan.jobmanagers[1], "127.0.0.1:7000", Some("http://127.0.0.1:2379"));
+        let flag = |f: &str| jm.iter().position(|a| a == f).map(|i| jm[i + 1].as_str());
+        assert_eq!(flag("--advertise-address"), Some("http://127.0.0.1:7000"));
+        assert_eq!(flag("--etcd-endpoints"), Some("http://127.0.0.1:2379"));
+        assert_eq!(flag("--data-dir"), Some("/d/jobmanager-1"));
+        // Port 0 cannot be published: the first one gets a free port too.
+        let plan = plan_local(&local(&["--ha", "etcd", "--bind", "127.0.0.1:0"]), Path::new("/d")).expect("valid");
+        assert_eq!(plan.jobmanagers[0].bind, None);
+    }
+
+    #[test]
+    fn logs_to_files_names_each_file_after_its_process() {
+        let plan = plan_local(
+            &local(&["--logs-to-files", "--taskmanagers", "2", "--checkpoint-store", "s3://b/c"]),
+            Path::new("/d"),
+        )
+        .expect("valid");
+        assert_eq!(plan.checkpoint_store, "s3://b/c");
+        assert_eq!(plan.sink_for("weir-jobmanager"), Sink::File(PathBuf::from("/d/logs/jobmanager.log")));
+        assert_eq!(plan.sink_for("weir-taskmanager-1"), Sink::File(PathBuf::from("/d/logs/taskmanager-1.log")));
+        assert_eq!(plan.taskmanagers[1].1, PathBuf::from("/d/tm-1"));
+        let tm = taskmanager_args("http://a:1,http://b:2", 4, Path::new("/d/tm-1"));
+        assert_eq!(
+            tm,
+            [
+                "--jobmanager",
+                "http://a:1,http://b:2",
+                "--bind",
+                "127.0.0.1:0",
+                "--data-bind",
+                "127.0.0.1:0",
+                "--slots",
+                "4",
+                "--data-dir",
+                "/d/tm-1"
+            ]
+        );
+    }
 
     #[test]
     fn jobmanager_line() {

@@ -80,13 +80,13 @@ fn security(args: &GlobalArgs) -> Result<Security, CliError> {
         (None, Ok(t)) if !t.trim().is_empty() => Some(Secret::new("token", &t).map_err(usage)?),
         _ => None,
     };
-    let tls = match (&args.tls_ca, &args.tls_cert, &args.tls_key) {
+    let tls = match (&args.security.tls_ca, &args.security.tls_cert, &args.security.tls_key) {
         (None, None, None) => None,
         (Some(ca), Some(cert), Some(key)) => Some(TlsFiles::load(cert, key, ca).map_err(usage)?),
         (Some(ca), None, None) => Some(TlsFiles::trusting(ca).map_err(usage)?),
         _ => return Err(CliError::Usage("--tls-cert and --tls-key go together, with --tls-ca".into())),
     };
-    let secret = Security::cluster_secret(args.cluster_secret_file.as_deref()).map_err(usage)?;
+    let secret = Security::cluster_secret(args.security.cluster_secret_file.as_deref()).map_err(usage)?;
     Ok(Security { tls, secret, token })
 }
 

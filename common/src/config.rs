@@ -13,7 +13,8 @@ use std::path::Path;
 pub struct ConfigError(pub String);
 
 /// Loads `T` from its defaults, an optional TOML file, the `WEIR_<KEY>` variables of `keys`, and `flags`
-/// (a struct whose `None` fields are skipped when serialized).
+/// (a struct whose `None` fields are skipped when serialized). `keys`, when given, are every key of `T`: the
+/// file may set no other.
 pub fn load<T, F>(file: Option<&Path>, keys: &[&str], flags: &F) -> Result<T, ConfigError>
 where
     T: DeserializeOwned + Serialize + Default,
@@ -23,6 +24,18 @@ where
     if let Some(path) = file {
         if !path.exists() {
             return Err(ConfigError(format!("config file {} does not exist", path.display())));
+        }
+        // Checked here rather than by the config type (serde's deny_unknown_fields does not work with the
+        // flattened flags shared by every binary, such as security::SecurityFlags). A caller without `keys`
+        // reads no environment and has its type deny unknown keys.
+        let table: figment::value::Dict =
+            Figment::from(Toml::file_exact(path)).extract().map_err(|e| ConfigError(e.to_string()))?;
+        if let Some(unknown) = table.keys().find(|k| !keys.is_empty() && !keys.contains(&k.as_str())) {
+            return Err(ConfigError(format!(
+                "{}: unknown key `{unknown}`, expected one of {}",
+                path.display(),
+                keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+            )));
         }
         fig = fig.merge(Toml::file_exact(path));
     }
@@ -59,8 +72,8 @@ mod tests {
         let c: C = load(Some(&f), &["bind", "slots"], &Flags { slots: Some(7) }).unwrap();
         assert_eq!(c, C { bind: "1.2.3.4:5".into(), slots: 7 });
         std::fs::write(&f, "bnd = 1\n").unwrap();
-        let e = load::<C, _>(Some(&f), &[], &Flags { slots: None }).unwrap_err();
-        assert!(e.to_string().contains("bnd"), "{e}");
+        let e = load::<C, _>(Some(&f), &["bind", "slots"], &Flags { slots: None }).unwrap_err();
+        assert!(e.to_string().contains("unknown key `bnd`"), "{e}");
         assert!(load::<C, _>(Some(&dir.path().join("nope.toml")), &[], &Flags { slots: None }).is_err());
     }
 

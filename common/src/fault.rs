@@ -15,6 +15,16 @@
 
 use std::time::Duration;
 
+/// The error an armed failpoint injects: the call at `point` fails with `message`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message} (failpoint {point})")]
+pub struct InjectedFault {
+    /// The failpoint.
+    pub point: String,
+    /// The message it was armed with.
+    pub message: String,
+}
+
 /// The environment variable that arms failpoints at process start.
 pub const ENV: &str = "WEIR_FAILPOINTS";
 
@@ -143,28 +153,28 @@ pub fn check(name: &str) -> Option<Fault> {
 
 /// Reaches failpoint `name` in synchronous code: a delay blocks the calling thread; returns the injected
 /// error's message.
-pub fn hit_blocking(name: &str) -> Result<(), String> {
+pub fn hit_blocking(name: &str) -> Result<(), InjectedFault> {
     match check(name) {
         None => Ok(()),
         Some(Fault::Delay(d)) => {
             std::thread::sleep(d);
             Ok(())
         }
-        Some(Fault::Error(m)) => Err(format!("{m} (failpoint {name})")),
+        Some(Fault::Error(message)) => Err(InjectedFault { point: name.to_string(), message }),
         Some(Fault::Exit) => Ok(()),
     }
 }
 
 /// Reaches failpoint `name` in asynchronous code: a delay sleeps without blocking the runtime; returns the
 /// injected error's message.
-pub async fn hit(name: &str) -> Result<(), String> {
+pub async fn hit(name: &str) -> Result<(), InjectedFault> {
     match check(name) {
         None => Ok(()),
         Some(Fault::Delay(d)) => {
             tokio::time::sleep(d).await;
             Ok(())
         }
-        Some(Fault::Error(m)) => Err(format!("{m} (failpoint {name})")),
+        Some(Fault::Error(message)) => Err(InjectedFault { point: name.to_string(), message }),
         Some(Fault::Exit) => Ok(()),
     }
 }
@@ -193,7 +203,9 @@ mod tests {
 
         assert_eq!(hit_blocking("rpc-deploy"), Ok(()), "not armed");
         assert_eq!(arm(" rpc-deploy = 2*return(error:boom) ; ").unwrap(), 1);
-        assert_eq!(hit_blocking("rpc-deploy"), Err("boom (failpoint rpc-deploy)".to_string()));
+        let fault = hit_blocking("rpc-deploy").expect_err("armed");
+        assert_eq!(fault, InjectedFault { point: "rpc-deploy".into(), message: "boom".into() });
+        assert_eq!(fault.to_string(), "boom (failpoint rpc-deploy)");
         assert!(hit_blocking("rpc-deploy").is_err());
         assert_eq!(hit_blocking("rpc-deploy"), Ok(()), "fired twice, as asked");
         arm("rpc-notify=return(delay:1)").unwrap();

@@ -373,6 +373,51 @@ pub fn status_chain(status: &Status) -> String {
     text
 }
 
+/// The security flags of every Weir binary, defined once and flattened into the job manager's, the task
+/// manager's and the `weir` command's arguments (and, under the same keys, into the binaries' configuration
+/// files). A member (job or task manager) takes TLS with all three files or none; the `weir` command may give
+/// only `--tls-ca`, to trust the job manager without presenting a certificate.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SecurityFlags {
+    /// TLS certificate (PEM) this process presents; a member's turns TLS on, with --tls-key and --tls-ca
+    #[arg(long, global = true, env = "WEIR_TLS_CERT", value_name = "FILE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, global = true, env = "WEIR_TLS_KEY", value_name = "FILE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA that signs every member's certificate (PEM): what the other side's certificate is checked against
+    #[arg(long, global = true, env = "WEIR_TLS_CA", value_name = "FILE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
+    /// File with the shared secret members present when TLS is off (the `weir` command may present it to the
+    /// client API instead of a token)
+    #[arg(long, global = true, env = "WEIR_CLUSTER_SECRET_FILE", value_name = "FILE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_secret_file: Option<PathBuf>,
+}
+
+impl SecurityFlags {
+    /// The configuration keys these flags set (also read from `WEIR_<KEY>`).
+    pub const KEYS: &'static [&'static str] = &["tls_cert", "tls_key", "tls_ca", "cluster_secret_file"];
+
+    /// A member's security: the TLS files (all three or none), read and checked, and the cluster secret.
+    pub fn member(&self) -> Result<Security, SecurityError> {
+        Security::member(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_ca.as_deref(),
+            self.cluster_secret_file.as_deref(),
+        )
+    }
+
+    /// Whether TLS is on for a member (its addresses are `https://`).
+    pub fn tls_on(&self) -> bool {
+        self.tls_cert.is_some()
+    }
+}
+
 /// The TLS flags of every binary, read together.
 pub fn load_tls(cert: Option<&Path>, key: Option<&Path>, ca: Option<&Path>) -> Result<Option<TlsFiles>, SecurityError> {
     match (cert, key, ca) {

@@ -58,7 +58,7 @@ pub enum ProbeError {
         /// The store's answer.
         reason: String,
     },
-    /// The store did not answer in time, or not at all.
+    /// The store could not be reached.
     #[error("checkpoint store {url} is unreachable or too slow: {reason}")]
     Unreachable {
         /// Store URL.
@@ -66,9 +66,22 @@ pub enum ProbeError {
         /// What happened.
         reason: String,
     },
+    /// The store did not answer within the probe's time.
+    #[error("checkpoint store {url} is unreachable or too slow: no answer within {after_ms} ms")]
+    TimedOut {
+        /// Store URL.
+        url: String,
+        /// How long the probe waited.
+        after_ms: u64,
+    },
 }
 
 impl ProbeError {
+    /// Whether the store did not answer within the probe's time (it may be hung rather than down).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, ProbeError::TimedOut { .. })
+    }
+
     /// Whether the store refused (as opposed to being unreachable, which may pass).
     pub fn is_refusal(&self) -> bool {
         matches!(self, ProbeError::Refused { .. })
@@ -218,10 +231,7 @@ impl Store {
             }),
             Ok(Err(e)) if is_refusal(&e) => Err(ProbeError::Refused { url: self.url.clone(), reason: e.to_string() }),
             Ok(Err(e)) => Err(ProbeError::Unreachable { url: self.url.clone(), reason: e.to_string() }),
-            Err(_) => Err(ProbeError::Unreachable {
-                url: self.url.clone(),
-                reason: format!("no answer within {} ms", timeout.as_millis()),
-            }),
+            Err(_) => Err(ProbeError::TimedOut { url: self.url.clone(), after_ms: timeout.as_millis() as u64 }),
         }
     }
 
@@ -242,7 +252,7 @@ impl Store {
     async fn fault(&self, name: &str, op: &'static str, rel: &str) -> Result<(), StoreError> {
         crate::fault::hit(name)
             .await
-            .map_err(|m| self.io(op, rel, object_store::Error::Generic { store: "failpoint", source: m.into() }))
+            .map_err(|f| self.io(op, rel, object_store::Error::Generic { store: "failpoint", source: Box::new(f) }))
     }
 
     fn io(&self, op: &'static str, rel: &str, source: object_store::Error) -> StoreError {

@@ -47,7 +47,7 @@ fn common_registry() -> Registry {
     });
     r.register(state_kinds::kind_info(), |config| match config.keys().next() {
         Some(unknown) => {
-            Err(format!("config field {unknown:?}: unknown field ({} takes no config)", state_kinds::KIND))
+            Err(format!("config field {unknown:?}: unknown field ({} takes no config)", state_kinds::KIND).into())
         }
         None => Ok(Instance::Operator(Box::new(state_kinds::StateKinds::new()))),
     });
@@ -72,7 +72,7 @@ mod tests {
         let config: BTreeMap<String, String> = [("path".to_string(), "/tmp/x".to_string())].into();
         assert!(matches!(r.build(buffering_sink::KIND, &config), Ok(Instance::Operator(_))));
         let err = r.build(buffering_sink::KIND, &BTreeMap::new()).err().expect("path is required");
-        assert!(err.contains("path"), "{err}");
+        assert!(err.to_string().contains("path"), "{err}");
     }
 
     #[test]
@@ -84,6 +84,6 @@ mod tests {
         assert!(matches!(r.build(distinct_values::KIND, &BTreeMap::new()), Ok(Instance::Operator(_))));
         let config: BTreeMap<String, String> = [("ttl_ms".to_string(), "0".to_string())].into();
         let err = r.build(distinct_values::KIND, &config).err().expect("ttl_ms must be positive");
-        assert!(err.contains("ttl_ms"), "{err}");
+        assert!(err.to_string().contains("ttl_ms"), "{err}");
     }
 }

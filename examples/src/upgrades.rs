@@ -98,7 +98,7 @@ fn register<T: Tally, K: TypeSignature>(r: &mut Registry, kind: &'static str) {
     };
     let signature = StateSignature::keyed::<K>().value::<T>(STATE);
     r.register(weir_taskmanager::api::registry::signed(info, &signature), move |config| match config.keys().next() {
-        Some(unknown) => Err(format!("config field {unknown:?}: unknown field ({kind} takes none)")),
+        Some(unknown) => Err(format!("config field {unknown:?}: unknown field ({kind} takes none)").into()),
         None => Ok(Instance::Operator(Box::new(PerKey::<T> { kind, state: None }))),
     });
 }

@@ -86,12 +86,11 @@ impl Stranger<'_> {
                 for c in rustls::pki_types::CertificateDer::pem_file_iter(cluster_ca)? {
                     roots.add(c?)?;
                 }
-                let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))
-                .with_safe_default_protocol_versions()?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
+                let config =
+                    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                        .with_safe_default_protocol_versions()?
+                        .with_root_certificates(roots)
+                        .with_no_client_auth();
                 Ok(Arc::new(config))
             }
         }

@@ -4,10 +4,12 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use weir_common::config::ConfigError;
+use weir_common::security::SecurityFlags;
 use weir_common::store::StoreOptions;
 
-/// Every key of [`JobManagerConfig`], also read from `WEIR_<KEY>` environment variables.
-pub const CONFIG_KEYS: &[&str] = &[
+/// Every key of [`JobManagerConfig`] but the security flags' ([`SecurityFlags::KEYS`]), also read from
+/// `WEIR_<KEY>` environment variables.
+const OWN_KEYS: &[&str] = &[
     "bind",
     "data_dir",
     "checkpoint_store",
@@ -26,18 +28,19 @@ pub const CONFIG_KEYS: &[&str] = &[
     "ha_cluster_id",
     "ha_lease_ttl_ms",
     "etcd_timeout_ms",
-    "tls_cert",
-    "tls_key",
-    "tls_ca",
-    "cluster_secret_file",
     "auth_token_file",
     "insecure_members",
     "metrics_bind",
 ];
 
+/// Every key of [`JobManagerConfig`], also read from `WEIR_<KEY>` environment variables.
+pub fn config_keys() -> Vec<&'static str> {
+    OWN_KEYS.iter().chain(SecurityFlags::KEYS).copied().collect()
+}
+
 /// The job manager's configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct JobManagerConfig {
     /// Address the gRPC services listen on (`HOST:PORT`, port 0 = any free port).
     pub bind: String,
@@ -80,18 +83,10 @@ pub struct JobManagerConfig {
     pub ha_lease_ttl_ms: u64,
     /// Bound of every etcd call, and of the wait for etcd at start-up.
     pub etcd_timeout_ms: u64,
-    /// This member's TLS certificate (PEM); with `tls_key` and `tls_ca`, TLS on every connection.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_cert: Option<PathBuf>,
-    /// The certificate's private key (PEM).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_key: Option<PathBuf>,
-    /// The CA that signs every member's certificate (PEM).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_ca: Option<PathBuf>,
-    /// File holding the shared cluster secret members authenticate with when TLS is off.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster_secret_file: Option<PathBuf>,
+    /// TLS (all three files: TLS on every connection) and the cluster secret members authenticate with when
+    /// TLS is off.
+    #[serde(flatten)]
+    pub security: SecurityFlags,
     /// File holding the bearer token clients must present (absent: the client API is open).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth_token_file: Option<PathBuf>,
@@ -125,10 +120,7 @@ impl Default for JobManagerConfig {
             ha_cluster_id: "default".into(),
             ha_lease_ttl_ms: 5000,
             etcd_timeout_ms: 5000,
-            tls_cert: None,
-            tls_key: None,
-            tls_ca: None,
-            cluster_secret_file: None,
+            security: SecurityFlags::default(),
             auth_token_file: None,
             insecure_members: false,
             metrics_bind: None,
@@ -217,7 +209,7 @@ impl JobManagerConfig {
                     "etcd_endpoints: expected http://HOST:PORT or https://HOST:PORT, got {e:?}"
                 )));
             }
-            if e.starts_with("https://") && self.tls_cert.is_none() {
+            if e.starts_with("https://") && !self.security.tls_on() {
                 return Err(ConfigError(format!(
                     "etcd_endpoints: {e} is https: give tls_cert, tls_key and tls_ca (the CA file must hold the CA of \
                      etcd's certificate; etcd sees this member's certificate)"
@@ -242,7 +234,7 @@ impl JobManagerConfig {
                 self.bind
             )));
         }
-        let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
+        let scheme = if self.security.tls_on() { "https" } else { "http" };
         Ok(format!("{scheme}://{}", self.bind))
     }
 
@@ -250,7 +242,7 @@ impl JobManagerConfig {
     /// managers register and receive work, would still be open to anyone: a configuration mistake, unless said
     /// on purpose with `insecure_members`.
     fn check_member_auth(&self) -> Result<(), ConfigError> {
-        let members_authenticated = self.tls_cert.is_some() || self.cluster_secret_file.is_some();
+        let members_authenticated = self.security.tls_on() || self.security.cluster_secret_file.is_some();
         if self.auth_token_file.is_some() && !members_authenticated && !self.insecure_members {
             return Err(ConfigError(
                 "auth_token_file protects the client API, but without TLS or a cluster secret anyone who reaches this \
@@ -265,17 +257,12 @@ impl JobManagerConfig {
     /// Whether members are let in unauthenticated although clients need a token (`insecure_members`): worth a
     /// warning at every start.
     pub fn members_unauthenticated_on_purpose(&self) -> bool {
-        self.insecure_members && self.tls_cert.is_none() && self.cluster_secret_file.is_none()
+        self.insecure_members && !self.security.tls_on() && self.security.cluster_secret_file.is_none()
     }
 
     /// What this job manager presents to task managers and checks of them: TLS files, the cluster secret.
     pub fn security(&self) -> Result<weir_common::security::Security, weir_common::security::SecurityError> {
-        weir_common::security::Security::member(
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-            self.tls_ca.as_deref(),
-            self.cluster_secret_file.as_deref(),
-        )
+        self.security.member()
     }
 
     /// The token clients must present, if one is configured.
@@ -403,22 +390,10 @@ pub struct Cli {
     #[arg(long, value_name = "MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub etcd_timeout_ms: Option<u64>,
-    /// This member's TLS certificate (PEM); with --tls-key and --tls-ca turns TLS on
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_cert: Option<PathBuf>,
-    /// The private key of --tls-cert (PEM)
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_key: Option<PathBuf>,
-    /// The CA that signs every member's certificate (PEM)
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_ca: Option<PathBuf>,
-    /// File with the shared secret members present when TLS is off
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster_secret_file: Option<PathBuf>,
+    /// TLS and the cluster secret.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub security: SecurityFlags,
     /// File with the bearer token clients must present [default: the client API is open]
     #[arg(long, value_name = "FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -437,7 +412,7 @@ pub struct Cli {
 impl Cli {
     /// Loads and validates the configuration these flags describe.
     pub fn load(&self) -> Result<JobManagerConfig, ConfigError> {
-        let config: JobManagerConfig = weir_common::config::load(self.config.as_deref(), CONFIG_KEYS, self)?;
+        let config: JobManagerConfig = weir_common::config::load(self.config.as_deref(), &config_keys(), self)?;
         config.validate()?;
         Ok(config)
     }
@@ -487,7 +462,7 @@ mod tests {
         let config = Cli { config: Some(path.clone()), ..Default::default() }.load().unwrap();
         assert_eq!(config.heartbeat_timeout_ms, JobManagerConfig::default().heartbeat_timeout_ms);
         let text = std::fs::read_to_string(&path).unwrap();
-        for key in CONFIG_KEYS {
+        for key in config_keys() {
             assert!(text.contains(&format!("{key} =")), "deploy/jobmanager.toml lacks {key}");
         }
     }
@@ -499,13 +474,21 @@ mod tests {
         let err = Cli { auth_token_file: token.clone(), ..Default::default() }.load().unwrap_err().to_string();
         assert!(err.contains("--cluster-secret-file") && err.contains("--insecure-members"), "{err}");
         let secret = Some(dir.path().join("secret"));
-        let ok = Cli { auth_token_file: token.clone(), cluster_secret_file: secret, ..Default::default() }.load();
+        let ok = Cli {
+            auth_token_file: token.clone(),
+            security: SecurityFlags { cluster_secret_file: secret, ..Default::default() },
+            ..Default::default()
+        }
+        .load();
         assert!(!ok.unwrap().members_unauthenticated_on_purpose());
         let tls = Cli {
             auth_token_file: token.clone(),
-            tls_cert: Some("c".into()),
-            tls_key: Some("k".into()),
-            tls_ca: Some("a".into()),
+            security: SecurityFlags {
+                tls_cert: Some("c".into()),
+                tls_key: Some("k".into()),
+                tls_ca: Some("a".into()),
+                cluster_secret_file: None,
+            },
             ..Default::default()
         };
         assert!(tls.load().is_ok());

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use weir_common::config::ConfigError;
+use weir_common::ids::JobId;
 use weir_common::store::StoreError;
 
 /// Why the job manager could not start or serve.
@@ -18,7 +19,7 @@ pub enum JobManagerError {
     StoreRefused(weir_common::store::ProbeError),
     /// The local job store cannot be used.
     #[error(transparent)]
-    JobStore(#[from] crate::job_store::JobStoreError),
+    JobStore(#[from] JobStoreError),
     /// High availability cannot work (etcd unreachable, conflicting clusters).
     #[error(transparent)]
     Ha(#[from] crate::ha::etcd::HaError),
@@ -154,4 +155,45 @@ mod tests {
         let small = tonic::Status::from(JobRequestError::NotFound("j".into()));
         assert_eq!(small.message(), "no job with id j");
     }
+}
+
+/// A job store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum JobStoreError {
+    /// A file or directory cannot be read or written.
+    #[error("job store {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// This job manager no longer leads: the write was refused.
+    #[error("job store: not written: this job manager is no longer the leader (epoch {epoch})")]
+    Fenced {
+        /// The epoch the writer led at.
+        epoch: u64,
+    },
+    /// etcd cannot be reached or refused.
+    #[error("job store: {0}")]
+    Etcd(String),
+    /// A record too large for etcd.
+    #[error("job store: job {job}'s record is {bytes} bytes, more than etcd takes ({limit}); lower the job's retained checkpoints")]
+    TooLarge {
+        /// The job.
+        job: JobId,
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A job file is not readable as a job.
+    #[error("job store {path}: unreadable job file: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }

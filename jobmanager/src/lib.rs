@@ -5,17 +5,17 @@
 //! - [`api`]: the gRPC listener with its tower layers, and the services (client API, and the internal service
 //!   task managers call), which translate protobuf requests into [`JobManager`] calls.
 //! - [`manager`]: the [`JobManager`]: resumes stored jobs at start-up, accepts submissions, watches heartbeats
-//!   and routes task messages to their job; `context` (private) is what it shares with every job.
-//! - [`job`]: one job's coordinator (an actor doing the I/O), its mailbox and record, and the pure decisions
-//!   it acts on: the lifecycle state machine and restart strategies, who restores what on a rescale, the task
-//!   descriptors of a deployment.
+//!   and routes task messages to their job.
+//! - [`job`]: one job's coordinator (an actor doing the I/O), its mailbox, what the manager shares with every
+//!   job, its record and where the record is kept (a file per job, or etcd fenced by the leader's epoch), and
+//!   the pure decisions it acts on: the lifecycle state machine and restart strategies, who restores what on a
+//!   rescale, the task descriptors of a deployment.
 //! - [`checkpoint`]: the checkpoint coordinator's pure decisions, the object-store work they lead to, and
 //!   savepoints (reading, checking, summarising, disposing, ownership).
 //! - [`cluster`]: the task-manager registry and slots, and the clients the job manager calls them with.
-//! - [`job_store`]: each job's record, as `<data_dir>/jobs/<job-id>.json` written atomically, or in etcd
-//!   fenced by the leader's epoch.
-//! - [`ha`]: the etcd primitives (connection, election, terms and their fence), below the job store; the
-//!   leader loop, above the job manager.
+//! - [`ha`]: the etcd primitives (connection, election, terms and their fence), below the job store.
+//! - [`leader`]: the leader loop that runs a job manager as leader or standby, above the job manager, and the
+//!   gate the gRPC services serve through.
 //! - [`config`] is the layered configuration and the command-line flags; [`error`] the error types.
 //!
 //! Choices where `docs/protocol.md` is silent:
@@ -44,11 +44,10 @@ pub mod api;
 pub mod checkpoint;
 pub mod cluster;
 pub mod config;
-mod context;
 pub mod error;
 pub mod ha;
 pub mod job;
-pub mod job_store;
+pub mod leader;
 pub mod manager;
 
 pub use api::server::{bind, run, serve};

@@ -4,7 +4,8 @@ use anyhow::Context;
 use clap::Parser;
 use std::io::Write;
 use std::process::ExitCode;
-use weir_jobmanager::ha::{Etcd, Gate};
+use weir_jobmanager::ha::Etcd;
+use weir_jobmanager::leader::Gate;
 use weir_jobmanager::{Cli, JobManager};
 
 fn main() -> ExitCode {
@@ -72,7 +73,7 @@ fn listening(
     role: &str,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("reading the bound address")?;
-    let scheme = if config.tls_cert.is_some() { "https" } else { "http" };
+    let scheme = if config.security.tls_on() { "https" } else { "http" };
     let mut stdout = std::io::stdout();
     writeln!(stdout, "weir-jobmanager listening on {scheme}://{addr}{role}").context("writing to stdout")?;
     stdout.flush().context("writing to stdout")
@@ -109,7 +110,8 @@ async fn serve_ha(config: weir_jobmanager::JobManagerConfig, listener: tokio::ne
     let (leader_tx, leader_rx) = tokio::sync::watch::channel(None);
     let gate = Gate::standby(leader_rx);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let ha = tokio::spawn(weir_jobmanager::ha::run(config.clone(), etcd, address, leader_tx, gate.clone(), stop_rx));
+    let ha =
+        tokio::spawn(weir_jobmanager::leader::run(config.clone(), etcd, address, leader_tx, gate.clone(), stop_rx));
     let shutdown = async move {
         shutdown.await;
         let _ = stop_tx.send(true);

@@ -7,19 +7,20 @@ use crate::checkpoint::savepoint::{self, SavepointError};
 use crate::cluster::client::TmClients;
 use crate::cluster::registry::{Registration, Registry};
 use crate::config::JobManagerConfig;
-use crate::context::Shared;
 use crate::error::{JobManagerError, JobRequestError};
 use crate::ha::etcd::Term;
+use crate::job::context::Shared;
+use crate::job::mailbox::JobView;
 use crate::job::record::{InitialRestore, JobRecord};
+use crate::job::store::{EtcdJobStore, JobStore, LocalJobStore};
 use crate::job::SavepointRequest;
 use crate::job::{JobActor, JobEvent, ReportedTask};
-use crate::job_store::{EtcdJobStore, JobStore, LocalJobStore};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 use weir_common::checkpoint::{RestoreMode, SavepointFormat, SavepointTarget, TaskSnapshot};
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
@@ -233,7 +234,7 @@ impl JobManager {
         format: &str,
         stop: Option<bool>,
     ) -> Result<pb::SavepointResponse, JobRequestError> {
-        let id = JobId::parse(id).map_err(JobRequestError::InvalidId)?;
+        let id = parse_id(id)?;
         let format = SavepointFormat::parse(format).map_err(JobRequestError::InvalidSpec)?;
         let dir = if target_dir.trim().is_empty() {
             self.shared.config.savepoint_dir_url().map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?
@@ -246,19 +247,11 @@ impl JobManager {
         };
         let url = format!("{dir}/{}", weir_common::checkpoint::paths::new_savepoint_name(&id));
         let target = SavepointTarget { url, format, stop: stop == Some(false) };
-        let (tx, view) = {
-            let jobs = self.shared.jobs.lock();
-            let handle = jobs.get(&id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
-            (handle.tx.clone(), handle.view.clone())
-        };
-        let (reply, answer) = oneshot::channel();
-        let request = SavepointRequest { target, drain: stop == Some(true), reply };
-        if tx.send(JobEvent::Savepoint(request)).is_ok() {
-            if let Ok(result) = answer.await {
-                return result;
-            }
+        let (tx, view) = self.find(&id)?;
+        let drain = stop == Some(true);
+        if let Some(result) = ask(&tx, |reply| JobEvent::Savepoint(SavepointRequest { target, drain, reply })).await {
+            return result;
         }
-        // The job's coordinator has stopped: the job is over, or the job manager is shutting down.
         let state = view.lock().state;
         if state.is_terminal() {
             return Err(JobRequestError::NotRunning(format!("job {id} is {state}: it can take no savepoint")));
@@ -372,14 +365,10 @@ impl JobManager {
     /// Deletes the record of a job that has ended (its checkpoints too if asked; savepoints never): returns how
     /// many checkpoint files were deleted.
     pub async fn delete_job(&self, id: &str, delete_checkpoints: bool) -> Result<u64, JobRequestError> {
-        let id = JobId::parse(id).map_err(JobRequestError::InvalidId)?;
-        {
-            let jobs = self.shared.jobs.lock();
-            let handle = jobs.get(&id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
-            let state = handle.view.lock().state;
-            if !state.is_terminal() {
-                return Err(JobRequestError::NotEnded { id: id.to_string(), state: state.as_str() });
-            }
+        let id = parse_id(id)?;
+        let state = self.find(&id)?.1.lock().state;
+        if !state.is_terminal() {
+            return Err(JobRequestError::NotEnded { id: id.to_string(), state: state.as_str() });
         }
         let dir = format!("{}/{id}/", self.shared.store.url().trim_end_matches('/'));
         if delete_checkpoints {
@@ -418,40 +407,35 @@ impl JobManager {
         Ok(files)
     }
 
+    /// The mailbox and the view of job `id`.
+    fn find(&self, id: &JobId) -> Result<(mpsc::UnboundedSender<JobEvent>, Arc<Mutex<JobView>>), JobRequestError> {
+        let jobs = self.shared.jobs.lock();
+        let handle = jobs.get(id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
+        Ok((handle.tx.clone(), handle.view.clone()))
+    }
+
     /// One job.
     pub fn job(&self, id: &str) -> Result<pb::JobInfo, JobRequestError> {
-        let id = JobId::parse(id).map_err(JobRequestError::InvalidId)?;
-        let jobs = self.shared.jobs.lock();
-        let handle = jobs.get(&id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
-        let info = handle.view.lock().info.clone();
+        let (_, view) = self.find(&parse_id(id)?)?;
+        let info = view.lock().info.clone();
         Ok(info)
     }
 
     /// A job's checkpoint history, newest last.
     pub fn checkpoints(&self, id: &str) -> Result<Vec<pb::CheckpointInfo>, JobRequestError> {
-        let id = JobId::parse(id).map_err(JobRequestError::InvalidId)?;
-        let jobs = self.shared.jobs.lock();
-        let handle = jobs.get(&id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
+        let (_, view) = self.find(&parse_id(id)?)?;
         let now = now_ms();
-        let view = handle.view.lock();
+        let view = view.lock();
         Ok(view.history.iter().map(|e| e.to_proto(now)).collect())
     }
 
     /// Cancels a job (a canceled job stays canceled; a finished or failed one cannot be canceled).
     pub async fn cancel(&self, id: &str) -> Result<pb::JobInfo, JobRequestError> {
-        let id = JobId::parse(id).map_err(JobRequestError::InvalidId)?;
-        let (tx, view) = {
-            let jobs = self.shared.jobs.lock();
-            let handle = jobs.get(&id).ok_or_else(|| JobRequestError::NotFound(id.to_string()))?;
-            (handle.tx.clone(), handle.view.clone())
-        };
-        let (reply, answer) = oneshot::channel();
-        if tx.send(JobEvent::Cancel { reply }).is_ok() {
-            if let Ok(result) = answer.await {
-                return result;
-            }
+        let id = parse_id(id)?;
+        let (tx, view) = self.find(&id)?;
+        if let Some(result) = ask(&tx, |reply| JobEvent::Cancel { reply }).await {
+            return result;
         }
-        // The job's coordinator has stopped: the job is over, or the job manager is shutting down.
         let view = view.lock().clone();
         match view.state {
             crate::job::lifecycle::JobState::Canceled => Ok(view.info),
@@ -623,6 +607,20 @@ pub const MAX_PAGE_SIZE: u32 = 1000;
 /// Encoded bytes a page of jobs stops growing at (it holds at least one job): far below gRPC's 4 MiB, whatever
 /// the jobs' records hold (records from before the spec limits may carry names of megabytes).
 pub const MAX_PAGE_BYTES: usize = 1 << 20;
+
+/// A job id from a request, or why it is not one.
+fn parse_id(id: &str) -> Result<JobId, JobRequestError> {
+    JobId::parse(id).map_err(JobRequestError::InvalidId)
+}
+
+/// Sends a job's coordinator an event that carries a reply channel, and waits for the reply. `None`: the
+/// coordinator has stopped (the job is over, or the job manager is shutting down) and the caller answers from
+/// the job's view.
+async fn ask<T>(tx: &mpsc::UnboundedSender<JobEvent>, event: impl FnOnce(oneshot::Sender<T>) -> JobEvent) -> Option<T> {
+    let (reply, answer) = oneshot::channel();
+    tx.send(event(reply)).ok()?;
+    answer.await.ok()
+}
 
 /// One page of `jobs` (oldest submission first): up to `page_size` jobs (0: [`DEFAULT_PAGE_SIZE`]) after the
 /// job named by `token` (empty: from the first), and no more than [`MAX_PAGE_BYTES`] of them. The next token is

@@ -270,7 +270,7 @@ impl RunningJm {
         let server = tokio::spawn({
             let jm = jm.clone();
             async move {
-                weir_jobmanager::serve(weir_jobmanager::ha::Gate::fixed(jm), &config, listener, async {
+                weir_jobmanager::serve(weir_jobmanager::leader::Gate::fixed(jm), &config, listener, async {
                     let _ = stopped.await;
                 })
                 .await

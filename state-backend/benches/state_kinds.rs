@@ -4,7 +4,7 @@
 use std::time::Instant;
 use weir_common::keygroup::KeyGroupRange;
 use weir_common::spec::StateBackendKind;
-use weir_state::keyed::AggregateFunction;
+use weir_state::AggregateFunction;
 use weir_state::{
     open_keyed_backend, AggregatingState, KeyedStateBackend, ListState, MapState, ReducingState, ValueState,
 };

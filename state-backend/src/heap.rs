@@ -12,20 +12,22 @@
 //! (`kind | 0x80` and 10 more bytes, see [`crate::meta`]); states without TTL are written exactly as before.
 //!
 //! A restore may read several files, heap or canonical, keeping the rows of the backend's key groups (on
-//! rescaling, see [`crate::rescale`]); a native RocksDB snapshot cannot be restored into the heap.
+//! rescaling, see `rescale.rs`); a native RocksDB snapshot cannot be restored into the heap.
 //!
 //! TTL states are cleaned incrementally: every access of a TTL state checks the next
 //! [`DEFAULT_INCREMENTAL_CLEANUP_ENTRIES`] rows of that state ([`HeapBackend::set_incremental_cleanup_entries`])
 //! from a queue of its row keys, refilled with every row key once it runs empty, skipping the current key. A
 //! snapshot writes no expired value, list element or map entry.
 
-use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
+use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
 use crate::layout::{decode_list, row_in, RowKeyBuilder};
+use crate::layout::{ElementVisitor, RowVisitor};
+use crate::meta::TtlChange;
 use crate::meta::{
     check_redeclaration, check_same_declaration, encode_kind_record, too_large, ttl_change, wrong_kind, StateKind,
     StateOptions,
 };
-use crate::migrate::{RowRewrite, TtlChange, ValueMigration};
+use crate::migrate::{RowRewrite, ValueMigration};
 use crate::statefile::{Row, StateFileReader, HEAP_V1, HEAP_V2};
 use crate::ttl::{
     retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock, DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
@@ -628,7 +630,7 @@ impl KeyedStateBackend for HeapBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keyed::ValueState;
+    use crate::handles::ValueState;
 
     #[test]
     fn snapshot_round_trip() {
@@ -672,7 +674,7 @@ mod tests {
 
     #[test]
     fn ttl_incremental_cleanup_and_snapshot_filtering() {
-        use crate::keyed::{ListState, MapState};
+        use crate::handles::{ListState, MapState};
         use crate::ttl::{ManualClock, StateTtlConfig};
         use std::time::Duration;
         let tmp = tempfile::tempdir().unwrap();

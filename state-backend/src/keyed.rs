@@ -1,34 +1,28 @@
-//! The keyed-state backend trait, shared by RocksDB and heap, the local snapshot it produces, and the function
-//! that opens a backend.
+//! The keyed-state backend trait, shared by RocksDB and heap, and the local snapshot it produces (opening a
+//! backend, fresh or restored, is `rescale.rs`'s `open_keyed_backend`).
 //!
 //! Every access is scoped to the *current key*, set once per record with
-//! [`KeyedStateBackend::set_current_key`]. Rows are addressed by `key_group | key` ([`crate::layout`]), so that
+//! [`KeyedStateBackend::set_current_key`]. Rows are addressed by `key_group | key` (the row layout, `layout.rs`), so that
 //! the state of a key-group range is one contiguous interval.
 //!
 //! A state is registered under a name with a [`StateKind`]; registering the same name again returns the same
 //! state if the kind matches and fails with [`StateError::Declaration`] naming both kinds if not. The kind is
-//! part of the snapshot, so the check holds across restores ([`crate::meta`]). Operators use the typed handles
-//! of [`crate::handles`], re-exported here.
+//! part of the snapshot, so the check holds across restores (`meta.rs`). Operators use the typed handles of
+//! `handles.rs` (`ValueState` and the others), which call this trait.
 //!
 //! ## Value size limit
 //!
 //! A write whose serialized value — for a list, the list's total after the write — exceeds the backend's limit
 //! ([`DEFAULT_MAX_VALUE_BYTES`], changed with [`KeyedStateBackend::set_max_value_bytes`]) is refused with a
-//! [`StateError::Declaration`] naming the state and the size and suggesting [`MapState`]; nothing is written.
+//! [`StateError::Declaration`] naming the state and the size and suggesting `MapState`; nothing is written.
 
-pub use crate::handles::{
-    set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReduceFn, ReducingState, ValueState,
-};
-pub use crate::layout::encode_list_element;
-pub use crate::meta::{StateKind, StateOptions};
-
-use crate::rescale::{open_keyed_backend_from, RestoreSource, SnapshotFormat};
+use crate::layout::{ElementVisitor, RowVisitor};
+use crate::meta::{StateKind, StateOptions};
 use crate::ttl::{Clock, StateTtlConfig};
 use crate::StateError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::StateBackendKind;
 
 /// The handle of a registered state inside one backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,7 +35,7 @@ pub struct LocalSnapshot {
     pub dir: PathBuf,
     /// File names (inside `dir`) and sizes.
     pub files: Vec<(String, u64)>,
-    /// `rocksdb`, `heap` or `canonical` (see [`crate::rescale::SnapshotFormat::from_name`]).
+    /// `rocksdb`, `heap` or `canonical` (the names `SnapshotFormat::from_name` in `rescale.rs` reads).
     pub backend: &'static str,
     /// Key groups the snapshot holds.
     pub key_group_range: KeyGroupRange,
@@ -75,19 +69,13 @@ impl LocalSnapshot {
     }
 }
 
-/// A visitor of `(key, value)` rows.
-pub type RowVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StateError> + 'a;
-
-/// A visitor of single byte strings (list elements).
-pub type ElementVisitor<'a> = dyn FnMut(&[u8]) -> Result<(), StateError> + 'a;
-
 /// The largest serialized value (or list total) a state accepts by default: 256 MiB.
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 256 << 20;
 
 /// Keyed state storage for one operator subtask.
 ///
-/// The byte-level methods below are what the typed handles ([`ValueState`], [`ListState`], [`MapState`],
-/// [`ReducingState`], [`AggregatingState`]) call; operators use the handles. Each method checks that the
+/// The byte-level methods below are what the typed handles (`ValueState`, `ListState`, `MapState`,
+/// `ReducingState`, `AggregatingState`) call; operators use the handles. Each method checks that the
 /// state was registered with a kind that supports it.
 pub trait KeyedStateBackend: Send {
     /// Registers a state of `kind` with `options`, or returns the existing one of that name if it was declared
@@ -194,26 +182,3 @@ pub(crate) type StoredContent = (
     std::collections::BTreeMap<String, crate::meta::KindRecord>,
     std::collections::BTreeSet<(String, Vec<u8>, Option<Vec<u8>>, Vec<u8>)>,
 );
-
-/// Opens a keyed backend in `work_dir`, restoring from a downloaded snapshot directory if given (one snapshot of
-/// exactly `range`, in the backend's native format or canonical; the directory is consumed — a RocksDB snapshot
-/// is moved into place, not copied). `rocks` tunes the RocksDB backend; its `clock`, if set, is the TTL clock of
-/// either backend. [`crate::rescale::open_keyed_backend_from`] restores from several snapshots of other ranges.
-pub fn open_keyed_backend(
-    kind: StateBackendKind,
-    work_dir: &Path,
-    max_parallelism: u32,
-    range: KeyGroupRange,
-    restore_dir: Option<&Path>,
-    rocks: &crate::rocks::RocksOptions,
-) -> Result<Box<dyn KeyedStateBackend>, StateError> {
-    let sources = restore_dir
-        .map(|dir| RestoreSource {
-            dir: dir.to_path_buf(),
-            format: SnapshotFormat::detect(dir).unwrap_or(SnapshotFormat::native(kind)),
-            key_group_range: range,
-        })
-        .into_iter()
-        .collect();
-    open_keyed_backend_from(kind, work_dir, max_parallelism, range, sources, rocks)
-}

@@ -1,11 +1,16 @@
 //! The row layout both backends share: row keys (`key_group | key`, see `RowKeyBuilder`), the stored list
-//! format, and the byte intervals of key-group ranges. The RocksDB module docs ([`crate::rocks`]) show the
+//! format, and the byte intervals of key-group ranges. The RocksDB module docs (`rocks.rs`) show the
 //! whole table; the heap keeps value and list rows under the same row keys, and map entries in an ordered map
 //! per row key.
 
-use crate::keyed::ElementVisitor;
 use crate::StateError;
 use weir_common::keygroup::KeyGroupRange;
+
+/// A visitor of `(key, value)` rows.
+pub type RowVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StateError> + 'a;
+
+/// A visitor of single byte strings (list elements).
+pub type ElementVisitor<'a> = dyn FnMut(&[u8]) -> Result<(), StateError> + 'a;
 
 /// Appends one list element in the stored list format: little-endian `u32` length, then the bytes.
 pub fn encode_list_element(element: &[u8], out: &mut Vec<u8>) {

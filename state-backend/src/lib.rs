@@ -1,19 +1,19 @@
 //! Weir's state: keyed state (per key, partitioned into key groups) and operator state (per subtask), the
 //! RocksDB and heap backends behind one trait, and snapshots to and from an object store.
 //!
-//! - [`keyed`]: the [`KeyedStateBackend`] trait both backends implement, the [`LocalSnapshot`] it takes, and
-//!   [`open_keyed_backend`]. Writes larger than the backend's value limit ([`DEFAULT_MAX_VALUE_BYTES`],
-//!   [`KeyedStateBackend::set_max_value_bytes`]) are refused. It re-exports the handles, kinds and options below,
-//!   so `keyed::ValueState` and the like keep working.
+//! - [`keyed`]: the [`KeyedStateBackend`] trait both backends implement and the [`LocalSnapshot`] it takes.
+//!   Writes larger than the backend's value limit ([`DEFAULT_MAX_VALUE_BYTES`],
+//!   [`KeyedStateBackend::set_max_value_bytes`]) are refused.
+//! - [`error`]: [`StateError`], the state layer's errors.
 //! - [`handles`]: the typed state handles operators use — [`ValueState`], [`ListState`], [`MapState`],
 //!   [`ReducingState`] and [`AggregatingState`] —, each with `clear` (current key) and `clear_all` (every key of
 //!   the backend), and the TTL semantics on top of the stored bytes.
-//! - [`meta`]: the state metadata — [`StateKind`], [`StateOptions`] (TTL, namespaces: window and timer state,
+//! - [`meta`]: the state metadata — [`StateKind`], [`StateOptions`] (TTL and how a change of it rewrites values, namespaces: window and timer state,
 //!   [`KeyedStateBackend::set_current_namespace`], [`set_namespace`]), the kind record that stores them, and the
 //!   declaration checks: a name keeps its kind, namespacing and TTL on/off for good (also across snapshot and
 //!   restore).
 //! - [`layout`]: the row layout both backends share — row keys `key_group | key [| namespace]`, the list format,
-//!   the byte bounds of a key-group range.
+//!   the byte bounds of a key-group range — and the row and element visitors that walk it.
 //! - [`rocks`]: RocksDB backend: a column family per state, row key `key_group | key` (map rows
 //!   `key_group | len(key) | key | user key`), list appends through a merge operator, a write-back cache for
 //!   value rows. The module docs describe the row layout.
@@ -22,7 +22,8 @@
 //! - [`migrate`]: rewriting a restored state's stored values when its serializer needs a migration or its TTL was
 //!   turned on or off ([`KeyedStateBackend::migrate_state`]; RocksDB through sorted SST files and ingestion).
 //! - [`heap`]: in-memory backend with the same behaviour, for small state and tests.
-//! - [`rescale`]: [`open_keyed_backend_from`] restores one backend from several snapshots ([`RestoreSource`], in
+//! - [`rescale`]: [`open_keyed_backend`] opens a backend, fresh or from its own snapshot, and
+//!   [`open_keyed_backend_from`] restores one backend from several snapshots ([`RestoreSource`], in
 //!   any [`SnapshotFormat`]), clipped to its key-group range — RocksDB by importing the native snapshots' SST
 //!   files whole (`import.rs`, RocksDB's column-family import through its C API) and cutting the rest with range
 //!   deletes, other formats through SST ingestion — as a subtask does when a job rescales.
@@ -51,6 +52,7 @@ extern crate self as weir_state;
 pub mod cache;
 pub mod canonical;
 pub mod codec;
+pub mod error;
 pub mod formats;
 pub mod handles;
 pub mod heap;
@@ -72,69 +74,12 @@ pub mod ttl;
 
 pub use canonical::write_canonical;
 pub use codec::StateCodec;
+pub use error::StateError;
 pub use formats::{Avro, Bincode, Protobuf};
-pub use keyed::{
-    open_keyed_backend, set_namespace, AggregateFunction, AggregatingState, KeyedStateBackend, ListState,
-    LocalSnapshot, MapState, ReducingState, StateId, StateKind, StateOptions, ValueState, DEFAULT_MAX_VALUE_BYTES,
-};
+pub use handles::{set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState};
+pub use keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
 pub use meta::StateSummary;
+pub use meta::{StateKind, StateOptions};
 pub use operator::OperatorStateStore;
-pub use rescale::{open_keyed_backend_from, RestoreSource, SnapshotFormat};
+pub use rescale::{open_keyed_backend, open_keyed_backend_from, RestoreSource, SnapshotFormat};
 pub use ttl::{Clock, ManualClock, StateTtlConfig, SystemClock, TtlUpdateType, TtlVisibility};
-
-/// Errors of the state layer.
-#[derive(Debug, thiserror::Error)]
-pub enum StateError {
-    /// RocksDB reported an error.
-    #[error("rocksdb: {0}")]
-    Rocks(#[from] rocksdb::Error),
-    /// Local file I/O failed.
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The object store failed.
-    #[error(transparent)]
-    Store(#[from] weir_common::store::StoreError),
-    /// Stored bytes could not be decoded.
-    #[error("corrupt state: {0}")]
-    Corrupt(String),
-    /// A stored value of a state does not decode as the type the operator reads it as: the state's type changed
-    /// since the value was written.
-    #[error(
-        "state {state:?}: a stored value does not decode as {type_name} ({detail}); the state's type changed since \
-         it was written. Give the operator's kind a state signature (weir_taskmanager::registry::signed) so that \
-         `weir savepoint check` and submissions catch the change before deploying, or drop the state on restore \
-         (the operator's drop_state_on_change: true, or --allow-non-restored-state)"
-    )]
-    Decode {
-        /// State name.
-        state: String,
-        /// The type it was read as.
-        type_name: &'static str,
-        /// What the codec said.
-        detail: String,
-    },
-    /// A snapshot cannot be restored into the backend asked for (a native RocksDB snapshot into the heap).
-    #[error("cannot restore: {0}")]
-    Restore(String),
-    /// A state was declared twice with different kinds, or used wrongly.
-    #[error("state {name:?}: {message}")]
-    Declaration {
-        /// State name.
-        name: String,
-        /// What is wrong.
-        message: String,
-    },
-}
-
-impl StateError {
-    /// Wraps an I/O error with what was being done.
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        StateError::Io { context: context.into(), source }
-    }
-}

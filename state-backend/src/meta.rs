@@ -10,11 +10,24 @@
 //! update-type byte and the visibility byte (11 bytes in all). RocksDB stores it in the default
 //! column family (row `weir.kind.<name>`); heap snapshots store it after the state's name.
 
-use crate::migrate::TtlChange;
 use crate::ttl::{StateTtlConfig, TtlUpdateType, TtlVisibility};
 use crate::StateError;
 use std::io::Read;
 use std::time::Duration;
+
+/// What happens to the TTL timestamp in front of each stored value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TtlChange {
+    /// Kept as it is (TTL on before and after) or absent (off before and after).
+    Keep {
+        /// Whether values carry a timestamp.
+        stamped: bool,
+    },
+    /// TTL turned on: every value is stamped with this time (ms).
+    TurnOn(u64),
+    /// TTL turned off: timestamps are stripped.
+    TurnOff,
+}
 
 /// What a state holds per key; declared when the state is registered and fixed for the state's lifetime
 /// (it is stored with the state, so it is checked again after a restore).

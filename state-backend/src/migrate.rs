@@ -8,27 +8,13 @@
 //! key order, into sorted SST files and ingests them (no put per value); the heap rewrites its rows in place.
 
 use crate::layout::{decode_list, encode_list_element};
-use crate::meta::StateKind;
+use crate::meta::{StateKind, TtlChange};
 use crate::ttl::split_ts;
 use crate::StateError;
 
 /// Rewrites one stored value (without its TTL timestamp) from the old serializer's bytes to the new one's,
 /// appending to the output.
 pub type ValueMigration<'a> = dyn FnMut(&[u8], &mut Vec<u8>) -> Result<(), StateError> + 'a;
-
-/// What happens to the TTL timestamp in front of each stored value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TtlChange {
-    /// Kept as it is (TTL on before and after) or absent (off before and after).
-    Keep {
-        /// Whether values carry a timestamp.
-        stamped: bool,
-    },
-    /// TTL turned on: every value is stamped with this time (ms).
-    TurnOn(u64),
-    /// TTL turned off: timestamps are stripped.
-    TurnOff,
-}
 
 /// How each row of one state is rewritten.
 pub(crate) struct RowRewrite<'a, 'f> {

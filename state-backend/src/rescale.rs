@@ -148,6 +148,29 @@ fn keep(source: &RestoreSource, range: KeyGroupRange) -> Option<KeyGroupRange> {
     (source.key_group_range != range).then_some(range)
 }
 
+/// Opens a keyed backend in `work_dir`, restoring from a downloaded snapshot directory if given (one snapshot of
+/// exactly `range`, in the backend's native format or canonical; the directory is consumed — a RocksDB snapshot
+/// is moved into place, not copied). `rocks` tunes the RocksDB backend; its `clock`, if set, is the TTL clock of
+/// either backend. [`open_keyed_backend_from`] restores from several snapshots of other ranges.
+pub fn open_keyed_backend(
+    kind: StateBackendKind,
+    work_dir: &Path,
+    max_parallelism: u32,
+    range: KeyGroupRange,
+    restore_dir: Option<&Path>,
+    rocks: &RocksOptions,
+) -> Result<Box<dyn KeyedStateBackend>, StateError> {
+    let sources = restore_dir
+        .map(|dir| RestoreSource {
+            dir: dir.to_path_buf(),
+            format: SnapshotFormat::detect(dir).unwrap_or(SnapshotFormat::native(kind)),
+            key_group_range: range,
+        })
+        .into_iter()
+        .collect();
+    open_keyed_backend_from(kind, work_dir, max_parallelism, range, sources, rocks)
+}
+
 /// Opens a keyed backend in `work_dir` owning key groups `range`, restored from `sources` (every snapshot whose
 /// range overlaps `range`; others are skipped): it holds exactly their rows whose key group lies in `range`.
 /// `rocks` tunes the RocksDB backend; its `clock`, if set, is the TTL clock of either backend. See the module
@@ -466,7 +489,7 @@ mod tests {
     use crate::handles::{
         set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
     };
-    use crate::keyed::{open_keyed_backend, LocalSnapshot, StoredContent};
+    use crate::keyed::{LocalSnapshot, StoredContent};
     use crate::layout::row_key_group;
     use crate::meta::StateOptions;
     use crate::ttl::{ManualClock, StateTtlConfig};

@@ -36,7 +36,7 @@
 //!
 //! [`RocksDbBackend::open`] moves one snapshot into place (a rename, no copy) and ingests the SSTs its
 //! [`crate::ingest::INGEST_MANIFEST`] names. Restoring from several snapshots, clipped to a key-group range, is
-//! [`crate::rescale`]: the largest native snapshot opened this way, cut with range deletes, the others merged
+//! `rescale.rs`: the largest native snapshot opened this way, cut with range deletes, the others merged
 //! through SST ingestion (`clip`, `adopt_state`, `scan` and `ingest_state_file` here).
 //!
 //! ## TTL compaction filter
@@ -55,13 +55,15 @@
 use crate::cache::{Cached, RowCache};
 use crate::import::{self, SstFile};
 use crate::ingest::{self, Background};
-use crate::keyed::{ElementVisitor, KeyedStateBackend, LocalSnapshot, RowVisitor, StateId, DEFAULT_MAX_VALUE_BYTES};
+use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
 use crate::layout::{decode_list, outside_bounds, prefix_successor, RowKeyBuilder};
+use crate::layout::{ElementVisitor, RowVisitor};
+use crate::meta::TtlChange;
 use crate::meta::{
     check_redeclaration, decode_kind_record, encode_kind_record, rocks_kind_row, too_large, ttl_change, wrong_kind,
     KindRecord, StateKind, StateOptions, ROCKS_KIND_ROW_PREFIX,
 };
-use crate::migrate::{RowRewrite, TtlChange, ValueMigration};
+use crate::migrate::{RowRewrite, ValueMigration};
 use crate::ttl::{
     list_all_expired, row_expired, Clock, SharedClock, StateTtlConfig, DEFAULT_PERIODIC_COMPACTION_SECS,
     FILTER_CLOCK_REFRESH_ROWS,
@@ -1276,7 +1278,8 @@ impl Drop for RocksDbBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keyed::{StateKind, ValueState};
+    use crate::handles::ValueState;
+    use crate::meta::StateKind;
 
     /// Every value of state "v" through `for_each_value` (which settles the background half first).
     fn all_values(b: &mut RocksDbBackend, id: StateId) -> std::collections::BTreeMap<u64, u64> {
@@ -1450,7 +1453,7 @@ mod tests {
 
     #[test]
     fn clear_all_deletes_only_the_backends_key_groups() {
-        use crate::keyed::{ListState, MapState};
+        use crate::handles::{ListState, MapState};
         use weir_common::keygroup::key_group_for_key;
         for m in [128u32, 32768] {
             let tmp = tempfile::tempdir().unwrap();
@@ -1508,7 +1511,7 @@ mod tests {
 
     #[test]
     fn ttl_compaction_filter_drops_expired_rows() {
-        use crate::keyed::{ListState, MapState};
+        use crate::handles::{ListState, MapState};
         use crate::ttl::{ManualClock, StateTtlConfig};
         use std::time::Duration;
         fn rows(b: &RocksDbBackend, name: &str) -> usize {

@@ -101,7 +101,8 @@ pub async fn download_keyed(store: &Store, handle: &KeyedStateHandle, local_dir:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keyed::{open_keyed_backend, ValueState};
+    use crate::handles::ValueState;
+    use crate::rescale::open_keyed_backend;
     use weir_common::keygroup::KeyGroupRange;
     use weir_common::spec::StateBackendKind;
     use weir_common::store::StoreOptions;

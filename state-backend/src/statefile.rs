@@ -8,7 +8,7 @@
 //! corrupt before anything is allocated for it. The writer patches counts in place once they are known, so a
 //! state's rows can be streamed without counting them first.
 
-use crate::keyed::RowVisitor;
+use crate::layout::RowVisitor;
 use crate::meta::{read_kind_record, KindRecord, StateKind};
 use crate::StateError;
 use std::fs::File;

@@ -1,10 +1,11 @@
 //! One test suite run against both keyed backends: every scenario takes a backend factory and is called for
 //! RocksDB (with a tiny write-back cache, so flushes happen mid-test) and for the heap.
 
-use crate::keyed::{
-    set_namespace, AggregateFunction, AggregatingState, KeyedStateBackend, ListState, MapState, ReducingState,
-    StateKind, StateOptions, ValueState,
+use crate::handles::{
+    set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
 };
+use crate::keyed::KeyedStateBackend;
+use crate::meta::{StateKind, StateOptions};
 use crate::rocks::RocksOptions;
 use crate::ttl::ManualClock;
 use crate::{open_keyed_backend, StateError};

@@ -37,7 +37,7 @@
 //!
 //! ## Stored config
 //!
-//! The TTL config is stored with the state's kind, in its kind record ([`crate::meta`]: RocksDB kind row, heap
+//! The TTL config is stored with the state's kind, in its kind record (`meta.rs`: RocksDB kind row, heap
 //! snapshot kind byte); a state without TTL keeps its one-byte record. Registering a state with another TTL
 //! config than it was registered with in this backend is a declaration error; after a restore, turning TTL on
 //! or off is refused (as in Flink before 2.x) while the duration, update type and visibility may change (the

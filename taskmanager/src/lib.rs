@@ -7,7 +7,9 @@
 //! - [`task`]: one subtask's thread: the run loop, setup and restore, snapshot upload, output edges and
 //!   chaining, barrier alignment.
 //! - [`net`]: the data plane: framing, the data server, input and output channels with credit-based flow control.
-//! - [`control`]: the gRPC service the job manager calls, registration, heartbeats and reports.
+//! - [`control`]: the gRPC service the job manager calls, registration and heartbeats.
+//! - [`report`]: the ordered reports of task states and checkpoint acknowledgements to the job manager,
+//!   below the tasks that send them.
 //! - [`process`]: config and the whole process, used by the `weir-taskmanager` binary.
 
 pub mod api;
@@ -15,6 +17,7 @@ pub mod builtins;
 pub mod control;
 pub mod net;
 pub mod process;
+pub mod report;
 pub mod task;
 
 pub(crate) use weir_common::now_ms;

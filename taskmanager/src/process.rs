@@ -15,11 +15,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_common::cluster::JmLink;
+use weir_common::security::SecurityFlags;
 use weir_common::store::StoreOptions;
 
 /// Task-manager configuration.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct TmConfig {
     /// Job manager addresses, comma-separated (HA: any of them leads to the leader).
     pub jobmanager: String,
@@ -49,14 +50,10 @@ pub struct TmConfig {
     pub rocksdb_block_cache_mb: u64,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); empty = no metrics.
     pub metrics_bind: String,
-    /// This member's TLS certificate (PEM); with `tls_key` and `tls_ca`, TLS on gRPC and the data plane.
-    pub tls_cert: Option<PathBuf>,
-    /// The certificate's private key (PEM).
-    pub tls_key: Option<PathBuf>,
-    /// The CA that signs every member's certificate (PEM).
-    pub tls_ca: Option<PathBuf>,
-    /// File holding the shared cluster secret members authenticate with when TLS is off.
-    pub cluster_secret_file: Option<PathBuf>,
+    /// TLS (all three files: TLS on gRPC and the data plane) and the cluster secret members authenticate with
+    /// when TLS is off.
+    #[serde(flatten)]
+    pub security: SecurityFlags,
 }
 
 impl Default for TmConfig {
@@ -76,14 +73,12 @@ impl Default for TmConfig {
             rocksdb_write_buffer_mb: 8,
             rocksdb_block_cache_mb: 16,
             metrics_bind: String::new(),
-            tls_cert: None,
-            tls_key: None,
-            tls_ca: None,
-            cluster_secret_file: None,
+            security: SecurityFlags::default(),
         }
     }
 }
 
+/// Every key of [`TmConfig`] but the security flags' ([`SecurityFlags::KEYS`]).
 const KEYS: &[&str] = &[
     "jobmanager",
     "bind",
@@ -99,10 +94,6 @@ const KEYS: &[&str] = &[
     "rocksdb_write_buffer_mb",
     "rocksdb_block_cache_mb",
     "metrics_bind",
-    "tls_cert",
-    "tls_key",
-    "tls_ca",
-    "cluster_secret_file",
 ];
 
 /// Command-line flags of `weir-taskmanager`; each overrides the config file and environment.
@@ -170,27 +161,16 @@ pub struct Flags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_bind: Option<String>,
-    /// This member's TLS certificate (PEM); with --tls-key and --tls-ca turns TLS on (gRPC and data plane).
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_cert: Option<PathBuf>,
-    /// The private key of --tls-cert (PEM).
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_key: Option<PathBuf>,
-    /// The CA that signs every member's certificate (PEM).
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_ca: Option<PathBuf>,
-    /// File with the shared secret members present when TLS is off.
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster_secret_file: Option<PathBuf>,
+    /// TLS and the cluster secret.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub security: SecurityFlags,
 }
 
 /// Loads and checks the configuration.
 pub fn load_config(flags: &Flags) -> anyhow::Result<TmConfig> {
-    let cfg: TmConfig = weir_common::config::load(flags.config.as_deref(), KEYS, flags)?;
+    let keys: Vec<&str> = KEYS.iter().chain(SecurityFlags::KEYS).copied().collect();
+    let cfg: TmConfig = weir_common::config::load(flags.config.as_deref(), &keys, flags)?;
     if cfg.slots == 0 {
         anyhow::bail!("invalid configuration: slots must be at least 1");
     }
@@ -211,12 +191,7 @@ pub fn load_config(flags: &Flags) -> anyhow::Result<TmConfig> {
 
 /// The TLS files and cluster secret of this task manager, read and checked.
 pub fn security(cfg: &TmConfig) -> anyhow::Result<weir_common::security::Security> {
-    Ok(weir_common::security::Security::member(
-        cfg.tls_cert.as_deref(),
-        cfg.tls_key.as_deref(),
-        cfg.tls_ca.as_deref(),
-        cfg.cluster_secret_file.as_deref(),
-    )?)
+    Ok(cfg.security.member()?)
 }
 
 fn advertised(addr: SocketAddr, host: &str) -> String {

@@ -7,7 +7,7 @@ use crate::api::service::JobManagerService;
 use crate::cluster::client::MAX_MESSAGE_BYTES;
 use crate::config::JobManagerConfig;
 use crate::error::JobManagerError;
-use crate::ha::leader::Gate;
+use crate::leader::Gate;
 use crate::manager::JobManager;
 use std::future::Future;
 use std::time::Duration;

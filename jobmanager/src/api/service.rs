@@ -1,7 +1,7 @@
 //! The gRPC services: `ClientApi` for the CLI and `JobManagerInternal` for task managers. Handlers only
 //! translate between protobuf and [`JobManager`] calls.
 
-use crate::ha::leader::Gate;
+use crate::leader::Gate;
 use crate::manager::{JobManager, TaskAddress};
 use tonic::{Request, Response, Status};
 use tracing::warn;
@@ -13,7 +13,7 @@ use weir_proto::job_manager_internal_server::JobManagerInternal;
 
 /// Failpoint `name` as the error a lost request would be.
 async fn fault(name: &str) -> Result<(), Status> {
-    weir_common::fault::hit(name).await.map_err(Status::unavailable)
+    weir_common::fault::hit(name).await.map_err(|f| Status::unavailable(f.to_string()))
 }
 
 /// Implements both gRPC services on top of a [`JobManager`]: the one this process runs while it leads; a

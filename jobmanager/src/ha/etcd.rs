@@ -9,7 +9,7 @@
 //!   **epoch**: it grows with every new leader, and every JM → TM message carries it.
 //! - `cluster`: the checkpoint store URL the cluster was created with (a job manager configured with another
 //!   store refuses to start: its jobs' checkpoints would not be where its records say).
-//! - `jobs/<job-id>`: one job record (see [`crate::job_store`]); written only in a transaction conditioned on
+//! - `jobs/<job-id>`: one job record (see `job::store`); written only in a transaction conditioned on
 //!   the writer still holding `leader` at its epoch, and on the record's own revision (compare-and-swap).
 //!
 //! A leader declares itself deposed when its lease could have expired: no successful keep-alive for two
@@ -179,13 +179,22 @@ impl Etcd {
 }
 
 /// Whether a call failed before anything was sent: no connection to the member it was routed to.
+/// Whether a call failed before reaching etcd: its connection could not be made (refused, unreachable).
 fn not_connected(e: &etcd_client::Error) -> bool {
-    let text = match e {
-        etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::Unavailable => format!("{s:?}"),
-        etcd_client::Error::TransportError(t) => format!("{t:?}"),
+    let first: &(dyn std::error::Error + 'static) = match e {
+        etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::Unavailable => s,
+        etcd_client::Error::TransportError(t) => t,
         _ => return false,
     };
-    text.contains("ConnectError") || text.contains("tcp connect error")
+    std::iter::successors(Some(first), |e| e.source()).any(|e| {
+        e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            use std::io::ErrorKind::*;
+            matches!(
+                io.kind(),
+                ConnectionRefused | NotConnected | AddrNotAvailable | HostUnreachable | NetworkUnreachable
+            )
+        })
+    })
 }
 
 fn first_value(resp: &etcd_client::TxnResponse) -> Option<String> {
@@ -412,5 +421,49 @@ pub(crate) mod test_etcd {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_etcd::TestEtcd;
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_to_a_member_that_is_gone_is_known_as_never_sent() {
+        let etcd = TestEtcd::start();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let client = loop {
+            if let Ok(Ok(mut c)) =
+                tokio::time::timeout(Duration::from_secs(2), Client::connect([etcd.url.as_str()], None)).await
+            {
+                if c.status().await.is_ok() {
+                    break c;
+                }
+            }
+            assert!(Instant::now() < deadline, "etcd did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        drop(etcd);
+        // The first call may still meet the dying connection; once it is gone, every reconnect is refused.
+        let mut last = None;
+        for _ in 0..20 {
+            match tokio::time::timeout(Duration::from_secs(2), client.clone().get("k", None)).await {
+                Ok(Err(e)) if not_connected(&e) => return,
+                Ok(Err(e)) => last = Some(format!("{e:?}")),
+                Ok(Ok(_)) => panic!("etcd answered after it was stopped"),
+                Err(_) => last = Some("no answer".into()),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no call was recognised as not connected; the last error: {last:?}");
+    }
+
+    #[test]
+    fn an_error_etcd_answered_with_is_not_a_connection_failure() {
+        let answered = etcd_client::Error::GRpcStatus(tonic::Status::failed_precondition("compare failed"));
+        assert!(!not_connected(&answered));
+        let unavailable = etcd_client::Error::GRpcStatus(tonic::Status::unavailable("leader changed"));
+        assert!(!not_connected(&unavailable), "etcd's own UNAVAILABLE reached it: the call may have been applied");
     }
 }

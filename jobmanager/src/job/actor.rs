@@ -14,8 +14,11 @@ use crate::checkpoint::store::{
 };
 use crate::cluster::client::{is_connection_error, TmClient};
 use crate::cluster::registry::SlotTarget;
-use crate::context::Shared;
 use crate::error::JobRequestError;
+use crate::job::context::Shared;
+use crate::job::deploy::{
+    after_deploy_failure, after_restore_error, deploy_order, restore_notes, AfterDeployFailure, AfterRestoreError,
+};
 use crate::job::descriptors::{build_descriptors, DeployPlan, RestorePlan};
 use crate::job::lifecycle::{transition, JobState, RestartDecision};
 use crate::job::mailbox::{JobEvent, JobHandle, JobView, SavepointRequest};
@@ -30,7 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 use weir_common::checkpoint::{paths, CheckpointMetadata, SavepointTarget, TaskSnapshot};
 use weir_common::descriptor::ExecutionGraph;
-use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
+use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex};
 use weir_common::now_ms;
 use weir_common::spec::ResolvedJob;
 use weir_proto as pb;
@@ -525,15 +528,15 @@ impl JobActor {
 
         let restore = match self.restore_source().await {
             Ok(r) => r,
-            Err(e @ RestoreError::Unavailable { .. }) => {
-                self.shared.registry.lock().release(&job_id);
-                warn!(job_id = %job_id, error = %e, "cannot read the checkpoint to restore from; retrying");
-                self.restart_at_ms = now + STORE_RETRY_MS;
-                return;
-            }
             Err(e) => {
                 self.shared.registry.lock().release(&job_id);
-                self.fail_job(e.to_string()).await;
+                match after_restore_error(&e) {
+                    AfterRestoreError::RetrySoon => {
+                        warn!(job_id = %job_id, error = %e, "cannot read the checkpoint to restore from; retrying");
+                        self.restart_at_ms = now + STORE_RETRY_MS;
+                    }
+                    AfterRestoreError::Fail(reason) => self.fail_job(reason).await,
+                }
                 return;
             }
         };
@@ -541,35 +544,20 @@ impl JobActor {
             Some((r, root, own)) => (Some(r), root, own),
             None => (None, String::new(), false),
         };
-        if let Some(r) = restore.as_ref().filter(|r| !r.skipped.is_empty()) {
-            // Kept for the job's life (a later restore of the same checkpoint no longer skips anything): a user
-            // must be able to see that input was processed again from an older checkpoint than the newest.
-            let skipped: Vec<String> = r.skipped.iter().map(|(id, why)| format!("checkpoint {id}: {why}")).collect();
-            self.record.fallback = format!(
-                "fell back to checkpoint {} past newer ones that cannot be read ({})",
-                r.checkpoint.id,
-                skipped.join("; ")
-            );
+        let notes = restore_notes(
+            restore.as_ref().map(|r| (r.checkpoint.id, r.skipped.as_slice())),
+            own_files,
+            self.record.initial.as_ref(),
+        );
+        if let Some(fallback) = notes.fallback {
+            self.record.fallback = fallback;
         }
-        self.record.restored_from = match (&restore, own_files) {
-            (Some(r), true) => format!("checkpoint {}", r.checkpoint.id),
-            (Some(r), false) => format!(
-                "savepoint {} (checkpoint {}, {})",
-                self.record.initial.as_ref().map(|i| i.url.as_str()).unwrap_or_default(),
-                r.checkpoint.id,
-                self.record.initial.as_ref().map(|i| i.mode.as_str()).unwrap_or_default()
-            ),
-            (None, _) => String::new(),
-        };
-        if let Some(r) = &restore {
-            if !r.skipped.is_empty() {
-                // Unreadable checkpoints can never be restored: stop retaining them.
-                let skipped: Vec<CheckpointId> = r.skipped.iter().map(|(id, _)| *id).collect();
-                warn!(job_id = %job_id, restore_checkpoint = r.checkpoint.id.0,
-                    dropped = ?skipped.iter().map(|c| c.0).collect::<Vec<_>>(), "restoring from an older checkpoint; dropping the unreadable newer ones");
-                self.record.retained.retain(|c| !skipped.contains(&c.id));
-                self.spawn_cleanup(skipped, Vec::new());
-            }
+        self.record.restored_from = notes.restored_from;
+        if !notes.unreadable.is_empty() {
+            warn!(job_id = %job_id, restore_checkpoint = restore.as_ref().map(|r| r.checkpoint.id.0),
+                dropped = ?notes.unreadable.iter().map(|c| c.0).collect::<Vec<_>>(), "restoring from an older checkpoint; dropping the unreadable newer ones");
+            self.record.retained.retain(|c| !notes.unreadable.contains(&c.id));
+            self.spawn_cleanup(notes.unreadable, Vec::new());
         }
 
         let attempt = AttemptNumber(self.record.attempt.0 + 1);
@@ -617,9 +605,7 @@ impl JobActor {
         info!(job_id = %job_id, attempt = attempt.0, restore_checkpoint = restore_id.map(|c| c.0),
             slots = ?placement, tasks = descriptors.len(), "deploying job");
 
-        // Consumers before producers.
-        let order: Vec<VertexId> = self.graph.vertices.iter().rev().map(|v| v.id).collect();
-        for vertex in order {
+        for vertex in deploy_order(&self.graph) {
             let calls = descriptors.iter().filter(|d| d.vertex == vertex).map(|d| {
                 let slot = slots[d.subtask.0 as usize].clone();
                 let key = (d.vertex, d.subtask);
@@ -642,9 +628,7 @@ impl JobActor {
             });
             let results = join_all(calls).await;
             if let Some(failure) = self.rpc_failures(results, "deployment") {
-                if failure.connection_lost {
-                    // The attempt never ran: a task manager that died before its loss was noticed is now
-                    // marked lost, so deploy again at once on the others, without spending a restart.
+                if after_deploy_failure(failure.connection_lost) == AfterDeployFailure::RedeployNow {
                     warn!(job_id = %job_id, attempt = attempt.0, cause = %failure.cause,
                         "deployment hit a lost task manager; deploying again without it");
                     self.abort_pending(&format!("deployment failed: {}", failure.cause));
@@ -1011,7 +995,7 @@ impl JobActor {
         let dispose_claimed = next.release_initial();
         let recorded = match weir_common::fault::hit("checkpoint-after-metadata").await {
             Ok(()) => self.persist_record(&next).await,
-            Err(e) => Err(e),
+            Err(f) => Err(f.to_string()),
         };
         if let Err(e) = recorded {
             // Not recorded, so not complete: its directory (with the `_metadata` just written) is deleted again.
@@ -1184,7 +1168,9 @@ impl JobActor {
             let req = req.clone();
             async move {
                 // Tests hold a notification back here to deliver it after this job manager lost leadership.
-                weir_common::fault::hit("jm-send-notify").await.map_err(tonic::Status::unavailable)?;
+                weir_common::fault::hit("jm-send-notify")
+                    .await
+                    .map_err(|f| tonic::Status::unavailable(f.to_string()))?;
                 c.notify_checkpoint(req).await.map(|_| ())
             }
         });

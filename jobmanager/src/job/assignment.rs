@@ -190,23 +190,10 @@ pub fn assign(
     Ok(out)
 }
 
-/// Bytes of union state every new subtask would read, times the new parallelism: what a restore at
-/// `new_parallelism` costs the task managers in total.
-pub fn union_fanout_bytes(stored: &OperatorCheckpoint, new_parallelism: u32) -> u64 {
-    let union: u64 = stored
-        .subtasks
-        .iter()
-        .filter_map(|s| s.operator_state.as_ref())
-        .flat_map(|h| h.states.iter())
-        .filter(|m| m.mode == DistributionMode::Union)
-        .map(|m| m.bytes)
-        .sum();
-    union.saturating_mul(new_parallelism as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::savepoint::union_fanout_bytes;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
     use weir_common::checkpoint::{KeyedStateHandle, OperatorStateHandle, OperatorSubtaskState};

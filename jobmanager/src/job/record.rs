@@ -1,6 +1,6 @@
 //! The job record: everything the job manager persists about one job (spec, lifecycle state, attempt, the
 //! checkpoint id counter, the retained checkpoints, a bounded history, the savepoint it started from), and the
-//! job as the client API shows it. [`crate::job_store`] writes and reads it.
+//! job as the client API shows it. `job::store` writes and reads it.
 
 use crate::checkpoint::coordinator::{CheckpointHistoryEntry, CheckpointStatus, RetainedCheckpoint, HISTORY_LIMIT};
 use crate::job::lifecycle::{JobState, RestartHistory};

@@ -28,7 +28,44 @@ pub enum Instance {
     Operator(Box<dyn Operator>),
 }
 
-type Factory = Arc<dyn Fn(&BTreeMap<String, String>) -> Result<Instance, String> + Send + Sync>;
+/// Why a kind's factory refused the config it was given; the message names the field and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidConfig(pub String);
+
+impl From<String> for InvalidConfig {
+    fn from(message: String) -> Self {
+        InvalidConfig(message)
+    }
+}
+
+impl From<&str> for InvalidConfig {
+    fn from(message: &str) -> Self {
+        InvalidConfig(message.to_string())
+    }
+}
+
+impl From<weir_common::builtin::ConfigFieldError> for InvalidConfig {
+    fn from(e: weir_common::builtin::ConfigFieldError) -> Self {
+        InvalidConfig(e.to_string())
+    }
+}
+
+/// Why no instance of a kind could be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// No kind of that name is registered.
+    #[error("unknown operator kind {0:?}")]
+    UnknownKind(String),
+    /// The kind's factory refused the config.
+    #[error(transparent)]
+    Config(#[from] InvalidConfig),
+    /// The factory built a source for an operator kind, or the other way round.
+    #[error("kind {0:?} built an instance that does not match its declared role")]
+    RoleMismatch(String),
+}
+
+type Factory = Arc<dyn Fn(&BTreeMap<String, String>) -> Result<Instance, InvalidConfig> + Send + Sync>;
 
 /// Kind name → description and factory.
 #[derive(Clone, Default)]
@@ -46,18 +83,18 @@ impl Registry {
     pub fn register(
         &mut self,
         info: KindInfo,
-        build: impl Fn(&BTreeMap<String, String>) -> Result<Instance, String> + Send + Sync + 'static,
+        build: impl Fn(&BTreeMap<String, String>) -> Result<Instance, InvalidConfig> + Send + Sync + 'static,
     ) {
         self.kinds.insert(info.kind.clone(), (info, Arc::new(build)));
     }
 
     /// Builds an instance of `kind`.
-    pub fn build(&self, kind: &str, config: &BTreeMap<String, String>) -> Result<Instance, String> {
-        let (info, f) = self.kinds.get(kind).ok_or_else(|| format!("unknown operator kind {kind:?}"))?;
+    pub fn build(&self, kind: &str, config: &BTreeMap<String, String>) -> Result<Instance, BuildError> {
+        let (info, f) = self.kinds.get(kind).ok_or_else(|| BuildError::UnknownKind(kind.to_string()))?;
         let inst = f(config)?;
         match (&inst, info.role) {
             (Instance::Source(_), Role::Source) | (Instance::Operator(_), Role::Operator | Role::Sink) => Ok(inst),
-            _ => Err(format!("kind {kind:?} built an instance that does not match its declared role")),
+            _ => Err(BuildError::RoleMismatch(kind.to_string())),
         }
     }
 

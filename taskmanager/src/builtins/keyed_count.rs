@@ -173,6 +173,7 @@ mod tests {
         assert!(r.build("keyed-count", &config).is_ok());
         let config: BTreeMap<String, String> = [("emit".to_string(), "later".to_string())].into();
         let err = r.build("keyed-count", &config).err().expect("unknown emit refused");
+        let err = err.to_string();
         assert!(err.contains("emit") && err.contains("later"), "{err}");
     }
 }

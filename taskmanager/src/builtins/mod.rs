@@ -46,15 +46,15 @@ pub fn register_all(r: &mut Registry) {
         };
         match info.kind.as_str() {
             "datagen" => r.register(info, |c| {
-                let cfg = DatagenConfig::from_map(c).map_err(|e| e.to_string())?;
+                let cfg = DatagenConfig::from_map(c)?;
                 Ok(Instance::Source(Box::new(Datagen::new(cfg))))
             }),
             "keyed-count" => r.register(info, |c| {
-                let cfg = KeyedCountConfig::from_map(c).map_err(|e| e.to_string())?;
+                let cfg = KeyedCountConfig::from_map(c)?;
                 Ok(Instance::Operator(Box::new(KeyedCount::new(cfg))))
             }),
             "file-sink" => r.register(info, |c| {
-                let cfg = FileSinkConfig::from_map(c).map_err(|e| e.to_string())?;
+                let cfg = FileSinkConfig::from_map(c)?;
                 Ok(Instance::Operator(Box::new(FileSink::new(cfg))))
             }),
             "blackhole" => r.register(info, |_| Ok(Instance::Operator(Box::new(Blackhole::default())))),

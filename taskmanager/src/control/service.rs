@@ -2,8 +2,8 @@
 //! registration and heartbeat loop with the job manager, and shutdown.
 
 use crate::api::registry::Registry;
-use crate::control::report::Reporter;
 use crate::net::DataServer;
+use crate::report::Reporter;
 use crate::task::{self, TaskEnv, TaskEvent, TaskHandle};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -327,7 +327,7 @@ impl TaskManager {
 
 /// Failpoint `name` as the error a lost request would be.
 async fn fault(name: &str) -> Result<(), Status> {
-    weir_common::fault::hit(name).await.map_err(Status::unavailable)
+    weir_common::fault::hit(name).await.map_err(|f| Status::unavailable(f.to_string()))
 }
 
 /// The gRPC face of a [`TaskManager`].

@@ -19,11 +19,11 @@ use crate::api::operator::{
 };
 use crate::api::record::{decode_batch, encode_record, Record, MAX_BATCH_RECORDS};
 use crate::api::registry::{Instance, Registry};
-use crate::control::report::{Report, Reporter};
 use crate::net::{
     begin_batch, encode_frame, finish_batch, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels,
     Liveness, OutputChannel,
 };
+use crate::report::{Report, Reporter};
 use crate::task::align::{Alignment, BarrierAligner, BarrierOutcome, Deferred};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

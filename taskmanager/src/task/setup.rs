@@ -2,6 +2,8 @@
 //! connecting its input and output channels.
 
 use super::*;
+use std::path::Path;
+use weir_common::descriptor::SubtaskRestore;
 
 impl Task {
     pub(super) fn setup(
@@ -19,17 +21,17 @@ impl Task {
             .map_err(|e| TaskError::Other(format!("cannot create {}: {e}", work_dir.display())))?;
         let store = Store::open(&desc.checkpoint_root, &env.store_options)?;
         let rt = env.runtime.clone();
-        let restored_at_end = desc.restore.as_ref().is_some_and(|r| r.operators.values().any(|s| s.end_of_input));
+        let plan = plan_setup(&desc, &work_dir, |kind| env.registry.info(kind).is_some_and(|k| k.keyed));
         // Restored state is read from where the job manager says (a savepoint lives in its own directory).
-        let restore_store = match &desc.restore {
-            Some(r) if r.root == desc.checkpoint_root => Some(store.clone()),
-            Some(r) => Some(Store::open_existing(&r.root, &env.store_options)?),
-            None => None,
+        let restore_store = match &plan.source {
+            RestoreSource::Nothing => None,
+            RestoreSource::Checkpoints => Some(store.clone()),
+            RestoreSource::Elsewhere(root) => Some(Store::open_existing(root, &env.store_options)?),
         };
 
         let mut incremental = Incremental::default();
-        let mut ops = Vec::with_capacity(desc.operators.len());
-        for od in &desc.operators {
+        let mut ops = Vec::with_capacity(plan.operators.len());
+        for (od, op) in desc.operators.iter().zip(&plan.operators) {
             let info = RuntimeInfo {
                 uid: od.uid.clone(),
                 job_id: desc.job_id.0.clone(),
@@ -39,74 +41,63 @@ impl Task {
                 max_parallelism: desc.max_parallelism,
                 key_group_range: desc.key_group_range,
             };
-            let keyed_kind = env.registry.info(&od.kind).is_some_and(|k| k.keyed);
             let head = match env.registry.build(&od.kind, &od.config) {
                 Ok(Instance::Source(s)) => Head::Source(s),
                 Ok(Instance::Operator(o)) => Head::Operator(o),
                 Err(e) => return Err(TaskError::Other(format!("operator {:?}: {e}", od.uid))),
             };
-            let restored = desc.restore.as_ref().and_then(|r| r.operators.get(&od.uid));
-            let restore_store = restore_store.as_ref();
-            let op_state = match (restored, restore_store) {
+            let op_state = match (op.restore, restore_store.as_ref()) {
                 (Some(r), Some(store)) => {
                     unless_canceled(&rt, &mut cancel, crate::task::restore::operator_state(store, &r.operator_state))?
                 }
                 _ => OperatorStateStore::new(),
             };
-            let keyed = if keyed_kind {
-                let state_dir = work_dir.join(format!("state-{}", od.uid));
-                match (restored.filter(|r| !r.keyed.is_empty()), restore_store) {
-                    (Some(r), Some(store)) => {
-                        let download_dir = work_dir.join(format!("restore-{}", od.uid));
-                        let downloaded = unless_canceled(
-                            &rt,
-                            &mut cancel,
-                            crate::task::restore::download_keyed(store, &r.keyed, &download_dir),
-                        )?;
-                        let target = crate::task::restore::KeyedTarget {
-                            kind: desc.state_backend,
-                            range: desc.key_group_range,
-                            max_parallelism: desc.max_parallelism,
-                            state_dir: &state_dir,
-                            rocks: &env.rocks,
-                            own_files: desc.restore.as_ref().is_some_and(|r| r.own_files),
-                        };
-                        let mut restored = crate::task::restore::open_keyed(&target, downloaded)?;
-                        let _ = std::fs::remove_dir_all(&download_dir);
-                        let declared = env.registry.info(&od.kind).and_then(|k| k.signature.as_ref());
-                        crate::task::restore::migrate_keyed(
-                            &od.uid,
-                            restored.backend.as_mut(),
-                            &r.serializers,
-                            declared,
-                        )?;
-                        // The restored checkpoint completed, so its files may be referenced again.
-                        if let Some(files) = restored.reusable {
-                            incremental.confirmed.insert(od.uid.clone(), files);
-                        }
-                        Some(restored.backend)
+            let keyed = match (&op.keyed, restore_store.as_ref()) {
+                (KeyedPlan::Stateless, _) => None,
+                (KeyedPlan::Restore { from, download_dir, state_dir }, Some(store)) => {
+                    let downloaded = unless_canceled(
+                        &rt,
+                        &mut cancel,
+                        crate::task::restore::download_keyed(store, &from.keyed, download_dir),
+                    )?;
+                    let target = crate::task::restore::KeyedTarget {
+                        kind: desc.state_backend,
+                        range: desc.key_group_range,
+                        max_parallelism: desc.max_parallelism,
+                        state_dir,
+                        rocks: &env.rocks,
+                        own_files: plan.own_files,
+                    };
+                    let mut restored = crate::task::restore::open_keyed(&target, downloaded)?;
+                    let _ = std::fs::remove_dir_all(download_dir);
+                    let declared = env.registry.info(&od.kind).and_then(|k| k.signature.as_ref());
+                    crate::task::restore::migrate_keyed(
+                        &od.uid,
+                        restored.backend.as_mut(),
+                        &from.serializers,
+                        declared,
+                    )?;
+                    // The restored checkpoint completed, so its files may be referenced again.
+                    if let Some(files) = restored.reusable {
+                        incremental.confirmed.insert(od.uid.clone(), files);
                     }
-                    _ => Some(open_keyed_backend(
-                        desc.state_backend,
-                        &state_dir,
-                        desc.max_parallelism,
-                        desc.key_group_range,
-                        None,
-                        &env.rocks,
-                    )?),
+                    Some(restored.backend)
                 }
-            } else {
-                None
+                (KeyedPlan::Fresh { state_dir } | KeyedPlan::Restore { state_dir, .. }, _) => Some(open_keyed_backend(
+                    desc.state_backend,
+                    state_dir,
+                    desc.max_parallelism,
+                    desc.key_group_range,
+                    None,
+                    &env.rocks,
+                )?),
             };
             ops.push(ChainOp { info, head, keyed, op_state });
         }
-        for op in &mut ops {
-            // Per operator: one whose uid the checkpoint or savepoint lacks (new in this job) starts afresh —
-            // a source added to a job reads from its beginning — even when the rest of the job restores.
-            let restored = desc.restore.as_ref().is_some_and(|r| r.operators.contains_key(&op.info.uid));
+        for (op, planned) in ops.iter_mut().zip(&plan.operators) {
             let mut ctx = InitContext {
                 info: &op.info,
-                restored,
+                restored: planned.restore.is_some(),
                 operator_state: &mut op.op_state,
                 keyed: keyed_mut(&mut op.keyed),
             };
@@ -118,23 +109,13 @@ impl Task {
         }
 
         let mut outputs = Vec::with_capacity(desc.outputs.len());
-        for out in &desc.outputs {
-            let mut channels = Vec::with_capacity(out.targets.len());
-            for (sub, addr) in &out.targets {
-                let hs = Handshake {
-                    to: ChannelKey {
-                        job_id: desc.job_id.0.clone(),
-                        attempt: desc.attempt.0,
-                        vertex: out.to_vertex.0,
-                        subtask: sub.0,
-                    },
-                    from_vertex: desc.vertex.0,
-                    from_subtask: desc.subtask.0,
-                };
+        for (out, connections) in desc.outputs.iter().zip(&plan.outputs) {
+            let mut channels = Vec::with_capacity(connections.len());
+            for (addr, hs) in connections {
                 let connect = OutputChannel::connect(
                     env.data_server.security(),
                     addr,
-                    &hs,
+                    hs,
                     env.connect_timeout,
                     Liveness::default(),
                     cancel.clone(),
@@ -159,6 +140,8 @@ impl Task {
                 records_out: metrics::counter!("weir_records_out_total", &labels(&desc)),
             });
         }
+        let restored_at_end = plan.restored_at_end;
+        drop(plan);
 
         let (inputs, n_inputs) = match (&desc.input, incoming) {
             (Some(input), Some(incoming)) => {
@@ -200,5 +183,255 @@ impl Task {
             sync_seconds: metrics::histogram!("weir_checkpoint_sync_seconds", &labels(&desc)),
             desc,
         })
+    }
+}
+
+/// Where a task's restored state is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum RestoreSource {
+    /// Nothing is restored: every operator starts empty.
+    Nothing,
+    /// The job's own checkpoint root (a checkpoint of this job).
+    Checkpoints,
+    /// Another root: a savepoint's, or a retained checkpoint of another job.
+    Elsewhere(String),
+}
+
+/// How one operator's keyed state starts.
+#[derive(Debug, PartialEq)]
+pub(super) enum KeyedPlan<'a> {
+    /// The kind is not keyed: no keyed backend.
+    Stateless,
+    /// An empty backend in `state_dir`.
+    Fresh {
+        /// Where the backend lives.
+        state_dir: PathBuf,
+    },
+    /// Download `from`'s keyed snapshots to `download_dir`, open them in `state_dir`, migrate what changed.
+    Restore {
+        /// What the job manager assigned this subtask.
+        from: &'a SubtaskRestore,
+        /// Where the snapshots are downloaded to (deleted once opened).
+        download_dir: PathBuf,
+        /// Where the backend lives.
+        state_dir: PathBuf,
+    },
+}
+
+/// What one operator of the chain starts from.
+#[derive(Debug, PartialEq)]
+pub(super) struct OperatorPlan<'a> {
+    /// Set when the checkpoint or savepoint has the operator: its operator state is read from it, and its
+    /// `initialize_state` hears it was restored. An operator the checkpoint lacks (new in this job) starts
+    /// afresh, even when the rest of the job restores: a source added to a job reads from its beginning.
+    pub restore: Option<&'a SubtaskRestore>,
+    /// Its keyed state.
+    pub keyed: KeyedPlan<'a>,
+}
+
+/// Everything a task's setup decides before it does any I/O.
+#[derive(Debug, PartialEq)]
+pub(super) struct SetupPlan<'a> {
+    /// Where restored state comes from.
+    pub source: RestoreSource,
+    /// The restored files are the job's own checkpoint's, which later incremental checkpoints may reference.
+    pub own_files: bool,
+    /// Every old subtask had consumed all of its input: the task does not read its input again.
+    pub restored_at_end: bool,
+    /// Per operator of the chain, head first.
+    pub operators: Vec<OperatorPlan<'a>>,
+    /// Per output edge, the connections to open: the consumer's data address and the handshake naming it.
+    pub outputs: Vec<Vec<(&'a str, Handshake)>>,
+}
+
+/// Decides how a task starts: which operators restore what, from which root, into which directories, and
+/// which channels it opens. `keyed` says whether an operator kind is keyed.
+pub(super) fn plan_setup<'a>(desc: &'a TaskDescriptor, work_dir: &Path, keyed: impl Fn(&str) -> bool) -> SetupPlan<'a> {
+    let restore = desc.restore.as_ref();
+    let source = match restore {
+        None => RestoreSource::Nothing,
+        Some(r) if r.root == desc.checkpoint_root => RestoreSource::Checkpoints,
+        Some(r) => RestoreSource::Elsewhere(r.root.clone()),
+    };
+    let operators = desc
+        .operators
+        .iter()
+        .map(|od| {
+            let from = restore.and_then(|r| r.operators.get(&od.uid));
+            let state_dir = work_dir.join(format!("state-{}", od.uid));
+            let keyed = match from.filter(|r| !r.keyed.is_empty()) {
+                _ if !keyed(&od.kind) => KeyedPlan::Stateless,
+                Some(from) => {
+                    KeyedPlan::Restore { from, download_dir: work_dir.join(format!("restore-{}", od.uid)), state_dir }
+                }
+                None => KeyedPlan::Fresh { state_dir },
+            };
+            OperatorPlan { restore: from, keyed }
+        })
+        .collect();
+    let outputs = desc
+        .outputs
+        .iter()
+        .map(|out| {
+            out.targets
+                .iter()
+                .map(|(sub, addr)| {
+                    let to = ChannelKey {
+                        job_id: desc.job_id.0.clone(),
+                        attempt: desc.attempt.0,
+                        vertex: out.to_vertex.0,
+                        subtask: sub.0,
+                    };
+                    (addr.as_str(), Handshake { to, from_vertex: desc.vertex.0, from_subtask: desc.subtask.0 })
+                })
+                .collect()
+        })
+        .collect();
+    SetupPlan {
+        source,
+        own_files: restore.is_some_and(|r| r.own_files),
+        restored_at_end: restore.is_some_and(|r| r.operators.values().any(|s| s.end_of_input)),
+        operators,
+        outputs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_common::checkpoint::FileHandle;
+    use weir_common::descriptor::{OperatorDescriptor, OutputDescriptor, RestoreDescriptor};
+    use weir_common::ids::{AttemptNumber, JobId, VertexId};
+    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::spec::{Partitioning, StateBackendKind};
+
+    const ROOT: &str = "file:///ckpt";
+
+    fn op(uid: &str, kind: &str) -> OperatorDescriptor {
+        OperatorDescriptor { uid: uid.into(), kind: kind.into(), config: Default::default() }
+    }
+
+    /// A chain `src` (datagen, not keyed) → `count` (keyed-count, keyed) of subtask 1 of vertex 0.
+    fn desc() -> TaskDescriptor {
+        TaskDescriptor {
+            job_id: JobId("j".into()),
+            job_name: "j".into(),
+            attempt: AttemptNumber(3),
+            vertex: VertexId(0),
+            subtask: SubtaskIndex(1),
+            parallelism: 2,
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange { start: 64, end: 127 },
+            operators: vec![op("src", "datagen"), op("count", "keyed-count")],
+            state_backend: StateBackendKind::Rocksdb,
+            checkpoint_root: ROOT.into(),
+            incremental: true,
+            operator_state_inline_limit: 64 << 10,
+            input: None,
+            outputs: vec![OutputDescriptor {
+                to_vertex: VertexId(1),
+                partitioning: Partitioning::Rebalance,
+                targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into()), (SubtaskIndex(1), "10.0.0.2:7000".into())],
+                to_parallelism: 2,
+            }],
+            restore: None,
+        }
+    }
+
+    fn keyed_kind(kind: &str) -> bool {
+        kind == "keyed-count"
+    }
+
+    fn keyed_handle() -> KeyedStateHandle {
+        KeyedStateHandle {
+            backend: "rocksdb".into(),
+            key_group_range: KeyGroupRange { start: 0, end: 127 },
+            files: vec![FileHandle { path: "a/1.sst".into(), size: 10 }],
+            states: vec![],
+        }
+    }
+
+    fn restore(root: &str, own_files: bool, ops: &[(&str, SubtaskRestore)]) -> RestoreDescriptor {
+        RestoreDescriptor {
+            checkpoint_id: CheckpointId(7),
+            root: root.into(),
+            own_files,
+            operators: ops.iter().map(|(u, r)| (u.to_string(), r.clone())).collect(),
+        }
+    }
+
+    #[test]
+    fn without_a_restore_every_operator_starts_empty_and_only_keyed_kinds_get_a_backend() {
+        let d = desc();
+        let plan = plan_setup(&d, Path::new("/w"), keyed_kind);
+        assert_eq!(plan.source, RestoreSource::Nothing);
+        assert!(!plan.own_files && !plan.restored_at_end);
+        assert_eq!(plan.operators[0], OperatorPlan { restore: None, keyed: KeyedPlan::Stateless });
+        assert_eq!(
+            plan.operators[1],
+            OperatorPlan { restore: None, keyed: KeyedPlan::Fresh { state_dir: PathBuf::from("/w/state-count") } }
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_of_the_job_restores_from_its_own_root_and_its_files_may_be_shared_again() {
+        let mut d = desc();
+        let count = SubtaskRestore { keyed: vec![keyed_handle()], ..Default::default() };
+        d.restore = Some(restore(ROOT, true, &[("src", SubtaskRestore::default()), ("count", count.clone())]));
+        let plan = plan_setup(&d, Path::new("/w"), keyed_kind);
+        assert_eq!(plan.source, RestoreSource::Checkpoints);
+        assert!(plan.own_files);
+        assert!(plan.operators[0].restore.is_some(), "the source's operator state (its offsets) is restored");
+        assert_eq!(plan.operators[0].keyed, KeyedPlan::Stateless);
+        assert_eq!(
+            plan.operators[1].keyed,
+            KeyedPlan::Restore {
+                from: &count,
+                download_dir: PathBuf::from("/w/restore-count"),
+                state_dir: PathBuf::from("/w/state-count"),
+            }
+        );
+    }
+
+    #[test]
+    fn a_savepoint_is_read_from_its_own_root_and_an_operator_it_lacks_starts_afresh() {
+        let mut d = desc();
+        let count = SubtaskRestore { keyed: vec![keyed_handle()], ..Default::default() };
+        d.restore = Some(restore("s3://b/savepoints/sp-1", false, &[("count", count)]));
+        let plan = plan_setup(&d, Path::new("/w"), keyed_kind);
+        assert_eq!(plan.source, RestoreSource::Elsewhere("s3://b/savepoints/sp-1".into()));
+        assert!(!plan.own_files, "a savepoint's files are never referenced by the job's checkpoints");
+        assert_eq!(plan.operators[0], OperatorPlan { restore: None, keyed: KeyedPlan::Stateless });
+        assert!(matches!(plan.operators[1].keyed, KeyedPlan::Restore { .. }));
+    }
+
+    #[test]
+    fn a_keyed_operator_restored_without_keyed_snapshots_opens_an_empty_backend_but_counts_as_restored() {
+        let mut d = desc();
+        d.restore = Some(restore(ROOT, true, &[("count", SubtaskRestore::default())]));
+        let plan = plan_setup(&d, Path::new("/w"), keyed_kind);
+        assert!(plan.operators[1].restore.is_some());
+        assert_eq!(plan.operators[1].keyed, KeyedPlan::Fresh { state_dir: PathBuf::from("/w/state-count") });
+    }
+
+    #[test]
+    fn end_of_input_is_restored_when_any_operator_had_consumed_its_input() {
+        let mut d = desc();
+        let ended = SubtaskRestore { end_of_input: true, ..Default::default() };
+        d.restore = Some(restore(ROOT, true, &[("src", ended), ("count", SubtaskRestore::default())]));
+        assert!(plan_setup(&d, Path::new("/w"), keyed_kind).restored_at_end);
+    }
+
+    #[test]
+    fn each_output_channel_names_its_consumer_and_this_producer() {
+        let d = desc();
+        let plan = plan_setup(&d, Path::new("/w"), keyed_kind);
+        let edge = &plan.outputs[0];
+        assert_eq!(edge.len(), 2);
+        for (i, (addr, hs)) in edge.iter().enumerate() {
+            assert_eq!(*addr, d.outputs[0].targets[i].1);
+            assert_eq!((hs.to.job_id.as_str(), hs.to.attempt, hs.to.vertex, hs.to.subtask), ("j", 3, 1, i as u32));
+            assert_eq!((hs.from_vertex, hs.from_subtask), (0, 1));
+        }
     }
 }

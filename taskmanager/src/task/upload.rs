@@ -66,39 +66,32 @@ impl Task {
     ) {
         let reporter = self.env.reporter.clone();
         let tref = task_ref(&self.desc);
-        let job = self.desc.job_id.clone();
         let (vertex, subtask) = (self.desc.vertex, self.desc.subtask);
         let end_of_input = self.input_ended;
         let dir = self.snapshot_dir(id);
         let async_seconds = metrics::histogram!("weir_checkpoint_async_seconds", &labels(&self.desc));
         let uploaded_total = metrics::counter!("weir_checkpoint_uploaded_bytes_total", &labels(&self.desc));
         let incremental = self.incremental.clone();
-        // A savepoint is self-contained: every file goes into its own directory, nothing is shared with (or
-        // reused from) the job's checkpoints.
-        let incremental_on = self.desc.incremental && savepoint.is_none();
-        let confirmed = if incremental_on { incremental.lock().confirmed.clone() } else { SharedFiles::new() };
-        let instance = self.instance.clone();
+        let plan =
+            plan_upload(&self.desc, id, &self.instance, parts.iter().map(|p| p.uid.as_str()), savepoint.as_ref());
+        let confirmed = if plan.incremental { incremental.lock().confirmed.clone() } else { SharedFiles::new() };
         let inline_limit = self.desc.operator_state_inline_limit;
-        let store = match &savepoint {
+        let store = match &plan.savepoint_url {
             None => Ok(self.store.clone()),
-            Some(t) => Store::open(&t.url, &self.env.store_options),
+            Some(url) => Store::open(url, &self.env.store_options),
         };
-        let canonical = savepoint.as_ref().is_some_and(|t| t.format == SavepointFormat::Canonical);
         let (max_parallelism, rocks) = (self.desc.max_parallelism, self.env.rocks.clone());
         self.env.runtime.spawn(async move {
             let started = Instant::now();
             let result: Result<TaskSnapshot, TaskError> = async {
                 let store = store?;
-                weir_common::fault::hit("task-upload").await.map_err(TaskError::Other)?;
+                weir_common::fault::hit("task-upload").await.map_err(|f| TaskError::Other(f.to_string()))?;
                 let mut operators = BTreeMap::new();
                 let mut uploaded = 0;
                 let mut shareable = SharedFiles::new();
-                for mut part in parts {
-                    let remote = match &savepoint {
-                        None => paths::subtask_dir(&job, id, &part.uid, subtask),
-                        Some(_) => paths::savepoint_subtask_dir(&part.uid, subtask),
-                    };
-                    if canonical {
+                for (mut part, dirs) in parts.into_iter().zip(plan.parts) {
+                    let remote = dirs.remote;
+                    if plan.canonical {
                         if let Some(mut native) = part.keyed.take() {
                             native.ready().await?;
                             // Inside the checkpoint's directory, which goes once the upload is over.
@@ -119,8 +112,7 @@ impl Task {
                     }
                     let keyed = match &mut part.keyed {
                         Some(local) => {
-                            let shared = incremental_on
-                                .then(|| paths::shared_snapshot_dir(&job, &part.uid, subtask, &instance, id));
+                            let shared = dirs.shared;
                             let empty = std::collections::HashMap::new();
                             let (h, n) = weir_state::snapshot::upload_keyed_incremental(
                                 &store,
@@ -132,7 +124,7 @@ impl Task {
                             .await?;
                             uploaded += n;
                             let h = KeyedStateHandle { states: std::mem::take(&mut part.keyed_states), ..h };
-                            if savepoint.is_none() {
+                            if plan.savepoint_url.is_none() {
                                 shareable.insert(part.uid.clone(), weir_state::snapshot::shareable_files(&h));
                             }
                             Some(h)
@@ -142,13 +134,9 @@ impl Task {
                     let operator_state = match part.op_state {
                         Some((blob, mut states)) => {
                             let path = paths::opstate_file(&remote);
-                            // Offsets beyond the inline limit go next to the blob: the acknowledgement (and the
-                            // job manager's memory) carries only the file's handle.
-                            for (i, meta) in states.iter_mut().enumerate() {
+                            for i in offsets_to_spill(&states, inline_limit) {
+                                let meta = &mut states[i];
                                 let Offsets::Inline(offsets) = &meta.offsets else { continue };
-                                if offsets.len() as u64 * OFFSET_BYTES <= inline_limit {
-                                    continue;
-                                }
                                 let bytes = weir_state::operator::encode_offsets(offsets);
                                 let size = bytes.len() as u64;
                                 let offsets_path = paths::offsets_file(&path, i);
@@ -165,7 +153,7 @@ impl Task {
                     };
                     operators.insert(part.uid, OperatorSubtaskState { subtask, keyed, operator_state, end_of_input });
                 }
-                if savepoint.is_none() {
+                if plan.savepoint_url.is_none() {
                     incremental.lock().uploaded.insert(id.0, shareable);
                 }
                 Ok(TaskSnapshot { vertex, subtask, operators, uploaded_bytes: uploaded })
@@ -214,4 +202,152 @@ pub(super) fn describe_states(summaries: Vec<weir_state::StateSummary>) -> Vec<K
             bytes: s.bytes,
         })
         .collect()
+}
+
+/// Where one operator's part of a snapshot goes.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct PartDirs {
+    /// The subtask's directory under the store's root (keyed files under `keyed/`, the operator-state blob).
+    pub remote: String,
+    /// Incremental checkpoints: where new shareable files go, for later checkpoints to reference.
+    pub shared: Option<String>,
+}
+
+/// How a checkpoint's snapshot is uploaded, decided before any I/O.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct UploadPlan {
+    /// A savepoint's own directory; `None`: the job's checkpoint store.
+    pub savepoint_url: Option<String>,
+    /// Keyed state is converted to the canonical format before its upload.
+    pub canonical: bool,
+    /// Files of the last completed checkpoint are referenced instead of uploaded again.
+    pub incremental: bool,
+    /// Per snapshot part (operator), in order.
+    pub parts: Vec<PartDirs>,
+}
+
+/// Decides where and how the parts of checkpoint `id` (one per operator uid in `uids`) are uploaded. A
+/// savepoint is self-contained: every file goes into its own directory, nothing is shared with (or reused
+/// from) the job's checkpoints, so it is never incremental.
+pub(super) fn plan_upload<'a>(
+    desc: &TaskDescriptor,
+    id: CheckpointId,
+    instance: &str,
+    uids: impl Iterator<Item = &'a str>,
+    savepoint: Option<&SavepointTarget>,
+) -> UploadPlan {
+    let incremental = desc.incremental && savepoint.is_none();
+    let (job, subtask) = (&desc.job_id, desc.subtask);
+    let parts = uids
+        .map(|uid| PartDirs {
+            remote: match savepoint {
+                None => paths::subtask_dir(job, id, uid, subtask),
+                Some(_) => paths::savepoint_subtask_dir(uid, subtask),
+            },
+            shared: incremental.then(|| paths::shared_snapshot_dir(job, uid, subtask, instance, id)),
+        })
+        .collect();
+    UploadPlan {
+        savepoint_url: savepoint.map(|t| t.url.clone()),
+        canonical: savepoint.is_some_and(|t| t.format == SavepointFormat::Canonical),
+        incremental,
+        parts,
+    }
+}
+
+/// The operator states whose offsets go to a file next to the blob: those inline beyond `inline_limit`
+/// bytes. The acknowledgement (and the job manager's memory) then carries only the file's handle.
+pub(super) fn offsets_to_spill(states: &[weir_common::checkpoint::StateMetaInfo], inline_limit: u64) -> Vec<usize> {
+    states
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(&m.offsets, Offsets::Inline(o) if o.len() as u64 * OFFSET_BYTES > inline_limit))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_common::checkpoint::{DistributionMode, StateMetaInfo};
+    use weir_common::ids::{AttemptNumber, JobId, VertexId};
+    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::spec::StateBackendKind;
+
+    fn desc(incremental: bool) -> TaskDescriptor {
+        TaskDescriptor {
+            job_id: JobId("j".into()),
+            job_name: "j".into(),
+            attempt: AttemptNumber(1),
+            vertex: VertexId(0),
+            subtask: SubtaskIndex(2),
+            parallelism: 4,
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange { start: 64, end: 95 },
+            operators: vec![],
+            state_backend: StateBackendKind::Rocksdb,
+            checkpoint_root: "file:///ckpt".into(),
+            incremental,
+            operator_state_inline_limit: 64 << 10,
+            input: None,
+            outputs: vec![],
+            restore: None,
+        }
+    }
+
+    fn target(format: SavepointFormat) -> SavepointTarget {
+        SavepointTarget { url: "s3://b/sp-1".into(), format, stop: false }
+    }
+
+    #[test]
+    fn an_incremental_checkpoint_goes_to_the_checkpoint_store_with_a_shared_directory_per_part() {
+        let d = desc(true);
+        let plan = plan_upload(&d, CheckpointId(5), "inst", ["a", "b"].into_iter(), None);
+        assert_eq!((plan.savepoint_url.as_deref(), plan.canonical, plan.incremental), (None, false, true));
+        for (part, uid) in plan.parts.iter().zip(["a", "b"]) {
+            assert_eq!(part.remote, paths::subtask_dir(&d.job_id, CheckpointId(5), uid, SubtaskIndex(2)));
+            assert_eq!(
+                part.shared.as_deref(),
+                Some(paths::shared_snapshot_dir(&d.job_id, uid, SubtaskIndex(2), "inst", CheckpointId(5)).as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn a_full_checkpoint_shares_nothing() {
+        let plan = plan_upload(&desc(false), CheckpointId(5), "inst", ["a"].into_iter(), None);
+        assert!(!plan.incremental);
+        assert_eq!(plan.parts[0].shared, None);
+    }
+
+    #[test]
+    fn a_savepoint_is_self_contained_even_when_the_job_checkpoints_incrementally() {
+        for format in [SavepointFormat::Native, SavepointFormat::Canonical] {
+            let plan = plan_upload(&desc(true), CheckpointId(5), "inst", ["a"].into_iter(), Some(&target(format)));
+            assert_eq!(plan.savepoint_url.as_deref(), Some("s3://b/sp-1"));
+            assert!(!plan.incremental);
+            assert_eq!(plan.canonical, format == SavepointFormat::Canonical);
+            assert_eq!(
+                plan.parts,
+                vec![PartDirs { remote: paths::savepoint_subtask_dir("a", SubtaskIndex(2)), shared: None }]
+            );
+        }
+    }
+
+    fn state(offsets: Offsets) -> StateMetaInfo {
+        StateMetaInfo { name: "s".into(), mode: DistributionMode::SplitDistribute, elements: 0, bytes: 0, offsets }
+    }
+
+    #[test]
+    fn only_inline_offsets_beyond_the_limit_are_spilled_to_a_file() {
+        let limit = 4 * OFFSET_BYTES;
+        let states = vec![
+            state(Offsets::Inline(vec![0; 4])),
+            state(Offsets::Inline(vec![0; 5])),
+            state(Offsets::File(FileHandle { path: "x".into(), size: 800 })),
+            state(Offsets::Inline(vec![])),
+            state(Offsets::Inline(vec![0; 100])),
+        ];
+        assert_eq!(offsets_to_spill(&states, limit), vec![1, 4]);
+    }
 }

@@ -7,7 +7,7 @@ use crate::cluster::registry::Registry;
 use crate::config::JobManagerConfig;
 use crate::ha::etcd::Term;
 use crate::job::mailbox::{JobEvent, JobHandle};
-use crate::job_store::JobStore;
+use crate::job::store::JobStore;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -11,51 +11,11 @@
 //!   `_metadata` stays in the object store) and a bounded history; one that would exceed
 //!   [`ETCD_RECORD_LIMIT`] is refused rather than sent (etcd refuses requests over 1.5 MiB).
 
+use crate::error::JobStoreError;
 use crate::job::record::{JobRecord, JOB_FILE_VERSION};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use weir_common::ids::JobId;
-
-/// A job store failure.
-#[derive(Debug, thiserror::Error)]
-pub enum JobStoreError {
-    /// A file or directory cannot be read or written.
-    #[error("job store {path}: {source}")]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// This job manager no longer leads: the write was refused.
-    #[error("job store: not written: this job manager is no longer the leader (epoch {epoch})")]
-    Fenced {
-        /// The epoch the writer led at.
-        epoch: u64,
-    },
-    /// etcd cannot be reached or refused.
-    #[error("job store: {0}")]
-    Etcd(String),
-    /// A record too large for etcd.
-    #[error("job store: job {job}'s record is {bytes} bytes, more than etcd takes ({limit}); lower the job's retained checkpoints")]
-    TooLarge {
-        /// The job.
-        job: JobId,
-        /// Its size.
-        bytes: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// A job file is not readable as a job.
-    #[error("job store {path}: unreadable job file: {reason}")]
-    Corrupt {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
-}
 
 /// Largest job record written to etcd (its request limit is 1.5 MiB; the rest is headroom).
 pub const ETCD_RECORD_LIMIT: usize = 1 << 20;
@@ -132,7 +92,7 @@ impl EtcdJobStore {
     /// Writes a record if this term still leads and nobody else wrote it since.
     pub async fn save(&self, record: &JobRecord) -> Result<(), JobStoreError> {
         use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-        weir_common::fault::hit("job-store-save").await.map_err(|m| JobStoreError::Etcd(m.to_string()))?;
+        weir_common::fault::hit("job-store-save").await.map_err(|f| JobStoreError::Etcd(f.to_string()))?;
         if self.term.is_lost() {
             return Err(JobStoreError::Fenced { epoch: self.term.epoch });
         }
@@ -242,7 +202,7 @@ impl LocalJobStore {
         let path = self.path_of(&record.id);
         let tmp = self.dir.join(format!(".{}.json.tmp", record.id));
         let io = |source| JobStoreError::Io { path: path.clone(), source };
-        weir_common::fault::hit_blocking("job-store-save").map_err(|m| io(std::io::Error::other(m)))?;
+        weir_common::fault::hit_blocking("job-store-save").map_err(|f| io(std::io::Error::other(f)))?;
         let bytes = serde_json::to_vec_pretty(record)
             .map_err(|e| JobStoreError::Corrupt { path: path.clone(), reason: e.to_string() })?;
         {

@@ -2,13 +2,13 @@
 //! stands by, and campaigns again; [`Gate`] is what the gRPC services serve meanwhile (the job manager while
 //! it leads, otherwise where the leader is).
 //!
-//! A leader declares itself deposed when its lease could have expired (see [`super::etcd`]). It also resigns
+//! A leader declares itself deposed when its lease could have expired (see `ha::etcd`). It also resigns
 //! when it is alive but cannot work: when its health probe (a write, read and delete of a marker in the
 //! checkpoint store) hangs [`HEALTH_STRIKES`] times in a row.
 
-use super::etcd::{campaign, Etcd};
 use crate::config::JobManagerConfig;
 use crate::error::JobManagerError;
+use crate::ha::etcd::{campaign, Etcd};
 use crate::manager::JobManager;
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -155,19 +155,58 @@ async fn health_watch(jm: &JobManager, ttl: Duration) {
     loop {
         tokio::time::sleep(ttl).await;
         let probe = async {
-            weir_common::fault::hit("leader-health").await.map_err(|m| m.to_string())?;
-            jm.checkpoint_store().probe(ttl).await.map_err(|e| e.to_string())
+            if weir_common::fault::hit("leader-health").await.is_err() {
+                // An injected error is an answer, as a refusal of the store would be.
+                return ProbeOutcome::Answered;
+            }
+            match jm.checkpoint_store().probe(ttl).await {
+                Err(e) if e.is_timeout() => ProbeOutcome::Hung,
+                _ => ProbeOutcome::Answered,
+            }
         };
-        match tokio::time::timeout(ttl * 2, probe).await {
-            Err(_) => strikes += 1,
-            Ok(Err(e)) if e.contains("no answer within") => strikes += 1,
-            Ok(_) => strikes = 0,
-        }
+        let outcome = tokio::time::timeout(ttl * 2, probe).await.unwrap_or(ProbeOutcome::Hung);
+        strikes = next_strikes(strikes, outcome);
         if strikes > 0 {
             warn!(strikes, "leader health probe hung");
         }
         if strikes >= HEALTH_STRIKES {
             return;
         }
+    }
+}
+
+/// What one health probe of the checkpoint store came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeOutcome {
+    /// The store answered, whatever it said: a store that refuses or is down is the jobs' problem (their
+    /// checkpoints fail), not a reason to hand leadership to a standby that would see the same store.
+    Answered,
+    /// No answer in time: this job manager may be cut off from the store while a standby is not.
+    Hung,
+}
+
+/// Strikes after a probe: a hang adds one, any answer starts the count again.
+fn next_strikes(strikes: u32, outcome: ProbeOutcome) -> u32 {
+    match outcome {
+        ProbeOutcome::Hung => strikes + 1,
+        ProbeOutcome::Answered => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_consecutive_hangs_count_toward_resigning() {
+        let outcomes = [ProbeOutcome::Hung, ProbeOutcome::Hung, ProbeOutcome::Answered, ProbeOutcome::Hung];
+        let seen: Vec<u32> = outcomes
+            .iter()
+            .scan(0, |s, o| {
+                *s = next_strikes(*s, *o);
+                Some(*s)
+            })
+            .collect();
+        assert_eq!(seen, vec![1, 2, 0, 1]);
     }
 }
