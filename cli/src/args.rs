@@ -15,8 +15,10 @@ pub const DEFAULT_LOCAL_BIND: &str = "127.0.0.1:6123";
 #[derive(Parser, Debug)]
 #[command(name = "weir", version, propagate_version = true)]
 pub struct Cli {
+    /// The options every command takes.
     #[command(flatten, next_help_heading = "Global options")]
     pub global: GlobalArgs,
+    /// The command.
     #[command(subcommand)]
     pub command: Command,
 }

@@ -2,7 +2,7 @@
 //! [`CliError`]s with the job manager's own message.
 
 use crate::error::error_chain;
-use crate::CliError;
+use crate::error::CliError;
 use std::future::Future;
 use std::time::Duration;
 use tonic::{Code, Status};

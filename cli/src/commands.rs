@@ -3,10 +3,10 @@
 
 use crate::args::{JobCommand, OutputFormat, SavepointCommand, SubmitArgs};
 use crate::client::JobManager;
+use crate::error::CliError;
 use crate::progress::Progress;
 use crate::render;
 use crate::settings::Settings;
-use crate::CliError;
 use serde::Serialize;
 use serde_json::json;
 use std::io::Write;
@@ -162,7 +162,7 @@ async fn submit(settings: &Settings, args: SubmitArgs) -> Result<ExitCode, CliEr
     }
     let job = wait_for_job(&jm, &id, &mut Progress::stderr()).await?;
     eprintln!("{}", render::job_line(&job));
-    Ok(if job.state == "FINISHED" { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if job.state() == pb::JobState::Finished { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// Polls a job until it reaches a final state, showing state, last completed checkpoint and restarts.
@@ -184,12 +184,12 @@ pub async fn wait_for_job<W: Write>(
                 let key = format!(
                     "job {}: {}, last completed checkpoint {}, restarts {}",
                     job.id,
-                    job.state,
+                    job.state(),
                     job.last_completed_checkpoint.map_or_else(|| "-".to_string(), |c| c.to_string()),
                     job.restarts
                 );
                 progress.update(&key, &format!("{key} ({elapsed})"));
-                if render::is_terminal_state(&job.state) {
+                if job.state().is_terminal() {
                     progress.finish();
                     return Ok(job);
                 }

@@ -10,9 +10,9 @@
 use crate::args::{LocalArgs, OutputFormat};
 use crate::client::JobManager;
 use crate::commands::print_stdout;
+use crate::error::CliError;
 use crate::progress::Progress;
 use crate::settings::Settings;
-use crate::CliError;
 use anyhow::{anyhow, bail, Context};
 use serde::Serialize;
 use std::io::Write;
@@ -98,6 +98,7 @@ pub struct ClusterFile {
 }
 
 /// One job manager of a local cluster.
+#[allow(missing_docs)] // its fields are the keys of DIR/cluster.json, which scripts read
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct JobManagerEntry {
     pub address: String,
@@ -105,6 +106,7 @@ pub struct JobManagerEntry {
 }
 
 /// One task manager of a local cluster.
+#[allow(missing_docs)] // its fields are the keys of DIR/cluster.json, which scripts read
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct TaskManagerEntry {
     pub id: String,

@@ -13,6 +13,7 @@ use weir_proto as pb;
 // ------------------------------------------------------------------------------------------------ jobs
 
 /// A job as printed by `--output json`.
+#[allow(missing_docs)] // its fields are the keys of the JSON output (DESIGN §10)
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct JobJson {
     pub id: String,
@@ -45,7 +46,7 @@ impl From<&pb::JobInfo> for JobJson {
         JobJson {
             id: j.id.clone(),
             name: j.name.clone(),
-            state: j.state.clone(),
+            state: j.state().name().to_string(),
             last_completed_checkpoint: j.last_completed_checkpoint,
             restarts: j.restarts,
             attempt: j.attempt,
@@ -70,6 +71,7 @@ impl From<&pb::JobInfo> for JobJson {
 }
 
 /// One state a restore dropped, in a job's JSON.
+#[allow(missing_docs)] // its fields are the keys of the JSON output (DESIGN §10)
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct DroppedStateJson {
     pub uid: String,
@@ -92,7 +94,7 @@ pub fn job_text(job: &pb::JobInfo, now_ms: u64) -> String {
     let mut rows: Vec<(&str, String)> = vec![
         ("id", job.id.clone()),
         ("name", job.name.clone()),
-        ("state", job.state.clone()),
+        ("state", job.state().name().to_string()),
         ("parallelism", format!("{} (max parallelism {})", job.parallelism, job.max_parallelism)),
         ("attempt", format!("{} ({} restarts)", job.attempt, job.restarts)),
         (
@@ -142,7 +144,7 @@ pub fn jobs_table(jobs: &[pb::JobInfo]) -> String {
             vec![
                 j.id.clone(),
                 j.name.clone(),
-                j.state.clone(),
+                j.state().name().to_string(),
                 j.parallelism.to_string(),
                 opt_u64(j.last_completed_checkpoint),
                 j.restarts.to_string(),
@@ -155,7 +157,7 @@ pub fn jobs_table(jobs: &[pb::JobInfo]) -> String {
 
 /// One short line about a job (`weir job cancel`, the end of `--wait`).
 pub fn job_line(job: &pb::JobInfo) -> String {
-    let mut line = format!("job {} ({}): {}", job.id, job.name, job.state);
+    let mut line = format!("job {} ({}): {}", job.id, job.name, job.state());
     if !job.failure.is_empty() {
         line.push_str(": ");
         line.push_str(&job.failure);
@@ -163,14 +165,10 @@ pub fn job_line(job: &pb::JobInfo) -> String {
     line
 }
 
-/// Whether a job state is final.
-pub fn is_terminal_state(state: &str) -> bool {
-    matches!(state, "FINISHED" | "CANCELED" | "FAILED")
-}
-
 // ----------------------------------------------------------------------------------------- checkpoints
 
 /// A checkpoint as printed by `--output json`.
+#[allow(missing_docs)] // its fields are the keys of the JSON output (DESIGN §10)
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct CheckpointJson {
     pub id: u64,
@@ -190,7 +188,7 @@ impl From<&pb::CheckpointInfo> for CheckpointJson {
     fn from(c: &pb::CheckpointInfo) -> Self {
         CheckpointJson {
             id: c.id,
-            status: c.status.clone(),
+            status: c.status().name().to_string(),
             trigger_time: c.trigger_time_ms,
             duration_ms: c.duration_ms,
             full_size_bytes: c.full_size_bytes,
@@ -235,7 +233,7 @@ pub fn checkpoints_table(cs: &[pb::CheckpointInfo]) -> String {
             }
             vec![
                 c.id.to_string(),
-                c.status.clone(),
+                c.status().name().to_string(),
                 utc_time(c.trigger_time_ms),
                 duration_ms(c.duration_ms),
                 size(c.full_size_bytes),
@@ -250,6 +248,7 @@ pub fn checkpoints_table(cs: &[pb::CheckpointInfo]) -> String {
 // --------------------------------------------------------------------------------------------- cluster
 
 /// One task manager as printed by `weir cluster --output json`.
+#[allow(missing_docs)] // its fields are the keys of the JSON output (DESIGN §10)
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct TaskManagerJson {
     pub id: String,
@@ -260,6 +259,7 @@ pub struct TaskManagerJson {
 }
 
 /// The cluster as printed by `weir cluster --output json`.
+#[allow(missing_docs)] // its fields are the keys of the JSON output (DESIGN §10)
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct ClusterJson {
     pub task_managers: Vec<TaskManagerJson>,
@@ -461,7 +461,7 @@ mod tests {
         pb::JobInfo {
             id: "j-1".into(),
             name: "demo".into(),
-            state: "RUNNING".into(),
+            state: pb::JobState::Running as i32,
             last_completed_checkpoint: None,
             restarts: 0,
             attempt: 1,
@@ -493,7 +493,7 @@ mod tests {
             })
         );
         let failed = pb::JobInfo {
-            state: "FAILED".into(),
+            state: pb::JobState::Failed as i32,
             last_completed_checkpoint: Some(7),
             restarts: 3,
             attempt: 4,
@@ -517,7 +517,7 @@ mod tests {
     fn checkpoint_json_fields_and_nulls() {
         let done = pb::CheckpointInfo {
             id: 3,
-            status: "COMPLETED".into(),
+            status: pb::CheckpointStatus::Completed as i32,
             trigger_time_ms: 1_700_000_000_123,
             duration_ms: 420,
             full_size_bytes: 10_000,
@@ -536,7 +536,7 @@ mod tests {
             })
         );
         let failed = pb::CheckpointInfo {
-            status: "FAILED".into(),
+            status: pb::CheckpointStatus::Failed as i32,
             failure_reason: "expired after 600000 ms".into(),
             path: String::new(),
             is_final: false,
@@ -566,7 +566,7 @@ mod tests {
 
         let c = pb::CheckpointInfo {
             id: 12,
-            status: "FAILED".into(),
+            status: pb::CheckpointStatus::Failed as i32,
             trigger_time_ms: 1_700_000_000_000,
             duration_ms: 1500,
             full_size_bytes: 3 * 1024 * 1024,
@@ -654,7 +654,8 @@ pub fn check_json(r: &pb::CheckSavepointResponse) -> serde_json::Value {
                 .states
                 .iter()
                 .map(|s| {
-                    let mut j = serde_json::json!({ "name": s.name, "verdict": s.verdict, "reason": s.reason });
+                    let mut j =
+                        serde_json::json!({ "name": s.name, "verdict": s.verdict().name(), "reason": s.reason });
                     if !s.from.is_empty() {
                         j["from"] = s.from.clone().into();
                         j["to"] = s.to.clone().into();
@@ -662,7 +663,7 @@ pub fn check_json(r: &pb::CheckSavepointResponse) -> serde_json::Value {
                     j
                 })
                 .collect();
-            serde_json::json!({ "uid": o.uid, "verdict": o.verdict, "reason": o.reason, "states": states })
+            serde_json::json!({ "uid": o.uid, "verdict": o.verdict().name(), "reason": o.reason, "states": states })
         })
         .collect();
     serde_json::json!({ "ok": r.ok, "operators": operators })
@@ -672,13 +673,13 @@ pub fn check_json(r: &pb::CheckSavepointResponse) -> serde_json::Value {
 pub fn check_text(r: &pb::CheckSavepointResponse) -> String {
     let mut out = String::new();
     for o in &r.operators {
-        out.push_str(&format!("{:<13} {}", o.verdict, o.uid));
+        out.push_str(&format!("{:<13} {}", o.verdict().name(), o.uid));
         if !o.reason.is_empty() {
             out.push_str(&format!(": {}", o.reason));
         }
         out.push('\n');
         for s in &o.states {
-            out.push_str(&format!("  {:<11} {}", s.verdict, s.name));
+            out.push_str(&format!("  {:<11} {}", s.verdict().name(), s.name));
             if !s.reason.is_empty() {
                 out.push_str(&format!(": {}", s.reason));
             }
@@ -708,6 +709,7 @@ pub fn savepoint_json(r: &pb::SavepointResponse) -> serde_json::Value {
 }
 
 /// A state in `savepoint inspect --output json`.
+#[allow(missing_docs)] // its fields are the keys of the JSON output (DESIGN §10)
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct StateJson {
     pub name: String,
@@ -719,6 +721,7 @@ pub struct StateJson {
 }
 
 /// One subtask's snapshot in `savepoint inspect --output json`.
+#[allow(missing_docs)] // its fields are the keys of the JSON output (DESIGN §10)
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct SubtaskJson {
     pub subtask: u32,
@@ -730,6 +733,7 @@ pub struct SubtaskJson {
 }
 
 /// An operator in `savepoint inspect --output json`.
+#[allow(missing_docs)] // its fields are the keys of the JSON output (DESIGN §10)
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct OperatorJson {
     pub uid: String,

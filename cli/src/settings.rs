@@ -2,7 +2,7 @@
 //! environment < flags (clap reads the environment variables together with the flags).
 
 use crate::args::{GlobalArgs, OutputFormat, DEFAULT_JOBMANAGER, DEFAULT_RPC_TIMEOUT_SECS};
-use crate::CliError;
+use crate::error::CliError;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use weir_common::security::{Secret, Security, TlsFiles};

@@ -33,7 +33,7 @@ fn job(id: &str, name: &str, state: &str, last: Option<u64>) -> pb::JobInfo {
     pb::JobInfo {
         id: id.into(),
         name: name.into(),
-        state: state.into(),
+        state: pb::JobState::from_name(state).expect("a job state") as i32,
         last_completed_checkpoint: last,
         restarts: 0,
         attempt: 1,
@@ -165,7 +165,7 @@ impl ClientApi for FakeJm {
     ) -> Result<Response<pb::ListCheckpointsResponse>, Status> {
         let done = pb::CheckpointInfo {
             id: 1,
-            status: "COMPLETED".into(),
+            status: pb::CheckpointStatus::Completed as i32,
             trigger_time_ms: 1_700_000_000_500,
             duration_ms: 120,
             full_size_bytes: 4096,
@@ -177,7 +177,7 @@ impl ClientApi for FakeJm {
         };
         let failed = pb::CheckpointInfo {
             id: 2,
-            status: "FAILED".into(),
+            status: pb::CheckpointStatus::Failed as i32,
             failure_reason: "declined: disk full".into(),
             path: String::new(),
             ..done.clone()

@@ -245,8 +245,8 @@ pub struct TaskDescriptor {
     pub input: Option<InputDescriptor>,
     /// Outputs of the tail.
     pub outputs: Vec<OutputDescriptor>,
-    /// State to restore. Travels as a typed protobuf message next to the JSON of the rest
-    /// (`DeployTaskRequest.restore`, see [`crate::wire`]), not inside it.
+    /// State to restore. Travels as a protobuf message of its own next to the rest
+    /// (`DeployTaskRequest.restore` beside `.descriptor`, see [`crate::wire`]), not inside it.
     #[serde(skip)]
     pub restore: Option<RestoreDescriptor>,
 }

@@ -7,10 +7,14 @@ use crate::checkpoint::{
     DistributionMode, FileHandle, KeyedStateHandle, KeyedStateInfo, Offsets, OperatorStateHandle, OperatorSubtaskState,
     StateMetaInfo, TaskSnapshot,
 };
-use crate::descriptor::{ElementRef, OperatorStatePart, RestoreDescriptor, StatePart, SubtaskRestore};
-use crate::ids::{CheckpointId, SubtaskIndex, VertexId};
+use crate::descriptor::{
+    ElementRef, InputDescriptor, OperatorDescriptor, OperatorStatePart, OutputDescriptor, RestoreDescriptor, StatePart,
+    SubtaskRestore, TaskDescriptor,
+};
+use crate::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use crate::keygroup::KeyGroupRange;
 use crate::serializer::{SerializerSnapshot, StateSerializers};
+use crate::spec::{Partitioning, StateBackendKind};
 use weir_proto as pb;
 
 /// A protobuf message that does not describe a valid handle.
@@ -345,6 +349,149 @@ impl From<pb::StateSerializers> for StateSerializers {
     }
 }
 
+impl From<Partitioning> for pb::Partitioning {
+    fn from(p: Partitioning) -> Self {
+        match p {
+            Partitioning::Forward => pb::Partitioning::Forward,
+            Partitioning::Rebalance => pb::Partitioning::Rebalance,
+            Partitioning::Broadcast => pb::Partitioning::Broadcast,
+            Partitioning::KeyBy => pb::Partitioning::KeyBy,
+        }
+    }
+}
+
+fn partitioning(p: i32, what: &'static str) -> Result<Partitioning, WireError> {
+    match pb::Partitioning::try_from(p) {
+        Ok(pb::Partitioning::Forward) => Ok(Partitioning::Forward),
+        Ok(pb::Partitioning::Rebalance) => Ok(Partitioning::Rebalance),
+        Ok(pb::Partitioning::Broadcast) => Ok(Partitioning::Broadcast),
+        Ok(pb::Partitioning::KeyBy) => Ok(Partitioning::KeyBy),
+        _ => Err(WireError { what, reason: format!("unknown partitioning {p}") }),
+    }
+}
+
+impl From<StateBackendKind> for pb::StateBackend {
+    fn from(b: StateBackendKind) -> Self {
+        match b {
+            StateBackendKind::Rocksdb => pb::StateBackend::Rocksdb,
+            StateBackendKind::Heap => pb::StateBackend::Heap,
+        }
+    }
+}
+
+fn backend(b: i32) -> Result<StateBackendKind, WireError> {
+    match pb::StateBackend::try_from(b) {
+        Ok(pb::StateBackend::Rocksdb) => Ok(StateBackendKind::Rocksdb),
+        Ok(pb::StateBackend::Heap) => Ok(StateBackendKind::Heap),
+        _ => Err(WireError { what: "task descriptor", reason: format!("unknown state backend {b}") }),
+    }
+}
+
+/// The descriptor without its restore, which travels as its own message (`DeployTaskRequest.restore`).
+impl From<&TaskDescriptor> for pb::TaskDescriptor {
+    fn from(d: &TaskDescriptor) -> Self {
+        pb::TaskDescriptor {
+            job_id: d.job_id.0.clone(),
+            job_name: d.job_name.clone(),
+            attempt: d.attempt.0,
+            vertex: d.vertex.0,
+            subtask: d.subtask.0,
+            parallelism: d.parallelism,
+            max_parallelism: d.max_parallelism,
+            key_group_range: Some(pb::KeyGroupRange { start: d.key_group_range.start, end: d.key_group_range.end }),
+            operators: d
+                .operators
+                .iter()
+                .map(|o| pb::OperatorDescriptor {
+                    uid: o.uid.clone(),
+                    kind: o.kind.clone(),
+                    config: o.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                })
+                .collect(),
+            state_backend: pb::StateBackend::from(d.state_backend) as i32,
+            checkpoint_root: d.checkpoint_root.clone(),
+            incremental: d.incremental,
+            operator_state_inline_limit: d.operator_state_inline_limit,
+            input: d.input.as_ref().map(|i| pb::InputDescriptor {
+                from_vertex: i.from_vertex.0,
+                from_parallelism: i.from_parallelism,
+                partitioning: pb::Partitioning::from(i.partitioning) as i32,
+                channels: i.channels.iter().map(|c| c.0).collect(),
+            }),
+            outputs: d
+                .outputs
+                .iter()
+                .map(|o| pb::OutputDescriptor {
+                    to_vertex: o.to_vertex.0,
+                    partitioning: pb::Partitioning::from(o.partitioning) as i32,
+                    targets: o
+                        .targets
+                        .iter()
+                        .map(|(s, a)| pb::OutputTarget { subtask: s.0, data_address: a.clone() })
+                        .collect(),
+                    to_parallelism: o.to_parallelism,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A descriptor without a restore (the caller adds the one `DeployTaskRequest.restore` carries).
+impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
+    type Error = WireError;
+
+    fn try_from(d: pb::TaskDescriptor) -> Result<Self, WireError> {
+        const WHAT: &str = "task descriptor";
+        let range = d.key_group_range.ok_or_else(|| missing(WHAT, "key_group_range"))?;
+        if d.operators.is_empty() {
+            return Err(missing(WHAT, "operators"));
+        }
+        let input = match d.input {
+            Some(i) => Some(InputDescriptor {
+                from_vertex: VertexId(i.from_vertex),
+                from_parallelism: i.from_parallelism,
+                partitioning: partitioning(i.partitioning, "input descriptor")?,
+                channels: i.channels.into_iter().map(SubtaskIndex).collect(),
+            }),
+            None => None,
+        };
+        let outputs = d
+            .outputs
+            .into_iter()
+            .map(|o| {
+                Ok(OutputDescriptor {
+                    to_vertex: VertexId(o.to_vertex),
+                    partitioning: partitioning(o.partitioning, "output descriptor")?,
+                    targets: o.targets.into_iter().map(|t| (SubtaskIndex(t.subtask), t.data_address)).collect(),
+                    to_parallelism: o.to_parallelism,
+                })
+            })
+            .collect::<Result<_, WireError>>()?;
+        Ok(TaskDescriptor {
+            job_id: JobId(d.job_id),
+            job_name: d.job_name,
+            attempt: AttemptNumber(d.attempt),
+            vertex: VertexId(d.vertex),
+            subtask: SubtaskIndex(d.subtask),
+            parallelism: d.parallelism,
+            max_parallelism: d.max_parallelism,
+            key_group_range: KeyGroupRange { start: range.start, end: range.end },
+            operators: d
+                .operators
+                .into_iter()
+                .map(|o| OperatorDescriptor { uid: o.uid, kind: o.kind, config: o.config.into_iter().collect() })
+                .collect(),
+            state_backend: backend(d.state_backend)?,
+            checkpoint_root: d.checkpoint_root,
+            incremental: d.incremental,
+            operator_state_inline_limit: d.operator_state_inline_limit,
+            input,
+            outputs,
+            restore: None,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,6 +499,55 @@ mod tests {
 
     fn file(path: &str) -> FileHandle {
         FileHandle { path: path.into(), size: 3 }
+    }
+
+    #[test]
+    fn task_descriptors_round_trip_and_unknown_enums_are_errors() {
+        let d = TaskDescriptor {
+            job_id: JobId("j".into()),
+            job_name: "name".into(),
+            attempt: AttemptNumber(3),
+            vertex: VertexId(1),
+            subtask: SubtaskIndex(2),
+            parallelism: 4,
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange { start: 64, end: 95 },
+            operators: vec![OperatorDescriptor {
+                uid: "count".into(),
+                kind: "keyed-count".into(),
+                config: BTreeMap::from([("emit".to_string(), "updates".to_string())]),
+            }],
+            state_backend: StateBackendKind::Heap,
+            checkpoint_root: "s3://b/c".into(),
+            incremental: true,
+            operator_state_inline_limit: 1000,
+            input: Some(InputDescriptor {
+                from_vertex: VertexId(0),
+                from_parallelism: 2,
+                partitioning: Partitioning::KeyBy,
+                channels: vec![SubtaskIndex(0), SubtaskIndex(1)],
+            }),
+            outputs: vec![OutputDescriptor {
+                to_vertex: VertexId(2),
+                partitioning: Partitioning::Broadcast,
+                targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into())],
+                to_parallelism: 1,
+            }],
+            restore: None,
+        };
+        assert_eq!(TaskDescriptor::try_from(pb::TaskDescriptor::from(&d)).unwrap(), d);
+        let mut bad = pb::TaskDescriptor::from(&d);
+        bad.state_backend = 9;
+        assert_eq!(
+            TaskDescriptor::try_from(bad).unwrap_err().to_string(),
+            "invalid task descriptor: unknown state backend 9"
+        );
+        let mut bad = pb::TaskDescriptor::from(&d);
+        bad.outputs[0].partitioning = 0;
+        assert!(TaskDescriptor::try_from(bad).unwrap_err().to_string().contains("unknown partitioning 0"));
+        let mut bad = pb::TaskDescriptor::from(&d);
+        bad.key_group_range = None;
+        assert!(TaskDescriptor::try_from(bad).unwrap_err().to_string().contains("key_group_range is missing"));
     }
 
     #[test]

@@ -62,59 +62,12 @@ pub fn binary(name: &str) -> Result<PathBuf> {
 
 // ------------------------------------------------------------------------------------------- job states
 
-/// The states of a job as the client API names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum JobState {
-    /// Accepted, waiting for slots.
-    Created,
-    /// All tasks deployed.
-    Running,
-    /// Failing over.
-    Restarting,
-    /// Input ended and the final checkpoint committed.
-    Finished,
-    /// Cancelled by a user.
-    Canceled,
-    /// Failed for good.
-    Failed,
-}
+/// The states of a job: the protocol's enum (shown by name, `RUNNING`, as the CLI prints it).
+pub use weir_proto::JobState;
 
-impl JobState {
-    /// The state of a job as reported (`None` for a name this harness does not know).
-    pub fn of(job: &JobInfo) -> Option<JobState> {
-        Some(match job.state.as_str() {
-            "CREATED" => JobState::Created,
-            "RUNNING" => JobState::Running,
-            "RESTARTING" => JobState::Restarting,
-            "FINISHED" => JobState::Finished,
-            "CANCELED" => JobState::Canceled,
-            "FAILED" => JobState::Failed,
-            _ => return None,
-        })
-    }
-
-    /// Whether a job never leaves this state.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, JobState::Finished | JobState::Canceled | JobState::Failed)
-    }
-
-    /// The wire name, e.g. `RUNNING`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Created => "CREATED",
-            JobState::Running => "RUNNING",
-            JobState::Restarting => "RESTARTING",
-            JobState::Finished => "FINISHED",
-            JobState::Canceled => "CANCELED",
-            JobState::Failed => "FAILED",
-        }
-    }
-}
-
-impl fmt::Display for JobState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+/// The state of a job as reported (`None` for a value this version of the protocol does not know).
+pub fn job_state(job: &JobInfo) -> Option<JobState> {
+    JobState::try_from(job.state).ok().filter(|s| *s != JobState::Unspecified)
 }
 
 /// One line about a job, for progress output and error messages.
@@ -122,7 +75,7 @@ pub fn describe_job(job: &JobInfo) -> String {
     let mut s = format!(
         "{} {} attempt {} restarts {} checkpoints completed {} failed {} last completed {}",
         job.id,
-        job.state,
+        job.state(),
         job.attempt,
         job.restarts,
         job.checkpoints_completed,
@@ -733,13 +686,13 @@ impl Cluster {
 
     /// Waits until the job is in one of `states`. Reaching another terminal state ends the wait at once.
     pub fn wait_for_state(&mut self, id: &str, states: &[JobState], timeout: Duration) -> Result<JobInfo> {
-        let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+        let names: Vec<&str> = states.iter().map(|s| s.name()).collect();
         let what = format!("for job {id} to be {}", names.join(" or "));
         let mut last: Option<JobInfo> = None;
         let result = wait_until(&what, timeout, || {
             let job = self.job(id)?;
             last = Some(job.clone());
-            match JobState::of(&job) {
+            match job_state(&job) {
                 Some(s) if states.contains(&s) => Ok(Some(job)),
                 Some(s) if s.is_terminal() => Err(Fatal(format!("job ended as {s}: {}", describe_job(&job))).into()),
                 _ => Ok(None),
@@ -766,14 +719,17 @@ impl Cluster {
         let what = format!("for a checkpoint of job {id} after {after} to complete");
         wait_until(&what, timeout, || {
             self.live_job(id)?;
-            Ok(self.checkpoints(id)?.into_iter().find(|c| c.id > after && c.status == "COMPLETED"))
+            Ok(self
+                .checkpoints(id)?
+                .into_iter()
+                .find(|c| c.id > after && c.status() == weir_proto::CheckpointStatus::Completed))
         })
     }
 
     /// The job's info; a [`Fatal`] error if it has ended.
     fn live_job(&mut self, id: &str) -> Result<JobInfo> {
         let job = self.job(id)?;
-        if let Some(s) = JobState::of(&job).filter(|s| s.is_terminal()) {
+        if let Some(s) = job_state(&job).filter(|s| s.is_terminal()) {
             return Err(Fatal(format!("job ended as {s}: {}", describe_job(&job))).into());
         }
         Ok(job)

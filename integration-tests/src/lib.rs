@@ -34,7 +34,8 @@ pub use audit::{
     SharedFileAudit,
 };
 pub use cluster::{
-    bin_dir, binary, describe_job, wait_until, CheckpointStore, Cluster, ClusterOptions, Fatal, JobState, RpcError,
+    bin_dir, binary, describe_job, job_state, wait_until, CheckpointStore, Cluster, ClusterOptions, Fatal, JobState,
+    RpcError,
 };
 pub use job::{CountJob, KeyedCountEmit, Sink};
 pub use output::{

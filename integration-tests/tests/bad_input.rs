@@ -325,13 +325,9 @@ fn oversized_specs_are_refused_at_once_and_the_running_job_is_untouched() -> any
         Duration::from_secs(30),
     )?;
     let info = cluster.job(&id)?;
-    assert_eq!(
-        weir_integration_tests::JobState::of(&info),
-        Some(weir_integration_tests::JobState::Running),
-        "{info:?}"
-    );
+    assert_eq!(weir_integration_tests::job_state(&info), Some(weir_integration_tests::JobState::Running), "{info:?}");
     assert_eq!((info.restarts, info.attempt), (before.restarts, before.attempt), "{info:?}");
-    assert_eq!(after.status, "COMPLETED");
+    assert_eq!(after.status(), weir_proto::CheckpointStatus::Completed);
 
     // Many jobs: listed a page at a time, every one of them. They wait for slots the running job holds.
     let specs = cluster.output_dir("waiting")?;
@@ -368,7 +364,7 @@ fn oversized_specs_are_refused_at_once_and_the_running_job_is_untouched() -> any
     cluster.cancel(&gone)?;
     let gone_dir = cluster.checkpoint_dir().expect("local store").join(&gone);
     weir_integration_tests::wait_until("for the job to be canceled", Duration::from_secs(30), || {
-        Ok((weir_integration_tests::JobState::of(&cluster.job(&gone)?)
+        Ok((weir_integration_tests::job_state(&cluster.job(&gone)?)
             == Some(weir_integration_tests::JobState::Canceled))
         .then_some(()))
     })?;

@@ -14,8 +14,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
 use weir_integration_tests::{
-    describe_job, scenario_seed, wait_for_no_orphaned_shared_files_in, Cluster, ClusterOptions, CountJob, JobState,
-    S3Server, TcpProxy,
+    describe_job, job_state, scenario_seed, wait_for_no_orphaned_shared_files_in, Cluster, ClusterOptions, CountJob,
+    JobState, S3Server, TcpProxy,
 };
 
 /// Records per second of the source: the job must outlast the faults.
@@ -238,7 +238,7 @@ fn run(seed: u64) -> anyhow::Result<()> {
     tally.failpoints_fired = cluster.all_logs().matches("failpoint fired").count();
     let missing = tally.missing();
     assert!(missing.is_empty(), "seed {seed}: the run injected no {}: {tally:?}", missing.join(", no "));
-    assert_eq!(JobState::of(&done), Some(JobState::Finished), "seed {seed}: {}", describe_job(&done));
+    assert_eq!(job_state(&done), Some(JobState::Finished), "seed {seed}: {}", describe_job(&done));
     weir_integration_tests::verify_job_output(&job, &out)
         .map_err(|e| e.context(format!("seed {seed}: the committed output is not exact")))?;
     wait_for_no_orphaned_shared_files_in(&endpoint.store()?, &id, Duration::from_secs(30))

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 use weir_integration_tests::{
-    scenario_seed, verify_job_output, wait_until, Cluster, ClusterOptions, CountJob, JobState,
+    job_state, scenario_seed, verify_job_output, wait_until, Cluster, ClusterOptions, CountJob, JobState,
 };
 
 const RECORDS: u64 = 1_000_000;
@@ -43,8 +43,8 @@ fn jobmanager_crash(heap: bool) -> anyhow::Result<()> {
 
     let resumed = wait_until("for the job to be redeployed", Duration::from_secs(60), || {
         let job = cluster.job(&id)?;
-        let redeployed = job.attempt > before.attempt && JobState::of(&job) == Some(JobState::Running);
-        Ok((redeployed || JobState::of(&job) == Some(JobState::Finished)).then_some(job))
+        let redeployed = job.attempt > before.attempt && job_state(&job) == Some(JobState::Running);
+        Ok((redeployed || job_state(&job) == Some(JobState::Finished)).then_some(job))
     })?;
     assert!(
         resumed.attempt > before.attempt,

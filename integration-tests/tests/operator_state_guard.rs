@@ -31,7 +31,11 @@ fn five_million_splits_checkpoint_and_rescale_with_a_small_job_manager() -> anyh
             Some(url) => cluster.submit_from(&spec, url, "", false)?,
         };
         let done = cluster.wait_for_checkpoints(&id, 1, Duration::from_secs(120))?;
-        let cp = cluster.checkpoints(&id)?.into_iter().find(|c| c.status == "COMPLETED").expect("a checkpoint");
+        let cp = cluster
+            .checkpoints(&id)?
+            .into_iter()
+            .find(|c| c.status() == weir_proto::CheckpointStatus::Completed)
+            .expect("a checkpoint");
         let meta =
             cluster.checkpoint_dir().expect("local store").join(&id).join(format!("chk-{}", cp.id)).join("_metadata");
         let meta_bytes = std::fs::metadata(&meta).map(|m| m.len()).unwrap_or(0);

@@ -10,7 +10,7 @@
 //! gap. (With `emit: end` the last step alone, restored from nothing, would produce the same final counts.)
 
 use std::time::Duration;
-use weir_integration_tests::{verify_job_output, Cluster, ClusterOptions, CountJob, JobState};
+use weir_integration_tests::{job_state, verify_job_output, Cluster, ClusterOptions, CountJob, JobState};
 
 const RECORDS: u64 = 300_000;
 const KEYS: u64 = 5_000;
@@ -54,7 +54,7 @@ fn chain(cluster: &mut Cluster, job: &CountJob, steps: &[Step]) -> anyhow::Resul
         let url = cluster.stop_with_savepoint(&id, false, s.savepoint_format)?;
         eprintln!("step {i}: parallelism {} on {} stopped with savepoint {url}", s.parallelism, s.backend);
         let job_after = cluster.job(&id)?;
-        assert_eq!(JobState::of(&job_after), Some(JobState::Finished), "{job_after:?}");
+        assert_eq!(job_state(&job_after), Some(JobState::Finished), "{job_after:?}");
         savepoint = Some(url.clone());
         savepoints.push(url);
     }

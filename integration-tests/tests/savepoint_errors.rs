@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use weir_integration_tests::{verify_job_output, Cluster, ClusterOptions, CountJob, JobState};
+use weir_integration_tests::{job_state, verify_job_output, Cluster, ClusterOptions, CountJob, JobState};
 
 /// Every file under `dir` with its bytes.
 fn snapshot_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -58,7 +58,7 @@ fn bad_savepoints_are_refused_before_deploying_and_good_ones_restore() -> anyhow
     // A savepoint of a running job: it keeps running.
     let taken = cluster.cli_json(&["savepoint", "trigger", &id])?;
     let url = taken["savepoint"].as_str().unwrap().to_string();
-    assert_eq!(JobState::of(&cluster.job(&id)?), Some(JobState::Running));
+    assert_eq!(job_state(&cluster.job(&id)?), Some(JobState::Running));
     let sp = local_path(&url);
     assert!(sp.join("_metadata").is_file(), "{url}");
 
@@ -113,7 +113,7 @@ fn bad_savepoints_are_refused_before_deploying_and_good_ones_restore() -> anyhow
     let renamed = spec.replace("uid: counts", "uid: tallies").replace("input: counts", "input: tallies");
     refused(&mut cluster, &renamed, &url, false, "operators the job does not have: counts");
     // The job the savepoint came from kept running through all of this.
-    assert_eq!(JobState::of(&cluster.job(&id)?), Some(JobState::Running), "the job is unharmed");
+    assert_eq!(job_state(&cluster.job(&id)?), Some(JobState::Running), "the job is unharmed");
 
     // Stopped with a savepoint, moved to another directory, restored there (no-claim) at another
     // parallelism: the output is exact, and the savepoint's files stay as they were through several
@@ -136,7 +136,11 @@ fn bad_savepoints_are_refused_before_deploying_and_good_ones_restore() -> anyhow
     cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(120))?;
     verify_job_output(&relocated, &out)?;
     assert_eq!(snapshot_files(&moved), before, "a no-claim restore never changes the savepoint");
-    let first = cluster.checkpoints(&r)?.into_iter().find(|c| c.status == "COMPLETED").expect("a checkpoint");
+    let first = cluster
+        .checkpoints(&r)?
+        .into_iter()
+        .find(|c| c.status() == weir_proto::CheckpointStatus::Completed)
+        .expect("a checkpoint");
     assert_eq!(
         first.uploaded_bytes, first.full_size_bytes,
         "the first checkpoint after a no-claim restore is full: {first:?}"
@@ -290,7 +294,7 @@ fn a_failed_savepoint_leaves_no_files_even_when_a_task_acknowledges_late() -> an
     let failed = cluster.cli_json(&["savepoint", "trigger", &id, &target_url]);
     let msg = format!("{:#}", failed.expect_err("the savepoint times out"));
     assert!(msg.contains("savepoint failed") && msg.contains("expired"), "{msg}");
-    assert_eq!(JobState::of(&cluster.job(&id)?), Some(JobState::Running), "the job is unharmed");
+    assert_eq!(job_state(&cluster.job(&id)?), Some(JobState::Running), "the job is unharmed");
     // The slow task's files arrive after the failure; its acknowledgement gets them deleted.
     weir_integration_tests::wait_until("for the late acknowledgement's cleanup", Duration::from_secs(30), || {
         let log = cluster.jobmanager_log()?;

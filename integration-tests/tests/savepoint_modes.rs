@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use weir_common::datagen::{key_of, split_range};
 use weir_integration_tests::{
-    read_sink_output, verify_job_output, wait_until, Cluster, ClusterOptions, CountJob, JobState, S3Server,
+    job_state, read_sink_output, verify_job_output, wait_until, Cluster, ClusterOptions, CountJob, JobState, S3Server,
 };
 
 fn local_path(url: &str) -> PathBuf {
@@ -219,7 +219,11 @@ fn operator_state_over_the_limit_declines_checkpoints_and_the_job_keeps_running(
     let job = CountJob::unbounded("guarded", 1_000, 1).rate(10_000).checkpoint_every_ms(200).into_blackhole();
     let id = cluster.submit(&job.yaml())?;
     let failed = wait_until("for two declined checkpoints", Duration::from_secs(60), || {
-        let failed: Vec<_> = cluster.checkpoints(&id)?.into_iter().filter(|c| c.status == "FAILED").collect();
+        let failed: Vec<_> = cluster
+            .checkpoints(&id)?
+            .into_iter()
+            .filter(|c| c.status() == weir_proto::CheckpointStatus::Failed)
+            .collect();
         Ok((failed.len() >= 2).then_some(failed))
     })?;
     let reason = &failed[0].failure_reason;
@@ -232,7 +236,7 @@ fn operator_state_over_the_limit_declines_checkpoints_and_the_job_keeps_running(
     let listed = cluster.cli_json(&["checkpoints", &id])?;
     assert!(listed.to_string().contains("--operator-state-limit"), "weir checkpoints shows the reason: {listed}");
     let info = cluster.job(&id)?;
-    assert_eq!(JobState::of(&info), Some(JobState::Running), "{info:?}");
+    assert_eq!(job_state(&info), Some(JobState::Running), "{info:?}");
     assert_eq!(info.restarts, 0, "a declined checkpoint is no failure of the job: {info:?}");
     cluster.cancel(&id)?;
     cluster.stop();

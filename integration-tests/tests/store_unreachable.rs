@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 use weir_integration_tests::{
-    describe_job, wait_until, Cluster, ClusterOptions, CountJob, JobState, S3Server, TcpProxy,
+    describe_job, job_state, wait_until, Cluster, ClusterOptions, CountJob, JobState, S3Server, TcpProxy,
 };
 
 /// How the store goes away.
@@ -52,7 +52,7 @@ fn store_outage(outage: Outage) -> anyhow::Result<()> {
     eprintln!("{outage:?}: checkpoint {failed_id} failed: {reason}");
 
     let during = cluster.job(&id)?;
-    assert_eq!(JobState::of(&during), Some(JobState::Running), "{}", describe_job(&during));
+    assert_eq!(job_state(&during), Some(JobState::Running), "{}", describe_job(&during));
     assert_eq!(
         during.restarts,
         healthy.restarts,
@@ -64,7 +64,7 @@ fn store_outage(outage: Outage) -> anyhow::Result<()> {
     let recovered = cluster.wait_for_checkpoint_after(&id, failed_id, Duration::from_secs(90))?;
     eprintln!("{outage:?}: checkpoint {} completed after the store came back", recovered.id);
     let after = cluster.job(&id)?;
-    assert_eq!(JobState::of(&after), Some(JobState::Running), "{}", describe_job(&after));
+    assert_eq!(job_state(&after), Some(JobState::Running), "{}", describe_job(&after));
     assert_eq!(after.restarts, healthy.restarts, "the job restarted: {}", describe_job(&after));
 
     cluster.cancel(&id)?;

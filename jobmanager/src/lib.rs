@@ -38,8 +38,6 @@
 //!
 //! [`Store`]: weir_common::store::Store
 
-#![warn(missing_docs)]
-
 pub mod api;
 pub mod checkpoint;
 pub mod cluster;

@@ -310,13 +310,13 @@ impl JobManager {
                     .into_iter()
                     .map(|s| pb::StateVerdict {
                         name: s.name,
-                        verdict: s.verdict.as_str().to_string(),
+                        verdict: s.verdict as i32,
                         reason: s.reason,
                         from: s.from,
                         to: s.to,
                     })
                     .collect();
-                pb::OperatorVerdict { uid: v.uid, verdict: v.verdict.as_str().to_string(), reason: v.reason, states }
+                pb::OperatorVerdict { uid: v.uid, verdict: v.verdict as i32, reason: v.reason, states }
             })
             .collect();
         Ok(pb::CheckSavepointResponse { ok, operators })
@@ -368,7 +368,7 @@ impl JobManager {
         let id = parse_id(id)?;
         let state = self.find(&id)?.1.lock().state;
         if !state.is_terminal() {
-            return Err(JobRequestError::NotEnded { id: id.to_string(), state: state.as_str() });
+            return Err(JobRequestError::NotEnded { id: id.to_string(), state: state.name() });
         }
         let dir = format!("{}/{id}/", self.shared.store.url().trim_end_matches('/'));
         if delete_checkpoints {
@@ -439,7 +439,7 @@ impl JobManager {
         let view = view.lock().clone();
         match view.state {
             crate::job::lifecycle::JobState::Canceled => Ok(view.info),
-            s if s.is_terminal() => Err(JobRequestError::AlreadyTerminal { id: id.to_string(), state: s.as_str() }),
+            s if s.is_terminal() => Err(JobRequestError::AlreadyTerminal { id: id.to_string(), state: s.name() }),
             _ => Err(JobRequestError::ShuttingDown),
         }
     }

@@ -165,8 +165,8 @@ impl TaskManagerApi for FakeTm {
         request: Request<pb::DeployTaskRequest>,
     ) -> Result<Response<pb::DeployTaskResponse>, Status> {
         let req = request.into_inner();
-        let mut d: TaskDescriptor =
-            serde_json::from_slice(&req.descriptor_json).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let mut d = TaskDescriptor::try_from(req.descriptor.ok_or_else(|| Status::invalid_argument("no descriptor"))?)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         d.restore = req
             .restore
             .map(|r| r.try_into())
@@ -435,7 +435,7 @@ async fn deploy_checkpoint_subsume_and_finish() {
     assert_eq!(err.code(), tonic::Code::NotFound);
 
     let id = submit(&client).await;
-    let info = wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
+    let info = wait_job(&client, &id, "for RUNNING", |j| j.state() == pb::JobState::Running).await;
     assert_eq!(info.attempt, 1);
     assert_eq!(info.max_parallelism, 128);
     assert_eq!(info.name, "fake-tm-demo");
@@ -461,7 +461,7 @@ async fn deploy_checkpoint_subsume_and_finish() {
     .await;
     let listed = checkpoints(&client, &id).await;
     let first = &listed[0];
-    assert_eq!((first.id, first.status.as_str()), (1, "COMPLETED"));
+    assert_eq!((first.id, first.status()), (1, pb::CheckpointStatus::Completed));
     assert_eq!(first.full_size_bytes, 50, "5 operator subtasks of 10 bytes");
     assert_eq!(first.uploaded_bytes, 50);
     assert!(first.path.ends_with(&format!("{id}/chk-1/_metadata")), "{}", first.path);
@@ -476,11 +476,11 @@ async fn deploy_checkpoint_subsume_and_finish() {
     for d in fake.current_tasks() {
         fake.report(&d, pb::TaskState::EndOfInput).await;
     }
-    let done = wait_job(&client, &id, "for FINISHED", |j| j.state == "FINISHED").await;
+    let done = wait_job(&client, &id, "for FINISHED", |j| j.state() == pb::JobState::Finished).await;
     assert!(done.end_time_ms > 0);
     let listed = checkpoints(&client, &id).await;
     let last = listed.last().unwrap();
-    assert!(last.is_final && last.status == "COMPLETED", "{last:?}");
+    assert!(last.is_final && last.status() == pb::CheckpointStatus::Completed, "{last:?}");
     assert_eq!(done.last_completed_checkpoint, Some(last.id));
     assert!(fake.state.lock().notifications.iter().any(|n| n.checkpoint_id == last.id && n.is_final));
     let overview = client.cluster_overview(pb::ClusterOverviewRequest {}).await.unwrap().into_inner();
@@ -516,7 +516,8 @@ async fn failover_restores_and_jm_restart_resumes() {
         error: "boom".into(),
     };
     fake.jm().update_task_state(failed.clone()).await.unwrap();
-    let info = wait_job(&client, &id, "for attempt 2 RUNNING", |j| j.attempt == 2 && j.state == "RUNNING").await;
+    let info =
+        wait_job(&client, &id, "for attempt 2 RUNNING", |j| j.attempt == 2 && j.state() == pb::JobState::Running).await;
     assert_eq!(info.restarts, 1);
     assert!(info.failure.contains("boom") && info.failure.contains("counts subtask"), "{}", info.failure);
     assert!(fake.state.lock().cancels.iter().any(|c| c.job_id == id && c.up_to_attempt == 1));
@@ -538,7 +539,7 @@ async fn failover_restores_and_jm_restart_resumes() {
     fake.jm().update_task_state(failed).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let info = job_info(&client, &id).await;
-    assert_eq!((info.attempt, info.state.as_str(), info.restarts), (2, "RUNNING", 1));
+    assert_eq!((info.attempt, info.state(), info.restarts), (2, pb::JobState::Running, 1));
 
     // The job manager stops (the job is not canceled) and a new one resumes it from the job store.
     let after = restore.checkpoint_id.0;
@@ -555,24 +556,27 @@ async fn failover_restores_and_jm_restart_resumes() {
     let jm2 = RunningJm::start(&env.data, &env.store_url).await;
     let client2 = jm2.client().await;
     let info = job_info(&client2, &id).await;
-    assert!(matches!(info.state.as_str(), "RESTARTING" | "RUNNING"), "{info:?}");
+    assert!(matches!(info.state(), pb::JobState::Restarting | pb::JobState::Running), "{info:?}");
     // The fake task manager notices the new session through its heartbeat and registers again.
     fake.switch_jm(&jm2.url).await;
-    let resumed =
-        wait_job(&client2, &id, "for the job to be redeployed", |j| j.state == "RUNNING" && j.attempt > before.attempt)
-            .await;
+    let resumed = wait_job(&client2, &id, "for the job to be redeployed", |j| {
+        j.state() == pb::JobState::Running && j.attempt > before.attempt
+    })
+    .await;
     assert_eq!(resumed.attempt, 3);
     assert_eq!(resumed.restarts, 1, "a job-manager restart is not a failure");
     let tasks = fake.current_tasks();
     assert!(tasks.iter().all(|d| d.restore.as_ref().map(|r| r.checkpoint_id.0) >= before.last_completed_checkpoint));
-    wait_checkpoint(&client2, &id, "for a checkpoint with a new id", |c| c.id >= next_id && c.status == "COMPLETED")
-        .await;
+    wait_checkpoint(&client2, &id, "for a checkpoint with a new id", |c| {
+        c.id >= next_id && c.status() == pb::CheckpointStatus::Completed
+    })
+    .await;
 
     // Cancel: CANCELED, tasks canceled; canceling again is fine.
     let canceled = client2.clone().cancel_job(pb::CancelJobRequest { job_id: id.clone() }).await.unwrap().into_inner();
-    assert_eq!(canceled.job.unwrap().state, "CANCELED");
+    assert_eq!(canceled.job.unwrap().state(), pb::JobState::Canceled);
     let again = client2.clone().cancel_job(pb::CancelJobRequest { job_id: id.clone() }).await.unwrap().into_inner();
-    assert_eq!(again.job.unwrap().state, "CANCELED");
+    assert_eq!(again.job.unwrap().state(), pb::JobState::Canceled);
     let state = fake.state.clone();
     wait_until("for the cancel RPC", || state.lock().cancels.iter().any(|c| c.up_to_attempt == 3)).await;
     hb.abort();
@@ -590,17 +594,17 @@ async fn lost_task_manager_fails_the_job_over_and_it_waits_for_slots() {
     fake.register(&rpc).await;
     // No heartbeats: the task manager is lost after heartbeat_timeout_ms (2 s).
     let id = submit(&client).await;
-    wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
-    let info = wait_job(&client, &id, "for RESTARTING", |j| j.state == "RESTARTING").await;
+    wait_job(&client, &id, "for RUNNING", |j| j.state() == pb::JobState::Running).await;
+    let info = wait_job(&client, &id, "for RESTARTING", |j| j.state() == pb::JobState::Restarting).await;
     assert!(info.failure.contains("tm-c"), "{}", info.failure);
     let overview = client.clone().cluster_overview(pb::ClusterOverviewRequest {}).await.unwrap().into_inner();
     assert!(overview.task_managers.is_empty());
     // It stays RESTARTING while no slots exist, and runs again once a task manager registers.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(job_info(&client, &id).await.state, "RESTARTING");
+    assert_eq!(job_info(&client, &id).await.state(), pb::JobState::Restarting);
     fake.register(&rpc).await;
     let hb = spawn_heartbeats(fake.clone(), rpc.clone());
-    let info = wait_job(&client, &id, "for RUNNING again", |j| j.state == "RUNNING").await;
+    let info = wait_job(&client, &id, "for RUNNING again", |j| j.state() == pb::JobState::Running).await;
     assert_eq!(info.attempt, 2);
     hb.abort();
     jm.stop().await;
@@ -618,15 +622,18 @@ async fn a_checkpoint_the_job_store_did_not_record_is_never_notified_as_complete
     // The third completion cannot be recorded (the job store fails right after `_metadata` was written).
     weir_common::fault::arm("checkpoint-after-metadata=2*off->1*return(error:disk full)->off").unwrap();
     let id = submit(&client).await;
-    let failed = wait_checkpoint(&client, &id, "for a failed checkpoint", |c| c.status == "FAILED").await;
+    let failed =
+        wait_checkpoint(&client, &id, "for a failed checkpoint", |c| c.status() == pb::CheckpointStatus::Failed).await;
     assert_eq!(failed.id, 3, "{failed:?}");
     assert!(
         failed.failure_reason.contains("cannot record the checkpoint in the job store")
             && failed.failure_reason.contains("disk full"),
         "{failed:?}"
     );
-    wait_checkpoint(&client, &id, "for the next checkpoint to complete", |c| c.id == 4 && c.status == "COMPLETED")
-        .await;
+    wait_checkpoint(&client, &id, "for the next checkpoint to complete", |c| {
+        c.id == 4 && c.status() == pb::CheckpointStatus::Completed
+    })
+    .await;
     {
         let s = fake.state.lock();
         assert!(
@@ -659,15 +666,15 @@ async fn task_states_whose_reports_were_lost_arrive_with_heartbeats() {
     // Every END_OF_INPUT and FINISHED report is lost; only heartbeats carry them.
     fake.state.lock().lose_reports = vec![pb::TaskState::EndOfInput, pb::TaskState::Finished];
     let id = submit(&client).await;
-    wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
+    wait_job(&client, &id, "for RUNNING", |j| j.state() == pb::JobState::Running).await;
     fake.state.lock().end_of_input = true;
     for d in fake.current_tasks() {
         fake.report(&d, pb::TaskState::EndOfInput).await;
     }
-    let done = wait_job(&client, &id, "for FINISHED", |j| j.state == "FINISHED").await;
+    let done = wait_job(&client, &id, "for FINISHED", |j| j.state() == pb::JobState::Finished).await;
     assert_eq!(done.restarts, 0);
     let last = checkpoints(&client, &id).await.pop().unwrap();
-    assert!(last.is_final && last.status == "COMPLETED", "{last:?}");
+    assert!(last.is_final && last.status() == pb::CheckpointStatus::Completed, "{last:?}");
     hb.abort();
     jm.stop().await;
 }
@@ -709,7 +716,7 @@ async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() 
         .unwrap()
         .into_inner()
         .job_id;
-    wait_job(&client, &id, "for RUNNING", |j| j.state == "RUNNING").await;
+    wait_job(&client, &id, "for RUNNING", |j| j.state() == pb::JobState::Running).await;
     let sp_root = env._dir.path().join("savepoints");
     let target_dir = format!("file://{}", sp_root.display());
 
@@ -735,7 +742,7 @@ async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() 
             err.message()
         );
         let failed = wait_checkpoint(&client, &id, "for the failed savepoint in the history", |c| {
-            c.is_savepoint && c.status == "FAILED" && c.id > last_failed
+            c.is_savepoint && c.status() == pb::CheckpointStatus::Failed && c.id > last_failed
         })
         .await;
         last_failed = failed.id;
@@ -748,7 +755,7 @@ async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() 
         let root = sp_root.clone();
         wait_until("for the failed savepoint's files to be deleted", || files_below(&root).is_empty()).await;
         let info = job_info(&client, &id).await;
-        assert_eq!(info.state, "RUNNING", "stop {stop}: the job keeps running: {info:?}");
+        assert_eq!(info.state(), pb::JobState::Running, "stop {stop}: the job keeps running: {info:?}");
         weir_common::fault::disarm("job-store-save");
     }
 
@@ -762,7 +769,7 @@ async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() 
         state.lock().notifications.iter().any(|n| n.checkpoint_id == sp_id && n.completed && n.stop)
     })
     .await;
-    wait_job(&client, &id, "for FINISHED", |j| j.state == "FINISHED").await;
+    wait_job(&client, &id, "for FINISHED", |j| j.state() == pb::JobState::Finished).await;
     let stored: serde_json::Value =
         serde_json::from_slice(&std::fs::read(env.data.join("jobs").join(format!("{id}.json"))).unwrap()).unwrap();
     assert_eq!(stored["checkpoints_completed"], 1, "only the recorded savepoint counts: {stored}");

@@ -39,12 +39,12 @@
 //! the heap leaves them out of every snapshot). A heap snapshot is read twice: once for the state headers, then
 //! state by state in name order, each state's rows sorted in memory.
 
+use crate::error::StateError;
 use crate::keyed::LocalSnapshot;
 use crate::layout::{map_prefix_of_row, row_in, split_map_row};
 use crate::meta::{encode_kind_record, StateKind};
 use crate::rocks::{RocksDbBackend, RocksOptions};
 use crate::statefile::{Row, SortBuffer, StateFileReader, StateFileWriter, CANONICAL_V1, HEAP_V1, HEAP_V2};
-use crate::StateError;
 use std::path::Path;
 use std::time::Instant;
 use weir_common::keygroup::{key_group_prefix_len, KeyGroupRange};

@@ -1,7 +1,7 @@
 //! How typed state values become bytes. Fixed-width integers are big-endian so that their byte order is
 //! their numeric order.
 
-use crate::StateError;
+use crate::error::StateError;
 
 /// A type that can be stored in state.
 pub trait StateCodec: Sized {

@@ -16,8 +16,8 @@
 //! not decode is an error ([`StateError::Decode`]).
 
 use crate::codec::StateCodec;
+use crate::error::StateError;
 use crate::signature::{Shape, TypeSignature};
-use crate::StateError;
 use prost_reflect::ReflectMessage;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -19,11 +19,11 @@
 //! clock is the backend's ([`KeyedStateBackend::set_clock`]).
 
 use crate::codec::{decode_state, StateCodec};
+use crate::error::StateError;
 use crate::keyed::{KeyedStateBackend, StateId};
 use crate::layout::encode_list_element;
 use crate::meta::{StateKind, StateOptions};
 use crate::ttl::{split_ts, stamp, StateTtlConfig};
-use crate::StateError;
 use std::marker::PhantomData;
 
 /// Scopes following accesses to namespaced states to `namespace` (see

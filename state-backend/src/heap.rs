@@ -19,6 +19,7 @@
 //! from a queue of its row keys, refilled with every row key once it runs empty, skipping the current key. A
 //! snapshot writes no expired value, list element or map entry.
 
+use crate::error::StateError;
 use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
 use crate::layout::{decode_list, row_in, RowKeyBuilder};
 use crate::layout::{ElementVisitor, RowVisitor};
@@ -32,7 +33,6 @@ use crate::statefile::{Row, StateFileReader, HEAP_V1, HEAP_V2};
 use crate::ttl::{
     retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock, DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
 };
-use crate::StateError;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;

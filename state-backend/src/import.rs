@@ -12,7 +12,7 @@
 //! point keys that is exact; a range tombstone, though, may have been stored wider than the file it sits in,
 //! so files of a column family holding range deletions must not be imported ([`range_deletions`] tells).
 
-use crate::StateError;
+use crate::error::StateError;
 use librocksdb_sys as ffi;
 use rocksdb::{AsColumnFamilyRef, AsRawPtr, Options, DB};
 use std::ffi::{c_char, CStr, CString};

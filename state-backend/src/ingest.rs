@@ -21,7 +21,7 @@
 //! so the snapshot names the SST after the live file: the next incremental checkpoint finds it among the files
 //! the completed one uploaded and does not upload it again.
 
-use crate::StateError;
+use crate::error::StateError;
 use rocksdb::{IngestExternalFileOptions, Options, SstFileWriter, DB};
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::MetadataExt;

@@ -16,10 +16,10 @@
 //! ([`DEFAULT_MAX_VALUE_BYTES`], changed with [`KeyedStateBackend::set_max_value_bytes`]) is refused with a
 //! [`StateError::Declaration`] naming the state and the size and suggesting `MapState`; nothing is written.
 
+use crate::error::StateError;
 use crate::layout::{ElementVisitor, RowVisitor};
 use crate::meta::{StateKind, StateOptions};
 use crate::ttl::{Clock, StateTtlConfig};
-use crate::StateError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use weir_common::keygroup::KeyGroupRange;

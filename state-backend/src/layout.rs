@@ -3,7 +3,7 @@
 //! whole table; the heap keeps value and list rows under the same row keys, and map entries in an ordered map
 //! per row key.
 
-use crate::StateError;
+use crate::error::StateError;
 use weir_common::keygroup::KeyGroupRange;
 
 /// A visitor of `(key, value)` rows.

@@ -10,8 +10,8 @@
 //! update-type byte and the visibility byte (11 bytes in all). RocksDB stores it in the default
 //! column family (row `weir.kind.<name>`); heap snapshots store it after the state's name.
 
+use crate::error::StateError;
 use crate::ttl::{StateTtlConfig, TtlUpdateType, TtlVisibility};
-use crate::StateError;
 use std::io::Read;
 use std::time::Duration;
 

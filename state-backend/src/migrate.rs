@@ -7,10 +7,10 @@
 //! keys and map user keys are never rewritten. RocksDB writes the rewritten rows of the state's column family, in
 //! key order, into sorted SST files and ingests them (no put per value); the heap rewrites its rows in place.
 
+use crate::error::StateError;
 use crate::layout::{decode_list, encode_list_element};
 use crate::meta::{StateKind, TtlChange};
 use crate::ttl::split_ts;
-use crate::StateError;
 
 /// Rewrites one stored value (without its TTL timestamp) from the old serializer's bytes to the new one's,
 /// appending to the output.

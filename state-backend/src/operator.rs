@@ -8,7 +8,7 @@
 //! same parallelism, round-robin shares on rescale, every union element always, one broadcast copy); the task
 //! manager reads them with [`OperatorStateStore::restore_elements`].
 
-use crate::StateError;
+use crate::error::StateError;
 use std::collections::BTreeMap;
 use weir_common::checkpoint::{DistributionMode, Offsets, StateMetaInfo};
 

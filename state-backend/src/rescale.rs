@@ -44,6 +44,7 @@
 //! Sources' directories are consumed: RocksDB ones are moved, and every directory may be changed or deleted.
 
 use crate::canonical::{self, CANONICAL_FILE};
+use crate::error::StateError;
 use crate::heap::HeapBackend;
 use crate::import::SstFile;
 use crate::ingest::{sst_options, SstSink};
@@ -52,7 +53,6 @@ use crate::layout::{map_prefix_of_row, row_in, RowKeyBuilder};
 use crate::meta::{check_same_declaration, KindRecord, StateKind};
 use crate::rocks::{RocksDbBackend, RocksOptions};
 use crate::statefile::{Row, SortBuffer, StateFileReader, HEAP_V1, HEAP_V2};
-use crate::StateError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -53,6 +53,7 @@
 //! only keep or drop a row); it reads the clock once per 1000 rows.
 
 use crate::cache::{Cached, RowCache};
+use crate::error::StateError;
 use crate::import::{self, SstFile};
 use crate::ingest::{self, Background};
 use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
@@ -68,7 +69,6 @@ use crate::ttl::{
     list_all_expired, row_expired, Clock, SharedClock, StateTtlConfig, DEFAULT_PERIODIC_COMPACTION_SECS,
     FILTER_CLOCK_REFRESH_ROWS,
 };
-use crate::StateError;
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{

@@ -9,8 +9,8 @@
 //! checkpoint's own directory every time. The job manager deletes a shared file once no retained checkpoint
 //! references it.
 
+use crate::error::StateError;
 use crate::keyed::LocalSnapshot;
-use crate::StateError;
 use std::collections::HashMap;
 use std::path::Path;
 use weir_common::checkpoint::{check_relative_path, FileHandle, KeyedStateHandle};

@@ -8,9 +8,9 @@
 //! corrupt before anything is allocated for it. The writer patches counts in place once they are known, so a
 //! state's rows can be streamed without counting them first.
 
+use crate::error::StateError;
 use crate::layout::RowVisitor;
 use crate::meta::{read_kind_record, KindRecord, StateKind};
-use crate::StateError;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;

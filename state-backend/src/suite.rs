@@ -1,14 +1,15 @@
 //! One test suite run against both keyed backends: every scenario takes a backend factory and is called for
 //! RocksDB (with a tiny write-back cache, so flushes happen mid-test) and for the heap.
 
+use crate::error::StateError;
 use crate::handles::{
     set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
 };
 use crate::keyed::KeyedStateBackend;
 use crate::meta::{StateKind, StateOptions};
+use crate::rescale::open_keyed_backend;
 use crate::rocks::RocksOptions;
 use crate::ttl::ManualClock;
-use crate::{open_keyed_backend, StateError};
 use std::path::Path;
 use std::sync::Arc;
 use weir_common::keygroup::{key_group_for_key, KeyGroupRange};

@@ -43,7 +43,7 @@
 //! or off is refused (as in Flink before 2.x) while the duration, update type and visibility may change (the
 //! new config is recorded).
 
-use crate::StateError;
+use crate::error::StateError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

@@ -14,7 +14,9 @@
 use anyhow::Result;
 use clap::Parser;
 use std::time::{Duration, Instant};
-use weir_integration_tests::{describe_job, CheckpointInfo, Cluster, ClusterOptions, CountJob, JobInfo, JobState};
+use weir_integration_tests::{
+    describe_job, job_state, CheckpointInfo, Cluster, ClusterOptions, CountJob, JobInfo, JobState,
+};
 
 /// Measures a keyed count on a local cluster.
 #[derive(Parser)]
@@ -89,7 +91,7 @@ fn run_once(args: &Args, records: u64, limit: Duration) -> Result<Run> {
     let running = Instant::now();
     let (finished, info) = loop {
         let info = cluster.job(&id)?;
-        match JobState::of(&info) {
+        match job_state(&info) {
             Some(JobState::Finished) => break (true, info),
             Some(s) if s.is_terminal() => anyhow::bail!("the job ended as {s}: {}", describe_job(&info)),
             _ => {}

@@ -6,7 +6,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use weir_integration_tests::{
-    describe_job, read_sink_output, verify_counts, Cluster, ClusterOptions, CountJob, JobState,
+    describe_job, job_state, read_sink_output, verify_counts, Cluster, ClusterOptions, CountJob, JobState,
 };
 
 /// Runs a job on a local Weir cluster, kills a task manager halfway and verifies the output.
@@ -73,12 +73,12 @@ fn run(args: Args) -> Result<bool> {
     let mut last_print = Instant::now() - Duration::from_secs(1);
     let done = loop {
         let info = cluster.job(&id)?;
-        let state = JobState::of(&info);
+        let state = job_state(&info);
         if last_print.elapsed() >= Duration::from_secs(1) || state.is_some_and(|s| s.is_terminal()) {
             println!(
                 "[{:>5.1}s] {:<10} checkpoints {:>3}  last {:>4}  restarts {}",
                 started.elapsed().as_secs_f64(),
-                info.state,
+                info.state(),
                 info.checkpoints_completed,
                 info.last_completed_checkpoint.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
                 info.restarts

@@ -22,26 +22,22 @@ pub const HISTORY_LIMIT: usize = 200;
 /// After a failed checkpoint, the final checkpoint is retried no sooner than this.
 pub const FINAL_RETRY_DELAY_MS: u64 = 500;
 
-/// Status of a checkpoint in the history.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum CheckpointStatus {
-    /// Triggered, not all acknowledgements in yet.
-    InProgress,
-    /// `_metadata` written and recorded.
-    Completed,
-    /// Declined, expired, aborted or not writable.
-    Failed,
-}
+/// Status of a checkpoint in the history: the protocol's enum.
+pub use weir_proto::CheckpointStatus;
 
-impl CheckpointStatus {
-    /// The status's name on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CheckpointStatus::InProgress => "IN_PROGRESS",
-            CheckpointStatus::Completed => "COMPLETED",
-            CheckpointStatus::Failed => "FAILED",
-        }
+/// A checkpoint's status in the stored history, by name (`"COMPLETED"`), as records have always been written.
+mod status_by_name {
+    use super::CheckpointStatus;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(status: &CheckpointStatus, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(status.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<CheckpointStatus, D::Error> {
+        let name = String::deserialize(d)?;
+        CheckpointStatus::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown checkpoint status {name:?}")))
     }
 }
 
@@ -51,6 +47,7 @@ pub struct CheckpointHistoryEntry {
     /// Checkpoint id.
     pub id: CheckpointId,
     /// Current status.
+    #[serde(with = "status_by_name")]
     pub status: CheckpointStatus,
     /// When it was triggered.
     pub trigger_time_ms: u64,
@@ -96,7 +93,7 @@ impl CheckpointHistoryEntry {
         };
         pb::CheckpointInfo {
             id: self.id.0,
-            status: self.status.as_str().to_string(),
+            status: self.status as i32,
             trigger_time_ms: self.trigger_time_ms,
             duration_ms,
             full_size_bytes: self.full_size_bytes,

@@ -119,34 +119,9 @@ pub async fn check_files(sp: &LoadedSavepoint, opts: &StoreOptions) -> Result<()
     Ok(())
 }
 
-/// What a restore does with one operator's (or one state's) stored state: `weir savepoint check`'s verdicts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verdict {
-    /// An operator with no state in the savepoint (a state its new version declares that the savepoint lacks).
-    New,
-    /// Restored as it is.
-    Restored,
-    /// Restored, every value rewritten with the new serializer before the operator starts.
-    Migrated,
-    /// Dropped: the job has no operator with the uid, or its kind or a state's type changed in a way its
-    /// format cannot evolve.
-    Dropped,
-    /// The restore would fail: refused.
-    Incompatible,
-}
-
-impl Verdict {
-    /// The name `savepoint check` prints.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Restored => "RESTORED",
-            Verdict::Migrated => "MIGRATED",
-            Verdict::Dropped => "DROPPED",
-            Verdict::Incompatible => "INCOMPATIBLE",
-            Verdict::New => "NEW",
-        }
-    }
-}
+/// What a restore does with one operator's (or one state's) stored state: `weir savepoint check`'s verdicts, the
+/// protocol's enum (ordered from the mildest to the worst).
+pub use weir_proto::Verdict;
 
 /// The verdict on one operator and its states.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -347,7 +322,7 @@ impl From<&DroppedState> for pb::DroppedState {
 impl OperatorVerdict {
     /// `operator "uid" VERDICT: reason`, then a line per state (with its reason, if it has its own).
     fn describe(&self) -> String {
-        let mut text = format!("operator {:?} {}", self.uid, self.verdict.as_str());
+        let mut text = format!("operator {:?} {}", self.uid, self.verdict.name());
         if !self.reason.is_empty() {
             text.push_str(&format!(": {}", self.reason));
         }
@@ -355,7 +330,7 @@ impl OperatorVerdict {
             text.push_str(" (dropped as the job allows)");
         }
         for s in &self.states {
-            text.push_str(&format!("\n    state {:?} {}", s.name, s.verdict.as_str()));
+            text.push_str(&format!("\n    state {:?} {}", s.name, s.verdict.name()));
             if !s.reason.is_empty() {
                 text.push_str(&format!(": {}", s.reason));
             }
@@ -896,7 +871,7 @@ mod tests {
         // Another max parallelism: every stored operator is incompatible, for the same reason.
         let v = verdicts(&sp, &job, Some(256), u64::MAX).operators;
         assert!(v.iter().filter(|o| o.in_job && o.verdict != Verdict::New).all(|o| o.verdict == Verdict::Incompatible));
-        assert_eq!(Verdict::Incompatible.as_str(), "INCOMPATIBLE");
+        assert_eq!(Verdict::Incompatible.name(), "INCOMPATIBLE");
     }
 
     #[test]

@@ -609,19 +609,18 @@ impl JobActor {
             let calls = descriptors.iter().filter(|d| d.vertex == vertex).map(|d| {
                 let slot = slots[d.subtask.0 as usize].clone();
                 let key = (d.vertex, d.subtask);
-                let request = serde_json::to_vec(d).map(|json| pb::DeployTaskRequest {
+                let request = pb::DeployTaskRequest {
                     task: Some(task_ref(&job_id, attempt, key)),
                     jm_session: self.shared.session.clone(),
                     jm_epoch: self.shared.epoch,
-                    descriptor_json: json,
+                    descriptor: Some(d.into()),
                     restore: d.restore.as_ref().map(Into::into),
-                });
+                };
                 let clients = self.shared.clients.clone();
                 async move {
-                    let result = match (request, clients.get(&slot.rpc_address)) {
-                        (Ok(req), Ok(mut client)) => client.deploy_task(req).await.map(|_| ()),
-                        (Err(e), _) => Err(tonic::Status::internal(format!("cannot encode the task descriptor: {e}"))),
-                        (_, Err(e)) => Err(e),
+                    let result = match clients.get(&slot.rpc_address) {
+                        Ok(mut client) => client.deploy_task(request).await.map(|_| ()),
+                        Err(e) => Err(e),
                     };
                     (slot, key, result)
                 }
@@ -775,7 +774,7 @@ impl JobActor {
         match self.record.state {
             JobState::Canceled => return Ok(self.record.info()),
             s if s.is_terminal() => {
-                return Err(JobRequestError::AlreadyTerminal { id: self.record.id.to_string(), state: s.as_str() })
+                return Err(JobRequestError::AlreadyTerminal { id: self.record.id.to_string(), state: s.name() })
             }
             _ => {}
         }

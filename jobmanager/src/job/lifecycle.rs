@@ -2,77 +2,48 @@
 //! restart decision taken when a running job fails.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use weir_common::spec::RestartSettings;
 
-/// The state of a job as clients see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum JobState {
-    /// Accepted, waiting for enough slots to be deployed for the first time.
-    Created,
-    /// Every task is deployed.
-    Running,
-    /// A failure happened; the job waits for its restart delay and for slots.
-    Restarting,
-    /// Every task finished after the final checkpoint (terminal).
-    Finished,
-    /// Canceled by a client (terminal).
-    Canceled,
-    /// Failed for good: no restart left or an unrecoverable error (terminal).
-    Failed,
-}
+/// The state of a job: the protocol's enum, the one definition the CLI and the test harness use too.
+pub use weir_proto::JobState;
 
-impl JobState {
-    /// Every state, in lifecycle order.
-    pub const ALL: [JobState; 6] = [
-        JobState::Created,
-        JobState::Running,
-        JobState::Restarting,
-        JobState::Finished,
-        JobState::Canceled,
-        JobState::Failed,
-    ];
+/// Every state, in lifecycle order.
+pub const ALL_STATES: [JobState; 6] = [
+    JobState::Created,
+    JobState::Running,
+    JobState::Restarting,
+    JobState::Finished,
+    JobState::Canceled,
+    JobState::Failed,
+];
 
-    /// The state's name on the wire (`CREATED`, `RUNNING`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Created => "CREATED",
-            JobState::Running => "RUNNING",
-            JobState::Restarting => "RESTARTING",
-            JobState::Finished => "FINISHED",
-            JobState::Canceled => "CANCELED",
-            JobState::Failed => "FAILED",
-        }
-    }
-
-    /// Whether the job is over.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, JobState::Finished | JobState::Canceled | JobState::Failed)
-    }
-
-    /// The states this state may move to: the single table of allowed transitions.
-    ///
-    /// `RESTARTING → RESTARTING` is a failure while redeploying (the restart counter still grows).
-    pub fn allowed_next(self) -> &'static [JobState] {
-        use JobState::*;
-        match self {
-            Created => &[Running, Restarting, Canceled, Failed],
-            Running => &[Restarting, Finished, Canceled, Failed],
-            Restarting => &[Running, Restarting, Canceled, Failed],
-            Finished | Canceled | Failed => &[],
-        }
-    }
-
-    /// Whether `self → next` is allowed.
-    pub fn can_become(self, next: JobState) -> bool {
-        self.allowed_next().contains(&next)
+/// The states `from` may move to: the single table of allowed transitions.
+///
+/// `RESTARTING → RESTARTING` is a failure while redeploying (the restart counter still grows).
+pub fn allowed_next(from: JobState) -> &'static [JobState] {
+    use JobState::*;
+    match from {
+        Created => &[Running, Restarting, Canceled, Failed],
+        Running => &[Restarting, Finished, Canceled, Failed],
+        Restarting => &[Running, Restarting, Canceled, Failed],
+        Finished | Canceled | Failed | Unspecified => &[],
     }
 }
 
-impl fmt::Display for JobState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+/// A job's state in its stored record, by name (`"RUNNING"`), as records have always been written.
+pub mod state_by_name {
+    use super::JobState;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes the state's name.
+    pub fn serialize<S: Serializer>(state: &JobState, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(state.name())
+    }
+
+    /// Reads a state's name.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<JobState, D::Error> {
+        let name = String::deserialize(d)?;
+        JobState::from_name(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown job state {name:?}")))
     }
 }
 
@@ -88,7 +59,7 @@ pub struct InvalidTransition {
 
 /// Checks a transition and returns the new state.
 pub fn transition(from: JobState, to: JobState) -> Result<JobState, InvalidTransition> {
-    if from.can_become(to) {
+    if allowed_next(from).contains(&to) {
         Ok(to)
     } else {
         Err(InvalidTransition { from, to })
@@ -207,27 +178,34 @@ mod tests {
 
     #[test]
     fn transitions_table() {
-        assert!(Created.can_become(Running));
-        assert!(Running.can_become(Restarting));
-        assert!(Restarting.can_become(Running));
-        assert!(Restarting.can_become(Restarting));
-        assert!(Running.can_become(Finished));
-        assert!(!Created.can_become(Finished), "a job that never ran cannot finish");
-        assert!(!Running.can_become(Created));
-        assert!(!Running.can_become(Running));
+        assert!(transition(Created, Running).is_ok());
+        assert!(transition(Running, Restarting).is_ok());
+        assert!(transition(Restarting, Running).is_ok());
+        assert!(transition(Restarting, Restarting).is_ok());
+        assert!(transition(Running, Finished).is_ok());
+        assert!(transition(Created, Finished).is_err(), "a job that never ran cannot finish");
+        assert!(transition(Running, Created).is_err());
+        assert!(transition(Running, Running).is_err());
         for terminal in [Finished, Canceled, Failed] {
             assert!(terminal.is_terminal());
-            for next in JobState::ALL {
+            for next in ALL_STATES {
                 assert_eq!(transition(terminal, next), Err(InvalidTransition { from: terminal, to: next }));
             }
         }
         for s in [Created, Running, Restarting] {
             assert!(!s.is_terminal());
-            assert!(s.can_become(Canceled) && s.can_become(Failed), "{s} must be cancelable and failable");
+            assert!(
+                transition(s, Canceled).is_ok() && transition(s, Failed).is_ok(),
+                "{s} must be cancelable and failable"
+            );
         }
         assert_eq!(transition(Created, Running), Ok(Running));
         assert_eq!(Restarting.to_string(), "RESTARTING");
-        assert_eq!(serde_json::to_string(&Canceled).unwrap(), "\"CANCELED\"");
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct Stored(#[serde(with = "state_by_name")] JobState);
+        assert_eq!(serde_json::to_string(&Stored(Canceled)).unwrap(), "\"CANCELED\"");
+        assert_eq!(serde_json::from_str::<Stored>("\"RESTARTING\"").unwrap(), Stored(Restarting));
+        assert!(serde_json::from_str::<Stored>("\"UNSPECIFIED\"").is_err());
     }
 
     /// Restarts a job through the history with the given failure times; a delay per failure, `None` when

@@ -23,6 +23,7 @@ pub struct JobRecord {
     /// The validated spec.
     pub job: ResolvedJob,
     /// Lifecycle state.
+    #[serde(with = "crate::job::lifecycle::state_by_name")]
     pub state: JobState,
     /// The last attempt deployed (0 = never deployed); the next deployment uses `attempt + 1`.
     pub attempt: AttemptNumber,
@@ -166,7 +167,7 @@ impl JobRecord {
         pb::JobInfo {
             id: self.id.to_string(),
             name: self.job.name.clone(),
-            state: self.state.as_str().to_string(),
+            state: self.state as i32,
             last_completed_checkpoint: self.latest_completed().map(|r| r.id.0),
             restarts: self.restarts,
             attempt: self.attempt.0,

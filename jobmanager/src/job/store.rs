@@ -314,7 +314,7 @@ mod tests {
         assert_eq!(errors.len(), 1);
         assert!(errors[0].to_string().contains("broken.json"), "{}", errors[0]);
         let info = r.info();
-        assert_eq!(info.state, "RUNNING");
+        assert_eq!(info.state(), weir_proto::JobState::Running);
         assert_eq!(info.last_completed_checkpoint, Some(7));
         assert_eq!(info.attempt, 3);
         assert_eq!(info.restarts, 2);

@@ -344,8 +344,12 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         let req = req.into_inner();
         let tm = &self.0;
         tm.check_session(&req.jm_session, req.jm_epoch)?;
-        let mut desc: TaskDescriptor = serde_json::from_slice(&req.descriptor_json)
-            .map_err(|e| Status::invalid_argument(format!("bad task descriptor: {e}")))?;
+        let mut desc = req
+            .descriptor
+            .ok_or_else(|| Status::invalid_argument("bad task descriptor: it is missing"))
+            .and_then(|d| {
+                TaskDescriptor::try_from(d).map_err(|e| Status::invalid_argument(format!("bad task descriptor: {e}")))
+            })?;
         desc.restore = req
             .restore
             .map(RestoreDescriptor::try_from)

@@ -1,7 +1,22 @@
 //! A task's channels: the consumer side (input channels that return credit and heartbeats) and the producer
 //! side (output channels that send only with credit and notice a consumer gone silent).
 
-use super::*;
+use super::conn::{canceled, tune_socket, DataReadHalf, DataStream, DataWriteHalf, Incoming, Liveness};
+use super::data_server::DataSecurity;
+use super::frame::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinHandle;
+
+/// Frames a consumer lets a producer send before the first credit comes back.
+pub const INITIAL_CREDIT: u32 = 8;
+/// Credit a producer accepts having in hand: far above what a consumer grants ([`INITIAL_CREDIT`] plus one
+/// per processed frame), it only keeps a broken consumer from overflowing the producer's count.
+const MAX_CREDIT: usize = 1 << 20;
 
 /// What the reader of an input channel tells its task.
 #[derive(Debug)]
@@ -181,7 +196,7 @@ impl OutputChannel {
             source: std::io::Error::other(reason),
         })?;
         let (rd, mut wr) = tokio::io::split(stream);
-        let hs_frame = json_frame(T_HANDSHAKE, hs, "handshake")?;
+        let hs_frame = handshake_frame(hs);
         wr.write_all(&hs_frame).await.map_err(|e| NetError::Io { context: format!("to {target}"), source: e })?;
 
         let permits = Arc::new(Semaphore::new(0));

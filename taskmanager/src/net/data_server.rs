@@ -1,7 +1,15 @@
 //! The data server: accepting data connections (TLS or the cluster secret first), reading their handshakes
 //! and handing each to the consumer task it names, holding (parking) those that arrive before their task.
 
-use super::*;
+use super::conn::{tune_socket, DataStream, Incoming, CONSUMER_USER_TIMEOUT};
+use super::frame::*;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 
 /// How data connections are secured: TLS with member certificates both ways, or the cluster secret as the
 /// producer's first frame, or nothing (the embedded local default).
@@ -151,7 +159,7 @@ impl DataServer {
                     tokio::time::timeout(Duration::from_secs(10), read_raw(&mut stream, "handshake", MAX_HANDSHAKE))
                         .await;
                 let hs: Option<Handshake> = match hs {
-                    Ok(Ok(Some((T_HANDSHAKE, payload)))) => serde_json::from_slice(&payload).ok(),
+                    Ok(Ok(Some((T_HANDSHAKE, payload)))) => decode_handshake(&payload).ok(),
                     _ => None,
                 };
                 match hs {

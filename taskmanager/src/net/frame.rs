@@ -1,7 +1,19 @@
 //! Framing: the frame types, their encoding and decoding, and reading one frame off a connection with a
 //! bounded buffer.
 
-use super::*;
+use crate::api::record::{MAX_BATCH_RECORDS, MIN_ENCODED_RECORD};
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Largest frame accepted from the network.
+pub const MAX_FRAME: usize = 64 << 20;
+/// Largest handshake accepted: it names a job and a subtask, a few hundred bytes.
+pub(super) const MAX_HANDSHAKE: usize = 64 << 10;
+/// What a frame's buffer starts with before its bytes arrive: a length read off the network is trusted with
+/// no more. Above every batch a producer sends in the normal case (64 KiB plus one record), so those are read
+/// in one go; larger frames grow, by doubling, as their bytes arrive.
+pub(super) const READ_CHUNK: usize = 256 << 10;
 
 pub(super) const T_HANDSHAKE: u8 = 0;
 pub(super) const T_BATCH: u8 = 1;
@@ -144,10 +156,8 @@ pub fn encode_frame(frame: &Frame) -> Vec<u8> {
             out.extend_from_slice(&id.to_le_bytes());
             out.extend_from_slice(&timestamp_ms.to_le_bytes());
             if let Some(t) = savepoint {
-                // A struct of strings and enums always serializes.
-                if let Ok(json) = serde_json::to_vec(t) {
-                    out.extend_from_slice(&json);
-                }
+                // Encoding a protobuf message into a Vec cannot fail.
+                weir_proto::SavepointTarget::from(t.as_ref()).encode(&mut out).unwrap_or_default();
             }
         }
         Frame::EndOfInput => begin_frame(&mut out, T_END),
@@ -167,13 +177,36 @@ pub(super) fn credit_frame(n: u32) -> [u8; 9] {
     out
 }
 
-/// A frame of type `kind` carrying `value` as JSON; an encoding failure is an error, never an empty payload.
-pub(super) fn json_frame<T: Serialize>(kind: u8, value: &T, what: &'static str) -> Result<Vec<u8>, NetError> {
+/// The handshake frame a producer opens a connection with.
+pub(super) fn handshake_frame(hs: &Handshake) -> Vec<u8> {
     let mut out = Vec::new();
-    begin_frame(&mut out, kind);
-    serde_json::to_writer(&mut out, value).map_err(|e| NetError::Encode { what, reason: e.to_string() })?;
+    begin_frame(&mut out, T_HANDSHAKE);
+    weir_proto::DataHandshake::from(hs).encode(&mut out).unwrap_or_default();
     finish_frame(&mut out);
-    Ok(out)
+    out
+}
+
+/// Decodes a handshake frame's payload.
+pub(super) fn decode_handshake(payload: &[u8]) -> Result<Handshake, String> {
+    let hs = weir_proto::DataHandshake::decode(payload).map_err(|e| format!("bad handshake: {e}"))?;
+    Ok(Handshake {
+        to: ChannelKey { job_id: hs.job_id, attempt: hs.attempt, vertex: hs.vertex, subtask: hs.subtask },
+        from_vertex: hs.from_vertex,
+        from_subtask: hs.from_subtask,
+    })
+}
+
+impl From<&Handshake> for weir_proto::DataHandshake {
+    fn from(hs: &Handshake) -> Self {
+        weir_proto::DataHandshake {
+            job_id: hs.to.job_id.clone(),
+            attempt: hs.to.attempt,
+            vertex: hs.to.vertex,
+            subtask: hs.to.subtask,
+            from_vertex: hs.from_vertex,
+            from_subtask: hs.from_subtask,
+        }
+    }
 }
 
 /// Decodes a frame's payload. Every frame has an exact size, but a batch, whose record count must fit the
@@ -195,10 +228,13 @@ pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, Stri
         (T_BARRIER, n) if n >= 16 => {
             let savepoint = match n {
                 16 => None,
-                _ => Some(Box::new(
-                    serde_json::from_slice(&payload[16..])
-                        .map_err(|e| format!("barrier with a bad savepoint target: {e}"))?,
-                )),
+                _ => {
+                    let target = weir_proto::SavepointTarget::decode(&payload[16..])
+                        .map_err(|e| format!("barrier with a bad savepoint target: {e}"))?;
+                    let target = weir_common::checkpoint::SavepointTarget::try_from(target)
+                        .map_err(|e| format!("barrier with a bad savepoint target: {e}"))?;
+                    Some(Box::new(target))
+                }
             };
             Ok(Frame::Barrier { id: le_u64(&payload[..8]), timestamp_ms: le_u64(&payload[8..16]), savepoint })
         }

@@ -21,117 +21,14 @@
 //! [`crate::api::record::decode_batch`]).
 
 mod channels;
+mod conn;
 mod data_server;
 mod frame;
 
-use crate::api::record::{MAX_BATCH_RECORDS, MIN_ENCODED_RECORD};
 pub use channels::*;
+pub use conn::{DataIo, DataStream, Liveness, CREDIT_TIMEOUT, HEARTBEAT_INTERVAL};
 pub use data_server::*;
 pub use frame::*;
-use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
-use tokio::task::JoinHandle;
-
-/// Frames a consumer lets a producer send before the first credit comes back.
-pub const INITIAL_CREDIT: u32 = 8;
-/// Largest frame accepted from the network.
-pub const MAX_FRAME: usize = 64 << 20;
-/// Largest handshake accepted: it names a job and a subtask, a few hundred bytes.
-const MAX_HANDSHAKE: usize = 64 << 10;
-/// What a frame's buffer starts with before its bytes arrive: a length read off the network is trusted with
-/// no more. Above every batch a producer sends in the normal case (64 KiB plus one record), so those are read
-/// in one go; larger frames grow, by doubling, as their bytes arrive.
-const READ_CHUNK: usize = 256 << 10;
-/// Credit a producer accepts having in hand: far above what a consumer grants ([`INITIAL_CREDIT`] plus one
-/// per processed frame), it only keeps a broken consumer from overflowing the producer's count.
-const MAX_CREDIT: usize = 1 << 20;
-
-/// How often a consumer tells each producer it is alive (a credit of 0), whether or not it has credit to
-/// return. Alignment or a slow operator can hold credit back for minutes; the heartbeat is what lets the
-/// producer wait that long without mistaking a busy consumer for a dead one. 9 bytes per channel every 5 s.
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
-/// How long a producer accepts hearing nothing at all from its consumer (no credit, no heartbeat) before it
-/// fails the channel: 12 missed heartbeats, far beyond scheduling or GC hiccups on the consumer's side, yet a
-/// bound on how long a producer thread and its state outlive a consumer host that vanished (the job
-/// manager's heartbeat timeout usually notices a lost task manager first and cancels the task; this bounds
-/// the wait when it does not, e.g. when only the link between two task managers is cut). Checked every
-/// quarter of it, so a dead consumer is detected within 1.25 times this.
-pub const CREDIT_TIMEOUT: Duration = Duration::from_secs(60);
-/// TCP keepalive on data connections: first probe after this much silence on the socket…
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
-/// …then a probe this often…
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-/// …and the connection is dead after this many unanswered probes (about 35 s in all). The kernel probes only
-/// while nothing it sent is unacknowledged; the heartbeat timeout covers a producer with data in flight.
-#[cfg_attr(not(any(target_os = "linux", target_os = "macos", target_os = "freebsd")), allow(dead_code))]
-const KEEPALIVE_RETRIES: u32 = 4;
-/// Consumer side, Linux: what the consumer sends (credits, heartbeats) may stay unacknowledged this long
-/// before the kernel drops the connection. Keepalive alone does not cover that case (retransmissions of the
-/// heartbeats would go on for some 15 minutes), and the producer reads credits at once, so a live producer
-/// never leaves them unacknowledged. Not set on the producer side: a back-pressured consumer may
-/// legitimately leave the producer's data unread (a zero window) for longer than any such bound.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-const CONSUMER_USER_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Bounds on how long a data connection waits for its peer; [`Liveness::default`] holds the production values
-/// (tests shorten them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Liveness {
-    /// Consumer: how often it sends a heartbeat.
-    pub heartbeat: Duration,
-    /// Producer: how long it accepts hearing nothing from the consumer.
-    pub silence_timeout: Duration,
-}
-
-impl Default for Liveness {
-    fn default() -> Self {
-        Liveness { heartbeat: HEARTBEAT_INTERVAL, silence_timeout: CREDIT_TIMEOUT }
-    }
-}
-
-/// Turns on TCP keepalive (and, where supported and asked for, a bound on unacknowledged data) on a data
-/// connection. A failure is logged, not fatal: the heartbeat timeout still bounds the wait.
-fn tune_socket(stream: &TcpStream, user_timeout: Option<Duration>) {
-    let _ = stream.set_nodelay(true);
-    let sock = socket2::SockRef::from(stream);
-    let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE_IDLE).with_interval(KEEPALIVE_INTERVAL);
-    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd"))]
-    let keepalive = keepalive.with_retries(KEEPALIVE_RETRIES);
-    if let Err(e) = sock.set_tcp_keepalive(&keepalive) {
-        tracing::warn!(error = %e, "cannot turn on TCP keepalive on a data connection");
-    }
-    #[cfg(target_os = "linux")]
-    if let Err(e) = sock.set_tcp_user_timeout(user_timeout) {
-        tracing::warn!(error = %e, "cannot set TCP_USER_TIMEOUT on a data connection");
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = user_timeout;
-}
-
-/// Resolves once `cancel` is `true`; never if its sender is gone without having canceled.
-async fn canceled(cancel: &mut watch::Receiver<bool>) {
-    if cancel.wait_for(|c| *c).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-/// A byte stream a data connection runs over: TCP, or TLS over TCP.
-pub trait DataIo: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> DataIo for T {}
-
-/// A data connection.
-pub type DataStream = Box<dyn DataIo>;
-type DataReadHalf = tokio::io::ReadHalf<DataStream>;
-type DataWriteHalf = tokio::io::WriteHalf<DataStream>;
-
-type Incoming = (u32, DataStream);
 
 /// Test support: the largest single allocation a piece of code makes on the calling thread.
 #[cfg(test)]
@@ -181,13 +78,21 @@ pub(crate) mod alloc_probe {
 
 #[cfg(test)]
 mod tests {
+    use super::conn::*;
     use super::*;
+    use crate::api::record::MIN_ENCODED_RECORD;
     use crate::api::record::{decode_batch, encode_record, Key, Record, Value};
     use proptest::collection::vec;
     use proptest::prelude::*;
     use std::pin::Pin;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
     use std::task::{Context, Poll};
+    use std::time::{Duration, Instant};
     use tokio::io::ReadBuf;
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::{mpsc, watch};
 
     fn read_all(bytes: &[u8]) -> Result<Option<Frame>, NetError> {
         futures::executor::block_on(read_frame(&mut &bytes[..], "t"))
@@ -242,18 +147,33 @@ mod tests {
     }
 
     #[test]
-    fn an_encoding_failure_is_an_error_not_an_empty_payload() {
-        // JSON maps need string keys: this value cannot be encoded.
-        let bad: HashMap<(u8, u8), u8> = [((1, 2), 3)].into_iter().collect();
-        let e = json_frame(T_HANDSHAKE, &bad, "handshake").unwrap_err();
-        assert!(matches!(e, NetError::Encode { what: "handshake", .. }), "{e}");
+    fn handshakes_and_savepoint_barriers_travel_as_protobuf_and_bad_ones_are_refused() {
         let key = ChannelKey { job_id: "j".into(), attempt: 1, vertex: 1, subtask: 0 };
         let hs = Handshake { to: key, from_vertex: 0, from_subtask: 3 };
-        let frame = json_frame(T_HANDSHAKE, &hs, "handshake").unwrap();
+        let frame = handshake_frame(&hs);
         let (kind, payload) =
             futures::executor::block_on(read_raw(&mut &frame[..], "t", MAX_HANDSHAKE)).unwrap().unwrap();
         assert_eq!(kind, T_HANDSHAKE);
-        assert_eq!(serde_json::from_slice::<Handshake>(&payload).unwrap(), hs);
+        assert_eq!(decode_handshake(&payload).unwrap(), hs);
+        assert!(decode_handshake(&[0xff, 0xff, 0xff]).is_err());
+
+        let target = weir_common::checkpoint::SavepointTarget {
+            url: "s3://b/sp-1".into(),
+            format: weir_common::checkpoint::SavepointFormat::Canonical,
+            stop: true,
+        };
+        let barrier = Frame::Barrier { id: 7, timestamp_ms: 9, savepoint: Some(Box::new(target)) };
+        let frame = encode_frame(&barrier);
+        assert_eq!(decode_frame(frame[4], frame[5..].to_vec()).unwrap(), barrier);
+        // A target whose format this version does not know is refused, never read as no savepoint.
+        let mut bad = frame[5..21].to_vec();
+        prost::Message::encode(
+            &weir_proto::SavepointTarget { url: "u".into(), format: "sideways".into(), stop: false },
+            &mut bad,
+        )
+        .unwrap();
+        let e = decode_frame(T_BARRIER, bad).unwrap_err();
+        assert!(e.contains("bad savepoint target"), "{e}");
     }
 
     /// Hands out its bytes a few at a time, as a socket may.
@@ -403,7 +323,7 @@ mod tests {
         for from in 0..5u32 {
             let mut c = TcpStream::connect(addr).await.unwrap();
             let hs = Handshake { to: key(), from_vertex: 0, from_subtask: from };
-            c.write_all(&json_frame(T_HANDSHAKE, &hs, "handshake").unwrap()).await.unwrap();
+            c.write_all(&handshake_frame(&hs)).await.unwrap();
             peers.push(c);
             if from < 3 {
                 wait_for("while parking", from as usize + 1).await;

@@ -6,22 +6,22 @@
 //! continues.
 
 pub mod align;
+mod error;
+mod incremental;
 mod output;
 pub mod restore;
 mod setup;
 mod upload;
 
-use output::{downstream_of, push_chain, ChainOp, Head, OutputEdge};
-use upload::Incremental;
+use error::{in_operator, TaskError};
+use incremental::Incremental;
+use output::{downstream_of, keyed_mut, push_chain, ChainOp, Head, OutputEdge, BATCH_BYTES};
 
-use crate::api::operator::{
-    Collector, InitContext, Operator, OperatorError, ProcessContext, RuntimeInfo, SnapshotContext, Source, SourceStatus,
-};
-use crate::api::record::{decode_batch, encode_record, Record, MAX_BATCH_RECORDS};
+use crate::api::operator::{Collector, InitContext, ProcessContext, RuntimeInfo, SnapshotContext, SourceStatus};
+use crate::api::record::{decode_batch, Record};
 use crate::api::registry::{Instance, Registry};
 use crate::net::{
-    begin_batch, encode_frame, finish_batch, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels,
-    Liveness, OutputChannel,
+    begin_batch, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels, Liveness, OutputChannel,
 };
 use crate::report::{Report, Reporter};
 use crate::task::align::{Alignment, BarrierAligner, BarrierOutcome, Deferred};
@@ -36,19 +36,11 @@ use weir_common::checkpoint::{
 };
 use weir_common::descriptor::TaskDescriptor;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
-use weir_common::keygroup::{key_group_for_key, subtask_for_key_group};
-use weir_common::spec::Partitioning;
 use weir_common::store::{Store, StoreOptions};
 use weir_proto as pb;
 use weir_state::keyed::LocalSnapshot;
-use weir_state::{open_keyed_backend, KeyedStateBackend, OperatorStateStore};
+use weir_state::{open_keyed_backend, OperatorStateStore};
 
-/// Records per network batch.
-const BATCH_RECORDS: u32 = 1024;
-// Consumers refuse batches of more records than this.
-const _: () = assert!(BATCH_RECORDS <= MAX_BATCH_RECORDS);
-/// Bytes per network batch.
-const BATCH_BYTES: usize = 64 << 10;
 /// Longest time a partly filled batch waits before it is sent.
 const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// How often a task publishes its state engine's properties.
@@ -124,37 +116,6 @@ pub struct TaskHandle {
 enum Exit {
     Finished,
     Canceled,
-}
-
-/// A task failure, described.
-#[derive(Debug, thiserror::Error)]
-enum TaskError {
-    #[error(transparent)]
-    Operator(#[from] OperatorError),
-    #[error(transparent)]
-    State(#[from] weir_state::StateError),
-    #[error(transparent)]
-    Net(#[from] crate::net::NetError),
-    #[error(transparent)]
-    Codec(#[from] crate::api::record::CodecError),
-    #[error(transparent)]
-    Store(#[from] weir_common::store::StoreError),
-    #[error(transparent)]
-    Restore(#[from] crate::task::restore::RestoreError),
-    #[error("canceled")]
-    Canceled,
-    #[error("{0}")]
-    Other(String),
-}
-
-/// An operator's error, naming the operator (a user sees which one of a chain failed, e.g. a state value over
-/// the size limit). Errors raised further down the chain, which reach an operator through its collector,
-/// already name theirs.
-fn in_operator(uid: &str, e: OperatorError) -> TaskError {
-    match e {
-        e @ OperatorError::InOperator { .. } => TaskError::Operator(e),
-        e => TaskError::Operator(OperatorError::InOperator { uid: uid.to_string(), source: Box::new(e) }),
-    }
 }
 
 /// Runs a setup step on the runtime, giving up as soon as the task is canceled.
@@ -261,14 +222,6 @@ fn run(
         }
     }
     let _ = std::fs::remove_dir_all(&work_dir);
-}
-
-/// Shortens the trait object's lifetime, which `Option::as_deref_mut` cannot do behind `&mut`.
-fn keyed_mut(k: &mut Option<Box<dyn KeyedStateBackend>>) -> Option<&mut dyn KeyedStateBackend> {
-    match k {
-        Some(b) => Some(b.as_mut()),
-        None => None,
-    }
 }
 
 struct Task {
@@ -644,6 +597,7 @@ mod tests {
     use weir_common::descriptor::{InputDescriptor, OperatorDescriptor};
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
     use weir_common::keygroup::KeyGroupRange;
+    use weir_common::spec::Partitioning;
     use weir_common::spec::StateBackendKind;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -707,6 +661,7 @@ mod tests {
 #[cfg(test)]
 mod error_tests {
     use super::*;
+    use crate::api::operator::OperatorError;
 
     #[test]
     fn operator_errors_name_the_operator_once() {
@@ -732,11 +687,13 @@ mod error_tests {
 #[cfg(test)]
 mod data_plane_tests {
     use super::*;
-    use crate::net::{begin_frame, finish_frame};
+    use crate::api::record::encode_record;
+    use crate::net::{begin_frame, encode_frame, finish_batch, finish_frame};
     use tokio::io::AsyncWriteExt;
     use weir_common::descriptor::{InputDescriptor, OperatorDescriptor, OutputDescriptor};
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
     use weir_common::keygroup::KeyGroupRange;
+    use weir_common::spec::Partitioning;
     use weir_common::spec::StateBackendKind;
     use weir_proto::job_manager_internal_server::{JobManagerInternal, JobManagerInternalServer};
 
@@ -888,7 +845,7 @@ mod data_plane_tests {
             };
             let mut frame = Vec::new();
             begin_frame(&mut frame, 0);
-            frame.extend_from_slice(&serde_json::to_vec(&hs).unwrap());
+            prost::Message::encode(&weir_proto::DataHandshake::from(&hs), &mut frame).unwrap();
             finish_frame(&mut frame);
             let mut s = tokio::net::TcpStream::connect(&h.data_addr).await.unwrap();
             s.write_all(&frame).await.unwrap();

@@ -1,8 +1,20 @@
 //! Output edges and chaining: records passed down a chain of operators as values, then partitioned onto the
 //! task's output channels and batched into frames.
 
-use super::*;
+use super::error::{in_operator, TaskError};
+use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext, RuntimeInfo, Source};
+use crate::api::record::{encode_record, Record, MAX_BATCH_RECORDS};
+use crate::net::{begin_batch, encode_frame, finish_batch, Frame, OutputChannel};
+use weir_common::keygroup::{key_group_for_key, subtask_for_key_group};
+use weir_common::spec::Partitioning;
+use weir_state::{KeyedStateBackend, OperatorStateStore};
 
+/// Records per network batch.
+pub(super) const BATCH_RECORDS: u32 = 1024;
+// Consumers refuse batches of more records than this.
+const _: () = assert!(BATCH_RECORDS <= MAX_BATCH_RECORDS);
+/// Bytes per network batch.
+pub(super) const BATCH_BYTES: usize = 64 << 10;
 pub(super) enum Head {
     Source(Box<dyn Source>),
     Operator(Box<dyn Operator>),
@@ -128,5 +140,13 @@ impl OutputEdge {
             c.send_blocking(bytes.clone())?;
         }
         Ok(())
+    }
+}
+
+/// Shortens the trait object's lifetime, which `Option::as_deref_mut` cannot do behind `&mut`.
+pub(super) fn keyed_mut(k: &mut Option<Box<dyn KeyedStateBackend>>) -> Option<&mut dyn KeyedStateBackend> {
+    match k {
+        Some(b) => Some(b.as_mut()),
+        None => None,
     }
 }

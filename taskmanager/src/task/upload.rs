@@ -2,28 +2,8 @@
 //! runtime while processing continues (incremental, savepoint or canonical; operator-state offsets inline or
 //! by reference).
 
+use super::incremental::SharedFiles;
 use super::*;
-
-/// Shareable snapshot files (by local name) per operator uid.
-pub(super) type SharedFiles = BTreeMap<String, std::collections::HashMap<String, FileHandle>>;
-
-/// What incremental checkpoints may reuse: the shareable files of the last completed checkpoint, and those
-/// of snapshots uploaded but not yet known to be complete (promoted on the completion notification).
-#[derive(Default)]
-pub(super) struct Incremental {
-    pub(super) confirmed: SharedFiles,
-    pub(super) uploaded: BTreeMap<u64, SharedFiles>,
-}
-
-impl Incremental {
-    /// Checkpoint `id` completed: its files become the ones to reuse; older unconfirmed uploads never will.
-    pub(super) fn completed(&mut self, id: u64) {
-        if let Some(files) = self.uploaded.remove(&id) {
-            self.confirmed = files;
-        }
-        self.uploaded.retain(|&k, _| k > id);
-    }
-}
 
 impl Task {
     /// Where checkpoint `id`'s local snapshot waits for its upload (deleted after it).
