@@ -4,9 +4,10 @@
 //!   helpers); `examples/` and users' own task-manager binaries import only this and [`builtins`].
 //! - [`builtins`]: `datagen`, `keyed-count`, `file-sink`, `blackhole`, written against [`api`]; [`builtins::registry`]
 //!   is a registry holding them.
-//! - [`task`]: one subtask's thread: the run loop, setup and restore, snapshot upload, output edges and
-//!   chaining, barrier alignment.
-//! - [`net`]: the data plane: framing, the data server, input and output channels with credit-based flow control.
+//! - [`task`]: one subtask's thread: the run loop, setup (planned by `plan_setup`) and restore, the snapshot
+//!   and its upload (planned by `plan_upload`), output edges and chaining, barrier alignment, its errors.
+//! - [`net`]: the data plane: framing, a connection's stream and liveness, the data server, input and output
+//!   channels with credit-based flow control.
 //! - [`control`]: the gRPC service the job manager calls, registration and heartbeats.
 //! - [`report`]: the ordered reports of task states and checkpoint acknowledgements to the job manager,
 //!   below the tasks that send them.
