@@ -404,12 +404,11 @@ impl SecurityFlags {
 
     /// A member's security: the TLS files (all three or none), read and checked, and the cluster secret.
     pub fn member(&self) -> Result<Security, SecurityError> {
-        Security::member(
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-            self.tls_ca.as_deref(),
-            self.cluster_secret_file.as_deref(),
-        )
+        Ok(Security {
+            tls: load_tls(self.tls_cert.as_deref(), self.tls_key.as_deref(), self.tls_ca.as_deref())?,
+            secret: Security::cluster_secret(self.cluster_secret_file.as_deref())?,
+            token: None,
+        })
     }
 
     /// Whether TLS is on for a member (its addresses are `https://`).
@@ -466,16 +465,6 @@ impl tonic::service::Interceptor for Credentials {
 }
 
 impl Security {
-    /// A member's security from its flags: the TLS files (all three or none) and the cluster secret file.
-    pub fn member(
-        cert: Option<&Path>,
-        key: Option<&Path>,
-        ca: Option<&Path>,
-        secret_file: Option<&Path>,
-    ) -> Result<Security, SecurityError> {
-        Ok(Security { tls: load_tls(cert, key, ca)?, secret: Security::cluster_secret(secret_file)?, token: None })
-    }
-
     /// The cluster secret read from `file` (`--cluster-secret-file`), if one is given.
     pub fn cluster_secret(file: Option<&Path>) -> Result<Option<Secret>, SecurityError> {
         file.map(|f| Secret::from_file("cluster secret", f)).transpose()
