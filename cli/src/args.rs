@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use weir_common::checkpoint::{parse_restore_mode, parse_savepoint_format, RestoreMode, SavepointFormat};
 
 /// The job manager address used when neither `--jobmanager`, `WEIR_JOBMANAGER` nor a config file names one.
 pub const DEFAULT_JOBMANAGER: &str = "http://127.0.0.1:6123";
@@ -125,8 +126,8 @@ pub struct StopArgs {
     #[arg(long)]
     pub drain: bool,
     /// Savepoint format: `native` (the backend's files, fast) or `canonical` (restorable into either backend)
-    #[arg(long, value_name = "FORMAT", default_value = "native")]
-    pub format: String,
+    #[arg(long, value_name = "FORMAT", default_value = "native", value_parser = parse_savepoint_format)]
+    pub format: SavepointFormat,
     /// Seconds to wait for the savepoint
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub timeout: u64,
@@ -143,8 +144,8 @@ pub enum SavepointCommand {
         #[arg(value_name = "DIR")]
         dir: Option<String>,
         /// Savepoint format: `native` (the backend's files, fast) or `canonical` (restorable into either backend)
-        #[arg(long, value_name = "FORMAT", default_value = "native")]
-        format: String,
+        #[arg(long, value_name = "FORMAT", default_value = "native", value_parser = parse_savepoint_format)]
+        format: SavepointFormat,
         /// Seconds to wait for the savepoint
         #[arg(long, value_name = "SECS", default_value_t = 600)]
         timeout: u64,
@@ -199,8 +200,8 @@ pub struct SubmitArgs {
     pub allow_non_restored_state: bool,
     /// With --from-savepoint: `no-claim` (the savepoint is never changed; the first checkpoint is full) or
     /// `claim` (the job owns and eventually deletes it)
-    #[arg(long, value_name = "MODE", default_value = "no-claim")]
-    pub restore_mode: String,
+    #[arg(long, value_name = "MODE", default_value = "no-claim", value_parser = parse_restore_mode)]
+    pub restore_mode: RestoreMode,
 }
 
 /// `weir local`

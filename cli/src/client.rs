@@ -6,6 +6,7 @@ use crate::error::CliError;
 use std::future::Future;
 use std::time::Duration;
 use tonic::{Code, Status};
+use weir_common::checkpoint::SavepointFormat;
 use weir_common::cluster::JmLink;
 use weir_common::security::{SecureChannel, Security};
 use weir_proto as pb;
@@ -124,7 +125,7 @@ impl JobManager {
         &self,
         job_id: &str,
         dir: &str,
-        format: &str,
+        format: SavepointFormat,
         stop: Option<bool>,
     ) -> Result<pb::SavepointResponse, CliError> {
         let r = match stop {
@@ -132,7 +133,7 @@ impl JobManager {
                 let req = pb::TriggerSavepointRequest {
                     job_id: job_id.to_string(),
                     target_dir: dir.to_string(),
-                    format: format.to_string(),
+                    format: format as i32,
                 };
                 self.call("TriggerSavepoint", move |mut c| {
                     let req = req.clone();
@@ -144,7 +145,7 @@ impl JobManager {
                 let req = pb::StopJobRequest {
                     job_id: job_id.to_string(),
                     target_dir: dir.to_string(),
-                    format: format.to_string(),
+                    format: format as i32,
                     drain,
                 };
                 self.call("StopJob", move |mut c| {

@@ -12,6 +12,7 @@ use serde_json::json;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use weir_common::checkpoint::RestoreMode;
 use weir_proto as pb;
 
 /// How often `job submit --wait` asks for the job's state.
@@ -54,7 +55,7 @@ pub async fn job(settings: &Settings, cmd: JobCommand) -> Result<ExitCode, CliEr
         JobCommand::Stop(a) => {
             let dir = a.savepoint.unwrap_or_default();
             let jm = connect_for(settings, a.timeout).await?;
-            let r = jm.savepoint(&a.id, &dir, &a.format, Some(a.drain)).await?;
+            let r = jm.savepoint(&a.id, &dir, a.format, Some(a.drain)).await?;
             emit(settings, || format!("{}\n", r.savepoint), || render::savepoint_json(&r));
             Ok(ExitCode::SUCCESS)
         }
@@ -66,7 +67,7 @@ pub async fn savepoint(settings: &Settings, cmd: SavepointCommand) -> Result<Exi
     match cmd {
         SavepointCommand::Trigger { id, dir, format, timeout } => {
             let jm = connect_for(settings, timeout).await?;
-            let r = jm.savepoint(&id, dir.as_deref().unwrap_or(""), &format, None).await?;
+            let r = jm.savepoint(&id, dir.as_deref().unwrap_or(""), format, None).await?;
             emit(settings, || format!("{}\n", r.savepoint), || render::savepoint_json(&r));
         }
         SavepointCommand::Inspect { url } => {
@@ -80,7 +81,7 @@ pub async fn savepoint(settings: &Settings, cmd: SavepointCommand) -> Result<Exi
                 wait: false,
                 from_savepoint: Some(url.clone()),
                 allow_non_restored_state,
-                restore_mode: "no-claim".into(),
+                restore_mode: RestoreMode::NoClaim,
             };
             let spec = load_spec(&args)?;
             let r = connect(settings).await?.check_savepoint(&url, spec, allow_non_restored_state).await?;
@@ -146,7 +147,7 @@ async fn submit(settings: &Settings, args: SubmitArgs) -> Result<ExitCode, CliEr
         spec: Some(spec),
         from_savepoint: args.from_savepoint.clone().unwrap_or_default(),
         allow_non_restored_state: args.allow_non_restored_state,
-        restore_mode: args.restore_mode.clone(),
+        restore_mode: args.restore_mode as i32,
     };
     let submitted = jm.submit_job(req).await?;
     let id = submitted.job_id;

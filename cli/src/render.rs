@@ -703,7 +703,7 @@ pub fn savepoint_json(r: &pb::SavepointResponse) -> serde_json::Value {
         "savepoint": r.savepoint,
         "checkpoint_id": r.checkpoint_id,
         "full_size_bytes": r.full_size_bytes,
-        "format": r.format,
+        "format": r.format().name(),
         "job": r.job.as_ref().map(job_json),
     })
 }
@@ -773,7 +773,7 @@ pub fn inspect_json(r: &pb::InspectSavepointResponse) -> serde_json::Value {
                     subtask: s.subtask,
                     key_groups: s.key_group_start.zip(s.key_group_end).map(|(a, b)| [a, b]),
                     keyed_bytes: s.keyed_bytes,
-                    backend: non_empty(&s.backend),
+                    backend: (s.backend != 0).then(|| s.backend().name()),
                     operator_state_elements: s.operator_state_elements,
                     operator_state_bytes: s.operator_state_bytes,
                 })
@@ -784,7 +784,7 @@ pub fn inspect_json(r: &pb::InspectSavepointResponse) -> serde_json::Value {
         "url": r.url,
         "job_id": r.job_id,
         "checkpoint_id": r.checkpoint_id,
-        "format": r.format,
+        "format": r.format().name(),
         "max_parallelism": r.max_parallelism,
         "timestamp_ms": r.timestamp_ms,
         "operators": operators,
@@ -796,7 +796,7 @@ pub fn savepoint_text(r: &pb::InspectSavepointResponse) -> String {
     let mut out = format!(
         "{} ({}, checkpoint {} of job {}, max parallelism {}, taken {})\n",
         r.url,
-        r.format,
+        r.format(),
         r.checkpoint_id,
         r.job_id,
         r.max_parallelism,

@@ -22,8 +22,8 @@ pub struct FileHandle {
 /// The keyed state of one operator subtask: the files of a RocksDB checkpoint or a heap snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyedStateHandle {
-    /// The snapshot's format: `rocksdb` or `heap` (native), or `canonical`.
-    pub backend: String,
+    /// The snapshot's format: `rocksdb` or `heap` (native), or `canonical`; never unspecified.
+    pub backend: SnapshotFormat,
     /// Key groups the snapshot holds.
     pub key_group_range: KeyGroupRange,
     /// Every file of the snapshot; a file's name inside the snapshot is the last component of its path.
@@ -201,33 +201,55 @@ pub struct CheckpointMetadata {
     pub savepoint: Option<SavepointFormat>,
 }
 
-/// How a savepoint stores keyed state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SavepointFormat {
-    /// The backend's own files (RocksDB SSTs as they are): fast, restorable into the same backend.
-    #[default]
-    Native,
-    /// Backend-independent rows ordered by key group: restorable into either backend.
-    Canonical,
+/// How a savepoint stores keyed state: native (the backend's own files, as they are: fast, restorable into the
+/// same backend) or canonical (backend-independent rows ordered by key group: restorable into either backend).
+/// A savepoint is never `Unspecified` (native on the wire) nor `Checkpoint` (what inspect reports for a
+/// retained checkpoint).
+pub use weir_proto::SavepointFormat;
+
+/// Who owns the files of the savepoint a job was started from (Flink 2.x's restore modes): no-claim (the user:
+/// never changed or deleted, and the first checkpoint after the restore is full; `Unspecified` on the wire) or
+/// claim (the job deletes it once its own checkpoints subsume it).
+pub use weir_proto::RestoreMode;
+
+/// How a keyed snapshot lays out its files: RocksDB or heap (native), or canonical. Stored by name in
+/// `_metadata` (`"backend": "rocksdb"`).
+pub use weir_proto::SnapshotFormat;
+
+/// Parses a savepoint format a user wrote: `native` (or empty, the default) or `canonical`.
+pub fn parse_savepoint_format(s: &str) -> Result<SavepointFormat, String> {
+    match s {
+        "" | "native" => Ok(SavepointFormat::Native),
+        "canonical" => Ok(SavepointFormat::Canonical),
+        other => Err(format!("unknown savepoint format {}: use native or canonical", crate::text::echo(other))),
+    }
 }
 
-impl SavepointFormat {
-    /// The format's name (`native`, `canonical`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SavepointFormat::Native => "native",
-            SavepointFormat::Canonical => "canonical",
-        }
+/// The savepoint format a request carries: unspecified is native; only native and canonical are formats a
+/// savepoint can be written in.
+pub fn savepoint_format_of(value: i32) -> Result<SavepointFormat, String> {
+    match SavepointFormat::try_from(value) {
+        Ok(SavepointFormat::Unspecified | SavepointFormat::Native) => Ok(SavepointFormat::Native),
+        Ok(SavepointFormat::Canonical) => Ok(SavepointFormat::Canonical),
+        _ => Err(format!("unknown savepoint format {value}: use native or canonical")),
     }
+}
 
-    /// Parses `native` or `canonical`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "" | "native" => Ok(SavepointFormat::Native),
-            "canonical" => Ok(SavepointFormat::Canonical),
-            other => Err(format!("unknown savepoint format {other:?}: use native or canonical")),
-        }
+/// Parses a restore mode a user wrote: `claim` or `no-claim` (empty: the default, no-claim).
+pub fn parse_restore_mode(s: &str) -> Result<RestoreMode, String> {
+    match s {
+        "" | "no-claim" | "no_claim" => Ok(RestoreMode::NoClaim),
+        "claim" => Ok(RestoreMode::Claim),
+        other => Err(format!("unknown restore mode {}: use claim or no-claim", crate::text::echo(other))),
+    }
+}
+
+/// The restore mode a request carries: unspecified is no-claim.
+pub fn restore_mode_of(value: i32) -> Result<RestoreMode, String> {
+    match RestoreMode::try_from(value) {
+        Ok(RestoreMode::Unspecified | RestoreMode::NoClaim) => Ok(RestoreMode::NoClaim),
+        Ok(RestoreMode::Claim) => Ok(RestoreMode::Claim),
+        Err(_) => Err(format!("unknown restore mode {value}: use claim or no-claim")),
     }
 }
 
@@ -293,7 +315,7 @@ pub struct SavepointTarget {
 
 impl From<&SavepointTarget> for weir_proto::SavepointTarget {
     fn from(t: &SavepointTarget) -> Self {
-        weir_proto::SavepointTarget { url: t.url.clone(), format: t.format.as_str().to_string(), stop: t.stop }
+        weir_proto::SavepointTarget { url: t.url.clone(), format: t.format as i32, stop: t.stop }
     }
 }
 
@@ -301,37 +323,7 @@ impl TryFrom<weir_proto::SavepointTarget> for SavepointTarget {
     type Error = String;
 
     fn try_from(t: weir_proto::SavepointTarget) -> Result<Self, String> {
-        Ok(SavepointTarget { format: SavepointFormat::parse(&t.format)?, url: t.url, stop: t.stop })
-    }
-}
-
-/// Who owns the files of the savepoint a job was started from (Flink 2.x's restore modes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RestoreMode {
-    /// The user: the savepoint is never changed or deleted, and the first checkpoint after the restore is full.
-    #[default]
-    NoClaim,
-    /// The job: it deletes the savepoint once its own checkpoints subsume it.
-    Claim,
-}
-
-impl RestoreMode {
-    /// Parses `claim` or `no-claim` (empty: the default, no-claim).
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "" | "no-claim" | "no_claim" => Ok(RestoreMode::NoClaim),
-            "claim" => Ok(RestoreMode::Claim),
-            other => Err(format!("unknown restore mode {other:?}: use claim or no-claim")),
-        }
-    }
-
-    /// The mode's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RestoreMode::NoClaim => "no-claim",
-            RestoreMode::Claim => "claim",
-        }
+        Ok(SavepointTarget { format: savepoint_format_of(t.format)?, url: t.url, stop: t.stop })
     }
 }
 
@@ -479,6 +471,34 @@ mod tests {
             assert!(CheckpointMetadata::from_bytes(&meta(bad).to_bytes().unwrap()).is_err(), "{bad}");
         }
         assert!(CheckpointMetadata::from_bytes(b"{ not json").is_err());
+    }
+
+    #[test]
+    fn formats_and_modes_parse_from_users_and_from_the_wire() {
+        assert_eq!(parse_savepoint_format(""), Ok(SavepointFormat::Native));
+        assert_eq!(parse_savepoint_format("canonical"), Ok(SavepointFormat::Canonical));
+        assert!(parse_savepoint_format("checkpoint").unwrap_err().contains("use native or canonical"));
+        assert_eq!(savepoint_format_of(0), Ok(SavepointFormat::Native));
+        assert_eq!(savepoint_format_of(SavepointFormat::Canonical as i32), Ok(SavepointFormat::Canonical));
+        // Inspect reports CHECKPOINT, but no savepoint is written in it; nor in a value this version lacks.
+        assert!(savepoint_format_of(SavepointFormat::Checkpoint as i32).is_err());
+        assert!(savepoint_format_of(42).is_err());
+        assert_eq!(parse_restore_mode("no_claim"), Ok(RestoreMode::NoClaim));
+        assert_eq!(parse_restore_mode("claim"), Ok(RestoreMode::Claim));
+        assert!(parse_restore_mode("steal").unwrap_err().contains("claim or no-claim"));
+        assert_eq!(restore_mode_of(0), Ok(RestoreMode::NoClaim));
+        assert_eq!(restore_mode_of(RestoreMode::Claim as i32), Ok(RestoreMode::Claim));
+        assert!(restore_mode_of(9).is_err());
+        // Stored metadata keeps the names it had before these became protobuf enums.
+        let handle = KeyedStateHandle {
+            backend: SnapshotFormat::Canonical,
+            key_group_range: KeyGroupRange { start: 0, end: 3 },
+            files: Vec::new(),
+            states: Vec::new(),
+        };
+        let json = serde_json::to_string(&handle).unwrap();
+        assert!(json.contains(r#""backend":"canonical""#), "{json}");
+        assert_eq!(serde_json::from_str::<KeyedStateHandle>(&json).unwrap(), handle);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use crate::checkpoint::{DistributionMode, FileHandle, KeyedStateHandle};
 use crate::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use crate::keygroup::KeyGroupRange;
-use crate::spec::{Partitioning, ResolvedJob, StateBackendKind};
+use crate::spec::{Partitioning, ResolvedJob, StateBackend};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -232,7 +232,7 @@ pub struct TaskDescriptor {
     /// The chained operators, head first.
     pub operators: Vec<OperatorDescriptor>,
     /// State backend.
-    pub state_backend: StateBackendKind,
+    pub state_backend: StateBackend,
     /// Object-store URL of the checkpoint root.
     pub checkpoint_root: String,
     /// Incremental checkpoints.

@@ -173,13 +173,19 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
             };
             config.insert(k, text);
         }
+        let partitioning = match op.partitioning.as_deref() {
+            None | Some("") => Partitioning::Unspecified,
+            Some(text) => {
+                parse_partitioning(text).ok_or_else(|| op_err(&op.uid, "partitioning", PARTITIONING_CHOICES))?
+            }
+        };
         operators.push(pb::OperatorSpec {
             uid: op.uid,
             kind: op.kind,
             config,
             parallelism: op.parallelism,
             input: op.input.unwrap_or_default(),
-            partitioning: op.partitioning.unwrap_or_default(),
+            partitioning: partitioning as i32,
             drop_state_on_change: op.drop_state_on_change,
             uid_stated: op.uid_stated,
         });
@@ -192,7 +198,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
         name: file.name,
         parallelism: file.parallelism,
         max_parallelism: file.max_parallelism,
-        state_backend: file.state_backend.unwrap_or_default(),
+        state_backend: parse_state_backend(file.state_backend.as_deref().unwrap_or_default())? as i32,
         checkpointing: Some(pb::CheckpointConfig {
             interval_ms: cms("interval_ms", c.interval_ms)?,
             timeout_ms: cms("timeout_ms", c.timeout_ms)?,
@@ -219,41 +225,34 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
 
 // ------------------------------------------------------------------------------------------- resolved form
 
-/// How records travel along an edge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Partitioning {
-    /// Subtask i to subtask i (equal parallelism); chains when possible.
-    Forward,
-    /// Round-robin over all downstream subtasks.
-    Rebalance,
-    /// Every record to every downstream subtask.
-    Broadcast,
-    /// By key group of the record's key.
-    KeyBy,
-}
+/// How records travel along an edge: forward (subtask i to subtask i, chains when possible), rebalance
+/// (round-robin), broadcast (every record to every subtask) or key-by (by the key group of the record's key).
+/// `Unspecified` only exists on the wire: a resolved job never holds it.
+pub use weir_proto::Partitioning;
+/// The state backend of a job: RocksDB on local disk (default; `Unspecified` on the wire) or in-memory hash maps.
+pub use weir_proto::StateBackend;
 
-impl Partitioning {
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "forward" => Some(Self::Forward),
-            "rebalance" => Some(Self::Rebalance),
-            "broadcast" => Some(Self::Broadcast),
-            "key-by" | "keyby" | "hash" => Some(Self::KeyBy),
-            _ => None,
-        }
+/// Parses a partitioning as written in a spec file.
+pub fn parse_partitioning(s: &str) -> Option<Partitioning> {
+    match s {
+        "forward" => Some(Partitioning::Forward),
+        "rebalance" => Some(Partitioning::Rebalance),
+        "broadcast" => Some(Partitioning::Broadcast),
+        "key-by" | "keyby" | "hash" => Some(Partitioning::KeyBy),
+        _ => None,
     }
 }
 
-/// The state backend of a job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StateBackendKind {
-    /// RocksDB on local disk (default).
-    Rocksdb,
-    /// In-memory hash maps.
-    Heap,
+/// Parses a state backend as written in a spec file.
+pub fn parse_state_backend(s: &str) -> Result<StateBackend, SpecError> {
+    match s {
+        "" | "rocksdb" => Ok(StateBackend::Rocksdb),
+        "heap" => Ok(StateBackend::Heap),
+        other => Err(job_err("state_backend", format!("unknown backend {} (use rocksdb or heap)", echo(other)))),
+    }
 }
+
+const PARTITIONING_CHOICES: &str = "must be forward, rebalance, broadcast or key-by";
 
 /// Checkpoint settings with defaults applied (Flink's, except where noted in docs/architecture.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -395,7 +394,7 @@ pub struct ResolvedJob {
     /// Number of key groups.
     pub max_parallelism: u32,
     /// State backend.
-    pub state_backend: StateBackendKind,
+    pub state_backend: StateBackend,
     /// Checkpoint settings.
     pub checkpointing: CheckpointSettings,
     /// Restart strategy.
@@ -413,7 +412,7 @@ pub const MAX_SPEC_BYTES: usize = 1 << 20;
 pub const MAX_NAME_BYTES: usize = 256;
 /// Longest uid, in bytes.
 pub const MAX_UID_BYTES: usize = 128;
-/// Longest operator kind, input uid, partitioning or config key, in bytes.
+/// Longest operator kind, input uid or config key, in bytes.
 pub const MAX_FIELD_BYTES: usize = 128;
 /// Longest config value, in bytes (a schema given inline fits).
 pub const MAX_CONFIG_VALUE_BYTES: usize = 64 * 1024;
@@ -436,7 +435,7 @@ pub fn check_limits(spec: &pb::JobSpec) -> Result<(), SpecError> {
         if op.uid.len() > MAX_UID_BYTES {
             return Err(op_err(who, "uid", over("it", op.uid.len(), MAX_UID_BYTES)));
         }
-        for (field, value) in [("kind", &op.kind), ("input", &op.input), ("partitioning", &op.partitioning)] {
+        for (field, value) in [("kind", &op.kind), ("input", &op.input)] {
             if value.len() > MAX_FIELD_BYTES {
                 return Err(op_err(who, field, over("it", value.len(), MAX_FIELD_BYTES)));
             }
@@ -479,10 +478,15 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
     if spec.operators.is_empty() {
         return Err(job_err("operators", "a job needs at least one operator"));
     }
-    let state_backend = match spec.state_backend.as_str() {
-        "" | "rocksdb" => StateBackendKind::Rocksdb,
-        "heap" => StateBackendKind::Heap,
-        other => return Err(job_err("state_backend", format!("unknown backend {other:?} (use rocksdb or heap)"))),
+    let state_backend = match StateBackend::try_from(spec.state_backend) {
+        Ok(StateBackend::Unspecified | StateBackend::Rocksdb) => StateBackend::Rocksdb,
+        Ok(StateBackend::Heap) => StateBackend::Heap,
+        Err(_) => {
+            return Err(job_err(
+                "state_backend",
+                format!("unknown backend {} (use rocksdb or heap)", spec.state_backend),
+            ))
+        }
     };
 
     let kind_map: HashMap<&str, &KindInfo> = kinds.iter().map(|k| (k.kind.as_str(), k)).collect();
@@ -528,14 +532,11 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
             }
             _ => {}
         }
-        let partitioning =
-            if op.partitioning.is_empty() {
-                None
-            } else {
-                Some(Partitioning::parse(&op.partitioning).ok_or_else(|| {
-                    op_err(&op.uid, "partitioning", "must be forward, rebalance, broadcast or key-by")
-                })?)
-            };
+        let partitioning = match Partitioning::try_from(op.partitioning) {
+            Ok(Partitioning::Unspecified) => None,
+            Ok(p) => Some(p),
+            Err(_) => return Err(op_err(&op.uid, "partitioning", PARTITIONING_CHOICES)),
+        };
         if info.keyed && partitioning.is_some_and(|p| p != Partitioning::KeyBy) {
             return Err(op_err(&op.uid, "partitioning", "a keyed operator's input must be partitioned key-by"));
         }
@@ -579,7 +580,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         }
         if op.partitioning == Partitioning::Forward && up.parallelism != op.parallelism {
             // `operators` is in spec order: the same index is the operator as written.
-            if !spec.operators[i].partitioning.is_empty() {
+            if spec.operators[i].partitioning != Partitioning::Unspecified as i32 {
                 return Err(op_err(
                     &op.uid,
                     "partitioning",
@@ -823,6 +824,28 @@ operators:
         assert_eq!(job.checkpointing.interval_ms, Some(1000));
         assert_eq!(job.checkpointing.timeout_ms, 600_000);
         assert_eq!(job.operators[0].config["count"], "1000000");
+    }
+
+    #[test]
+    fn backends_and_partitionings_are_typed_on_the_wire_and_unknown_ones_refused() {
+        let heap = DEMO.replace("parallelism: 2\n", "parallelism: 2\nstate_backend: heap\n");
+        assert_eq!(parse_spec_text(&heap).unwrap().state_backend(), StateBackend::Heap);
+        assert_eq!(resolve_text(&heap).unwrap().state_backend, StateBackend::Heap);
+        assert_eq!(resolve_text(DEMO).unwrap().state_backend, StateBackend::Rocksdb);
+        let e = parse_spec_text(&DEMO.replace("parallelism: 2\n", "parallelism: 2\nstate_backend: memory\n"));
+        assert!(e.unwrap_err().to_string().contains("unknown backend \"memory\" (use rocksdb or heap)"));
+        let sideways = DEMO.replace("input: events }", "input: events, partitioning: sideways }");
+        let e = parse_spec_text(&sideways).unwrap_err().to_string();
+        assert!(e.contains("counts") && e.contains("must be forward, rebalance, broadcast or key-by"), "{e}");
+        let hash = DEMO.replace("input: events }", "input: events, partitioning: hash }");
+        assert_eq!(resolve_text(&hash).unwrap().operators[1].partitioning, Partitioning::KeyBy);
+        // A protobuf spec with values this version does not know.
+        let mut spec = parse_spec_text(DEMO).unwrap();
+        spec.operators[1].partitioning = 99;
+        assert!(resolve(&spec, &builtin_kinds()).unwrap_err().to_string().contains("must be forward"));
+        let mut spec = parse_spec_text(DEMO).unwrap();
+        spec.state_backend = 7;
+        assert!(resolve(&spec, &builtin_kinds()).unwrap_err().to_string().contains("unknown backend 7"));
     }
 
     #[test]

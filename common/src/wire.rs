@@ -5,7 +5,7 @@
 
 use crate::checkpoint::{
     DistributionMode, FileHandle, KeyedStateHandle, KeyedStateInfo, Offsets, OperatorStateHandle, OperatorSubtaskState,
-    StateMetaInfo, TaskSnapshot,
+    SnapshotFormat, StateMetaInfo, TaskSnapshot,
 };
 use crate::descriptor::{
     ElementRef, InputDescriptor, OperatorDescriptor, OperatorStatePart, OutputDescriptor, RestoreDescriptor, StatePart,
@@ -14,7 +14,7 @@ use crate::descriptor::{
 use crate::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use crate::keygroup::KeyGroupRange;
 use crate::serializer::{SerializerSnapshot, StateSerializers};
-use crate::spec::{Partitioning, StateBackendKind};
+use crate::spec::{Partitioning, StateBackend};
 use weir_proto as pb;
 
 /// A protobuf message that does not describe a valid handle.
@@ -69,7 +69,7 @@ fn mode(m: i32, what: &'static str) -> Result<DistributionMode, WireError> {
 impl From<&KeyedStateHandle> for pb::KeyedStateHandle {
     fn from(k: &KeyedStateHandle) -> Self {
         pb::KeyedStateHandle {
-            backend: k.backend.clone(),
+            backend: k.backend as i32,
             key_group_range: Some(pb::KeyGroupRange { start: k.key_group_range.start, end: k.key_group_range.end }),
             files: k.files.iter().map(pb::FileHandle::from).collect(),
             states: k
@@ -92,7 +92,15 @@ impl TryFrom<pb::KeyedStateHandle> for KeyedStateHandle {
     fn try_from(k: pb::KeyedStateHandle) -> Result<Self, WireError> {
         let r = k.key_group_range.ok_or_else(|| missing("keyed state handle", "key_group_range"))?;
         Ok(KeyedStateHandle {
-            backend: k.backend,
+            backend: match SnapshotFormat::try_from(k.backend) {
+                Ok(SnapshotFormat::Unspecified) | Err(_) => {
+                    return Err(WireError {
+                        what: "keyed state handle",
+                        reason: format!("unknown backend {}", k.backend),
+                    })
+                }
+                Ok(f) => f,
+            },
             key_group_range: KeyGroupRange { start: r.start, end: r.end },
             files: k.files.into_iter().map(FileHandle::from).collect(),
             states: k
@@ -349,41 +357,21 @@ impl From<pb::StateSerializers> for StateSerializers {
     }
 }
 
-impl From<Partitioning> for pb::Partitioning {
-    fn from(p: Partitioning) -> Self {
-        match p {
-            Partitioning::Forward => pb::Partitioning::Forward,
-            Partitioning::Rebalance => pb::Partitioning::Rebalance,
-            Partitioning::Broadcast => pb::Partitioning::Broadcast,
-            Partitioning::KeyBy => pb::Partitioning::KeyBy,
-        }
-    }
-}
-
+/// A descriptor's partitioning: a known value other than unspecified (the job manager resolves that away).
 fn partitioning(p: i32, what: &'static str) -> Result<Partitioning, WireError> {
-    match pb::Partitioning::try_from(p) {
-        Ok(pb::Partitioning::Forward) => Ok(Partitioning::Forward),
-        Ok(pb::Partitioning::Rebalance) => Ok(Partitioning::Rebalance),
-        Ok(pb::Partitioning::Broadcast) => Ok(Partitioning::Broadcast),
-        Ok(pb::Partitioning::KeyBy) => Ok(Partitioning::KeyBy),
-        _ => Err(WireError { what, reason: format!("unknown partitioning {p}") }),
+    match Partitioning::try_from(p) {
+        Ok(Partitioning::Unspecified) | Err(_) => Err(WireError { what, reason: format!("unknown partitioning {p}") }),
+        Ok(p) => Ok(p),
     }
 }
 
-impl From<StateBackendKind> for pb::StateBackend {
-    fn from(b: StateBackendKind) -> Self {
-        match b {
-            StateBackendKind::Rocksdb => pb::StateBackend::Rocksdb,
-            StateBackendKind::Heap => pb::StateBackend::Heap,
+/// A descriptor's state backend: a known value other than unspecified.
+fn backend(b: i32) -> Result<StateBackend, WireError> {
+    match StateBackend::try_from(b) {
+        Ok(StateBackend::Unspecified) | Err(_) => {
+            Err(WireError { what: "task descriptor", reason: format!("unknown state backend {b}") })
         }
-    }
-}
-
-fn backend(b: i32) -> Result<StateBackendKind, WireError> {
-    match pb::StateBackend::try_from(b) {
-        Ok(pb::StateBackend::Rocksdb) => Ok(StateBackendKind::Rocksdb),
-        Ok(pb::StateBackend::Heap) => Ok(StateBackendKind::Heap),
-        _ => Err(WireError { what: "task descriptor", reason: format!("unknown state backend {b}") }),
+        Ok(b) => Ok(b),
     }
 }
 
@@ -408,14 +396,14 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
                     config: o.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 })
                 .collect(),
-            state_backend: pb::StateBackend::from(d.state_backend) as i32,
+            state_backend: d.state_backend as i32,
             checkpoint_root: d.checkpoint_root.clone(),
             incremental: d.incremental,
             operator_state_inline_limit: d.operator_state_inline_limit,
             input: d.input.as_ref().map(|i| pb::InputDescriptor {
                 from_vertex: i.from_vertex.0,
                 from_parallelism: i.from_parallelism,
-                partitioning: pb::Partitioning::from(i.partitioning) as i32,
+                partitioning: i.partitioning as i32,
                 channels: i.channels.iter().map(|c| c.0).collect(),
             }),
             outputs: d
@@ -423,7 +411,7 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
                 .iter()
                 .map(|o| pb::OutputDescriptor {
                     to_vertex: o.to_vertex.0,
-                    partitioning: pb::Partitioning::from(o.partitioning) as i32,
+                    partitioning: o.partitioning as i32,
                     targets: o
                         .targets
                         .iter()
@@ -517,7 +505,7 @@ mod tests {
                 kind: "keyed-count".into(),
                 config: BTreeMap::from([("emit".to_string(), "updates".to_string())]),
             }],
-            state_backend: StateBackendKind::Heap,
+            state_backend: StateBackend::Heap,
             checkpoint_root: "s3://b/c".into(),
             incremental: true,
             operator_state_inline_limit: 1000,
@@ -555,7 +543,7 @@ mod tests {
         let state = OperatorSubtaskState {
             subtask: SubtaskIndex(2),
             keyed: Some(KeyedStateHandle {
-                backend: "rocksdb".into(),
+                backend: SnapshotFormat::Rocksdb,
                 key_group_range: KeyGroupRange { start: 64, end: 127 },
                 files: vec![file("j/shared/a.sst"), file("j/chk-1/op/2/keyed/MANIFEST")],
                 states: vec![KeyedStateInfo { name: "n".into(), kind: "value".into(), ttl_ms: Some(5), bytes: 9 }],

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use weir_common::builtin::{KindInfo, Role};
 use weir_state::signature::StateSignature;
-use weir_state::{KeyedStateBackend, MapState, StateError, StateTtlConfig, ValueState};
+use weir_state::{KeyedStateBackend, MapState, StateDescriptor, StateError, StateTtlConfig, ValueState};
 use weir_taskmanager::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use weir_taskmanager::api::record::{Record, Value};
 
@@ -139,8 +139,8 @@ impl Operator for DistinctValues {
             .keyed
             .as_mut()
             .ok_or_else(|| OperatorError::Other(format!("{KIND} needs keyed state (declare the kind keyed)")))?;
-        let values = MapState::register_with_ttl(&mut **backend, VALUES_STATE, self.ttl)?;
-        let keys = ValueState::register_with_ttl(&mut **backend, KEYS_STATE, self.ttl)?;
+        let values = MapState::register(&mut **backend, StateDescriptor::new(VALUES_STATE).with_ttl(self.ttl))?;
+        let keys = ValueState::register(&mut **backend, StateDescriptor::new(KEYS_STATE).with_ttl(self.ttl))?;
         self.states = Some(States { values, keys });
         tracing::debug!(restored = ctx.restored, ttl_ms = self.ttl.ttl_ms(), "distinct-values initialized");
         Ok(())
@@ -201,7 +201,7 @@ mod tests {
     use std::sync::Arc;
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::StateBackendKind;
+    use weir_common::spec::StateBackend;
     use weir_state::rocks::RocksOptions;
     use weir_state::{open_keyed_backend, ManualClock, OperatorStateStore};
     use weir_taskmanager::api::operator::RuntimeInfo;
@@ -225,7 +225,7 @@ mod tests {
 
     /// A backend of `kind` in `work_dir`, restored from `restore` if given, on `clock`.
     fn backend(
-        kind: StateBackendKind,
+        kind: StateBackend,
         work_dir: &Path,
         restore: Option<&Path>,
         clock: &Arc<ManualClock>,
@@ -280,7 +280,7 @@ mod tests {
     /// The stored map (value → times seen) of `key`, read through a handle of the same state.
     fn stored(b: &mut dyn KeyedStateBackend, key: u64) -> Vec<(i64, u64)> {
         let ttl = DistinctValuesConfig { ttl_ms: TTL_MS }.ttl();
-        let values = MapState::<i64, u64>::register_with_ttl(b, VALUES_STATE, ttl).unwrap();
+        let values = MapState::<i64, u64>::register(b, StateDescriptor::new(VALUES_STATE).with_ttl(ttl)).unwrap();
         b.set_current_key(&key.to_be_bytes());
         let mut entries = values.entries(b).unwrap();
         entries.sort_unstable(); // stored in the byte order of the big-endian encoding: negatives last
@@ -303,8 +303,8 @@ mod tests {
     }
 
     /// Runs `scenario` on RocksDB and on the heap, naming the backend in a failure.
-    fn both(scenario: fn(StateBackendKind, &Path)) {
-        for kind in [StateBackendKind::Rocksdb, StateBackendKind::Heap] {
+    fn both(scenario: fn(StateBackend, &Path)) {
+        for kind in [StateBackend::Rocksdb, StateBackend::Heap] {
             let tmp = tempfile::tempdir().unwrap();
             let result = std::panic::catch_unwind(|| scenario(kind, tmp.path()));
             if let Err(e) = result {
@@ -487,7 +487,7 @@ mod tests {
     fn a_non_i64_value_fails_with_the_key() {
         let tmp = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::new(T0));
-        let mut b = backend(StateBackendKind::Heap, tmp.path(), None, &clock);
+        let mut b = backend(StateBackend::Heap, tmp.path(), None, &clock);
         let mut op = operator(&mut *b, false);
         let i = info();
         let mut nothing = |_: Vec<Record>| Ok(());

@@ -620,7 +620,7 @@ impl Cluster {
         let req = SubmitJobRequest {
             spec: Some(spec),
             from_savepoint: savepoint.to_string(),
-            restore_mode: restore_mode.to_string(),
+            restore_mode: weir_common::checkpoint::parse_restore_mode(restore_mode).map_err(|e| anyhow!(e))? as i32,
             allow_non_restored_state: allow_non_restored,
         };
         let resp = self.call("SubmitJob", |mut c| async move { c.submit_job(req).await })?;

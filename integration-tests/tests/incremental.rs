@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 use weir_common::checkpoint::CheckpointMetadata;
 use weir_common::datagen::split_range;
-use weir_common::spec::StateBackendKind;
+use weir_common::spec::StateBackend;
 use weir_common::store::{Store, StoreOptions};
 use weir_integration_tests::{
     wait_for_no_orphaned_shared_files, wait_until, Cluster, ClusterOptions, CountJob, JobState,
@@ -31,7 +31,7 @@ fn totals(
         let dir = scratch.join(format!("chk-{}-{}", meta.checkpoint_id, st.subtask));
         rt.block_on(weir_state::snapshot::download_keyed(store, h, &dir.join("dl")))?;
         let mut b = open_keyed_backend(
-            StateBackendKind::Rocksdb,
+            StateBackend::Rocksdb,
             &dir.join("work"),
             meta.max_parallelism,
             h.key_group_range,

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
-use weir_common::checkpoint::{RestoreMode, SavepointFormat, SavepointTarget, TaskSnapshot};
+use weir_common::checkpoint::{restore_mode_of, savepoint_format_of, SavepointTarget, TaskSnapshot};
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::now_ms;
 use weir_common::spec::{resolve, ResolvedJob};
@@ -167,7 +167,7 @@ impl JobManager {
             return Err(JobRequestError::ShuttingDown);
         }
         let spec = req.spec.clone().ok_or_else(|| JobRequestError::InvalidSpec("missing job spec".into()))?;
-        let mode = RestoreMode::parse(&req.restore_mode).map_err(JobRequestError::InvalidSpec)?;
+        let mode = restore_mode_of(req.restore_mode).map_err(JobRequestError::InvalidSpec)?;
         let opts = self.shared.config.store_options();
         let savepoint = if req.from_savepoint.trim().is_empty() {
             None
@@ -199,7 +199,7 @@ impl JobManager {
         let id = JobId::random();
         let mut record = JobRecord::new(id.clone(), job, now_ms());
         if let Some(sp) = savepoint {
-            info!(job_id = %id, savepoint = %sp.url, checkpoint_id = sp.metadata.checkpoint_id.0, mode = mode.as_str(),
+            info!(job_id = %id, savepoint = %sp.url, checkpoint_id = sp.metadata.checkpoint_id.0, mode = %mode,
                 dropped = ?dropped, "job starts from a savepoint");
             for d in &dropped_states {
                 warn!(job_id = %id, savepoint = %sp.url, uid = %d.uid, state = %d.state, reason = %d.reason,
@@ -231,11 +231,11 @@ impl JobManager {
         &self,
         id: &str,
         target_dir: &str,
-        format: &str,
+        format: i32,
         stop: Option<bool>,
     ) -> Result<pb::SavepointResponse, JobRequestError> {
         let id = parse_id(id)?;
-        let format = SavepointFormat::parse(format).map_err(JobRequestError::InvalidSpec)?;
+        let format = savepoint_format_of(format).map_err(JobRequestError::InvalidSpec)?;
         let dir = if target_dir.trim().is_empty() {
             self.shared.config.savepoint_dir_url().map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?
         } else if target_dir.contains("://") {

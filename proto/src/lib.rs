@@ -39,6 +39,39 @@ shown_by_name!(JobState, "JOB_STATE_");
 shown_by_name!(CheckpointStatus, "CHECKPOINT_STATUS_");
 shown_by_name!(Verdict, "VERDICT_");
 
+/// The enums that users write and read in lower case (`rocksdb`, `key-by`, `canonical`, `no-claim`): named by the
+/// generated `as_str_name` without the enum's prefix, lower-cased, `_` as `-` — the names they serialize by.
+macro_rules! named_in_kebab_case {
+    ($ty:ty, $prefix:literal) => {
+        impl $ty {
+            /// The value's name as users write it (`key-by`, not `PARTITIONING_KEY_BY`).
+            pub fn name(self) -> String {
+                let full = self.as_str_name();
+                full.strip_prefix($prefix).unwrap_or(full).to_ascii_lowercase().replace('_', "-")
+            }
+
+            /// The value of a name as users write it; `None` for an unknown name (or `unspecified`).
+            pub fn from_name(name: &str) -> Option<Self> {
+                let value =
+                    Self::from_str_name(&format!("{}{}", $prefix, name.to_ascii_uppercase().replace('-', "_")))?;
+                (value as i32 != 0 && !name.contains('_')).then_some(value)
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(&self.name())
+            }
+        }
+    };
+}
+
+named_in_kebab_case!(StateBackend, "STATE_BACKEND_");
+named_in_kebab_case!(Partitioning, "PARTITIONING_");
+named_in_kebab_case!(SavepointFormat, "SAVEPOINT_FORMAT_");
+named_in_kebab_case!(RestoreMode, "RESTORE_MODE_");
+named_in_kebab_case!(SnapshotFormat, "SNAPSHOT_FORMAT_");
+
 impl JobState {
     /// Whether the job is over: it never leaves this state.
     pub fn is_terminal(self) -> bool {
@@ -60,5 +93,21 @@ mod tests {
         assert_eq!(CheckpointStatus::InProgress.name(), "IN_PROGRESS");
         assert_eq!(CheckpointStatus::from_name("COMPLETED"), Some(CheckpointStatus::Completed));
         assert!(JobState::Failed.is_terminal() && !JobState::Restarting.is_terminal());
+    }
+
+    #[test]
+    fn kebab_names_are_the_serialized_names() {
+        assert_eq!(Partitioning::KeyBy.name(), "key-by");
+        assert_eq!(Partitioning::from_name("key-by"), Some(Partitioning::KeyBy));
+        assert_eq!(Partitioning::from_name("key_by"), None);
+        assert_eq!(Partitioning::from_name("unspecified"), None);
+        assert_eq!(RestoreMode::NoClaim.to_string(), "no-claim");
+        assert_eq!(SnapshotFormat::from_name("canonical"), Some(SnapshotFormat::Canonical));
+        assert_eq!(StateBackend::from_name("heap"), Some(StateBackend::Heap));
+        for p in [Partitioning::Forward, Partitioning::Rebalance, Partitioning::Broadcast, Partitioning::KeyBy] {
+            assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{}\"", p.name()));
+            assert_eq!(serde_json::from_str::<Partitioning>(&format!("\"{p}\"")).unwrap(), p);
+        }
+        assert_eq!(serde_json::to_string(&SavepointFormat::Native).unwrap(), "\"native\"");
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::StateBackendKind;
+use weir_common::spec::StateBackend;
 use weir_common::store::{Store, StoreOptions};
 use weir_state::snapshot::{shareable_files, upload_keyed_incremental};
 use weir_state::{open_keyed_backend, ValueState};
@@ -25,7 +25,7 @@ fn main() {
         Store::open(&format!("file://{}/store", tmp.path().display()), &StoreOptions::default()).expect("store");
     let range = KeyGroupRange { start: 0, end: 127 };
     let mut b =
-        open_keyed_backend(StateBackendKind::Rocksdb, &tmp.path().join("db"), 128, range, None, &Default::default())
+        open_keyed_backend(StateBackend::Rocksdb, &tmp.path().join("db"), 128, range, None, &Default::default())
             .expect("backend");
     let mut st = ValueState::<Vec<u8>>::register(b.as_mut(), "v").expect("register");
     // Incompressible values, so that the state on disk really is ~1 GB.

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use weir_common::keygroup::KeyGroupRange;
 use weir_common::serializer::Migrator;
-use weir_common::spec::StateBackendKind;
+use weir_common::spec::StateBackend;
 use weir_state::rocks::RocksOptions;
 use weir_state::signature::serializer_of;
 use weir_state::{open_keyed_backend, Avro, StateCodec, StateError, ValueState};
@@ -45,7 +45,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 /// A snapshot of `values` profiles in a backend of `kind`; returns its directory.
-fn snapshot(kind: StateBackendKind, dir: &Path, values: u64) -> std::path::PathBuf {
+fn snapshot(kind: StateBackend, dir: &Path, values: u64) -> std::path::PathBuf {
     let opts = RocksOptions::default();
     let mut b = open_keyed_backend(kind, &dir.join("w"), MAX_PARALLELISM, RANGE, None, &opts).expect("backend");
     let mut st = ValueState::<Avro<ProfileV1>>::register(b.as_mut(), "profiles").expect("register");
@@ -85,8 +85,8 @@ fn main() {
         println!("avro rewrite {values} values: {:.0} ms ({:.0} values/s)", per * values as f64 * 1e3, 1.0 / per);
         for backend in env_list("WEIR_BENCH_BACKENDS", "rocksdb,heap") {
             let kind = match backend.as_str() {
-                "rocksdb" => StateBackendKind::Rocksdb,
-                "heap" => StateBackendKind::Heap,
+                "rocksdb" => StateBackend::Rocksdb,
+                "heap" => StateBackend::Heap,
                 other => panic!("unknown backend {other}"),
             };
             let tmp = tempfile::tempdir().expect("tempdir");

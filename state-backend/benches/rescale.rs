@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use weir_common::ids::SubtaskIndex;
 use weir_common::keygroup::{key_group_for_key, KeyGroupRange};
-use weir_common::spec::StateBackendKind;
+use weir_common::spec::StateBackend;
 use weir_state::keyed::LocalSnapshot;
 use weir_state::rocks::RocksOptions;
 use weir_state::{
@@ -40,7 +40,7 @@ fn old_snapshots(dir: &Path, keys: u64, p: u32) -> Vec<(PathBuf, KeyGroupRange)>
         .map(|i| {
             let range = KeyGroupRange::for_subtask(SubtaskIndex(i), p, MAX_PARALLELISM);
             let mut b = open_keyed_backend(
-                StateBackendKind::Rocksdb,
+                StateBackend::Rocksdb,
                 &dir.join(format!("w{i}")),
                 MAX_PARALLELISM,
                 range,
@@ -90,7 +90,7 @@ fn restore_all(dir: &Path, old: &[(PathBuf, KeyGroupRange)], p_new: u32, count: 
     for (j, (range, sources)) in per_subtask.into_iter().enumerate() {
         let one = Instant::now();
         let b = open_keyed_backend_from(
-            StateBackendKind::Rocksdb,
+            StateBackend::Rocksdb,
             &dir.join(format!("w{j}")),
             MAX_PARALLELISM,
             range,
@@ -129,7 +129,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 }
 
 /// Native against canonical savepoints of `keys` keys in one subtask of `kind`.
-fn canonical_costs(dir: &Path, kind: StateBackendKind, keys: u64) {
+fn canonical_costs(dir: &Path, kind: StateBackend, keys: u64) {
     let name = SnapshotFormat::native(kind).name();
     let all = KeyGroupRange { start: 0, end: MAX_PARALLELISM - 1 };
     let opts = RocksOptions::default();
@@ -170,8 +170,8 @@ fn canonical_costs(dir: &Path, kind: StateBackendKind, keys: u64) {
         ("native", &native.dir, SnapshotFormat::native(kind)),
         ("canonical", &canonical.dir, SnapshotFormat::Canonical),
     ] {
-        for target in [StateBackendKind::Rocksdb, StateBackendKind::Heap] {
-            if format == SnapshotFormat::Rocksdb && target == StateBackendKind::Heap {
+        for target in [StateBackend::Rocksdb, StateBackend::Heap] {
+            if format == SnapshotFormat::Rocksdb && target == StateBackend::Heap {
                 continue;
             }
             let ms = median_ms(|run| {
@@ -232,8 +232,7 @@ fn main() {
         );
         println!("  ({case} runs, sorted: {} ms)", runs.join(", "));
     }
-    let kinds: &[StateBackendKind] =
-        if only == "rescale" { &[] } else { &[StateBackendKind::Rocksdb, StateBackendKind::Heap] };
+    let kinds: &[StateBackend] = if only == "rescale" { &[] } else { &[StateBackend::Rocksdb, StateBackend::Heap] };
     for &kind in kinds {
         canonical_costs(&tmp.path().join(format!("canonical-{}", SnapshotFormat::native(kind))), kind, keys);
     }

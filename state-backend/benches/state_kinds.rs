@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::StateBackendKind;
+use weir_common::spec::StateBackend;
 use weir_state::AggregateFunction;
 use weir_state::{
     open_keyed_backend, AggregatingState, KeyedStateBackend, ListState, MapState, ReducingState, ValueState,
@@ -31,7 +31,7 @@ fn key(i: u64) -> [u8; 8] {
     weir_common::datagen::key_of(7, i, KEYS).to_be_bytes()
 }
 
-fn backend(kind: StateBackendKind, dir: &std::path::Path) -> Box<dyn KeyedStateBackend> {
+fn backend(kind: StateBackend, dir: &std::path::Path) -> Box<dyn KeyedStateBackend> {
     open_keyed_backend(kind, dir, 128, KeyGroupRange { start: 0, end: 127 }, None, &Default::default())
         .expect("open backend")
 }
@@ -45,7 +45,7 @@ fn timed(mut f: impl FnMut(u64)) -> f64 {
     OPS as f64 / start.elapsed().as_secs_f64()
 }
 
-fn run(kind: StateBackendKind, name: &str) -> f64 {
+fn run(kind: StateBackend, name: &str) -> f64 {
     let tmp = tempfile::tempdir().expect("temp dir");
     let mut b = backend(kind, tmp.path());
     let b = b.as_mut();
@@ -126,7 +126,7 @@ fn main() {
     println!("{:<24} {:>16} {:>16}", "operation", "rocksdb ops/s", "heap ops/s");
     for name in benches {
         let mut cells = Vec::new();
-        for kind in [StateBackendKind::Rocksdb, StateBackendKind::Heap] {
+        for kind in [StateBackend::Rocksdb, StateBackend::Heap] {
             let mut runs: Vec<f64> = (0..3).map(|_| run(kind, name)).collect();
             runs.sort_by(|a, b| a.total_cmp(b));
             cells.push(runs[1]);

@@ -13,7 +13,7 @@
 //!
 //! ## Time-to-live
 //!
-//! Every handle also has `register_with_ttl`, taking a [`StateTtlConfig`]; expired values read as absent
+//! A handle registered with a [`StateDescriptor`] carrying a [`StateTtlConfig`] reads expired values as absent
 //! (see [`crate::ttl`] for the semantics, the stored format and the cleanup strategies). The handles implement
 //! the TTL semantics (stamping, expiry on read, re-stamping); the backends only store the stamped bytes. The
 //! clock is the backend's ([`KeyedStateBackend::set_clock`]).
@@ -22,7 +22,7 @@ use crate::codec::{decode_state, StateCodec};
 use crate::error::StateError;
 use crate::keyed::{KeyedStateBackend, StateId};
 use crate::layout::encode_list_element;
-use crate::meta::{StateKind, StateOptions};
+use crate::meta::{StateDescriptor, StateKind};
 use crate::ttl::{split_ts, stamp, StateTtlConfig};
 use std::marker::PhantomData;
 
@@ -79,26 +79,13 @@ pub struct ValueState<T> {
 }
 
 impl<T: StateCodec> ValueState<T> {
-    /// Registers (or finds) the state `name` in a backend.
-    pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
-        Self::register_with_options(backend, name, StateOptions::default())
-    }
-
-    /// Registers (or finds) the state `name` with a time-to-live (see [`crate::ttl`]).
-    pub fn register_with_ttl(
+    /// Registers (or finds) the state a descriptor names (a bare name, or
+    /// [`StateDescriptor`] with TTL and namespaces).
+    pub fn register<'a>(
         backend: &mut dyn KeyedStateBackend,
-        name: &str,
-        ttl: StateTtlConfig,
+        descriptor: impl Into<StateDescriptor<'a>>,
     ) -> Result<Self, StateError> {
-        Self::register_with_options(backend, name, StateOptions::default().with_ttl(ttl))
-    }
-
-    /// Registers (or finds) the state `name` declared with `options` (TTL, namespaces).
-    pub fn register_with_options(
-        backend: &mut dyn KeyedStateBackend,
-        name: &str,
-        options: StateOptions,
-    ) -> Result<Self, StateError> {
+        let StateDescriptor { name, options } = descriptor.into();
         let id = backend.register_state_with_options(name, StateKind::Value, &options)?;
         Ok(ValueState { id, name: name.to_string(), ttl: options.ttl, scratch: Vec::new(), _t: PhantomData })
     }
@@ -165,26 +152,13 @@ pub struct ListState<T> {
 }
 
 impl<T: StateCodec> ListState<T> {
-    /// Registers (or finds) the list state `name` in a backend.
-    pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
-        Self::register_with_options(backend, name, StateOptions::default())
-    }
-
-    /// Registers (or finds) the list state `name` with a time-to-live per element (see [`crate::ttl`]).
-    pub fn register_with_ttl(
+    /// Registers (or finds) the list state a descriptor names (a bare name, or
+    /// [`StateDescriptor`] with TTL and namespaces).
+    pub fn register<'a>(
         backend: &mut dyn KeyedStateBackend,
-        name: &str,
-        ttl: StateTtlConfig,
+        descriptor: impl Into<StateDescriptor<'a>>,
     ) -> Result<Self, StateError> {
-        Self::register_with_options(backend, name, StateOptions::default().with_ttl(ttl))
-    }
-
-    /// Registers (or finds) the list state `name` declared with `options` (TTL, namespaces).
-    pub fn register_with_options(
-        backend: &mut dyn KeyedStateBackend,
-        name: &str,
-        options: StateOptions,
-    ) -> Result<Self, StateError> {
+        let StateDescriptor { name, options } = descriptor.into();
         let id = backend.register_state_with_options(name, StateKind::List, &options)?;
         Ok(ListState {
             id,
@@ -306,26 +280,13 @@ pub struct MapState<K, V> {
 }
 
 impl<K: StateCodec, V: StateCodec> MapState<K, V> {
-    /// Registers (or finds) the map state `name` in a backend.
-    pub fn register(backend: &mut dyn KeyedStateBackend, name: &str) -> Result<Self, StateError> {
-        Self::register_with_options(backend, name, StateOptions::default())
-    }
-
-    /// Registers (or finds) the map state `name` with a time-to-live per entry (see [`crate::ttl`]).
-    pub fn register_with_ttl(
+    /// Registers (or finds) the map state a descriptor names (a bare name, or
+    /// [`StateDescriptor`] with TTL and namespaces).
+    pub fn register<'a>(
         backend: &mut dyn KeyedStateBackend,
-        name: &str,
-        ttl: StateTtlConfig,
+        descriptor: impl Into<StateDescriptor<'a>>,
     ) -> Result<Self, StateError> {
-        Self::register_with_options(backend, name, StateOptions::default().with_ttl(ttl))
-    }
-
-    /// Registers (or finds) the map state `name` declared with `options` (TTL, namespaces).
-    pub fn register_with_options(
-        backend: &mut dyn KeyedStateBackend,
-        name: &str,
-        options: StateOptions,
-    ) -> Result<Self, StateError> {
+        let StateDescriptor { name, options } = descriptor.into();
         let id = backend.register_state_with_options(name, StateKind::Map, &options)?;
         Ok(MapState {
             id,
@@ -513,32 +474,14 @@ pub struct ReducingState<T> {
 }
 
 impl<T: StateCodec> ReducingState<T> {
-    /// Registers (or finds) the reducing state `name` in a backend, with its reduce function.
-    pub fn register(
+    /// Registers (or finds) the reducing state a descriptor names (a bare name, or
+    /// [`StateDescriptor`] with TTL and namespaces), with its reduce function.
+    pub fn register<'a>(
         backend: &mut dyn KeyedStateBackend,
-        name: &str,
+        descriptor: impl Into<StateDescriptor<'a>>,
         reduce: impl Fn(T, T) -> T + Send + 'static,
     ) -> Result<Self, StateError> {
-        Self::register_with_options(backend, name, reduce, StateOptions::default())
-    }
-
-    /// Registers (or finds) the reducing state `name` with a time-to-live (see [`crate::ttl`]).
-    pub fn register_with_ttl(
-        backend: &mut dyn KeyedStateBackend,
-        name: &str,
-        reduce: impl Fn(T, T) -> T + Send + 'static,
-        ttl: StateTtlConfig,
-    ) -> Result<Self, StateError> {
-        Self::register_with_options(backend, name, reduce, StateOptions::default().with_ttl(ttl))
-    }
-
-    /// Registers (or finds) the reducing state `name` declared with `options` (TTL, namespaces).
-    pub fn register_with_options(
-        backend: &mut dyn KeyedStateBackend,
-        name: &str,
-        reduce: impl Fn(T, T) -> T + Send + 'static,
-        options: StateOptions,
-    ) -> Result<Self, StateError> {
+        let StateDescriptor { name, options } = descriptor.into();
         let id = backend.register_state_with_options(name, StateKind::Reducing, &options)?;
         Ok(ReducingState {
             id,
@@ -609,32 +552,14 @@ pub struct AggregatingState<In, Acc, Out> {
 }
 
 impl<In, Acc: StateCodec, Out> AggregatingState<In, Acc, Out> {
-    /// Registers (or finds) the aggregating state `name` in a backend, with its aggregate function.
-    pub fn register(
+    /// Registers (or finds) the aggregating state a descriptor names (a bare name, or
+    /// [`StateDescriptor`] with TTL and namespaces), with its aggregate function.
+    pub fn register<'a>(
         backend: &mut dyn KeyedStateBackend,
-        name: &str,
+        descriptor: impl Into<StateDescriptor<'a>>,
         function: impl AggregateFunction<In, Acc, Out> + 'static,
     ) -> Result<Self, StateError> {
-        Self::register_with_options(backend, name, function, StateOptions::default())
-    }
-
-    /// Registers (or finds) the aggregating state `name` with a time-to-live (see [`crate::ttl`]).
-    pub fn register_with_ttl(
-        backend: &mut dyn KeyedStateBackend,
-        name: &str,
-        function: impl AggregateFunction<In, Acc, Out> + 'static,
-        ttl: StateTtlConfig,
-    ) -> Result<Self, StateError> {
-        Self::register_with_options(backend, name, function, StateOptions::default().with_ttl(ttl))
-    }
-
-    /// Registers (or finds) the aggregating state `name` declared with `options` (TTL, namespaces).
-    pub fn register_with_options(
-        backend: &mut dyn KeyedStateBackend,
-        name: &str,
-        function: impl AggregateFunction<In, Acc, Out> + 'static,
-        options: StateOptions,
-    ) -> Result<Self, StateError> {
+        let StateDescriptor { name, options } = descriptor.into();
         let id = backend.register_state_with_options(name, StateKind::Aggregating, &options)?;
         Ok(AggregatingState {
             id,

@@ -675,6 +675,7 @@ mod tests {
     #[test]
     fn ttl_incremental_cleanup_and_snapshot_filtering() {
         use crate::handles::{ListState, MapState};
+        use crate::meta::StateDescriptor;
         use crate::ttl::{ManualClock, StateTtlConfig};
         use std::time::Duration;
         let tmp = tempfile::tempdir().unwrap();
@@ -683,9 +684,9 @@ mod tests {
         let clock = Arc::new(ManualClock::new(1000));
         b.set_clock(clock.clone());
         let ttl = StateTtlConfig::new(Duration::from_millis(100));
-        let mut v = ValueState::<u64>::register_with_ttl(&mut b, "v", ttl).unwrap();
-        let mut l = ListState::<u64>::register_with_ttl(&mut b, "l", ttl).unwrap();
-        let mut m = MapState::<u64, u64>::register_with_ttl(&mut b, "m", ttl).unwrap();
+        let mut v = ValueState::<u64>::register(&mut b, StateDescriptor::new("v").with_ttl(ttl)).unwrap();
+        let mut l = ListState::<u64>::register(&mut b, StateDescriptor::new("l").with_ttl(ttl)).unwrap();
+        let mut m = MapState::<u64, u64>::register(&mut b, StateDescriptor::new("m").with_ttl(ttl)).unwrap();
         let mut plain = ValueState::<u64>::register(&mut b, "plain").unwrap();
         for i in 0u64..100 {
             clock.set(if i < 50 { 1000 } else { 1050 });

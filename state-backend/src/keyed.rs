@@ -19,7 +19,7 @@
 use crate::error::StateError;
 use crate::layout::{ElementVisitor, RowVisitor};
 use crate::meta::{StateKind, StateOptions};
-use crate::ttl::{Clock, StateTtlConfig};
+use crate::ttl::Clock;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use weir_common::keygroup::KeyGroupRange;
@@ -93,15 +93,6 @@ pub trait KeyedStateBackend: Send {
     fn register_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, StateError> {
         self.register_state_with_options(name, kind, &StateOptions::default())
     }
-    /// Registers a state of `kind` with an optional time-to-live (see [`crate::ttl`]).
-    fn register_state_with_ttl(
-        &mut self,
-        name: &str,
-        kind: StateKind,
-        ttl: Option<StateTtlConfig>,
-    ) -> Result<StateId, StateError> {
-        self.register_state_with_options(name, kind, &StateOptions { ttl, namespaced: false })
-    }
     /// Sets the namespace (its serialized bytes) that following accesses to *namespaced* states are scoped to,
     /// as Flink scopes window and timer state to a window; other states have no namespace. Empty until set.
     fn set_current_namespace(&mut self, namespace: &[u8]);
@@ -109,10 +100,6 @@ pub trait KeyedStateBackend: Send {
     fn set_clock(&mut self, clock: Arc<dyn Clock>);
     /// The TTL clock's current time in milliseconds.
     fn now_ms(&self) -> u64;
-    /// Registers a value state, or returns the existing one of that name.
-    fn register_value_state(&mut self, name: &str) -> Result<StateId, StateError> {
-        self.register_state(name, StateKind::Value)
-    }
     /// Sets the largest serialized value (or list total) a write may produce; larger writes are refused and
     /// write nothing. Default [`DEFAULT_MAX_VALUE_BYTES`].
     fn set_max_value_bytes(&mut self, limit: usize);

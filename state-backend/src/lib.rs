@@ -36,7 +36,7 @@
 //! - [`formats`]: [`formats::Bincode`], [`formats::Avro`] and [`formats::Protobuf`] state values, whose type
 //!   signatures carry serializer snapshots (recorded in checkpoints, resolved on restore, migrated for Avro).
 //! - [`operator`]: operator list state, snapshotted as one blob plus per-state element offsets.
-//! - [`ttl`]: state time-to-live ([`StateTtlConfig`], the typed handles' `register_with_ttl`), an injectable
+//! - [`ttl`]: state time-to-live ([`StateTtlConfig`], given to a typed handle in its [`StateDescriptor`]), an injectable
 //!   [`Clock`] ([`KeyedStateBackend::set_clock`]), lazy, snapshot, incremental (heap) and compaction-filter
 //!   (RocksDB) cleanup.
 //! - [`snapshot`]: uploading local snapshots to an object store and downloading them for restore.
@@ -79,7 +79,7 @@ pub use formats::{Avro, Bincode, Protobuf};
 pub use handles::{set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState};
 pub use keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
 pub use meta::StateSummary;
-pub use meta::{StateKind, StateOptions};
+pub use meta::{StateDescriptor, StateKind, StateOptions};
 pub use operator::OperatorStateStore;
 pub use rescale::{open_keyed_backend, open_keyed_backend_from, RestoreSource, SnapshotFormat};
 pub use ttl::{Clock, ManualClock, StateTtlConfig, SystemClock, TtlUpdateType, TtlVisibility};

@@ -156,6 +156,53 @@ impl StateOptions {
     }
 }
 
+/// A state's name and declared options: what a typed handle is registered with (Flink's `StateDescriptor`).
+/// A bare name converts into one with default options, so `ValueState::register(backend, "count")` works.
+#[derive(Clone, Copy, Debug)]
+pub struct StateDescriptor<'a> {
+    /// The state's name, unique within the operator.
+    pub name: &'a str,
+    /// TTL and namespaces.
+    pub options: StateOptions,
+}
+
+impl<'a> StateDescriptor<'a> {
+    /// The state `name` with default options.
+    pub fn new(name: &'a str) -> Self {
+        StateDescriptor { name, options: StateOptions::default() }
+    }
+
+    /// With a time-to-live (see [`crate::ttl`]).
+    pub fn with_ttl(mut self, ttl: StateTtlConfig) -> Self {
+        self.options.ttl = Some(ttl);
+        self
+    }
+
+    /// Scoped to namespaces.
+    pub fn namespaced(mut self) -> Self {
+        self.options.namespaced = true;
+        self
+    }
+
+    /// With all of `options`.
+    pub fn with_options(mut self, options: StateOptions) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+impl<'a> From<&'a str> for StateDescriptor<'a> {
+    fn from(name: &'a str) -> Self {
+        StateDescriptor::new(name)
+    }
+}
+
+impl<'a> From<&'a String> for StateDescriptor<'a> {
+    fn from(name: &'a String) -> Self {
+        StateDescriptor::new(name)
+    }
+}
+
 /// Checks a registration of `name` as `kind` with `wanted` against how the state exists (`existing`: kind,
 /// TTL, namespaced — registered in this backend's lifetime, or only `restored`): another kind, TTL config
 /// (not after a restore, where it migrates) or choice of namespaces is a [`StateError::Declaration`].

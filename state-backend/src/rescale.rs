@@ -57,7 +57,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::StateBackendKind;
+use weir_common::spec::StateBackend;
 
 /// One downloaded snapshot a backend is restored from.
 #[derive(Clone, Debug)]
@@ -105,10 +105,10 @@ impl SnapshotFormat {
     }
 
     /// The native format of a backend kind.
-    pub fn native(kind: StateBackendKind) -> Self {
+    pub fn native(kind: StateBackend) -> Self {
         match kind {
-            StateBackendKind::Rocksdb => SnapshotFormat::Rocksdb,
-            StateBackendKind::Heap => SnapshotFormat::Heap,
+            StateBackend::Rocksdb | StateBackend::Unspecified => SnapshotFormat::Rocksdb,
+            StateBackend::Heap => SnapshotFormat::Heap,
         }
     }
 
@@ -136,6 +136,29 @@ impl SnapshotFormat {
     }
 }
 
+impl From<SnapshotFormat> for weir_common::checkpoint::SnapshotFormat {
+    fn from(f: SnapshotFormat) -> Self {
+        match f {
+            SnapshotFormat::Rocksdb => Self::Rocksdb,
+            SnapshotFormat::Heap => Self::Heap,
+            SnapshotFormat::Canonical => Self::Canonical,
+        }
+    }
+}
+
+impl SnapshotFormat {
+    /// The format a checkpoint's handle records (unspecified is corrupt metadata).
+    pub fn of_handle(format: weir_common::checkpoint::SnapshotFormat) -> Result<Self, StateError> {
+        use weir_common::checkpoint::SnapshotFormat as Recorded;
+        match format {
+            Recorded::Rocksdb => Ok(SnapshotFormat::Rocksdb),
+            Recorded::Heap => Ok(SnapshotFormat::Heap),
+            Recorded::Canonical => Ok(SnapshotFormat::Canonical),
+            Recorded::Unspecified => Err(StateError::Corrupt("a keyed state handle names no snapshot format".into())),
+        }
+    }
+}
+
 impl std::fmt::Display for SnapshotFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -153,7 +176,7 @@ fn keep(source: &RestoreSource, range: KeyGroupRange) -> Option<KeyGroupRange> {
 /// is moved into place, not copied). `rocks` tunes the RocksDB backend; its `clock`, if set, is the TTL clock of
 /// either backend. [`open_keyed_backend_from`] restores from several snapshots of other ranges.
 pub fn open_keyed_backend(
-    kind: StateBackendKind,
+    kind: StateBackend,
     work_dir: &Path,
     max_parallelism: u32,
     range: KeyGroupRange,
@@ -176,7 +199,7 @@ pub fn open_keyed_backend(
 /// `rocks` tunes the RocksDB backend; its `clock`, if set, is the TTL clock of either backend. See the module
 /// docs for how; the sources' directories are consumed.
 pub fn open_keyed_backend_from(
-    kind: StateBackendKind,
+    kind: StateBackend,
     work_dir: &Path,
     max_parallelism: u32,
     range: KeyGroupRange,
@@ -194,8 +217,10 @@ pub fn open_keyed_backend_from(
         }
     }
     let backend: Box<dyn KeyedStateBackend> = match kind {
-        StateBackendKind::Rocksdb => Box::new(restore_rocksdb(work_dir, max_parallelism, range, overlapping, rocks)?),
-        StateBackendKind::Heap => {
+        StateBackend::Rocksdb | StateBackend::Unspecified => {
+            Box::new(restore_rocksdb(work_dir, max_parallelism, range, overlapping, rocks)?)
+        }
+        StateBackend::Heap => {
             let mut b = restore_heap(max_parallelism, range, &overlapping)?;
             if let Some(clock) = &rocks.clock {
                 b.set_clock(clock.clone());
@@ -491,7 +516,7 @@ mod tests {
     };
     use crate::keyed::{LocalSnapshot, StoredContent};
     use crate::layout::row_key_group;
-    use crate::meta::StateOptions;
+    use crate::meta::{StateDescriptor, StateOptions};
     use crate::ttl::{ManualClock, StateTtlConfig};
     use std::collections::BTreeSet;
     use std::sync::Arc;
@@ -558,12 +583,16 @@ mod tests {
                 map: MapState::register(b, "map").unwrap(),
                 reducing: ReducingState::register(b, "reducing", |a, x| a + x).unwrap(),
                 aggregating: AggregatingState::register(b, "aggregating", Sum).unwrap(),
-                ttl_value: ValueState::register_with_ttl(b, "ttl-value", ttl()).unwrap(),
-                ttl_list: ListState::register_with_ttl(b, "ttl-list", ttl()).unwrap(),
-                ttl_map: MapState::register_with_ttl(b, "ttl-map", ttl()).unwrap(),
-                ns_value: ValueState::register_with_options(b, "ns-value", ns).unwrap(),
-                ns_map: MapState::register_with_options(b, "ns-map", ns).unwrap(),
-                ns_ttl_list: ListState::register_with_options(b, "ns-ttl-list", ns.with_ttl(ttl())).unwrap(),
+                ttl_value: ValueState::register(b, StateDescriptor::new("ttl-value").with_ttl(ttl())).unwrap(),
+                ttl_list: ListState::register(b, StateDescriptor::new("ttl-list").with_ttl(ttl())).unwrap(),
+                ttl_map: MapState::register(b, StateDescriptor::new("ttl-map").with_ttl(ttl())).unwrap(),
+                ns_value: ValueState::register(b, StateDescriptor::new("ns-value").with_options(ns)).unwrap(),
+                ns_map: MapState::register(b, StateDescriptor::new("ns-map").with_options(ns)).unwrap(),
+                ns_ttl_list: ListState::register(
+                    b,
+                    StateDescriptor::new("ns-ttl-list").with_options(ns.with_ttl(ttl())),
+                )
+                .unwrap(),
             }
         }
 
@@ -665,7 +694,7 @@ mod tests {
     }
 
     /// Writes keys `0..KEYS` into `p` backends of `kind`, each the keys of its key groups, and snapshots them.
-    fn old_subtasks(tmp: &Path, kind: StateBackendKind, m: u32, p: u32) -> Old {
+    fn old_subtasks(tmp: &Path, kind: StateBackend, m: u32, p: u32) -> Old {
         let rocks = rocks_options();
         let dir = tmp.join(format!("old-{}-{m}-{p}", SnapshotFormat::native(kind)));
         let mut old = Old { native: Vec::new(), canonical: Vec::new(), stored: StoredContent::default() };
@@ -720,7 +749,7 @@ mod tests {
     fn restore_and_check(
         tmp: &Path,
         what: &str,
-        target: StateBackendKind,
+        target: StateBackend,
         (m, p_new): (u32, u32),
         old: &[RestoreSource],
         stored: &StoredContent,
@@ -811,8 +840,8 @@ mod tests {
     fn rescale(p_old: u32, p_new: u32) {
         let tmp = tempfile::tempdir().unwrap();
         for m in [128u32, 256] {
-            let from_rocks = old_subtasks(tmp.path(), StateBackendKind::Rocksdb, m, p_old);
-            let from_heap = old_subtasks(tmp.path(), StateBackendKind::Heap, m, p_old);
+            let from_rocks = old_subtasks(tmp.path(), StateBackend::Rocksdb, m, p_old);
+            let from_heap = old_subtasks(tmp.path(), StateBackend::Heap, m, p_old);
             assert!(from_rocks.stored == from_heap.stored, "both backends store the same rows");
             for (a, b) in from_rocks.canonical.iter().zip(&from_heap.canonical) {
                 let (a, b) = (
@@ -822,13 +851,13 @@ mod tests {
                 assert!(a == b, "m={m}: the canonical files of both backends are the same bytes");
             }
             let cases = [
-                ("rocksdb", StateBackendKind::Rocksdb, &from_rocks.native),
-                ("canonical-from-rocksdb", StateBackendKind::Rocksdb, &from_rocks.canonical),
-                ("canonical-from-rocksdb", StateBackendKind::Heap, &from_rocks.canonical),
-                ("heap", StateBackendKind::Rocksdb, &from_heap.native),
-                ("heap", StateBackendKind::Heap, &from_heap.native),
-                ("canonical-from-heap", StateBackendKind::Rocksdb, &from_heap.canonical),
-                ("canonical-from-heap", StateBackendKind::Heap, &from_heap.canonical),
+                ("rocksdb", StateBackend::Rocksdb, &from_rocks.native),
+                ("canonical-from-rocksdb", StateBackend::Rocksdb, &from_rocks.canonical),
+                ("canonical-from-rocksdb", StateBackend::Heap, &from_rocks.canonical),
+                ("heap", StateBackend::Rocksdb, &from_heap.native),
+                ("heap", StateBackend::Heap, &from_heap.native),
+                ("canonical-from-heap", StateBackend::Rocksdb, &from_heap.canonical),
+                ("canonical-from-heap", StateBackend::Heap, &from_heap.canonical),
             ];
             for (source, target, sources) in cases {
                 let what = format!("{p_old}->{p_new} m={m} {source} into {}", SnapshotFormat::native(target));
@@ -873,8 +902,8 @@ mod tests {
     fn a_rescale_of_clipped_databases_copies_them() {
         let tmp = tempfile::tempdir().unwrap();
         let m = 128;
-        let old = old_subtasks(tmp.path(), StateBackendKind::Rocksdb, m, 2);
-        let rocks = StateBackendKind::Rocksdb;
+        let old = old_subtasks(tmp.path(), StateBackend::Rocksdb, m, 2);
+        let rocks = StateBackend::Rocksdb;
         let middle = restore_and_check(tmp.path(), "2->3", rocks, (m, 3), &old.native, &old.stored, false);
         restore_and_check(tmp.path(), "3->2", rocks, (m, 2), &middle, &old.stored, true);
     }
@@ -891,7 +920,7 @@ mod tests {
         for i in 0..2 {
             let range = KeyGroupRange::for_subtask(SubtaskIndex(i), 2, m);
             let dir = tmp.path().join(format!("old{i}"));
-            let mut b = open_keyed_backend(StateBackendKind::Rocksdb, &dir.join("w"), m, range, None, &rocks).unwrap();
+            let mut b = open_keyed_backend(StateBackend::Rocksdb, &dir.join("w"), m, range, None, &rocks).unwrap();
             let mut st = ValueState::<u64>::register(b.as_mut(), "v").unwrap();
             let mine: Vec<u64> = (0..keys).filter(|k| range.contains(key_group_for_key(&key(*k), m))).collect();
             for &k in &mine {
@@ -915,8 +944,7 @@ mod tests {
         let all = KeyGroupRange { start: 0, end: m - 1 };
         LAST_IMPORT.with(|c| c.set((0, 0)));
         let mut b =
-            open_keyed_backend_from(StateBackendKind::Rocksdb, &tmp.path().join("new"), m, all, sources, &rocks)
-                .unwrap();
+            open_keyed_backend_from(StateBackend::Rocksdb, &tmp.path().join("new"), m, all, sources, &rocks).unwrap();
         let (imported, copied) = LAST_IMPORT.with(|c| c.get());
         assert!(imported >= 4 && copied == 0, "{imported} files imported, {copied} states copied");
         let st = ValueState::<u64>::register(b.as_mut(), "v").unwrap();
@@ -933,7 +961,7 @@ mod tests {
 
     /// One backend of `kind` owning `range`, with `f` run on it, snapshotted into `dir`.
     fn snapshot_of(
-        kind: StateBackendKind,
+        kind: StateBackend,
         dir: &Path,
         m: u32,
         range: KeyGroupRange,
@@ -950,13 +978,13 @@ mod tests {
     fn a_native_rocksdb_snapshot_is_refused_for_a_heap_target() {
         let tmp = tempfile::tempdir().unwrap();
         let range = KeyGroupRange { start: 0, end: 127 };
-        let source = snapshot_of(StateBackendKind::Rocksdb, &tmp.path().join("a"), 128, range, |b| {
+        let source = snapshot_of(StateBackend::Rocksdb, &tmp.path().join("a"), 128, range, |b| {
             Handles::register(b).write(b, 1);
         });
         let want = "take a canonical savepoint to move from RocksDB to heap";
         let dir = source.dir.clone();
         match open_keyed_backend_from(
-            StateBackendKind::Heap,
+            StateBackend::Heap,
             &tmp.path().join("h"),
             128,
             range,
@@ -968,11 +996,10 @@ mod tests {
             Ok(_) => panic!("a heap backend restored a native RocksDB snapshot"),
         }
         // The single-directory open tells the format from the files.
-        let e =
-            open_keyed_backend(StateBackendKind::Heap, &tmp.path().join("h"), 128, range, Some(&dir), &rocks_options())
-                .err()
-                .unwrap()
-                .to_string();
+        let e = open_keyed_backend(StateBackend::Heap, &tmp.path().join("h"), 128, range, Some(&dir), &rocks_options())
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains(want), "{e}");
     }
 
@@ -987,7 +1014,7 @@ mod tests {
             ("namespaced", StateKind::Value, StateOptions::default().namespaced()),
         ];
         for (n, (other, kind, options)) in others.into_iter().enumerate() {
-            for source_kind in [StateBackendKind::Rocksdb, StateBackendKind::Heap] {
+            for source_kind in [StateBackend::Rocksdb, StateBackend::Heap] {
                 let dir = tmp.path().join(format!("{n}-{}", SnapshotFormat::native(source_kind)));
                 let first = snapshot_of(source_kind, &dir.join("0"), m, halves[0], |b| {
                     b.register_state("s", StateKind::Value).unwrap();
@@ -995,9 +1022,9 @@ mod tests {
                 let second = snapshot_of(source_kind, &dir.join("1"), m, halves[1], |b| {
                     b.register_state_with_options("s", kind, &options).unwrap();
                 });
-                let targets: &[StateBackendKind] = match source_kind {
-                    StateBackendKind::Rocksdb => &[StateBackendKind::Rocksdb],
-                    StateBackendKind::Heap => &[StateBackendKind::Rocksdb, StateBackendKind::Heap],
+                let targets: &[StateBackend] = match source_kind {
+                    StateBackend::Rocksdb | StateBackend::Unspecified => &[StateBackend::Rocksdb],
+                    StateBackend::Heap => &[StateBackend::Rocksdb, StateBackend::Heap],
                 };
                 for &target in targets {
                     let mut sources = Vec::new();
@@ -1031,15 +1058,15 @@ mod tests {
         let keys_of =
             |range: KeyGroupRange| (0..500u64).filter(move |k| range.contains(key_group_for_key(&key(*k), m)));
         // The base (first of equal overlaps) lacks the TTL state; only the merged snapshot declares it.
-        let base = snapshot_of(StateBackendKind::Rocksdb, &tmp.path().join("0"), m, halves[0], |b| {
+        let base = snapshot_of(StateBackend::Rocksdb, &tmp.path().join("0"), m, halves[0], |b| {
             let mut v = ValueState::<u64>::register(b, "plain").unwrap();
             for k in keys_of(halves[0]) {
                 b.set_current_key(&key(k));
                 v.update(b, &k).unwrap();
             }
         });
-        let merged = snapshot_of(StateBackendKind::Rocksdb, &tmp.path().join("1"), m, halves[1], |b| {
-            let mut v = ValueState::<u64>::register_with_ttl(b, "t", ttl()).unwrap();
+        let merged = snapshot_of(StateBackend::Rocksdb, &tmp.path().join("1"), m, halves[1], |b| {
+            let mut v = ValueState::<u64>::register(b, StateDescriptor::new("t").with_ttl(ttl())).unwrap();
             for k in keys_of(halves[1]) {
                 b.set_current_key(&key(k));
                 v.update(b, &k).unwrap();
@@ -1058,7 +1085,7 @@ mod tests {
         db.compact_state("plain");
         assert_eq!(db.row_count("t"), 0, "the filter dropped the expired rows");
         assert_eq!(db.row_count("plain"), keys_of(halves[0]).count());
-        ValueState::<u64>::register_with_ttl(&mut db, "t", ttl()).unwrap();
+        ValueState::<u64>::register(&mut db, StateDescriptor::new("t").with_ttl(ttl())).unwrap();
     }
 
     #[test]
@@ -1066,7 +1093,7 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let tmp = tempfile::tempdir().unwrap();
         let range = KeyGroupRange { start: 0, end: 63 };
-        let source = snapshot_of(StateBackendKind::Rocksdb, &tmp.path().join("a"), 128, range, |b| {
+        let source = snapshot_of(StateBackend::Rocksdb, &tmp.path().join("a"), 128, range, |b| {
             let mut h = Handles::register(b);
             for k in 0..2000 {
                 h.write(b, k);
@@ -1087,8 +1114,7 @@ mod tests {
         let dir = source.dir.clone();
         let work = tmp.path().join("w");
         let mut b =
-            open_keyed_backend_from(StateBackendKind::Rocksdb, &work, 128, range, vec![source], &rocks_options())
-                .unwrap();
+            open_keyed_backend_from(StateBackend::Rocksdb, &work, 128, range, vec![source], &rocks_options()).unwrap();
         assert!(!dir.exists(), "the snapshot was moved");
         assert!(before.is_subset(&inodes(&work.join("db"))), "its files were not copied");
         let mut h = Handles::register(b.as_mut());
@@ -1102,8 +1128,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let range = KeyGroupRange { start: 0, end: 127 };
         let mut b =
-            open_keyed_backend(StateBackendKind::Heap, &tmp.path().join("w"), 128, range, None, &rocks_options())
-                .unwrap();
+            open_keyed_backend(StateBackend::Heap, &tmp.path().join("w"), 128, range, None, &rocks_options()).unwrap();
         let mut h = Handles::register(b.as_mut());
         for k in 0..300 {
             h.write(b.as_mut(), k);
@@ -1112,7 +1137,7 @@ mod tests {
         let canonical =
             write_canonical(snap, &tmp.path().join("cw"), &tmp.path().join("canonical"), 128, &rocks_options())
                 .unwrap();
-        for kind in [StateBackendKind::Rocksdb, StateBackendKind::Heap] {
+        for kind in [StateBackend::Rocksdb, StateBackend::Heap] {
             let copy = tmp.path().join(format!("copy-{}", SnapshotFormat::native(kind)));
             copy_dir(&canonical.dir, &copy);
             assert_eq!(SnapshotFormat::detect(&copy), Some(SnapshotFormat::Canonical));

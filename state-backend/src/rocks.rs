@@ -1512,6 +1512,7 @@ mod tests {
     #[test]
     fn ttl_compaction_filter_drops_expired_rows() {
         use crate::handles::{ListState, MapState};
+        use crate::meta::StateDescriptor;
         use crate::ttl::{ManualClock, StateTtlConfig};
         use std::time::Duration;
         fn rows(b: &RocksDbBackend, name: &str) -> usize {
@@ -1536,9 +1537,9 @@ mod tests {
         let clock = Arc::new(ManualClock::new(1000));
         b.set_clock(clock.clone());
         let ttl = StateTtlConfig::new(Duration::from_millis(100));
-        let mut v = ValueState::<u64>::register_with_ttl(&mut b, "v", ttl).unwrap();
-        let mut l = ListState::<u64>::register_with_ttl(&mut b, "l", ttl).unwrap();
-        let mut m = MapState::<u64, u64>::register_with_ttl(&mut b, "m", ttl).unwrap();
+        let mut v = ValueState::<u64>::register(&mut b, StateDescriptor::new("v").with_ttl(ttl)).unwrap();
+        let mut l = ListState::<u64>::register(&mut b, StateDescriptor::new("l").with_ttl(ttl)).unwrap();
+        let mut m = MapState::<u64, u64>::register(&mut b, StateDescriptor::new("m").with_ttl(ttl)).unwrap();
         let mut plain = ValueState::<u64>::register(&mut b, "plain").unwrap();
         for i in 0u64..100 {
             clock.set(if i < 50 { 1000 } else { 1050 });

@@ -73,7 +73,7 @@ pub async fn upload_keyed_incremental(
     }
     Ok((
         KeyedStateHandle {
-            backend: local.backend.to_string(),
+            backend: crate::rescale::SnapshotFormat::from_name(local.backend)?.into(),
             key_group_range: local.key_group_range,
             files,
             states: Vec::new(),
@@ -104,12 +104,12 @@ mod tests {
     use crate::handles::ValueState;
     use crate::rescale::open_keyed_backend;
     use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::StateBackendKind;
+    use weir_common::spec::StateBackend;
     use weir_common::store::StoreOptions;
 
     #[tokio::test]
     async fn upload_and_restore_both_backends() {
-        for kind in [StateBackendKind::Rocksdb, StateBackendKind::Heap] {
+        for kind in [StateBackend::Rocksdb, StateBackend::Heap] {
             let tmp = tempfile::tempdir().unwrap();
             let store = Store::open("memory:///", &StoreOptions::default()).unwrap();
             let range = KeyGroupRange { start: 0, end: 63 };
@@ -145,8 +145,7 @@ mod tests {
         // no background compaction (which would rewrite files and race with the checkpoints) is triggered.
         let rocks =
             crate::rocks::RocksOptions { cache_bytes: 256 << 20, write_buffer_bytes: 64 << 20, ..Default::default() };
-        let mut b =
-            open_keyed_backend(StateBackendKind::Rocksdb, &tmp.path().join("w"), 128, range, None, &rocks).unwrap();
+        let mut b = open_keyed_backend(StateBackend::Rocksdb, &tmp.path().join("w"), 128, range, None, &rocks).unwrap();
         let mut st = ValueState::<u64>::register(b.as_mut(), "n").unwrap();
         let keys = 1_000_000u64;
         for k in 0..keys {
@@ -184,7 +183,7 @@ mod tests {
         drop(b);
         download_keyed(&store, &h2, &tmp.path().join("dl")).await.unwrap();
         let mut r = open_keyed_backend(
-            StateBackendKind::Rocksdb,
+            StateBackend::Rocksdb,
             &tmp.path().join("w2"),
             128,
             range,

@@ -6,14 +6,14 @@ use crate::handles::{
     set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
 };
 use crate::keyed::KeyedStateBackend;
-use crate::meta::{StateKind, StateOptions};
+use crate::meta::{StateDescriptor, StateKind, StateOptions};
 use crate::rescale::open_keyed_backend;
 use crate::rocks::RocksOptions;
 use crate::ttl::ManualClock;
 use std::path::Path;
 use std::sync::Arc;
 use weir_common::keygroup::{key_group_for_key, KeyGroupRange};
-use weir_common::spec::StateBackendKind;
+use weir_common::spec::StateBackend;
 
 const MAX_PARALLELISM: u32 = 128;
 const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
@@ -25,11 +25,11 @@ fn rocks(work_dir: &Path, restore: Option<&Path>) -> Box<dyn KeyedStateBackend> 
     // TTL scenarios start their manual clocks at T0: the compaction filters of a restored database must not
     // judge rows by the system clock before the scenario sets its own.
     let opts = RocksOptions { cache_bytes: 2048, clock: Some(Arc::new(ManualClock::new(T0))), ..Default::default() };
-    open_keyed_backend(StateBackendKind::Rocksdb, work_dir, MAX_PARALLELISM, RANGE, restore, &opts).unwrap()
+    open_keyed_backend(StateBackend::Rocksdb, work_dir, MAX_PARALLELISM, RANGE, restore, &opts).unwrap()
 }
 
 fn heap(work_dir: &Path, restore: Option<&Path>) -> Box<dyn KeyedStateBackend> {
-    open_keyed_backend(StateBackendKind::Heap, work_dir, MAX_PARALLELISM, RANGE, restore, &Default::default()).unwrap()
+    open_keyed_backend(StateBackend::Heap, work_dir, MAX_PARALLELISM, RANGE, restore, &Default::default()).unwrap()
 }
 
 /// Runs `scenario` against both backends, naming the backend in a failure.
@@ -263,7 +263,7 @@ fn kind_conflicts(factory: Factory, dir: &Path) {
     let b = b.as_mut();
     let s = b.register_state("s", StateKind::List).unwrap();
     assert_eq!(b.register_state("s", StateKind::List).unwrap(), s);
-    let v = b.register_value_state("v").unwrap();
+    let v = b.register_state("v", StateKind::Value).unwrap();
     assert_eq!(b.register_state("v", StateKind::Value).unwrap(), v);
     let msg = declaration_message(ValueState::<u64>::register(b, "s").err().unwrap());
     assert!(msg.contains("s:") && msg.contains("value") && msg.contains("list"), "{msg}");
@@ -292,7 +292,7 @@ fn kind_conflicts(factory: Factory, dir: &Path) {
     r.register_state("s", StateKind::List).unwrap();
     r.register_state("m", StateKind::Map).unwrap();
     r.register_state("r", StateKind::Reducing).unwrap();
-    r.register_value_state("v").unwrap();
+    r.register_state("v", StateKind::Value).unwrap();
 }
 
 fn clear_all(factory: Factory, dir: &Path) {
@@ -420,10 +420,10 @@ fn namespaces(factory: Factory, dir: &Path) {
     let mut b = factory(&dir.join("w"), None);
     let b = b.as_mut();
     let ns = StateOptions::default().namespaced();
-    let mut v = ValueState::<u64>::register_with_options(b, "v", ns).unwrap();
-    let mut l = ListState::<u64>::register_with_options(b, "l", ns).unwrap();
-    let mut m = MapState::<u64, u64>::register_with_options(b, "m", ns).unwrap();
-    let mut r = ReducingState::<u64>::register_with_options(b, "r", |a, x| a + x, ns).unwrap();
+    let mut v = ValueState::<u64>::register(b, StateDescriptor::new("v").with_options(ns)).unwrap();
+    let mut l = ListState::<u64>::register(b, StateDescriptor::new("l").with_options(ns)).unwrap();
+    let mut m = MapState::<u64, u64>::register(b, StateDescriptor::new("m").with_options(ns)).unwrap();
+    let mut r = ReducingState::<u64>::register(b, StateDescriptor::new("r").with_options(ns), |a, x| a + x).unwrap();
     let mut plain = ValueState::<u64>::register(b, "plain").unwrap();
     for i in 0..50u64 {
         b.set_current_key(&key(i));
@@ -508,12 +508,14 @@ fn namespaces(factory: Factory, dir: &Path) {
     // Whether a state has namespaces is part of its declaration, also after a restore.
     let e = declaration_message(ValueState::<u64>::register(b, "v").err().unwrap());
     assert!(e.contains("without namespaces") && e.contains("with namespaces"), "{e}");
-    let e = declaration_message(ValueState::<u64>::register_with_options(b, "plain", ns).err().unwrap());
+    let e = declaration_message(
+        ValueState::<u64>::register(b, StateDescriptor::new("plain").with_options(ns)).err().unwrap(),
+    );
     assert!(e.contains("with namespaces"), "{e}");
-    let v = ValueState::<u64>::register_with_options(b, "v", ns).unwrap();
-    let mut l = ListState::<u64>::register_with_options(b, "l", ns).unwrap();
-    let mut m = MapState::<u64, u64>::register_with_options(b, "m", ns).unwrap();
-    let r = ReducingState::<u64>::register_with_options(b, "r", |a, x| a + x, ns).unwrap();
+    let v = ValueState::<u64>::register(b, StateDescriptor::new("v").with_options(ns)).unwrap();
+    let mut l = ListState::<u64>::register(b, StateDescriptor::new("l").with_options(ns)).unwrap();
+    let mut m = MapState::<u64, u64>::register(b, StateDescriptor::new("m").with_options(ns)).unwrap();
+    let r = ReducingState::<u64>::register(b, StateDescriptor::new("r").with_options(ns), |a, x| a + x).unwrap();
     let plain = ValueState::<u64>::register(b, "plain").unwrap();
     check(b, &v, &mut l, &mut m, &r, &plain, Some(7));
     // clear_all empties every namespace.
@@ -584,9 +586,9 @@ fn ttl_value_kinds(factory: Factory, dir: &Path) {
     let mut b = factory(&dir.join("w"), None);
     let b = b.as_mut();
     let clock = manual_clock(b);
-    let mut v = ValueState::<u64>::register_with_ttl(b, "v", ttl(100)).unwrap();
-    let mut r = ReducingState::<u64>::register_with_ttl(b, "r", |a, x| a + x, ttl(100)).unwrap();
-    let mut a = AggregatingState::register_with_ttl(b, "a", Avg, ttl(100)).unwrap();
+    let mut v = ValueState::<u64>::register(b, StateDescriptor::new("v").with_ttl(ttl(100))).unwrap();
+    let mut r = ReducingState::<u64>::register(b, StateDescriptor::new("r").with_ttl(ttl(100)), |a, x| a + x).unwrap();
+    let mut a = AggregatingState::register(b, StateDescriptor::new("a").with_ttl(ttl(100)), Avg).unwrap();
     b.set_current_key(&key(1));
     v.update(b, &5).unwrap();
     r.add(b, 3).unwrap();
@@ -605,9 +607,9 @@ fn ttl_value_kinds(factory: Factory, dir: &Path) {
 
     // OnReadAndWrite: a read extends the lifetime.
     let rw = ttl(100).with_update_type(TtlUpdateType::OnReadAndWrite);
-    let mut vr = ValueState::<u64>::register_with_ttl(b, "vr", rw).unwrap();
-    let mut rr = ReducingState::<u64>::register_with_ttl(b, "rr", |a, x| a + x, rw).unwrap();
-    let mut ar = AggregatingState::register_with_ttl(b, "ar", Avg, rw).unwrap();
+    let mut vr = ValueState::<u64>::register(b, StateDescriptor::new("vr").with_ttl(rw)).unwrap();
+    let mut rr = ReducingState::<u64>::register(b, StateDescriptor::new("rr").with_ttl(rw), |a, x| a + x).unwrap();
+    let mut ar = AggregatingState::register(b, StateDescriptor::new("ar").with_ttl(rw), Avg).unwrap();
     clock.set(T0);
     vr.update(b, &1).unwrap();
     rr.add(b, 2).unwrap();
@@ -621,9 +623,9 @@ fn ttl_value_kinds(factory: Factory, dir: &Path) {
 
     // ReturnExpiredIfNotCleanedUp: the read that finds the expired value returns it and cleans it up.
     let rx = ttl(100).with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp);
-    let mut vx = ValueState::<u64>::register_with_ttl(b, "vx", rx).unwrap();
-    let mut ax = AggregatingState::register_with_ttl(b, "ax", Avg, rx).unwrap();
-    let mut rx_ = ReducingState::<u64>::register_with_ttl(b, "rx", |a, x| a + x, rx).unwrap();
+    let mut vx = ValueState::<u64>::register(b, StateDescriptor::new("vx").with_ttl(rx)).unwrap();
+    let mut ax = AggregatingState::register(b, StateDescriptor::new("ax").with_ttl(rx), Avg).unwrap();
+    let mut rx_ = ReducingState::<u64>::register(b, StateDescriptor::new("rx").with_ttl(rx), |a, x| a + x).unwrap();
     b.set_current_key(&key(2));
     clock.set(T0);
     vx.update(b, &9).unwrap();
@@ -658,15 +660,15 @@ fn ttl_value_kinds(factory: Factory, dir: &Path) {
     // The TTL config is part of the declaration.
     let e = ValueState::<u64>::register(b, "v").err().unwrap();
     assert!(declaration_message(e).contains("TTL"));
-    assert!(ValueState::<u64>::register_with_ttl(b, "v", ttl(200)).is_err());
-    assert!(ValueState::<u64>::register_with_ttl(b, "v", ttl(100)).is_ok());
+    assert!(ValueState::<u64>::register(b, StateDescriptor::new("v").with_ttl(ttl(200))).is_err());
+    assert!(ValueState::<u64>::register(b, StateDescriptor::new("v").with_ttl(ttl(100))).is_ok());
 }
 
 fn ttl_lists(factory: Factory, dir: &Path) {
     let mut b = factory(&dir.join("w"), None);
     let b = b.as_mut();
     let clock = manual_clock(b);
-    let mut l = ListState::<u64>::register_with_ttl(b, "l", ttl(100)).unwrap();
+    let mut l = ListState::<u64>::register(b, StateDescriptor::new("l").with_ttl(ttl(100))).unwrap();
     b.set_current_key(&key(1));
     l.add(b, &1).unwrap();
     clock.set(T0 + 50);
@@ -685,7 +687,7 @@ fn ttl_lists(factory: Factory, dir: &Path) {
     assert_eq!(l.get(b).unwrap(), Vec::<u64>::new());
 
     let rw = ttl(100).with_update_type(TtlUpdateType::OnReadAndWrite);
-    let mut lr = ListState::<u64>::register_with_ttl(b, "lr", rw).unwrap();
+    let mut lr = ListState::<u64>::register(b, StateDescriptor::new("lr").with_ttl(rw)).unwrap();
     clock.set(T0);
     lr.add(b, &7).unwrap();
     for t in [60, 150, 240] {
@@ -696,7 +698,7 @@ fn ttl_lists(factory: Factory, dir: &Path) {
     assert_eq!(lr.get(b).unwrap(), Vec::<u64>::new());
 
     let rx = ttl(100).with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp);
-    let mut lx = ListState::<u64>::register_with_ttl(b, "lx", rx).unwrap();
+    let mut lx = ListState::<u64>::register(b, StateDescriptor::new("lx").with_ttl(rx)).unwrap();
     b.set_current_key(&key(2));
     clock.set(T0);
     lx.add(b, &8).unwrap();
@@ -711,7 +713,7 @@ fn ttl_maps(factory: Factory, dir: &Path) {
     let mut b = factory(&dir.join("w"), None);
     let b = b.as_mut();
     let clock = manual_clock(b);
-    let mut m = MapState::<u64, u64>::register_with_ttl(b, "m", ttl(100)).unwrap();
+    let mut m = MapState::<u64, u64>::register(b, StateDescriptor::new("m").with_ttl(ttl(100))).unwrap();
     b.set_current_key(&key(1));
     m.put(b, &1, &10).unwrap();
     clock.set(T0 + 50);
@@ -730,7 +732,7 @@ fn ttl_maps(factory: Factory, dir: &Path) {
     assert_eq!(m.get(b, &2).unwrap(), None);
 
     let rw = ttl(100).with_update_type(TtlUpdateType::OnReadAndWrite);
-    let mut mr = MapState::<u64, u64>::register_with_ttl(b, "mr", rw).unwrap();
+    let mut mr = MapState::<u64, u64>::register(b, StateDescriptor::new("mr").with_ttl(rw)).unwrap();
     clock.set(T0);
     mr.put(b, &1, &1).unwrap();
     mr.put(b, &2, &2).unwrap();
@@ -745,7 +747,7 @@ fn ttl_maps(factory: Factory, dir: &Path) {
     assert!(mr.is_empty(b).unwrap());
 
     let rx = ttl(100).with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp);
-    let mut mx = MapState::<u64, u64>::register_with_ttl(b, "mx", rx).unwrap();
+    let mut mx = MapState::<u64, u64>::register(b, StateDescriptor::new("mx").with_ttl(rx)).unwrap();
     b.set_current_key(&key(2));
     clock.set(T0);
     mx.put(b, &1, &1).unwrap();
@@ -761,11 +763,11 @@ fn ttl_snapshot_restore(factory: Factory, dir: &Path) {
     let mut b = factory(&dir.join("w"), None);
     let b = b.as_mut();
     let clock = manual_clock(b);
-    let mut v = ValueState::<u64>::register_with_ttl(b, "v", ttl(100)).unwrap();
-    let mut r = ReducingState::<u64>::register_with_ttl(b, "r", |a, x| a + x, ttl(100)).unwrap();
-    let mut a = AggregatingState::register_with_ttl(b, "a", Avg, ttl(100)).unwrap();
-    let mut l = ListState::<u64>::register_with_ttl(b, "l", ttl(100)).unwrap();
-    let mut m = MapState::<u64, u64>::register_with_ttl(b, "m", ttl(100)).unwrap();
+    let mut v = ValueState::<u64>::register(b, StateDescriptor::new("v").with_ttl(ttl(100))).unwrap();
+    let mut r = ReducingState::<u64>::register(b, StateDescriptor::new("r").with_ttl(ttl(100)), |a, x| a + x).unwrap();
+    let mut a = AggregatingState::register(b, StateDescriptor::new("a").with_ttl(ttl(100)), Avg).unwrap();
+    let mut l = ListState::<u64>::register(b, StateDescriptor::new("l").with_ttl(ttl(100))).unwrap();
+    let mut m = MapState::<u64, u64>::register(b, StateDescriptor::new("m").with_ttl(ttl(100))).unwrap();
     let mut plain = ValueState::<u64>::register(b, "plain").unwrap();
     for i in 0..20u64 {
         clock.set(if i < 10 { T0 } else { T0 + 50 });
@@ -788,11 +790,11 @@ fn ttl_snapshot_restore(factory: Factory, dir: &Path) {
     clock.set(T0 + 100);
     // Its parameters may change across a restore (turning it on or off migrates: `ttl_turned_on_or_off_…`).
     let plain = ValueState::<u64>::register(b, "plain").unwrap();
-    let v = ValueState::<u64>::register_with_ttl(b, "v", ttl(100)).unwrap();
-    let r = ReducingState::<u64>::register_with_ttl(b, "r", |a, x| a + x, ttl(100)).unwrap();
-    let a = AggregatingState::register_with_ttl(b, "a", Avg, ttl(100)).unwrap();
-    let l = ListState::<u64>::register_with_ttl(b, "l", ttl(100)).unwrap();
-    let mut m = MapState::<u64, u64>::register_with_ttl(b, "m", ttl(100)).unwrap();
+    let v = ValueState::<u64>::register(b, StateDescriptor::new("v").with_ttl(ttl(100))).unwrap();
+    let r = ReducingState::<u64>::register(b, StateDescriptor::new("r").with_ttl(ttl(100)), |a, x| a + x).unwrap();
+    let a = AggregatingState::register(b, StateDescriptor::new("a").with_ttl(ttl(100)), Avg).unwrap();
+    let l = ListState::<u64>::register(b, StateDescriptor::new("l").with_ttl(ttl(100))).unwrap();
+    let mut m = MapState::<u64, u64>::register(b, StateDescriptor::new("m").with_ttl(ttl(100))).unwrap();
     for i in 0..20u64 {
         b.set_current_key(&key(i));
         let want = (i >= 10).then_some(i);
@@ -813,7 +815,7 @@ fn ttl_snapshot_restore(factory: Factory, dir: &Path) {
     let b = restored.as_mut();
     let clock = manual_clock(b);
     clock.set(T0 + 150);
-    let v = ValueState::<u64>::register_with_ttl(b, "v", ttl(1000)).unwrap();
+    let v = ValueState::<u64>::register(b, StateDescriptor::new("v").with_ttl(ttl(1000))).unwrap();
     let mut n = 0;
     v.for_each(b, |_, _| {
         n += 1;
@@ -875,8 +877,9 @@ fn ttl_on_and_off_migrate(factory: Factory, dir: &Path) {
     let clock = manual_clock(b);
     let mut plain = ValueState::<u64>::register(b, "plain").unwrap();
     let mut plain_list = ListState::<u64>::register(b, "plain-list").unwrap();
-    let mut stamped = ValueState::<u64>::register_with_ttl(b, "stamped", ttl(100)).unwrap();
-    let mut stamped_map = MapState::<u64, u64>::register_with_ttl(b, "stamped-map", ttl(100)).unwrap();
+    let mut stamped = ValueState::<u64>::register(b, StateDescriptor::new("stamped").with_ttl(ttl(100))).unwrap();
+    let mut stamped_map =
+        MapState::<u64, u64>::register(b, StateDescriptor::new("stamped-map").with_ttl(ttl(100))).unwrap();
     for i in 0..50u64 {
         b.set_current_key(&key(i));
         plain.update(b, &i).unwrap();
@@ -889,8 +892,8 @@ fn ttl_on_and_off_migrate(factory: Factory, dir: &Path) {
     let b = restored.as_mut();
     let clock = manual_clock(b);
     clock.set(T0 + 50);
-    let plain = ValueState::<u64>::register_with_ttl(b, "plain", ttl(100)).unwrap();
-    let plain_list = ListState::<u64>::register_with_ttl(b, "plain-list", ttl(100)).unwrap();
+    let plain = ValueState::<u64>::register(b, StateDescriptor::new("plain").with_ttl(ttl(100))).unwrap();
+    let plain_list = ListState::<u64>::register(b, StateDescriptor::new("plain-list").with_ttl(ttl(100))).unwrap();
     let stamped = ValueState::<u64>::register(b, "stamped").unwrap();
     let mut stamped_map = MapState::<u64, u64>::register(b, "stamped-map").unwrap();
     clock.set(T0 + 100);
@@ -930,7 +933,7 @@ fn values_migrate(factory: Factory, dir: &Path) {
     let b = b.as_mut();
     manual_clock(b);
     let mut v = ValueState::<Vec<u8>>::register(b, "v").unwrap();
-    let mut l = ListState::<Vec<u8>>::register_with_ttl(b, "l", ttl(1_000_000)).unwrap();
+    let mut l = ListState::<Vec<u8>>::register(b, StateDescriptor::new("l").with_ttl(ttl(1_000_000))).unwrap();
     let mut m = MapState::<u64, Vec<u8>>::register(b, "m").unwrap();
     let mut other = ValueState::<Vec<u8>>::register(b, "other").unwrap();
     for i in 0..300u64 {
@@ -954,7 +957,7 @@ fn values_migrate(factory: Factory, dir: &Path) {
     assert_eq!(b.migrate_state("m", &mut append).unwrap(), 600);
     assert!(b.migrate_state("nope", &mut append).is_err());
     let v = ValueState::<Vec<u8>>::register(b, "v").unwrap();
-    let l = ListState::<Vec<u8>>::register_with_ttl(b, "l", ttl(1_000_000)).unwrap();
+    let l = ListState::<Vec<u8>>::register(b, StateDescriptor::new("l").with_ttl(ttl(1_000_000))).unwrap();
     let mut m = MapState::<u64, Vec<u8>>::register(b, "m").unwrap();
     let other = ValueState::<Vec<u8>>::register(b, "other").unwrap();
     assert!(b.migrate_state("v", &mut append).is_err(), "a registered state is not migrated");

@@ -1,6 +1,6 @@
 //! State time-to-live (Flink's `StateTtlConfig`), processing time only.
 //!
-//! A state registered with a [`StateTtlConfig`] (the typed handles' `register_with_ttl`) stores an 8-byte
+//! A state registered with a [`StateTtlConfig`] (in the typed handle's [`crate::StateDescriptor`]) stores an 8-byte
 //! big-endian last-access timestamp in milliseconds **before** every value: before the value of value, reducing
 //! and aggregating rows, before every list element (inside the element's length prefix), and before every map
 //! entry's value. States without TTL keep their exact row format. A stored value is expired iff

@@ -6,7 +6,6 @@ use crate::api::registry::Registry;
 use crate::control::service::{TaskManager, TaskManagerService, TaskManagerSettings};
 use crate::net::DataSecurity;
 use crate::net::DataServer;
-use anyhow::Context;
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -167,30 +166,63 @@ pub struct Flags {
     pub security: SecurityFlags,
 }
 
+/// Why a task-manager process cannot start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The configuration (file, environment, flags) is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The TLS files or the cluster secret cannot be used.
+    #[error(transparent)]
+    Security(#[from] weir_common::security::SecurityError),
+    /// A directory, a listener or the runtime could not be set up.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// Another part of the process (metrics, the job-manager link) could not start.
+    #[error("{0}")]
+    Start(String),
+}
+
+impl From<weir_common::config::ConfigError> for ProcessError {
+    fn from(e: weir_common::config::ConfigError) -> Self {
+        ProcessError::Config(e.0)
+    }
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ProcessError {
+    let what = what.into();
+    move |source| ProcessError::Io { what, source }
+}
+
+fn address(field: &str, value: &str) -> Result<SocketAddr, ProcessError> {
+    value.parse().map_err(|e| ProcessError::Config(format!("{field} {value:?}: {e}")))
+}
+
 /// Loads and checks the configuration.
-pub fn load_config(flags: &Flags) -> anyhow::Result<TmConfig> {
+pub fn load_config(flags: &Flags) -> Result<TmConfig, ProcessError> {
     let keys: Vec<&str> = KEYS.iter().chain(SecurityFlags::KEYS).copied().collect();
     let cfg: TmConfig = weir_common::config::load(flags.config.as_deref(), &keys, flags)?;
     if cfg.slots == 0 {
-        anyhow::bail!("invalid configuration: slots must be at least 1");
+        return Err(ProcessError::Config("slots must be at least 1".into()));
     }
     weir_common::cluster::parse_addresses(&cfg.jobmanager)
-        .map_err(|e| anyhow::anyhow!("invalid configuration: jobmanager: {e}"))?;
+        .map_err(|e| ProcessError::Config(format!("jobmanager: {e}")))?;
     security(&cfg)?;
-    cfg.bind.parse::<SocketAddr>().with_context(|| format!("invalid configuration: bind {:?}", cfg.bind))?;
-    cfg.data_bind
-        .parse::<SocketAddr>()
-        .with_context(|| format!("invalid configuration: data_bind {:?}", cfg.data_bind))?;
+    address("bind", &cfg.bind)?;
+    address("data_bind", &cfg.data_bind)?;
     if !cfg.metrics_bind.is_empty() {
-        cfg.metrics_bind
-            .parse::<SocketAddr>()
-            .with_context(|| format!("invalid configuration: metrics_bind {:?}", cfg.metrics_bind))?;
+        address("metrics_bind", &cfg.metrics_bind)?;
     }
     Ok(cfg)
 }
 
 /// The TLS files and cluster secret of this task manager, read and checked.
-pub fn security(cfg: &TmConfig) -> anyhow::Result<weir_common::security::Security> {
+pub fn security(cfg: &TmConfig) -> Result<weir_common::security::Security, ProcessError> {
     Ok(cfg.security.member()?)
 }
 
@@ -203,37 +235,38 @@ fn advertised(addr: SocketAddr, host: &str) -> String {
 }
 
 /// Runs a task manager with the given registry until SIGTERM/SIGINT.
-pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
+pub async fn run(cfg: TmConfig, registry: Registry) -> Result<(), ProcessError> {
     let tm_id = if cfg.tm_id.is_empty() {
         format!("tm-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
     } else {
         cfg.tm_id.clone()
     };
-    std::fs::create_dir_all(&cfg.data_dir)
-        .with_context(|| format!("cannot create data dir {}", cfg.data_dir.display()))?;
-    let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
+    std::fs::create_dir_all(&cfg.data_dir).map_err(io(format!("cannot create data dir {}", cfg.data_dir.display())))?;
+    let data_dir = std::fs::canonicalize(&cfg.data_dir).map_err(io(format!("data dir {}", cfg.data_dir.display())))?;
     // Leftovers of an earlier run of this directory are useless: tasks restore from checkpoints.
     let _ = std::fs::remove_dir_all(data_dir.join("tasks"));
     let rpc_listener =
-        tokio::net::TcpListener::bind(&cfg.bind).await.with_context(|| format!("cannot bind {}", cfg.bind))?;
-    let data_listener = tokio::net::TcpListener::bind(&cfg.data_bind)
-        .await
-        .with_context(|| format!("cannot bind {}", cfg.data_bind))?;
+        tokio::net::TcpListener::bind(&cfg.bind).await.map_err(io(format!("cannot bind {}", cfg.bind)))?;
+    let data_listener =
+        tokio::net::TcpListener::bind(&cfg.data_bind).await.map_err(io(format!("cannot bind {}", cfg.data_bind)))?;
     let security = security(&cfg)?;
     let scheme = if security.tls.is_some() { "https" } else { "http" };
-    let rpc_address = format!("{scheme}://{}", advertised(rpc_listener.local_addr()?, &cfg.advertise_host));
-    let data_address = advertised(data_listener.local_addr()?, &cfg.advertise_host);
+    let rpc_address = format!(
+        "{scheme}://{}",
+        advertised(rpc_listener.local_addr().map_err(io("gRPC listener"))?, &cfg.advertise_host)
+    );
+    let data_address = advertised(data_listener.local_addr().map_err(io("data listener"))?, &cfg.advertise_host);
 
     if !cfg.metrics_bind.is_empty() {
-        let address = weir_common::metrics::start(&cfg.metrics_bind).await.map_err(anyhow::Error::msg)?;
+        let address = weir_common::metrics::start(&cfg.metrics_bind).await.map_err(ProcessError::Start)?;
         tracing::info!(%address, "serving metrics at /metrics");
     }
 
     let data_server = Arc::new(DataServer::new(DataSecurity::from(&security)?));
     tokio::spawn(data_server.clone().run(data_listener));
 
-    let addresses = weir_common::cluster::parse_addresses(&cfg.jobmanager).map_err(anyhow::Error::msg)?;
-    let jm = JmLink::new(addresses, security.clone(), Duration::from_secs(30)).map_err(anyhow::Error::msg)?;
+    let addresses = weir_common::cluster::parse_addresses(&cfg.jobmanager).map_err(ProcessError::Config)?;
+    let jm = JmLink::new(addresses, security.clone(), Duration::from_secs(30)).map_err(ProcessError::Start)?;
 
     let tm = TaskManager::new(
         TaskManagerSettings {
@@ -259,7 +292,7 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> anyhow::Result<()> {
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     // With TLS the handshakes are done by `tls_incoming`, which logs every peer it refuses.
-    let tls = security.tls.as_ref().map(|t| t.rustls_grpc_server()).transpose().context("TLS")?;
+    let tls = security.tls.as_ref().map(|t| t.rustls_grpc_server()).transpose()?;
     let api = tonic::service::interceptor::InterceptedService::new(
         weir_proto::task_manager_api_server::TaskManagerApiServer::new(TaskManagerService(tm.clone())),
         security.member_check(),
@@ -327,7 +360,7 @@ pub fn main_with_registry(registry: Registry) {
     let cfg = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("weir-taskmanager: {e:#}");
+            eprintln!("weir-taskmanager: {e}");
             std::process::exit(2);
         }
     };
@@ -344,7 +377,7 @@ pub fn main_with_registry(registry: Registry) {
         }
     };
     if let Err(e) = rt.block_on(run(cfg, registry)) {
-        eprintln!("weir-taskmanager: {e:#}");
+        eprintln!("weir-taskmanager: {e}");
         std::process::exit(1);
     }
 }

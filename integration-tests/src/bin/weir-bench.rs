@@ -235,7 +235,7 @@ fn check_savepoint(args: &Args, n: usize) -> Result<()> {
                     vec![KeyedStateInfo { name: "count".into(), kind: "value".into(), ttl_ms: None, bytes: 1 }];
                 (
                     Some(KeyedStateHandle {
-                        backend: "rocksdb".into(),
+                        backend: weir_common::checkpoint::SnapshotFormat::Rocksdb,
                         key_group_range: range,
                         files: vec![file],
                         states,

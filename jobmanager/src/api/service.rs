@@ -97,12 +97,12 @@ impl ClientApi for JobManagerService {
         request: Request<pb::TriggerSavepointRequest>,
     ) -> Result<Response<pb::SavepointResponse>, Status> {
         let r = request.into_inner();
-        Ok(Response::new(self.jm()?.savepoint(&r.job_id, &r.target_dir, &r.format, None).await?))
+        Ok(Response::new(self.jm()?.savepoint(&r.job_id, &r.target_dir, r.format, None).await?))
     }
 
     async fn stop_job(&self, request: Request<pb::StopJobRequest>) -> Result<Response<pb::SavepointResponse>, Status> {
         let r = request.into_inner();
-        Ok(Response::new(self.jm()?.savepoint(&r.job_id, &r.target_dir, &r.format, Some(r.drain)).await?))
+        Ok(Response::new(self.jm()?.savepoint(&r.job_id, &r.target_dir, r.format, Some(r.drain)).await?))
     }
 
     async fn dispose_savepoint(

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 use weir_common::checkpoint::{
-    paths, restore_root, CheckpointMetadata, DistributionMode, OperatorCheckpoint, RestoreMode,
+    paths, restore_root, CheckpointMetadata, DistributionMode, OperatorCheckpoint, RestoreMode, SavepointFormat,
 };
 use weir_common::spec::{ResolvedJob, ResolvedOperator};
 use weir_common::store::{Store, StoreError, StoreOptions};
@@ -290,8 +290,12 @@ fn restore_problem(
             limit
         ));
     }
-    let native_rocks = stored.subtasks.iter().filter_map(|s| s.keyed.as_ref()).any(|k| k.backend == "rocksdb");
-    if native_rocks && job.state_backend != weir_common::spec::StateBackendKind::Rocksdb {
+    let native_rocks = stored
+        .subtasks
+        .iter()
+        .filter_map(|s| s.keyed.as_ref())
+        .any(|k| k.backend == weir_common::checkpoint::SnapshotFormat::Rocksdb);
+    if native_rocks && job.state_backend != weir_common::spec::StateBackend::Rocksdb {
         return Some(
             "the savepoint holds native RocksDB state and the job uses the heap backend; take a canonical \
              savepoint (--format canonical) to change backends"
@@ -610,7 +614,7 @@ pub fn summarize(sp: &LoadedSavepoint) -> pb::InspectSavepointResponse {
                     key_group_start: s.keyed.as_ref().map(|k| k.key_group_range.start),
                     key_group_end: s.keyed.as_ref().map(|k| k.key_group_range.end),
                     keyed_bytes,
-                    backend: s.keyed.as_ref().map(|k| k.backend.clone()).unwrap_or_default(),
+                    backend: s.keyed.as_ref().map_or(0, |k| k.backend as i32),
                     operator_state_elements: elements,
                     operator_state_bytes: bytes,
                 });
@@ -630,7 +634,7 @@ pub fn summarize(sp: &LoadedSavepoint) -> pb::InspectSavepointResponse {
         job_id: meta.job_id.to_string(),
         checkpoint_id: meta.checkpoint_id.0,
         max_parallelism: meta.max_parallelism,
-        format: meta.savepoint.map(|f| f.as_str().to_string()).unwrap_or_else(|| "checkpoint".to_string()),
+        format: meta.savepoint.unwrap_or(SavepointFormat::Checkpoint) as i32,
         operators,
         timestamp_ms: meta.timestamp_ms,
     }
@@ -945,7 +949,7 @@ mod tests {
     #[test]
     fn the_summary_counts_elements_per_state() {
         let s = summarize(&savepoint(128, 10));
-        assert_eq!(s.format, "native");
+        assert_eq!(s.format(), SavepointFormat::Native);
         let counts = s.operators.iter().find(|o| o.uid == "counts").unwrap();
         assert_eq!(counts.parallelism, 2);
         assert_eq!(counts.states[0].elements, Some(2));

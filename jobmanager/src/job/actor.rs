@@ -345,7 +345,7 @@ impl JobActor {
         if self.draining.is_some() || self.stopping_until_ms.is_some() {
             return refuse(request, format!("job {} is already stopping", self.record.id));
         }
-        info!(job_id = %self.record.id, savepoint = %request.target.url, format = request.target.format.as_str(),
+        info!(job_id = %self.record.id, savepoint = %request.target.url, format = %request.target.format,
             stop = request.target.stop, drain = request.drain, "savepoint requested");
         if request.drain {
             self.draining = Some(request);
@@ -1073,14 +1073,14 @@ impl JobActor {
         if let Some(dep) = self.deployment.as_mut() {
             dep.completed(id, now, pending.is_final);
         }
-        info!(job_id = %job_id, checkpoint_id = id.0, savepoint = %target.url, format = target.format.as_str(),
+        info!(job_id = %job_id, checkpoint_id = id.0, savepoint = %target.url, format = %target.format,
             duration_ms, full_size_bytes, stop = stops, "savepoint completed");
         self.notify(id, true, pending.is_final, target.stop);
         let response = pb::SavepointResponse {
             savepoint: target.url.clone(),
             checkpoint_id: id.0,
             full_size_bytes,
-            format: target.format.as_str().to_string(),
+            format: target.format as i32,
             job: Some(self.record.info()),
         };
         self.answer_savepoint(id, Ok(response));

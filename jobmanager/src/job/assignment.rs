@@ -223,7 +223,7 @@ mod tests {
                 OperatorSubtaskState {
                     subtask: SubtaskIndex(i),
                     keyed: Some(KeyedStateHandle {
-                        backend: "rocksdb".into(),
+                        backend: weir_common::checkpoint::SnapshotFormat::Rocksdb,
                         key_group_range: KeyGroupRange::for_subtask(SubtaskIndex(i), p, m),
                         files: vec![],
                         states: vec![],

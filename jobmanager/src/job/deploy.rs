@@ -39,7 +39,7 @@ pub fn restore_notes(
         format!(
             "savepoint {} (checkpoint {id}, {})",
             initial.map(|i| i.url.as_str()).unwrap_or_default(),
-            initial.map(|i| i.mode.as_str()).unwrap_or_default()
+            initial.map(|i| i.mode.name()).unwrap_or_default()
         )
     };
     RestoreNotes { fallback, restored_from, unreadable: skipped.iter().map(|(id, _)| *id).collect() }

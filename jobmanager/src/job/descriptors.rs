@@ -249,7 +249,7 @@ operators:
         OperatorSubtaskState {
             subtask: SubtaskIndex(s),
             keyed: Some(weir_common::checkpoint::KeyedStateHandle {
-                backend: "rocksdb".into(),
+                backend: weir_common::checkpoint::SnapshotFormat::Rocksdb,
                 key_group_range: KeyGroupRange::for_subtask(SubtaskIndex(s), p, 128),
                 files: vec![],
                 states: vec![],

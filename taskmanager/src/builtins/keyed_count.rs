@@ -84,7 +84,7 @@ mod tests {
     use std::collections::BTreeMap;
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::StateBackendKind;
+    use weir_common::spec::StateBackend;
     use weir_state::{open_keyed_backend, KeyedStateBackend, OperatorStateStore};
 
     fn info() -> RuntimeInfo {
@@ -107,7 +107,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let i = info();
         let mut b: Box<dyn KeyedStateBackend> = open_keyed_backend(
-            StateBackendKind::Heap,
+            StateBackend::Heap,
             dir.path(),
             i.max_parallelism,
             i.key_group_range,

@@ -167,11 +167,8 @@ mod tests {
         assert_eq!(decode_frame(frame[4], frame[5..].to_vec()).unwrap(), barrier);
         // A target whose format this version does not know is refused, never read as no savepoint.
         let mut bad = frame[5..21].to_vec();
-        prost::Message::encode(
-            &weir_proto::SavepointTarget { url: "u".into(), format: "sideways".into(), stop: false },
-            &mut bad,
-        )
-        .unwrap();
+        prost::Message::encode(&weir_proto::SavepointTarget { url: "u".into(), format: 17, stop: false }, &mut bad)
+            .unwrap();
         let e = decode_frame(T_BARRIER, bad).unwrap_err();
         assert!(e.contains("bad savepoint target"), "{e}");
     }

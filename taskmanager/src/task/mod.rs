@@ -598,7 +598,7 @@ mod tests {
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
     use weir_common::keygroup::KeyGroupRange;
     use weir_common::spec::Partitioning;
-    use weir_common::spec::StateBackendKind;
+    use weir_common::spec::StateBackend;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_task_waiting_for_its_inputs_stops_when_canceled() {
@@ -633,7 +633,7 @@ mod tests {
                 kind: "blackhole".into(),
                 config: Default::default(),
             }],
-            state_backend: StateBackendKind::Heap,
+            state_backend: StateBackend::Heap,
             checkpoint_root: format!("file://{}/ckpt", tmp.path().display()),
             incremental: false,
             operator_state_inline_limit: 64 << 10,
@@ -694,7 +694,7 @@ mod data_plane_tests {
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
     use weir_common::keygroup::KeyGroupRange;
     use weir_common::spec::Partitioning;
-    use weir_common::spec::StateBackendKind;
+    use weir_common::spec::StateBackend;
     use weir_proto::job_manager_internal_server::{JobManagerInternal, JobManagerInternalServer};
 
     /// A job manager that only records the reports it gets, one line each.
@@ -806,7 +806,7 @@ mod data_plane_tests {
             max_parallelism: 128,
             key_group_range: KeyGroupRange { start: 0, end: 127 },
             operators: vec![op],
-            state_backend: StateBackendKind::Heap,
+            state_backend: StateBackend::Heap,
             checkpoint_root: format!("file://{}/ckpt", h._tmp.path().display()),
             incremental: false,
             operator_state_inline_limit: 64 << 10,

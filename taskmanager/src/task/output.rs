@@ -85,7 +85,8 @@ pub(super) struct OutputEdge {
 impl OutputEdge {
     pub(super) fn emit(&mut self, r: &Record) -> Result<(), TaskError> {
         match self.partitioning {
-            Partitioning::Forward => self.push(0, r),
+            // A descriptor never holds unspecified (decoding refuses it).
+            Partitioning::Forward | Partitioning::Unspecified => self.push(0, r),
             Partitioning::Rebalance => {
                 let t = self.next;
                 self.next = (self.next + 1) % self.channels.len();

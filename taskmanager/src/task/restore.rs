@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use weir_common::checkpoint::{FileHandle, KeyedStateHandle};
 use weir_common::descriptor::{ElementRef, OperatorStatePart};
 use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::StateBackendKind;
+use weir_common::spec::StateBackend;
 use weir_common::store::{Store, StoreError};
 use weir_state::{KeyedStateBackend, OperatorStateStore, RestoreSource, SnapshotFormat, StateError};
 
@@ -99,7 +99,7 @@ pub struct RestoredKeyed {
 /// What a keyed restore needs besides the handles.
 pub struct KeyedTarget<'a> {
     /// The job's backend.
-    pub kind: StateBackendKind,
+    pub kind: StateBackend,
     /// The subtask's key groups.
     pub range: KeyGroupRange,
     /// Number of key groups.
@@ -141,7 +141,7 @@ pub fn open_keyed(
     };
     let mut sources = Vec::with_capacity(downloaded.len());
     for (dir, h) in downloaded {
-        let format = SnapshotFormat::from_name(&h.backend)?;
+        let format = SnapshotFormat::of_handle(h.backend)?;
         sources.push(RestoreSource { dir, format, key_group_range: h.key_group_range });
     }
     let backend = weir_state::open_keyed_backend_from(
@@ -218,8 +218,7 @@ mod tests {
     fn restored_states_are_migrated_or_refused_by_name() {
         let tmp = tempfile::tempdir().unwrap();
         let rocks = Default::default();
-        let mut b =
-            open_keyed_backend(StateBackendKind::Heap, &tmp.path().join("a"), 128, RANGE, None, &rocks).unwrap();
+        let mut b = open_keyed_backend(StateBackend::Heap, &tmp.path().join("a"), 128, RANGE, None, &rocks).unwrap();
         let old = r#"{"type":"record","name":"P","fields":[{"name":"n","type":"long"}]}"#;
         let new = r#"{"type":"record","name":"P","fields":[{"name":"n","type":"long"},{"name":"w","type":"long","default":1}]}"#;
         let mut s = ValueState::<Vec<u8>>::register(b.as_mut(), "s").unwrap();
@@ -229,8 +228,7 @@ mod tests {
         snap.ready_blocking().unwrap();
         let written = declared(avro(old)).states;
         let restore = |dir: &str| {
-            open_keyed_backend(StateBackendKind::Heap, &tmp.path().join(dir), 128, RANGE, Some(&snap.dir), &rocks)
-                .unwrap()
+            open_keyed_backend(StateBackend::Heap, &tmp.path().join(dir), 128, RANGE, Some(&snap.dir), &rocks).unwrap()
         };
 
         let mut same = restore("same");

@@ -303,7 +303,7 @@ mod tests {
     use weir_common::descriptor::{OperatorDescriptor, OutputDescriptor, RestoreDescriptor};
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
     use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::{Partitioning, StateBackendKind};
+    use weir_common::spec::{Partitioning, StateBackend};
 
     const ROOT: &str = "file:///ckpt";
 
@@ -323,7 +323,7 @@ mod tests {
             max_parallelism: 128,
             key_group_range: KeyGroupRange { start: 64, end: 127 },
             operators: vec![op("src", "datagen"), op("count", "keyed-count")],
-            state_backend: StateBackendKind::Rocksdb,
+            state_backend: StateBackend::Rocksdb,
             checkpoint_root: ROOT.into(),
             incremental: true,
             operator_state_inline_limit: 64 << 10,
@@ -344,7 +344,7 @@ mod tests {
 
     fn keyed_handle() -> KeyedStateHandle {
         KeyedStateHandle {
-            backend: "rocksdb".into(),
+            backend: weir_common::checkpoint::SnapshotFormat::Rocksdb,
             key_group_range: KeyGroupRange { start: 0, end: 127 },
             files: vec![FileHandle { path: "a/1.sst".into(), size: 10 }],
             states: vec![],

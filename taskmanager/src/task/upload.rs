@@ -252,7 +252,7 @@ mod tests {
     use weir_common::checkpoint::{DistributionMode, StateMetaInfo};
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
     use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::StateBackendKind;
+    use weir_common::spec::StateBackend;
 
     fn desc(incremental: bool) -> TaskDescriptor {
         TaskDescriptor {
@@ -265,7 +265,7 @@ mod tests {
             max_parallelism: 128,
             key_group_range: KeyGroupRange { start: 64, end: 95 },
             operators: vec![],
-            state_backend: StateBackendKind::Rocksdb,
+            state_backend: StateBackend::Rocksdb,
             checkpoint_root: "file:///ckpt".into(),
             incremental,
             operator_state_inline_limit: 64 << 10,
