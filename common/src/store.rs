@@ -373,6 +373,34 @@ impl Store {
 mod tests {
     use super::*;
 
+    /// The leader's health watch resigns on a hung store and tells it from a down one by `is_timeout`.
+    #[tokio::test]
+    async fn a_store_that_never_answers_times_out_and_one_that_refuses_connections_does_not() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Accepts connections and holds them without answering a byte.
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                conns.push(c);
+            }
+        });
+        let open = |endpoint: String| {
+            let mut opts = StoreOptions::s3(Some(&endpoint), true);
+            opts.options.insert("aws_access_key_id".into(), "test".into());
+            opts.options.insert("aws_secret_access_key".into(), "test".into());
+            Store::open("s3://bucket/prefix", &opts).unwrap()
+        };
+        let e = open(format!("http://{addr}")).probe(Duration::from_millis(300)).await.unwrap_err();
+        assert!(e.is_timeout(), "{e}");
+        assert!(e.to_string().contains("no answer within 300 ms"), "{e}");
+        held.abort();
+        // A port nobody listens on refuses at once: unreachable, not hung.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let e = open(format!("http://{closed}")).probe(Duration::from_secs(20)).await.unwrap_err();
+        assert!(!e.is_timeout(), "{e}");
+    }
+
     #[test]
     fn opening_to_read_creates_nothing() {
         let dir = tempfile::tempdir().unwrap();
