@@ -65,8 +65,28 @@ pub fn register_all(r: &mut Registry) {
 
 #[cfg(test)]
 mod tests {
-    use super::signature;
+    use super::{registry, signature, Blackhole};
+    use crate::api::registry::{BuildError, Instance, InvalidConfig};
+    use std::collections::BTreeMap;
     use weir_state::signature::assert_signature;
+
+    /// What a factory refuses and what the registry refuses are told apart by type, not by text.
+    #[test]
+    fn the_registry_says_why_it_built_nothing() {
+        let mut r = registry();
+        let bad: BTreeMap<String, String> = [("count".to_string(), "many".to_string())].into();
+        match r.build("datagen", &bad) {
+            Err(BuildError::Config(InvalidConfig(why))) => assert!(why.contains("count"), "{why}"),
+            other => panic!("expected the factory's refusal, got {:?}", other.err()),
+        }
+        assert_eq!(r.build("nope", &BTreeMap::new()).err(), Some(BuildError::UnknownKind("nope".into())));
+        // A kind declared a source whose factory builds an operator.
+        let mut info = r.info("datagen").unwrap().clone();
+        info.kind = "liar".into();
+        r.register(info, |_| Ok(Instance::Operator(Box::new(Blackhole::default()))));
+        assert_eq!(r.build("liar", &BTreeMap::new()).err(), Some(BuildError::RoleMismatch("liar".into())));
+        assert!(r.build("datagen", &BTreeMap::new()).is_ok());
+    }
 
     /// The built-in kinds' state must restore across Weir versions: a change here is a reviewed decision.
     #[test]
