@@ -8,6 +8,8 @@
 //!   and its upload (planned by `plan_upload`), output edges and chaining, barrier alignment, its errors.
 //! - [`net`]: the data plane: framing, a connection's stream and liveness, the data server, input and output
 //!   channels with credit-based flow control.
+//! - [`time`]: event time: watermark generation per source split, and the valve that combines the watermarks
+//!   and idleness of several inputs (pure state machines the task loop drives).
 //! - [`control`]: the gRPC service the job manager calls, registration and heartbeats.
 //! - [`report`]: the ordered reports of task states and checkpoint acknowledgements to the job manager,
 //!   below the tasks that send them.
@@ -20,5 +22,6 @@ pub mod net;
 pub mod process;
 pub mod report;
 pub mod task;
+pub mod time;
 
 pub(crate) use weir_common::now_ms;
