@@ -27,17 +27,25 @@ pub async fn job(settings: &Settings, cmd: JobCommand) -> Result<ExitCode, CliEr
         JobCommand::List => {
             let mut jobs = connect(settings).await?.list_jobs().await?;
             jobs.sort_by(|a, b| (a.submit_time_ms, &a.id).cmp(&(b.submit_time_ms, &b.id)));
-            emit(settings, || render::jobs_table(&jobs), || render::jobs_json(&jobs));
+            emit(settings, || render::jobs_table(&jobs), || render::jobs_json(&jobs, weir_common::now_ms()));
             Ok(ExitCode::SUCCESS)
         }
         JobCommand::Status { id } => {
             let job = connect(settings).await?.get_job(&id).await?;
-            emit(settings, || render::job_text(&job, weir_common::now_ms()), || render::job_json(&job));
+            emit(
+                settings,
+                || render::job_text(&job, weir_common::now_ms()),
+                || render::job_json(&job, weir_common::now_ms()),
+            );
             Ok(ExitCode::SUCCESS)
         }
         JobCommand::Cancel { id } => {
             let job = connect(settings).await?.cancel_job(&id).await?;
-            emit(settings, || format!("{}\n", render::job_line(&job)), || render::job_json(&job));
+            emit(
+                settings,
+                || format!("{}\n", render::job_line(&job)),
+                || render::job_json(&job, weir_common::now_ms()),
+            );
             Ok(ExitCode::SUCCESS)
         }
         JobCommand::Delete { id, delete_checkpoints } => {

@@ -39,6 +39,37 @@ pub struct JobJson {
     pub dropped_states: Vec<DroppedStateJson>,
     pub submit_time_ms: u64,
     pub end_time_ms: Option<u64>,
+    /// Event time: the lowest watermark over the job's tasks (ms; null: none yet).
+    pub lowest_watermark: Option<i64>,
+    /// Processing time minus the lowest watermark, when it was read (ms; null without a watermark or after
+    /// the input ended).
+    pub watermark_lag_ms: Option<i64>,
+    /// Each task's watermark: `{"vertex", "subtask", "operators", "watermark"}`.
+    pub watermarks: Vec<TaskWatermarkJson>,
+}
+
+/// One task's watermark, in a job's JSON.
+#[allow(missing_docs)] // its fields are the keys of the JSON output
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct TaskWatermarkJson {
+    pub vertex: u32,
+    pub subtask: u32,
+    pub operators: String,
+    pub watermark: Option<i64>,
+}
+
+/// How far event time is behind `now_ms`: none without a watermark, or once the input has ended (the maximum).
+fn watermark_lag(lowest: Option<i64>, now_ms: u64) -> Option<i64> {
+    lowest.filter(|&w| w < i64::MAX).map(|w| (now_ms as i64).saturating_sub(w))
+}
+
+/// A watermark for people: the maximum is the end of input.
+fn watermark_text(w: Option<i64>) -> String {
+    match w {
+        None => "none yet".into(),
+        Some(i64::MAX) => "end of input".into(),
+        Some(w) => w.to_string(),
+    }
 }
 
 impl From<&pb::JobInfo> for JobJson {
@@ -66,6 +97,18 @@ impl From<&pb::JobInfo> for JobJson {
                 .collect(),
             submit_time_ms: j.submit_time_ms,
             end_time_ms: non_zero(j.end_time_ms),
+            lowest_watermark: j.lowest_watermark,
+            watermark_lag_ms: None,
+            watermarks: j
+                .watermarks
+                .iter()
+                .map(|t| TaskWatermarkJson {
+                    vertex: t.vertex,
+                    subtask: t.subtask,
+                    operators: t.operators.clone(),
+                    watermark: t.watermark,
+                })
+                .collect(),
         }
     }
 }
@@ -79,14 +122,14 @@ pub struct DroppedStateJson {
     pub reason: String,
 }
 
-/// A job for `--output json`.
-pub fn job_json(job: &pb::JobInfo) -> JobJson {
-    JobJson::from(job)
+/// A job for `--output json`, its watermark lag measured at `now_ms`.
+pub fn job_json(job: &pb::JobInfo, now_ms: u64) -> JobJson {
+    JobJson { watermark_lag_ms: watermark_lag(job.lowest_watermark, now_ms), ..JobJson::from(job) }
 }
 
 /// Jobs for `--output json` (an array).
-pub fn jobs_json(jobs: &[pb::JobInfo]) -> Vec<JobJson> {
-    jobs.iter().map(job_json).collect()
+pub fn jobs_json(jobs: &[pb::JobInfo], now_ms: u64) -> Vec<JobJson> {
+    jobs.iter().map(|j| job_json(j, now_ms)).collect()
 }
 
 /// One job for people (`weir job status`), a `key: value` line per field; `now_ms` ages running jobs.
@@ -129,6 +172,16 @@ pub fn job_text(job: &pb::JobInfo, now_ms: u64) -> String {
     }
     if !job.failure.is_empty() {
         rows.push(("failure", job.failure.clone()));
+    }
+    if !job.watermarks.is_empty() {
+        let lag = match watermark_lag(job.lowest_watermark, now_ms) {
+            Some(lag) => format!(" (lag {})", duration_ms(lag.max(0) as u64)),
+            None => String::new(),
+        };
+        rows.push(("watermark", format!("{}{lag}", watermark_text(job.lowest_watermark))));
+        for t in &job.watermarks {
+            rows.push(("  task", format!("{} #{}: {}", t.operators, t.subtask, watermark_text(t.watermark))));
+        }
     }
     key_values(&rows)
 }
@@ -476,12 +529,14 @@ mod tests {
             waiting: String::new(),
             dropped_state: vec![],
             dropped_states: vec![],
+            watermarks: vec![],
+            lowest_watermark: None,
         }
     }
 
     #[test]
     fn job_json_fields_and_nulls() {
-        let v = to_value(&job_json(&running_job()));
+        let v = to_value(&job_json(&running_job(), 0));
         assert_eq!(
             v,
             json!({
@@ -489,9 +544,29 @@ mod tests {
                 "restarts": 0, "attempt": 1, "parallelism": 2, "max_parallelism": 128,
                 "checkpoints_completed": 0, "checkpoints_failed": 0, "failure": null,
                 "failure_reason": null, "restored_from": null, "waiting": null, "dropped_state": [], "dropped_states": [],
-                "submit_time_ms": 1_700_000_000_000u64, "end_time_ms": null
+                "submit_time_ms": 1_700_000_000_000u64, "end_time_ms": null,
+                "lowest_watermark": null, "watermark_lag_ms": null, "watermarks": []
             })
         );
+        let with_time = pb::JobInfo {
+            watermarks: vec![
+                pb::TaskWatermark { vertex: 0, subtask: 0, operators: "src".into(), watermark: Some(9_000) },
+                pb::TaskWatermark { vertex: 1, subtask: 0, operators: "sink".into(), watermark: None },
+            ],
+            lowest_watermark: Some(9_000),
+            ..running_job()
+        };
+        let v = to_value(&job_json(&with_time, 10_500));
+        assert_eq!(v["lowest_watermark"], json!(9_000));
+        assert_eq!(v["watermark_lag_ms"], json!(1_500));
+        assert_eq!(v["watermarks"][1], json!({"vertex": 1, "subtask": 0, "operators": "sink", "watermark": null}));
+        let text = job_text(&with_time, 10_500);
+        assert!(
+            text.contains("watermark") && text.contains("9000 (lag 1.50 s)") && text.contains("sink #0: none yet"),
+            "{text}"
+        );
+        let ended = pb::JobInfo { lowest_watermark: Some(i64::MAX), ..with_time };
+        assert_eq!(to_value(&job_json(&ended, 10_500))["watermark_lag_ms"], json!(null));
         let failed = pb::JobInfo {
             state: pb::JobState::Failed as i32,
             last_completed_checkpoint: Some(7),
@@ -503,14 +578,14 @@ mod tests {
             checkpoints_failed: 1,
             ..running_job()
         };
-        let v = to_value(&job_json(&failed));
+        let v = to_value(&job_json(&failed, 0));
         assert_eq!(v["last_completed_checkpoint"], json!(7));
         assert_eq!(v["failure"], json!("operator \"counts\": boom"));
         assert_eq!(v["failure_reason"], json!("operator \"counts\": boom"));
         assert_eq!(v["end_time_ms"], json!(1_700_000_060_000u64));
         assert_eq!(v["restarts"], json!(3));
-        assert_eq!(to_value(&jobs_json(&[running_job(), failed])).as_array().unwrap().len(), 2);
-        assert_eq!(to_value(&jobs_json(&[])), json!([]));
+        assert_eq!(to_value(&jobs_json(&[running_job(), failed], 0)).as_array().unwrap().len(), 2);
+        assert_eq!(to_value(&jobs_json(&[], 0)), json!([]));
     }
 
     #[test]
@@ -598,7 +673,7 @@ mod tests {
 
     #[test]
     fn json_text_keeps_field_order() {
-        let text = json_text(&job_json(&running_job()));
+        let text = json_text(&job_json(&running_job(), 0));
         assert!(text.starts_with("{\n  \"id\": \"j-1\",\n  \"name\": \"demo\",\n  \"state\": \"RUNNING\""), "{text}");
         assert!(text.ends_with("}\n"));
     }
@@ -704,7 +779,7 @@ pub fn savepoint_json(r: &pb::SavepointResponse) -> serde_json::Value {
         "checkpoint_id": r.checkpoint_id,
         "full_size_bytes": r.full_size_bytes,
         "format": r.format().name(),
-        "job": r.job.as_ref().map(job_json),
+        "job": r.job.as_ref().map(JobJson::from),
     })
 }
 

@@ -151,6 +151,38 @@ impl<'a> ConfigReader<'a> {
     fn string(&self, field: &str) -> Option<String> {
         self.map.get(field).cloned()
     }
+
+    /// A nested map (carried as JSON text) read into `T`.
+    fn nested<T: serde::de::DeserializeOwned>(&self, field: &str, shape: &str) -> Result<Option<T>, ConfigFieldError> {
+        debug_assert!(self.allowed.contains(&field));
+        match self.map.get(field) {
+            None => Ok(None),
+            Some(s) => {
+                serde_json::from_str(s).map(Some).map_err(|e| field_err(field, format!("expected {shape}: {e}")))
+            }
+        }
+    }
+}
+
+/// Event timestamps of `datagen` (DESIGN §10): within a split, the record at position `q` whose global index is
+/// `i` has timestamp `start_ms + q·step_ms − d(i)`, `d(i) = splitmix64(splitmix64(seed + i)) mod
+/// (max_disorder_ms + 1)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventTimeConfig {
+    /// Timestamp of each split's first record (before disorder), ms since the epoch.
+    #[serde(default)]
+    pub start_ms: i64,
+    /// Event time between consecutive records of a split, ms.
+    #[serde(default = "one")]
+    pub step_ms: u64,
+    /// Most a record's timestamp is moved back, ms.
+    #[serde(default)]
+    pub max_disorder_ms: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// Config of the `datagen` source.
@@ -166,12 +198,21 @@ pub struct DatagenConfig {
     pub rate_per_sec: u64,
     /// Number of splits the sequence is cut into.
     pub splits: u32,
+    /// Event timestamps; `None`: records carry none.
+    pub event_time: Option<EventTimeConfig>,
 }
 
 impl DatagenConfig {
     /// Reads and checks a datagen config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["count", "keys", "seed", "rate_per_sec", "splits"])?;
+        let r = ConfigReader::new(map, &["count", "keys", "seed", "rate_per_sec", "splits", "event_time"])?;
+        let event_time: Option<EventTimeConfig> =
+            r.nested("event_time", "a map { start_ms, step_ms, max_disorder_ms }")?;
+        if let Some(t) = &event_time {
+            if t.max_disorder_ms > crate::watermarks::MAX_OUT_OF_ORDERNESS_MS {
+                return Err(field_err("event_time", "max_disorder_ms is over 7 days: a unit mistake?"));
+            }
+        }
         let keys = r.u64("keys")?.unwrap_or(1000);
         if keys == 0 {
             return Err(field_err("keys", "must be at least 1"));
@@ -188,6 +229,7 @@ impl DatagenConfig {
             seed: r.u64("seed")?.unwrap_or(0),
             rate_per_sec: r.u64("rate_per_sec")?.unwrap_or(0),
             splits: splits as u32,
+            event_time,
         })
     }
 }
@@ -243,6 +285,18 @@ impl KeyedCountConfig {
     }
 }
 
+/// Why a built-in source with this config emits records without event timestamps, if it does (`None` for kinds
+/// that are not built in: their task manager knows).
+pub fn lacks_timestamps(kind: &str, map: &BTreeMap<String, String>) -> Option<String> {
+    match kind {
+        "datagen" => match DatagenConfig::from_map(map) {
+            Ok(c) if c.event_time.is_none() => Some("datagen without config.event_time".into()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Checks the config of a built-in kind; kinds that are not built in are checked by their task manager.
 pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Result<(), ConfigFieldError> {
     match kind {
@@ -273,6 +327,20 @@ mod tests {
         assert_eq!(e.field, "kyes");
         let e = DatagenConfig::from_map(&m(&[("count", "-3")])).unwrap_err();
         assert!(e.message.contains("non-negative"));
+    }
+
+    #[test]
+    fn datagen_event_time_is_a_nested_map() {
+        let c = DatagenConfig::from_map(&m(&[("event_time", r#"{"start_ms": 1000, "max_disorder_ms": 50}"#)])).unwrap();
+        assert_eq!(c.event_time, Some(EventTimeConfig { start_ms: 1000, step_ms: 1, max_disorder_ms: 50 }));
+        assert_eq!(DatagenConfig::from_map(&m(&[])).unwrap().event_time, None);
+        for bad in [r#"{"start": 1}"#, "true", r#"{"step_ms": -1}"#, r#"{"max_disorder_ms": 604800001}"#] {
+            let e = DatagenConfig::from_map(&m(&[("event_time", bad)])).unwrap_err();
+            assert_eq!(e.field, "event_time", "{bad}: {e}");
+        }
+        assert!(lacks_timestamps("datagen", &m(&[])).is_some());
+        assert!(lacks_timestamps("datagen", &m(&[("event_time", "{}")])).is_none());
+        assert!(lacks_timestamps("my-source", &m(&[])).is_none());
     }
 
     #[test]

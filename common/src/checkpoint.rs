@@ -124,6 +124,9 @@ pub struct OperatorSubtaskState {
     pub operator_state: Option<OperatorStateHandle>,
     /// The subtask had consumed all of its input before this checkpoint (it must not redo end-of-input work).
     pub end_of_input: bool,
+    /// The operator's event-time watermark at the checkpoint, if it had one: a restore never goes below it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<i64>,
 }
 
 impl OperatorStateHandle {
@@ -447,6 +450,7 @@ mod tests {
                         states: vec![],
                     }),
                     end_of_input: false,
+                    watermark: None,
                 }],
             },
         );

@@ -14,6 +14,12 @@ pub fn key_of(seed: u64, i: u64, keys: u64) -> u64 {
     splitmix64(seed.wrapping_add(i)) % keys
 }
 
+/// The event timestamp of record `i`, at position `q` of its split (DESIGN §10).
+pub fn timestamp_of(t: &crate::builtin::EventTimeConfig, seed: u64, i: u64, q: u64) -> i64 {
+    let disorder = splitmix64(splitmix64(seed.wrapping_add(i))) % t.max_disorder_ms.saturating_add(1);
+    t.start_ms.saturating_add(q.saturating_mul(t.step_ms).min(i64::MAX as u64) as i64).saturating_sub(disorder as i64)
+}
+
 /// The half-open index range `[start, end)` of split `j` of `splits`, for `count` records
 /// (`None` = unbounded, where the ranges cut the whole u64 space).
 pub fn split_range(j: u32, splits: u32, count: Option<u64>) -> (u64, u64) {

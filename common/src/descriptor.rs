@@ -104,6 +104,9 @@ pub struct OperatorDescriptor {
     pub kind: String,
     /// Config as given in the spec.
     pub config: BTreeMap<String, String>,
+    /// Sources only: how it generates watermarks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermarks: Option<crate::watermarks::WatermarkStrategy>,
 }
 
 /// The input of a deployed task.
@@ -161,6 +164,10 @@ pub struct SubtaskRestore {
     /// rewritten before the operator starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub serializers: Vec<crate::serializer::StateSerializers>,
+    /// The lowest watermark of the old subtasks, if each had one: the restored operator never emits or sees a
+    /// watermark below it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<i64>,
 }
 
 /// Elements of some operator states inside one old operator-state blob.

@@ -4,6 +4,7 @@
 //! - [`keygroup`]: key-group arithmetic (Flink's `KeyGroupRangeAssignment`, with murmur3 over key bytes).
 //! - [`spec`]: the job spec as users write it (YAML/JSON), its protobuf form and its validation.
 //! - [`builtin`]: the built-in operator kinds and their typed configs.
+//! - [`watermarks`]: a source's watermark strategy (the spec's `watermarks:`) and its validation.
 //! - [`datagen`]: the datagen record formula, shared by the source and by output verification.
 //! - [`checkpoint`]: checkpoint metadata and the one place that builds object-store paths.
 //! - [`serializer`]: serializer snapshots (recorded per state in checkpoint metadata), their resolution against a
@@ -33,6 +34,7 @@ pub mod spec;
 pub mod store;
 pub mod telemetry;
 pub mod text;
+pub mod watermarks;
 pub mod wire;
 
 /// Milliseconds since the Unix epoch, the time unit of every timestamp Weir stores.

@@ -5,6 +5,7 @@ use crate::builtin::{validate_builtin_config, KindInfo, Role};
 use crate::keygroup::{default_max_parallelism, UPPER_BOUND_MAX_PARALLELISM};
 pub use crate::text::echo;
 use crate::text::shortened;
+use crate::watermarks::{WatermarkStrategy, WatermarksFile};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use weir_proto as pb;
@@ -150,6 +151,9 @@ pub struct OperatorFile {
     #[serde(default)]
     #[allow(missing_docs)]
     pub uid_stated: bool,
+    #[serde(default)]
+    #[allow(missing_docs)]
+    pub watermarks: Option<WatermarksFile>,
 }
 
 /// Parses a spec file (YAML, of which JSON is a subset) into its protobuf form.
@@ -169,7 +173,12 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
                 serde_yaml::Value::Bool(b) => b.to_string(),
                 serde_yaml::Value::Number(n) => n.to_string(),
                 serde_yaml::Value::String(s) => s,
-                _ => return Err(op_err(&op.uid, &format!("config.{k}"), "must be a scalar (number, text or boolean)")),
+                // Nested maps and lists travel as JSON text; the kind reads them back.
+                v @ (serde_yaml::Value::Mapping(_) | serde_yaml::Value::Sequence(_)) => serde_json::to_string(&v)
+                    .map_err(|e| op_err(&op.uid, &format!("config.{k}"), format!("cannot be carried as JSON: {e}")))?,
+                serde_yaml::Value::Tagged(_) => {
+                    return Err(op_err(&op.uid, &format!("config.{k}"), "a tagged YAML value is not supported"))
+                }
             };
             config.insert(k, text);
         }
@@ -178,6 +187,10 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
             Some(text) => {
                 parse_partitioning(text).ok_or_else(|| op_err(&op.uid, "partitioning", PARTITIONING_CHOICES))?
             }
+        };
+        let watermarks = match &op.watermarks {
+            None => None,
+            Some(w) => Some(w.to_proto().map_err(|e| op_err(&op.uid, &format!("watermarks.{}", e.field), e.message))?),
         };
         operators.push(pb::OperatorSpec {
             uid: op.uid,
@@ -188,6 +201,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
             partitioning: partitioning as i32,
             drop_state_on_change: op.drop_state_on_change,
             uid_stated: op.uid_stated,
+            watermarks,
         });
     }
     let c = file.checkpointing.unwrap_or_default();
@@ -369,6 +383,9 @@ pub struct ResolvedOperator {
     /// Its uid is the spec's with the state signature folded in ([`stated_uid`]): the spec's `uid_stated: true`.
     #[serde(default)]
     pub uid_stated: bool,
+    /// Sources only: how it generates watermarks (`None`: it emits none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermarks: Option<WatermarkStrategy>,
 }
 
 /// `uid` with a state signature's fingerprint folded in, `<uid>@<first 8 hex digits>` (DataDome's `uidStated`):
@@ -540,6 +557,29 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         if info.keyed && partitioning.is_some_and(|p| p != Partitioning::KeyBy) {
             return Err(op_err(&op.uid, "partitioning", "a keyed operator's input must be partitioned key-by"));
         }
+        let watermarks = match &op.watermarks {
+            None => None,
+            Some(w) => {
+                let field = |f: &str| format!("watermarks.{f}");
+                let strategy =
+                    WatermarkStrategy::from_proto(w).map_err(|e| op_err(&op.uid, &field(e.field), e.message))?;
+                if info.role != Role::Source {
+                    return Err(op_err(
+                        &op.uid,
+                        "watermarks",
+                        format!("only a source generates watermarks, and {:?} is a {}", op.kind, info.role.as_str()),
+                    ));
+                }
+                if let Some(why) = crate::builtin::lacks_timestamps(&op.kind, &config) {
+                    return Err(op_err(
+                        &op.uid,
+                        "watermarks",
+                        format!("the source has no event timestamps to generate watermarks from: {why}"),
+                    ));
+                }
+                Some(strategy)
+            }
+        };
         let uid = match (&info.signature, op.uid_stated) {
             (_, false) => op.uid.clone(),
             (Some(sig), true) => stated_uid(&op.uid, &sig.fingerprint),
@@ -563,6 +603,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
             signature: info.signature.clone(),
             drop_state_on_change: op.drop_state_on_change,
             uid_stated: op.uid_stated,
+            watermarks,
         });
     }
 
@@ -873,6 +914,53 @@ operators:
 
     fn err_of(text: &str) -> String {
         resolve_text(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn nested_config_travels_as_json_and_watermarks_resolve() {
+        let timed = DEMO.replace(
+            "seed: 1 } }",
+            "seed: 1, event_time: { start_ms: 1000, max_disorder_ms: 20 } }, \
+             watermarks: { strategy: bounded-out-of-orderness, max_out_of_orderness_ms: 20, idle_timeout_ms: 500 } }",
+        );
+        let spec = parse_spec_text(&timed).unwrap();
+        let event_time: serde_json::Value = serde_json::from_str(&spec.operators[0].config["event_time"]).unwrap();
+        assert_eq!(event_time, serde_json::json!({ "start_ms": 1000, "max_disorder_ms": 20 }));
+        let job = resolve(&spec, &builtin_kinds()).unwrap();
+        assert_eq!(
+            job.operators[0].watermarks,
+            Some(WatermarkStrategy {
+                max_out_of_orderness_ms: 20,
+                idle_timeout_ms: Some(500),
+                auto_watermark_interval_ms: 200
+            })
+        );
+        assert_eq!(job.operators[1].watermarks, None);
+        // Lists travel the same way; a kind that expects a scalar says so.
+        let listed = DEMO.replace("keys: 10000", "keys: [1, 2]");
+        let e = err_of(&listed);
+        assert!(e.contains("config.keys") && e.contains("[1,2]"), "{e}");
+    }
+
+    #[test]
+    fn the_job_manager_checks_watermarks_on_the_wire_too() {
+        let timed = DEMO.replace("seed: 1 } }", "seed: 1, event_time: {} } }");
+        let mut spec = parse_spec_text(&timed).unwrap();
+        spec.operators[0].watermarks = Some(pb::WatermarkSpec { max_out_of_orderness_ms: -1, ..Default::default() });
+        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        assert!(
+            e.contains("\"events\"") && e.contains("watermarks.max_out_of_orderness_ms") && e.contains("negative"),
+            "{e}"
+        );
+        spec.operators[0].watermarks = Some(pb::WatermarkSpec::default());
+        assert!(resolve(&spec, &builtin_kinds()).is_ok());
+        spec.operators[0].config.remove("event_time");
+        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        assert!(e.contains("no event timestamps") && e.contains("event_time"), "{e}");
+        spec.operators[0].config.insert("event_time".into(), "{}".into());
+        spec.operators[1].watermarks = Some(pb::WatermarkSpec::default());
+        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        assert!(e.contains("\"counts\"") && e.contains("only a source"), "{e}");
     }
 
     #[test]

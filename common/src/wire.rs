@@ -166,6 +166,7 @@ impl From<&OperatorSubtaskState> for pb::OperatorSubtaskState {
             keyed: s.keyed.as_ref().map(Into::into),
             operator_state: s.operator_state.as_ref().map(Into::into),
             end_of_input: s.end_of_input,
+            watermark: s.watermark,
         }
     }
 }
@@ -179,6 +180,7 @@ impl TryFrom<pb::OperatorSubtaskState> for OperatorSubtaskState {
             keyed: s.keyed.map(KeyedStateHandle::try_from).transpose()?,
             operator_state: s.operator_state.map(OperatorStateHandle::try_from).transpose()?,
             end_of_input: s.end_of_input,
+            watermark: s.watermark,
         })
     }
 }
@@ -260,6 +262,7 @@ impl From<&SubtaskRestore> for pb::SubtaskRestore {
                 .collect(),
             end_of_input: r.end_of_input,
             serializers: r.serializers.iter().map(Into::into).collect(),
+            watermark: r.watermark,
         }
     }
 }
@@ -283,6 +286,7 @@ impl TryFrom<pb::SubtaskRestore> for SubtaskRestore {
             operator_state,
             end_of_input: r.end_of_input,
             serializers: r.serializers.into_iter().map(StateSerializers::from).collect(),
+            watermark: r.watermark,
         })
     }
 }
@@ -394,6 +398,7 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
                     uid: o.uid.clone(),
                     kind: o.kind.clone(),
                     config: o.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    watermarks: o.watermarks.as_ref().map(|w| w.to_proto()),
                 })
                 .collect(),
             state_backend: d.state_backend as i32,
@@ -467,8 +472,20 @@ impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
             operators: d
                 .operators
                 .into_iter()
-                .map(|o| OperatorDescriptor { uid: o.uid, kind: o.kind, config: o.config.into_iter().collect() })
-                .collect(),
+                .map(|o| {
+                    let watermarks = o
+                        .watermarks
+                        .map(|w| crate::watermarks::WatermarkStrategy::from_proto(&w))
+                        .transpose()
+                        .map_err(|e| WireError { what: "task descriptor", reason: format!("watermarks: {e}") })?;
+                    Ok(OperatorDescriptor {
+                        uid: o.uid,
+                        kind: o.kind,
+                        config: o.config.into_iter().collect(),
+                        watermarks,
+                    })
+                })
+                .collect::<Result<_, WireError>>()?,
             state_backend: backend(d.state_backend)?,
             checkpoint_root: d.checkpoint_root,
             incremental: d.incremental,
@@ -504,6 +521,11 @@ mod tests {
                 uid: "count".into(),
                 kind: "keyed-count".into(),
                 config: BTreeMap::from([("emit".to_string(), "updates".to_string())]),
+                watermarks: Some(crate::watermarks::WatermarkStrategy {
+                    max_out_of_orderness_ms: 250,
+                    idle_timeout_ms: Some(1000),
+                    auto_watermark_interval_ms: 50,
+                }),
             }],
             state_backend: StateBackend::Heap,
             checkpoint_root: "s3://b/c".into(),
@@ -562,6 +584,7 @@ mod tests {
                 ],
             }),
             end_of_input: true,
+            watermark: Some(1_234),
         };
         let snapshot = TaskSnapshot {
             vertex: VertexId(1),
@@ -599,6 +622,7 @@ mod tests {
                         ],
                     }],
                     end_of_input: true,
+                    watermark: Some(-7),
                     serializers: vec![crate::serializer::StateSerializers {
                         state: "m".into(),
                         kind: "map".into(),

@@ -282,8 +282,7 @@ mod tests {
         let i = info(0);
         let mut nothing = |_: Vec<Record>| Ok(());
         let records: Vec<Record> = keys.map(rec).collect();
-        s.process_batch(&records, &mut ProcessContext { info: &i, keyed: None }, &mut Collector::new(&mut nothing))
-            .unwrap();
+        s.process_batch(&records, &mut ProcessContext::new(&i, None), &mut Collector::new(&mut nothing)).unwrap();
     }
 
     fn snapshot(s: &mut BufferingSink, id: u64, store: &mut OperatorStateStore) {
@@ -358,7 +357,7 @@ mod tests {
 
         let i = info(1);
         let mut nothing = |_: Vec<Record>| Ok(());
-        s.end_of_input(&mut ProcessContext { info: &i, keyed: None }, &mut Collector::new(&mut nothing)).unwrap();
+        s.end_of_input(&mut ProcessContext::new(&i, None), &mut Collector::new(&mut nothing)).unwrap();
         assert_eq!(s.buffered(), 0);
         assert_eq!(read(dir, ".buffered-j-0-1-2.inprogress"), lines(6..7));
         snapshot(&mut s, 1, &mut store);

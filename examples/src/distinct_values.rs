@@ -187,7 +187,7 @@ impl Operator for DistinctValues {
             backend.set_current_key(&key);
             let n = distinct(&states.values, backend)?;
             if n > 0 {
-                out.emit(Record { key: key.as_slice().into(), value: Value::I64(n as i64) })?;
+                out.emit(Record { key: key.as_slice().into(), value: Value::I64(n as i64), timestamp: None })?;
             }
         }
         Ok(())
@@ -252,8 +252,7 @@ mod tests {
         let i = info();
         let mut nothing = |_: Vec<Record>| Ok(());
         let records: Vec<Record> = records.iter().map(|&(k, v)| rec(k, v)).collect();
-        op.process_batch(&records, &mut ProcessContext { info: &i, keyed: Some(b) }, &mut Collector::new(&mut nothing))
-            .unwrap();
+        op.process_batch(&records, &mut ProcessContext::new(&i, Some(b)), &mut Collector::new(&mut nothing)).unwrap();
     }
 
     /// What `end_of_input` emits, by key.
@@ -265,7 +264,7 @@ mod tests {
             Ok(())
         };
         let mut out = Collector::new(&mut sink);
-        op.end_of_input(&mut ProcessContext { info: &i, keyed: Some(b) }, &mut out).unwrap();
+        op.end_of_input(&mut ProcessContext::new(&i, Some(b)), &mut out).unwrap();
         out.flush().unwrap();
         drop(out);
         let mut by_key = BTreeMap::new();
@@ -491,13 +490,13 @@ mod tests {
         let mut op = operator(&mut *b, false);
         let i = info();
         let mut nothing = |_: Vec<Record>| Ok(());
-        let records = [Record { key: 42u64.to_be_bytes().as_slice().into(), value: Value::Bytes(b"x".to_vec()) }];
+        let records = [Record {
+            key: 42u64.to_be_bytes().as_slice().into(),
+            value: Value::Bytes(b"x".to_vec()),
+            timestamp: None,
+        }];
         let err = op
-            .process_batch(
-                &records,
-                &mut ProcessContext { info: &i, keyed: Some(&mut *b) },
-                &mut Collector::new(&mut nothing),
-            )
+            .process_batch(&records, &mut ProcessContext::new(&i, Some(&mut *b)), &mut Collector::new(&mut nothing))
             .unwrap_err();
         assert!(err.to_string().contains("key 42") && err.to_string().contains("bytes"), "{err}");
     }

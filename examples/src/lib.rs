@@ -2,6 +2,8 @@
 //!
 //! - [`buffering_sink`]: the `buffering-sink` kind, Flink's `BufferingSink` (the `CheckpointedFunction`
 //!   example) made exactly-once.
+//! - [`event_clock`]: the `event-clock` source (splits at different speeds, some idle, with event timestamps)
+//!   and the `watermark-log` operator (a record per watermark), for the event-time tests.
 //! - [`distinct_values`]: the keyed `distinct-values` kind, a per-key count of distinct recent values in a
 //!   `MapState` with time-to-live.
 //! - [`state_kinds`]: the keyed `state-kinds` kind, which keeps every kind of keyed and operator state (for the
@@ -14,6 +16,7 @@
 
 pub mod buffering_sink;
 pub mod distinct_values;
+pub mod event_clock;
 pub mod state_kinds;
 pub mod upgrades;
 
@@ -44,6 +47,16 @@ fn common_registry() -> Registry {
     r.register(distinct_values::kind_info(), |config| {
         let cfg = distinct_values::DistinctValuesConfig::from_map(config)?;
         Ok(Instance::Operator(Box::new(distinct_values::DistinctValues::new(cfg))))
+    });
+    r.register(event_clock::kind_info(), |config| {
+        let cfg = event_clock::EventClockConfig::from_map(config)?;
+        Ok(Instance::Source(Box::new(event_clock::EventClock::new(cfg))))
+    });
+    r.register(event_clock::log_kind_info(), |config| match config.keys().next() {
+        Some(unknown) => {
+            Err(format!("config field {unknown:?}: unknown field ({} takes no config)", event_clock::LOG_KIND).into())
+        }
+        None => Ok(Instance::Operator(Box::new(event_clock::WatermarkLog))),
     });
     r.register(state_kinds::kind_info(), |config| match config.keys().next() {
         Some(unknown) => {

@@ -182,18 +182,23 @@ impl Operator for StateKinds {
                 k.sum.get(backend)?.unwrap_or(0),
                 k.max.get(backend)?.unwrap_or(0)
             );
-            out.emit(Record { key: key.as_slice().into(), value: Value::Bytes(line.into_bytes()) })?;
+            out.emit(Record { key: key.as_slice().into(), value: Value::Bytes(line.into_bytes()), timestamp: None })?;
         }
         for t in &self.tokens {
-            out.emit(Record { key: b"token".as_slice().into(), value: text(t) })?;
+            out.emit(Record { key: b"token".as_slice().into(), value: text(t), timestamp: None })?;
         }
         let members: Vec<String> = self.members.iter().map(|m| String::from_utf8_lossy(m).into_owned()).collect();
-        out.emit(Record { key: b"members".as_slice().into(), value: Value::Bytes(members.join(",").into_bytes()) })?;
+        out.emit(Record {
+            key: b"members".as_slice().into(),
+            value: Value::Bytes(members.join(",").into_bytes()),
+            timestamp: None,
+        })?;
         let rule =
             self.config.get(b"rule".as_slice()).map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default();
         out.emit(Record {
             key: b"config".as_slice().into(),
             value: Value::Bytes(format!("rule={rule}").into_bytes()),
+            timestamp: None,
         })?;
         Ok(())
     }

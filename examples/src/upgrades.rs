@@ -80,7 +80,7 @@ impl<T: Tally> Operator for PerKey<T> {
             Ok(())
         })?;
         for (key, n) in counts {
-            out.emit(Record { key: key.as_slice().into(), value: Value::I64(n) })?;
+            out.emit(Record { key: key.as_slice().into(), value: Value::I64(n), timestamp: None })?;
         }
         Ok(())
     }

@@ -132,6 +132,37 @@ operators:
             mentions: &[&["restart.multiplier"], &["does not apply"]],
         },
         BadSpec {
+            name: "watermarks on a source without timestamps",
+            spec: GOOD.replace("seed: 1 } }", "seed: 1 }, watermarks: { max_out_of_orderness_ms: 100 } }"),
+            mentions: &[&["events"], &["watermarks"], &["timestamps"], &["event_time"]],
+        },
+        BadSpec {
+            name: "negative out-of-orderness",
+            spec: GOOD.replace(
+                "seed: 1 } }",
+                "seed: 1, event_time: { step_ms: 10 } }, watermarks: { max_out_of_orderness_ms: -5 } }",
+            ),
+            mentions: &[&["events"], &["watermarks.max_out_of_orderness_ms"], &["negative"]],
+        },
+        BadSpec {
+            name: "out-of-orderness over 7 days",
+            spec: GOOD.replace(
+                "seed: 1 } }",
+                "seed: 1, event_time: {} }, watermarks: { max_out_of_orderness_ms: 604800001 } }",
+            ),
+            mentions: &[&["events"], &["watermarks.max_out_of_orderness_ms"], &["7 days"]],
+        },
+        BadSpec {
+            name: "watermarks on an operator",
+            spec: GOOD.replace("input: events }", "input: events, watermarks: { max_out_of_orderness_ms: 10 } }"),
+            mentions: &[&["counts"], &["watermarks"], &["only a source"]],
+        },
+        BadSpec {
+            name: "unknown field of event_time",
+            spec: GOOD.replace("seed: 1 } }", "seed: 1, event_time: { start: 5 } } }"),
+            mentions: &[&["events"], &["config.event_time"], &["start"]],
+        },
+        BadSpec {
             name: "parallelism 0",
             spec: GOOD.replace("parallelism: 2\n", "parallelism: 0\n"),
             mentions: &[&["parallelism"], &["at least 1"]],

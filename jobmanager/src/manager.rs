@@ -495,6 +495,7 @@ impl JobManager {
                 task: task.task,
                 state,
                 error: status.error.clone(),
+                watermark: status.watermark,
             });
         }
         for (job_id, tasks) in by_job {

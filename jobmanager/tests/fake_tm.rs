@@ -83,7 +83,8 @@ impl FakeTm {
     async fn report(&self, d: &TaskDescriptor, state: pb::TaskState) {
         {
             let mut s = self.state.lock();
-            let status = pb::TaskStatus { task: Some(task_ref(d)), state: state as i32, error: String::new() };
+            let status =
+                pb::TaskStatus { task: Some(task_ref(d)), state: state as i32, error: String::new(), watermark: None };
             s.statuses.insert((d.attempt.0, d.vertex.0, d.subtask.0), status);
             if s.lose_reports.contains(&state) {
                 return;
@@ -125,6 +126,7 @@ impl FakeTm {
                             states: vec![StateMetaInfo::inline("s", DistributionMode::SplitDistribute, vec![0], 10)],
                         }),
                         end_of_input: eoi,
+                        watermark: None,
                     },
                 );
             }

@@ -133,9 +133,12 @@ impl Reporter {
     pub fn send(&self, r: Report) {
         if let Report::State(s) = &r {
             if let Some(t) = &s.task {
-                let status = pb::TaskStatus { task: Some(t.clone()), state: s.state, error: s.error.clone() };
                 let id = (t.job_id.clone(), t.attempt, t.vertex, t.subtask);
-                self.latest.lock().insert(id, (status, Instant::now()));
+                let mut latest = self.latest.lock();
+                let watermark = latest.get(&id).and_then(|(s, _)| s.watermark);
+                let status =
+                    pb::TaskStatus { task: Some(t.clone()), state: s.state, error: s.error.clone(), watermark };
+                latest.insert(id, (status, Instant::now()));
             }
         }
         let _ = self.tx.send(r);
@@ -149,6 +152,14 @@ impl Reporter {
             state: state as i32,
             error,
         }));
+    }
+
+    /// Records a task's new watermark; the next heartbeat carries it.
+    pub fn watermark(&self, task: &pb::TaskRef, watermark: i64) {
+        let id = (task.job_id.clone(), task.attempt, task.vertex, task.subtask);
+        if let Some((status, _)) = self.latest.lock().get_mut(&id) {
+            status.watermark = Some(watermark);
+        }
     }
 
     /// Queues a task's decline of checkpoint `checkpoint_id`.

@@ -248,6 +248,7 @@ fn check_savepoint(args: &Args, n: usize) -> Result<()> {
                 keyed,
                 operator_state,
                 end_of_input: false,
+                watermark: None,
             });
         }
         let kind = if i == 0 { "datagen" } else { "keyed-count" };

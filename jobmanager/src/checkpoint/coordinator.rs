@@ -605,6 +605,7 @@ mod tests {
                     states: vec![],
                 }),
                 end_of_input: false,
+                watermark: None,
             },
         );
         TaskSnapshot { vertex: VertexId(v), subtask: SubtaskIndex(s), operators, uploaded_bytes: 4 }

@@ -785,6 +785,7 @@ mod tests {
                         states: vec![StateMetaInfo::inline("u", DistributionMode::Union, vec![0], union_bytes)],
                     }),
                     end_of_input: false,
+                    watermark: None,
                 })
                 .collect();
             operators.insert(

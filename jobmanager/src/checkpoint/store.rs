@@ -291,6 +291,7 @@ mod tests {
                         states: vec![],
                     }),
                     end_of_input: false,
+                    watermark: None,
                 }],
             },
         );

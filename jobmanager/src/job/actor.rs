@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 use weir_common::checkpoint::{paths, CheckpointMetadata, SavepointTarget, TaskSnapshot};
 use weir_common::descriptor::ExecutionGraph;
-use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex};
+use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::now_ms;
 use weir_common::spec::ResolvedJob;
 use weir_proto as pb;
@@ -84,6 +84,8 @@ struct Deployment {
     tasks: BTreeMap<TaskKey, TaskStatus>,
     coordinator: CheckpointCoordinator,
     last_final_notify_ms: u64,
+    /// Each task's latest event-time watermark, as heartbeats carry them.
+    watermarks: BTreeMap<TaskKey, i64>,
 }
 
 impl Deployment {
@@ -124,16 +126,44 @@ fn task_ref(job: &JobId, attempt: AttemptNumber, (vertex, subtask): TaskKey) -> 
 
 /// "counts subtask 1" — a task named by the operators of its chain.
 fn describe_task(job: &ResolvedJob, graph: &ExecutionGraph, (vertex, subtask): TaskKey) -> String {
-    let uids: Vec<&str> = graph
-        .vertices
-        .get(vertex.0 as usize)
-        .map(|v| v.operators.iter().filter_map(|&i| job.operators.get(i)).map(|o| o.uid.as_str()).collect())
-        .unwrap_or_default();
+    let uids = chain_uids(job, graph, vertex);
     if uids.is_empty() {
         format!("vertex {vertex} subtask {subtask}")
     } else {
         format!("{} subtask {subtask}", uids.join("->"))
     }
+}
+
+/// The uids of the operators chained in `vertex`, in order.
+fn chain_uids<'a>(job: &'a ResolvedJob, graph: &ExecutionGraph, vertex: VertexId) -> Vec<&'a str> {
+    graph
+        .vertices
+        .get(vertex.0 as usize)
+        .map(|v| v.operators.iter().filter_map(|&i| job.operators.get(i)).map(|o| o.uid.as_str()).collect())
+        .unwrap_or_default()
+}
+
+/// The watermark of each task of a deployment, and the lowest over those that have one (the job's event-time
+/// progress: nothing at or before it is still to come, anywhere in the job).
+fn watermark_info<'a>(
+    job: &ResolvedJob,
+    graph: &ExecutionGraph,
+    tasks: impl Iterator<Item = &'a TaskKey>,
+    watermarks: &BTreeMap<TaskKey, i64>,
+) -> (Vec<pb::TaskWatermark>, Option<i64>) {
+    if watermarks.is_empty() {
+        return (Vec::new(), None);
+    }
+    let list: Vec<pb::TaskWatermark> = tasks
+        .map(|&(vertex, subtask)| pb::TaskWatermark {
+            vertex: vertex.0,
+            subtask: subtask.0,
+            operators: chain_uids(job, graph, vertex).join("->"),
+            watermark: watermarks.get(&(vertex, subtask)).copied(),
+        })
+        .collect();
+    let lowest = list.iter().filter_map(|t| t.watermark).min();
+    (list, lowest)
 }
 
 /// The coordinator task of one job.
@@ -226,7 +256,13 @@ impl JobActor {
     }
 
     fn publish(&self) {
-        *self.view.lock() = JobView::of(&self.record);
+        let mut view = JobView::of(&self.record);
+        if let Some(d) = &self.deployment {
+            let (watermarks, lowest) = watermark_info(&self.record.job, &self.graph, d.tasks.keys(), &d.watermarks);
+            view.info.watermarks = watermarks;
+            view.info.lowest_watermark = lowest;
+        }
+        *self.view.lock() = view;
     }
 
     /// Writes the record to the job store; failures are logged and returned.
@@ -301,6 +337,13 @@ impl JobActor {
                 self.on_task_state(tm_id, attempt, task, state, error).await
             }
             JobEvent::Reconcile { tm_id, tasks } => {
+                if let Some(d) = &mut self.deployment {
+                    for t in tasks.iter().filter(|t| t.attempt == d.attempt && d.tasks.contains_key(&t.task)) {
+                        if let Some(w) = t.watermark {
+                            d.watermarks.insert(t.task, w);
+                        }
+                    }
+                }
                 for t in tasks {
                     let news = self.deployment.as_ref().is_some_and(|d| {
                         d.attempt == t.attempt && d.tasks.get(&t.task).is_some_and(|&v| is_news(v, t.state))
@@ -595,6 +638,7 @@ impl JobActor {
             tasks,
             coordinator: CheckpointCoordinator::new(settings.clone(), attempt, now),
             last_final_notify_ms: 0,
+            watermarks: BTreeMap::new(),
         });
         if self.persist().await.is_err() {
             self.undeploy(false);
@@ -1233,5 +1277,27 @@ impl JobActor {
             }
             delete_checkpoint_dirs(&store, &job_id, &retained, &known, &ids, files).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lowest_watermark_is_over_the_tasks_that_have_one() {
+        let job = crate::job::descriptors::tests::demo_job();
+        let graph = ExecutionGraph::build(&job);
+        let tasks: Vec<TaskKey> =
+            graph.vertices.iter().flat_map(|v| (0..v.parallelism).map(move |s| (v.id, SubtaskIndex(s)))).collect();
+        assert_eq!(watermark_info(&job, &graph, tasks.iter(), &BTreeMap::new()), (Vec::new(), None));
+        let marks = BTreeMap::from([(tasks[0], 5_000), (tasks[1], 4_000), (tasks[tasks.len() - 1], 3_500)]);
+        let (list, lowest) = watermark_info(&job, &graph, tasks.iter(), &marks);
+        assert_eq!(lowest, Some(3_500));
+        assert_eq!(list.len(), tasks.len());
+        assert_eq!(list[0].operators, "events");
+        assert_eq!(list[0].watermark, Some(5_000));
+        assert!(list.iter().filter(|t| t.watermark.is_none()).count() == tasks.len() - 3);
+        assert_eq!(list.last().map(|t| t.operators.as_str()), Some("out"));
     }
 }

@@ -15,7 +15,9 @@
 //! ranges into that file, so the job manager's memory does not grow with the number of elements.
 
 use std::collections::BTreeMap;
-use weir_common::checkpoint::{DistributionMode, FileHandle, Offsets, OperatorCheckpoint, StateMetaInfo};
+use weir_common::checkpoint::{
+    DistributionMode, FileHandle, Offsets, OperatorCheckpoint, OperatorSubtaskState, StateMetaInfo,
+};
 use weir_common::descriptor::{ElementRef, OperatorStatePart, StatePart, SubtaskRestore};
 use weir_common::ids::SubtaskIndex;
 use weir_common::keygroup::KeyGroupRange;
@@ -75,6 +77,12 @@ fn push_part(out: &mut Vec<OperatorStatePart>, file: &FileHandle, part: StatePar
     }
 }
 
+/// The watermark every new subtask restores at: the lowest of the old subtasks' (whatever their split of keys,
+/// splits or channels, none of them is below it), or none if one of them had none.
+fn watermark_floor(old: &[&OperatorSubtaskState]) -> Option<i64> {
+    old.iter().map(|s| s.watermark).try_fold(i64::MAX, |floor, w| w.map(|w| floor.min(w))).filter(|_| !old.is_empty())
+}
+
 /// What every new subtask of one operator restores, in subtask order.
 pub fn assign(
     stored: &OperatorCheckpoint,
@@ -102,6 +110,7 @@ pub fn assign(
             .cloned()
             .collect();
         r.end_of_input = if same { old[i].end_of_input } else { !old.is_empty() && old.iter().all(|s| s.end_of_input) };
+        r.watermark = watermark_floor(&old);
     }
 
     // Operator state, per state name (in name order, so the rotation is deterministic).
@@ -199,6 +208,21 @@ mod tests {
     use weir_common::checkpoint::{KeyedStateHandle, OperatorStateHandle, OperatorSubtaskState};
     use weir_common::ids::KeyGroup;
 
+    #[test]
+    fn every_new_subtask_restores_at_the_lowest_old_watermark() {
+        let mut op = stored(3, 128, &[1, 1, 1], &[0, 0, 0], 10);
+        assert!(assign(&op, 2, 128).unwrap().iter().all(|r| r.watermark.is_none()), "none recorded: none restored");
+        for (s, w) in op.subtasks.iter_mut().zip([5_000, 3_000, 9_000]) {
+            s.watermark = Some(w);
+        }
+        for p in [1, 3, 5] {
+            assert!(assign(&op, p, 128).unwrap().iter().all(|r| r.watermark == Some(3_000)), "parallelism {p}");
+        }
+        // One old subtask without a watermark: it had none, so neither does any new one.
+        op.subtasks[2].watermark = None;
+        assert!(assign(&op, 3, 128).unwrap().iter().all(|r| r.watermark.is_none()));
+    }
+
     /// An element's identity: (blob path, index in its state).
     type Elem = (String, u64);
 
@@ -237,6 +261,7 @@ mod tests {
                         ],
                     }),
                     end_of_input: false,
+                    watermark: None,
                 }
             })
             .collect();

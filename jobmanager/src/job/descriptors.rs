@@ -145,6 +145,7 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                     uid: job.operators[i].uid.clone(),
                     kind: job.operators[i].kind.clone(),
                     config: job.operators[i].config.clone(),
+                    watermarks: job.operators[i].watermarks,
                 })
                 .collect();
             let input = vertex.input.map(|(from, partitioning)| {
@@ -256,6 +257,7 @@ operators:
             }),
             operator_state: None,
             end_of_input: false,
+            watermark: None,
         }
     }
 

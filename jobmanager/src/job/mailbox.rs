@@ -50,6 +50,8 @@ pub(crate) struct ReportedTask {
     pub(crate) task: TaskKey,
     pub(crate) state: pb::TaskState,
     pub(crate) error: String,
+    /// The task's event-time watermark, once it has one.
+    pub(crate) watermark: Option<i64>,
 }
 
 /// What clients can read about a job without waiting for its coordinator.

@@ -186,6 +186,9 @@ impl JobRecord {
             waiting: self.waiting.clone(),
             dropped_state: self.dropped_state.clone(),
             dropped_states: self.dropped_states.iter().map(pb::DroppedState::from).collect(),
+            // Watermarks live with the running deployment, not the record: the actor adds them.
+            watermarks: Vec::new(),
+            lowest_watermark: None,
         }
     }
 }

@@ -92,15 +92,33 @@ impl InitContext<'_> {
     }
 }
 
-/// Given to `process_batch` and `end_of_input`.
+/// Given to `process_batch`, `on_watermark` and `end_of_input`.
 pub struct ProcessContext<'a> {
     /// Where the operator runs.
     pub info: &'a RuntimeInfo,
     /// The keyed state, for keyed kinds.
     pub keyed: Option<&'a mut dyn KeyedStateBackend>,
+    watermark: i64,
 }
 
-impl ProcessContext<'_> {
+impl<'a> ProcessContext<'a> {
+    /// A context before any watermark.
+    pub fn new(info: &'a RuntimeInfo, keyed: Option<&'a mut dyn KeyedStateBackend>) -> Self {
+        ProcessContext { info, keyed, watermark: crate::time::MIN_WATERMARK }
+    }
+
+    /// The same context at watermark `watermark`.
+    pub fn at_watermark(mut self, watermark: i64) -> Self {
+        self.watermark = watermark;
+        self
+    }
+
+    /// The operator's current event-time watermark (ms): every record with a timestamp at or below it is late.
+    /// `i64::MIN` until the first watermark arrives, `i64::MAX` once the input has ended.
+    pub fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+
     /// The keyed backend, or an error for a kind that did not declare itself keyed.
     pub fn keyed(&mut self) -> Result<&mut dyn KeyedStateBackend, OperatorError> {
         match self.keyed.as_mut() {
@@ -158,6 +176,59 @@ impl<'a> Collector<'a> {
     }
 }
 
+/// What a source's `poll` fills: the records, and which of the source's splits each came from, so the runtime
+/// generates watermarks per split (Flink's per-split watermarks).
+#[derive(Debug, Default)]
+pub struct SourceOutput {
+    records: Vec<Record>,
+    /// Runs of consecutive records from one split: (split, records).
+    runs: Vec<(u32, u32)>,
+    finished: Vec<u32>,
+}
+
+impl SourceOutput {
+    /// An empty output with room for `capacity` records.
+    pub fn with_capacity(capacity: usize) -> Self {
+        SourceOutput { records: Vec::with_capacity(capacity), runs: Vec::new(), finished: Vec::new() }
+    }
+
+    /// Emits a record read from split `split` (an index below the source's [`Source::splits`]).
+    pub fn push(&mut self, split: u32, r: Record) {
+        self.records.push(r);
+        match self.runs.last_mut() {
+            Some((s, n)) if *s == split => *n += 1,
+            _ => self.runs.push((split, 1)),
+        }
+    }
+
+    /// Split `split` has no more records: it no longer holds the watermark back.
+    pub fn finish_split(&mut self, split: u32) {
+        self.finished.push(split);
+    }
+
+    /// Records emitted so far.
+    pub fn records(&self) -> &[Record] {
+        &self.records
+    }
+
+    /// Number of records emitted so far.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether no record was emitted.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The records with the split of each, as runs, and the splits that finished; leaves the output empty.
+    pub(crate) fn take(&mut self) -> (Vec<Record>, std::vec::Drain<'_, (u32, u32)>, std::vec::Drain<'_, u32>) {
+        let capacity = self.records.capacity();
+        let records = std::mem::replace(&mut self.records, Vec::with_capacity(capacity));
+        (records, self.runs.drain(..), self.finished.drain(..))
+    }
+}
+
 /// What a source's `poll` produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceStatus {
@@ -173,8 +244,13 @@ pub enum SourceStatus {
 pub trait Source: Send {
     /// Restores or initializes the source's position.
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError>;
-    /// Appends up to `max` records to `out`.
-    fn poll(&mut self, out: &mut Vec<Record>, max: usize) -> Result<SourceStatus, OperatorError>;
+    /// How many splits this subtask reads, once its state is initialized: each holds the watermark back until
+    /// it has records, is idle or has finished.
+    fn splits(&self) -> u32 {
+        1
+    }
+    /// Emits up to `max` records into `out`.
+    fn poll(&mut self, out: &mut SourceOutput, max: usize) -> Result<SourceStatus, OperatorError>;
     /// Writes the source's position into operator state.
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError>;
     /// A checkpoint completed (best effort, see the module docs).
@@ -200,6 +276,16 @@ pub trait Operator: Send {
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError>;
+    /// The event-time watermark advanced to `watermark` (`ctx.current_watermark()` is already it). Runs before
+    /// the watermark goes on downstream, so what is emitted here precedes it (as Flink's `processWatermark`).
+    fn on_watermark(
+        &mut self,
+        _watermark: i64,
+        _ctx: &mut ProcessContext<'_>,
+        _out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        Ok(())
+    }
     /// All input has been consumed (a real end of input, not a stop with savepoint).
     fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, _out: &mut Collector<'_>) -> Result<(), OperatorError> {
         Ok(())

@@ -1,6 +1,7 @@
-//! Records and their wire codec. A record is a key (its serialized bytes, by which it is partitioned) and a
-//! value. Batches are encoded once per network frame: `u32 count`, then per record `u8 key length`, key,
-//! `u8 value tag` and the value.
+//! Records and their wire codec. A record is a key (its serialized bytes, by which it is partitioned), a value
+//! and, when its source assigns one, an event timestamp. Batches are encoded once per network frame: `u32
+//! count`, then per record `u8 key length`, key, `u8 value tag` (its high bit set when an `i64` timestamp
+//! follows), the timestamp and the value.
 
 use smallvec::SmallVec;
 
@@ -25,12 +26,25 @@ pub struct Record {
     pub key: Key,
     /// Value.
     pub value: Value,
+    /// Event time (ms since the epoch), if the source assigned one.
+    pub timestamp: Option<i64>,
 }
 
 impl Record {
-    /// A record with an integer value.
+    /// A record with an integer value and no timestamp.
     pub fn new_i64(key: &[u8], v: i64) -> Self {
-        Record { key: Key::from_slice(key), value: Value::I64(v) }
+        Record { key: Key::from_slice(key), value: Value::I64(v), timestamp: None }
+    }
+
+    /// A record with a key and a value, and no timestamp.
+    pub fn new(key: Key, value: Value) -> Self {
+        Record { key, value, timestamp: None }
+    }
+
+    /// The same record with event time `timestamp`.
+    pub fn at(mut self, timestamp: i64) -> Self {
+        self.timestamp = Some(timestamp);
+        self
     }
 
     /// The key as text for sinks: an 8-byte key as its unsigned big-endian number, else UTF-8 or hex.
@@ -86,6 +100,8 @@ pub const MAX_BATCH_RECORDS: u32 = 1 << 16;
 const TAG_UNIT: u8 = 0;
 const TAG_I64: u8 = 1;
 const TAG_BYTES: u8 = 2;
+/// Set in the value tag when a timestamp follows it.
+const TAG_TIMESTAMP: u8 = 0x80;
 
 /// Appends one record to an encoded batch body. Keys longer than 255 bytes are refused.
 pub fn encode_record(r: &Record, out: &mut Vec<u8>) -> Result<(), CodecError> {
@@ -93,16 +109,23 @@ pub fn encode_record(r: &Record, out: &mut Vec<u8>) -> Result<(), CodecError> {
         u8::try_from(r.key.len()).map_err(|_| CodecError(format!("key of {} bytes is over 255", r.key.len())))?;
     out.push(klen);
     out.extend_from_slice(&r.key);
+    let tag = |t: u8, out: &mut Vec<u8>| match r.timestamp {
+        None => out.push(t),
+        Some(ts) => {
+            out.push(t | TAG_TIMESTAMP);
+            out.extend_from_slice(&ts.to_le_bytes());
+        }
+    };
     match &r.value {
-        Value::Unit => out.push(TAG_UNIT),
+        Value::Unit => tag(TAG_UNIT, out),
         Value::I64(v) => {
-            out.push(TAG_I64);
+            tag(TAG_I64, out);
             out.extend_from_slice(&v.to_le_bytes());
         }
         Value::Bytes(b) => {
             let len =
                 u32::try_from(b.len()).map_err(|_| CodecError(format!("value of {} bytes is over 4 GiB", b.len())))?;
-            out.push(TAG_BYTES);
+            tag(TAG_BYTES, out);
             out.extend_from_slice(&len.to_le_bytes());
             out.extend_from_slice(b);
         }
@@ -138,7 +161,13 @@ pub fn decode_records(mut buf: &[u8], count: usize, out: &mut Vec<Record>) -> Re
     for _ in 0..count {
         let klen = take(&mut buf, 1)?[0] as usize;
         let key = Key::from_slice(take(&mut buf, klen)?);
-        let value = match take(&mut buf, 1)?[0] {
+        let tag = take(&mut buf, 1)?[0];
+        let timestamp = if tag & TAG_TIMESTAMP != 0 {
+            Some(i64::from_le_bytes(take(&mut buf, 8)?.try_into().map_err(|_| CodecError("timestamp".into()))?))
+        } else {
+            None
+        };
+        let value = match tag & !TAG_TIMESTAMP {
             TAG_UNIT => Value::Unit,
             TAG_I64 => {
                 Value::I64(i64::from_le_bytes(take(&mut buf, 8)?.try_into().map_err(|_| CodecError("i64".into()))?))
@@ -149,7 +178,7 @@ pub fn decode_records(mut buf: &[u8], count: usize, out: &mut Vec<Record>) -> Re
             }
             t => return Err(CodecError(format!("unknown value tag {t}"))),
         };
-        out.push(Record { key, value });
+        out.push(Record { key, value, timestamp });
     }
     if !buf.is_empty() {
         return Err(CodecError(format!("{} trailing bytes", buf.len())));
@@ -165,8 +194,8 @@ mod tests {
     fn batch_round_trip() {
         let recs = vec![
             Record::new_i64(&7u64.to_be_bytes(), 1),
-            Record { key: Key::from_slice(b"user-1"), value: Value::Bytes(b"xyz".to_vec()) },
-            Record { key: Key::new(), value: Value::Unit },
+            Record::new(Key::from_slice(b"user-1"), Value::Bytes(b"xyz".to_vec())).at(-5),
+            Record::new(Key::new(), Value::Unit).at(i64::MAX),
         ];
         let mut buf = Vec::new();
         for r in &recs {
@@ -209,8 +238,8 @@ mod tests {
             any::<i64>().prop_map(Value::I64),
             vec(any::<u8>(), 0..64).prop_map(Value::Bytes),
         ];
-        (prop_oneof![vec(any::<u8>(), 0..20), vec(any::<u8>(), 0..=255)], value)
-            .prop_map(|(key, value)| Record { key: Key::from_vec(key), value })
+        (prop_oneof![vec(any::<u8>(), 0..20), vec(any::<u8>(), 0..=255)], value, proptest::option::of(any::<i64>()))
+            .prop_map(|(key, value, timestamp)| Record { key: Key::from_vec(key), value, timestamp })
     }
 
     use proptest::collection::vec;

@@ -1,18 +1,23 @@
 //! `datagen`: record `i` has key `splitmix64(seed + i) mod keys` (8 big-endian bytes) and value 1. The
 //! sequence is cut into `splits` contiguous ranges, assigned to subtasks round-robin; each split's next index
 //! is kept in operator list state, so the source resumes exactly where the checkpoint left it.
+//!
+//! With `event_time`, records carry the timestamps of DESIGN §10 and the subtask reads its splits in turn, a
+//! few records from each, so that every split moves through event time together and the per-split watermark
+//! (the minimum over splits) advances as the source does. Without it, splits are read one after the other.
 
-use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceStatus};
+use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
 use crate::api::record::{Key, Record, Value};
 use std::time::{Duration, Instant};
 use weir_common::builtin::DatagenConfig;
-use weir_common::datagen::{key_of, split_range};
+use weir_common::datagen::{key_of, split_range, timestamp_of};
 
 const STATE: &str = "splits";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Split {
     id: u32,
+    start: u64,
     next: u64,
     end: u64,
 }
@@ -46,19 +51,23 @@ impl Source for Datagen {
                 }
                 let id = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
                 let next = u64::from_le_bytes(e[4..12].try_into().map_err(|_| OperatorError::Other("split".into()))?);
-                let (_, end) = split_range(id, self.cfg.splits, self.cfg.count);
-                self.splits.push(Split { id, next, end });
+                let (start, end) = split_range(id, self.cfg.splits, self.cfg.count);
+                self.splits.push(Split { id, start, next, end });
             }
         } else {
             for id in (ctx.info.subtask.0..self.cfg.splits).step_by(p as usize) {
                 let (start, end) = split_range(id, self.cfg.splits, self.cfg.count);
-                self.splits.push(Split { id, next: start, end });
+                self.splits.push(Split { id, start, next: start, end });
             }
         }
         Ok(())
     }
 
-    fn poll(&mut self, out: &mut Vec<Record>, max: usize) -> Result<SourceStatus, OperatorError> {
+    fn splits(&self) -> u32 {
+        self.splits.len() as u32
+    }
+
+    fn poll(&mut self, out: &mut SourceOutput, max: usize) -> Result<SourceStatus, OperatorError> {
         let mut budget = max;
         if self.rate_per_subtask > 0.0 {
             let started = *self.started.get_or_insert_with(Instant::now);
@@ -69,22 +78,41 @@ impl Source for Datagen {
             }
             budget = budget.min((allowed - self.emitted) as usize);
         }
-        while budget > 0 {
-            let Some(split) = self.splits.get_mut(self.current) else {
-                return Ok(if out.is_empty() { SourceStatus::Finished } else { SourceStatus::More });
-            };
+        // Records per visit of a split: all of it without event time, else a fair share of this poll.
+        let share = match self.cfg.event_time {
+            None => usize::MAX,
+            Some(_) => (budget / self.splits.len().max(1)).max(1),
+        };
+        let mut visited_without_records = 0;
+        while budget > 0 && visited_without_records < self.splits.len() {
+            let slot = self.current % self.splits.len();
+            let split = &mut self.splits[slot];
             if split.next >= split.end {
+                // Also for a split restored finished, which must not hold the watermark back either.
+                out.finish_split(slot as u32);
+                visited_without_records += 1;
                 self.current += 1;
                 continue;
             }
-            let n = budget.min((split.end - split.next).min(usize::MAX as u64) as usize);
+            visited_without_records = 0;
+            let n = budget.min(share).min((split.end - split.next).min(usize::MAX as u64) as usize);
             for i in split.next..split.next + n as u64 {
                 let k = key_of(self.cfg.seed, i, self.cfg.keys);
-                out.push(Record { key: Key::from_slice(&k.to_be_bytes()), value: Value::I64(1) });
+                let mut r = Record { key: Key::from_slice(&k.to_be_bytes()), value: Value::I64(1), timestamp: None };
+                if let Some(t) = &self.cfg.event_time {
+                    r.timestamp = Some(timestamp_of(t, self.cfg.seed, i, i - split.start));
+                }
+                out.push(slot as u32, r);
             }
             split.next += n as u64;
             budget -= n;
             self.emitted += n as u64;
+            if self.cfg.event_time.is_some() || split.next >= split.end {
+                self.current += 1;
+            }
+        }
+        if budget > 0 && out.is_empty() {
+            return Ok(SourceStatus::Finished);
         }
         Ok(SourceStatus::More)
     }
@@ -125,18 +153,18 @@ mod tests {
     fn drain(src: &mut Datagen, limit: usize) -> Result<Vec<Record>, OperatorError> {
         let mut all = Vec::new();
         while all.len() < limit {
-            let mut out = Vec::new();
+            let mut out = SourceOutput::default();
             if src.poll(&mut out, 7.min(limit - all.len()))? == SourceStatus::Finished {
                 break;
             }
-            all.extend(out);
+            all.extend(out.take().0);
         }
         Ok(all)
     }
 
     #[test]
     fn subtasks_cover_the_sequence_and_resume_from_state() -> Result<(), OperatorError> {
-        let cfg = DatagenConfig { count: Some(1000), keys: 10, seed: 3, rate_per_sec: 0, splits: 16 };
+        let cfg = DatagenConfig { count: Some(1000), keys: 10, seed: 3, rate_per_sec: 0, splits: 16, event_time: None };
         let mut counts = vec![0u64; 10];
         for sub in 0..3 {
             let mut store = OperatorStateStore::new();
@@ -166,6 +194,50 @@ mod tests {
             }
         }
         assert_eq!(counts, weir_common::datagen::expected_counts(3, 1000, 10));
+        Ok(())
+    }
+
+    #[test]
+    fn with_event_time_splits_are_read_in_turn_with_the_formulas_timestamps() -> Result<(), OperatorError> {
+        use weir_common::builtin::EventTimeConfig;
+        let t = EventTimeConfig { start_ms: 1_000, step_ms: 10, max_disorder_ms: 0 };
+        let cfg = DatagenConfig { count: Some(100), keys: 7, seed: 5, rate_per_sec: 0, splits: 4, event_time: Some(t) };
+        let mut store = OperatorStateStore::new();
+        let mut src = Datagen::new(cfg.clone());
+        let i = info(0, 1);
+        src.initialize_state(&mut InitContext { info: &i, restored: false, operator_state: &mut store, keyed: None })?;
+        assert_eq!(src.splits(), 4);
+        let mut out = SourceOutput::default();
+        src.poll(&mut out, 8)?;
+        let (records, runs, finished) = out.take();
+        assert_eq!(runs.collect::<Vec<_>>(), vec![(0, 2), (1, 2), (2, 2), (3, 2)], "two records from each split");
+        assert_eq!(finished.count(), 0);
+        let stamps: Vec<i64> = records.iter().map(|r| r.timestamp.unwrap()).collect();
+        assert_eq!(stamps, vec![1_000, 1_010, 1_000, 1_010, 1_000, 1_010, 1_000, 1_010]);
+        // Every split runs through the same event time; each split reports its end once it has none left.
+        let mut all = records;
+        let mut ended = std::collections::BTreeSet::new();
+        loop {
+            let status = src.poll(&mut out, 64)?;
+            let (records, _, finished) = out.take();
+            ended.extend(finished);
+            all.extend(records);
+            if status == SourceStatus::Finished {
+                break;
+            }
+        }
+        assert_eq!(ended, (0..4).collect());
+        let mut stamps: Vec<i64> = all.iter().map(|r| r.timestamp.unwrap()).collect();
+        stamps.sort();
+        let mut expected: Vec<i64> = (0..4).flat_map(|_| (0..25).map(|q| 1_000 + q * 10)).collect();
+        expected.sort();
+        assert_eq!(stamps, expected);
+        // Disorder moves a timestamp back by at most max_disorder_ms, as the formula says.
+        let d = EventTimeConfig { max_disorder_ms: 30, ..t };
+        for (idx, q) in [(0u64, 0u64), (26, 1), (99, 24)] {
+            let ts = timestamp_of(&d, 5, idx, q);
+            assert!((1_000 + q as i64 * 10 - 30..=1_000 + q as i64 * 10).contains(&ts), "{ts}");
+        }
         Ok(())
     }
 }

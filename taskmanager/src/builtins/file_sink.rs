@@ -293,7 +293,7 @@ mod tests {
             operator_state: &mut store,
             keyed: None,
         })?;
-        let mut pc = ProcessContext { info: &i1, keyed: None };
+        let mut pc = ProcessContext::new(&i1, None);
         let mut nothing = |_: Vec<Record>| Ok(());
         sink.process_batch(&[Record::new_i64(&5u64.to_be_bytes(), 3)], &mut pc, &mut Collector::new(&mut nothing))?;
         sink.snapshot_state(&mut SnapshotContext {
@@ -352,7 +352,7 @@ mod tests {
             operator_state: &mut OperatorStateStore::new(),
             keyed: None,
         })?;
-        let mut pc = ProcessContext { info: &i1, keyed: None };
+        let mut pc = ProcessContext::new(&i1, None);
         sink.process_batch(&[rec(1, 1)], &mut pc, &mut Collector::new(&mut nothing))?;
         let mut chk1 = snapshot(&mut sink, 1)?;
         sink.notify_checkpoint_complete(CheckpointId(1))?;
@@ -367,7 +367,7 @@ mod tests {
         let i2 = info(2);
         let mut sink = FileSink::new(cfg.clone());
         sink.initialize_state(&mut InitContext { info: &i2, restored: true, operator_state: &mut chk1, keyed: None })?;
-        let mut pc = ProcessContext { info: &i2, keyed: None };
+        let mut pc = ProcessContext::new(&i2, None);
         // The replay, in another order across channels, then new records.
         sink.process_batch(&[rec(1, 2)], &mut pc, &mut Collector::new(&mut nothing))?;
         let mut chk3 = snapshot(&mut sink, 3)?;
@@ -377,7 +377,7 @@ mod tests {
         let i3 = info(3);
         let mut sink = FileSink::new(cfg);
         sink.initialize_state(&mut InitContext { info: &i3, restored: true, operator_state: &mut chk3, keyed: None })?;
-        let mut pc = ProcessContext { info: &i3, keyed: None };
+        let mut pc = ProcessContext::new(&i3, None);
         sink.process_batch(&[rec(2, 1), rec(3, 1)], &mut pc, &mut Collector::new(&mut nothing))?;
         snapshot(&mut sink, 4)?;
         sink.notify_checkpoint_complete(CheckpointId(4))?;
@@ -410,7 +410,7 @@ mod tests {
             // Checkpoint 2 commits a line on each subtask, then turns out unreadable.
             sink.process_batch(
                 &[rec(10 + s as u64, 1)],
-                &mut ProcessContext { info: &i, keyed: None },
+                &mut ProcessContext::new(&i, None),
                 &mut Collector::new(&mut nothing),
             )?;
             snapshot(&mut sink, 2)?;
@@ -436,7 +436,7 @@ mod tests {
             let crossed = rec(10 + (1 - s as u64), 1);
             sink.process_batch(
                 &[crossed, rec(20 + s as u64, 1)],
-                &mut ProcessContext { info: &i, keyed: None },
+                &mut ProcessContext::new(&i, None),
                 &mut Collector::new(&mut nothing),
             )?;
             snapshot(&mut sink, 3)?;

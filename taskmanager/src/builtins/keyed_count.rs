@@ -47,7 +47,7 @@ impl Operator for KeyedCount {
             state.update(backend, &n)?;
             if updates {
                 // The key is inline (up to 16 bytes): the clone does not allocate.
-                out.emit(Record { key: r.key.clone(), value: Value::I64(n as i64) })?;
+                out.emit(Record { key: r.key.clone(), value: Value::I64(n as i64), timestamp: r.timestamp })?;
             }
         }
         Ok(())
@@ -63,7 +63,7 @@ impl Operator for KeyedCount {
         // The state visitor speaks StateError; keep the collector's own error to return it unchanged.
         let mut emit_error = None;
         let visited = state.for_each(backend, |k, n| {
-            out.emit(Record { key: k.into(), value: Value::I64(n as i64) }).map_err(|e| {
+            out.emit(Record { key: k.into(), value: Value::I64(n as i64), timestamp: None }).map_err(|e| {
                 let msg = e.to_string();
                 emit_error = Some(e);
                 weir_state::StateError::Corrupt(format!("emitting counts failed: {msg}"))
@@ -136,7 +136,7 @@ mod tests {
                 Ok(())
             };
             let mut out = Collector::new(&mut sink);
-            op.process_batch(&records, &mut ProcessContext { info: &i, keyed: Some(&mut *b) }, &mut out).unwrap();
+            op.process_batch(&records, &mut ProcessContext::new(&i, Some(&mut *b)), &mut out).unwrap();
             out.flush().unwrap();
         }
         let mut at_end = Vec::new();
@@ -145,7 +145,7 @@ mod tests {
             Ok(())
         };
         let mut out = Collector::new(&mut sink);
-        op.end_of_input(&mut ProcessContext { info: &i, keyed: Some(&mut *b) }, &mut out).unwrap();
+        op.end_of_input(&mut ProcessContext::new(&i, Some(&mut *b)), &mut out).unwrap();
         out.flush().unwrap();
         drop(out);
         at_end.sort_unstable();

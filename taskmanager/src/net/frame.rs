@@ -22,6 +22,8 @@ pub(super) const T_END: u8 = 3;
 pub(super) const T_CREDIT: u8 = 4;
 /// The cluster secret, a producer's first frame when TLS is off and a secret is configured.
 pub(super) const T_AUTH: u8 = 5;
+pub(super) const T_WATERMARK: u8 = 6;
+pub(super) const T_WATERMARK_STATUS: u8 = 7;
 
 /// A data-plane message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +49,10 @@ pub enum Frame {
     EndOfInput,
     /// Consumer → producer: permission to send more frames (0: a heartbeat).
     Credit(u32),
+    /// Event time up to this watermark (ms, inclusive) has passed on this channel: in order with its records.
+    Watermark(i64),
+    /// The channel's producer became idle (its watermark stops counting) or active again.
+    WatermarkStatus(crate::time::WatermarkStatus),
 }
 
 /// Data-plane errors.
@@ -165,6 +171,17 @@ pub fn encode_frame(frame: &Frame) -> Vec<u8> {
             begin_frame(&mut out, T_CREDIT);
             out.extend_from_slice(&n.to_le_bytes());
         }
+        Frame::Watermark(w) => {
+            begin_frame(&mut out, T_WATERMARK);
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        Frame::WatermarkStatus(s) => {
+            begin_frame(&mut out, T_WATERMARK_STATUS);
+            out.push(match s {
+                crate::time::WatermarkStatus::Active => 0,
+                crate::time::WatermarkStatus::Idle => 1,
+            });
+        }
     }
     finish_frame(&mut out);
     out
@@ -240,7 +257,15 @@ pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, Stri
         }
         (T_END, 0) => Ok(Frame::EndOfInput),
         (T_CREDIT, 4) => Ok(Frame::Credit(le_u32(&payload))),
-        (T_BATCH | T_BARRIER | T_END | T_CREDIT, n) => Err(format!("frame of type {kind} with a payload of {n} bytes")),
+        (T_WATERMARK, 8) => Ok(Frame::Watermark(le_u64(&payload) as i64)),
+        (T_WATERMARK_STATUS, 1) => match payload[0] {
+            0 => Ok(Frame::WatermarkStatus(crate::time::WatermarkStatus::Active)),
+            1 => Ok(Frame::WatermarkStatus(crate::time::WatermarkStatus::Idle)),
+            s => Err(format!("watermark status {s}")),
+        },
+        (T_BATCH | T_BARRIER | T_END | T_CREDIT | T_WATERMARK | T_WATERMARK_STATUS, n) => {
+            Err(format!("frame of type {kind} with a payload of {n} bytes"))
+        }
         _ => Err(format!("bad frame type {kind}")),
     }
 }

@@ -20,6 +20,7 @@
 //! arrive (at most [`MAX_FRAME`]), and a batch's record count must fit the bytes it came with (see
 //! [`crate::api::record::decode_batch`]).
 
+pub mod batch;
 mod channels;
 mod conn;
 mod data_server;
@@ -114,6 +115,11 @@ mod tests {
             },
             Frame::EndOfInput,
             Frame::Credit(5),
+            Frame::Watermark(i64::MIN),
+            Frame::Watermark(-3),
+            Frame::Watermark(1_700_000_000_000),
+            Frame::WatermarkStatus(crate::time::WatermarkStatus::Idle),
+            Frame::WatermarkStatus(crate::time::WatermarkStatus::Active),
         ] {
             assert_eq!(read_all(&encode_frame(&f)).unwrap().unwrap(), f);
         }
@@ -199,7 +205,7 @@ mod tests {
             any::<i64>().prop_map(Value::I64),
             vec(any::<u8>(), 0..300).prop_map(Value::Bytes),
         ];
-        (vec(any::<u8>(), 0..40), value).prop_map(|(k, value)| Record { key: Key::from_vec(k), value })
+        (vec(any::<u8>(), 0..40), value).prop_map(|(k, value)| Record { key: Key::from_vec(k), value, timestamp: None })
     }
 
     fn arb_frame() -> impl Strategy<Value = Frame> {
@@ -211,13 +217,16 @@ mod tests {
             }),
             Just(Frame::EndOfInput),
             any::<u32>().prop_map(Frame::Credit),
+            any::<i64>().prop_map(Frame::Watermark),
+            prop_oneof![Just(crate::time::WatermarkStatus::Idle), Just(crate::time::WatermarkStatus::Active)]
+                .prop_map(Frame::WatermarkStatus),
         ]
     }
 
     /// Bytes that are mostly a plausible frame (a right length, a known type, a small count) made wrong in
     /// one place, or noise.
     fn arb_wire() -> impl Strategy<Value = Vec<u8>> {
-        let framed = (0u8..6, prop_oneof![0u32..8, any::<u32>()], vec(any::<u8>(), 0..600), any::<i8>()).prop_map(
+        let framed = (0u8..8, prop_oneof![0u32..8, any::<u32>()], vec(any::<u8>(), 0..600), any::<i8>()).prop_map(
             |(kind, count, body, skew)| {
                 let mut out = Vec::new();
                 begin_frame(&mut out, kind);

@@ -7,6 +7,7 @@
 
 pub mod align;
 mod error;
+mod event_time;
 mod incremental;
 mod output;
 pub mod restore;
@@ -14,10 +15,13 @@ mod setup;
 mod upload;
 
 use error::{in_operator, TaskError};
+use event_time::SourceTime;
 use incremental::Incremental;
-use output::{downstream_of, keyed_mut, push_chain, ChainOp, Head, OutputEdge, BATCH_BYTES};
+use output::{advance_watermark, downstream_of, keyed_mut, push_chain, ChainOp, Head, OutputEdge, BATCH_BYTES};
 
-use crate::api::operator::{Collector, InitContext, ProcessContext, RuntimeInfo, SnapshotContext, SourceStatus};
+use crate::api::operator::{
+    Collector, InitContext, ProcessContext, RuntimeInfo, SnapshotContext, SourceOutput, SourceStatus,
+};
 use crate::api::record::{decode_batch, Record};
 use crate::api::registry::{Instance, Registry};
 use crate::net::{
@@ -25,6 +29,8 @@ use crate::net::{
 };
 use crate::report::{Report, Reporter};
 use crate::task::align::{Alignment, BarrierAligner, BarrierOutcome, Deferred};
+use crate::time::valve::WatermarkValve;
+use crate::time::{WatermarkEvent, WatermarkOutput, MAX_WATERMARK};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -233,6 +239,12 @@ struct Task {
     outputs: Vec<OutputEdge>,
     inputs: Option<InputChannels>,
     aligner: BarrierAligner,
+    /// The watermarks and statuses of the input channels, combined into the task's.
+    valve: WatermarkValve,
+    /// Sources with a watermark strategy: per-split generation and its schedule.
+    source_time: Option<SourceTime>,
+    /// The task's current watermark, as a metric.
+    watermark_gauge: metrics::Gauge,
     /// Input frames held back by alignment, per channel in arrival order.
     deferred: Deferred<Frame>,
     /// All input consumed and end-of-input work done.
@@ -287,7 +299,7 @@ impl Task {
             self.end_of_input(1)?;
             source_done = true;
         }
-        let mut batch: Vec<Record> = Vec::with_capacity(SOURCE_BATCH);
+        let mut batch = SourceOutput::with_capacity(SOURCE_BATCH);
         loop {
             // Control events first, between batches.
             while let Ok(ev) = self.rx.try_recv() {
@@ -308,20 +320,52 @@ impl Task {
                 }
                 continue;
             }
-            batch.clear();
             let status = match &mut self.ops[0].head {
                 Head::Source(s) => s.poll(&mut batch, SOURCE_BATCH)?,
                 Head::Operator(_) => return Err(TaskError::Other("chain head is not a source".into())),
             };
-            if !batch.is_empty() {
-                let records = std::mem::take(&mut batch);
+            let (records, runs, finished) = batch.take();
+            if let Some(time) = &mut self.source_time {
+                let generators = time.watermarks();
+                let splits = generators.splits();
+                let mut at = 0;
+                for (split, n) in runs {
+                    let (split, n) = (split as usize, n as usize);
+                    if split >= splits {
+                        return Err(TaskError::Other(format!("the source emitted split {split} of {splits}")));
+                    }
+                    for r in &records[at..at + n] {
+                        if let Some(ts) = r.timestamp {
+                            generators.on_event(split, ts);
+                        }
+                    }
+                    at += n;
+                }
+                for split in finished {
+                    if (split as usize) < splits {
+                        generators.finish_split(split as usize);
+                    }
+                }
+            } else {
+                drop((runs, finished));
+            }
+            if !records.is_empty() {
+                let pushing = Instant::now();
                 self.push_through(1, records)?;
-                batch = Vec::with_capacity(SOURCE_BATCH);
+                if let Some(time) = &mut self.source_time {
+                    time.blocked_for(pushing.elapsed());
+                }
+            }
+            if let Some(time) = &mut self.source_time {
+                let out = time.emit_if_due();
+                self.emit_watermarks(out)?;
             }
             match status {
                 SourceStatus::More => self.maybe_flush()?,
                 SourceStatus::Idle(d) => {
                     self.flush_outputs()?;
+                    // Wake for the next periodic watermark too: a quiet source still reports its idleness.
+                    let d = self.source_time.as_ref().map_or(d, |t| d.min(t.until_emit()));
                     if let Some(ev) = self.next_event(d) {
                         if let Some(exit) = self.on_control(ev)? {
                             return Ok(exit);
@@ -407,8 +451,22 @@ impl Task {
                 }
                 self.on_alignment(alignment, timestamp_ms)?;
             }
+            Frame::Watermark(w) => {
+                self.release(c);
+                let out = self.valve.on_watermark(c, w);
+                self.emit_watermarks(out)?;
+            }
+            Frame::WatermarkStatus(status) => {
+                self.release(c);
+                let out = self.valve.on_status(c, status);
+                self.emit_watermarks(out)?;
+            }
             Frame::EndOfInput => {
                 self.release(c);
+                // An ended channel holds nothing back (its producer sent the maximum watermark before, unless it
+                // was restored after its end).
+                let out = self.valve.on_watermark(c, MAX_WATERMARK);
+                self.emit_watermarks(out)?;
                 let a = self.aligner.on_end_of_input(c);
                 self.on_alignment(a, crate::now_ms())?;
                 if self.aligner.all_ended() && !self.input_ended {
@@ -499,6 +557,31 @@ impl Task {
         Ok(None)
     }
 
+    /// Sends what a source's generators or the input valve produced through the chain and downstream, in order:
+    /// a new watermark reaches every operator (`on_watermark`) and then the outputs; a status change goes to
+    /// the outputs.
+    fn emit_watermarks(&mut self, out: WatermarkOutput) -> Result<(), TaskError> {
+        for ev in out.in_order() {
+            match ev {
+                WatermarkEvent::Watermark(w) => self.advance_watermark(w)?,
+                WatermarkEvent::Status(status) => {
+                    for edge in &mut self.outputs {
+                        edge.broadcast(&Frame::WatermarkStatus(status))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Advances the whole chain to watermark `w` (operators that are already there are skipped).
+    fn advance_watermark(&mut self, w: i64) -> Result<(), TaskError> {
+        advance_watermark(&mut self.ops, &mut self.outputs, w, !self.restored_at_end)?;
+        self.watermark_gauge.set(w as f64);
+        self.env.reporter.watermark(&task_ref(&self.desc), w);
+        Ok(())
+    }
+
     /// Runs a batch through the chain from operator `start` and routes the tail's output.
     fn push_through(&mut self, start: usize, records: Vec<Record>) -> Result<(), TaskError> {
         push_chain(&mut self.ops[start..], &mut self.outputs, records)
@@ -544,13 +627,18 @@ impl Task {
     /// All input consumed: runs end-of-input hooks from operator `start` (unless they already ran before the
     /// snapshot we restored from), forwards end of input and reports it.
     fn end_of_input(&mut self, start: usize) -> Result<(), TaskError> {
+        // Event time ends before the input does (Flink emits the maximum watermark at the end of a source):
+        // everything waiting for the watermark fires, then the end-of-input hooks run.
+        if self.ops.last().is_some_and(|o| o.watermark < MAX_WATERMARK) {
+            self.advance_watermark(MAX_WATERMARK)?;
+        }
         if !self.restored_at_end {
             for i in start..self.ops.len() {
                 let (left, rest) = self.ops.split_at_mut(i + 1);
                 let op = &mut left[i];
                 let outputs = &mut self.outputs;
                 if let Head::Operator(o) = &mut op.head {
-                    let mut ctx = ProcessContext { info: &op.info, keyed: keyed_mut(&mut op.keyed) };
+                    let mut ctx = ProcessContext::new(&op.info, keyed_mut(&mut op.keyed)).at_watermark(op.watermark);
                     let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
                     let mut out = Collector::new(&mut downstream);
                     o.end_of_input(&mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
@@ -632,6 +720,7 @@ mod tests {
                 uid: "bh".into(),
                 kind: "blackhole".into(),
                 config: Default::default(),
+                watermarks: None,
             }],
             state_backend: StateBackend::Heap,
             checkpoint_root: format!("file://{}/ckpt", tmp.path().display()),
@@ -826,7 +915,12 @@ mod data_plane_tests {
         let mut desc = descriptor(
             &h,
             1,
-            OperatorDescriptor { uid: "bh".into(), kind: "blackhole".into(), config: Default::default() },
+            OperatorDescriptor {
+                uid: "bh".into(),
+                kind: "blackhole".into(),
+                config: Default::default(),
+                watermarks: None,
+            },
         );
         desc.input = Some(InputDescriptor {
             from_vertex: VertexId(0),
@@ -908,6 +1002,7 @@ mod data_plane_tests {
                 uid: "gen".into(),
                 kind: "datagen".into(),
                 config: [("keys".to_string(), "10".to_string())].into_iter().collect(),
+                watermarks: None,
             },
         );
         desc.outputs = vec![OutputDescriptor {

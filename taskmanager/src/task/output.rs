@@ -5,6 +5,7 @@ use super::error::{in_operator, TaskError};
 use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext, RuntimeInfo, Source};
 use crate::api::record::{encode_record, Record, MAX_BATCH_RECORDS};
 use crate::net::{begin_batch, encode_frame, finish_batch, Frame, OutputChannel};
+use crate::time::MIN_WATERMARK;
 use weir_common::keygroup::{key_group_for_key, subtask_for_key_group};
 use weir_common::spec::Partitioning;
 use weir_state::{KeyedStateBackend, OperatorStateStore};
@@ -25,6 +26,10 @@ pub(super) struct ChainOp {
     pub(super) head: Head,
     pub(super) keyed: Option<Box<dyn KeyedStateBackend>>,
     pub(super) op_state: OperatorStateStore,
+    /// The operator's event-time watermark.
+    pub(super) watermark: i64,
+    /// Records that reached the operator at or behind its watermark.
+    pub(super) late_records: metrics::Counter,
 }
 
 /// Runs `records` through the operators of `chain` (each one's output feeding the next, chunk by chunk)
@@ -40,11 +45,48 @@ pub(super) fn push_chain(
     let Head::Operator(o) = &mut op.head else {
         return Err(TaskError::Other(format!("source {:?} cannot take input", op.info.uid)));
     };
-    let mut ctx = ProcessContext { info: &op.info, keyed: keyed_mut(&mut op.keyed) };
+    if op.watermark > MIN_WATERMARK {
+        let w = op.watermark;
+        let late = records.iter().filter(|r| r.timestamp.is_some_and(|t| t <= w)).count();
+        if late > 0 {
+            op.late_records.increment(late as u64);
+        }
+    }
+    let mut ctx = ProcessContext::new(&op.info, keyed_mut(&mut op.keyed)).at_watermark(op.watermark);
     let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
     let mut out = Collector::new(&mut downstream);
     o.process_batch(&records, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
     out.flush()?;
+    Ok(())
+}
+
+/// Advances the watermark of `chain` to `watermark`: each operator in turn takes it and hands on what it emits
+/// (before the watermark reaches the next one), then the watermark goes out on every output edge. With
+/// `hooks` false (a task restored after its end of input) the operators only take note of it.
+pub(super) fn advance_watermark(
+    chain: &mut [ChainOp],
+    outputs: &mut [OutputEdge],
+    watermark: i64,
+    hooks: bool,
+) -> Result<(), TaskError> {
+    for i in 0..chain.len() {
+        let (left, rest) = chain.split_at_mut(i + 1);
+        let op = &mut left[i];
+        if watermark <= op.watermark {
+            continue;
+        }
+        op.watermark = watermark;
+        if let (Head::Operator(o), true) = (&mut op.head, hooks) {
+            let mut ctx = ProcessContext::new(&op.info, keyed_mut(&mut op.keyed)).at_watermark(watermark);
+            let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
+            let mut out = Collector::new(&mut downstream);
+            o.on_watermark(watermark, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
+            out.flush()?;
+        }
+    }
+    for edge in outputs {
+        edge.broadcast(&Frame::Watermark(watermark))?;
+    }
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! connecting its input and output channels.
 
 use super::*;
+use crate::time::MIN_WATERMARK;
 use std::path::Path;
 use weir_common::descriptor::SubtaskRestore;
 
@@ -92,7 +93,15 @@ impl Task {
                     &env.rocks,
                 )?),
             };
-            ops.push(ChainOp { info, head, keyed, op_state });
+            let late_records = metrics::counter!(
+                "weir_late_records_total",
+                "job_id" => desc.job_id.0.clone(),
+                "operator" => od.uid.clone(),
+                "subtask" => desc.subtask.0.to_string()
+            );
+            // A restored operator starts at the watermark it had (the lowest of its old subtasks'), never below.
+            let watermark = op.restore.and_then(|r| r.watermark).unwrap_or(MIN_WATERMARK);
+            ops.push(ChainOp { info, head, keyed, op_state, watermark, late_records });
         }
         for (op, planned) in ops.iter_mut().zip(&plan.operators) {
             let mut ctx = InitContext {
@@ -142,6 +151,14 @@ impl Task {
         }
         let restored_at_end = plan.restored_at_end;
         drop(plan);
+        let floor = ops.first().map_or(MIN_WATERMARK, |o| o.watermark);
+        // A source with a watermark strategy generates watermarks per split from its records' timestamps.
+        let source_time = match (ops.first().map(|o| &o.head), desc.operators.first().and_then(|o| o.watermarks)) {
+            (Some(Head::Source(s)), Some(strategy)) => {
+                Some(SourceTime::new(&strategy, s.splits() as usize, ops[0].watermark))
+            }
+            _ => None,
+        };
 
         let (inputs, n_inputs) = match (&desc.input, incoming) {
             (Some(input), Some(incoming)) => {
@@ -168,6 +185,9 @@ impl Task {
             outputs,
             inputs,
             aligner: BarrierAligner::new(n_inputs),
+            valve: WatermarkValve::restored(n_inputs, floor),
+            source_time,
+            watermark_gauge: metrics::gauge!("weir_watermark_ms", &labels(&desc)),
             deferred: Deferred::new(n_inputs),
             input_ended: false,
             restored_at_end,
@@ -308,7 +328,7 @@ mod tests {
     const ROOT: &str = "file:///ckpt";
 
     fn op(uid: &str, kind: &str) -> OperatorDescriptor {
-        OperatorDescriptor { uid: uid.into(), kind: kind.into(), config: Default::default() }
+        OperatorDescriptor { uid: uid.into(), kind: kind.into(), config: Default::default(), watermarks: None }
     }
 
     /// A chain `src` (datagen, not keyed) → `count` (keyed-count, keyed) of subtask 1 of vertex 0.

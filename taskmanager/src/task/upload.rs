@@ -32,7 +32,8 @@ impl Task {
                 None => (None, Vec::new()),
             };
             let op_state = (!op.op_state.is_empty()).then(|| op.op_state.snapshot());
-            parts.push(SnapshotPart { uid: op.info.uid.clone(), keyed, keyed_states, op_state });
+            let watermark = (op.watermark > crate::time::MIN_WATERMARK).then_some(op.watermark);
+            parts.push(SnapshotPart { uid: op.info.uid.clone(), keyed, keyed_states, op_state, watermark });
         }
         Ok(parts)
     }
@@ -131,7 +132,14 @@ impl Task {
                         }
                         None => None,
                     };
-                    operators.insert(part.uid, OperatorSubtaskState { subtask, keyed, operator_state, end_of_input });
+                    let state = OperatorSubtaskState {
+                        subtask,
+                        keyed,
+                        operator_state,
+                        end_of_input,
+                        watermark: part.watermark,
+                    };
+                    operators.insert(part.uid, state);
                 }
                 if plan.savepoint_url.is_none() {
                     incremental.lock().uploaded.insert(id.0, shareable);
@@ -169,6 +177,8 @@ pub(super) struct SnapshotPart {
     /// What the keyed snapshot holds, for its handle.
     pub(super) keyed_states: Vec<KeyedStateInfo>,
     pub(super) op_state: Option<(Vec<u8>, Vec<weir_common::checkpoint::StateMetaInfo>)>,
+    /// The operator's watermark, once it has one.
+    pub(super) watermark: Option<i64>,
 }
 
 /// The keyed states of a backend as a snapshot's handle lists them.

@@ -13,20 +13,9 @@
 //! while the source is back-pressured, so a busy but blocked split never looks idle.
 
 use super::valve::WatermarkValve;
-use super::{WatermarkOutput, WatermarkStatus, MIN_WATERMARK};
+use super::{WatermarkOutput, WatermarkStatus, MAX_WATERMARK, MIN_WATERMARK};
 
-/// The longest out-of-orderness bound a spec may declare (7 days), far beyond any real disorder: a larger value
-/// is a unit mistake.
-pub const MAX_OUT_OF_ORDERNESS_MS: u64 = 7 * 24 * 3600 * 1000;
-
-/// How a source generates watermarks (an operator's `watermarks:` entry).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WatermarkStrategy {
-    /// How far behind the largest timestamp seen a record may still arrive, in ms (0 = monotonous timestamps).
-    pub max_out_of_orderness_ms: u64,
-    /// After how long without records a split stops holding the watermark back (`None`: never).
-    pub idle_timeout_ms: Option<u64>,
-}
+pub use weir_common::watermarks::{WatermarkStrategy, MAX_OUT_OF_ORDERNESS_MS};
 
 /// Flink's `IdlenessTimer`: counts activity, and measures quiet time from the first check that saw none.
 #[derive(Clone, Debug)]
@@ -60,6 +49,7 @@ pub struct SplitWatermarks {
     bound: i64,
     max_timestamp: i64,
     idleness: Option<IdlenessTimer>,
+    finished: bool,
 }
 
 impl SplitWatermarks {
@@ -76,7 +66,14 @@ impl SplitWatermarks {
                 events_at_last_check: 0,
                 quiet_since_ms: None,
             }),
+            finished: false,
         }
+    }
+
+    /// The split has no more records: its watermark is the maximum, and it never goes idle.
+    pub fn finish(&mut self) {
+        self.finished = true;
+        self.idleness = None;
     }
 
     /// A record with event time `timestamp` (ms) left the split.
@@ -89,6 +86,9 @@ impl SplitWatermarks {
 
     /// The split's watermark now.
     pub fn current(&self) -> i64 {
+        if self.finished {
+            return MAX_WATERMARK;
+        }
         self.max_timestamp.saturating_sub(self.bound).saturating_sub(1)
     }
 
@@ -125,6 +125,16 @@ impl SourceWatermarks {
         self.splits[split].on_event(timestamp);
     }
 
+    /// Split `split` has no more records: it stops holding the source's watermark back.
+    pub fn finish_split(&mut self, split: usize) {
+        self.splits[split].finish();
+    }
+
+    /// Number of splits.
+    pub fn splits(&self) -> usize {
+        self.splits.len()
+    }
+
     /// The source's last emitted watermark.
     pub fn current(&self) -> i64 {
         self.valve.current()
@@ -157,7 +167,20 @@ mod tests {
     use WatermarkStatus::{Active, Idle};
 
     fn strategy(bound: u64, idle: Option<u64>) -> WatermarkStrategy {
-        WatermarkStrategy { max_out_of_orderness_ms: bound, idle_timeout_ms: idle }
+        WatermarkStrategy { max_out_of_orderness_ms: bound, idle_timeout_ms: idle, ..Default::default() }
+    }
+
+    #[test]
+    fn a_finished_split_stops_holding_the_source_back() {
+        let mut src = SourceWatermarks::new(&strategy(0, None), 2, MIN_WATERMARK);
+        src.on_event(0, 100);
+        src.on_event(1, 500);
+        assert_eq!(src.on_periodic_emit(0).watermark, Some(99));
+        src.finish_split(0);
+        assert_eq!(src.on_periodic_emit(200).watermark, Some(499));
+        src.finish_split(1);
+        assert_eq!(src.on_periodic_emit(400).watermark, Some(MAX_WATERMARK));
+        assert!(src.on_periodic_emit(1_000_000).is_empty(), "a finished split never goes idle");
     }
 
     #[test]
