@@ -16,6 +16,7 @@ use weir_taskmanager::api::operator::{
     SourceStatus,
 };
 use weir_taskmanager::api::record::{Key, Record, Value};
+use weir_taskmanager::api::splits::{read_positions, write_positions, SplitPosition};
 
 /// The source's kind name.
 pub const KIND: &str = "event-clock";
@@ -127,12 +128,7 @@ impl Source for EventClock {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         let list = ctx.operator_state.list_state(STATE)?;
         if ctx.restored {
-            for e in list.iter() {
-                let (Some(id), Some(next)) = (e.get(..4), e.get(4..12)) else {
-                    return Err(OperatorError::Other(format!("{KIND}: corrupt split state of {} bytes", e.len())));
-                };
-                let id = u32::from_le_bytes(id.try_into().map_err(|_| OperatorError::Other("split id".into()))?);
-                let next = u64::from_le_bytes(next.try_into().map_err(|_| OperatorError::Other("position".into()))?);
+            for SplitPosition { id, next } in read_positions(list, KIND)? {
                 self.splits.push(Split { id, next, base: next });
             }
             self.splits.sort_by_key(|s| s.id);
@@ -186,14 +182,8 @@ impl Source for EventClock {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let list = ctx.operator_state.list_state(STATE)?;
-        list.clear();
-        for s in &self.splits {
-            let mut e = Vec::with_capacity(12);
-            e.extend_from_slice(&s.id.to_le_bytes());
-            e.extend_from_slice(&s.next.to_le_bytes());
-            list.push(e);
-        }
+        let positions = self.splits.iter().map(|s| SplitPosition { id: s.id, next: s.next });
+        write_positions(ctx.operator_state.list_state(STATE)?, positions);
         Ok(())
     }
 }

@@ -26,17 +26,33 @@ const SLOWEST_EVENT_MS_PER_S: u64 = 500;
 /// `watermark-log` → `file-sink`.
 fn spec(name: &str, sources: u32, out: &Path) -> String {
     format!(
-        "name: {name}\n\
-         parallelism: 1\n\
-         checkpointing: {{ interval_ms: 300 }}\n\
-         restart: {{ strategy: fixed-delay, attempts: 100, delay_ms: 200 }}\n\
-         operators:\n  \
+        "{}\
            - uid: clock\n    \
              kind: event-clock\n    \
              parallelism: {sources}\n    \
              config: {{ rates: [50, 100, 200], idle_splits: 1, step_ms: 10 }}\n    \
-             watermarks: {{ max_out_of_orderness_ms: 0, idle_timeout_ms: 1000, auto_watermark_interval_ms: 50 }}\n  \
-           - {{ uid: log, kind: watermark-log, input: clock }}\n  \
+             watermarks: {{ max_out_of_orderness_ms: 0, idle_timeout_ms: 1000, auto_watermark_interval_ms: 50 }}\n\
+         {}",
+        header(name),
+        logged("clock", out)
+    )
+}
+
+/// A job's settings, up to its first operator: checkpoints every 300 ms, restarts without end.
+fn header(name: &str) -> String {
+    format!(
+        "name: {name}\n\
+         parallelism: 1\n\
+         checkpointing: {{ interval_ms: 300 }}\n\
+         restart: {{ strategy: fixed-delay, attempts: 100, delay_ms: 200 }}\n\
+         operators:\n  "
+    )
+}
+
+/// `watermark-log` after `input`, then a `file-sink` into `out`.
+fn logged(input: &str, out: &Path) -> String {
+    format!(
+        "  - {{ uid: log, kind: watermark-log, input: {input} }}\n  \
            - {{ uid: out, kind: file-sink, input: log, config: {{ path: {out:?} }} }}\n"
     )
 }
@@ -46,19 +62,16 @@ fn spec(name: &str, sources: u32, out: &Path) -> String {
 /// all be older than the newest one it had read before, so a watermark generated afresh from them would be lower.
 fn disorderly_spec(name: &str, sources: u32, out: &Path) -> String {
     format!(
-        "name: {name}\n\
-         parallelism: 1\n\
-         checkpointing: {{ interval_ms: 300 }}\n\
-         restart: {{ strategy: fixed-delay, attempts: 100, delay_ms: 200 }}\n\
-         operators:\n  \
+        "{}\
            - uid: events\n    \
              kind: datagen\n    \
              parallelism: {sources}\n    \
              config: {{ keys: 100, seed: 7, splits: 6, rate_per_sec: 600, \
                         event_time: {{ start_ms: 1000000, step_ms: 1, max_disorder_ms: 1000 }} }}\n    \
-             watermarks: {{ max_out_of_orderness_ms: 1000, auto_watermark_interval_ms: 50 }}\n  \
-           - {{ uid: log, kind: watermark-log, input: events }}\n  \
-           - {{ uid: out, kind: file-sink, input: log, config: {{ path: {out:?} }} }}\n"
+             watermarks: {{ max_out_of_orderness_ms: 1000, auto_watermark_interval_ms: 50 }}\n\
+         {}",
+        header(name),
+        logged("events", out)
     )
 }
 

@@ -1,8 +1,10 @@
 //! What an operator author programs against, and what `examples/` imports: the operator traits and their
 //! contexts ([`operator`]), records ([`record`]), the kind registry a task-manager binary is built from
-//! ([`registry`]), and the exactly-once commit helpers for sinks ([`commit`]).
+//! ([`registry`]), the exactly-once commit helpers for sinks ([`commit`]), and split positions as operator state
+//! for sources ([`splits`]).
 
 pub mod commit;
 pub mod operator;
 pub mod record;
 pub mod registry;
+pub mod splits;

@@ -8,6 +8,7 @@
 
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
 use crate::api::record::{Key, Record, Value};
+use crate::api::splits::{read_positions, write_positions, SplitPosition};
 use std::time::{Duration, Instant};
 use weir_common::builtin::DatagenConfig;
 use weir_common::datagen::{key_of, split_range, timestamp_of};
@@ -45,12 +46,7 @@ impl Source for Datagen {
         self.rate_per_subtask = self.cfg.rate_per_sec as f64 / p as f64;
         let restored = ctx.operator_state.list_state(STATE)?;
         if ctx.restored {
-            for e in restored.iter() {
-                if e.len() != 12 {
-                    return Err(OperatorError::Other(format!("datagen: corrupt split state of {} bytes", e.len())));
-                }
-                let id = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
-                let next = u64::from_le_bytes(e[4..12].try_into().map_err(|_| OperatorError::Other("split".into()))?);
+            for SplitPosition { id, next } in read_positions(restored, "datagen")? {
                 let (start, end) = split_range(id, self.cfg.splits, self.cfg.count);
                 self.splits.push(Split { id, start, next, end });
             }
@@ -118,14 +114,8 @@ impl Source for Datagen {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let list = ctx.operator_state.list_state(STATE)?;
-        list.clear();
-        for s in &self.splits {
-            let mut e = Vec::with_capacity(12);
-            e.extend_from_slice(&s.id.to_le_bytes());
-            e.extend_from_slice(&s.next.to_le_bytes());
-            list.push(e);
-        }
+        let positions = self.splits.iter().map(|s| SplitPosition { id: s.id, next: s.next });
+        write_positions(ctx.operator_state.list_state(STATE)?, positions);
         Ok(())
     }
 }
