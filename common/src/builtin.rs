@@ -179,6 +179,10 @@ pub struct EventTimeConfig {
     /// Most a record's timestamp is moved back, ms.
     #[serde(default)]
     pub max_disorder_ms: u64,
+    /// Instead of the formula, the wall-clock time at which the record leaves the source (Flink's ingestion
+    /// time): what the latency benchmark measures from. The other fields must then be left out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wall_clock: bool,
 }
 
 fn one() -> u64 {
@@ -211,6 +215,12 @@ impl DatagenConfig {
         if let Some(t) = &event_time {
             if t.max_disorder_ms > crate::watermarks::MAX_OUT_OF_ORDERNESS_MS {
                 return Err(field_err("event_time", "max_disorder_ms is over 7 days: a unit mistake?"));
+            }
+            if t.wall_clock && (t.start_ms, t.step_ms, t.max_disorder_ms) != (0, 1, 0) {
+                return Err(field_err(
+                    "event_time",
+                    "wall_clock takes the time of emission: no start_ms, step_ms or max_disorder_ms",
+                ));
             }
         }
         let keys = r.u64("keys")?.unwrap_or(1000);
@@ -332,7 +342,14 @@ mod tests {
     #[test]
     fn datagen_event_time_is_a_nested_map() {
         let c = DatagenConfig::from_map(&m(&[("event_time", r#"{"start_ms": 1000, "max_disorder_ms": 50}"#)])).unwrap();
-        assert_eq!(c.event_time, Some(EventTimeConfig { start_ms: 1000, step_ms: 1, max_disorder_ms: 50 }));
+        assert_eq!(
+            c.event_time,
+            Some(EventTimeConfig { start_ms: 1000, step_ms: 1, max_disorder_ms: 50, wall_clock: false })
+        );
+        let wall = DatagenConfig::from_map(&m(&[("event_time", r#"{"wall_clock": true}"#)])).unwrap();
+        assert!(wall.event_time.is_some_and(|t| t.wall_clock));
+        let e = DatagenConfig::from_map(&m(&[("event_time", r#"{"wall_clock": true, "step_ms": 5}"#)])).unwrap_err();
+        assert!(e.message.contains("wall_clock"), "{e}");
         assert_eq!(DatagenConfig::from_map(&m(&[])).unwrap().event_time, None);
         for bad in [r#"{"start": 1}"#, "true", r#"{"step_ms": -1}"#, r#"{"max_disorder_ms": 604800001}"#] {
             let e = DatagenConfig::from_map(&m(&[("event_time", bad)])).unwrap_err();

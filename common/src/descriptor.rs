@@ -252,6 +252,9 @@ pub struct TaskDescriptor {
     pub input: Option<InputDescriptor>,
     /// Outputs of the tail.
     pub outputs: Vec<OutputDescriptor>,
+    /// Longest a partly filled batch waits before it is sent, ms.
+    #[serde(default = "default_linger_ms")]
+    pub linger_ms: u64,
     /// State to restore. Travels as a protobuf message of its own next to the rest
     /// (`DeployTaskRequest.restore` beside `.descriptor`, see [`crate::wire`]), not inside it.
     #[serde(skip)]
@@ -260,6 +263,10 @@ pub struct TaskDescriptor {
 
 /// Default of [`TaskDescriptor::operator_state_inline_limit`]: 64 KiB.
 pub const DEFAULT_OPERATOR_STATE_INLINE_LIMIT: u64 = 64 << 10;
+
+fn default_linger_ms() -> u64 {
+    crate::spec::DEFAULT_LINGER_MS
+}
 
 fn default_inline_limit() -> u64 {
     DEFAULT_OPERATOR_STATE_INLINE_LIMIT

@@ -67,6 +67,9 @@ pub struct JobSpecFile {
     /// Restart strategy.
     #[serde(default)]
     pub restart: Option<RestartFile>,
+    /// Longest a partly filled batch waits before it is sent, ms.
+    #[serde(default)]
+    pub linger_ms: Option<i64>,
     /// The operators, sources first is customary but not required.
     pub operators: Vec<OperatorFile>,
 }
@@ -234,6 +237,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
             failure_rate_interval_ms: rms("failure_rate_interval_ms", r.failure_rate_interval_ms)?,
         }),
         operators,
+        linger_ms: file.linger_ms,
     })
 }
 
@@ -418,6 +422,19 @@ pub struct ResolvedJob {
     pub restart: RestartSettings,
     /// Operators in spec order.
     pub operators: Vec<ResolvedOperator>,
+    /// Longest a partly filled batch waits before it is sent, ms.
+    #[serde(default = "default_linger_ms")]
+    pub linger_ms: u64,
+}
+
+/// How long a partly filled batch waits by default: a few milliseconds, so latency stays low at low rates while
+/// a busy edge fills its batches long before (Flink's buffer timeout is 100 ms).
+pub const DEFAULT_LINGER_MS: u64 = 5;
+/// The longest linger a spec may ask for.
+pub const MAX_LINGER_MS: i64 = 60_000;
+
+fn default_linger_ms() -> u64 {
+    DEFAULT_LINGER_MS
 }
 
 /// Most operators in one job. Validation and planning are linear in it; the limit keeps one submission from
@@ -656,6 +673,16 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
 
     let checkpointing = resolve_checkpointing(&spec.checkpointing.unwrap_or_default())?;
     let restart = resolve_restart(&spec.restart.clone().unwrap_or_default())?;
+    let linger_ms = match spec.linger_ms {
+        None => DEFAULT_LINGER_MS,
+        Some(ms) if (0..=MAX_LINGER_MS).contains(&ms) => ms as u64,
+        Some(ms) => {
+            return Err(job_err(
+                "linger_ms",
+                format!("{ms} is out of range: 0 (send every batch at once) to {MAX_LINGER_MS}"),
+            ))
+        }
+    };
 
     Ok(ResolvedJob {
         name: spec.name.clone(),
@@ -665,6 +692,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         checkpointing,
         restart,
         operators,
+        linger_ms,
     })
 }
 
@@ -940,6 +968,18 @@ operators:
         let listed = DEMO.replace("keys: 10000", "keys: [1, 2]");
         let e = err_of(&listed);
         assert!(e.contains("config.keys") && e.contains("[1,2]"), "{e}");
+    }
+
+    #[test]
+    fn linger_defaults_to_a_few_milliseconds_and_is_bounded() {
+        assert_eq!(resolve_text(DEMO).unwrap().linger_ms, DEFAULT_LINGER_MS);
+        let with = |ms: &str| DEMO.replace("parallelism: 2\n", &format!("parallelism: 2\nlinger_ms: {ms}\n"));
+        assert_eq!(resolve_text(&with("0")).unwrap().linger_ms, 0);
+        assert_eq!(resolve_text(&with("60000")).unwrap().linger_ms, 60_000);
+        for bad in ["-1", "60001"] {
+            let e = err_of(&with(bad));
+            assert!(e.contains("linger_ms") && e.contains(bad), "{e}");
+        }
     }
 
     #[test]

@@ -425,6 +425,7 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
                     to_parallelism: o.to_parallelism,
                 })
                 .collect(),
+            linger_ms: d.linger_ms,
         }
     }
 }
@@ -492,6 +493,7 @@ impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
             operator_state_inline_limit: d.operator_state_inline_limit,
             input,
             outputs,
+            linger_ms: d.linger_ms,
             restore: None,
         })
     }
@@ -543,6 +545,7 @@ mod tests {
                 targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into())],
                 to_parallelism: 1,
             }],
+            linger_ms: 7,
             restore: None,
         };
         assert_eq!(TaskDescriptor::try_from(pb::TaskDescriptor::from(&d)).unwrap(), d);

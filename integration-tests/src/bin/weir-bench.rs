@@ -56,6 +56,14 @@ struct Args {
     /// subtask with a state file) against the matching spec.
     #[arg(long)]
     check_operators: Option<usize>,
+    /// Instead of the throughput run: this many records/s for `--seconds` through `datagen`, stamped with the
+    /// wall clock as they leave it, → `blackhole` on two task managers (a rebalance, so records cross between
+    /// them), and the sinks' lag behind the wall clock: the source-to-sink latency.
+    #[arg(long)]
+    latency: Option<u64>,
+    /// The job's `linger_ms` in the latency run [default: the job spec's default].
+    #[arg(long)]
+    linger_ms: Option<u64>,
 }
 
 /// Records in the calibration run.
@@ -292,7 +300,72 @@ fn check_savepoint(args: &Args, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// `GET /metrics` of a task manager.
+fn scrape(addr: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// The values of a gauge's samples with all of `labels` among their labels.
+fn samples(page: &str, name: &str, labels: &[&str]) -> Vec<f64> {
+    page.lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse().ok()))
+        .collect()
+}
+
+/// Source-to-sink latency at `rate` records/s: see [`Args::latency`].
+fn latency(args: &Args, rate: u64) -> Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(0, 1))?;
+    let mut metrics = Vec::new();
+    for _ in 0..2 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let addr = format!("127.0.0.1:{port}");
+        cluster.start_taskmanager_with_env(&[("WEIR_METRICS_BIND".into(), addr.clone())])?;
+        metrics.push(addr);
+    }
+    let records = rate * args.seconds;
+    let linger = args.linger_ms.map(|ms| format!("linger_ms: {ms}\n")).unwrap_or_default();
+    let spec = format!(
+        "name: latency\nparallelism: 2\n{linger}checkpointing: {{ interval_ms: {} }}\noperators:\n  \
+         - {{ uid: events, kind: datagen, config: {{ count: {records}, keys: 1000, seed: 1, rate_per_sec: {rate}, \
+              splits: 2, event_time: {{ wall_clock: true }} }} }}\n  \
+         - {{ uid: sink, kind: blackhole, input: events, partitioning: rebalance }}\n",
+        args.checkpoint_ms
+    );
+    let id = cluster.submit(&spec)?;
+    cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(args.seconds * 2 + 60))?;
+    let label = format!("job_id=\"{id}\"");
+    let pages: Vec<String> = metrics.iter().map(|a| scrape(a)).collect::<Result<_>>()?;
+    let mut by_quantile = Vec::new();
+    for q in ["0.5", "0.99", "1"] {
+        let quantile = format!("quantile=\"{q}\"");
+        let worst =
+            pages.iter().flat_map(|p| samples(p, "weir_blackhole_lag_ms", &[&label, &quantile])).reduce(f64::max);
+        by_quantile.push(worst.ok_or_else(|| anyhow::anyhow!("no lag samples of job {id} on the task managers"))?);
+    }
+    println!(
+        "latency at {rate} records/s for {} s ({records} records, linger {}): p50 {} ms, p99 {} ms, max {} ms \
+         (per sink subtask, the worst of the two; datagen → rebalance → blackhole over 2 task managers)",
+        args.seconds,
+        args.linger_ms.map(|ms| format!("{ms} ms")).unwrap_or_else(|| "default".into()),
+        by_quantile[0],
+        by_quantile[1],
+        by_quantile[2]
+    );
+    cluster.stop();
+    Ok(())
+}
+
 fn run(args: Args) -> Result<()> {
+    if let Some(rate) = args.latency {
+        return latency(&args, rate.max(1));
+    }
     if let Some(n) = args.check_operators {
         return check_savepoint(&args, n.max(2));
     }

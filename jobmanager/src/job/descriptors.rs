@@ -202,6 +202,7 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                 operator_state_inline_limit: plan.operator_state_inline_limit,
                 input,
                 outputs,
+                linger_ms: job.linger_ms,
                 restore,
             });
         }

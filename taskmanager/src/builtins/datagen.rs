@@ -79,6 +79,8 @@ impl Source for Datagen {
             None => usize::MAX,
             Some(_) => (budget / self.splits.len().max(1)).max(1),
         };
+        // One reading of the clock per poll: records of one poll leave together.
+        let wall_ms = self.cfg.event_time.filter(|t| t.wall_clock).map(|_| weir_common::now_ms() as i64);
         let mut visited_without_records = 0;
         while budget > 0 && visited_without_records < self.splits.len() {
             let slot = self.current % self.splits.len();
@@ -96,7 +98,7 @@ impl Source for Datagen {
                 let k = key_of(self.cfg.seed, i, self.cfg.keys);
                 let mut r = Record { key: Key::from_slice(&k.to_be_bytes()), value: Value::I64(1), timestamp: None };
                 if let Some(t) = &self.cfg.event_time {
-                    r.timestamp = Some(timestamp_of(t, self.cfg.seed, i, i - split.start));
+                    r.timestamp = Some(wall_ms.unwrap_or_else(|| timestamp_of(t, self.cfg.seed, i, i - split.start)));
                 }
                 out.push(slot as u32, r);
             }
@@ -190,7 +192,7 @@ mod tests {
     #[test]
     fn with_event_time_splits_are_read_in_turn_with_the_formulas_timestamps() -> Result<(), OperatorError> {
         use weir_common::builtin::EventTimeConfig;
-        let t = EventTimeConfig { start_ms: 1_000, step_ms: 10, max_disorder_ms: 0 };
+        let t = EventTimeConfig { start_ms: 1_000, step_ms: 10, max_disorder_ms: 0, wall_clock: false };
         let cfg = DatagenConfig { count: Some(100), keys: 7, seed: 5, rate_per_sec: 0, splits: 4, event_time: Some(t) };
         let mut store = OperatorStateStore::new();
         let mut src = Datagen::new(cfg.clone());

@@ -47,8 +47,6 @@ use weir_proto as pb;
 use weir_state::keyed::LocalSnapshot;
 use weir_state::{open_keyed_backend, OperatorStateStore};
 
-/// Longest time a partly filled batch waits before it is sent.
-const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// How often a task publishes its state engine's properties.
 const STATE_METRICS_INTERVAL: Duration = Duration::from_secs(2);
 /// Records a source emits per poll.
@@ -252,6 +250,8 @@ struct Task {
     /// Restored from a snapshot taken at end of input: end-of-input work was done before.
     restored_at_end: bool,
     work_dir: PathBuf,
+    /// Longest a partly filled batch waits before it is sent (the job's `linger_ms`).
+    linger: Duration,
     last_flush: Instant,
     records_in: metrics::Counter,
     sync_seconds: metrics::Histogram,
@@ -588,7 +588,7 @@ impl Task {
     }
 
     fn maybe_flush(&mut self) -> Result<(), TaskError> {
-        if self.last_flush.elapsed() >= FLUSH_INTERVAL {
+        if self.last_flush.elapsed() >= self.linger {
             self.flush_outputs()?;
         }
         Ok(())
@@ -734,6 +734,7 @@ mod tests {
                 channels: vec![SubtaskIndex(0)],
             }),
             outputs: vec![],
+            linger_ms: 5,
             restore: None,
         };
         let mut handle = spawn(desc, env).unwrap();
@@ -901,6 +902,7 @@ mod data_plane_tests {
             operator_state_inline_limit: 64 << 10,
             input: None,
             outputs: vec![],
+            linger_ms: 5,
             restore: None,
         }
     }

@@ -192,6 +192,7 @@ impl Task {
             input_ended: false,
             restored_at_end,
             work_dir,
+            linger: Duration::from_millis(desc.linger_ms),
             last_flush: Instant::now(),
             records_in: metrics::counter!("weir_records_in_total", &labels(&desc)),
             incremental: Arc::new(parking_lot::Mutex::new(incremental)),
@@ -354,6 +355,7 @@ mod tests {
                 targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into()), (SubtaskIndex(1), "10.0.0.2:7000".into())],
                 to_parallelism: 2,
             }],
+            linger_ms: 7,
             restore: None,
         }
     }

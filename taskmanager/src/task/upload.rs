@@ -281,6 +281,7 @@ mod tests {
             operator_state_inline_limit: 64 << 10,
             input: None,
             outputs: vec![],
+            linger_ms: 5,
             restore: None,
         }
     }
