@@ -6,6 +6,7 @@
 //!   and the `watermark-log` operator (a record per watermark), for the event-time tests.
 //! - [`distinct_values`]: the keyed `distinct-values` kind, a per-key count of distinct recent values in a
 //!   `MapState` with time-to-live.
+//! - [`stateless`]: the `key-filter` and `value-map` kinds, for the stateless-pipeline benchmark.
 //! - [`state_kinds`]: the keyed `state-kinds` kind, which keeps every kind of keyed and operator state (for the
 //!   rescaling tests).
 //! - [`upgrades`]: the kinds `profiles` (Avro state), `sessions` (Protobuf), `people` (bincode) and `visits`,
@@ -18,6 +19,7 @@ pub mod buffering_sink;
 pub mod distinct_values;
 pub mod event_clock;
 pub mod state_kinds;
+pub mod stateless;
 pub mod upgrades;
 
 use weir_taskmanager::api::registry::{Instance, Registry};
@@ -57,6 +59,12 @@ fn common_registry() -> Registry {
             Err(format!("config field {unknown:?}: unknown field ({} takes no config)", event_clock::LOG_KIND).into())
         }
         None => Ok(Instance::Operator(Box::new(event_clock::WatermarkLog))),
+    });
+    r.register(stateless::kind_info(stateless::FILTER_KIND), |config| {
+        Ok(Instance::Operator(Box::new(stateless::KeyFilter::from_map(config)?)))
+    });
+    r.register(stateless::kind_info(stateless::MAP_KIND), |config| {
+        Ok(Instance::Operator(Box::new(stateless::ValueMap::from_map(config)?)))
     });
     r.register(state_kinds::kind_info(), |config| match config.keys().next() {
         Some(unknown) => {
