@@ -2,7 +2,8 @@
 //!
 //! A task manager records per task (labels `job_id`, `vertex`, `subtask`): `weir_records_in_total`,
 //! `weir_records_out_total`, `weir_checkpoint_sync_seconds`, `weir_checkpoint_async_seconds`,
-//! `weir_checkpoint_uploaded_bytes_total`, `weir_watermark_ms`; per operator subtask `weir_late_records_total`;
+//! `weir_checkpoint_uploaded_bytes_total`, `weir_watermark_ms`, `weir_watermark_lag_ms`; per operator subtask
+//! `weir_late_records_total`;
 //! per `blackhole` subtask `weir_blackhole_records_total` and `weir_blackhole_lag_ms` (label `quantile`).
 //! Counters are bumped once per batch, never per record. A job manager records its HA role: `weir_jobmanager_is_leader`
 //! (0 or 1), `weir_jobmanager_epoch`, `weir_jobmanager_leader_elections_total`,

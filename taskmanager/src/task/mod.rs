@@ -243,6 +243,8 @@ struct Task {
     source_time: Option<SourceTime>,
     /// The task's current watermark, as a metric.
     watermark_gauge: metrics::Gauge,
+    /// How far the task's watermark is behind the wall clock, as a metric (refreshed with the state metrics).
+    watermark_lag_gauge: metrics::Gauge,
     /// Input frames held back by alignment, per channel in arrival order.
     deferred: Deferred<Frame>,
     /// All input consumed and end-of-input work done.
@@ -609,6 +611,9 @@ impl Task {
     /// state. Runs on the task thread, which owns the backends, every few seconds.
     fn publish_state_metrics(&mut self) {
         self.last_state_metrics = Instant::now();
+        if let Some(lag) = self.ops.last().and_then(|o| crate::time::lag_ms(crate::now_ms() as i64, o.watermark)) {
+            self.watermark_lag_gauge.set(lag as f64);
+        }
         for op in &self.ops {
             let Some(k) = &op.keyed else { continue };
             for (state, property, value) in k.properties() {

@@ -188,6 +188,7 @@ impl Task {
             valve: WatermarkValve::restored(n_inputs, floor),
             source_time,
             watermark_gauge: metrics::gauge!("weir_watermark_ms", &labels(&desc)),
+            watermark_lag_gauge: metrics::gauge!("weir_watermark_lag_ms", &labels(&desc)),
             deferred: Deferred::new(n_inputs),
             input_ended: false,
             restored_at_end,
