@@ -1,6 +1,7 @@
 //! Event time in the run loop: when a source's watermarks are emitted, and the clock its idleness is measured
 //! on. The decisions are the `time` module's; this holds the schedule.
 
+use crate::api::record::Record;
 use crate::time::generator::{SourceWatermarks, WatermarkStrategy};
 use crate::time::WatermarkOutput;
 use std::time::{Duration, Instant};
@@ -30,9 +31,34 @@ impl SourceTime {
         }
     }
 
-    /// The generators, fed with every record's split and timestamp.
-    pub(super) fn watermarks(&mut self) -> &mut SourceWatermarks {
-        &mut self.watermarks
+    /// Feeds the generators what one poll emitted: each record's timestamp to the generator of its split (`runs`:
+    /// consecutive records of one split, as `(split, records)`), and the splits that finished. A split beyond the
+    /// ones the source declared is an error.
+    pub(super) fn observe(
+        &mut self,
+        records: &[Record],
+        runs: impl IntoIterator<Item = (u32, u32)>,
+        finished: impl IntoIterator<Item = u32>,
+    ) -> Result<(), String> {
+        let splits = self.watermarks.splits();
+        let mut at = 0;
+        for (split, n) in runs {
+            let (split, n) = (split as usize, n as usize);
+            if split >= splits {
+                return Err(format!("the source emitted records of split {split}, but declared {splits} splits"));
+            }
+            let run = records.get(at..at + n).ok_or("the source's runs of splits overrun its records")?;
+            for ts in run.iter().filter_map(|r| r.timestamp) {
+                self.watermarks.on_event(split, ts);
+            }
+            at += n;
+        }
+        for split in finished {
+            if (split as usize) < splits {
+                self.watermarks.finish_split(split as usize);
+            }
+        }
+        Ok(())
     }
 
     /// The task spent `d` pushing records downstream: the idleness clock does not count it.
@@ -54,5 +80,32 @@ impl SourceTime {
         self.next_emit = now + self.interval;
         let clock_ms = now.saturating_duration_since(self.started).saturating_sub(self.blocked).as_millis() as u64;
         self.watermarks.on_periodic_emit(clock_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::{MAX_WATERMARK, MIN_WATERMARK};
+
+    fn at(ts: i64) -> Record {
+        Record::new_i64(b"k", 1).at(ts)
+    }
+
+    #[test]
+    fn each_record_feeds_the_generator_of_its_split() {
+        let strategy = WatermarkStrategy { max_out_of_orderness_ms: 10, ..Default::default() };
+        let mut time = SourceTime::new(&strategy, 2, MIN_WATERMARK);
+        let records = [at(100), at(300), at(200), Record::new_i64(b"k", 1)];
+        time.observe(&records, [(0, 1), (1, 3)], []).unwrap();
+        // Split 0 at 100, split 1 at 300: the source is held at split 0's 100 − 10 − 1.
+        assert_eq!(time.watermarks.on_periodic_emit(0).watermark, Some(89));
+        time.observe(&[], [], [0]).unwrap();
+        assert_eq!(time.watermarks.on_periodic_emit(1).watermark, Some(289), "a finished split lets go");
+        time.observe(&[], [], [1]).unwrap();
+        assert_eq!(time.watermarks.on_periodic_emit(2).watermark, Some(MAX_WATERMARK));
+        let e = time.observe(&records, [(2, 1)], []).unwrap_err();
+        assert!(e.contains("split 2") && e.contains("2 splits"), "{e}");
+        assert!(time.observe(&records[..1], [(0, 2)], []).is_err(), "runs longer than the records");
     }
 }

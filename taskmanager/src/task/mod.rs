@@ -328,28 +328,7 @@ impl Task {
             };
             let (records, runs, finished) = batch.take();
             if let Some(time) = &mut self.source_time {
-                let generators = time.watermarks();
-                let splits = generators.splits();
-                let mut at = 0;
-                for (split, n) in runs {
-                    let (split, n) = (split as usize, n as usize);
-                    if split >= splits {
-                        return Err(TaskError::Other(format!("the source emitted split {split} of {splits}")));
-                    }
-                    for r in &records[at..at + n] {
-                        if let Some(ts) = r.timestamp {
-                            generators.on_event(split, ts);
-                        }
-                    }
-                    at += n;
-                }
-                for split in finished {
-                    if (split as usize) < splits {
-                        generators.finish_split(split as usize);
-                    }
-                }
-            } else {
-                drop((runs, finished));
+                time.observe(&records, runs, finished).map_err(TaskError::Other)?;
             }
             if !records.is_empty() {
                 let pushing = Instant::now();
