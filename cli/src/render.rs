@@ -60,7 +60,7 @@ pub struct TaskWatermarkJson {
 
 /// How far event time is behind `now_ms`: none without a watermark, or once the input has ended (the maximum).
 fn watermark_lag(lowest: Option<i64>, now_ms: u64) -> Option<i64> {
-    lowest.filter(|&w| w < i64::MAX).map(|w| (now_ms as i64).saturating_sub(w))
+    lowest.and_then(|w| weir_common::watermarks::lag_ms(now_ms as i64, w))
 }
 
 /// A watermark for people: the maximum is the end of input.

@@ -12,6 +12,12 @@ pub const DEFAULT_AUTO_WATERMARK_INTERVAL_MS: u64 = 200;
 /// The longest idle timeout or emit interval a spec may declare (1 day).
 pub const MAX_WATERMARK_DURATION_MS: u64 = 24 * 3600 * 1000;
 
+/// How far event time is behind processing time: `now_ms − watermark`, or none before the first watermark
+/// (`i64::MIN`) and after the last (`i64::MAX`, the input ended).
+pub fn lag_ms(now_ms: i64, watermark: i64) -> Option<i64> {
+    (watermark != i64::MIN && watermark != i64::MAX).then(|| now_ms.saturating_sub(watermark))
+}
+
 /// How a source generates watermarks: bounded out-of-orderness per split (0 = Flink's monotonous strategy),
 /// optionally with idleness.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,6 +163,14 @@ mod tests {
             WatermarkStrategy::from_proto(&file("{ strategy: monotonous, idle_timeout_ms: 3000 }").unwrap()).unwrap();
         assert_eq!((m.max_out_of_orderness_ms, m.idle_timeout_ms), (0, Some(3000)));
         assert_eq!(WatermarkStrategy::from_proto(&pb::WatermarkSpec::default()).unwrap(), WatermarkStrategy::default());
+    }
+
+    #[test]
+    fn lag_is_none_without_a_watermark_or_after_the_last() {
+        assert_eq!(lag_ms(10_000, 9_250), Some(750));
+        assert_eq!(lag_ms(10_000, i64::MIN), None);
+        assert_eq!(lag_ms(10_000, i64::MAX), None);
+        assert_eq!(lag_ms(10_000, 12_000), Some(-2_000), "a watermark ahead of the clock");
     }
 
     #[test]

@@ -331,9 +331,9 @@ impl Task {
                 time.observe(&records, runs, finished).map_err(TaskError::Other)?;
             }
             if !records.is_empty() {
-                let pushing = Instant::now();
+                let pushing = self.source_time.is_some().then(Instant::now);
                 self.push_through(1, records)?;
-                if let Some(time) = &mut self.source_time {
+                if let (Some(time), Some(pushing)) = (&mut self.source_time, pushing) {
                     time.blocked_for(pushing.elapsed());
                 }
             }
@@ -590,7 +590,9 @@ impl Task {
     /// state. Runs on the task thread, which owns the backends, every few seconds.
     fn publish_state_metrics(&mut self) {
         self.last_state_metrics = Instant::now();
-        if let Some(lag) = self.ops.last().and_then(|o| crate::time::lag_ms(crate::now_ms() as i64, o.watermark)) {
+        if let Some(lag) =
+            self.ops.last().and_then(|o| weir_common::watermarks::lag_ms(crate::now_ms() as i64, o.watermark))
+        {
             self.watermark_lag_gauge.set(lag as f64);
         }
         for op in &self.ops {

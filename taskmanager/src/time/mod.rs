@@ -11,12 +11,6 @@ pub const MIN_WATERMARK: i64 = i64::MIN;
 /// The watermark of an input that has ended: every event time has passed.
 pub const MAX_WATERMARK: i64 = i64::MAX;
 
-/// How far event time is behind processing time: `now_ms − watermark`, or none before the first watermark and
-/// after the last (the input ended).
-pub fn lag_ms(now_ms: i64, watermark: i64) -> Option<i64> {
-    (watermark != MIN_WATERMARK && watermark != MAX_WATERMARK).then(|| now_ms.saturating_sub(watermark))
-}
-
 /// Whether an input (a split, a channel, a task) currently holds the watermark back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WatermarkStatus {
@@ -65,17 +59,4 @@ pub enum WatermarkEvent {
     Watermark(i64),
     /// The sender became active or idle.
     Status(WatermarkStatus),
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lag_is_none_without_a_watermark_or_after_the_last() {
-        assert_eq!(lag_ms(10_000, 9_250), Some(750));
-        assert_eq!(lag_ms(10_000, MIN_WATERMARK), None);
-        assert_eq!(lag_ms(10_000, MAX_WATERMARK), None);
-        assert_eq!(lag_ms(10_000, 12_000), Some(-2_000), "a watermark ahead of the clock");
-    }
 }
