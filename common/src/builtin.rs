@@ -53,6 +53,26 @@ pub struct KindInfo {
     /// The state signature the task manager computed for the kind (`weir_state::signature`), if it has state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<KindSignature>,
+    /// The columns it needs from its input (empty: any input; a keyed kind needs the key besides).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_columns: Vec<crate::schema::Column>,
+    /// What it emits.
+    #[serde(default)]
+    pub output: crate::schema::OutputSchema,
+}
+
+impl KindInfo {
+    /// The same kind declaring that it needs `columns` from its input.
+    pub fn with_input(mut self, columns: Vec<crate::schema::Column>) -> Self {
+        self.input_columns = columns;
+        self
+    }
+
+    /// The same kind declaring what it emits.
+    pub fn with_output(mut self, output: crate::schema::OutputSchema) -> Self {
+        self.output = output;
+        self
+    }
 }
 
 /// An operator kind's state signature as the job manager handles it: computed in the task manager (where the
@@ -82,6 +102,8 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             version: v.clone(),
             states: vec![("splits".into(), "operator-list".into(), "(u32, u64)".into())],
             signature: None,
+            input_columns: vec![],
+            output: crate::schema::OutputSchema::Columns(crate::schema::key_value("int64")),
         },
         KindInfo {
             kind: "keyed-count".into(),
@@ -90,6 +112,8 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             version: v.clone(),
             states: vec![("count".into(), "value".into(), "u64".into())],
             signature: None,
+            input_columns: vec![crate::schema::key_column()],
+            output: crate::schema::OutputSchema::Columns(crate::schema::key_value("int64")),
         },
         KindInfo {
             kind: "file-sink".into(),
@@ -98,6 +122,8 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             version: v.clone(),
             states: vec![("pending-files".into(), "operator-list".into(), "PendingFile".into())],
             signature: None,
+            input_columns: vec![],
+            output: Default::default(),
         },
         KindInfo {
             kind: "blackhole".into(),
@@ -106,6 +132,8 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             version: v,
             states: vec![],
             signature: None,
+            input_columns: vec![],
+            output: Default::default(),
         },
     ]
 }
@@ -249,17 +277,43 @@ impl DatagenConfig {
 pub struct FileSinkConfig {
     /// Directory the committed files appear in.
     pub path: String,
+    /// How rows are written.
+    pub format: FileFormat,
+}
+
+/// How `file-sink` writes rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileFormat {
+    /// `key,value` lines for key/value rows; other rows as their columns in schema order, comma-separated,
+    /// RFC 4180 quoting where needed (DESIGN §10).
+    #[default]
+    Text,
+    /// RFC 4180 CSV with a header line of column names in every file.
+    Csv,
+    /// A JSON object per line, by column name.
+    Json,
 }
 
 impl FileSinkConfig {
     /// Reads and checks a file-sink config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["path"])?;
+        let r = ConfigReader::new(map, &["path", "format"])?;
         let path = r.string("path").unwrap_or_default();
         if path.trim().is_empty() {
             return Err(field_err("path", "is required (the directory to write committed files to)"));
         }
-        Ok(FileSinkConfig { path })
+        let format = match r.string("format").as_deref().map(str::trim) {
+            None | Some("text") => FileFormat::Text,
+            Some("csv") => FileFormat::Csv,
+            Some("json") => FileFormat::Json,
+            Some(other) => {
+                return Err(field_err(
+                    "format",
+                    format!("expected text, csv or json, got {}", crate::text::echo(other)),
+                ))
+            }
+        };
+        Ok(FileSinkConfig { path, format })
     }
 }
 
@@ -375,5 +429,9 @@ mod tests {
     #[test]
     fn file_sink_needs_path() {
         assert_eq!(FileSinkConfig::from_map(&m(&[])).unwrap_err().field, "path");
+        let c = FileSinkConfig::from_map(&m(&[("path", "/o"), ("format", "json")])).unwrap();
+        assert_eq!(c.format, FileFormat::Json);
+        let e = FileSinkConfig::from_map(&m(&[("path", "/o"), ("format", "xml")])).unwrap_err();
+        assert!(e.field == "format" && e.message.contains("text, csv or json"), "{e:?}");
     }
 }

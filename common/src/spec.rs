@@ -157,6 +157,9 @@ pub struct OperatorFile {
     #[serde(default)]
     #[allow(missing_docs)]
     pub watermarks: Option<WatermarksFile>,
+    /// The columns the operator emits, for kinds that do not declare them (a source's schema).
+    #[serde(default)]
+    pub schema: Option<Vec<crate::schema::Column>>,
 }
 
 /// Parses a spec file (YAML, of which JSON is a subset) into its protobuf form.
@@ -195,7 +198,18 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
             None => None,
             Some(w) => Some(w.to_proto().map_err(|e| op_err(&op.uid, &format!("watermarks.{}", e.field), e.message))?),
         };
+        let schema = match &op.schema {
+            None => Vec::new(),
+            Some(columns) => {
+                crate::schema::validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e))?;
+                columns
+                    .iter()
+                    .map(|c| pb::ColumnSpec { name: c.name.clone(), r#type: c.data_type.clone(), nullable: c.nullable })
+                    .collect()
+            }
+        };
         operators.push(pb::OperatorSpec {
+            schema,
             uid: op.uid,
             kind: op.kind,
             config,
@@ -498,6 +512,88 @@ fn valid_uid(uid: &str) -> bool {
         && !uid.starts_with('.')
 }
 
+/// Checks the record schema of every edge: what an operator emits (declared by its kind, or by the spec's
+/// `schema:` for kinds that do not declare it) must have every column its consumer needs, of the same type.
+/// Edges whose producer's schema is unknown are not checked. The graph has no cycle.
+fn check_schemas(
+    spec: &pb::JobSpec,
+    operators: &[ResolvedOperator],
+    kinds: &HashMap<&str, &KindInfo>,
+) -> Result<(), SpecError> {
+    use crate::schema::{first_mismatch, key_column, validate_columns, Column, Mismatch, OutputSchema};
+    // `operators` is in spec order, the same index is the operator as written.
+    let mut emitted: Vec<Option<Option<Vec<Column>>>> = vec![None; operators.len()];
+    fn emits(
+        i: usize,
+        spec: &pb::JobSpec,
+        operators: &[ResolvedOperator],
+        kinds: &HashMap<&str, &KindInfo>,
+        memo: &mut Vec<Option<Option<Vec<Column>>>>,
+    ) -> Result<Option<Vec<Column>>, SpecError> {
+        if let Some(known) = &memo[i] {
+            return Ok(known.clone());
+        }
+        let op = &spec.operators[i];
+        let declared: Option<Vec<Column>> = (!op.schema.is_empty())
+            .then(|| op.schema.iter().map(|c| Column::new(&c.name, &c.r#type, c.nullable)).collect());
+        if let Some(columns) = &declared {
+            validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e))?;
+        }
+        let kind = kinds.get(op.kind.as_str()).map(|k| &k.output);
+        let out = match (kind, declared) {
+            (Some(OutputSchema::Columns(c)), Some(d)) if *c != d => {
+                return Err(op_err(
+                    &op.uid,
+                    "schema",
+                    format!("kind {:?} declares the columns it emits ({}); leave schema out", op.kind, listed(c)),
+                ))
+            }
+            (Some(OutputSchema::Columns(c)), _) => Some(c.clone()),
+            (Some(OutputSchema::SameAsInput), Some(_)) => {
+                return Err(op_err(&op.uid, "schema", format!("kind {:?} emits its input's columns", op.kind)))
+            }
+            (Some(OutputSchema::SameAsInput), None) => match operators[i].input {
+                Some(u) => emits(u, spec, operators, kinds, memo)?,
+                None => None,
+            },
+            (_, declared) => declared,
+        };
+        memo[i] = Some(out.clone());
+        Ok(out)
+    }
+    fn listed(columns: &[Column]) -> String {
+        columns.iter().map(|c| format!("{}: {}", c.name, c.data_type)).collect::<Vec<_>>().join(", ")
+    }
+    for (i, op) in operators.iter().enumerate() {
+        emits(i, spec, operators, kinds, &mut emitted)?;
+        let Some(u) = op.input else { continue };
+        let Some(available) = emits(u, spec, operators, kinds, &mut emitted)? else { continue };
+        let Some(info) = kinds.get(spec.operators[i].kind.as_str()) else { continue };
+        let mut needed = info.input_columns.clone();
+        if op.keyed && !needed.iter().any(|c| c.name == "key") {
+            needed.push(key_column());
+        }
+        let (up, me) = (&spec.operators[u], &spec.operators[i]);
+        let mismatch = match first_mismatch(&needed, &available) {
+            None => continue,
+            Some(Mismatch::Missing(c)) => format!(
+                "needs column {:?} ({}) from its input {:?} ({}), which emits no such column (it emits {})",
+                c.name,
+                c.data_type,
+                up.uid,
+                up.kind,
+                listed(&available)
+            ),
+            Some(Mismatch::Type { needed, found }) => format!(
+                "needs column {:?} as {} from its input {:?} ({}), which emits it as {found}",
+                needed.name, needed.data_type, up.uid, up.kind
+            ),
+        };
+        return Err(op_err(&me.uid, "input", mismatch));
+    }
+    Ok(())
+}
+
 /// Validates a spec against the known operator kinds and applies defaults.
 pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, SpecError> {
     check_limits(spec)?;
@@ -627,6 +723,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
     if let Some(i) = first_in_cycle(&operators) {
         return Err(op_err(&operators[i].uid, "input", "the inputs form a cycle"));
     }
+    check_schemas(spec, &operators, &kind_map)?;
 
     // Defaults and checks that need the whole graph.
     for i in 0..operators.len() {

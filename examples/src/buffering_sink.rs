@@ -40,6 +40,7 @@
 //! Config: `path` (required, the directory of the committed files) and `threshold` (records per write-out,
 //! default 1000). Lines are `key,value` as the `file-sink` writes them (an 8-byte key as its decimal `u64`).
 
+use arrow_array::RecordBatch;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -78,6 +79,8 @@ pub fn kind_info() -> KindInfo {
             (BUFFER_STATE.into(), "operator-list".into(), "Record".into()),
             (PENDING_STATE.into(), "operator-list".into(), "PendingFile".into()),
         ],
+        input_columns: vec![],
+        output: Default::default(),
     }
 }
 
@@ -206,10 +209,11 @@ impl Operator for BufferingSink {
 
     fn process_batch(
         &mut self,
-        records: &[Record],
+        batch: &RecordBatch,
         _: &mut ProcessContext<'_>,
         _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
+        let records = weir_taskmanager::api::batch::records(batch)?;
         for r in records {
             self.buffer.push(r.clone());
             if self.buffer.len() >= self.threshold {
@@ -280,9 +284,14 @@ mod tests {
 
     fn process(s: &mut BufferingSink, keys: std::ops::Range<u64>) {
         let i = info(0);
-        let mut nothing = |_: Vec<Record>| Ok(());
+        let mut nothing = |_: RecordBatch| Ok(());
         let records: Vec<Record> = keys.map(rec).collect();
-        s.process_batch(&records, &mut ProcessContext::new(&i, None), &mut Collector::new(&mut nothing)).unwrap();
+        s.process_batch(
+            &weir_taskmanager::api::batch::batch_of(&records).unwrap(),
+            &mut ProcessContext::new(&i, None),
+            &mut Collector::new(&mut nothing),
+        )
+        .unwrap();
     }
 
     fn snapshot(s: &mut BufferingSink, id: u64, store: &mut OperatorStateStore) {
@@ -356,7 +365,7 @@ mod tests {
         assert!(names(dir, false).is_empty(), "nothing is visible before a checkpoint completes");
 
         let i = info(1);
-        let mut nothing = |_: Vec<Record>| Ok(());
+        let mut nothing = |_: RecordBatch| Ok(());
         s.end_of_input(&mut ProcessContext::new(&i, None), &mut Collector::new(&mut nothing)).unwrap();
         assert_eq!(s.buffered(), 0);
         assert_eq!(read(dir, ".buffered-j-0-1-2.inprogress"), lines(6..7));

@@ -25,6 +25,7 @@
 //!
 //! Config: `ttl_ms` (the time-to-live in milliseconds, default 60000, at least 1).
 
+use arrow_array::RecordBatch;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use weir_common::builtin::{KindInfo, Role};
@@ -57,6 +58,8 @@ pub fn kind_info() -> KindInfo {
                 (VALUES_STATE.into(), "map".into(), "i64 -> u64".into()),
                 (KEYS_STATE.into(), "value".into(), "()".into()),
             ],
+            input_columns: weir_common::schema::key_value("int64"),
+            output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")),
         },
         &signature,
     )
@@ -148,10 +151,11 @@ impl Operator for DistinctValues {
 
     fn process_batch(
         &mut self,
-        records: &[Record],
+        batch: &RecordBatch,
         ctx: &mut ProcessContext<'_>,
         _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
+        let records = weir_taskmanager::api::batch::records(batch)?;
         let backend = ctx.keyed()?;
         let states = self.states()?;
         let marker = Vec::new();
@@ -250,17 +254,22 @@ mod tests {
 
     fn process(op: &mut DistinctValues, b: &mut dyn KeyedStateBackend, records: &[(u64, i64)]) {
         let i = info();
-        let mut nothing = |_: Vec<Record>| Ok(());
+        let mut nothing = |_: RecordBatch| Ok(());
         let records: Vec<Record> = records.iter().map(|&(k, v)| rec(k, v)).collect();
-        op.process_batch(&records, &mut ProcessContext::new(&i, Some(b)), &mut Collector::new(&mut nothing)).unwrap();
+        op.process_batch(
+            &weir_taskmanager::api::batch::batch_of(&records).unwrap(),
+            &mut ProcessContext::new(&i, Some(b)),
+            &mut Collector::new(&mut nothing),
+        )
+        .unwrap();
     }
 
     /// What `end_of_input` emits, by key.
     fn output(op: &mut DistinctValues, b: &mut dyn KeyedStateBackend) -> BTreeMap<u64, i64> {
         let i = info();
         let mut emitted = Vec::new();
-        let mut sink = |chunk: Vec<Record>| {
-            emitted.extend(chunk);
+        let mut sink = |chunk: RecordBatch| {
+            emitted.extend(weir_taskmanager::api::batch::records(&chunk).unwrap());
             Ok(())
         };
         let mut out = Collector::new(&mut sink);
@@ -489,14 +498,18 @@ mod tests {
         let mut b = backend(StateBackend::Heap, tmp.path(), None, &clock);
         let mut op = operator(&mut *b, false);
         let i = info();
-        let mut nothing = |_: Vec<Record>| Ok(());
+        let mut nothing = |_: RecordBatch| Ok(());
         let records = [Record {
             key: 42u64.to_be_bytes().as_slice().into(),
             value: Value::Bytes(b"x".to_vec()),
             timestamp: None,
         }];
         let err = op
-            .process_batch(&records, &mut ProcessContext::new(&i, Some(&mut *b)), &mut Collector::new(&mut nothing))
+            .process_batch(
+                &weir_taskmanager::api::batch::batch_of(&records).unwrap(),
+                &mut ProcessContext::new(&i, Some(&mut *b)),
+                &mut Collector::new(&mut nothing),
+            )
             .unwrap_err();
         assert!(err.to_string().contains("key 42") && err.to_string().contains("bytes"), "{err}");
     }

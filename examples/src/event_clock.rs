@@ -8,6 +8,7 @@
 //! event time faster. Splits `rates.len()..rates.len() + idle_splits` never emit. Splits are assigned to subtasks
 //! round-robin; each one's next record is operator list state, so the source rescales.
 
+use arrow_array::RecordBatch;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use weir_common::builtin::{KindInfo, Role};
@@ -33,6 +34,8 @@ pub fn kind_info() -> KindInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         states: vec![(STATE.into(), "operator-list".into(), "(u32, u64)".into())],
         signature: None,
+        input_columns: vec![],
+        output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")),
     }
 }
 
@@ -45,6 +48,8 @@ pub fn log_kind_info() -> KindInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         states: vec![],
         signature: None,
+        input_columns: vec![],
+        output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")),
     }
 }
 
@@ -167,7 +172,7 @@ impl Source for EventClock {
                 let ts = self.cfg.start_ms.saturating_add((n.saturating_mul(self.cfg.step_ms)) as i64);
                 let record =
                     Record::new(Key::from_slice(&(split.id as u64).to_be_bytes()), Value::I64(n as i64)).at(ts);
-                out.push(slot as u32, record);
+                out.push(slot as u32, record)?;
                 split.next += 1;
                 budget -= 1;
             }
@@ -195,7 +200,7 @@ pub struct WatermarkLog;
 impl Operator for WatermarkLog {
     fn process_batch(
         &mut self,
-        _records: &[Record],
+        _batch: &RecordBatch,
         _ctx: &mut ProcessContext<'_>,
         _out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
@@ -267,8 +272,10 @@ mod tests {
             if src.poll(&mut out, 64)? == SourceStatus::Finished {
                 break;
             }
-            stamps.extend(out.records().iter().map(|r| r.timestamp.unwrap_or(-1)));
-            out = SourceOutput::default();
+            for chunk in out.take().0 {
+                let records = weir_taskmanager::api::batch::records(&chunk.batch)?;
+                stamps.extend(records.iter().map(|r| r.timestamp.unwrap_or(-1)));
+            }
             std::thread::sleep(Duration::from_millis(1));
         }
         stamps.sort();

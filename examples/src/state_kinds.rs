@@ -18,6 +18,7 @@
 //! token: `("token", token)`; per subtask: `("members", sorted members joined by ",")` and
 //! `("config", "rule=<value>")`. Input values are ignored.
 
+use arrow_array::RecordBatch;
 use std::collections::{BTreeMap, BTreeSet};
 use weir_common::builtin::{KindInfo, Role};
 use weir_state::{AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState};
@@ -50,6 +51,8 @@ pub fn kind_info() -> KindInfo {
             s("members", "union-list", "string"),
             s("config", "broadcast", "string -> string"),
         ],
+        input_columns: vec![],
+        output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("binary")),
     }
 }
 
@@ -133,10 +136,11 @@ impl Operator for StateKinds {
 
     fn process_batch(
         &mut self,
-        records: &[Record],
+        batch: &RecordBatch,
         ctx: &mut ProcessContext<'_>,
         _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
+        let records = weir_taskmanager::api::batch::records(batch)?;
         let backend = ctx.keyed()?;
         let k = self.keyed()?;
         for r in records {

@@ -3,10 +3,12 @@
 //! (other keys pass), and `value-map` maps an integer value `v` to `v · multiply + add` (wrapping; other values
 //! pass unchanged). Neither keeps state.
 
+use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use weir_common::builtin::{KindInfo, Role};
+use weir_taskmanager::api::batch::{keys, VALUE};
 use weir_taskmanager::api::operator::{Collector, Operator, OperatorError, ProcessContext};
-use weir_taskmanager::api::record::{Record, Value};
 
 /// The filter's kind name.
 pub const FILTER_KIND: &str = "key-filter";
@@ -22,6 +24,8 @@ pub fn kind_info(kind: &str) -> KindInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         states: vec![],
         signature: None,
+        input_columns: vec![],
+        output: weir_common::schema::OutputSchema::SameAsInput,
     }
 }
 
@@ -59,22 +63,24 @@ impl KeyFilter {
         Ok(KeyFilter { modulo: modulo as u64, keep: keep as u64 })
     }
 
-    fn keeps(&self, r: &Record) -> bool {
-        <[u8; 8]>::try_from(r.key.as_slice()).map_or(true, |k| u64::from_be_bytes(k) % self.modulo == self.keep)
+    fn keeps(&self, key: &[u8]) -> bool {
+        <[u8; 8]>::try_from(key).map_or(true, |k| u64::from_be_bytes(k) % self.modulo == self.keep)
     }
 }
 
 impl Operator for KeyFilter {
     fn process_batch(
         &mut self,
-        records: &[Record],
+        batch: &RecordBatch,
         _ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        for r in records.iter().filter(|r| self.keeps(r)) {
-            out.emit(r.clone())?;
-        }
-        Ok(())
+        // A selection vector over the key column, then Arrow's filter kernel on the whole batch.
+        let keys = keys(batch)?;
+        let keep: BooleanArray = keys.iter().map(|k| Some(k.is_none_or(|k| self.keeps(k)))).collect();
+        let kept = arrow_select::filter::filter_record_batch(batch, &keep)
+            .map_err(|e| OperatorError::Other(format!("key-filter: {e}")))?;
+        out.emit_batch(kept)
     }
 }
 
@@ -95,25 +101,30 @@ impl ValueMap {
 impl Operator for ValueMap {
     fn process_batch(
         &mut self,
-        records: &[Record],
+        batch: &RecordBatch,
         _ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        for r in records {
-            let mut r = r.clone();
-            if let Value::I64(v) = &mut r.value {
-                *v = v.wrapping_mul(self.multiply).wrapping_add(self.add);
-            }
-            out.emit(r)?;
-        }
-        Ok(())
+        // The value column computed anew in one pass; the other columns are shared with the input.
+        let Some(i) = batch.schema().index_of(VALUE).ok() else { return out.emit_batch(batch.clone()) };
+        let Some(values) = batch.column(i).as_any().downcast_ref::<Int64Array>() else {
+            return out.emit_batch(batch.clone());
+        };
+        let (m, a) = (self.multiply, self.add);
+        let mapped: Int64Array = values.unary(|v| v.wrapping_mul(m).wrapping_add(a));
+        let mut columns = batch.columns().to_vec();
+        columns[i] = Arc::new(mapped) as ArrayRef;
+        let mapped = RecordBatch::try_new(batch.schema(), columns)
+            .map_err(|e| OperatorError::Other(format!("value-map: {e}")))?;
+        out.emit_batch(mapped)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_taskmanager::api::record::Key;
+    use weir_taskmanager::api::batch::{batch_of, records};
+    use weir_taskmanager::api::record::Record;
 
     fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -122,14 +133,50 @@ mod tests {
     #[test]
     fn filter_and_map() {
         let f = KeyFilter::from_map(&m(&[("modulo", "3"), ("keep", "1")])).unwrap();
-        let kept: Vec<u64> = (0..10).filter(|k| f.keeps(&Record::new_i64(&u64::to_be_bytes(*k), 1))).collect();
+        let kept: Vec<u64> = (0..10).filter(|k| f.keeps(&u64::to_be_bytes(*k))).collect();
         assert_eq!(kept, vec![1, 4, 7]);
-        assert!(f.keeps(&Record::new(Key::from_slice(b"word"), Value::Unit)), "other keys pass");
+        assert!(f.keeps(b"word"), "other keys pass");
         for bad in [vec![("modulo", "0")], vec![("keep", "2")], vec![("modulus", "2")], vec![("modulo", "x")]] {
             assert!(KeyFilter::from_map(&m(&bad)).is_err(), "{bad:?}");
         }
         let map = ValueMap::from_map(&m(&[("multiply", "3"), ("add", "-1")])).unwrap();
         assert_eq!((map.multiply, map.add), (3, -1));
         assert!(ValueMap::from_map(&m(&[("times", "2")])).is_err());
+    }
+
+    #[test]
+    fn both_work_on_whole_batches() {
+        use weir_taskmanager::api::operator::{Operator, RuntimeInfo};
+        let info = RuntimeInfo {
+            uid: "f".into(),
+            job_id: "j".into(),
+            attempt: 1,
+            subtask: weir_common::ids::SubtaskIndex(0),
+            parallelism: 1,
+            max_parallelism: 128,
+            key_group_range: weir_common::keygroup::KeyGroupRange { start: 0, end: 127 },
+        };
+        let input =
+            batch_of(&(0..6u64).map(|k| Record::new_i64(&k.to_be_bytes(), k as i64).at(k as i64)).collect::<Vec<_>>())
+                .unwrap();
+        let mut got = Vec::new();
+        let mut down = |b: RecordBatch| {
+            got.extend(records(&b).unwrap());
+            Ok(())
+        };
+        let mut f = KeyFilter::from_map(&m(&[("modulo", "3"), ("keep", "1")])).unwrap();
+        let mut map = ValueMap::from_map(&m(&[("multiply", "10"), ("add", "1")])).unwrap();
+        let mut filtered = Vec::new();
+        let mut keep = |b: RecordBatch| {
+            filtered.push(b);
+            Ok(())
+        };
+        f.process_batch(&input, &mut ProcessContext::new(&info, None), &mut Collector::new(&mut keep)).unwrap();
+        for b in &filtered {
+            map.process_batch(b, &mut ProcessContext::new(&info, None), &mut Collector::new(&mut down)).unwrap();
+        }
+        let expected: Vec<Record> =
+            [1u64, 4].iter().map(|&k| Record::new_i64(&k.to_be_bytes(), k as i64 * 10 + 1).at(k as i64)).collect();
+        assert_eq!(got, expected);
     }
 }

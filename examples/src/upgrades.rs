@@ -10,6 +10,7 @@
 //! | `people` | `Bincode<Person>` `{visits, name}` | `{visits, name, email}` | `DROPPED`: bincode is not evolvable; needs permission |
 //! | `visits` | `u64`, keyed by bytes | `u64`, keyed by `u64` | `INCOMPATIBLE`: keys are never migrated |
 
+use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
 use weir_common::builtin::{KindInfo, Role};
@@ -56,10 +57,11 @@ impl<T: Tally> Operator for PerKey<T> {
 
     fn process_batch(
         &mut self,
-        records: &[Record],
+        batch: &RecordBatch,
         ctx: &mut ProcessContext<'_>,
         _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
+        let records = weir_taskmanager::api::batch::records(batch)?;
         let backend = ctx.keyed()?;
         let state = self.state.as_mut().ok_or_else(|| OperatorError::Other("used before initialize_state".into()))?;
         for r in records {
@@ -95,6 +97,8 @@ fn register<T: Tally, K: TypeSignature>(r: &mut Registry, kind: &'static str) {
         version: env!("CARGO_PKG_VERSION").into(),
         states: vec![(STATE.into(), "value".into(), std::any::type_name::<T>().into())],
         signature: None,
+        input_columns: vec![],
+        output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")),
     };
     let signature = StateSignature::keyed::<K>().value::<T>(STATE);
     r.register(weir_taskmanager::api::registry::signed(info, &signature), move |config| match config.keys().next() {

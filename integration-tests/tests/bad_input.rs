@@ -53,6 +53,27 @@ operators:
         },
         BadSpec { name: "cycle", spec: cycle.to_string(), mentions: &[&["left", "right"], &["input"], &["cycle"]] },
         BadSpec {
+            // `state-kinds` emits bytes values; `distinct-values` counts integer ones.
+            name: "edge schemas differ",
+            spec: GOOD.replace(
+                "  - { uid: out, kind: blackhole, input: counts, parallelism: 1 }",
+                "  - { uid: kinds, kind: state-kinds, input: events }\n  \
+                 - { uid: distinct, kind: distinct-values, input: kinds }\n  \
+                 - { uid: out, kind: blackhole, input: distinct, parallelism: 1 }",
+            ),
+            mentions: &[&["distinct"], &["kinds"], &["\"value\""], &["binary"], &["int64"]],
+        },
+        BadSpec {
+            name: "a schema for a kind that declares its own",
+            spec: GOOD.replace("seed: 1 } }", "seed: 1 }, schema: [{ name: key, type: utf8 }] }"),
+            mentions: &[&["events"], &["schema"], &["declares"]],
+        },
+        BadSpec {
+            name: "a schema of an unknown type",
+            spec: GOOD.replace("seed: 1 } }", "seed: 1 }, schema: [{ name: price, type: decimal }] }"),
+            mentions: &[&["events"], &["schema"], &["price"], &["decimal"]],
+        },
+        BadSpec {
             name: "duplicate uid",
             spec: GOOD.replace("uid: out", "uid: counts"),
             mentions: &[&["counts"], &["uid"], &["duplicate"]],
@@ -186,7 +207,8 @@ fn missing_mentions(text: &str, mentions: &[&[&str]]) -> Vec<String> {
 
 #[test]
 fn bad_specs_are_rejected_and_create_no_job() -> anyhow::Result<()> {
-    let mut cluster = Cluster::start(ClusterOptions::new(1, 2))?;
+    // The examples' task manager: built-in kinds and user kinds with declared schemas.
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 2).with_taskmanager_binary("weir-example-taskmanager"))?;
     let specs = cluster.output_dir("specs")?;
     let mut failures = Vec::new();
 

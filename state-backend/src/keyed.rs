@@ -105,6 +105,12 @@ pub trait KeyedStateBackend: Send {
     fn set_max_value_bytes(&mut self, limit: usize);
     /// Sets the key that following accesses are scoped to (its serialized bytes).
     fn set_current_key(&mut self, key: &[u8]);
+    /// Sets the current key whose key group the caller already knows (the data plane computes it once per row,
+    /// when it routes the row): saves hashing the key a second time. `key_group` must be the key's.
+    fn set_current_key_in_group(&mut self, key: &[u8], key_group: u32) {
+        let _ = key_group;
+        self.set_current_key(key);
+    }
     /// The value of the current key, if any (value, reducing and aggregating states).
     fn get_value(&mut self, state: StateId) -> Result<Option<&[u8]>, StateError>;
     /// Sets the value of the current key.

@@ -74,6 +74,13 @@ impl RowKeyBuilder {
     /// Sets the current key (its serialized bytes); computes its key group.
     pub fn set(&mut self, key: &[u8]) {
         let kg = weir_common::keygroup::key_group_for_key(key, self.max_parallelism);
+        self.set_in_group(key, kg.0);
+    }
+
+    /// Sets the current key whose key group is known.
+    pub fn set_in_group(&mut self, key: &[u8], kg: u32) {
+        debug_assert_eq!(kg, weir_common::keygroup::key_group_for_key(key, self.max_parallelism).0);
+        let kg = weir_common::ids::KeyGroup(kg);
         self.row.clear();
         weir_common::keygroup::write_key_group_prefix(kg, self.max_parallelism, &mut self.row);
         self.row.extend_from_slice(key);

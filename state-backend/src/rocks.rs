@@ -964,6 +964,10 @@ impl KeyedStateBackend for RocksDbBackend {
         self.row.set(key);
     }
 
+    fn set_current_key_in_group(&mut self, key: &[u8], key_group: u32) {
+        self.row.set_in_group(key, key_group);
+    }
+
     fn get_value(&mut self, state: StateId) -> Result<Option<&[u8]>, StateError> {
         let ns = self.states[state.0].namespaced;
         self.check(state, "get_value", StateKind::is_value_row)?;

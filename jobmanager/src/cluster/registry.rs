@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use weir_common::builtin::{builtin_kinds, KindInfo, KindSignature, Role};
 use weir_common::ids::JobId;
+use weir_common::schema::{Column, OutputSchema};
 use weir_proto as pb;
 
 /// One registered task manager.
@@ -90,6 +91,10 @@ impl Registration {
     }
 }
 
+fn column_from_proto(c: &pb::ColumnSpec) -> Column {
+    Column::new(&c.name, &c.r#type, c.nullable)
+}
+
 /// Converts a reported operator kind; `None` if its role is unknown.
 pub fn kind_info_from_proto(k: &pb::OperatorKindInfo) -> Option<KindInfo> {
     Some(KindInfo {
@@ -98,6 +103,12 @@ pub fn kind_info_from_proto(k: &pb::OperatorKindInfo) -> Option<KindInfo> {
         keyed: k.keyed,
         version: k.version.clone(),
         states: k.states.iter().map(|s| (s.name.clone(), s.kind.clone(), s.type_name.clone())).collect(),
+        input_columns: k.input_columns.iter().map(column_from_proto).collect(),
+        output: match k.output_mode.as_str() {
+            "columns" => OutputSchema::Columns(k.output_columns.iter().map(column_from_proto).collect()),
+            "same-as-input" => OutputSchema::SameAsInput,
+            _ => OutputSchema::Undeclared,
+        },
         signature: (!k.state_signature.is_empty()).then(|| KindSignature {
             fingerprint: k.state_signature.clone(),
             text: k.state_signature_text.clone(),

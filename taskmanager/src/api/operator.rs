@@ -1,7 +1,7 @@
 //! The operator API: what users implement to add their own kinds (and what the built-in kinds use).
 //!
-//! A [`Source`] emits records and keeps its position in operator state; an [`Operator`] processes records
-//! in batches (a sink is an operator that emits nothing). Lifecycle hooks follow Flink's
+//! A [`Source`] emits records and keeps its position in operator state; an [`Operator`] processes Arrow record
+//! batches (a sink is an operator that emits nothing). Lifecycle hooks follow Flink's
 //! `CheckpointedFunction` and `CheckpointListener`:
 //!
 //! - `initialize_state` runs once before any record, with [`InitContext::is_restored`] telling whether
@@ -12,7 +12,9 @@
 //!   checkpoint completed). Logic that commits side effects must be idempotent and must also commit what
 //!   its restored state says is pending (see the `file-sink`).
 
+use crate::api::batch::{event_times, RecordsBuilder, EVENT_TIME};
 use crate::api::record::Record;
+use arrow_array::RecordBatch;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
 use weir_common::keygroup::KeyGroupRange;
 use weir_state::{KeyedStateBackend, OperatorStateStore};
@@ -138,66 +140,153 @@ pub struct SnapshotContext<'a> {
     pub operator_state: &'a mut OperatorStateStore,
 }
 
-/// Records an operator passes on per chunk.
+/// Rows an operator's emitted records are gathered into before they go downstream as one batch.
 pub const COLLECTOR_CHUNK: usize = 1024;
 
-/// Where an operator puts its output. Records are handed downstream in chunks as they are emitted, so an
-/// operator may emit any number of records (e.g. all its state at end of input) in bounded memory.
+/// Where an operator puts its output: whole batches ([`Collector::emit_batch`]), typed rows
+/// ([`Collector::emit_rows`]) or key/value records one by one ([`Collector::emit`], gathered into batches of
+/// [`COLLECTOR_CHUNK`] rows). Output is handed downstream as it is emitted, so an operator may emit any amount
+/// (e.g. all its state at end of input) in bounded memory; it reaches downstream in the order emitted.
 pub struct Collector<'a> {
-    buf: Vec<Record>,
-    downstream: &'a mut dyn FnMut(Vec<Record>) -> Result<(), OperatorError>,
+    rows: Option<RecordsBuilder>,
+    downstream: &'a mut dyn FnMut(RecordBatch) -> Result<(), OperatorError>,
 }
 
 impl<'a> Collector<'a> {
-    /// A collector that hands chunks to `downstream`.
-    pub fn new(downstream: &'a mut dyn FnMut(Vec<Record>) -> Result<(), OperatorError>) -> Self {
-        Collector { buf: Vec::new(), downstream }
+    /// A collector that hands batches to `downstream`.
+    pub fn new(downstream: &'a mut dyn FnMut(RecordBatch) -> Result<(), OperatorError>) -> Self {
+        Collector { rows: None, downstream }
     }
 
-    /// Emits one record.
+    fn rows(&mut self) -> &mut RecordsBuilder {
+        self.rows.get_or_insert_with(|| RecordsBuilder::with_capacity(COLLECTOR_CHUNK))
+    }
+
+    /// Emits one key/value record.
     pub fn emit(&mut self, r: Record) -> Result<(), OperatorError> {
-        if self.buf.capacity() == 0 {
-            self.buf.reserve_exact(COLLECTOR_CHUNK);
-        }
-        self.buf.push(r);
-        if self.buf.len() >= COLLECTOR_CHUNK {
+        let rows = self.rows();
+        rows.push(&r)?;
+        if rows.len() >= COLLECTOR_CHUNK {
             self.flush()?;
         }
         Ok(())
     }
 
-    /// Hands what was emitted so far downstream.
-    pub fn flush(&mut self) -> Result<(), OperatorError> {
-        if self.buf.is_empty() {
+    /// Emits a key/value row with an integer value, without building a [`Record`].
+    #[inline]
+    pub fn emit_i64(&mut self, key: &[u8], value: i64, timestamp: Option<i64>) -> Result<(), OperatorError> {
+        let rows = self.rows();
+        rows.push_i64(key, value, timestamp)?;
+        if rows.len() >= COLLECTOR_CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Emits a whole batch (after the records emitted before it). It must have an [`EVENT_TIME`] column.
+    pub fn emit_batch(&mut self, batch: RecordBatch) -> Result<(), OperatorError> {
+        if event_times(&batch).is_none() {
+            return Err(OperatorError::Other(format!(
+                "an emitted batch has no {EVENT_TIME:?} column of Timestamp(ms) (schema {})",
+                batch.schema()
+            )));
+        }
+        self.flush()?;
+        if batch.num_rows() == 0 {
             return Ok(());
         }
-        let chunk = std::mem::take(&mut self.buf);
-        (self.downstream)(chunk)
+        (self.downstream)(batch)
+    }
+
+    /// Hands the records emitted so far downstream.
+    pub fn flush(&mut self) -> Result<(), OperatorError> {
+        match self.rows.as_mut().and_then(RecordsBuilder::finish) {
+            Some(batch) => (self.downstream)(batch),
+            None => Ok(()),
+        }
     }
 }
 
-/// What a source's `poll` fills: the records, and which of the source's splits each came from, so the runtime
-/// generates watermarks per split (Flink's per-split watermarks).
-#[derive(Debug, Default)]
+/// A batch a source's poll produced, and which split each of its rows came from as runs of `(split, rows)`.
+#[derive(Debug)]
+pub struct SourceChunk {
+    /// The rows.
+    pub batch: RecordBatch,
+    /// Consecutive rows of one split, in order, covering the batch.
+    pub runs: Vec<(u32, u32)>,
+}
+
+/// What a source's `poll` fills: records or batches, and which of the source's splits each came from, so the
+/// runtime generates watermarks per split (Flink's per-split watermarks).
 pub struct SourceOutput {
-    records: Vec<Record>,
-    /// Runs of consecutive records from one split: (split, records).
-    runs: Vec<(u32, u32)>,
+    rows: RecordsBuilder,
+    row_runs: Vec<(u32, u32)>,
+    chunks: Vec<SourceChunk>,
     finished: Vec<u32>,
+    len: usize,
+}
+
+impl Default for SourceOutput {
+    fn default() -> Self {
+        Self::with_capacity(COLLECTOR_CHUNK)
+    }
 }
 
 impl SourceOutput {
     /// An empty output with room for `capacity` records.
     pub fn with_capacity(capacity: usize) -> Self {
-        SourceOutput { records: Vec::with_capacity(capacity), runs: Vec::new(), finished: Vec::new() }
+        SourceOutput {
+            rows: RecordsBuilder::with_capacity(capacity),
+            row_runs: Vec::new(),
+            chunks: Vec::new(),
+            finished: Vec::new(),
+            len: 0,
+        }
     }
 
-    /// Emits a record read from split `split` (an index below the source's [`Source::splits`]).
-    pub fn push(&mut self, split: u32, r: Record) {
-        self.records.push(r);
-        match self.runs.last_mut() {
+    fn count_row(&mut self, split: u32) {
+        self.len += 1;
+        match self.row_runs.last_mut() {
             Some((s, n)) if *s == split => *n += 1,
-            _ => self.runs.push((split, 1)),
+            _ => self.row_runs.push((split, 1)),
+        }
+    }
+
+    /// Emits a key/value record read from split `split` (an index below the source's [`Source::splits`]).
+    pub fn push(&mut self, split: u32, r: Record) -> Result<(), OperatorError> {
+        self.rows.push(&r)?;
+        self.count_row(split);
+        Ok(())
+    }
+
+    /// Emits a key/value row with an integer value read from split `split`, without building a [`Record`].
+    #[inline]
+    pub fn push_i64(&mut self, split: u32, key: &[u8], value: i64, ts: Option<i64>) -> Result<(), OperatorError> {
+        self.rows.push_i64(key, value, ts)?;
+        self.count_row(split);
+        Ok(())
+    }
+
+    /// Emits a whole batch read from split `split`. It must have an [`EVENT_TIME`] column.
+    pub fn push_batch(&mut self, split: u32, batch: RecordBatch) -> Result<(), OperatorError> {
+        if event_times(&batch).is_none() {
+            return Err(OperatorError::Other(format!(
+                "a source batch has no {EVENT_TIME:?} column of Timestamp(ms) (schema {})",
+                batch.schema()
+            )));
+        }
+        self.seal();
+        self.len += batch.num_rows();
+        let rows = batch.num_rows() as u32;
+        if rows > 0 {
+            self.chunks.push(SourceChunk { batch, runs: vec![(split, rows)] });
+        }
+        Ok(())
+    }
+
+    fn seal(&mut self) {
+        if let Some(batch) = self.rows.finish() {
+            self.chunks.push(SourceChunk { batch, runs: std::mem::take(&mut self.row_runs) });
         }
     }
 
@@ -206,26 +295,22 @@ impl SourceOutput {
         self.finished.push(split);
     }
 
-    /// Records emitted so far.
-    pub fn records(&self) -> &[Record] {
-        &self.records
-    }
-
     /// Number of records emitted so far.
     pub fn len(&self) -> usize {
-        self.records.len()
+        self.len
     }
 
     /// Whether no record was emitted.
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.len == 0
     }
 
-    /// The records with the split of each, as runs, and the splits that finished; leaves the output empty.
-    pub(crate) fn take(&mut self) -> (Vec<Record>, std::vec::Drain<'_, (u32, u32)>, std::vec::Drain<'_, u32>) {
-        let capacity = self.records.capacity();
-        let records = std::mem::replace(&mut self.records, Vec::with_capacity(capacity));
-        (records, self.runs.drain(..), self.finished.drain(..))
+    /// What was emitted, as batches with the split of each row, and the splits that finished; leaves the output
+    /// empty.
+    pub fn take(&mut self) -> (Vec<SourceChunk>, std::vec::Drain<'_, u32>) {
+        self.seal();
+        self.len = 0;
+        (std::mem::take(&mut self.chunks), self.finished.drain(..))
     }
 }
 
@@ -269,10 +354,11 @@ pub trait Operator: Send {
     fn initialize_state(&mut self, _ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         Ok(())
     }
-    /// Processes a batch, emitting any output to `out`.
+    /// Processes a batch of rows (an Arrow record batch of the input edge's schema), emitting any output to
+    /// `out`.
     fn process_batch(
         &mut self,
-        records: &[Record],
+        batch: &RecordBatch,
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError>;

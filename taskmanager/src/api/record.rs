@@ -1,7 +1,8 @@
-//! Records and their wire codec. A record is a key (its serialized bytes, by which it is partitioned), a value
-//! and, when its source assigns one, an event timestamp. Batches are encoded once per network frame: `u32
-//! count`, then per record `u8 key length`, key, `u8 value tag` (its high bit set when an `i64` timestamp
-//! follows), the timestamp and the value.
+//! A record as a row: a key (its serialized bytes, by which it is partitioned), a value and, when its source
+//! assigned one, an event timestamp. Records travel as Arrow batches ([`crate::api::batch`]); this is the row
+//! an operator reads from or adds to a key/value batch, and a compact codec for operators that keep records in
+//! their state (`u8 key length`, key, `u8 value tag` — its high bit set when an `i64` timestamp follows —, the
+//! timestamp and the value).
 
 use smallvec::SmallVec;
 
@@ -56,17 +57,7 @@ impl Record {
 
     /// Appends [`Record::key_text`] to `out` without allocating.
     pub fn write_key_text(&self, out: &mut String) {
-        use std::fmt::Write;
-        if let Ok(arr) = <[u8; 8]>::try_from(self.key.as_slice()) {
-            let _ = write!(out, "{}", u64::from_be_bytes(arr));
-            return;
-        }
-        match std::str::from_utf8(&self.key) {
-            Ok(s) => out.push_str(s),
-            Err(_) => self.key.iter().for_each(|b| {
-                let _ = write!(out, "{b:02x}");
-            }),
-        }
+        write_key_text(&self.key, out);
     }
 
     /// Appends the record as the line text sinks write: `key,value\n` (key as [`Record::key_text`], an integer
@@ -83,6 +74,21 @@ impl Record {
             Value::Bytes(b) => out.push_str(&String::from_utf8_lossy(b)),
         }
         out.push('\n');
+    }
+}
+
+/// Appends a key as text for sinks: an 8-byte key as its unsigned big-endian number, else UTF-8 or hex.
+pub fn write_key_text(key: &[u8], out: &mut String) {
+    use std::fmt::Write;
+    if let Ok(arr) = <[u8; 8]>::try_from(key) {
+        let _ = write!(out, "{}", u64::from_be_bytes(arr));
+        return;
+    }
+    match std::str::from_utf8(key) {
+        Ok(s) => out.push_str(s),
+        Err(_) => key.iter().for_each(|b| {
+            let _ = write!(out, "{b:02x}");
+        }),
     }
 }
 
@@ -142,7 +148,7 @@ fn take<'a>(buf: &mut &'a [u8], n: usize) -> Result<&'a [u8], CodecError> {
     Ok(head)
 }
 
-/// Decodes the batch body of a network frame that claims `count` records: the count must fit the body (at
+/// Decodes an encoded body that claims `count` records: the count must fit the body (at
 /// most [`MAX_BATCH_RECORDS`], each record at least [`MIN_ENCODED_RECORD`] bytes), so a corrupt count is an
 /// error instead of sizing an allocation.
 pub fn decode_batch(count: u32, body: &[u8]) -> Result<Vec<Record>, CodecError> {

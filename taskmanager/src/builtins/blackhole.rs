@@ -5,8 +5,9 @@
 //! that stamps records with the time they leave it (`datagen`'s `event_time: { wall_clock: true }`), the lag is
 //! the source-to-sink latency.
 
+use crate::api::batch::event_times;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
-use crate::api::record::Record;
+use arrow_array::{Array, RecordBatch};
 use std::time::{Duration, Instant};
 
 /// Lags below this many ms are counted per millisecond; longer ones only in the overflow and the maximum.
@@ -107,17 +108,18 @@ impl Operator for Blackhole {
 
     fn process_batch(
         &mut self,
-        records: &[Record],
+        batch: &RecordBatch,
         _: &mut ProcessContext<'_>,
         _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        self.records += records.len() as u64;
+        let rows = batch.num_rows() as u64;
+        self.records += rows;
         if let Some(c) = &self.counter {
-            c.increment(records.len() as u64);
+            c.increment(rows);
         }
-        if records.first().is_some_and(|r| r.timestamp.is_some()) {
+        if let Some(times) = event_times(batch).filter(|t| t.null_count() < t.len()) {
             let now = weir_common::now_ms() as i64;
-            for ts in records.iter().filter_map(|r| r.timestamp) {
+            for ts in times.iter().flatten() {
                 self.lag.record(now.saturating_sub(ts));
             }
             if self.last_publish.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY) {

@@ -7,7 +7,6 @@
 //! (the minimum over splits) advances as the source does. Without it, splits are read one after the other.
 
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
-use crate::api::record::{Key, Record, Value};
 use crate::api::splits::{read_positions, write_positions, SplitPosition};
 use std::time::{Duration, Instant};
 use weir_common::builtin::DatagenConfig;
@@ -96,11 +95,12 @@ impl Source for Datagen {
             let n = budget.min(share).min((split.end - split.next).min(usize::MAX as u64) as usize);
             for i in split.next..split.next + n as u64 {
                 let k = key_of(self.cfg.seed, i, self.cfg.keys);
-                let mut r = Record { key: Key::from_slice(&k.to_be_bytes()), value: Value::I64(1), timestamp: None };
-                if let Some(t) = &self.cfg.event_time {
-                    r.timestamp = Some(wall_ms.unwrap_or_else(|| timestamp_of(t, self.cfg.seed, i, i - split.start)));
-                }
-                out.push(slot as u32, r);
+                let ts = self
+                    .cfg
+                    .event_time
+                    .as_ref()
+                    .map(|t| wall_ms.unwrap_or_else(|| timestamp_of(t, self.cfg.seed, i, i - split.start)));
+                out.push_i64(slot as u32, &k.to_be_bytes(), 1, ts)?;
             }
             split.next += n as u64;
             budget -= n;
@@ -125,7 +125,9 @@ impl Source for Datagen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::operator::RuntimeInfo;
+    use crate::api::batch::records;
+    use crate::api::operator::{RuntimeInfo, SourceChunk};
+    use crate::api::record::Record;
     use weir_common::ids::{CheckpointId, SubtaskIndex};
     use weir_common::keygroup::KeyGroupRange;
     use weir_state::OperatorStateStore;
@@ -149,7 +151,7 @@ mod tests {
             if src.poll(&mut out, 7.min(limit - all.len()))? == SourceStatus::Finished {
                 break;
             }
-            all.extend(out.take().0);
+            all.extend(out.take().0.iter().flat_map(|c| records(&c.batch).unwrap()));
         }
         Ok(all)
     }
@@ -201,9 +203,11 @@ mod tests {
         assert_eq!(src.splits(), 4);
         let mut out = SourceOutput::default();
         src.poll(&mut out, 8)?;
-        let (records, runs, finished) = out.take();
-        assert_eq!(runs.collect::<Vec<_>>(), vec![(0, 2), (1, 2), (2, 2), (3, 2)], "two records from each split");
+        let (chunks, finished) = out.take();
         assert_eq!(finished.count(), 0);
+        let [SourceChunk { batch, runs }] = &chunks[..] else { panic!("one batch") };
+        assert_eq!(runs, &vec![(0, 2), (1, 2), (2, 2), (3, 2)], "two records from each split");
+        let records: Vec<Record> = records(batch)?;
         let stamps: Vec<i64> = records.iter().map(|r| r.timestamp.unwrap()).collect();
         assert_eq!(stamps, vec![1_000, 1_010, 1_000, 1_010, 1_000, 1_010, 1_000, 1_010]);
         // Every split runs through the same event time; each split reports its end once it has none left.
@@ -211,9 +215,9 @@ mod tests {
         let mut ended = std::collections::BTreeSet::new();
         loop {
             let status = src.poll(&mut out, 64)?;
-            let (records, _, finished) = out.take();
+            let (chunks, finished) = out.take();
             ended.extend(finished);
-            all.extend(records);
+            all.extend(chunks.iter().flat_map(|c| super::tests::records(&c.batch).unwrap()));
             if status == SourceStatus::Finished {
                 break;
             }

@@ -1,4 +1,5 @@
-//! `file-sink`: exactly-once text files of `key,value` lines.
+//! `file-sink`: exactly-once files of text lines: `key,value` for key/value rows, or every column of other rows,
+//! as text, CSV or JSON lines (`format`, see [`super::text`]).
 //!
 //! Records go to a hidden in-progress file (`.part-<job>-<subtask>-<attempt>-<seq>.inprogress`). At a
 //! checkpoint barrier the file is closed and becomes *pending* for that checkpoint (kept in operator state);
@@ -21,13 +22,15 @@
 //! list, and could drop an equal line written much later (for sinks whose lines repeat; `keyed-count`'s never
 //! do). Lines still to drop are kept in the sink's state, so a further failure during the replay loses nothing.
 
+use super::text::LineWriter;
 use crate::api::commit::{attempt_and_number, hidden_name, PendingFiles};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::record::Record;
+use arrow_array::RecordBatch;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
+use weir_common::builtin::FileFormat;
 use weir_common::builtin::FileSinkConfig;
 use weir_common::ids::CheckpointId;
 
@@ -58,6 +61,10 @@ pub struct FileSink {
     subtask: u32,
     /// Lines (with their newline) still to drop from the input, with how many times each.
     replayed: HashMap<String, u32>,
+    format: FileFormat,
+    /// How rows of the current input schema are written, and the line a file of them starts with.
+    lines: Option<LineWriter>,
+    header: Option<String>,
 }
 
 impl FileSink {
@@ -73,6 +80,9 @@ impl FileSink {
             attempt: 0,
             subtask: 0,
             replayed: HashMap::new(),
+            format: cfg.format,
+            lines: None,
+            header: None,
         }
     }
 
@@ -116,7 +126,12 @@ impl FileSink {
             }
             let text = std::fs::read_to_string(entry.path())
                 .map_err(|e| OperatorError::io(format!("read {}", entry.path().display()), e))?;
-            self.count_replayed(&text);
+            // A CSV file's first line is its header, not a row.
+            let rows = match self.format {
+                FileFormat::Csv => text.split_once('\n').map_or("", |(_, rows)| rows),
+                _ => &text,
+            };
+            self.count_replayed(rows);
             files += 1;
         }
         if files > 0 {
@@ -126,13 +141,33 @@ impl FileSink {
         Ok(())
     }
 
+    fn write_rows(&mut self, lines: &LineWriter, batch: &RecordBatch) -> Result<(), OperatorError> {
+        let mut line = std::mem::take(&mut self.line);
+        // Replaying after a fallback: lines committed already are dropped, the rest written.
+        let replaying = !self.replayed.is_empty();
+        for row in 0..batch.num_rows() {
+            line.clear();
+            lines.write_row(batch, row, &mut line);
+            if replaying && self.already_committed(&line) {
+                continue;
+            }
+            self.writer()?.write_all(line.as_bytes()).map_err(|e| OperatorError::io("write sink file", e))?;
+        }
+        self.line = line;
+        Ok(())
+    }
+
     fn writer(&mut self) -> Result<&mut BufWriter<File>, OperatorError> {
         if self.current.is_none() {
             let name = format!("{}{}", self.prefix, self.seq);
             self.seq += 1;
             let path = self.dir.join(hidden_name(&name));
             let file = File::create(&path).map_err(|e| OperatorError::io(format!("create {}", path.display()), e))?;
-            self.current = Some(InProgress { name, out: BufWriter::with_capacity(256 << 10, file) });
+            let mut out = BufWriter::with_capacity(256 << 10, file);
+            if let Some(header) = &self.header {
+                out.write_all(header.as_bytes()).map_err(|e| OperatorError::io("write sink file", e))?;
+            }
+            self.current = Some(InProgress { name, out });
         }
         match self.current.as_mut() {
             Some(c) => Ok(&mut c.out),
@@ -180,26 +215,28 @@ impl Operator for FileSink {
 
     fn process_batch(
         &mut self,
-        records: &[Record],
+        batch: &RecordBatch,
         _: &mut ProcessContext<'_>,
         _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        if records.is_empty() {
+        if batch.num_rows() == 0 {
             return Ok(());
         }
-        let mut line = std::mem::take(&mut self.line);
-        // Replaying after a fallback: lines committed already are dropped, the rest written.
-        let replaying = !self.replayed.is_empty();
-        for r in records {
-            line.clear();
-            r.write_text_line(&mut line);
-            if replaying && self.already_committed(&line) {
-                continue;
+        let lines = match self.lines.take() {
+            Some(l) if l.writes(batch) => l,
+            _ => {
+                let lines = LineWriter::new(batch, self.format)?;
+                self.header = lines.header();
+                // Rows of a new schema under a header of their own (CSV): a new file starts with it already.
+                if let (Some(header), Some(cur)) = (&self.header, self.current.as_mut()) {
+                    cur.out.write_all(header.as_bytes()).map_err(|e| OperatorError::io("write sink file", e))?;
+                }
+                lines
             }
-            self.writer()?.write_all(line.as_bytes()).map_err(|e| OperatorError::io("write sink file", e))?;
-        }
-        self.line = line;
-        Ok(())
+        };
+        let result = self.write_rows(&lines, batch);
+        self.lines = Some(lines);
+        result
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
@@ -234,7 +271,9 @@ impl Operator for FileSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::batch::batch_of;
     use crate::api::operator::RuntimeInfo;
+    use crate::api::record::Record;
     use std::path::Path;
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;
@@ -283,7 +322,7 @@ mod tests {
     #[test]
     fn commits_on_completion_and_on_restore_once() -> Result<(), OperatorError> {
         let tmp = tempfile::tempdir().unwrap();
-        let cfg = FileSinkConfig { path: tmp.path().display().to_string() };
+        let cfg = FileSinkConfig { path: tmp.path().display().to_string(), format: FileFormat::Text };
         let i1 = info(1);
         let mut store = OperatorStateStore::new();
         let mut sink = FileSink::new(cfg.clone());
@@ -294,8 +333,12 @@ mod tests {
             keyed: None,
         })?;
         let mut pc = ProcessContext::new(&i1, None);
-        let mut nothing = |_: Vec<Record>| Ok(());
-        sink.process_batch(&[Record::new_i64(&5u64.to_be_bytes(), 3)], &mut pc, &mut Collector::new(&mut nothing))?;
+        let mut nothing = |_: RecordBatch| Ok(());
+        sink.process_batch(
+            &batch_of(&[Record::new_i64(&5u64.to_be_bytes(), 3)])?,
+            &mut pc,
+            &mut Collector::new(&mut nothing),
+        )?;
         sink.snapshot_state(&mut SnapshotContext {
             checkpoint_id: CheckpointId(1),
             timestamp_ms: 0,
@@ -303,7 +346,11 @@ mod tests {
         })?;
         assert!(visible(tmp.path()).is_empty(), "nothing is visible before the checkpoint completes");
         // Data after the checkpoint: lost with the failure, never committed.
-        sink.process_batch(&[Record::new_i64(&6u64.to_be_bytes(), 1)], &mut pc, &mut Collector::new(&mut nothing))?;
+        sink.process_batch(
+            &batch_of(&[Record::new_i64(&6u64.to_be_bytes(), 1)])?,
+            &mut pc,
+            &mut Collector::new(&mut nothing),
+        )?;
         drop(sink); // the task manager dies before the notification arrives
 
         // Another job writing to the same directory: its in-progress file is not ours to remove.
@@ -330,9 +377,9 @@ mod tests {
     #[test]
     fn a_fallback_to_an_older_checkpoint_commits_no_line_twice() -> Result<(), OperatorError> {
         let tmp = tempfile::tempdir().unwrap();
-        let cfg = FileSinkConfig { path: tmp.path().display().to_string() };
+        let cfg = FileSinkConfig { path: tmp.path().display().to_string(), format: FileFormat::Text };
         let rec = |k: u64, v: i64| Record::new_i64(&k.to_be_bytes(), v);
-        let mut nothing = |_: Vec<Record>| Ok(());
+        let mut nothing = |_: RecordBatch| Ok(());
         let all_lines = |dir: &Path| -> Vec<String> {
             let mut lines: Vec<String> = visible(dir)
                 .iter()
@@ -353,12 +400,12 @@ mod tests {
             keyed: None,
         })?;
         let mut pc = ProcessContext::new(&i1, None);
-        sink.process_batch(&[rec(1, 1)], &mut pc, &mut Collector::new(&mut nothing))?;
+        sink.process_batch(&batch_of(&[rec(1, 1)])?, &mut pc, &mut Collector::new(&mut nothing))?;
         let mut chk1 = snapshot(&mut sink, 1)?;
         sink.notify_checkpoint_complete(CheckpointId(1))?;
         // Checkpoint 2 commits two more lines; then its _metadata turns out unreadable and the job restores
         // from checkpoint 1.
-        sink.process_batch(&[rec(2, 1), rec(1, 2)], &mut pc, &mut Collector::new(&mut nothing))?;
+        sink.process_batch(&batch_of(&[rec(2, 1), rec(1, 2)])?, &mut pc, &mut Collector::new(&mut nothing))?;
         snapshot(&mut sink, 2)?;
         sink.notify_checkpoint_complete(CheckpointId(2))?;
         drop(sink);
@@ -369,7 +416,7 @@ mod tests {
         sink.initialize_state(&mut InitContext { info: &i2, restored: true, operator_state: &mut chk1, keyed: None })?;
         let mut pc = ProcessContext::new(&i2, None);
         // The replay, in another order across channels, then new records.
-        sink.process_batch(&[rec(1, 2)], &mut pc, &mut Collector::new(&mut nothing))?;
+        sink.process_batch(&batch_of(&[rec(1, 2)])?, &mut pc, &mut Collector::new(&mut nothing))?;
         let mut chk3 = snapshot(&mut sink, 3)?;
         sink.notify_checkpoint_complete(CheckpointId(3))?;
         drop(sink);
@@ -378,7 +425,7 @@ mod tests {
         let mut sink = FileSink::new(cfg);
         sink.initialize_state(&mut InitContext { info: &i3, restored: true, operator_state: &mut chk3, keyed: None })?;
         let mut pc = ProcessContext::new(&i3, None);
-        sink.process_batch(&[rec(2, 1), rec(3, 1)], &mut pc, &mut Collector::new(&mut nothing))?;
+        sink.process_batch(&batch_of(&[rec(2, 1), rec(3, 1)])?, &mut pc, &mut Collector::new(&mut nothing))?;
         snapshot(&mut sink, 4)?;
         sink.notify_checkpoint_complete(CheckpointId(4))?;
         assert_eq!(all_lines(tmp.path()), ["1,1", "1,2", "2,1", "3,1"], "every line exactly once");
@@ -390,9 +437,9 @@ mod tests {
     #[test]
     fn a_fallback_drops_lines_another_subtask_committed() -> Result<(), OperatorError> {
         let tmp = tempfile::tempdir().unwrap();
-        let cfg = FileSinkConfig { path: tmp.path().display().to_string() };
+        let cfg = FileSinkConfig { path: tmp.path().display().to_string(), format: FileFormat::Text };
         let rec = |k: u64, v: i64| Record::new_i64(&k.to_be_bytes(), v);
-        let mut nothing = |_: Vec<Record>| Ok(());
+        let mut nothing = |_: RecordBatch| Ok(());
         let mut sinks = Vec::new();
         let mut chk1 = Vec::new();
         for s in 0..2 {
@@ -409,7 +456,7 @@ mod tests {
             sink.notify_checkpoint_complete(CheckpointId(1))?;
             // Checkpoint 2 commits a line on each subtask, then turns out unreadable.
             sink.process_batch(
-                &[rec(10 + s as u64, 1)],
+                &batch_of(&[rec(10 + s as u64, 1)])?,
                 &mut ProcessContext::new(&i, None),
                 &mut Collector::new(&mut nothing),
             )?;
@@ -435,7 +482,7 @@ mod tests {
             // The replay crosses over: subtask 0 receives what subtask 1 committed, and the other way round.
             let crossed = rec(10 + (1 - s as u64), 1);
             sink.process_batch(
-                &[crossed, rec(20 + s as u64, 1)],
+                &batch_of(&[crossed, rec(20 + s as u64, 1)])?,
                 &mut ProcessContext::new(&i, None),
                 &mut Collector::new(&mut nothing),
             )?;

@@ -2,8 +2,9 @@
 //! (`emit: end`, the default) or as `(key, new count)` after every record (`emit: updates`, like a Flink
 //! `KeyedProcessFunction` emitting running counts).
 
+use crate::api::batch::KvRows;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
-use crate::api::record::{Record, Value};
+use arrow_array::RecordBatch;
 use weir_common::builtin::{KeyedCountConfig, KeyedCountEmit};
 use weir_state::ValueState;
 
@@ -34,20 +35,21 @@ impl Operator for KeyedCount {
 
     fn process_batch(
         &mut self,
-        records: &[Record],
+        batch: &RecordBatch,
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         let updates = self.emit == KeyedCountEmit::Updates;
+        let rows = KvRows::new(batch)?;
         let backend = ctx.keyed()?;
         let state = self.state()?;
-        for r in records {
-            backend.set_current_key(&r.key);
+        for i in 0..rows.len() {
+            // With the key group the data plane computed when it routed the row.
+            rows.set_current_key(backend, i);
             let n = state.value(backend)?.unwrap_or(0) + 1;
             state.update(backend, &n)?;
             if updates {
-                // The key is inline (up to 16 bytes): the clone does not allocate.
-                out.emit(Record { key: r.key.clone(), value: Value::I64(n as i64), timestamp: r.timestamp })?;
+                out.emit_i64(rows.key(i), n as i64, rows.timestamp(i))?;
             }
         }
         Ok(())
@@ -63,7 +65,7 @@ impl Operator for KeyedCount {
         // The state visitor speaks StateError; keep the collector's own error to return it unchanged.
         let mut emit_error = None;
         let visited = state.for_each(backend, |k, n| {
-            out.emit(Record { key: k.into(), value: Value::I64(n as i64), timestamp: None }).map_err(|e| {
+            out.emit_i64(k, n as i64, None).map_err(|e| {
                 let msg = e.to_string();
                 emit_error = Some(e);
                 weir_state::StateError::Corrupt(format!("emitting counts failed: {msg}"))
@@ -80,7 +82,9 @@ impl Operator for KeyedCount {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::batch::{batch_of, records as records_of};
     use crate::api::operator::RuntimeInfo;
+    use crate::api::record::{Record, Value};
     use std::collections::BTreeMap;
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;
@@ -131,17 +135,18 @@ mod tests {
         let mut during = Vec::new();
         for batch in batches {
             let records: Vec<Record> = batch.iter().map(|k| Record::new_i64(&k.to_be_bytes(), 1)).collect();
-            let mut sink = |chunk: Vec<Record>| {
-                during.extend(chunk.into_iter().map(decode));
+            let mut sink = |chunk: RecordBatch| {
+                during.extend(records_of(&chunk).unwrap().into_iter().map(decode));
                 Ok(())
             };
             let mut out = Collector::new(&mut sink);
-            op.process_batch(&records, &mut ProcessContext::new(&i, Some(&mut *b)), &mut out).unwrap();
+            op.process_batch(&batch_of(&records).unwrap(), &mut ProcessContext::new(&i, Some(&mut *b)), &mut out)
+                .unwrap();
             out.flush().unwrap();
         }
         let mut at_end = Vec::new();
-        let mut sink = |chunk: Vec<Record>| {
-            at_end.extend(chunk.into_iter().map(decode));
+        let mut sink = |chunk: RecordBatch| {
+            at_end.extend(records_of(&chunk).unwrap().into_iter().map(decode));
             Ok(())
         };
         let mut out = Collector::new(&mut sink);

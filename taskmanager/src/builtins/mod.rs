@@ -4,6 +4,7 @@ mod blackhole;
 mod datagen;
 mod file_sink;
 mod keyed_count;
+mod text;
 
 pub use blackhole::Blackhole;
 pub use datagen::Datagen;

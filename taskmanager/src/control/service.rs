@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 use weir_common::checkpoint::SavepointTarget;
 use weir_common::cluster::JmLink;
 use weir_common::descriptor::{RestoreDescriptor, TaskDescriptor};
+use weir_common::schema::OutputSchema;
 use weir_common::store::StoreOptions;
 use weir_proto as pb;
 use weir_proto::job_manager_internal_client::JobManagerInternalClient;
@@ -108,6 +109,16 @@ impl TaskManager {
                 state_signature: k.signature.as_ref().map(|s| s.fingerprint.clone()).unwrap_or_default(),
                 state_signature_text: k.signature.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
                 key_serializer: k.signature.as_ref().and_then(|s| s.key.as_ref()).map(Into::into),
+                input_columns: k.input_columns.iter().map(column_to_proto).collect(),
+                output_mode: match &k.output {
+                    OutputSchema::Undeclared => String::new(),
+                    OutputSchema::Columns(_) => "columns".into(),
+                    OutputSchema::SameAsInput => "same-as-input".into(),
+                },
+                output_columns: match &k.output {
+                    OutputSchema::Columns(c) => c.iter().map(column_to_proto).collect(),
+                    _ => Vec::new(),
+                },
                 state_serializers: k
                     .signature
                     .as_ref()
@@ -443,6 +454,11 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         }
         Ok(Response::new(pb::EndInputResponse { tasks }))
     }
+}
+
+/// A declared column as the job manager receives it.
+fn column_to_proto(c: &weir_common::schema::Column) -> pb::ColumnSpec {
+    pb::ColumnSpec { name: c.name.clone(), r#type: c.data_type.clone(), nullable: c.nullable }
 }
 
 #[cfg(test)]

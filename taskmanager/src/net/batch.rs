@@ -1,11 +1,12 @@
 //! Arrow record batches as data-plane frame payloads: Arrow's IPC stream format, so a channel's frames are the
 //! stream cut at message boundaries. The first frame of a channel carries the schema message; every later
 //! frame carries exactly one record batch (preceded by the dictionary messages it needs, if any). A frame never
-//! ends inside a message, so no decoder state outlives a frame but the schema and dictionaries.
+//! ends inside a message, so no decoder state outlives a frame but the schema and dictionaries. A producer whose
+//! output schema changes sends a new schema frame, which starts the stream over.
 //!
 //! Decoding a corrupt frame is an error, never a panic: every length in a message is checked against the frame's
 //! bytes before Arrow reads it (Arrow slices buffers without checking), and the body is read in place, so nothing
-//! allocates by a declared size. Issue 19 moves the data plane onto this; until then nothing sends it.
+//! allocates by a declared size.
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_buffer::Buffer;
@@ -30,24 +31,72 @@ pub enum BatchError {
     Unexpected(&'static str),
 }
 
+/// Most rows one batch frame may carry: a consumer refuses more, whatever the frame claims.
+pub const MAX_BATCH_ROWS: u32 = 1 << 16;
+
 /// Encodes the batches of one channel.
 pub struct BatchEncoder {
     writer: StreamWriter<Vec<u8>>,
 }
 
 impl BatchEncoder {
-    /// An encoder for batches of `schema`, and the payload of the channel's first frame (the schema message).
+    /// An encoder for batches of `schema`, and the channel's first frame (the schema message), whole.
     pub fn new(schema: &Schema) -> Result<(Self, Vec<u8>), BatchError> {
-        let mut writer = StreamWriter::try_new(Vec::new(), schema)?;
-        let schema_frame = std::mem::take(writer.get_mut());
-        Ok((BatchEncoder { writer }, schema_frame))
+        let mut writer = StreamWriter::try_new(frame_start(), schema)?;
+        let frame = finish(std::mem::replace(writer.get_mut(), frame_start()), 0);
+        Ok((BatchEncoder { writer }, frame))
     }
 
-    /// One batch as one frame's payload.
+    /// One batch as one frame's payload (for tests: [`BatchEncoder::encode_frames`] makes whole frames).
     pub fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<u8>, BatchError> {
-        self.writer.write(batch)?;
-        Ok(std::mem::take(self.writer.get_mut()))
+        let frame = self.encode_one(batch)?;
+        Ok(frame[FRAME_HEADER..].to_vec())
     }
+
+    fn encode_one(&mut self, batch: &RecordBatch) -> Result<Vec<u8>, BatchError> {
+        self.writer.write(batch)?;
+        Ok(finish(std::mem::replace(self.writer.get_mut(), frame_start()), batch.num_rows() as u32))
+    }
+
+    /// `batch` as whole batch frames, written straight after the frame header: one frame, or, for a batch whose
+    /// frame would pass [`crate::net::MAX_FRAME`] or [`MAX_BATCH_ROWS`], its halves' frames in turn.
+    pub fn encode_frames(&mut self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>, BatchError> {
+        let mut frames = Vec::with_capacity(1);
+        self.encode_split(batch, &mut frames)?;
+        Ok(frames)
+    }
+
+    fn encode_split(&mut self, batch: &RecordBatch, frames: &mut Vec<Vec<u8>>) -> Result<(), BatchError> {
+        let rows = batch.num_rows();
+        if rows > MAX_BATCH_ROWS as usize {
+            let half = rows / 2;
+            self.encode_split(&batch.slice(0, half), frames)?;
+            return self.encode_split(&batch.slice(half, rows - half), frames);
+        }
+        let frame = self.encode_one(batch)?;
+        if frame.len() > crate::net::MAX_FRAME && rows > 1 {
+            // Arrow writes a slice's buffers only, so each half is about half the bytes.
+            let half = rows / 2;
+            self.encode_split(&batch.slice(0, half), frames)?;
+            return self.encode_split(&batch.slice(half, rows - half), frames);
+        }
+        frames.push(frame);
+        Ok(())
+    }
+}
+
+/// A batch frame's header: length, type and row count.
+const FRAME_HEADER: usize = 9;
+
+fn frame_start() -> Vec<u8> {
+    let mut v = Vec::with_capacity(16 << 10);
+    crate::net::begin_batch(&mut v);
+    v
+}
+
+fn finish(mut frame: Vec<u8>, rows: u32) -> Vec<u8> {
+    crate::net::finish_batch(&mut frame, rows);
+    frame
 }
 
 /// Decodes the frames of one channel.
@@ -73,9 +122,9 @@ impl BatchDecoder {
         self.schema.as_ref()
     }
 
-    /// Decodes one frame's payload: `None` for the schema frame, the batch for every later one.
+    /// Decodes one frame's payload: `None` for a schema frame (the channel's first, or one that starts the
+    /// stream over with a new schema), the batch for every other.
     pub fn decode(&mut self, payload: Vec<u8>) -> Result<Option<RecordBatch>, BatchError> {
-        let first_frame = self.schema.is_none();
         // Arrow reads columns in place as typed slices, which needs 8-byte alignment: a frame's buffers sit at
         // multiples of 8 from its start, so the start must be too (the allocator's usually is; if not, copy).
         let frame = if payload.as_ptr().align_offset(ALIGNMENT) == 0 {
@@ -83,6 +132,12 @@ impl BatchDecoder {
         } else {
             Buffer::from_slice_ref(&payload)
         };
+        let schema_frame =
+            matches!(next_message(&frame[..]), Ok((m, _, _)) if m.header_type() == MessageHeader::Schema);
+        if schema_frame {
+            self.schema = None;
+            self.dictionaries.clear();
+        }
         let mut rest = &frame[..];
         let mut batch = None;
         while !rest.is_empty() {
@@ -93,11 +148,11 @@ impl BatchDecoder {
             let body = frame.slice_with_length(frame.len() - rest.len() + body_at, body_len);
             let version = message.version();
             match message.header_type() {
-                MessageHeader::Schema if first_frame && self.schema.is_none() => {
+                MessageHeader::Schema if schema_frame && self.schema.is_none() => {
                     let fb = message.header_as_schema().ok_or(BatchError::Unexpected("a schema without its header"))?;
                     self.schema = Some(Arc::new(arrow_ipc::convert::try_fb_to_schema(fb)?));
                 }
-                MessageHeader::DictionaryBatch if !first_frame && batch.is_none() => {
+                MessageHeader::DictionaryBatch if !schema_frame && batch.is_none() => {
                     let schema =
                         self.schema.as_ref().ok_or(BatchError::Unexpected("a dictionary before the schema"))?;
                     let dict =
@@ -107,7 +162,7 @@ impl BatchDecoder {
                     let dictionaries = &mut self.dictionaries;
                     guarded(|| read_dictionary(&body, dict, schema, dictionaries, &version))?;
                 }
-                MessageHeader::RecordBatch if !first_frame && batch.is_none() => {
+                MessageHeader::RecordBatch if !schema_frame && batch.is_none() => {
                     let schema =
                         self.schema.clone().ok_or(BatchError::Unexpected("a record batch before the schema"))?;
                     let rb = message.header_as_record_batch().ok_or(BatchError::Unexpected("an empty record batch"))?;
@@ -119,9 +174,8 @@ impl BatchDecoder {
             }
             rest = &rest[body_at + body_len..];
         }
-        match (first_frame, batch) {
-            (true, None) if self.schema.is_some() => Ok(None),
-            (true, _) => Err(BatchError::Unexpected("no schema")),
+        match (schema_frame, batch) {
+            (true, _) => Ok(None),
             (false, None) => Err(BatchError::Unexpected("no record batch")),
             (false, Some(b)) => Ok(Some(b)),
         }
@@ -237,6 +291,7 @@ mod tests {
     fn the_schema_goes_first_then_one_batch_per_frame() {
         let b = batch(&[(vec![1], 5, Some(1_000), "x".into()), (vec![2, 3], -7, None, "yy".into())]);
         let (mut enc, schema_frame) = BatchEncoder::new(&b.schema()).unwrap();
+        let schema_frame = schema_frame[FRAME_HEADER..].to_vec();
         // A batch before the schema is refused (another encoder's: dictionaries go out once per stream, so a
         // channel's frames are never dropped).
         let (mut other, _) = BatchEncoder::new(&b.schema()).unwrap();
@@ -254,6 +309,7 @@ mod tests {
         assert!(matches!(dec.decode(frame[..frame.len() - 1].to_vec()), Err(BatchError::Incomplete)));
         let mut dec2 = BatchDecoder::new();
         let (_, schema_frame) = BatchEncoder::new(&Schema::new(vec![Field::new("v", DataType::Int64, false)])).unwrap();
+        let schema_frame = schema_frame[FRAME_HEADER..].to_vec();
         dec2.decode(schema_frame).unwrap();
         assert!(dec2.decode(Vec::new()).is_err());
     }
@@ -263,6 +319,7 @@ mod tests {
         fn batches_round_trip(batches in proptest::collection::vec(rows(), 1..5)) {
             let first = batch(&batches[0]);
             let (mut enc, schema_frame) = BatchEncoder::new(&first.schema()).unwrap();
+        let schema_frame = schema_frame[FRAME_HEADER..].to_vec();
             let mut dec = BatchDecoder::new();
             prop_assert!(dec.decode(schema_frame).unwrap().is_none());
             for rows in &batches {
@@ -281,6 +338,7 @@ mod tests {
         ) {
             let b = batch(&rows);
             let (mut enc, schema_frame) = BatchEncoder::new(&b.schema()).unwrap();
+        let schema_frame = schema_frame[FRAME_HEADER..].to_vec();
             let frame = enc.encode(&b).unwrap();
             for target in [&schema_frame, &frame] {
                 let mut bad = target.clone();

@@ -1,7 +1,7 @@
 //! Framing: the frame types, their encoding and decoding, and reading one frame off a connection with a
 //! bounded buffer.
 
-use crate::api::record::{MAX_BATCH_RECORDS, MIN_ENCODED_RECORD};
+use super::batch::MAX_BATCH_ROWS;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -28,11 +28,12 @@ pub(super) const T_WATERMARK_STATUS: u8 = 7;
 /// A data-plane message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
-    /// `count` records, encoded by [`crate::api::record::encode_record`].
+    /// Rows as Arrow IPC messages ([`super::batch`]): a record batch of `count` rows, or, with a count of 0, a
+    /// schema that starts the channel's stream (over).
     Batch {
-        /// Number of records.
+        /// Number of rows.
         count: u32,
-        /// Encoded records.
+        /// The IPC messages.
         body: Vec<u8>,
     },
     /// Checkpoint barrier.
@@ -226,8 +227,8 @@ impl From<&Handshake> for weir_proto::DataHandshake {
     }
 }
 
-/// Decodes a frame's payload. Every frame has an exact size, but a batch, whose record count must fit the
-/// bytes it came with: each record takes at least [`MIN_ENCODED_RECORD`] bytes.
+/// Decodes a frame's payload. Every frame has an exact size, but a batch, whose row count is bounded by
+/// [`MAX_BATCH_ROWS`] here and checked against its bytes when its IPC messages are decoded.
 pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, String> {
     // The match arms fix the slice lengths these are called with.
     let le_u32 = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
@@ -236,8 +237,8 @@ pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, Stri
         (T_BATCH, n) if n >= 4 => {
             let count = le_u32(&payload[..4]);
             let body = n - 4;
-            if count > MAX_BATCH_RECORDS || count as usize > body / MIN_ENCODED_RECORD {
-                return Err(format!("batch frame claims {count} records in {body} bytes"));
+            if count > MAX_BATCH_ROWS {
+                return Err(format!("batch frame claims {count} rows in {body} bytes"));
             }
             payload.drain(..4);
             Ok(Frame::Batch { count, body: payload })

@@ -17,8 +17,8 @@
 //! producer's first frame is the secret ([`T_AUTH`]), and a consumer drops a connection without it.
 //!
 //! Bounds: nothing read off the network sizes an allocation by itself. A frame's buffer grows as its bytes
-//! arrive (at most [`MAX_FRAME`]), and a batch's record count must fit the bytes it came with (see
-//! [`crate::api::record::decode_batch`]).
+//! arrive (at most [`MAX_FRAME`]), and a batch's rows are read in place from the bytes it came with, every
+//! length checked first (see [`batch`]).
 
 pub mod batch;
 mod channels;
@@ -26,6 +26,7 @@ mod conn;
 mod data_server;
 mod frame;
 
+pub use batch::{BatchDecoder, BatchEncoder, MAX_BATCH_ROWS};
 pub use channels::*;
 pub use conn::{DataIo, DataStream, Liveness, CREDIT_TIMEOUT, HEARTBEAT_INTERVAL};
 pub use data_server::*;
@@ -81,8 +82,8 @@ pub(crate) mod alloc_probe {
 mod tests {
     use super::conn::*;
     use super::*;
-    use crate::api::record::MIN_ENCODED_RECORD;
-    use crate::api::record::{decode_batch, encode_record, Key, Record, Value};
+    use crate::api::batch::{batch_of, records as rows_of};
+    use crate::api::record::{Key, Record, Value};
     use proptest::collection::vec;
     use proptest::prelude::*;
     use std::pin::Pin;
@@ -130,10 +131,10 @@ mod tests {
 
     #[test]
     fn lengths_off_the_network_are_checked_against_the_bytes() {
-        // A batch that claims more records than its bytes can hold.
-        let f = encode_frame(&Frame::Batch { count: 2, body: vec![0, 0] });
+        // A batch that claims more rows than any batch may have.
+        let f = encode_frame(&Frame::Batch { count: MAX_BATCH_ROWS + 1, body: vec![0, 0] });
         let e = read_all(&f).unwrap_err().to_string();
-        assert!(e.contains("claims 2 records in 2 bytes"), "{e}");
+        assert!(e.contains("claims 65537 rows in 2 bytes"), "{e}");
         // Fixed-size frames with trailing or missing bytes.
         let mut f = encode_frame(&Frame::Credit(1));
         f.push(0);
@@ -199,13 +200,15 @@ mod tests {
         }
     }
 
-    fn arb_record() -> impl Strategy<Value = Record> {
-        let value = prop_oneof![
-            Just(Value::Unit),
-            any::<i64>().prop_map(Value::I64),
-            vec(any::<u8>(), 0..300).prop_map(Value::Bytes),
-        ];
-        (vec(any::<u8>(), 0..40), value).prop_map(|(k, value)| Record { key: Key::from_vec(k), value, timestamp: None })
+    /// Records of one batch: their values are all integers or all bytes (an edge has one schema), some unit.
+    fn arb_records() -> impl Strategy<Value = Vec<Record>> {
+        let record = |value: BoxedStrategy<Value>| {
+            (vec(any::<u8>(), 0..40), value, proptest::option::of(any::<i64>()))
+                .prop_map(|(k, value, timestamp)| Record { key: Key::from_vec(k), value, timestamp })
+        };
+        let ints = prop_oneof![Just(Value::Unit), any::<i64>().prop_map(Value::I64)].boxed();
+        let bytes = prop_oneof![Just(Value::Unit), vec(any::<u8>(), 0..300).prop_map(Value::Bytes)].boxed();
+        prop_oneof![vec(record(ints), 1..40), vec(record(bytes), 1..40)]
     }
 
     fn arb_frame() -> impl Strategy<Value = Frame> {
@@ -247,41 +250,50 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
 
         /// No input makes the decoders panic, or allocate more than the bytes it brought can justify: the
-        /// frame buffer grows only as bytes arrive (from at most `READ_CHUNK`), and a batch's records take
-        /// room for at most what its body can hold.
+        /// frame buffer grows only as bytes arrive (from at most `READ_CHUNK`), and a batch's rows are read in
+        /// place.
         #[test]
         fn arbitrary_bytes_never_panic_nor_overallocate(wire in arb_wire(), step in 1usize..64) {
             let (_, largest) = alloc_probe::largest_allocation(|| {
                 let mut r = Trickle { bytes: &wire, step };
+                let mut decoder = BatchDecoder::new();
                 while let Ok(Some(f)) = futures::executor::block_on(read_frame(&mut r, "fuzz")) {
-                    if let Frame::Batch { count, body } = f {
-                        let _ = decode_batch(count, &body);
+                    if let Frame::Batch { body, .. } = f {
+                        let _ = decoder.decode(body);
                     }
                 }
             });
-            let bound = READ_CHUNK.max(wire.len() / MIN_ENCODED_RECORD * std::mem::size_of::<Record>());
+            let bound = READ_CHUNK.max(wire.len() * 8);
             prop_assert!(largest <= bound, "{} bytes allocated for {} bytes of input", largest, wire.len());
         }
 
         #[test]
-        fn valid_frames_round_trip(frames in vec(arb_frame(), 0..8), records in vec(arb_record(), 1..40), step in 1usize..200) {
+        fn valid_frames_round_trip(frames in vec(arb_frame(), 0..8), records in arb_records(), step in 1usize..200) {
             let mut wire = Vec::new();
             for f in &frames {
                 wire.extend_from_slice(&encode_frame(f));
             }
-            let mut batch = Vec::new();
-            begin_batch(&mut batch);
-            for r in &records {
-                encode_record(r, &mut batch).unwrap();
+            let batch = batch_of(&records).unwrap();
+            let (mut encoder, schema_frame) = BatchEncoder::new(&batch.schema()).unwrap();
+            wire.extend_from_slice(&schema_frame);
+            for f in encoder.encode_frames(&batch).unwrap() {
+                wire.extend_from_slice(&f);
             }
-            finish_batch(&mut batch, records.len() as u32);
-            wire.extend_from_slice(&batch);
             let mut r = Trickle { bytes: &wire, step };
             for f in &frames {
                 prop_assert_eq!(&futures::executor::block_on(read_frame(&mut r, "t")).unwrap().unwrap(), f);
             }
+            let mut decoder = BatchDecoder::new();
             match futures::executor::block_on(read_frame(&mut r, "t")).unwrap().unwrap() {
-                Frame::Batch { count, body } => prop_assert_eq!(decode_batch(count, &body).unwrap(), records),
+                Frame::Batch { count: 0, body } => prop_assert!(decoder.decode(body).unwrap().is_none()),
+                other => prop_assert!(false, "expected the schema, got {:?}", other),
+            }
+            match futures::executor::block_on(read_frame(&mut r, "t")).unwrap().unwrap() {
+                Frame::Batch { count, body } => {
+                    let b = decoder.decode(body).unwrap().unwrap();
+                    prop_assert_eq!(b.num_rows(), count as usize);
+                    prop_assert_eq!(rows_of(&b).unwrap(), records);
+                }
                 other => prop_assert!(false, "expected a batch, got {:?}", other),
             }
             prop_assert!(futures::executor::block_on(read_frame(&mut r, "t")).unwrap().is_none());

@@ -1,7 +1,8 @@
 //! Event time in the run loop: when a source's watermarks are emitted, and the clock its idleness is measured
 //! on. The decisions are the `time` module's; this holds the schedule.
 
-use crate::api::record::Record;
+use crate::api::batch::event_times;
+use crate::api::operator::SourceChunk;
 use crate::time::generator::{SourceWatermarks, WatermarkStrategy};
 use crate::time::WatermarkOutput;
 use std::time::{Duration, Instant};
@@ -31,27 +32,34 @@ impl SourceTime {
         }
     }
 
-    /// Feeds the generators what one poll emitted: each record's timestamp to the generator of its split (`runs`:
-    /// consecutive records of one split, as `(split, records)`), and the splits that finished. A split beyond the
-    /// ones the source declared is an error.
+    /// Feeds the generators what one poll emitted: each row's timestamp to the generator of its split (each
+    /// chunk's runs of consecutive rows of one split), and the splits that finished. A split beyond the ones
+    /// the source declared is an error.
     pub(super) fn observe(
         &mut self,
-        records: &[Record],
-        runs: impl IntoIterator<Item = (u32, u32)>,
+        chunks: &[SourceChunk],
         finished: impl IntoIterator<Item = u32>,
     ) -> Result<(), String> {
         let splits = self.watermarks.splits();
-        let mut at = 0;
-        for (split, n) in runs {
-            let (split, n) = (split as usize, n as usize);
-            if split >= splits {
-                return Err(format!("the source emitted records of split {split}, but declared {splits} splits"));
+        for chunk in chunks {
+            let times = event_times(&chunk.batch);
+            let mut at = 0;
+            for &(split, n) in &chunk.runs {
+                let (split, n) = (split as usize, n as usize);
+                if split >= splits {
+                    return Err(format!("the source emitted records of split {split}, but declared {splits} splits"));
+                }
+                if at + n > chunk.batch.num_rows() {
+                    return Err("the source's runs of splits overrun its records".into());
+                }
+                if let Some(times) = times {
+                    let run = times.slice(at, n);
+                    for ts in run.iter().flatten() {
+                        self.watermarks.on_event(split, ts);
+                    }
+                }
+                at += n;
             }
-            let run = records.get(at..at + n).ok_or("the source's runs of splits overrun its records")?;
-            for ts in run.iter().filter_map(|r| r.timestamp) {
-                self.watermarks.on_event(split, ts);
-            }
-            at += n;
         }
         for split in finished {
             if (split as usize) < splits {
@@ -88,24 +96,34 @@ mod tests {
     use super::*;
     use crate::time::{MAX_WATERMARK, MIN_WATERMARK};
 
-    fn at(ts: i64) -> Record {
-        Record::new_i64(b"k", 1).at(ts)
+    fn chunk(times: &[Option<i64>], runs: &[(u32, u32)]) -> SourceChunk {
+        let records: Vec<_> = times
+            .iter()
+            .map(|t| {
+                let r = crate::api::record::Record::new_i64(b"k", 1);
+                match t {
+                    Some(t) => r.at(*t),
+                    None => r,
+                }
+            })
+            .collect();
+        SourceChunk { batch: crate::api::batch::batch_of(&records).unwrap(), runs: runs.to_vec() }
     }
 
     #[test]
     fn each_record_feeds_the_generator_of_its_split() {
         let strategy = WatermarkStrategy { max_out_of_orderness_ms: 10, ..Default::default() };
         let mut time = SourceTime::new(&strategy, 2, MIN_WATERMARK);
-        let records = [at(100), at(300), at(200), Record::new_i64(b"k", 1)];
-        time.observe(&records, [(0, 1), (1, 3)], []).unwrap();
+        let records = [Some(100), Some(300), Some(200), None];
+        time.observe(&[chunk(&records, &[(0, 1), (1, 3)])], []).unwrap();
         // Split 0 at 100, split 1 at 300: the source is held at split 0's 100 − 10 − 1.
         assert_eq!(time.watermarks.on_periodic_emit(0).watermark, Some(89));
-        time.observe(&[], [], [0]).unwrap();
+        time.observe(&[], [0]).unwrap();
         assert_eq!(time.watermarks.on_periodic_emit(1).watermark, Some(289), "a finished split lets go");
-        time.observe(&[], [], [1]).unwrap();
+        time.observe(&[], [1]).unwrap();
         assert_eq!(time.watermarks.on_periodic_emit(2).watermark, Some(MAX_WATERMARK));
-        let e = time.observe(&records, [(2, 1)], []).unwrap_err();
+        let e = time.observe(&[chunk(&records[..1], &[(2, 1)])], []).unwrap_err();
         assert!(e.contains("split 2") && e.contains("2 splits"), "{e}");
-        assert!(time.observe(&records[..1], [(0, 2)], []).is_err(), "runs longer than the records");
+        assert!(time.observe(&[chunk(&records[..1], &[(0, 2)])], []).is_err(), "runs longer than the records");
     }
 }

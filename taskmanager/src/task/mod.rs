@@ -17,20 +17,20 @@ mod upload;
 use error::{in_operator, TaskError};
 use event_time::SourceTime;
 use incremental::Incremental;
-use output::{advance_watermark, downstream_of, keyed_mut, push_chain, ChainOp, Head, OutputEdge, BATCH_BYTES};
+use output::{advance_watermark, downstream_of, keyed_mut, push_chain, ChainOp, Head, OutputEdge};
 
 use crate::api::operator::{
     Collector, InitContext, ProcessContext, RuntimeInfo, SnapshotContext, SourceOutput, SourceStatus,
 };
-use crate::api::record::{decode_batch, Record};
 use crate::api::registry::{Instance, Registry};
 use crate::net::{
-    begin_batch, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels, Liveness, OutputChannel,
+    BatchDecoder, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels, Liveness, OutputChannel,
 };
 use crate::report::{Report, Reporter};
 use crate::task::align::{Alignment, BarrierAligner, BarrierOutcome, Deferred};
 use crate::time::valve::WatermarkValve;
 use crate::time::{WatermarkEvent, WatermarkOutput, MAX_WATERMARK};
+use arrow_array::RecordBatch;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -247,6 +247,8 @@ struct Task {
     watermark_lag_gauge: metrics::Gauge,
     /// Input frames held back by alignment, per channel in arrival order.
     deferred: Deferred<Frame>,
+    /// Each input channel's Arrow IPC stream.
+    decoders: Vec<BatchDecoder>,
     /// All input consumed and end-of-input work done.
     input_ended: bool,
     /// Restored from a snapshot taken at end of input: end-of-input work was done before.
@@ -326,13 +328,17 @@ impl Task {
                 Head::Source(s) => s.poll(&mut batch, SOURCE_BATCH)?,
                 Head::Operator(_) => return Err(TaskError::Other("chain head is not a source".into())),
             };
-            let (records, runs, finished) = batch.take();
+            let (chunks, finished) = batch.take();
             if let Some(time) = &mut self.source_time {
-                time.observe(&records, runs, finished).map_err(TaskError::Other)?;
+                time.observe(&chunks, finished).map_err(TaskError::Other)?;
+            } else {
+                drop(finished);
             }
-            if !records.is_empty() {
+            if !chunks.is_empty() {
                 let pushing = self.source_time.is_some().then(Instant::now);
-                self.push_through(1, records)?;
+                for chunk in chunks {
+                    self.push_through(1, chunk.batch)?;
+                }
                 if let (Some(time), Some(pushing)) = (&mut self.source_time, pushing) {
                     time.blocked_for(pushing.elapsed());
                 }
@@ -413,13 +419,21 @@ impl Task {
     fn on_frame(&mut self, c: usize, frame: Frame) -> Result<(), TaskError> {
         match frame {
             Frame::Batch { count, body } => {
-                let records = decode_batch(count, &body)?;
+                let decoder = self.decoders.get_mut(c).ok_or_else(|| TaskError::Other(format!("no channel {c}")))?;
+                let decoded = decoder.decode(body).map_err(|e| TaskError::Other(format!("input channel {c}: {e}")))?;
                 self.release(c);
+                let Some(batch) = decoded else { return Ok(()) };
+                if batch.num_rows() != count as usize {
+                    return Err(TaskError::Other(format!(
+                        "input channel {c}: a batch frame claimed {count} rows but held {}",
+                        batch.num_rows()
+                    )));
+                }
                 self.records_in.increment(count as u64);
                 if self.restored_at_end {
                     return Err(TaskError::Other("records arrived after end of input".into()));
                 }
-                self.push_through(0, records)?;
+                self.push_through(0, batch)?;
             }
             Frame::Barrier { id, timestamp_ms, savepoint } => {
                 self.release(c);
@@ -564,8 +578,8 @@ impl Task {
     }
 
     /// Runs a batch through the chain from operator `start` and routes the tail's output.
-    fn push_through(&mut self, start: usize, records: Vec<Record>) -> Result<(), TaskError> {
-        push_chain(&mut self.ops[start..], &mut self.outputs, records)
+    fn push_through(&mut self, start: usize, batch: RecordBatch) -> Result<(), TaskError> {
+        push_chain(&mut self.ops[start..], &mut self.outputs, batch)
     }
 
     fn maybe_flush(&mut self) -> Result<(), TaskError> {
@@ -625,7 +639,7 @@ impl Task {
                 let outputs = &mut self.outputs;
                 if let Head::Operator(o) = &mut op.head {
                     let mut ctx = ProcessContext::new(&op.info, keyed_mut(&mut op.keyed)).at_watermark(op.watermark);
-                    let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
+                    let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
                     let mut out = Collector::new(&mut downstream);
                     o.end_of_input(&mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
                     out.flush()?;
@@ -763,8 +777,7 @@ mod error_tests {
 #[cfg(test)]
 mod data_plane_tests {
     use super::*;
-    use crate::api::record::encode_record;
-    use crate::net::{begin_frame, encode_frame, finish_batch, finish_frame};
+    use crate::net::{begin_frame, encode_frame, finish_frame};
     use tokio::io::AsyncWriteExt;
     use weir_common::descriptor::{InputDescriptor, OperatorDescriptor, OutputDescriptor};
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
@@ -937,10 +950,10 @@ mod data_plane_tests {
             assert_eq!(next_credit(p).await, crate::net::INITIAL_CREDIT);
         }
         h.jm.wait_for("state RUNNING").await;
-        let mut batch = Vec::new();
-        begin_batch(&mut batch);
-        encode_record(&Record::new_i64(b"k", 1), &mut batch).unwrap();
-        finish_batch(&mut batch, 1);
+        let rows = crate::api::batch::batch_of(&[crate::api::record::Record::new_i64(b"k", 1)]).unwrap();
+        let (mut encoder, schema) = crate::net::BatchEncoder::new(&rows.schema()).unwrap();
+        let mut batch = schema;
+        batch.extend(encoder.encode_frames(&rows).unwrap().concat());
         let barrier = |id| encode_frame(&Frame::Barrier { id, timestamp_ms: 1, savepoint: None });
         // Channel 0 delivers 5 (processed: its credit comes back), then more that waits behind the block.
         producers[0].write_all(&barrier(5)).await.unwrap();

@@ -1,21 +1,24 @@
-//! Output edges and chaining: records passed down a chain of operators as values, then partitioned onto the
-//! task's output channels and batched into frames.
+//! Output edges and chaining: batches passed down a chain of operators as values, then partitioned onto the
+//! task's output channels (the key group of every row computed once, for the whole batch, on key-by edges),
+//! gathered per channel and sent as Arrow IPC frames.
 
 use super::error::{in_operator, TaskError};
+use crate::api::batch::{event_times, keys, with_key_group, KEY_GROUP};
 use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext, RuntimeInfo, Source};
-use crate::api::record::{encode_record, Record, MAX_BATCH_RECORDS};
-use crate::net::{begin_batch, encode_frame, finish_batch, Frame, OutputChannel};
+use crate::net::{BatchEncoder, Frame, OutputChannel, MAX_BATCH_ROWS};
 use crate::time::MIN_WATERMARK;
-use weir_common::keygroup::{key_group_for_key, subtask_for_key_group};
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt16Array};
+use arrow_schema::SchemaRef;
+use std::sync::Arc;
+use weir_common::ids::KeyGroup;
+use weir_common::keygroup::{key_groups_of_column, subtask_for_key_group};
 use weir_common::spec::Partitioning;
 use weir_state::{KeyedStateBackend, OperatorStateStore};
 
-/// Records per network batch.
-pub(super) const BATCH_RECORDS: u32 = 1024;
-// Consumers refuse batches of more records than this.
-const _: () = assert!(BATCH_RECORDS <= MAX_BATCH_RECORDS);
-/// Bytes per network batch.
-pub(super) const BATCH_BYTES: usize = 64 << 10;
+/// Rows per network batch: a channel's rows are sent once this many are gathered (or the linger expires).
+pub(super) const BATCH_RECORDS: usize = 1024;
+// Consumers refuse batches of more rows than this.
+const _: () = assert!(BATCH_RECORDS <= MAX_BATCH_ROWS as usize);
 pub(super) enum Head {
     Source(Box<dyn Source>),
     Operator(Box<dyn Operator>),
@@ -32,32 +35,40 @@ pub(super) struct ChainOp {
     pub(super) late_records: metrics::Counter,
 }
 
-/// Runs `records` through the operators of `chain` (each one's output feeding the next, chunk by chunk)
-/// and routes what the last one emits to `outputs`.
+/// Runs `batch` through the operators of `chain` (each one's output feeding the next, batch by batch) and
+/// routes what the last one emits to `outputs`.
 pub(super) fn push_chain(
     chain: &mut [ChainOp],
     outputs: &mut [OutputEdge],
-    records: Vec<Record>,
+    batch: RecordBatch,
 ) -> Result<(), TaskError> {
     let Some((op, rest)) = chain.split_first_mut() else {
-        return route(outputs, &records);
+        return route(outputs, batch);
     };
     let Head::Operator(o) = &mut op.head else {
         return Err(TaskError::Other(format!("source {:?} cannot take input", op.info.uid)));
     };
     if op.watermark > MIN_WATERMARK {
-        let w = op.watermark;
-        let late = records.iter().filter(|r| r.timestamp.is_some_and(|t| t <= w)).count();
+        let late = late_rows(&batch, op.watermark);
         if late > 0 {
             op.late_records.increment(late as u64);
         }
     }
     let mut ctx = ProcessContext::new(&op.info, keyed_mut(&mut op.keyed)).at_watermark(op.watermark);
-    let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
+    let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
     let mut out = Collector::new(&mut downstream);
-    o.process_batch(&records, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
+    o.process_batch(&batch, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
     out.flush()?;
     Ok(())
+}
+
+/// Rows of `batch` whose event time is at or behind `watermark`.
+fn late_rows(batch: &RecordBatch, watermark: i64) -> usize {
+    let Some(times) = event_times(batch) else { return 0 };
+    match times.nulls() {
+        None => times.values().iter().filter(|t| **t <= watermark).count(),
+        Some(_) => times.iter().filter(|t| t.is_some_and(|t| t <= watermark)).count(),
+    }
 }
 
 /// Advances the watermark of `chain` to `watermark`: each operator in turn takes it and hands on what it emits
@@ -78,7 +89,7 @@ pub(super) fn advance_watermark(
         op.watermark = watermark;
         if let (Head::Operator(o), true) = (&mut op.head, hooks) {
             let mut ctx = ProcessContext::new(&op.info, keyed_mut(&mut op.keyed)).at_watermark(watermark);
-            let mut downstream = |chunk: Vec<Record>| downstream_of(rest, outputs, chunk);
+            let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
             let mut out = Collector::new(&mut downstream);
             o.on_watermark(watermark, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
             out.flush()?;
@@ -94,83 +105,179 @@ pub(super) fn advance_watermark(
 pub(super) fn downstream_of(
     rest: &mut [ChainOp],
     outputs: &mut [OutputEdge],
-    chunk: Vec<Record>,
+    batch: RecordBatch,
 ) -> Result<(), OperatorError> {
-    push_chain(rest, outputs, chunk).map_err(|e| match e {
+    push_chain(rest, outputs, batch).map_err(|e| match e {
         TaskError::Operator(e) => e,
         other => OperatorError::Other(other.to_string()),
     })
 }
 
-pub(super) fn route(outputs: &mut [OutputEdge], records: &[Record]) -> Result<(), TaskError> {
+/// Hands a batch the chain's tail emitted to every output edge.
+pub(super) fn route(outputs: &mut [OutputEdge], batch: RecordBatch) -> Result<(), TaskError> {
     for edge in outputs {
-        edge.records_out.increment(records.len() as u64);
-        for r in records {
-            edge.emit(r)?;
-        }
+        edge.records_out.increment(batch.num_rows() as u64);
+        edge.emit(&batch)?;
     }
     Ok(())
 }
 
-/// One output edge: a partitioner and a channel per target subtask.
+/// What waits to be sent to one target subtask.
+#[derive(Default)]
+pub(super) struct Pending {
+    /// Batches (or the batches rows are picked from), all of one schema.
+    batches: Vec<RecordBatch>,
+    /// On a key-by edge, the rows picked, as `(batch, row)`; empty when whole batches wait.
+    picked: Vec<(usize, usize)>,
+    rows: usize,
+}
+
+/// One target subtask's side of an edge: its channel, the rows waiting for it and the IPC stream it is sent.
+pub(super) struct Target {
+    pub(super) channel: OutputChannel,
+    pending: Pending,
+    encoder: Option<(SchemaRef, BatchEncoder)>,
+}
+
+impl Target {
+    /// A target sending to `channel`.
+    pub(super) fn new(channel: OutputChannel) -> Self {
+        Target { channel, pending: Pending::default(), encoder: None }
+    }
+}
+
+/// One output edge: a partitioner and a target per downstream subtask.
 pub(super) struct OutputEdge {
     pub(super) partitioning: Partitioning,
-    pub(super) channels: Vec<OutputChannel>,
-    pub(super) bufs: Vec<Vec<u8>>,
-    pub(super) counts: Vec<u32>,
+    pub(super) targets: Vec<Target>,
     pub(super) next: usize,
     pub(super) to_parallelism: u32,
     pub(super) max_parallelism: u32,
     pub(super) records_out: metrics::Counter,
+    /// The key groups of the batch being routed, and the rows each target takes (reused).
+    pub(super) groups: Vec<u16>,
+    pub(super) rows_of: Vec<Vec<usize>>,
+    /// The last input schema seen on a key-by edge and the same with the key-group column.
+    pub(super) keyed_schema: Option<(SchemaRef, SchemaRef)>,
 }
 
 impl OutputEdge {
-    pub(super) fn emit(&mut self, r: &Record) -> Result<(), TaskError> {
+    /// Sends `batch` on as the edge's partitioning says.
+    pub(super) fn emit(&mut self, batch: &RecordBatch) -> Result<(), TaskError> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let batch = &without_key_group(batch);
         match self.partitioning {
             // A descriptor never holds unspecified (decoding refuses it).
-            Partitioning::Forward | Partitioning::Unspecified => self.push(0, r),
+            Partitioning::Forward | Partitioning::Unspecified => self.push_whole(0, batch),
+            // Round-robin by batch: a whole batch to one target, the next to the next one.
             Partitioning::Rebalance => {
                 let t = self.next;
-                self.next = (self.next + 1) % self.channels.len();
-                self.push(t, r)
+                self.next = (self.next + 1) % self.targets.len();
+                self.push_whole(t, batch)
             }
-            Partitioning::KeyBy => {
-                let kg = key_group_for_key(&r.key, self.max_parallelism);
-                let t = subtask_for_key_group(kg, self.to_parallelism, self.max_parallelism).0 as usize;
-                self.push(t, r)
-            }
+            Partitioning::KeyBy => self.push_keyed(batch),
             Partitioning::Broadcast => {
-                for t in 0..self.channels.len() {
-                    self.push(t, r)?;
+                for t in 0..self.targets.len() {
+                    self.push_whole(t, batch)?;
                 }
                 Ok(())
             }
         }
     }
 
-    pub(super) fn push(&mut self, t: usize, r: &Record) -> Result<(), TaskError> {
-        encode_record(r, &mut self.bufs[t])?;
-        self.counts[t] += 1;
-        if self.counts[t] >= BATCH_RECORDS || self.bufs[t].len() >= BATCH_BYTES {
+    fn push_whole(&mut self, t: usize, batch: &RecordBatch) -> Result<(), TaskError> {
+        let target = &mut self.targets[t];
+        if target.pending.batches.first().is_some_and(|b| b.schema() != batch.schema()) {
+            self.flush(t)?;
+        }
+        let p = &mut self.targets[t].pending;
+        p.batches.push(batch.clone());
+        p.rows += batch.num_rows();
+        if p.rows >= BATCH_RECORDS {
             self.flush(t)?;
         }
         Ok(())
     }
 
+    /// Routes each row by its key's group: the groups of the whole batch are computed in one pass and travel
+    /// with the rows (the [`KEY_GROUP`] column), so the keyed operator downstream does not hash again.
+    fn push_keyed(&mut self, batch: &RecordBatch) -> Result<(), TaskError> {
+        let keys = keys(batch)?;
+        self.groups.clear();
+        key_groups_of_column(keys.value_offsets(), keys.value_data(), self.max_parallelism, &mut self.groups);
+        let schema = match &self.keyed_schema {
+            Some((input, with)) if *input == batch.schema() => with.clone(),
+            _ => {
+                let with = with_key_group(&batch.schema());
+                self.keyed_schema = Some((batch.schema(), with.clone()));
+                with
+            }
+        };
+        let (p, m) = (self.to_parallelism, self.max_parallelism);
+        for rows in &mut self.rows_of {
+            rows.clear();
+        }
+        for (row, kg) in self.groups.iter().enumerate() {
+            let t = subtask_for_key_group(KeyGroup(*kg as u32), p, m).0 as usize;
+            self.rows_of[t].push(row);
+        }
+        let groups: ArrayRef = Arc::new(UInt16Array::from(std::mem::take(&mut self.groups)));
+        let mut columns = batch.columns().to_vec();
+        columns.push(groups);
+        let batch = RecordBatch::try_new(schema, columns).map_err(|e| TaskError::Other(e.to_string()))?;
+        for t in 0..self.targets.len() {
+            if self.rows_of[t].is_empty() {
+                continue;
+            }
+            if self.targets[t].pending.batches.first().is_some_and(|b| b.schema() != batch.schema()) {
+                self.flush(t)?;
+            }
+            let p = &mut self.targets[t].pending;
+            let at = p.batches.len();
+            p.batches.push(batch.clone());
+            p.picked.extend(self.rows_of[t].iter().map(|row| (at, *row)));
+            p.rows += self.rows_of[t].len();
+            if p.rows >= BATCH_RECORDS {
+                self.flush(t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what waits for target `t` as one batch frame (first the schema, when the channel's stream has
+    /// none or another).
     pub(super) fn flush(&mut self, t: usize) -> Result<(), TaskError> {
-        if self.counts[t] == 0 {
+        let target = &mut self.targets[t];
+        let pending = std::mem::take(&mut target.pending);
+        if pending.rows == 0 {
             return Ok(());
         }
-        let mut buf = std::mem::replace(&mut self.bufs[t], Vec::with_capacity(BATCH_BYTES + 4096));
-        finish_batch(&mut buf, self.counts[t]);
-        self.counts[t] = 0;
-        begin_batch(&mut self.bufs[t]);
-        self.channels[t].send_blocking(buf)?;
+        let arrow = |e: arrow_schema::ArrowError| TaskError::Other(format!("building an output batch: {e}"));
+        let batch = if !pending.picked.is_empty() {
+            let refs: Vec<&RecordBatch> = pending.batches.iter().collect();
+            arrow_select::interleave::interleave_record_batch(&refs, &pending.picked).map_err(arrow)?
+        } else if pending.batches.len() == 1 {
+            pending.batches.into_iter().next().unwrap_or_else(|| unreachable!("one batch"))
+        } else {
+            arrow_select::concat::concat_batches(&pending.batches[0].schema(), &pending.batches).map_err(arrow)?
+        };
+        let schema = batch.schema();
+        if target.encoder.as_ref().is_none_or(|(s, _)| *s != schema) {
+            let (encoder, frame) = BatchEncoder::new(&schema).map_err(|e| TaskError::Other(e.to_string()))?;
+            target.encoder = Some((schema, encoder));
+            target.channel.send_blocking(frame)?;
+        }
+        let Some((_, encoder)) = target.encoder.as_mut() else { unreachable!("set above") };
+        for frame in encoder.encode_frames(&batch).map_err(|e| TaskError::Other(e.to_string()))? {
+            target.channel.send_blocking(frame)?;
+        }
         Ok(())
     }
 
     pub(super) fn flush_all(&mut self) -> Result<(), TaskError> {
-        for t in 0..self.channels.len() {
+        for t in 0..self.targets.len() {
             self.flush(t)?;
         }
         Ok(())
@@ -178,12 +285,22 @@ impl OutputEdge {
 
     pub(super) fn broadcast(&mut self, frame: &Frame) -> Result<(), TaskError> {
         self.flush_all()?;
-        let bytes = encode_frame(frame);
-        for c in &mut self.channels {
-            c.send_blocking(bytes.clone())?;
+        let bytes = crate::net::encode_frame(frame);
+        for t in &mut self.targets {
+            t.channel.send_blocking(bytes.clone())?;
         }
         Ok(())
     }
+}
+
+/// `batch` without the key-group column a key-by edge added before it reached this chain: a row's group is
+/// computed again where it is routed by key again, since an operator may have changed its key.
+fn without_key_group(batch: &RecordBatch) -> RecordBatch {
+    let mut b = batch.clone();
+    if let Ok(i) = batch.schema().index_of(KEY_GROUP) {
+        b.remove_column(i);
+    }
+    b
 }
 
 /// Shortens the trait object's lifetime, which `Option::as_deref_mut` cannot do behind `&mut`.

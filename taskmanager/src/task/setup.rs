@@ -132,21 +132,16 @@ impl Task {
                 channels.push(unless_canceled(&rt, &mut cancel, connect)?);
             }
             let n = channels.len();
-            let mut bufs = Vec::with_capacity(n);
-            for _ in 0..n {
-                let mut b = Vec::with_capacity(BATCH_BYTES + 4096);
-                begin_batch(&mut b);
-                bufs.push(b);
-            }
             outputs.push(OutputEdge {
                 partitioning: out.partitioning,
-                channels,
-                bufs,
-                counts: vec![0; n],
+                targets: channels.into_iter().map(output::Target::new).collect(),
                 next: desc.subtask.0 as usize % n.max(1),
                 to_parallelism: out.to_parallelism,
                 max_parallelism: desc.max_parallelism,
                 records_out: metrics::counter!("weir_records_out_total", &labels(&desc)),
+                groups: Vec::new(),
+                rows_of: vec![Vec::new(); n],
+                keyed_schema: None,
             });
         }
         let restored_at_end = plan.restored_at_end;
@@ -190,6 +185,7 @@ impl Task {
             watermark_gauge: metrics::gauge!("weir_watermark_ms", &labels(&desc)),
             watermark_lag_gauge: metrics::gauge!("weir_watermark_lag_ms", &labels(&desc)),
             deferred: Deferred::new(n_inputs),
+            decoders: (0..n_inputs).map(|_| BatchDecoder::new()).collect(),
             input_ended: false,
             restored_at_end,
             work_dir,

@@ -1,0 +1,137 @@
+//! Declared record schemas: the columns an operator kind needs from its input and the ones it emits, and the
+//! columns a spec declares for a source, so the job manager checks every edge of a job before it runs (records
+//! travel as Arrow batches of these columns; the runtime's own, such as the event time, are implicit).
+
+use serde::{Deserialize, Serialize};
+
+/// The column types a declaration may name: Arrow's, by a short name.
+pub const COLUMN_TYPES: &[&str] =
+    &["bool", "int32", "int64", "uint32", "uint64", "float32", "float64", "utf8", "binary", "timestamp_ms"];
+
+/// One declared column.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Column {
+    /// Its name.
+    pub name: String,
+    /// Its type, one of [`COLUMN_TYPES`].
+    #[serde(rename = "type")]
+    pub data_type: String,
+    /// Whether it may hold nulls.
+    #[serde(default)]
+    pub nullable: bool,
+}
+
+impl Column {
+    /// A column of `name` and `data_type`.
+    pub fn new(name: &str, data_type: &str, nullable: bool) -> Self {
+        Column { name: name.into(), data_type: data_type.into(), nullable }
+    }
+}
+
+/// What an operator kind emits.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutputSchema {
+    /// Not declared: nothing downstream is checked, unless the spec declares it (`schema:`).
+    #[default]
+    Undeclared,
+    /// These columns.
+    Columns(Vec<Column>),
+    /// The columns of its input, as they are (filters, pass-through).
+    SameAsInput,
+}
+
+/// The key/value shape the built-in kinds emit: a binary key and a value of `value_type`.
+pub fn key_value(value_type: &str) -> Vec<Column> {
+    vec![Column::new("key", "binary", false), Column::new("value", value_type, true)]
+}
+
+/// The key column every keyed operator's input needs.
+pub fn key_column() -> Column {
+    Column::new("key", "binary", false)
+}
+
+/// Checks a declaration: known types, one column per name, no name of the runtime's (`_…`). The error names the
+/// column.
+pub fn validate_columns(columns: &[Column]) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for c in columns {
+        if c.name.trim().is_empty() {
+            return Err("a column needs a name".into());
+        }
+        if c.name.starts_with('_') {
+            return Err(format!("column {:?}: names starting with '_' are the runtime's", c.name));
+        }
+        if !COLUMN_TYPES.contains(&c.data_type.as_str()) {
+            return Err(format!(
+                "column {:?}: unknown type {:?} (known: {})",
+                c.name,
+                c.data_type,
+                COLUMN_TYPES.join(", ")
+            ));
+        }
+        if !seen.insert(c.name.as_str()) {
+            return Err(format!("column {:?} is declared twice", c.name));
+        }
+    }
+    Ok(())
+}
+
+/// Why an input does not have what its consumer needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mismatch {
+    /// The input has no column of that name.
+    Missing(Column),
+    /// The input has it, of another type.
+    Type {
+        /// What the consumer needs.
+        needed: Column,
+        /// The input's type.
+        found: String,
+    },
+}
+
+impl Mismatch {
+    /// The column concerned.
+    pub fn column(&self) -> &str {
+        match self {
+            Mismatch::Missing(c) | Mismatch::Type { needed: c, .. } => &c.name,
+        }
+    }
+}
+
+/// The first column of `needed` that `available` lacks or has with another type.
+pub fn first_mismatch(needed: &[Column], available: &[Column]) -> Option<Mismatch> {
+    needed.iter().find_map(|n| match available.iter().find(|a| a.name == n.name) {
+        None => Some(Mismatch::Missing(n.clone())),
+        Some(a) if a.data_type != n.data_type => Some(Mismatch::Type { needed: n.clone(), found: a.data_type.clone() }),
+        Some(_) => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mismatches_name_the_column() {
+        let have = key_value("binary");
+        assert_eq!(first_mismatch(&key_value("binary"), &have), None);
+        assert_eq!(first_mismatch(&[key_column()], &have), None);
+        let m = first_mismatch(&key_value("int64"), &have).unwrap();
+        assert_eq!(m, Mismatch::Type { needed: Column::new("value", "int64", true), found: "binary".into() });
+        let m = first_mismatch(&[Column::new("price", "float64", false)], &have).unwrap();
+        assert_eq!(m.column(), "price");
+        assert!(matches!(m, Mismatch::Missing(_)));
+    }
+
+    #[test]
+    fn declarations_are_checked() {
+        assert!(validate_columns(&key_value("int64")).is_ok());
+        let e = validate_columns(&[Column::new("price", "decimal", false)]).unwrap_err();
+        assert!(e.contains("price") && e.contains("decimal"), "{e}");
+        assert!(validate_columns(&[Column::new("_event_time", "int64", false)]).unwrap_err().contains("runtime"));
+        assert!(validate_columns(&[key_column(), key_column()]).unwrap_err().contains("twice"));
+    }
+}

@@ -1,0 +1,295 @@
+//! Rows as text lines, the way sinks write them (`file-sink`'s formats; DESIGN §10): key/value rows as
+//! `key,value`, other rows as every column in schema order, CSV with a header, or a JSON object per line. The
+//! runtime's columns (`_event_time`, `_key_group`) are not written.
+
+use crate::api::batch::{is_system_column, KEY, VALUE};
+use crate::api::operator::OperatorError;
+use crate::api::record::write_key_text;
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::{DataType, SchemaRef, TimeUnit};
+use std::fmt::Write;
+use std::sync::Arc;
+use weir_common::builtin::FileFormat;
+
+/// Writes the rows of batches of one schema as lines.
+pub struct LineWriter {
+    schema: SchemaRef,
+    format: FileFormat,
+    /// The columns written: index and name.
+    columns: Vec<(usize, String)>,
+    /// Key/value rows in the text format: `key,value` with no quoting, as Weir always wrote them.
+    plain_key_value: bool,
+}
+
+impl LineWriter {
+    /// A writer for rows of `batch`'s schema; a column of a type it cannot write is an error naming it.
+    pub fn new(batch: &RecordBatch, format: FileFormat) -> Result<Self, OperatorError> {
+        let schema = batch.schema();
+        let mut columns = Vec::new();
+        for (i, f) in schema.fields().iter().enumerate() {
+            if is_system_column(f.name()) {
+                continue;
+            }
+            if !writable(f.data_type()) {
+                return Err(OperatorError::Other(format!(
+                    "cannot write column {:?} of type {} as text",
+                    f.name(),
+                    f.data_type()
+                )));
+            }
+            columns.push((i, f.name().clone()));
+        }
+        let names: Vec<&str> = columns.iter().map(|(_, n)| n.as_str()).collect();
+        let plain_key_value = format == FileFormat::Text && names == [KEY, VALUE];
+        Ok(LineWriter { schema, format, columns, plain_key_value })
+    }
+
+    /// Whether `batch` has the schema this writer was made for.
+    pub fn writes(&self, batch: &RecordBatch) -> bool {
+        let s = batch.schema();
+        Arc::ptr_eq(&s, &self.schema) || s == self.schema
+    }
+
+    /// The line a file starts with (CSV's header), if any.
+    pub fn header(&self) -> Option<String> {
+        (self.format == FileFormat::Csv).then(|| {
+            let mut line = String::new();
+            for (n, (_, name)) in self.columns.iter().enumerate() {
+                if n > 0 {
+                    line.push(',');
+                }
+                push_csv(name, &mut line);
+            }
+            line.push('\n');
+            line
+        })
+    }
+
+    /// Appends row `row` of `batch` (of this writer's schema) to `out`, with its newline.
+    pub fn write_row(&self, batch: &RecordBatch, row: usize, out: &mut String) {
+        let mut cell = String::new();
+        if self.format == FileFormat::Json {
+            out.push('{');
+        }
+        for (n, (i, name)) in self.columns.iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            let col = batch.column(*i);
+            match self.format {
+                FileFormat::Json => {
+                    push_json_string(name, out);
+                    out.push(':');
+                    if col.is_null(row) {
+                        out.push_str("null");
+                    } else {
+                        cell.clear();
+                        let quoted = write_cell(col.as_ref(), row, name == KEY, &mut cell);
+                        match quoted {
+                            true => push_json_string(&cell, out),
+                            false => out.push_str(&cell),
+                        }
+                    }
+                }
+                FileFormat::Text if self.plain_key_value => {
+                    if col.is_valid(row) {
+                        write_cell(col.as_ref(), row, name == KEY, out);
+                    }
+                }
+                FileFormat::Text | FileFormat::Csv => {
+                    if col.is_valid(row) {
+                        cell.clear();
+                        write_cell(col.as_ref(), row, name == KEY, &mut cell);
+                        push_csv(&cell, out);
+                    }
+                }
+            }
+        }
+        if self.format == FileFormat::Json {
+            out.push('}');
+        }
+        out.push('\n');
+    }
+}
+
+/// Whether [`write_cell`] writes values of type `t`.
+fn writable(t: &DataType) -> bool {
+    use DataType::*;
+    match t {
+        Boolean
+        | Int8
+        | Int16
+        | Int32
+        | Int64
+        | UInt8
+        | UInt16
+        | UInt32
+        | UInt64
+        | Float32
+        | Float64
+        | Utf8
+        | LargeUtf8
+        | Utf8View
+        | Binary
+        | LargeBinary
+        | Timestamp(_, _)
+        | Date32
+        | Date64 => true,
+        Dictionary(k, v) => matches!(**k, Int8 | Int16 | Int32 | Int64) && matches!(**v, Utf8),
+        _ => false,
+    }
+}
+
+/// Writes the (valid) value at `row` as text: numbers in decimal, timestamps and dates as epoch milliseconds,
+/// a key as [`write_key_text`], other bytes as UTF-8 (lossy). Returns whether the value is text (JSON quotes it).
+fn write_cell(col: &dyn Array, row: usize, is_key: bool, out: &mut String) -> bool {
+    use DataType::*;
+    macro_rules! num {
+        ($t:ty) => {{
+            let _ = write!(out, "{}", col.as_primitive::<$t>().value(row));
+            false
+        }};
+    }
+    match col.data_type() {
+        Boolean => {
+            out.push_str(if col.as_boolean().value(row) { "true" } else { "false" });
+            false
+        }
+        Int8 => num!(Int8Type),
+        Int16 => num!(Int16Type),
+        Int32 => num!(Int32Type),
+        Int64 => num!(Int64Type),
+        UInt8 => num!(UInt8Type),
+        UInt16 => num!(UInt16Type),
+        UInt32 => num!(UInt32Type),
+        UInt64 => num!(UInt64Type),
+        Float32 => num!(Float32Type),
+        Float64 => num!(Float64Type),
+        Date32 => {
+            let _ = write!(out, "{}", col.as_primitive::<Date32Type>().value(row) as i64 * 86_400_000);
+            false
+        }
+        Date64 => num!(Date64Type),
+        Timestamp(unit, _) => {
+            let ms = match unit {
+                TimeUnit::Second => col.as_primitive::<TimestampSecondType>().value(row).saturating_mul(1000),
+                TimeUnit::Millisecond => col.as_primitive::<TimestampMillisecondType>().value(row),
+                TimeUnit::Microsecond => col.as_primitive::<TimestampMicrosecondType>().value(row) / 1000,
+                TimeUnit::Nanosecond => col.as_primitive::<TimestampNanosecondType>().value(row) / 1_000_000,
+            };
+            let _ = write!(out, "{ms}");
+            false
+        }
+        Utf8 => {
+            out.push_str(col.as_string::<i32>().value(row));
+            true
+        }
+        LargeUtf8 => {
+            out.push_str(col.as_string::<i64>().value(row));
+            true
+        }
+        Utf8View => {
+            out.push_str(col.as_string_view().value(row));
+            true
+        }
+        Binary | LargeBinary => {
+            let bytes = match col.data_type() {
+                Binary => col.as_binary::<i32>().value(row),
+                _ => col.as_binary::<i64>().value(row),
+            };
+            if is_key {
+                write_key_text(bytes, out);
+                // A key that is a number stays one.
+                return bytes.len() != 8;
+            }
+            out.push_str(&String::from_utf8_lossy(bytes));
+            true
+        }
+        Dictionary(_, _) => {
+            let Some(dict) = col.as_any_dictionary_opt() else { return true };
+            let key = dict.normalized_keys()[row];
+            let values = dict.values();
+            if values.is_valid(key) {
+                write_cell(values.as_ref(), key, false, out);
+            }
+            true
+        }
+        // `writable` admits no other type.
+        _ => true,
+    }
+}
+
+/// Appends `s` as one CSV field (RFC 4180: quoted, with quotes doubled, when it holds a comma, quote or line
+/// break).
+fn push_csv(s: &str, out: &mut String) {
+    if s.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&s.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(s);
+    }
+}
+
+fn push_json_string(s: &str, out: &mut String) {
+    // Serializing a string cannot fail.
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::batch::batch_of;
+    use crate::api::record::{Key, Record, Value};
+    use arrow_array::{ArrayRef, Float64Array, Int64Array, StringArray, TimestampMillisecondArray};
+
+    fn lines(batch: &RecordBatch, format: FileFormat) -> String {
+        let w = LineWriter::new(batch, format).unwrap();
+        let mut out = w.header().unwrap_or_default();
+        for row in 0..batch.num_rows() {
+            w.write_row(batch, row, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn key_value_rows_are_written_as_they_always_were() {
+        let b = batch_of(&[Record::new_i64(&7u64.to_be_bytes(), 3).at(5), Record::new_i64(b"user-1", -1)]).unwrap();
+        assert_eq!(lines(&b, FileFormat::Text), "7,3\nuser-1,-1\n");
+        assert_eq!(lines(&b, FileFormat::Csv), "key,value\n7,3\nuser-1,-1\n");
+        assert_eq!(lines(&b, FileFormat::Json), "{\"key\":7,\"value\":3}\n{\"key\":\"user-1\",\"value\":-1}\n");
+        let b = batch_of(&[Record::new(Key::from_slice(b"k"), Value::Bytes(b"a,b".to_vec()))]).unwrap();
+        assert_eq!(lines(&b, FileFormat::Text), "k,a,b\n", "bytes values unquoted, as before");
+        assert_eq!(lines(&b, FileFormat::Csv), "key,value\nk,\"a,b\"\n");
+    }
+
+    #[test]
+    fn other_rows_are_their_columns_in_schema_order_quoted_where_needed() {
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            ("key", Arc::new(arrow_array::BinaryArray::from_vec(vec![&1u64.to_be_bytes()]))),
+            ("window_start", Arc::new(TimestampMillisecondArray::from(vec![1000]))),
+            ("name", Arc::new(StringArray::from(vec![Some("say \"hi\", all")]))),
+            ("price", Arc::new(Float64Array::from(vec![2.5]))),
+            ("missing", Arc::new(Int64Array::from(vec![None]))),
+            ("_event_time", Arc::new(TimestampMillisecondArray::from(vec![Some(9)]))),
+        ];
+        let b = RecordBatch::try_from_iter(columns).unwrap();
+        assert_eq!(lines(&b, FileFormat::Text), "1,1000,\"say \"\"hi\"\", all\",2.5,\n");
+        assert_eq!(
+            lines(&b, FileFormat::Json),
+            "{\"key\":1,\"window_start\":1000,\"name\":\"say \\\"hi\\\", all\",\"price\":2.5,\"missing\":null}\n"
+        );
+        let list = RecordBatch::try_from_iter(vec![(
+            "l",
+            Arc::new(arrow_array::ListArray::new_null(
+                Arc::new(arrow_schema::Field::new("item", DataType::Int64, true)),
+                1,
+            )) as ArrayRef,
+        )])
+        .unwrap();
+        let e = LineWriter::new(&list, FileFormat::Text).err().unwrap().to_string();
+        assert!(e.contains("column \"l\""), "{e}");
+    }
+}
