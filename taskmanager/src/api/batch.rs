@@ -296,16 +296,23 @@ impl RecordsBuilder {
         if self.is_empty() {
             return None;
         }
-        let keys: ArrayRef = Arc::new(self.keys.finish());
+        // Builders start empty after `finish`: give the next batch its room up front instead of growing it
+        // by doubling, row by row.
+        let cap = self.capacity.max(self.len());
+        let key_bytes = self.keys.values_slice().len();
+        let keys = std::mem::replace(&mut self.keys, BinaryBuilder::with_capacity(cap, key_bytes)).finish();
         let (t, values): (ValueType, ArrayRef) = match &mut self.values {
-            Values::Units(n) => (ValueType::I64, Arc::new(Int64Array::new_null(*n))),
-            Values::I64(b) => (ValueType::I64, Arc::new(b.finish())),
-            Values::Bytes(b) => (ValueType::Bytes, Arc::new(b.finish())),
+            Values::Units(n) => (ValueType::I64, Arc::new(Int64Array::new_null(std::mem::take(n)))),
+            Values::I64(b) => {
+                (ValueType::I64, Arc::new(std::mem::replace(b, Int64Builder::with_capacity(cap)).finish()))
+            }
+            Values::Bytes(b) => {
+                let bytes = b.values_slice().len();
+                (ValueType::Bytes, Arc::new(std::mem::replace(b, BinaryBuilder::with_capacity(cap, bytes)).finish()))
+            }
         };
-        if let Values::Units(n) = &mut self.values {
-            *n = 0;
-        }
-        let times: ArrayRef = Arc::new(self.times.finish());
+        let times = std::mem::replace(&mut self.times, TimestampMillisecondBuilder::with_capacity(cap)).finish();
+        let (keys, times): (ArrayRef, ArrayRef) = (Arc::new(keys), Arc::new(times));
         // The columns match the schema by construction.
         RecordBatch::try_new(key_value_schema(t), vec![keys, values, times]).ok()
     }
