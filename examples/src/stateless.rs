@@ -4,6 +4,7 @@
 //! pass unchanged). Neither keeps state.
 
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch};
+use arrow_buffer::BooleanBuffer;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use weir_common::builtin::{KindInfo, Role};
@@ -77,7 +78,10 @@ impl Operator for KeyFilter {
     ) -> Result<(), OperatorError> {
         // A selection vector over the key column, then Arrow's filter kernel on the whole batch.
         let keys = keys(batch)?;
-        let keep: BooleanArray = keys.iter().map(|k| Some(k.is_none_or(|k| self.keeps(k)))).collect();
+        let keep = BooleanArray::new(
+            BooleanBuffer::collect_bool(keys.len(), |i| keys.is_null(i) || self.keeps(keys.value(i))),
+            None,
+        );
         let kept = arrow_select::filter::filter_record_batch(batch, &keep)
             .map_err(|e| OperatorError::Other(format!("key-filter: {e}")))?;
         out.emit_batch(kept)
