@@ -292,6 +292,8 @@ pub enum FileFormat {
     Csv,
     /// A JSON object per line, by column name.
     Json,
+    /// Apache Parquet, a file per checkpoint (snappy-compressed).
+    Parquet,
 }
 
 impl FileSinkConfig {
@@ -306,10 +308,11 @@ impl FileSinkConfig {
             None | Some("text") => FileFormat::Text,
             Some("csv") => FileFormat::Csv,
             Some("json") => FileFormat::Json,
+            Some("parquet") => FileFormat::Parquet,
             Some(other) => {
                 return Err(field_err(
                     "format",
-                    format!("expected text, csv or json, got {}", crate::text::echo(other)),
+                    format!("expected text, csv, json or parquet, got {}", crate::text::echo(other)),
                 ))
             }
         };
@@ -432,6 +435,6 @@ mod tests {
         let c = FileSinkConfig::from_map(&m(&[("path", "/o"), ("format", "json")])).unwrap();
         assert_eq!(c.format, FileFormat::Json);
         let e = FileSinkConfig::from_map(&m(&[("path", "/o"), ("format", "xml")])).unwrap_err();
-        assert!(e.field == "format" && e.message.contains("text, csv or json"), "{e:?}");
+        assert!(e.field == "format" && e.message.contains("text, csv, json or parquet"), "{e:?}");
     }
 }

@@ -269,17 +269,30 @@ impl SourceOutput {
 
     /// Emits a whole batch read from split `split`. It must have an [`EVENT_TIME`] column.
     pub fn push_batch(&mut self, split: u32, batch: RecordBatch) -> Result<(), OperatorError> {
+        let rows = batch.num_rows() as u32;
+        self.push_batch_of_splits(batch, vec![(split, rows)])
+    }
+
+    /// Emits a whole batch whose rows come from several splits: `runs` are its consecutive rows of one split,
+    /// as `(split, rows)`, in order, covering the batch. It must have an [`EVENT_TIME`] column.
+    pub fn push_batch_of_splits(&mut self, batch: RecordBatch, runs: Vec<(u32, u32)>) -> Result<(), OperatorError> {
         if event_times(&batch).is_none() {
             return Err(OperatorError::Other(format!(
                 "a source batch has no {EVENT_TIME:?} column of Timestamp(ms) (schema {})",
                 batch.schema()
             )));
         }
+        let covered: u64 = runs.iter().map(|(_, n)| *n as u64).sum();
+        if covered != batch.num_rows() as u64 {
+            return Err(OperatorError::Other(format!(
+                "a source batch of {} rows came with runs of splits covering {covered}",
+                batch.num_rows()
+            )));
+        }
         self.seal();
         self.len += batch.num_rows();
-        let rows = batch.num_rows() as u32;
-        if rows > 0 {
-            self.chunks.push(SourceChunk { batch, runs: vec![(split, rows)] });
+        if batch.num_rows() > 0 {
+            self.chunks.push(SourceChunk { batch, runs });
         }
         Ok(())
     }

@@ -6,8 +6,12 @@
 //! few records from each, so that every split moves through event time together and the per-split watermark
 //! (the minimum over splits) advances as the source does. Without it, splits are read one after the other.
 
+use crate::api::batch::{event_time_field, key_value_schema, ValueType};
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
 use crate::api::splits::{read_positions, write_positions, SplitPosition};
+use arrow_array::{new_null_array, ArrayRef, BinaryArray, Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow_buffer::{Buffer, OffsetBuffer};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_common::builtin::DatagenConfig;
 use weir_common::datagen::{key_of, split_range, timestamp_of};
@@ -80,6 +84,10 @@ impl Source for Datagen {
         };
         // One reading of the clock per poll: records of one poll leave together.
         let wall_ms = self.cfg.event_time.filter(|t| t.wall_clock).map(|_| weir_common::now_ms() as i64);
+        // The poll's rows as columns, filled a split run at a time.
+        let mut keys: Vec<u8> = Vec::with_capacity(budget.min(SOURCE_CHUNK) * 8);
+        let mut times: Vec<i64> = Vec::new();
+        let mut runs: Vec<(u32, u32)> = Vec::new();
         let mut visited_without_records = 0;
         while budget > 0 && visited_without_records < self.splits.len() {
             let slot = self.current % self.splits.len();
@@ -93,21 +101,25 @@ impl Source for Datagen {
             }
             visited_without_records = 0;
             let n = budget.min(share).min((split.end - split.next).min(usize::MAX as u64) as usize);
-            for i in split.next..split.next + n as u64 {
-                let k = key_of(self.cfg.seed, i, self.cfg.keys);
-                let ts = self
-                    .cfg
-                    .event_time
-                    .as_ref()
-                    .map(|t| wall_ms.unwrap_or_else(|| timestamp_of(t, self.cfg.seed, i, i - split.start)));
-                out.push_i64(slot as u32, &k.to_be_bytes(), 1, ts)?;
+            let range = split.next..split.next + n as u64;
+            let (seed, key_count) = (self.cfg.seed, self.cfg.keys);
+            keys.extend(range.clone().flat_map(|i| key_of(seed, i, key_count).to_be_bytes()));
+            match (&self.cfg.event_time, wall_ms) {
+                (None, _) => {}
+                (Some(_), Some(wall)) => times.extend(std::iter::repeat_n(wall, n)),
+                (Some(t), None) => times.extend(range.map(|i| timestamp_of(t, seed, i, i - split.start))),
             }
+            runs.push((slot as u32, n as u32));
             split.next += n as u64;
             budget -= n;
             self.emitted += n as u64;
             if self.cfg.event_time.is_some() || split.next >= split.end {
                 self.current += 1;
             }
+        }
+        let rows = keys.len() / 8;
+        if rows > 0 {
+            out.push_batch_of_splits(key_value_columns(keys, rows, times)?, runs)?;
         }
         if budget > 0 && out.is_empty() {
             return Ok(SourceStatus::Finished);
@@ -120,6 +132,24 @@ impl Source for Datagen {
         write_positions(ctx.operator_state.list_state(STATE)?, positions);
         Ok(())
     }
+}
+
+/// Rows per batch a poll fills at most (the task asks for this many).
+const SOURCE_CHUNK: usize = 1024;
+
+/// A key/value batch of `rows` 8-byte keys (concatenated in `keys`), each of value 1, with `times` as event
+/// times (empty: none). Built from whole buffers: no per-row builder work.
+fn key_value_columns(keys: Vec<u8>, rows: usize, times: Vec<i64>) -> Result<RecordBatch, OperatorError> {
+    let offsets = OffsetBuffer::from_lengths(std::iter::repeat_n(8, rows));
+    let keys = BinaryArray::try_new(offsets, Buffer::from_vec(keys), None)
+        .map_err(|e| OperatorError::Other(format!("datagen keys: {e}")))?;
+    let times: ArrayRef = match times.is_empty() {
+        true => new_null_array(event_time_field().data_type(), rows),
+        false => Arc::new(TimestampMillisecondArray::from(times)),
+    };
+    let columns: Vec<ArrayRef> = vec![Arc::new(keys), Arc::new(Int64Array::from_value(1, rows)), times];
+    RecordBatch::try_new(key_value_schema(ValueType::I64), columns)
+        .map_err(|e| OperatorError::Other(format!("datagen batch: {e}")))
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! `file-sink`: exactly-once files of text lines: `key,value` for key/value rows, or every column of other rows,
-//! as text, CSV or JSON lines (`format`, see [`super::text`]).
+//! `file-sink`: exactly-once files of text lines — `key,value` for key/value rows, or every column of other
+//! rows, as text, CSV or JSON lines (`format`, see [`super::text`]) — or of Parquet (`format: parquet`: the
+//! rows' columns but the runtime's, a file per checkpoint).
 //!
 //! Records go to a hidden in-progress file (`.part-<job>-<subtask>-<attempt>-<seq>.inprogress`). At a
 //! checkpoint barrier the file is closed and becomes *pending* for that checkpoint (kept in operator state);
@@ -26,6 +27,9 @@ use super::text::LineWriter;
 use crate::api::commit::{attempt_and_number, hidden_name, PendingFiles};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use arrow_array::RecordBatch;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -49,12 +53,22 @@ struct InProgress {
     out: BufWriter<File>,
 }
 
+/// A Parquet file being written: its name, writer and schema.
+struct ParquetInProgress {
+    name: String,
+    writer: ArrowWriter<File>,
+    schema: arrow_schema::SchemaRef,
+}
+
 /// The exactly-once file sink.
 pub struct FileSink {
     dir: PathBuf,
     prefix: String,
     seq: u64,
     current: Option<InProgress>,
+    parquet: Option<ParquetInProgress>,
+    /// Parquet files closed since the last checkpoint (their schema changed); pending at the next one.
+    closed: Vec<String>,
     pending: PendingFiles,
     line: String,
     attempt: u32,
@@ -75,6 +89,8 @@ impl FileSink {
             prefix: String::new(),
             seq: 0,
             current: None,
+            parquet: None,
+            closed: Vec::new(),
             pending: PendingFiles::new(&cfg.path),
             line: String::new(),
             attempt: 0,
@@ -157,6 +173,38 @@ impl FileSink {
         Ok(())
     }
 
+    /// Writes the batch's columns but the runtime's to the open Parquet file (a new one for a new schema).
+    fn write_parquet(&mut self, batch: &RecordBatch) -> Result<(), OperatorError> {
+        let keep: Vec<usize> = (0..batch.num_columns())
+            .filter(|i| !crate::api::batch::is_system_column(batch.schema().field(*i).name()))
+            .collect();
+        let rows = batch.project(&keep).map_err(|e| OperatorError::Other(format!("file-sink: {e}")))?;
+        if self.parquet.as_ref().is_some_and(|p| p.schema != rows.schema()) {
+            self.close_parquet()?;
+        }
+        if self.parquet.is_none() {
+            let name = format!("{}{}", self.prefix, self.seq);
+            self.seq += 1;
+            let path = self.dir.join(hidden_name(&name));
+            let file = File::create(&path).map_err(|e| OperatorError::io(format!("create {}", path.display()), e))?;
+            let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+            let writer = ArrowWriter::try_new(file, rows.schema(), Some(props))
+                .map_err(|e| OperatorError::Other(format!("file-sink: parquet: {e}")))?;
+            self.parquet = Some(ParquetInProgress { name, writer, schema: rows.schema() });
+        }
+        let Some(p) = self.parquet.as_mut() else { unreachable!("opened above") };
+        p.writer.write(&rows).map_err(|e| OperatorError::Other(format!("file-sink: parquet: {e}")))
+    }
+
+    /// Finishes the open Parquet file (its footer), syncs it, and lists it for the next checkpoint.
+    fn close_parquet(&mut self) -> Result<(), OperatorError> {
+        let Some(p) = self.parquet.take() else { return Ok(()) };
+        let file = p.writer.into_inner().map_err(|e| OperatorError::Other(format!("file-sink: parquet: {e}")))?;
+        file.sync_all().map_err(|e| OperatorError::io("sync sink file", e))?;
+        self.closed.push(p.name);
+        Ok(())
+    }
+
     fn writer(&mut self) -> Result<&mut BufWriter<File>, OperatorError> {
         if self.current.is_none() {
             let name = format!("{}{}", self.prefix, self.seq);
@@ -206,7 +254,9 @@ impl Operator for FileSink {
                     positions.insert(self.subtask, p);
                 }
             }
-            if !positions.is_empty() {
+            // Parquet files are not lines: a replay after a fallback to an older checkpoint writes its rows
+            // again (the module docs).
+            if !positions.is_empty() && self.format != FileFormat::Parquet {
                 self.lines_past(&job_prefix, &positions)?;
             }
         }
@@ -221,6 +271,9 @@ impl Operator for FileSink {
     ) -> Result<(), OperatorError> {
         if batch.num_rows() == 0 {
             return Ok(());
+        }
+        if self.format == FileFormat::Parquet {
+            return self.write_parquet(batch);
         }
         let lines = match self.lines.take() {
             Some(l) if l.writes(batch) => l,
@@ -244,6 +297,10 @@ impl Operator for FileSink {
             cur.out.flush().map_err(|e| OperatorError::io("flush sink file", e))?;
             cur.out.get_ref().sync_all().map_err(|e| OperatorError::io("sync sink file", e))?;
             self.pending.add(ctx.checkpoint_id.0, cur.name);
+        }
+        self.close_parquet()?;
+        for name in std::mem::take(&mut self.closed) {
+            self.pending.add(ctx.checkpoint_id.0, name);
         }
         *ctx.operator_state.list_state(STATE)? = self.pending.to_state();
         *ctx.operator_state.list_state(POSITION_STATE)? = vec![format!("{}-{}", self.attempt, self.seq).into_bytes()];
@@ -317,6 +374,64 @@ mod tests {
             max_parallelism: 128,
             key_group_range: KeyGroupRange { start: 0, end: 127 },
         }
+    }
+
+    /// A sink in `format` over a fresh directory, initialized as attempt 1.
+    fn sink_in(dir: &Path, format: FileFormat) -> Result<FileSink, OperatorError> {
+        let mut sink = FileSink::new(FileSinkConfig { path: dir.display().to_string(), format });
+        let mut store = OperatorStateStore::new();
+        sink.initialize_state(&mut InitContext {
+            info: &info(1),
+            restored: false,
+            operator_state: &mut store,
+            keyed: None,
+        })?;
+        Ok(sink)
+    }
+
+    fn write(sink: &mut FileSink, records: &[Record]) -> Result<(), OperatorError> {
+        let i = info(1);
+        let mut nothing = |_: RecordBatch| Ok(());
+        sink.process_batch(&batch_of(records)?, &mut ProcessContext::new(&i, None), &mut Collector::new(&mut nothing))
+    }
+
+    #[test]
+    fn csv_files_start_with_their_header_and_parquet_files_hold_the_rows() -> Result<(), OperatorError> {
+        let rec = |k: u64, v: i64| Record::new_i64(&k.to_be_bytes(), v).at(v);
+        let tmp = tempfile::tempdir().unwrap();
+        let mut sink = sink_in(tmp.path(), FileFormat::Csv)?;
+        write(&mut sink, &[rec(1, 10), rec(2, 20)])?;
+        snapshot(&mut sink, 1)?;
+        write(&mut sink, &[rec(3, 30)])?;
+        snapshot(&mut sink, 2)?;
+        sink.notify_checkpoint_complete(CheckpointId(2))?;
+        let texts: Vec<String> =
+            visible(tmp.path()).iter().map(|f| std::fs::read_to_string(tmp.path().join(f)).unwrap()).collect();
+        assert_eq!(texts, ["key,value\n1,10\n2,20\n", "key,value\n3,30\n"]);
+
+        let tmp = tempfile::tempdir().unwrap();
+        let mut sink = sink_in(tmp.path(), FileFormat::Parquet)?;
+        write(&mut sink, &[rec(1, 10), rec(2, 20)])?;
+        write(&mut sink, &[rec(3, 30)])?;
+        snapshot(&mut sink, 1)?;
+        assert!(visible(tmp.path()).is_empty(), "nothing visible before the checkpoint completes");
+        sink.notify_checkpoint_complete(CheckpointId(1))?;
+        let files = visible(tmp.path());
+        assert_eq!(files.len(), 1, "{files:?}");
+        let file = File::open(tmp.path().join(&files[0])).unwrap();
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+        let mut read = Vec::new();
+        for b in reader {
+            let b = b.unwrap();
+            assert!(b.schema().column_with_name("_event_time").is_none(), "the runtime's columns are not written");
+            let rows = crate::api::batch::KvRows::new(&b)?;
+            read.extend((0..rows.len()).map(|i| (rows.key(i).to_vec(), rows.value_i64(i))));
+        }
+        let expected: Vec<_> =
+            [(1u64, 10), (2, 20), (3, 30)].iter().map(|(k, v)| (k.to_be_bytes().to_vec(), Some(*v))).collect();
+        assert_eq!(read, expected);
+        Ok(())
     }
 
     #[test]

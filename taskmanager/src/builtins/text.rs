@@ -98,7 +98,7 @@ impl LineWriter {
                         write_cell(col.as_ref(), row, name == KEY, out);
                     }
                 }
-                FileFormat::Text | FileFormat::Csv => {
+                FileFormat::Text | FileFormat::Csv | FileFormat::Parquet => {
                     if col.is_valid(row) {
                         cell.clear();
                         write_cell(col.as_ref(), row, name == KEY, &mut cell);
