@@ -22,6 +22,8 @@
 //! drops any of the lines all subtasks committed past the restore point; lines it never receives stay in its
 //! list, and could drop an equal line written much later (for sinks whose lines repeat; `keyed-count`'s never
 //! do). Lines still to drop are kept in the sink's state, so a further failure during the replay loses nothing.
+//! Parquet files are not lines: with `format: parquet` such a replay writes the rows of those newer files again
+//! (the normal restore, from the newest checkpoint, commits nothing twice in any format).
 
 use super::text::LineWriter;
 use crate::api::commit::{attempt_and_number, hidden_name, PendingFiles};
