@@ -10,7 +10,7 @@
 //! event time: what `datagen` and `keyed-count` produce and what [`Record`] is a row of. Other shapes are read
 //! and written column by column, or as typed structs ([`crate::api::rows`]).
 
-use crate::api::operator::OperatorError;
+use crate::api::error::OperatorError;
 use crate::api::record::{Key, Record, Value};
 use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Int64Builder, TimestampMillisecondBuilder};
 use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, TimestampMillisecondArray, UInt16Array};

@@ -1,11 +1,12 @@
 //! What an operator author programs against, and what `examples/` imports: the operator traits and their
-//! contexts ([`operator`]), record batches and their known columns ([`batch`]), typed rows ([`rows`]), records
+//! contexts ([`operator`]), the operator error ([`error`]), record batches and their known columns ([`batch`]), typed rows ([`rows`]), records
 //! as key/value rows ([`record`]), the kind registry a task-manager binary is built from
 //! ([`registry`]), the exactly-once commit helpers for sinks ([`commit`]), and split positions as operator state
 //! for sources ([`splits`]).
 
 pub mod batch;
 pub mod commit;
+pub mod error;
 pub mod operator;
 pub mod record;
 pub mod registry;

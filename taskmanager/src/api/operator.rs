@@ -12,48 +12,14 @@
 //!   checkpoint completed). Logic that commits side effects must be idempotent and must also commit what
 //!   its restored state says is pending (see the `file-sink`).
 
+pub use crate::api::error::OperatorError;
+
 use crate::api::batch::{event_times, RecordsBuilder, EVENT_TIME};
 use crate::api::record::Record;
 use arrow_array::RecordBatch;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
 use weir_common::keygroup::KeyGroupRange;
 use weir_state::{KeyedStateBackend, OperatorStateStore};
-
-/// An error raised by an operator; it fails the task (and the job fails over).
-#[derive(Debug, thiserror::Error)]
-pub enum OperatorError {
-    /// A state access failed.
-    #[error(transparent)]
-    State(#[from] weir_state::StateError),
-    /// A local I/O operation failed.
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Anything else, described.
-    #[error("{0}")]
-    Other(String),
-    /// An error of the named operator (set by the runtime, so a user sees which operator of a chain failed).
-    #[error("operator {uid:?}: {source}")]
-    InOperator {
-        /// The operator's uid.
-        uid: String,
-        /// What went wrong.
-        #[source]
-        source: Box<OperatorError>,
-    },
-}
-
-impl OperatorError {
-    /// Wraps an I/O error with context.
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        OperatorError::Io { context: context.into(), source }
-    }
-}
 
 /// Where an operator runs.
 #[derive(Debug, Clone)]
