@@ -10,6 +10,8 @@
 //!   channels with credit-based flow control.
 //! - [`time`]: event time: watermark generation per source split, and the valve that combines the watermarks
 //!   and idleness of several inputs (pure state machines the task loop drives).
+//! - [`window`]: window assignment, slices and session merging as arithmetic (the window operator on timers
+//!   is issue 20's).
 //! - [`control`]: the gRPC service the job manager calls, registration and heartbeats.
 //! - [`report`]: the ordered reports of task states and checkpoint acknowledgements to the job manager,
 //!   below the tasks that send them.
@@ -23,5 +25,6 @@ pub mod process;
 pub mod report;
 pub mod task;
 pub mod time;
+pub mod window;
 
 pub(crate) use weir_common::now_ms;
