@@ -41,16 +41,7 @@ pub fn kind_info() -> KindInfo {
 
 /// The watermark logger's description for the registry.
 pub fn log_kind_info() -> KindInfo {
-    KindInfo {
-        kind: LOG_KIND.into(),
-        role: Role::Operator,
-        keyed: false,
-        version: env!("CARGO_PKG_VERSION").into(),
-        states: vec![],
-        signature: None,
-        input_columns: vec![],
-        output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")),
-    }
+    KindInfo { kind: LOG_KIND.into(), role: Role::Operator, states: vec![], ..kind_info() }
 }
 
 /// Config of `event-clock`.

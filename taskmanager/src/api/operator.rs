@@ -225,14 +225,6 @@ impl SourceOutput {
         Ok(())
     }
 
-    /// Emits a key/value row with an integer value read from split `split`, without building a [`Record`].
-    #[inline]
-    pub fn push_i64(&mut self, split: u32, key: &[u8], value: i64, ts: Option<i64>) -> Result<(), OperatorError> {
-        self.rows.push_i64(key, value, ts)?;
-        self.count_row(split);
-        Ok(())
-    }
-
     /// Emits a whole batch read from split `split`. It must have an [`EVENT_TIME`] column.
     pub fn push_batch(&mut self, split: u32, batch: RecordBatch) -> Result<(), OperatorError> {
         let rows = batch.num_rows() as u32;

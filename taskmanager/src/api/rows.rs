@@ -14,7 +14,7 @@
 
 use crate::api::batch::{event_time_field, EVENT_TIME};
 use crate::api::operator::{Collector, OperatorError};
-use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch};
+use arrow_array::{new_null_array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
@@ -100,9 +100,7 @@ impl Collector<'_> {
         if rows.is_empty() {
             return Ok(());
         }
-        let batch = batch_of_rows(rows)?;
-        debug_assert_eq!(batch.column(0).len(), rows.len());
-        self.emit_batch(batch)
+        self.emit_batch(batch_of_rows(rows)?)
     }
 }
 
@@ -111,6 +109,7 @@ mod tests {
     use super::*;
     use crate::api::batch::{batch_of, event_times, KvRows};
     use crate::api::record::Record;
+    use arrow_array::Array;
 
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     struct Bid {

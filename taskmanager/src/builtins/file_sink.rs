@@ -159,7 +159,7 @@ impl FileSink {
         Ok(())
     }
 
-    fn write_rows(&mut self, lines: &LineWriter, batch: &RecordBatch) -> Result<(), OperatorError> {
+    fn write_rows(&mut self, lines: &mut LineWriter, batch: &RecordBatch) -> Result<(), OperatorError> {
         let mut line = std::mem::take(&mut self.line);
         // Replaying after a fallback: lines committed already are dropped, the rest written.
         let replaying = !self.replayed.is_empty();
@@ -277,7 +277,7 @@ impl Operator for FileSink {
         if self.format == FileFormat::Parquet {
             return self.write_parquet(batch);
         }
-        let lines = match self.lines.take() {
+        let mut lines = match self.lines.take() {
             Some(l) if l.writes(batch) => l,
             _ => {
                 let lines = LineWriter::new(batch, self.format)?;
@@ -289,7 +289,7 @@ impl Operator for FileSink {
                 lines
             }
         };
-        let result = self.write_rows(&lines, batch);
+        let result = self.write_rows(&mut lines, batch);
         self.lines = Some(lines);
         result
     }

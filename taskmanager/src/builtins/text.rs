@@ -17,10 +17,16 @@ use weir_common::builtin::FileFormat;
 pub struct LineWriter {
     schema: SchemaRef,
     format: FileFormat,
-    /// The columns written: index and name.
+    /// The columns written: index and name (for JSON, the quoted name and its colon).
     columns: Vec<(usize, String)>,
+    /// For JSON: each written column's name, quoted, with its colon.
+    json_names: Vec<String>,
+    /// The key column's index, written as key text.
+    key_column: Option<usize>,
     /// Key/value rows in the text format: `key,value` with no quoting, as Weir always wrote them.
     plain_key_value: bool,
+    /// A cell's text before it is quoted (kept, so that writing a row allocates nothing once warm).
+    cell: String,
 }
 
 impl LineWriter {
@@ -43,7 +49,17 @@ impl LineWriter {
         }
         let names: Vec<&str> = columns.iter().map(|(_, n)| n.as_str()).collect();
         let plain_key_value = format == FileFormat::Text && names == [KEY, VALUE];
-        Ok(LineWriter { schema, format, columns, plain_key_value })
+        let key_column = schema.index_of(KEY).ok();
+        let json_names = columns
+            .iter()
+            .map(|(_, n)| {
+                let mut quoted = String::new();
+                push_json_string(n, &mut quoted);
+                quoted.push(':');
+                quoted
+            })
+            .collect();
+        Ok(LineWriter { schema, format, columns, json_names, key_column, plain_key_value, cell: String::new() })
     }
 
     /// Whether `batch` has the schema this writer was made for.
@@ -68,42 +84,37 @@ impl LineWriter {
     }
 
     /// Appends row `row` of `batch` (of this writer's schema) to `out`, with its newline.
-    pub fn write_row(&self, batch: &RecordBatch, row: usize, out: &mut String) {
-        let mut cell = String::new();
+    pub fn write_row(&mut self, batch: &RecordBatch, row: usize, out: &mut String) {
         if self.format == FileFormat::Json {
             out.push('{');
         }
-        for (n, (i, name)) in self.columns.iter().enumerate() {
+        for (n, (i, _)) in self.columns.iter().enumerate() {
             if n > 0 {
                 out.push(',');
             }
-            let col = batch.column(*i);
+            let col = batch.column(*i).as_ref();
+            let is_key = self.key_column == Some(*i);
             match self.format {
                 FileFormat::Json => {
-                    push_json_string(name, out);
-                    out.push(':');
+                    out.push_str(&self.json_names[n]);
                     if col.is_null(row) {
                         out.push_str("null");
-                    } else {
-                        cell.clear();
-                        let quoted = write_cell(col.as_ref(), row, name == KEY, &mut cell);
-                        match quoted {
-                            true => push_json_string(&cell, out),
-                            false => out.push_str(&cell),
-                        }
+                        continue;
+                    }
+                    self.cell.clear();
+                    match write_cell(col, row, is_key, &mut self.cell) {
+                        true => push_json_string(&self.cell, out),
+                        false => out.push_str(&self.cell),
                     }
                 }
+                _ if col.is_null(row) => {}
                 FileFormat::Text if self.plain_key_value => {
-                    if col.is_valid(row) {
-                        write_cell(col.as_ref(), row, name == KEY, out);
-                    }
+                    write_cell(col, row, is_key, out);
                 }
                 FileFormat::Text | FileFormat::Csv | FileFormat::Parquet => {
-                    if col.is_valid(row) {
-                        cell.clear();
-                        write_cell(col.as_ref(), row, name == KEY, &mut cell);
-                        push_csv(&cell, out);
-                    }
+                    self.cell.clear();
+                    write_cell(col, row, is_key, &mut self.cell);
+                    push_csv(&self.cell, out);
                 }
             }
         }
@@ -207,11 +218,15 @@ fn write_cell(col: &dyn Array, row: usize, is_key: bool, out: &mut String) -> bo
             out.push_str(&String::from_utf8_lossy(bytes));
             true
         }
-        Dictionary(_, _) => {
-            let Some(dict) = col.as_any_dictionary_opt() else { return true };
-            let key = dict.normalized_keys()[row];
-            let values = dict.values();
-            if values.is_valid(key) {
+        Dictionary(k, _) => {
+            // The row's key, read in place (`writable` admits signed integer keys only).
+            let (key, values) = match **k {
+                Int8 => (col.as_dictionary::<Int8Type>().key(row), col.as_dictionary::<Int8Type>().values()),
+                Int16 => (col.as_dictionary::<Int16Type>().key(row), col.as_dictionary::<Int16Type>().values()),
+                Int32 => (col.as_dictionary::<Int32Type>().key(row), col.as_dictionary::<Int32Type>().values()),
+                _ => (col.as_dictionary::<Int64Type>().key(row), col.as_dictionary::<Int64Type>().values()),
+            };
+            if let Some(key) = key.filter(|k| values.is_valid(*k)) {
                 write_cell(values.as_ref(), key, false, out);
             }
             true
@@ -224,18 +239,37 @@ fn write_cell(col: &dyn Array, row: usize, is_key: bool, out: &mut String) -> bo
 /// Appends `s` as one CSV field (RFC 4180: quoted, with quotes doubled, when it holds a comma, quote or line
 /// break).
 fn push_csv(s: &str, out: &mut String) {
-    if s.contains([',', '"', '\n', '\r']) {
-        out.push('"');
-        out.push_str(&s.replace('"', "\"\""));
-        out.push('"');
-    } else {
+    if !s.contains([',', '"', '\n', '\r']) {
         out.push_str(s);
+        return;
     }
+    out.push('"');
+    for c in s.chars() {
+        if c == '"' {
+            out.push('"');
+        }
+        out.push(c);
+    }
+    out.push('"');
 }
 
+/// Appends `s` as a JSON string (quotes, `"` and `\\` escaped, control characters as `\\uXXXX`).
 fn push_json_string(s: &str, out: &mut String) {
-    // Serializing a string cannot fail.
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 #[cfg(test)]
@@ -246,7 +280,7 @@ mod tests {
     use arrow_array::{ArrayRef, Float64Array, Int64Array, StringArray, TimestampMillisecondArray};
 
     fn lines(batch: &RecordBatch, format: FileFormat) -> String {
-        let w = LineWriter::new(batch, format).unwrap();
+        let mut w = LineWriter::new(batch, format).unwrap();
         let mut out = w.header().unwrap_or_default();
         for row in 0..batch.num_rows() {
             w.write_row(batch, row, &mut out);

@@ -48,6 +48,7 @@ impl BatchEncoder {
     }
 
     /// One batch as one frame's payload (for tests: [`BatchEncoder::encode_frames`] makes whole frames).
+    #[cfg(test)]
     pub fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<u8>, BatchError> {
         let frame = self.encode_one(batch)?;
         Ok(frame[FRAME_HEADER..].to_vec())
@@ -86,6 +87,7 @@ impl BatchEncoder {
 }
 
 /// A batch frame's header: length, type and row count.
+#[cfg(test)]
 const FRAME_HEADER: usize = 9;
 
 fn frame_start() -> Vec<u8> {

@@ -5,6 +5,7 @@ use crate::api::batch::event_times;
 use crate::api::operator::SourceChunk;
 use crate::time::generator::{SourceWatermarks, WatermarkStrategy};
 use crate::time::WatermarkOutput;
+use arrow_array::Array;
 use std::time::{Duration, Instant};
 
 /// A source task's watermark generation: its splits' generators, the periodic emit, and a clock that stands
@@ -53,9 +54,8 @@ impl SourceTime {
                     return Err("the source's runs of splits overrun its records".into());
                 }
                 if let Some(times) = times {
-                    let run = times.slice(at, n);
-                    for ts in run.iter().flatten() {
-                        self.watermarks.on_event(split, ts);
+                    for i in (at..at + n).filter(|i| times.is_valid(*i)) {
+                        self.watermarks.on_event(split, times.value(i));
                     }
                 }
                 at += n;
