@@ -21,7 +21,7 @@
 
 use crate::error::StateError;
 use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
-use crate::layout::{decode_list, row_in, RowKeyBuilder};
+use crate::layout::{decode_list, row_in, RowKeyBuilder, TimerRow};
 use crate::layout::{ElementVisitor, RowVisitor};
 use crate::meta::TtlChange;
 use crate::meta::{
@@ -34,7 +34,7 @@ use crate::ttl::{
     retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock, DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
 };
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -58,6 +58,9 @@ struct HeapState {
     rows: HashMap<Vec<u8>, Vec<u8>>,
     /// Map rows: row key to user key to value.
     maps: HashMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// Timer rows (timer states): ordered, so each key group's timers are a range in firing order — the
+    /// per-key-group priority queues.
+    timers: BTreeSet<Vec<u8>>,
     ttl: Option<StateTtlConfig>,
     /// Whether the state is scoped to namespaces (its rows end with `namespace | u32 BE length`).
     namespaced: bool,
@@ -76,6 +79,7 @@ impl HeapState {
             kind,
             rows: HashMap::new(),
             maps: HashMap::new(),
+            timers: BTreeSet::new(),
             ttl,
             namespaced,
             registered,
@@ -175,7 +179,11 @@ impl HeapBackend {
                 match row {
                     Row::Value { key, value } => {
                         if in_range(key)? {
-                            st.rows.insert(key.to_vec(), value.to_vec());
+                            if st.kind == StateKind::Timers {
+                                st.timers.insert(key.to_vec());
+                            } else {
+                                st.rows.insert(key.to_vec(), value.to_vec());
+                            }
                         }
                     }
                     Row::MapEntry { key, user_key, value } => {
@@ -507,7 +515,57 @@ impl KeyedStateBackend for HeapBackend {
         let st = &mut self.states[state.0];
         st.rows.clear();
         st.maps.clear();
+        st.timers.clear();
         Ok(())
+    }
+
+    fn current_key_and_namespace(&self) -> (&[u8], &[u8]) {
+        self.row.current()
+    }
+
+    fn add_timer(&mut self, state: StateId, timestamp: i64) -> Result<(u32, bool), StateError> {
+        let mut row = Vec::new();
+        let kg = self.row.timer_row(timestamp, &mut row)?;
+        let st = self.state(state, "add_timer", |k| k == StateKind::Timers)?;
+        Ok((kg, st.timers.insert(row)))
+    }
+
+    fn delete_timer(&mut self, state: StateId, timestamp: i64) -> Result<bool, StateError> {
+        let mut row = Vec::new();
+        self.row.timer_row(timestamp, &mut row)?;
+        let st = self.state(state, "delete_timer", |k| k == StateKind::Timers)?;
+        Ok(st.timers.remove(&row))
+    }
+
+    fn first_timer(
+        &mut self,
+        state: StateId,
+        key_group: u32,
+        from: i64,
+        out: &mut TimerRow,
+    ) -> Result<bool, StateError> {
+        let (lo, hi) = self.row.timer_bounds(key_group, from);
+        let prefix_len = self.row.prefix_len;
+        let st = self.state(state, "first_timer", |k| k == StateKind::Timers)?;
+        match st.timers.range(lo..hi).next() {
+            Some(row) => {
+                out.read(&row[prefix_len..])?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn remove_timer(&mut self, state: StateId, key_group: u32, timer: &TimerRow) -> Result<(), StateError> {
+        let (mut prefix, mut row) = (Vec::new(), Vec::new());
+        self.row.group_prefix(key_group, &mut prefix);
+        timer.write(&prefix, &mut row);
+        self.state(state, "remove_timer", |k| k == StateKind::Timers)?.timers.remove(&row);
+        Ok(())
+    }
+
+    fn timer_count(&mut self, state: StateId) -> Result<u64, StateError> {
+        Ok(self.state(state, "timer_count", |k| k == StateKind::Timers)?.timers.len() as u64)
     }
 
     fn snapshot_sync(&mut self, dir: &Path) -> Result<LocalSnapshot, StateError> {
@@ -543,6 +601,13 @@ impl KeyedStateBackend for HeapBackend {
                         write_bytes(&mut w, v).map_err(io)?;
                         n += (uk.len() + v.len()) as u64;
                     }
+                }
+            } else if st.kind == StateKind::Timers {
+                w.write_all(&(st.timers.len() as u32).to_le_bytes()).map_err(io)?;
+                for k in &st.timers {
+                    write_bytes(&mut w, k).map_err(io)?;
+                    write_bytes(&mut w, &[]).map_err(io)?;
+                    n += k.len() as u64;
                 }
             } else {
                 let rows: Vec<(&Vec<u8>, Cow<'_, [u8]>)> = st
@@ -607,6 +672,7 @@ impl KeyedStateBackend for HeapBackend {
                 kind: st.kind,
                 ttl: st.ttl,
                 bytes: self.snapshot_bytes.get(&st.name).copied().unwrap_or(0),
+                entries: (st.kind == StateKind::Timers).then_some(st.timers.len() as u64),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -625,6 +691,9 @@ impl KeyedStateBackend for HeapBackend {
                 for (uk, v) in m {
                     out.1.insert((st.name.clone(), k.clone(), Some(uk.clone()), v.clone()));
                 }
+            }
+            for k in &st.timers {
+                out.1.insert((st.name.clone(), k.clone(), None, Vec::new()));
             }
         }
         out

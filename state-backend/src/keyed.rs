@@ -17,7 +17,7 @@
 //! [`StateError::Declaration`] naming the state and the size and suggesting `MapState`; nothing is written.
 
 use crate::error::StateError;
-use crate::layout::{ElementVisitor, RowVisitor};
+use crate::layout::{ElementVisitor, RowVisitor, TimerRow};
 use crate::meta::{StateKind, StateOptions};
 use crate::ttl::Clock;
 use std::path::{Path, PathBuf};
@@ -142,6 +142,27 @@ pub trait KeyedStateBackend: Send {
     /// Removes `state`'s data for every key (and every namespace) of this backend (any kind), without visiting
     /// keys one by one.
     fn clear_all(&mut self, state: StateId) -> Result<(), StateError>;
+    /// The current key (its serialized bytes, without the key-group prefix) and namespace.
+    fn current_key_and_namespace(&self) -> (&[u8], &[u8]);
+    /// Adds a timer at `timestamp` for the current key and namespace to `state` (of kind
+    /// [`StateKind::Timers`]). A timer is unique per key, namespace and timestamp: returns the key's group and
+    /// whether the timer is new.
+    fn add_timer(&mut self, state: StateId, timestamp: i64) -> Result<(u32, bool), StateError>;
+    /// Removes the current key and namespace's timer at `timestamp` from `state`; whether there was one.
+    fn delete_timer(&mut self, state: StateId, timestamp: i64) -> Result<bool, StateError>;
+    /// Reads the earliest timer of key group `key_group` at or after `from` into `out`; false if there is none.
+    /// The timers of a key group are ordered by timestamp (then key and namespace bytes).
+    fn first_timer(
+        &mut self,
+        state: StateId,
+        key_group: u32,
+        from: i64,
+        out: &mut TimerRow,
+    ) -> Result<bool, StateError>;
+    /// Removes `timer` of key group `key_group` from `state`.
+    fn remove_timer(&mut self, state: StateId, key_group: u32, timer: &TimerRow) -> Result<(), StateError>;
+    /// How many timers `state` holds.
+    fn timer_count(&mut self, state: StateId) -> Result<u64, StateError>;
     /// The synchronous part of a snapshot: an immutable copy of all state in `dir` (which must not exist yet,
     /// and should be on the same filesystem as the backend so RocksDB can hard-link). Some files may still be
     /// written in the background: [`LocalSnapshot::ready`] waits for them.

@@ -133,6 +133,31 @@ impl RowKeyBuilder {
         (rest[ns_at..len_at] == self.namespace[..]).then_some(&rest[..ns_at])
     }
 
+    /// The current key and namespace's timer row at `ts` into `out`; returns the key group.
+    pub fn timer_row(&self, ts: i64, out: &mut Vec<u8>) -> Result<u32, StateError> {
+        let (kg, key) = self.row.split_at(self.prefix_len.min(self.row.len()));
+        write_timer_row(kg, ts, key, &self.namespace, out);
+        row_key_group(&self.row, self.prefix_len)
+    }
+
+    /// The first possible timer row of key group `kg` at or after `ts`, and the first row past the key group.
+    pub fn timer_bounds(&self, kg: u32, ts: i64) -> (Vec<u8>, Vec<u8>) {
+        let (mut lo, hi) = self.range_bounds(KeyGroupRange { start: kg, end: kg });
+        lo.extend_from_slice(&timer_ts_bytes(ts));
+        (lo, hi)
+    }
+
+    /// The key-group prefix of key group `kg`.
+    pub fn group_prefix(&self, kg: u32, out: &mut Vec<u8>) {
+        out.clear();
+        weir_common::keygroup::write_key_group_prefix(weir_common::ids::KeyGroup(kg), self.max_parallelism, out);
+    }
+
+    /// The current key (without its key-group prefix) and namespace.
+    pub fn current(&self) -> (&[u8], &[u8]) {
+        (&self.row[self.prefix_len.min(self.row.len())..], &self.namespace)
+    }
+
     /// The first row key of a key-group range and the first one past it (the key-group prefix of
     /// `range.end + 1` always fits the prefix width, since key groups are `< max_parallelism`).
     pub fn range_bounds(&self, range: KeyGroupRange) -> (Vec<u8>, Vec<u8>) {
@@ -158,6 +183,57 @@ impl RowKeyBuilder {
         };
         (lo, hi)
     }
+}
+
+/// A timer's timestamp as row-key bytes: big-endian with the sign bit flipped, so byte order is numeric order.
+pub(crate) fn timer_ts_bytes(ts: i64) -> [u8; 8] {
+    ((ts as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// One timer as a timer row names it (buffers reused from row to row).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimerRow {
+    /// When it fires (ms).
+    pub timestamp: i64,
+    /// Its key's serialized bytes.
+    pub key: Vec<u8>,
+    /// Its namespace's serialized bytes (empty: none).
+    pub namespace: Vec<u8>,
+}
+
+impl TimerRow {
+    /// Fills the timer from a timer row without its key-group prefix:
+    /// `u64 BE timestamp | key | namespace | u32 BE len(namespace)`.
+    pub(crate) fn read(&mut self, rest: &[u8]) -> Result<(), StateError> {
+        let corrupt = || StateError::Corrupt(format!("timer row {rest:?} is malformed"));
+        let ts: [u8; 8] = rest.get(..8).ok_or_else(corrupt)?.try_into().map_err(|_| corrupt())?;
+        let len_at = rest.len().checked_sub(4).filter(|at| *at >= 8).ok_or_else(corrupt)?;
+        let ns_len = u32::from_be_bytes(rest[len_at..].try_into().map_err(|_| corrupt())?) as usize;
+        let ns_at = len_at.checked_sub(ns_len).filter(|at| *at >= 8).ok_or_else(corrupt)?;
+        self.timestamp = (u64::from_be_bytes(ts) ^ (1 << 63)) as i64;
+        self.key.clear();
+        self.key.extend_from_slice(&rest[8..ns_at]);
+        self.namespace.clear();
+        self.namespace.extend_from_slice(&rest[ns_at..len_at]);
+        Ok(())
+    }
+
+    /// The timer's row (`kg | timestamp | key | namespace | u32 BE len(namespace)`) in key group prefix `kg`,
+    /// into `out` (cleared first).
+    pub(crate) fn write(&self, kg: &[u8], out: &mut Vec<u8>) {
+        write_timer_row(kg, self.timestamp, &self.key, &self.namespace, out);
+    }
+}
+
+/// Writes timer row `kg | timestamp | key | namespace | u32 BE len(namespace)` into `out` (cleared first): key
+/// group first, then timestamp, so that a key group's timers are one interval in firing order.
+pub(crate) fn write_timer_row(kg: &[u8], ts: i64, key: &[u8], namespace: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(kg);
+    out.extend_from_slice(&timer_ts_bytes(ts));
+    out.extend_from_slice(key);
+    out.extend_from_slice(namespace);
+    out.extend_from_slice(&(namespace.len() as u32).to_be_bytes());
 }
 
 /// The key group of a row key (its first 1 or 2 bytes, big-endian).
@@ -275,6 +351,41 @@ mod tests {
         assert!(split_map_row(&[0, 0, 0, 0, 9, 1], 1, false, &mut row).is_err(), "key longer than the row");
         assert!(map_prefix_of_row(&[0, 1, 0, 0, 0, 5], 1, true, &mut row).is_err(), "namespace longer than the row");
         assert!(row_key_group(&[1], 2).is_err());
+    }
+
+    #[test]
+    fn timer_rows_sort_by_key_group_then_timestamp_and_read_back() {
+        let mut b = RowKeyBuilder::new(128);
+        let mut rows = Vec::new();
+        for (key, ns, ts) in
+            [(&b"a"[..], &b""[..], -5i64), (b"bb", b"w1", 0), (b"a", b"", i64::MAX), (b"", b"x", i64::MIN)]
+        {
+            b.set(key);
+            b.set_namespace(ns);
+            let mut row = Vec::new();
+            let kg = b.timer_row(ts, &mut row).unwrap();
+            let mut t = TimerRow::default();
+            t.read(&row[b.prefix_len..]).unwrap();
+            assert_eq!((t.timestamp, t.key.as_slice(), t.namespace.as_slice()), (ts, key, ns));
+            let mut again = Vec::new();
+            let mut prefix = Vec::new();
+            b.group_prefix(kg, &mut prefix);
+            t.write(&prefix, &mut again);
+            assert_eq!(again, row);
+            let (lo, hi) = b.timer_bounds(kg, ts);
+            assert!(row >= lo && row < hi);
+            rows.push((kg, ts, row));
+        }
+        let mut by_bytes = rows.clone();
+        by_bytes.sort_by(|a, b| a.2.cmp(&b.2));
+        rows.sort_by_key(|r| (r.0, r.1));
+        assert_eq!(
+            by_bytes.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(),
+            rows.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>()
+        );
+        let mut t = TimerRow::default();
+        assert!(t.read(&[0; 11]).is_err(), "shorter than a timestamp and a length");
+        assert!(t.read(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_err(), "namespace longer than the row");
     }
 
     #[test]

@@ -39,6 +39,9 @@
 //! - [`ttl`]: state time-to-live ([`StateTtlConfig`], given to a typed handle in its [`StateDescriptor`]), an injectable
 //!   [`Clock`] ([`KeyedStateBackend::set_clock`]), lazy, snapshot, incremental (heap) and compaction-filter
 //!   (RocksDB) cleanup.
+//! - [`timers`]: timer services — an operator's event-time and processing-time timers as keyed state of kind
+//!   [`StateKind::Timers`] (rows key group first, then timestamp), with each key group's earliest timer cached
+//!   ([`TimerService`]); they move with their key groups through every snapshot, restore and rescale path.
 //! - [`snapshot`]: uploading local snapshots to an object store and downloading them for restore.
 //!
 //! The same test suite (`suite.rs`) runs every state kind, clear, clear_all, kind conflicts, the size limit and
@@ -70,6 +73,7 @@ pub mod snapshot;
 pub(crate) mod statefile;
 #[cfg(test)]
 mod suite;
+pub mod timers;
 pub mod ttl;
 
 pub use canonical::write_canonical;
@@ -82,4 +86,5 @@ pub use meta::StateSummary;
 pub use meta::{StateDescriptor, StateKind, StateOptions};
 pub use operator::OperatorStateStore;
 pub use rescale::{open_keyed_backend, open_keyed_backend_from, RestoreSource, SnapshotFormat};
+pub use timers::{TimeDomain, TimerService};
 pub use ttl::{Clock, ManualClock, StateTtlConfig, SystemClock, TtlUpdateType, TtlVisibility};

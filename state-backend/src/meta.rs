@@ -5,7 +5,7 @@
 //!
 //! ## Kind record
 //!
-//! One byte `kind` for a state without TTL (value 0, list 1, map 2, reducing 3, aggregating 4), with bit `0x40`
+//! One byte `kind` for a state without TTL (value 0, list 1, map 2, reducing 3, aggregating 4, timers 5), with bit `0x40`
 //! set if the state is namespaced; a state with TTL sets bit `0x80` and appends the TTL in ms (`u64` LE), the
 //! update-type byte and the visibility byte (11 bytes in all). RocksDB stores it in the default
 //! column family (row `weir.kind.<name>`); heap snapshots store it after the state's name.
@@ -43,6 +43,9 @@ pub enum StateKind {
     Reducing,
     /// One accumulator per key of an aggregate function ([`AggregatingState`](crate::AggregatingState)).
     Aggregating,
+    /// The timers of one time domain of a timer service ([`crate::timers`]): rows ordered by key group, then
+    /// timestamp, each naming its key and namespace.
+    Timers,
 }
 
 impl StateKind {
@@ -54,6 +57,7 @@ impl StateKind {
             StateKind::Map => "map",
             StateKind::Reducing => "reducing",
             StateKind::Aggregating => "aggregating",
+            StateKind::Timers => "timers",
         }
     }
 
@@ -65,6 +69,7 @@ impl StateKind {
             StateKind::Map => 2,
             StateKind::Reducing => 3,
             StateKind::Aggregating => 4,
+            StateKind::Timers => 5,
         }
     }
 
@@ -76,6 +81,7 @@ impl StateKind {
             2 => StateKind::Map,
             3 => StateKind::Reducing,
             4 => StateKind::Aggregating,
+            5 => StateKind::Timers,
             _ => return Err(StateError::Corrupt(format!("unknown state kind byte {b}"))),
         })
     }
@@ -128,6 +134,8 @@ pub struct StateSummary {
     /// Bytes of its rows: exact for the heap (counted by its last snapshot); for RocksDB an estimate, RocksDB's
     /// of the live data in its column family's files plus what its write-back cache holds.
     pub bytes: u64,
+    /// Timer states: how many timers it holds (exact).
+    pub entries: Option<u64>,
 }
 
 /// How a state is declared besides its name and kind: what a Flink state descriptor adds (the value types are
@@ -381,7 +389,14 @@ mod tests {
     #[test]
     fn kind_records_round_trip() {
         let t = StateTtlConfig::new(Duration::from_millis(10));
-        for kind in [StateKind::Value, StateKind::List, StateKind::Map, StateKind::Reducing, StateKind::Aggregating] {
+        for kind in [
+            StateKind::Value,
+            StateKind::List,
+            StateKind::Map,
+            StateKind::Reducing,
+            StateKind::Aggregating,
+            StateKind::Timers,
+        ] {
             assert_eq!(encode_kind_record(kind, None, false), vec![kind.to_byte()]);
             assert_eq!(decode_kind_record(&[kind.to_byte()]).unwrap(), (kind, None, false));
             assert_eq!(decode_kind_record(&encode_kind_record(kind, None, true)).unwrap(), (kind, None, true));

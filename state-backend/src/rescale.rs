@@ -514,7 +514,7 @@ mod tests {
     use crate::handles::{
         set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
     };
-    use crate::keyed::{LocalSnapshot, StoredContent};
+    use crate::keyed::{LocalSnapshot, StateId, StoredContent};
     use crate::layout::row_key_group;
     use crate::meta::{StateDescriptor, StateOptions};
     use crate::ttl::{ManualClock, StateTtlConfig};
@@ -571,6 +571,8 @@ mod tests {
         ns_value: ValueState<u64>,
         ns_map: MapState<u64, u64>,
         ns_ttl_list: ListState<u64>,
+        event_timers: StateId,
+        processing_timers: StateId,
     }
 
     impl Handles {
@@ -593,6 +595,8 @@ mod tests {
                     StateDescriptor::new("ns-ttl-list").with_options(ns.with_ttl(ttl())),
                 )
                 .unwrap(),
+                event_timers: b.register_state(crate::timers::EVENT_TIMERS, StateKind::Timers).unwrap(),
+                processing_timers: b.register_state(crate::timers::PROCESSING_TIMERS, StateKind::Timers).unwrap(),
             }
         }
 
@@ -626,7 +630,13 @@ mod tests {
                 if i % 2 == ns {
                     self.ns_ttl_list.add(b, &i).unwrap();
                 }
+                b.add_timer(self.event_timers, event_timer(i, ns)).unwrap();
             }
+            if i.is_multiple_of(5) {
+                b.delete_timer(self.event_timers, event_timer(i, 1)).unwrap();
+            }
+            b.set_current_namespace(&[]);
+            b.add_timer(self.processing_timers, -(i as i64)).unwrap();
         }
 
         /// What key `i` holds, through the handles.
@@ -654,6 +664,36 @@ mod tests {
             }
             out
         }
+    }
+
+    /// The event-time timer [`Handles::write`] sets for key `i` in namespace `ns` (removed again for ns 1 of
+    /// every fifth key).
+    fn event_timer(i: u64, ns: u64) -> i64 {
+        (i * 10 + ns) as i64
+    }
+
+    /// Fires every timer of the backend (its key groups `range`) through a timer service and checks that they
+    /// are exactly those [`Handles::write`] set for the keys of `range`, in timestamp order.
+    fn check_timers(what: &str, b: &mut dyn KeyedStateBackend, m: u32, range: KeyGroupRange) {
+        use crate::timers::{TimeDomain, TimerService};
+        let owned: Vec<u64> = (0..KEYS).filter(|k| range.contains(key_group_for_key(&key(*k), m))).collect();
+        let mut want: Vec<(i64, Vec<u8>)> = owned
+            .iter()
+            .flat_map(|&k| (0..2).filter(move |ns| k % 5 != 0 || *ns == 0).map(move |ns| (event_timer(k, ns), key(k))))
+            .collect();
+        want.sort();
+        let mut service = TimerService::open(b, range).unwrap();
+        assert_eq!(service.count(b, TimeDomain::EventTime).unwrap(), want.len() as u64, "{what}: timer count");
+        let mut fired = Vec::new();
+        while let Some(ts) = service.pop_due(b, TimeDomain::EventTime, i64::MAX).unwrap() {
+            fired.push((ts, b.current_key_and_namespace().0.to_vec()));
+        }
+        assert!(fired == want, "{what}: {} timers fired, {} expected, in order", fired.len(), want.len());
+        let mut processing = 0;
+        while service.pop_due(b, TimeDomain::ProcessingTime, 0).unwrap().is_some() {
+            processing += 1;
+        }
+        assert_eq!(processing, owned.len(), "{what}: processing-time timers");
     }
 
     /// What key `i` holds after [`Handles::write`].
@@ -708,7 +748,7 @@ mod tests {
             let mut snap = b.snapshot_sync(&dir.join(format!("native-{i}"))).unwrap();
             snap.ready_blocking().unwrap();
             let (records, rows) = b.stored();
-            assert_eq!(records.len(), 12);
+            assert_eq!(records.len(), 14);
             old.stored.0 = records;
             old.stored.1.extend(rows);
             drop(b);
@@ -825,6 +865,7 @@ mod tests {
                 })
                 .unwrap();
             assert_eq!(seen, owned.len(), "{what}: subtask {j} iterates its keys");
+            check_timers(&format!("{what}: subtask {j}"), b.as_mut(), m, range);
         }
         assert!(
             union == stored.1,

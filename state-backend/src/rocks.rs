@@ -57,7 +57,7 @@ use crate::error::StateError;
 use crate::import::{self, SstFile};
 use crate::ingest::{self, Background};
 use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
-use crate::layout::{decode_list, outside_bounds, prefix_successor, RowKeyBuilder};
+use crate::layout::{decode_list, outside_bounds, prefix_successor, RowKeyBuilder, TimerRow};
 use crate::layout::{ElementVisitor, RowVisitor};
 use crate::meta::TtlChange;
 use crate::meta::{
@@ -151,6 +151,9 @@ struct RocksState {
     namespaced: bool,
     /// Value rows (value kinds), or the byte length of touched lists (list kind, clean rows only).
     cache: RowCache,
+    /// Timer states: how many timers the column family holds, once counted (counted on first need after a
+    /// restore, then kept by every add and removal).
+    timers: std::cell::Cell<Option<u64>>,
 }
 
 /// Name of the list merge operator.
@@ -718,6 +721,28 @@ impl RocksDbBackend {
         Ok(rewrite.count)
     }
 
+    /// How many timers timer state `name` holds: kept since its registration, or counted now (and kept).
+    fn count_timers(&self, name: &str) -> Result<u64, StateError> {
+        let st = self.states.iter().find(|s| s.name == name);
+        if let Some(n) = st.and_then(|s| s.timers.get()) {
+            return Ok(n);
+        }
+        let mut ro = ReadOptions::default();
+        ro.fill_cache(false);
+        let mut it = self.db.raw_iterator_cf_opt(cf_handle(&self.db, name)?, ro);
+        it.seek_to_first();
+        let mut n = 0u64;
+        while it.valid() {
+            n += 1;
+            it.next();
+        }
+        it.status()?;
+        if let Some(st) = st {
+            st.timers.set(Some(n));
+        }
+        Ok(n)
+    }
+
     /// Ingests an SST file (moved into the database) into `state`'s column family.
     pub(crate) fn ingest_state_file(&self, state: &str, path: &Path) -> Result<(), StateError> {
         ingest::ingest(&self.db, &Self::cf_name(state), path)
@@ -940,7 +965,15 @@ impl KeyedStateBackend for RocksDbBackend {
             }
         }
         self.adopt_state(name, &(kind, ttl, namespaced))?;
-        self.states.push(RocksState { name: name.to_string(), kind, ttl, namespaced, cache: RowCache::default() });
+        self.states.push(RocksState {
+            name: name.to_string(),
+            kind,
+            ttl,
+            namespaced,
+            cache: RowCache::default(),
+            // A new state has no timers; a restored one is counted when first asked.
+            timers: std::cell::Cell::new((stored.is_none() && kind == StateKind::Timers).then_some(0)),
+        });
         Ok(StateId(self.states.len() - 1))
     }
 
@@ -1124,6 +1157,7 @@ impl KeyedStateBackend for RocksDbBackend {
     fn clear_key(&mut self, state: StateId) -> Result<(), StateError> {
         match self.states[state.0].kind {
             StateKind::Value | StateKind::Reducing | StateKind::Aggregating => self.delete_value(state),
+            StateKind::Timers => Err(wrong_kind(&self.states[state.0].name, StateKind::Timers, "clear")),
             StateKind::List => self.replace_list(state, &[]),
             StateKind::Map => {
                 self.set_map_prefix(state);
@@ -1150,7 +1184,91 @@ impl KeyedStateBackend for RocksDbBackend {
         let cf = cf_handle(&self.db, &st.name)?;
         let (lo, hi) = self.row.range_bounds(self.range);
         self.db.delete_range_cf_opt(cf, lo, hi, &self.write_opts)?;
+        if st.kind == StateKind::Timers {
+            st.timers.set(Some(0));
+        }
         Ok(())
+    }
+
+    fn current_key_and_namespace(&self) -> (&[u8], &[u8]) {
+        self.row.current()
+    }
+
+    fn add_timer(&mut self, state: StateId, timestamp: i64) -> Result<(u32, bool), StateError> {
+        self.check(state, "add_timer", |k| k == StateKind::Timers)?;
+        let kg = self.row.timer_row(timestamp, &mut self.map_row)?;
+        let st = &self.states[state.0];
+        let cf = cf_handle(&self.db, &st.name)?;
+        // Timers bypass the write-back cache: firing reads them in order, by iterator.
+        if self.db.get_pinned_cf(cf, &self.map_row)?.is_some() {
+            return Ok((kg, false));
+        }
+        self.db.put_cf_opt(cf, &self.map_row, [], &self.write_opts)?;
+        if let Some(n) = st.timers.get() {
+            st.timers.set(Some(n + 1));
+        }
+        Ok((kg, true))
+    }
+
+    fn delete_timer(&mut self, state: StateId, timestamp: i64) -> Result<bool, StateError> {
+        self.check(state, "delete_timer", |k| k == StateKind::Timers)?;
+        self.row.timer_row(timestamp, &mut self.map_row)?;
+        let st = &self.states[state.0];
+        let cf = cf_handle(&self.db, &st.name)?;
+        if self.db.get_pinned_cf(cf, &self.map_row)?.is_none() {
+            return Ok(false);
+        }
+        self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?;
+        if let Some(n) = st.timers.get() {
+            st.timers.set(Some(n.saturating_sub(1)));
+        }
+        Ok(true)
+    }
+
+    fn first_timer(
+        &mut self,
+        state: StateId,
+        key_group: u32,
+        from: i64,
+        out: &mut TimerRow,
+    ) -> Result<bool, StateError> {
+        self.check(state, "first_timer", |k| k == StateKind::Timers)?;
+        let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+        let (lo, hi) = self.row.timer_bounds(key_group, from);
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(hi);
+        let mut it = self.db.raw_iterator_cf_opt(cf, ro);
+        it.seek(&lo);
+        match it.key() {
+            Some(k) => {
+                out.read(&k[self.row.prefix_len..])?;
+                Ok(true)
+            }
+            None => {
+                it.status()?;
+                Ok(false)
+            }
+        }
+    }
+
+    fn remove_timer(&mut self, state: StateId, key_group: u32, timer: &TimerRow) -> Result<(), StateError> {
+        self.check(state, "remove_timer", |k| k == StateKind::Timers)?;
+        let mut prefix = Vec::with_capacity(2);
+        self.row.group_prefix(key_group, &mut prefix);
+        timer.write(&prefix, &mut self.map_row);
+        let st = &self.states[state.0];
+        let cf = cf_handle(&self.db, &st.name)?;
+        self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?;
+        if let Some(n) = st.timers.get() {
+            st.timers.set(Some(n.saturating_sub(1)));
+        }
+        Ok(())
+    }
+
+    fn timer_count(&mut self, state: StateId) -> Result<u64, StateError> {
+        self.check(state, "timer_count", |k| k == StateKind::Timers)?;
+        let name = self.states[state.0].name.clone();
+        self.count_timers(&name)
     }
 
     fn snapshot_sync(&mut self, dir: &Path) -> Result<LocalSnapshot, StateError> {
@@ -1242,7 +1360,11 @@ impl KeyedStateBackend for RocksDbBackend {
             // are still being written): count the cache too. An estimate either way.
             let cached = self.states.iter().find(|s| s.name == name).map_or(0, |s| s.cache.memory_bytes() as u64);
             let bytes = in_files + cached;
-            out.push(crate::meta::StateSummary { name, kind, ttl, bytes });
+            let entries = match kind {
+                StateKind::Timers => Some(self.count_timers(&name)?),
+                _ => None,
+            };
+            out.push(crate::meta::StateSummary { name, kind, ttl, bytes, entries });
         }
         Ok(out)
     }

@@ -378,6 +378,8 @@ pub enum DeclaredKind {
     Union,
     /// Broadcast state `K -> V`.
     Broadcast,
+    /// A timer service's timers of one domain (namespaced by the timers' namespace type).
+    Timers,
 }
 
 impl DeclaredKind {
@@ -391,6 +393,7 @@ impl DeclaredKind {
             DeclaredKind::OperatorList => "operator-list",
             DeclaredKind::Union => "union",
             DeclaredKind::Broadcast => "broadcast",
+            DeclaredKind::Timers => "timers",
         }
     }
 }
@@ -474,6 +477,16 @@ impl StateSignature {
     /// Declares broadcast state `name` mapping `K` to `V`.
     pub fn broadcast<K: TypeSignature, V: TypeSignature>(self, name: &str) -> Self {
         self.with::<V>(name, DeclaredKind::Broadcast, Some((K::shape(), serializer_of::<K>())))
+    }
+
+    /// Declares the operator's timer service, whose timers carry namespaces of type `N` (`()` for none): both
+    /// domains' timer states, with the namespace type, so a restore into another namespace type is refused.
+    pub fn timers<N: TypeSignature>(self) -> Self {
+        let mut s = self;
+        for name in [crate::timers::EVENT_TIMERS, crate::timers::PROCESSING_TIMERS] {
+            s = s.with::<()>(name, DeclaredKind::Timers, None).in_namespace::<N>(name);
+        }
+        s
     }
 
     /// Declares that state `name` (declared before) is scoped to namespaces of type `N` (window and timer state,
