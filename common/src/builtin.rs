@@ -116,6 +116,17 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             output: crate::schema::OutputSchema::Columns(crate::schema::key_value("int64")),
         },
         KindInfo {
+            kind: "window-aggregate".into(),
+            role: Role::Operator,
+            keyed: true,
+            version: v.clone(),
+            states: vec![("window-<aggregate>".into(), "value".into(), "accumulator per window slice".into())],
+            signature: None,
+            input_columns: vec![crate::schema::key_column()],
+            // The value is a float for `avg`, an integer otherwise: declared per job by the config, not here.
+            output: Default::default(),
+        },
+        KindInfo {
             kind: "file-sink".into(),
             role: Role::Sink,
             keyed: false,
@@ -352,6 +363,198 @@ impl KeyedCountConfig {
     }
 }
 
+/// The windows of `window-aggregate` (DESIGN §10): exactly one of the shapes, plus an offset from the epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowSpec {
+    /// Tumbling windows of this many ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tumbling_ms: Option<u64>,
+    /// Sliding windows of this many ms (with `slide_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_ms: Option<u64>,
+    /// How far sliding windows move, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slide_ms: Option<u64>,
+    /// Session windows closed by this many ms without a record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_gap_ms: Option<u64>,
+    /// Shift of tumbling and sliding windows from the epoch (time zones), ms.
+    #[serde(default)]
+    pub offset_ms: i64,
+}
+
+/// The shape a [`WindowSpec`] names, checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowShape {
+    /// Back-to-back windows.
+    Tumbling {
+        /// Length, ms.
+        size_ms: u64,
+    },
+    /// Overlapping windows.
+    Sliding {
+        /// Length, ms.
+        size_ms: u64,
+        /// Distance between starts, ms.
+        slide_ms: u64,
+    },
+    /// Windows per burst of records.
+    Session {
+        /// Inactivity that closes one, ms.
+        gap_ms: u64,
+    },
+}
+
+/// Longest window or gap accepted: a year (a larger one is a unit mistake).
+const MAX_WINDOW_MS: u64 = 366 * 24 * 3600 * 1000;
+
+impl WindowSpec {
+    /// The shape, or why the spec names none or several.
+    pub fn shape(&self) -> Result<WindowShape, String> {
+        let positive = |what: &str, v: u64| -> Result<u64, String> {
+            match v {
+                0 => Err(format!("{what} must be positive")),
+                v if v > MAX_WINDOW_MS => Err(format!("{what} of {v} ms is over a year: a unit mistake?")),
+                v => Ok(v),
+            }
+        };
+        let shape = match (self.tumbling_ms, self.sliding_ms, self.slide_ms, self.session_gap_ms) {
+            (Some(t), None, None, None) => WindowShape::Tumbling { size_ms: positive("tumbling_ms", t)? },
+            (None, Some(size), Some(slide), None) => {
+                let (size_ms, slide_ms) = (positive("sliding_ms", size)?, positive("slide_ms", slide)?);
+                if slide_ms > size_ms {
+                    return Err(format!(
+                        "slide_ms {slide_ms} is longer than sliding_ms {size_ms}: records would fall between windows"
+                    ));
+                }
+                WindowShape::Sliding { size_ms, slide_ms }
+            }
+            (None, Some(_), None, None) => return Err("sliding_ms needs slide_ms".into()),
+            (None, None, None, Some(g)) => WindowShape::Session { gap_ms: positive("session_gap_ms", g)? },
+            _ => {
+                return Err(
+                    "expected exactly one of { tumbling_ms }, { sliding_ms, slide_ms } or { session_gap_ms }".into()
+                )
+            }
+        };
+        let period = match shape {
+            WindowShape::Tumbling { size_ms } => Some(size_ms),
+            WindowShape::Sliding { slide_ms, .. } => Some(slide_ms),
+            WindowShape::Session { .. } => None,
+        };
+        match period {
+            None if self.offset_ms != 0 => Err("session windows take no offset_ms".into()),
+            Some(p) if self.offset_ms.unsigned_abs() >= p => {
+                Err(format!("offset_ms {} must be smaller than the window's period {p} ms", self.offset_ms))
+            }
+            _ => Ok(shape),
+        }
+    }
+}
+
+/// The aggregate `window-aggregate` computes over its field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WindowAggregate {
+    /// Records in the window.
+    #[default]
+    Count,
+    /// Sum of the field.
+    Sum,
+    /// Smallest value of the field.
+    Min,
+    /// Largest value of the field.
+    Max,
+    /// Mean of the field, as a float.
+    Avg,
+}
+
+impl WindowAggregate {
+    /// The aggregate's name in specs.
+    pub fn name(self) -> &'static str {
+        match self {
+            WindowAggregate::Count => "count",
+            WindowAggregate::Sum => "sum",
+            WindowAggregate::Min => "min",
+            WindowAggregate::Max => "max",
+            WindowAggregate::Avg => "avg",
+        }
+    }
+}
+
+/// What `window-aggregate` does with a record too late for every window it belongs to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LateRecords {
+    /// Dropped and counted.
+    #[default]
+    Drop,
+    /// Counted and emitted on the operator's `late` side output.
+    SideOutput,
+}
+
+/// Config of `window-aggregate`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowAggregateConfig {
+    /// The windows.
+    pub window: WindowShape,
+    /// Shift of tumbling and sliding windows from the epoch, ms.
+    pub offset_ms: i64,
+    /// What is computed.
+    pub aggregate: WindowAggregate,
+    /// The integer column aggregated (not read by `count`).
+    pub field: String,
+    /// How long after a window's end a late record still updates it (and fires it again), ms.
+    pub allowed_lateness_ms: u64,
+    /// Records later than that.
+    pub late: LateRecords,
+}
+
+impl WindowAggregateConfig {
+    /// Reads and checks a window-aggregate config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["window", "aggregate", "field", "allowed_lateness_ms", "late"])?;
+        let shape = "a map { tumbling_ms } | { sliding_ms, slide_ms } | { session_gap_ms }";
+        let spec: WindowSpec =
+            r.nested("window", shape)?.ok_or_else(|| field_err("window", format!("required: {shape}")))?;
+        let window = spec.shape().map_err(|e| field_err("window", e))?;
+        let aggregate = match r.string("aggregate").as_deref().map(str::trim) {
+            None | Some("count") => WindowAggregate::Count,
+            Some("sum") => WindowAggregate::Sum,
+            Some("min") => WindowAggregate::Min,
+            Some("max") => WindowAggregate::Max,
+            Some("avg") => WindowAggregate::Avg,
+            Some(other) => {
+                return Err(field_err(
+                    "aggregate",
+                    format!("expected count, sum, min, max or avg, got {}", crate::text::echo(other)),
+                ))
+            }
+        };
+        let late = match r.string("late").as_deref().map(str::trim) {
+            None | Some("drop") => LateRecords::Drop,
+            Some("side-output") => LateRecords::SideOutput,
+            Some(other) => {
+                return Err(field_err(
+                    "late",
+                    format!("expected drop or side-output, got {}", crate::text::echo(other)),
+                ))
+            }
+        };
+        let allowed_lateness_ms = r.u64("allowed_lateness_ms")?.unwrap_or(0);
+        if allowed_lateness_ms > MAX_WINDOW_MS {
+            return Err(field_err("allowed_lateness_ms", "over a year: a unit mistake?"));
+        }
+        Ok(WindowAggregateConfig {
+            window,
+            offset_ms: spec.offset_ms,
+            aggregate,
+            field: r.string("field").map(|f| f.trim().to_string()).unwrap_or_else(|| "value".into()),
+            allowed_lateness_ms,
+            late,
+        })
+    }
+}
+
 /// Why a built-in source with this config emits records without event timestamps, if it does (`None` for kinds
 /// that are not built in: their task manager knows).
 pub fn lacks_timestamps(kind: &str, map: &BTreeMap<String, String>) -> Option<String> {
@@ -370,6 +573,7 @@ pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Re
         "datagen" => DatagenConfig::from_map(map).map(|_| ()),
         "file-sink" => FileSinkConfig::from_map(map).map(|_| ()),
         "keyed-count" => KeyedCountConfig::from_map(map).map(|_| ()),
+        "window-aggregate" => WindowAggregateConfig::from_map(map).map(|_| ()),
         "blackhole" => ConfigReader::new(map, &[]).map(|_| ()),
         _ => Ok(()),
     }
@@ -394,6 +598,48 @@ mod tests {
         assert_eq!(e.field, "kyes");
         let e = DatagenConfig::from_map(&m(&[("count", "-3")])).unwrap_err();
         assert!(e.message.contains("non-negative"));
+    }
+
+    #[test]
+    fn window_aggregate_configs_and_their_errors() {
+        let c = WindowAggregateConfig::from_map(&m(&[("window", r#"{"tumbling_ms": 1000}"#)])).unwrap();
+        assert_eq!(c.window, WindowShape::Tumbling { size_ms: 1000 });
+        assert_eq!(
+            (c.aggregate, c.late, c.allowed_lateness_ms, c.field.as_str()),
+            (WindowAggregate::Count, LateRecords::Drop, 0, "value")
+        );
+        let c = WindowAggregateConfig::from_map(&m(&[
+            ("window", r#"{"sliding_ms": 60000, "slide_ms": 100, "offset_ms": 50}"#),
+            ("aggregate", "avg"),
+            ("allowed_lateness_ms", "500"),
+            ("late", "side-output"),
+        ]))
+        .unwrap();
+        assert_eq!(c.window, WindowShape::Sliding { size_ms: 60000, slide_ms: 100 });
+        assert_eq!(
+            (c.offset_ms, c.aggregate, c.late, c.allowed_lateness_ms),
+            (50, WindowAggregate::Avg, LateRecords::SideOutput, 500)
+        );
+        let c = WindowAggregateConfig::from_map(&m(&[("window", r#"{"session_gap_ms": 30}"#), ("aggregate", "max")]))
+            .unwrap();
+        assert_eq!(c.window, WindowShape::Session { gap_ms: 30 });
+        for (pairs, field, says) in [
+            (vec![], "window", "required"),
+            (vec![("window", r#"{"tumbling_ms": 10, "session_gap_ms": 5}"#)], "window", "exactly one"),
+            (vec![("window", r#"{"sliding_ms": 10}"#)], "window", "needs slide_ms"),
+            (vec![("window", r#"{"sliding_ms": 10, "slide_ms": 20}"#)], "window", "longer than"),
+            (vec![("window", r#"{"tumbling_ms": 0}"#)], "window", "positive"),
+            (vec![("window", r#"{"tumbling_ms": 10, "offset_ms": 10}"#)], "window", "smaller than"),
+            (vec![("window", r#"{"session_gap_ms": 10, "offset_ms": 1}"#)], "window", "no offset"),
+            (vec![("window", r#"{"tumbling": 10}"#)], "window", "unknown field"),
+            (vec![("window", r#"{"tumbling_ms": 10}"#), ("aggregate", "median")], "aggregate", "median"),
+            (vec![("window", r#"{"tumbling_ms": 10}"#), ("late", "keep")], "late", "side-output"),
+            (vec![("window", r#"{"tumbling_ms": 10}"#), ("size", "1")], "size", "unknown field"),
+        ] {
+            let e = WindowAggregateConfig::from_map(&m(&pairs)).unwrap_err();
+            assert_eq!(e.field, field, "{pairs:?}: {e}");
+            assert!(e.message.contains(says), "{pairs:?}: {e}");
+        }
     }
 
     #[test]

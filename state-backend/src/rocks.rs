@@ -308,6 +308,8 @@ pub struct RocksDbBackend {
     clock: SharedClock,
     ttl_registry: TtlRegistry,
     periodic_compaction_secs: u64,
+    /// Timer counts of restored timer states not registered yet (counted once, kept for their registration).
+    restored_timer_counts: std::cell::RefCell<HashMap<String, u64>>,
 }
 
 fn cf_options(opts: &RocksOptions) -> Options {
@@ -431,6 +433,7 @@ impl RocksDbBackend {
             clock,
             ttl_registry,
             periodic_compaction_secs: DEFAULT_PERIODIC_COMPACTION_SECS,
+            restored_timer_counts: Default::default(),
         })
     }
 
@@ -724,7 +727,11 @@ impl RocksDbBackend {
     /// How many timers timer state `name` holds: kept since its registration, or counted now (and kept).
     fn count_timers(&self, name: &str) -> Result<u64, StateError> {
         let st = self.states.iter().find(|s| s.name == name);
-        if let Some(n) = st.and_then(|s| s.timers.get()) {
+        let known = match st {
+            Some(s) => s.timers.get(),
+            None => self.restored_timer_counts.borrow().get(name).copied(),
+        };
+        if let Some(n) = known {
             return Ok(n);
         }
         let mut ro = ReadOptions::default();
@@ -737,8 +744,11 @@ impl RocksDbBackend {
             it.next();
         }
         it.status()?;
-        if let Some(st) = st {
-            st.timers.set(Some(n));
+        match st {
+            Some(st) => st.timers.set(Some(n)),
+            None => {
+                self.restored_timer_counts.borrow_mut().insert(name.to_string(), n);
+            }
         }
         Ok(n)
     }
@@ -971,8 +981,11 @@ impl KeyedStateBackend for RocksDbBackend {
             ttl,
             namespaced,
             cache: RowCache::default(),
-            // A new state has no timers; a restored one is counted when first asked.
-            timers: std::cell::Cell::new((stored.is_none() && kind == StateKind::Timers).then_some(0)),
+            // A new state has no timers; a restored one is counted when first asked (or was already).
+            timers: std::cell::Cell::new(match stored {
+                None => (kind == StateKind::Timers).then_some(0),
+                Some(_) => self.restored_timer_counts.borrow().get(name).copied(),
+            }),
         });
         Ok(StateId(self.states.len() - 1))
     }

@@ -2,7 +2,7 @@
 //! contexts ([`operator`]), the operator error ([`error`]), record batches and their known columns ([`batch`]), typed rows ([`rows`]), records
 //! as key/value rows ([`record`]), the kind registry a task-manager binary is built from
 //! ([`registry`]), the exactly-once commit helpers for sinks ([`commit`]), and split positions as operator state
-//! for sources ([`splits`]).
+//! for sources ([`splits`]), and timers for keyed operators ([`timers`]).
 
 pub mod batch;
 pub mod commit;
@@ -12,3 +12,4 @@ pub mod record;
 pub mod registry;
 pub mod rows;
 pub mod splits;
+pub mod timers;

@@ -16,6 +16,7 @@ pub use crate::api::error::OperatorError;
 
 use crate::api::batch::{event_times, RecordsBuilder, EVENT_TIME};
 use crate::api::record::Record;
+use crate::api::timers::{TimeDomain, TimerSlot, Timers};
 use arrow_array::RecordBatch;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
 use weir_common::keygroup::KeyGroupRange;
@@ -60,19 +61,26 @@ impl InitContext<'_> {
     }
 }
 
-/// Given to `process_batch`, `on_watermark` and `end_of_input`.
+/// Given to `process_batch`, `on_watermark`, `on_timer` and `end_of_input`.
 pub struct ProcessContext<'a> {
     /// Where the operator runs.
     pub info: &'a RuntimeInfo,
     /// The keyed state, for keyed kinds.
     pub keyed: Option<&'a mut dyn KeyedStateBackend>,
+    timers: Option<&'a mut TimerSlot>,
     watermark: i64,
 }
 
 impl<'a> ProcessContext<'a> {
     /// A context before any watermark.
     pub fn new(info: &'a RuntimeInfo, keyed: Option<&'a mut dyn KeyedStateBackend>) -> Self {
-        ProcessContext { info, keyed, watermark: crate::time::MIN_WATERMARK }
+        ProcessContext { info, keyed, timers: None, watermark: crate::time::MIN_WATERMARK }
+    }
+
+    /// The same context with the operator's timer service (keyed operators).
+    pub fn with_timers(mut self, timers: &'a mut TimerSlot) -> Self {
+        self.timers = Some(timers);
+        self
     }
 
     /// The same context at watermark `watermark`.
@@ -85,6 +93,22 @@ impl<'a> ProcessContext<'a> {
     /// `i64::MIN` until the first watermark arrives, `i64::MAX` once the input has ended.
     pub fn current_watermark(&self) -> i64 {
         self.watermark
+    }
+
+    /// The timers of the current key and namespace (keyed operators): set them here, handle them in
+    /// [`Operator::on_timer`].
+    pub fn timers(&mut self) -> Result<Timers<'_>, OperatorError> {
+        let uid = &self.info.uid;
+        let (Some(backend), Some(slot)) = (self.keyed.as_mut(), self.timers.as_mut()) else {
+            return Err(OperatorError::Other(format!("operator {uid:?} is not keyed: it has no timers")));
+        };
+        let service = slot.open(&mut **backend, self.info.key_group_range)?;
+        Ok(Timers { backend: &mut **backend, service, watermark: self.watermark })
+    }
+
+    /// The current key's serialized bytes (keyed operators; in `on_timer`, the timer's key).
+    pub fn current_key(&self) -> Option<&[u8]> {
+        self.keyed.as_ref().map(|k| k.current_key_and_namespace().0)
     }
 
     /// The keyed backend, or an error for a kind that did not declare itself keyed.
@@ -342,6 +366,21 @@ pub trait Operator: Send {
         _out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         Ok(())
+    }
+    /// A timer this operator registered fired: `timestamp` in `domain`, with the timer's key and namespace
+    /// current in `ctx`'s keyed state (`ctx.current_key()`). Event-time timers fire in timestamp order when the
+    /// watermark reaches them, before `on_watermark` and before the watermark goes downstream.
+    fn on_timer(
+        &mut self,
+        timestamp: i64,
+        domain: TimeDomain,
+        _ctx: &mut ProcessContext<'_>,
+        _out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        Err(OperatorError::Other(format!(
+            "a {} timer at {timestamp} fired, but the operator does not implement on_timer",
+            domain.name()
+        )))
     }
     /// All input has been consumed (a real end of input, not a stop with savepoint).
     fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, _out: &mut Collector<'_>) -> Result<(), OperatorError> {

@@ -17,11 +17,10 @@ mod upload;
 use error::{in_operator, TaskError};
 use event_time::SourceTime;
 use incremental::Incremental;
-use output::{advance_watermark, downstream_of, keyed_mut, push_chain, ChainOp, Head, OutputEdge};
+use output::{advance_watermark, downstream_of, keyed_mut, op_context, push_chain, ChainOp, Head, OutputEdge};
+use output::{fire_processing_timers, until_processing_timer};
 
-use crate::api::operator::{
-    Collector, InitContext, ProcessContext, RuntimeInfo, SnapshotContext, SourceOutput, SourceStatus,
-};
+use crate::api::operator::{Collector, InitContext, RuntimeInfo, SnapshotContext, SourceOutput, SourceStatus};
 use crate::api::registry::{Instance, Registry};
 use crate::net::{
     BatchDecoder, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels, Liveness, OutputChannel,
@@ -305,6 +304,7 @@ impl Task {
         }
         let mut batch = SourceOutput::with_capacity(SOURCE_BATCH);
         loop {
+            fire_processing_timers(&mut self.ops, &mut self.outputs)?;
             // Control events first, between batches.
             while let Ok(ev) = self.rx.try_recv() {
                 if let Some(exit) = self.on_control(ev)? {
@@ -317,7 +317,8 @@ impl Task {
                 source_done = true;
             }
             if source_done || self.suspended_by.is_some() {
-                if let Some(ev) = self.next_event(Duration::from_millis(500)) {
+                let wait = self.wait_at_most(Duration::from_millis(500));
+                if let Some(ev) = self.next_event(wait) {
                     if let Some(exit) = self.on_control(ev)? {
                         return Ok(exit);
                     }
@@ -353,6 +354,7 @@ impl Task {
                     self.flush_outputs()?;
                     // Wake for the next periodic watermark too: a quiet source still reports its idleness.
                     let d = self.source_time.as_ref().map_or(d, |t| d.min(t.until_emit()));
+                    let d = self.wait_at_most(d);
                     if let Some(ev) = self.next_event(d) {
                         if let Some(exit) = self.on_control(ev)? {
                             return Ok(exit);
@@ -369,6 +371,7 @@ impl Task {
 
     fn run_consumer(&mut self) -> Result<Exit, TaskError> {
         loop {
+            fire_processing_timers(&mut self.ops, &mut self.outputs)?;
             // Frames held back for an alignment that completed or was aborted go first, in order.
             if let Some((c, frame)) = self.deferred.next_released(&self.aligner) {
                 self.on_frame(c, frame)?;
@@ -381,7 +384,8 @@ impl Task {
                 Err(mpsc::error::TryRecvError::Empty) => {
                     // Idle: send partly filled batches before blocking.
                     self.flush_outputs()?;
-                    match self.next_event(Duration::from_millis(500)) {
+                    let wait = self.wait_at_most(Duration::from_millis(500));
+                    match self.next_event(wait) {
                         Some(ev) => ev,
                         None => continue,
                     }
@@ -408,6 +412,11 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// `d`, or less if a processing-time timer is due sooner.
+    fn wait_at_most(&mut self, d: Duration) -> Duration {
+        until_processing_timer(&mut self.ops).map_or(d, |t| t.min(d))
     }
 
     fn release(&self, c: usize) {
@@ -638,7 +647,7 @@ impl Task {
                 let op = &mut left[i];
                 let outputs = &mut self.outputs;
                 if let Head::Operator(o) = &mut op.head {
-                    let mut ctx = ProcessContext::new(&op.info, keyed_mut(&mut op.keyed)).at_watermark(op.watermark);
+                    let mut ctx = op_context(&op.info, &mut op.keyed, &mut op.timers, op.watermark);
                     let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
                     let mut out = Collector::new(&mut downstream);
                     o.end_of_input(&mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;

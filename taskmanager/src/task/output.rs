@@ -5,6 +5,7 @@
 use super::error::{in_operator, TaskError};
 use crate::api::batch::{event_times, keys, with_key_group, KEY_GROUP};
 use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext, RuntimeInfo, Source};
+use crate::api::timers::{TimeDomain, TimerSlot};
 use crate::net::{BatchEncoder, Frame, OutputChannel, MAX_BATCH_ROWS};
 use crate::time::MIN_WATERMARK;
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt16Array};
@@ -28,6 +29,8 @@ pub(super) struct ChainOp {
     pub(super) info: RuntimeInfo,
     pub(super) head: Head,
     pub(super) keyed: Option<Box<dyn KeyedStateBackend>>,
+    /// Its timers (keyed operators).
+    pub(super) timers: TimerSlot,
     pub(super) op_state: OperatorStateStore,
     /// The operator's event-time watermark.
     pub(super) watermark: i64,
@@ -54,7 +57,7 @@ pub(super) fn push_chain(
             op.late_records.increment(late as u64);
         }
     }
-    let mut ctx = ProcessContext::new(&op.info, keyed_mut(&mut op.keyed)).at_watermark(op.watermark);
+    let mut ctx = op_context(&op.info, &mut op.keyed, &mut op.timers, op.watermark);
     let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
     let mut out = Collector::new(&mut downstream);
     o.process_batch(&batch, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
@@ -87,8 +90,12 @@ pub(super) fn advance_watermark(
             continue;
         }
         op.watermark = watermark;
+        if hooks {
+            // Timers first, in timestamp order, then the operator's own hook (Flink's `processWatermark`).
+            fire_timers(op, rest, outputs, TimeDomain::EventTime, watermark)?;
+        }
         if let (Head::Operator(o), true) = (&mut op.head, hooks) {
-            let mut ctx = ProcessContext::new(&op.info, keyed_mut(&mut op.keyed)).at_watermark(watermark);
+            let mut ctx = op_context(&op.info, &mut op.keyed, &mut op.timers, watermark);
             let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
             let mut out = Collector::new(&mut downstream);
             o.on_watermark(watermark, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
@@ -99,6 +106,73 @@ pub(super) fn advance_watermark(
         edge.broadcast(&Frame::Watermark(watermark))?;
     }
     Ok(())
+}
+
+/// The context an operator's hooks get: its keyed state and timers (keyed operators) at `watermark`.
+pub(super) fn op_context<'a>(
+    info: &'a RuntimeInfo,
+    keyed: &'a mut Option<Box<dyn KeyedStateBackend>>,
+    timers: &'a mut TimerSlot,
+    watermark: i64,
+) -> ProcessContext<'a> {
+    let ctx = ProcessContext::new(info, keyed_mut(keyed)).at_watermark(watermark);
+    ctx.with_timers(timers)
+}
+
+/// Fires operator `op`'s timers of `domain` due at `time`, in timestamp order, each with its key and namespace
+/// current; what they emit goes on down the chain. Returns how many fired.
+pub(super) fn fire_timers(
+    op: &mut ChainOp,
+    rest: &mut [ChainOp],
+    outputs: &mut [OutputEdge],
+    domain: TimeDomain,
+    time: i64,
+) -> Result<u64, TaskError> {
+    let ChainOp { info, head, keyed, timers, watermark, .. } = op;
+    let (Head::Operator(o), Some(backend)) = (head, keyed.as_mut()) else { return Ok(0) };
+    if timers.get().and_then(|s| s.next_timestamp(domain)).is_none_or(|next| next > time) {
+        return Ok(0);
+    }
+    let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
+    let mut out = Collector::new(&mut downstream);
+    let mut fired = 0;
+    while let Some(ts) = match timers.get() {
+        Some(service) => service.pop_due(backend.as_mut(), domain, time)?,
+        None => None,
+    } {
+        fired += 1;
+        let mut ctx = ProcessContext::new(info, Some(backend.as_mut())).at_watermark(*watermark).with_timers(timers);
+        o.on_timer(ts, domain, &mut ctx, &mut out).map_err(|e| in_operator(&info.uid, e))?;
+    }
+    out.flush()?;
+    Ok(fired)
+}
+
+/// How long until the chain's earliest processing-time timer is due on its operator's clock, if it has one.
+pub(super) fn until_processing_timer(chain: &mut [ChainOp]) -> Option<std::time::Duration> {
+    chain
+        .iter_mut()
+        .filter_map(|op| {
+            let next = op.timers.get()?.next_timestamp(TimeDomain::ProcessingTime)?;
+            let now = op.keyed.as_ref()?.now_ms() as i64;
+            Some(std::time::Duration::from_millis(next.saturating_sub(now).max(0) as u64))
+        })
+        .min()
+}
+
+/// Fires the processing-time timers of every operator of `chain` that are due on its clock.
+pub(super) fn fire_processing_timers(chain: &mut [ChainOp], outputs: &mut [OutputEdge]) -> Result<u64, TaskError> {
+    let mut fired = 0;
+    for i in 0..chain.len() {
+        let (left, rest) = chain.split_at_mut(i + 1);
+        let op = &mut left[i];
+        let Some(next) = op.timers.get().and_then(|s| s.next_timestamp(TimeDomain::ProcessingTime)) else { continue };
+        let Some(now) = op.keyed.as_ref().map(|k| k.now_ms() as i64) else { continue };
+        if next <= now {
+            fired += fire_timers(op, rest, outputs, TimeDomain::ProcessingTime, now)?;
+        }
+    }
+    Ok(fired)
 }
 
 /// The part of a chain after an operator, as that operator's collector sees it.

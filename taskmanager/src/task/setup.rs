@@ -2,9 +2,11 @@
 //! connecting its input and output channels.
 
 use super::*;
+use crate::api::timers::TimerSlot;
 use crate::time::MIN_WATERMARK;
 use std::path::Path;
 use weir_common::descriptor::SubtaskRestore;
+use weir_state::KeyedStateBackend;
 
 impl Task {
     pub(super) fn setup(
@@ -101,7 +103,9 @@ impl Task {
             );
             // A restored operator starts at the watermark it had (the lowest of its old subtasks'), never below.
             let watermark = op.restore.and_then(|r| r.watermark).unwrap_or(MIN_WATERMARK);
-            ops.push(ChainOp { info, head, keyed, op_state, watermark, late_records });
+            let mut keyed = keyed;
+            let timers = restored_timers(keyed_mut(&mut keyed), desc.key_group_range)?;
+            ops.push(ChainOp { info, head, keyed, timers, op_state, watermark, late_records });
         }
         for (op, planned) in ops.iter_mut().zip(&plan.operators) {
             let mut ctx = InitContext {
@@ -312,6 +316,22 @@ pub(super) fn plan_setup<'a>(desc: &'a TaskDescriptor, work_dir: &Path, keyed: i
         operators,
         outputs,
     }
+}
+
+/// The timer service of a keyed operator whose restored state holds timers (so they fire whether or not the
+/// operator sets another one); others open theirs on first use.
+fn restored_timers(
+    keyed: Option<&mut dyn KeyedStateBackend>,
+    range: weir_common::keygroup::KeyGroupRange,
+) -> Result<TimerSlot, TaskError> {
+    let mut slot = TimerSlot::default();
+    if let Some(backend) = keyed {
+        let names = backend.state_summaries()?;
+        if names.iter().any(|s| weir_state::timers::TimeDomain::of_state(&s.name).is_some()) {
+            slot.open(backend, range).map_err(TaskError::Operator)?;
+        }
+    }
+    Ok(slot)
 }
 
 #[cfg(test)]

@@ -1,0 +1,118 @@
+//! The accumulators of `window-aggregate`'s aggregates, as the fixed-size bytes its state stores: a count,
+//! sum, min or max is 8 bytes (little-endian), an average its sum and count (16). Slices combine into windows
+//! and sessions merge with [`Acc::merge`].
+
+use weir_common::builtin::WindowAggregate;
+
+/// One window's (or slice's) accumulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acc {
+    /// Records seen.
+    Count(u64),
+    /// Their sum (wrapping, as a SQL `BIGINT` sum).
+    Sum(i64),
+    /// Their minimum.
+    Min(i64),
+    /// Their maximum.
+    Max(i64),
+    /// Their sum and count.
+    Avg(i64, u64),
+}
+
+/// A window's result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AccResult {
+    /// Count, sum, min, max.
+    Int(i64),
+    /// Average.
+    Float(f64),
+}
+
+impl Acc {
+    /// The accumulator of one record of `value`.
+    pub fn of(agg: WindowAggregate, value: i64) -> Acc {
+        match agg {
+            WindowAggregate::Count => Acc::Count(1),
+            WindowAggregate::Sum => Acc::Sum(value),
+            WindowAggregate::Min => Acc::Min(value),
+            WindowAggregate::Max => Acc::Max(value),
+            WindowAggregate::Avg => Acc::Avg(value, 1),
+        }
+    }
+
+    /// Folds `other` (of the same aggregate) in.
+    pub fn merge(&mut self, other: &Acc) {
+        *self = match (*self, *other) {
+            (Acc::Count(a), Acc::Count(b)) => Acc::Count(a + b),
+            (Acc::Sum(a), Acc::Sum(b)) => Acc::Sum(a.wrapping_add(b)),
+            (Acc::Min(a), Acc::Min(b)) => Acc::Min(a.min(b)),
+            (Acc::Max(a), Acc::Max(b)) => Acc::Max(a.max(b)),
+            (Acc::Avg(s, n), Acc::Avg(t, m)) => Acc::Avg(s.wrapping_add(t), n + m),
+            (a, _) => a,
+        }
+    }
+
+    /// The stored bytes.
+    pub fn encode(&self, out: &mut [u8; 16]) -> usize {
+        match *self {
+            Acc::Count(n) => out[..8].copy_from_slice(&n.to_le_bytes()),
+            Acc::Sum(v) | Acc::Min(v) | Acc::Max(v) => out[..8].copy_from_slice(&v.to_le_bytes()),
+            Acc::Avg(s, n) => {
+                out[..8].copy_from_slice(&s.to_le_bytes());
+                out[8..].copy_from_slice(&n.to_le_bytes());
+                return 16;
+            }
+        }
+        8
+    }
+
+    /// The accumulator of `agg` stored as `bytes`, or `None` if they are not one.
+    pub fn decode(agg: WindowAggregate, bytes: &[u8]) -> Option<Acc> {
+        let word = |i: usize| bytes.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+        Some(match (agg, bytes.len()) {
+            (WindowAggregate::Count, 8) => Acc::Count(word(0)?),
+            (WindowAggregate::Sum, 8) => Acc::Sum(word(0)? as i64),
+            (WindowAggregate::Min, 8) => Acc::Min(word(0)? as i64),
+            (WindowAggregate::Max, 8) => Acc::Max(word(0)? as i64),
+            (WindowAggregate::Avg, 16) => Acc::Avg(word(0)? as i64, word(1)?),
+            _ => return None,
+        })
+    }
+
+    /// The window's value.
+    pub fn result(&self) -> AccResult {
+        match *self {
+            Acc::Count(n) => AccResult::Int(n as i64),
+            Acc::Sum(v) | Acc::Min(v) | Acc::Max(v) => AccResult::Int(v),
+            Acc::Avg(s, n) => AccResult::Float(s as f64 / n.max(1) as f64),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accumulators_fold_round_trip_and_refuse_foreign_bytes() {
+        let values = [5i64, -3, 12, 0];
+        for (agg, want) in [
+            (WindowAggregate::Count, AccResult::Int(4)),
+            (WindowAggregate::Sum, AccResult::Int(14)),
+            (WindowAggregate::Min, AccResult::Int(-3)),
+            (WindowAggregate::Max, AccResult::Int(12)),
+            (WindowAggregate::Avg, AccResult::Float(3.5)),
+        ] {
+            let mut acc = Acc::of(agg, values[0]);
+            for v in &values[1..] {
+                let mut buf = [0u8; 16];
+                let n = acc.encode(&mut buf);
+                acc = Acc::decode(agg, &buf[..n]).unwrap();
+                acc.merge(&Acc::of(agg, *v));
+            }
+            assert_eq!(acc.result(), want, "{agg:?}");
+        }
+        assert_eq!(Acc::decode(WindowAggregate::Avg, &[0; 8]), None);
+        assert_eq!(Acc::decode(WindowAggregate::Count, &[0; 3]), None);
+    }
+}
