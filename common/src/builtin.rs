@@ -485,11 +485,9 @@ impl WindowAggregate {
 /// What `window-aggregate` does with a record too late for every window it belongs to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LateRecords {
-    /// Dropped and counted.
+    /// Dropped and counted (`weir_window_late_records_dropped_total`).
     #[default]
     Drop,
-    /// Counted and emitted on the operator's `late` side output.
-    SideOutput,
 }
 
 /// Config of `window-aggregate`.
@@ -532,7 +530,13 @@ impl WindowAggregateConfig {
         };
         let late = match r.string("late").as_deref().map(str::trim) {
             None | Some("drop") => LateRecords::Drop,
-            Some("side-output") => LateRecords::SideOutput,
+            Some("side-output") => {
+                return Err(field_err(
+                    "late",
+                    "side-output is not available yet (job specs have no side outputs): use drop, which counts \
+                     late records in weir_window_late_records_dropped_total",
+                ))
+            }
             Some(other) => {
                 return Err(field_err(
                     "late",
@@ -612,13 +616,13 @@ mod tests {
             ("window", r#"{"sliding_ms": 60000, "slide_ms": 100, "offset_ms": 50}"#),
             ("aggregate", "avg"),
             ("allowed_lateness_ms", "500"),
-            ("late", "side-output"),
+            ("late", "drop"),
         ]))
         .unwrap();
         assert_eq!(c.window, WindowShape::Sliding { size_ms: 60000, slide_ms: 100 });
         assert_eq!(
             (c.offset_ms, c.aggregate, c.late, c.allowed_lateness_ms),
-            (50, WindowAggregate::Avg, LateRecords::SideOutput, 500)
+            (50, WindowAggregate::Avg, LateRecords::Drop, 500)
         );
         let c = WindowAggregateConfig::from_map(&m(&[("window", r#"{"session_gap_ms": 30}"#), ("aggregate", "max")]))
             .unwrap();
@@ -633,7 +637,8 @@ mod tests {
             (vec![("window", r#"{"session_gap_ms": 10, "offset_ms": 1}"#)], "window", "no offset"),
             (vec![("window", r#"{"tumbling": 10}"#)], "window", "unknown field"),
             (vec![("window", r#"{"tumbling_ms": 10}"#), ("aggregate", "median")], "aggregate", "median"),
-            (vec![("window", r#"{"tumbling_ms": 10}"#), ("late", "keep")], "late", "side-output"),
+            (vec![("window", r#"{"tumbling_ms": 10}"#), ("late", "keep")], "late", "expected drop"),
+            (vec![("window", r#"{"tumbling_ms": 10}"#), ("late", "side-output")], "late", "not available yet"),
             (vec![("window", r#"{"tumbling_ms": 10}"#), ("size", "1")], "size", "unknown field"),
         ] {
             let e = WindowAggregateConfig::from_map(&m(&pairs)).unwrap_err();

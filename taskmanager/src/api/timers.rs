@@ -64,6 +64,11 @@ impl Timers<'_> {
         Ok(())
     }
 
+    /// The keyed state, whose current key and namespace the timers are set for.
+    pub fn keyed(&mut self) -> &mut dyn KeyedStateBackend {
+        &mut *self.backend
+    }
+
     /// The operator's event-time watermark (ms).
     pub fn current_watermark(&self) -> i64 {
         self.watermark

@@ -5,14 +5,16 @@ mod datagen;
 mod file_sink;
 mod keyed_count;
 mod text;
+mod window_aggregate;
 
 pub use blackhole::Blackhole;
 pub use datagen::Datagen;
 pub use file_sink::FileSink;
 pub use keyed_count::KeyedCount;
+pub use window_aggregate::WindowAggregate;
 
 use crate::api::registry::{signed, Instance, Registry};
-use weir_common::builtin::{builtin_kinds, DatagenConfig, FileSinkConfig, KeyedCountConfig};
+use weir_common::builtin::{builtin_kinds, DatagenConfig, FileSinkConfig, KeyedCountConfig, WindowAggregateConfig};
 use weir_state::signature::StateSignature;
 
 /// The state signature of a built-in kind: what its states hold, as the task manager reports it.
@@ -23,6 +25,21 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
         // Keys are the records' raw key bytes.
         "keyed-count" => StateSignature::keyed::<Vec<u8>>().value::<u64>("count"),
         // `<checkpoint>\t<file>` lines, `<attempt>-<seq>`, and lines already written.
+        // Accumulators per slice start (or session id), one state per aggregate; a key's open sessions; timers
+        // in namespace `f` (fire) or `c` (cleanup).
+        "window-aggregate" => StateSignature::keyed::<Vec<u8>>()
+            .value::<u64>("window-count")
+            .in_namespace::<i64>("window-count")
+            .value::<i64>("window-sum")
+            .in_namespace::<i64>("window-sum")
+            .value::<i64>("window-min")
+            .in_namespace::<i64>("window-min")
+            .value::<i64>("window-max")
+            .in_namespace::<i64>("window-max")
+            .value::<(i64, u64)>("window-avg")
+            .in_namespace::<i64>("window-avg")
+            .value::<Vec<(i64, i64, i64)>>("window-sessions")
+            .timers::<u8>(),
         "file-sink" => StateSignature::unkeyed()
             .operator_list::<String>("pending-files")
             .operator_list::<String>("position")
@@ -57,6 +74,10 @@ pub fn register_all(r: &mut Registry) {
             "file-sink" => r.register(info, |c| {
                 let cfg = FileSinkConfig::from_map(c)?;
                 Ok(Instance::Operator(Box::new(FileSink::new(cfg))))
+            }),
+            "window-aggregate" => r.register(info, |c| {
+                let cfg = WindowAggregateConfig::from_map(c)?;
+                Ok(Instance::Operator(Box::new(WindowAggregate::new(cfg))))
             }),
             "blackhole" => r.register(info, |_| Ok(Instance::Operator(Box::new(Blackhole::default())))),
             _ => {}

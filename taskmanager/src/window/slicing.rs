@@ -81,9 +81,13 @@ impl Slicing {
     /// set when the slice is created. `None` if every one has.
     pub fn next_unfired(&self, slice: i64, watermark: i64) -> Option<i64> {
         let (first, last) = (self.first_end(slice), self.last_end(slice));
-        // The first window end past `watermark + 1`, on the slide grid: E − 1 > watermark.
-        let e = window_start(watermark.saturating_add(1), self.end_offset, self.slide).saturating_add(self.slide);
-        let e = first.max(e);
+        // The first window end past `watermark + 1`, on the slide grid: E − 1 > watermark. (Compared first, so
+        // that a watermark near `i64::MIN` never reaches the grid arithmetic.)
+        let e = if watermark < first - 1 {
+            first
+        } else {
+            first.max(window_start(watermark + 1, self.end_offset, self.slide) + self.slide)
+        };
         (e <= last).then_some(e)
     }
 
@@ -91,6 +95,11 @@ impl Slicing {
     pub fn slices(&self, end: i64) -> impl Iterator<Item = i64> {
         let (start, pane) = (end - self.size, self.pane);
         (0..self.size / pane).map(move |i| start + i * pane)
+    }
+
+    /// The end of the window after the one ending at `end`.
+    pub fn next_end(&self, end: i64) -> i64 {
+        end + self.slide
     }
 
     /// After the window ending at `end` fired: whether its slice at `slice` is also in the next window (then
@@ -145,6 +154,7 @@ mod tests {
         assert_eq!(s.next_unfired(4, 4), Some(6), "window [−4, 6) has not fired at watermark 4");
         assert_eq!(s.next_unfired(4, 5), Some(10), "at 5 it has");
         assert_eq!(s.next_unfired(4, 13), None);
+        assert_eq!(s.next_unfired(4, i64::MIN), Some(6), "before any watermark");
         assert!(!s.is_late(4, 12) && s.is_late(4, 13));
         let lax = Slicing::new(WindowKind::Sliding { size: 10, slide: 4, offset: 0 }, 5).unwrap();
         assert_eq!(lax.refire(4, 13).collect::<Vec<_>>(), [10, 14]);

@@ -1,0 +1,802 @@
+//! `window-aggregate` (DESIGN §10): a count, sum, min, max or average per key and event-time window —
+//! tumbling, sliding or session — emitted as `(key, window_start, window_end, value)` when the watermark passes
+//! the window's end, and again for a late record within the allowed lateness.
+//!
+//! Tumbling and sliding windows are kept as slices (`window/slicing.rs`): a record updates the accumulator of
+//! its slice (namespace: the slice's start), never one per window; a firing combines the window's slices.
+//! Sessions keep the key's open sessions in one value and an accumulator per session (`window/session.rs`).
+//! Firing and cleanup are event-time timers in namespace `f` and `c`, so everything — accumulators, sessions
+//! and timers — is keyed state: checkpointed, restored and rescaled by key group.
+
+use crate::api::batch::{event_times, key_groups, keys, EVENT_TIME, KEY};
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
+use crate::api::timers::{TimeDomain, Timers};
+use crate::window::accumulate::{Acc, AccResult};
+use crate::window::assign::{TimeWindow, WindowKind};
+use crate::window::session::Sessions;
+use crate::window::slicing::Slicing;
+use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Float64Builder, Int64Builder, TimestampMillisecondBuilder};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use std::sync::Arc;
+use weir_common::builtin::{WindowAggregate as Aggregate, WindowAggregateConfig, WindowShape};
+use weir_state::{KeyedStateBackend, StateId, StateKind, StateOptions};
+
+/// Namespace of firing timers.
+const FIRE: &[u8] = b"f";
+/// Namespace of cleanup timers.
+const CLEANUP: &[u8] = b"c";
+/// Rows gathered before they go downstream.
+const OUT_ROWS: usize = 1024;
+
+/// The state holding the accumulators of `aggregate` (one name per aggregate, so a job restored with another
+/// aggregate starts afresh instead of reading another layout).
+pub fn accumulator_state(aggregate: Aggregate) -> String {
+    format!("window-{}", aggregate.name())
+}
+
+/// The state holding each key's open sessions.
+pub const SESSIONS_STATE: &str = "window-sessions";
+
+/// The output schema: key, window start and end, the value (a float for `avg`) and the event time `end − 1`.
+pub fn output_schema(aggregate: Aggregate) -> SchemaRef {
+    let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+    let value = match aggregate {
+        Aggregate::Avg => DataType::Float64,
+        _ => DataType::Int64,
+    };
+    Arc::new(Schema::new(vec![
+        Field::new(KEY, DataType::Binary, false),
+        Field::new("window_start", ts.clone(), false),
+        Field::new("window_end", ts.clone(), false),
+        Field::new("value", value, false),
+        Field::new(EVENT_TIME, ts, true),
+    ]))
+}
+
+/// Output rows being gathered.
+struct WindowRows {
+    schema: SchemaRef,
+    keys: BinaryBuilder,
+    starts: TimestampMillisecondBuilder,
+    ends: TimestampMillisecondBuilder,
+    ints: Int64Builder,
+    floats: Float64Builder,
+    times: TimestampMillisecondBuilder,
+}
+
+impl WindowRows {
+    fn new(aggregate: Aggregate) -> Self {
+        WindowRows {
+            schema: output_schema(aggregate),
+            keys: BinaryBuilder::with_capacity(OUT_ROWS, OUT_ROWS * 8),
+            starts: TimestampMillisecondBuilder::with_capacity(OUT_ROWS),
+            ends: TimestampMillisecondBuilder::with_capacity(OUT_ROWS),
+            ints: Int64Builder::with_capacity(OUT_ROWS),
+            floats: Float64Builder::new(),
+            times: TimestampMillisecondBuilder::with_capacity(OUT_ROWS),
+        }
+    }
+
+    fn push(&mut self, key: &[u8], window: TimeWindow, value: AccResult) {
+        self.keys.append_value(key);
+        self.starts.append_value(window.start);
+        self.ends.append_value(window.end);
+        match value {
+            AccResult::Int(v) => self.ints.append_value(v),
+            AccResult::Float(v) => self.floats.append_value(v),
+        }
+        self.times.append_value(window.max_timestamp());
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        if self.len() == 0 {
+            return Ok(());
+        }
+        let value: ArrayRef = match self.schema.field(3).data_type() {
+            DataType::Float64 => Arc::new(self.floats.finish()),
+            _ => Arc::new(self.ints.finish()),
+        };
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.keys.finish()),
+            Arc::new(self.starts.finish()),
+            Arc::new(self.ends.finish()),
+            value,
+            Arc::new(self.times.finish()),
+        ];
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)
+            .map_err(|e| OperatorError::Other(format!("window-aggregate output: {e}")))?;
+        out.emit_batch(batch)
+    }
+}
+
+/// Aggregates per key and window.
+pub struct WindowAggregate {
+    cfg: WindowAggregateConfig,
+    kind: WindowKind,
+    slicing: Option<Slicing>,
+    lateness: i64,
+    acc: Option<StateId>,
+    sessions: Option<StateId>,
+    rows: WindowRows,
+    late_dropped: metrics::Counter,
+    /// Scratch: the key of the row or timer at hand, and stored bytes.
+    key: Vec<u8>,
+    bytes: Vec<u8>,
+}
+
+impl WindowAggregate {
+    /// The operator of `cfg`.
+    pub fn new(cfg: WindowAggregateConfig) -> Self {
+        let offset = cfg.offset_ms;
+        let kind = match cfg.window {
+            WindowShape::Tumbling { size_ms } => WindowKind::Tumbling { size: size_ms as i64, offset },
+            WindowShape::Sliding { size_ms, slide_ms } => {
+                WindowKind::Sliding { size: size_ms as i64, slide: slide_ms as i64, offset }
+            }
+            WindowShape::Session { gap_ms } => WindowKind::Session { gap: gap_ms as i64 },
+        };
+        let lateness = cfg.allowed_lateness_ms as i64;
+        WindowAggregate {
+            rows: WindowRows::new(cfg.aggregate),
+            cfg,
+            kind,
+            slicing: Slicing::new(kind, lateness),
+            lateness,
+            acc: None,
+            sessions: None,
+            late_dropped: metrics::Counter::noop(),
+            key: Vec::new(),
+            bytes: Vec::new(),
+        }
+    }
+
+    fn acc_state(&self) -> Result<StateId, OperatorError> {
+        self.acc.ok_or_else(|| OperatorError::Other("window-aggregate used before initialize_state".into()))
+    }
+
+    /// The accumulator under namespace `ns` of the current key.
+    fn read_acc(&self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<Option<Acc>, OperatorError> {
+        b.set_current_namespace(&ns.to_be_bytes());
+        match b.get_value(self.acc_state()?)? {
+            None => Ok(None),
+            Some(bytes) => Acc::decode(self.cfg.aggregate, bytes).map(Some).ok_or_else(|| {
+                OperatorError::Other(format!(
+                    "window-aggregate: a stored accumulator of {} bytes is not a {} accumulator",
+                    bytes.len(),
+                    self.cfg.aggregate.name()
+                ))
+            }),
+        }
+    }
+
+    fn write_acc(&self, b: &mut dyn KeyedStateBackend, ns: i64, acc: &Acc) -> Result<(), OperatorError> {
+        let mut buf = [0u8; 16];
+        let n = acc.encode(&mut buf);
+        b.set_current_namespace(&ns.to_be_bytes());
+        b.put_value(self.acc_state()?, &buf[..n])?;
+        Ok(())
+    }
+
+    fn delete_acc(&self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<(), OperatorError> {
+        b.set_current_namespace(&ns.to_be_bytes());
+        b.delete_value(self.acc_state()?)?;
+        Ok(())
+    }
+
+    fn set_timer(t: &mut Timers<'_>, ns: &[u8], at: i64) -> Result<(), OperatorError> {
+        t.keyed().set_current_namespace(ns);
+        t.register_event_time_timer(at)
+    }
+
+    fn delete_timer(t: &mut Timers<'_>, ns: &[u8], at: i64) -> Result<(), OperatorError> {
+        t.keyed().set_current_namespace(ns);
+        t.delete_event_time_timer(at)
+    }
+
+    /// Emits the window ending at `end` of the current key, combined from its slices, if any holds a record.
+    /// Returns whether one of them is also in the next window.
+    fn emit_sliced(&mut self, t: &mut Timers<'_>, sl: &Slicing, end: i64) -> Result<bool, OperatorError> {
+        let mut total: Option<Acc> = None;
+        let mut continues = false;
+        for slice in sl.slices(end) {
+            if let Some(acc) = self.read_acc(t.keyed(), slice)? {
+                continues |= sl.in_next_window(slice, end);
+                match &mut total {
+                    Some(t) => t.merge(&acc),
+                    None => total = Some(acc),
+                }
+            }
+        }
+        if let Some(total) = total {
+            let window = TimeWindow { start: end - sl.size(), end };
+            self.rows.push(&self.key, window, total.result());
+        }
+        Ok(continues)
+    }
+
+    /// A record of `value` at `ts` for the current key (tumbling or sliding).
+    fn add_sliced(&mut self, t: &mut Timers<'_>, sl: &Slicing, ts: i64, value: i64) -> Result<bool, OperatorError> {
+        let watermark = t.current_watermark();
+        let slice = sl.slice_start(ts);
+        if sl.is_late(slice, watermark) {
+            return Ok(false);
+        }
+        let mut acc = Acc::of(self.cfg.aggregate, value);
+        let existed = match self.read_acc(t.keyed(), slice)? {
+            Some(old) => {
+                acc.merge(&old);
+                true
+            }
+            None => false,
+        };
+        self.write_acc(t.keyed(), slice, &acc)?;
+        if !existed {
+            // Later windows' timers follow from each firing; a new slice needs its first unfired window's.
+            if let Some(end) = sl.next_unfired(slice, watermark) {
+                Self::set_timer(t, FIRE, end - 1)?;
+            }
+        }
+        // Within the allowed lateness: windows that fired already fire again, updated.
+        for end in sl.refire(slice, watermark) {
+            self.emit_sliced(t, sl, end)?;
+            if let Some(at) = sl.cleanup_at(end) {
+                Self::set_timer(t, CLEANUP, at)?;
+            }
+        }
+        Ok(true)
+    }
+
+    fn read_sessions(&mut self, b: &mut dyn KeyedStateBackend) -> Result<Sessions, OperatorError> {
+        let state = self.sessions.ok_or_else(|| OperatorError::Other("window-aggregate: no session state".into()))?;
+        match b.get_value(state)? {
+            None => Ok(Sessions::default()),
+            Some(bytes) => Sessions::decode(bytes).ok_or_else(|| {
+                OperatorError::Other(format!(
+                    "window-aggregate: stored sessions of {} bytes are malformed",
+                    bytes.len()
+                ))
+            }),
+        }
+    }
+
+    fn write_sessions(&mut self, b: &mut dyn KeyedStateBackend, sessions: &Sessions) -> Result<(), OperatorError> {
+        let state = self.sessions.ok_or_else(|| OperatorError::Other("window-aggregate: no session state".into()))?;
+        if sessions.0.is_empty() {
+            b.delete_value(state)?;
+        } else {
+            sessions.encode(&mut self.bytes);
+            b.put_value(state, &self.bytes)?;
+        }
+        Ok(())
+    }
+
+    /// A record of `value` at `ts` for the current key (sessions of `gap`).
+    fn add_session(&mut self, t: &mut Timers<'_>, gap: i64, ts: i64, value: i64) -> Result<bool, OperatorError> {
+        let watermark = t.current_watermark();
+        let mut sessions = self.read_sessions(t.keyed())?;
+        let window = TimeWindow { start: ts, end: ts.saturating_add(gap) };
+        if sessions.cover(window).max_timestamp() + self.lateness <= watermark {
+            return Ok(false);
+        }
+        let merged = sessions.add(window);
+        let session = merged.session;
+        let mut acc = Acc::of(self.cfg.aggregate, value);
+        if let Some(old) = self.read_acc(t.keyed(), session.id)? {
+            acc.merge(&old);
+        }
+        for gone in &merged.absorbed {
+            if let Some(other) = self.read_acc(t.keyed(), gone.id)? {
+                acc.merge(&other);
+                self.delete_acc(t.keyed(), gone.id)?;
+            }
+            self.drop_session_timers(t, gone.window.end)?;
+        }
+        if let Some(old_end) = merged.old_end {
+            self.drop_session_timers(t, old_end)?;
+        }
+        self.write_acc(t.keyed(), session.id, &acc)?;
+        self.write_sessions(t.keyed(), &sessions)?;
+        if session.window.max_timestamp() > watermark {
+            Self::set_timer(t, FIRE, session.window.max_timestamp())?;
+        } else {
+            // A late record within the allowed lateness: the session fires again at once.
+            self.rows.push(&self.key, session.window, acc.result());
+            Self::set_timer(t, CLEANUP, session.window.max_timestamp() + self.lateness)?;
+        }
+        Ok(true)
+    }
+
+    fn drop_session_timers(&mut self, t: &mut Timers<'_>, end: i64) -> Result<(), OperatorError> {
+        Self::delete_timer(t, FIRE, end - 1)?;
+        if self.lateness > 0 {
+            Self::delete_timer(t, CLEANUP, end - 1 + self.lateness)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the current key's session ending at `end` (fired, and past its allowed lateness).
+    fn purge_session(&mut self, t: &mut Timers<'_>, end: i64) -> Result<(), OperatorError> {
+        let mut sessions = self.read_sessions(t.keyed())?;
+        if let Some(s) = sessions.ending_at(end) {
+            self.delete_acc(t.keyed(), s.id)?;
+            sessions.remove(s.id);
+            self.write_sessions(t.keyed(), &sessions)?;
+        }
+        Ok(())
+    }
+}
+
+impl Operator for WindowAggregate {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        let keyed =
+            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("window-aggregate needs keyed state".into()))?;
+        let ns = StateOptions::default().namespaced();
+        self.acc =
+            Some(keyed.register_state_with_options(&accumulator_state(self.cfg.aggregate), StateKind::Value, &ns)?);
+        if matches!(self.kind, WindowKind::Session { .. }) {
+            self.sessions = Some(keyed.register_state(SESSIONS_STATE, StateKind::Value)?);
+        }
+        self.late_dropped = metrics::counter!(
+            "weir_window_late_records_dropped_total",
+            "job_id" => ctx.info.job_id.clone(),
+            "operator" => ctx.info.uid.clone(),
+            "subtask" => ctx.info.subtask.0.to_string()
+        );
+        Ok(())
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let key_col = keys(batch)?;
+        let groups = key_groups(batch);
+        let times = event_times(batch).ok_or_else(|| {
+            OperatorError::Other("window-aggregate needs event time: its input has no timestamps".into())
+        })?;
+        let values: Option<&Int64Array> = match self.cfg.aggregate {
+            Aggregate::Count => None,
+            _ => Some(
+                batch
+                    .column_by_name(&self.cfg.field)
+                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+                    .ok_or_else(|| {
+                        OperatorError::Other(format!(
+                            "window-aggregate: the input has no int64 column {:?} to {} (schema {})",
+                            self.cfg.field,
+                            self.cfg.aggregate.name(),
+                            batch.schema()
+                        ))
+                    })?,
+            ),
+        };
+        let slicing = self.slicing;
+        let kind = self.kind;
+        let mut t = ctx.timers()?;
+        let mut dropped = 0u64;
+        for i in 0..batch.num_rows() {
+            if !times.is_valid(i) {
+                return Err(OperatorError::Other(
+                    "window-aggregate needs event time: a record has no timestamp".into(),
+                ));
+            }
+            let value = match values {
+                None => 0,
+                // Nulls are skipped, as SQL aggregates skip them.
+                Some(v) if v.is_null(i) => continue,
+                Some(v) => v.value(i),
+            };
+            let key = key_col.value(i);
+            match groups {
+                Some(g) => t.keyed().set_current_key_in_group(key, g.value(i) as u32),
+                None => t.keyed().set_current_key(key),
+            }
+            self.key.clear();
+            self.key.extend_from_slice(key);
+            let ts = times.value(i);
+            let kept = match (&slicing, kind) {
+                (Some(sl), _) => self.add_sliced(&mut t, sl, ts, value)?,
+                (None, WindowKind::Session { gap }) => self.add_session(&mut t, gap, ts, value)?,
+                (None, _) => false,
+            };
+            if !kept {
+                dropped += 1;
+            }
+            if self.rows.len() >= OUT_ROWS {
+                self.rows.flush(out)?;
+            }
+        }
+        if dropped > 0 {
+            self.late_dropped.increment(dropped);
+        }
+        self.rows.flush(out)
+    }
+
+    fn on_timer(
+        &mut self,
+        timestamp: i64,
+        domain: TimeDomain,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        if domain != TimeDomain::EventTime {
+            return Err(OperatorError::Other("window-aggregate sets no processing-time timers".into()));
+        }
+        let mut t = ctx.timers()?;
+        let (key, ns) = t.keyed().current_key_and_namespace();
+        let cleanup = match ns {
+            FIRE => false,
+            CLEANUP => true,
+            other => {
+                return Err(OperatorError::Other(format!("window-aggregate: a timer in unknown namespace {other:?}")))
+            }
+        };
+        self.key.clear();
+        self.key.extend_from_slice(key);
+        // The namespace is the timer's; the state calls below set their own.
+        match (self.slicing, self.kind) {
+            (Some(sl), _) if cleanup => {
+                for slice in sl.last_in(sl.cleaned_end(timestamp)) {
+                    self.delete_acc(t.keyed(), slice)?;
+                }
+            }
+            (Some(sl), _) => {
+                let end = timestamp + 1;
+                if self.emit_sliced(&mut t, &sl, end)? {
+                    Self::set_timer(&mut t, FIRE, sl.next_end(end) - 1)?;
+                }
+                match sl.cleanup_at(end) {
+                    Some(at) => Self::set_timer(&mut t, CLEANUP, at)?,
+                    None => {
+                        for slice in sl.last_in(end) {
+                            self.delete_acc(t.keyed(), slice)?;
+                        }
+                    }
+                }
+            }
+            (None, _) if cleanup => self.purge_session(&mut t, timestamp + 1 - self.lateness)?,
+            (None, _) => {
+                let end = timestamp + 1;
+                let sessions = self.read_sessions(t.keyed())?;
+                if let Some(s) = sessions.ending_at(end) {
+                    if let Some(acc) = self.read_acc(t.keyed(), s.id)? {
+                        self.rows.push(&self.key, s.window, acc.result());
+                    }
+                    match self.lateness {
+                        0 => self.purge_session(&mut t, end)?,
+                        l => Self::set_timer(&mut t, CLEANUP, end - 1 + l)?,
+                    }
+                }
+            }
+        }
+        if self.rows.len() >= OUT_ROWS {
+            self.rows.flush(out)?;
+        }
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        _watermark: i64,
+        _ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        // What the timers of this watermark emitted goes out before the watermark.
+        self.rows.flush(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::batch::batch_of;
+    use crate::api::operator::RuntimeInfo;
+    use crate::api::record::Record;
+    use crate::api::timers::TimerSlot;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+    use weir_common::builtin::LateRecords;
+    use weir_common::ids::SubtaskIndex;
+    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::spec::StateBackend;
+    use weir_state::{open_keyed_backend, OperatorStateStore};
+
+    /// What reaches the operator: a batch of `(key, ts, value)` or a watermark.
+    #[derive(Debug, Clone)]
+    enum Ev {
+        Rows(Vec<(u8, i64, i64)>),
+        Watermark(i64),
+    }
+
+    /// An output row: key, start, end, value (an average times 1000, rounded).
+    type Row = (u8, i64, i64, i64);
+
+    fn info() -> RuntimeInfo {
+        RuntimeInfo {
+            uid: "win".into(),
+            job_id: "j".into(),
+            attempt: 1,
+            subtask: SubtaskIndex(0),
+            parallelism: 1,
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange { start: 0, end: 127 },
+        }
+    }
+
+    fn rows_of(batch: &RecordBatch, out: &mut Vec<Row>) {
+        let keys = batch.column(0).as_binary::<i32>();
+        let starts = batch.column(1).as_primitive::<TimestampMillisecondType>();
+        let ends = batch.column(2).as_primitive::<TimestampMillisecondType>();
+        let times = batch.column(4).as_primitive::<TimestampMillisecondType>();
+        for i in 0..batch.num_rows() {
+            let value = match batch.column(3).data_type() {
+                DataType::Float64 => (batch.column(3).as_primitive::<Float64Type>().value(i) * 1000.0).round() as i64,
+                _ => batch.column(3).as_primitive::<Int64Type>().value(i),
+            };
+            assert_eq!(times.value(i), ends.value(i) - 1, "a window's row is stamped with its last millisecond");
+            out.push((keys.value(i)[0], starts.value(i), ends.value(i), value));
+        }
+    }
+
+    /// Runs the operator over `events` (then the final watermark), firing timers as the task does.
+    fn run(cfg: WindowAggregateConfig, backend: StateBackend, events: &[Ev]) -> Vec<Row> {
+        let dir = tempfile::tempdir().unwrap();
+        let i = info();
+        let mut b = open_keyed_backend(backend, dir.path(), 128, i.key_group_range, None, &Default::default()).unwrap();
+        let mut op = WindowAggregate::new(cfg);
+        let mut store = OperatorStateStore::new();
+        op.initialize_state(&mut InitContext {
+            info: &i,
+            restored: false,
+            operator_state: &mut store,
+            keyed: Some(&mut *b),
+        })
+        .unwrap();
+        let mut slot = TimerSlot::default();
+        let mut rows = Vec::new();
+        let mut wm = i64::MIN;
+        let all = events.iter().cloned().chain([Ev::Watermark(i64::MAX)]);
+        for ev in all {
+            let mut sink = |batch: RecordBatch| {
+                rows_of(&batch, &mut rows);
+                Ok(())
+            };
+            let mut out = Collector::new(&mut sink);
+            match ev {
+                Ev::Rows(r) => {
+                    let records: Vec<Record> = r.iter().map(|(k, ts, v)| Record::new_i64(&[*k], *v).at(*ts)).collect();
+                    let mut ctx = ProcessContext::new(&i, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
+                    op.process_batch(&batch_of(&records).unwrap(), &mut ctx, &mut out).unwrap();
+                }
+                Ev::Watermark(w) if w > wm => {
+                    wm = w;
+                    while let Some(ts) = slot.get().and_then(|s| s.pop_due(&mut *b, TimeDomain::EventTime, wm).unwrap())
+                    {
+                        let mut ctx = ProcessContext::new(&i, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
+                        op.on_timer(ts, TimeDomain::EventTime, &mut ctx, &mut out).unwrap();
+                    }
+                    let mut ctx = ProcessContext::new(&i, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
+                    op.on_watermark(wm, &mut ctx, &mut out).unwrap();
+                }
+                Ev::Watermark(_) => {}
+            }
+            out.flush().unwrap();
+        }
+        // Everything fired and was cleaned up: no state and no timer is left behind.
+        let summaries = b.state_summaries().unwrap();
+        let timers: u64 = summaries.iter().filter_map(|s| s.entries).sum();
+        assert_eq!(timers, 0, "timers left: {summaries:?}");
+        rows
+    }
+
+    fn result(agg: Aggregate, values: &[i64]) -> i64 {
+        match agg {
+            Aggregate::Count => values.len() as i64,
+            Aggregate::Sum => values.iter().sum(),
+            Aggregate::Min => *values.iter().min().unwrap(),
+            Aggregate::Max => *values.iter().max().unwrap(),
+            Aggregate::Avg => ((values.iter().sum::<i64>() as f64 / values.len() as f64) * 1000.0).round() as i64,
+        }
+    }
+
+    /// Flink's window semantics by brute force, window by window: a record joins every window that is not past
+    /// its allowed lateness (dropped if none); a window fires when the watermark reaches its last millisecond,
+    /// and again at once for a record joining it after that.
+    fn model_fixed(
+        windows_of: impl Fn(i64) -> Vec<TimeWindow>,
+        agg: Aggregate,
+        lateness: i64,
+        events: &[Ev],
+    ) -> Vec<Row> {
+        let mut wins: BTreeMap<(u8, TimeWindow), (Vec<i64>, bool)> = BTreeMap::new();
+        let mut out = Vec::new();
+        let mut wm = i64::MIN;
+        for ev in events.iter().cloned().chain([Ev::Watermark(i64::MAX)]) {
+            match ev {
+                Ev::Rows(rows) => {
+                    for (k, ts, v) in rows {
+                        for w in windows_of(ts) {
+                            if w.max_timestamp() + lateness <= wm {
+                                continue;
+                            }
+                            let e = wins.entry((k, w)).or_default();
+                            e.0.push(v);
+                            if w.max_timestamp() <= wm {
+                                out.push((k, w.start, w.end, result(agg, &e.0)));
+                            } else {
+                                e.1 = true;
+                            }
+                        }
+                    }
+                }
+                Ev::Watermark(w) => {
+                    wm = wm.max(w);
+                    for ((k, win), (values, pending)) in wins.iter_mut() {
+                        if *pending && win.max_timestamp() <= wm {
+                            out.push((*k, win.start, win.end, result(agg, values)));
+                            *pending = false;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Session windows by brute force: sessions per key with their values, merged as records arrive.
+    fn model_sessions(gap: i64, agg: Aggregate, lateness: i64, events: &[Ev]) -> Vec<Row> {
+        // Per key: (window, values, pending).
+        let mut sessions: BTreeMap<u8, Vec<(TimeWindow, Vec<i64>, bool)>> = BTreeMap::new();
+        let mut out = Vec::new();
+        let mut wm = i64::MIN;
+        for ev in events.iter().cloned().chain([Ev::Watermark(i64::MAX)]) {
+            match ev {
+                Ev::Rows(rows) => {
+                    for (k, ts, v) in rows {
+                        let list = sessions.entry(k).or_default();
+                        let mut w = TimeWindow { start: ts, end: ts + gap };
+                        let mut values = vec![v];
+                        let (touching, rest): (Vec<_>, Vec<_>) = list.drain(..).partition(|s| s.0.intersects(&w));
+                        for s in &touching {
+                            w = w.cover(&s.0);
+                        }
+                        *list = rest;
+                        if w.max_timestamp() + lateness <= wm {
+                            list.extend(touching);
+                            continue;
+                        }
+                        for s in touching {
+                            values.extend(s.1);
+                        }
+                        let pending = w.max_timestamp() > wm;
+                        if !pending {
+                            out.push((k, w.start, w.end, result(agg, &values)));
+                        }
+                        list.push((w, values, pending));
+                    }
+                }
+                Ev::Watermark(w) => {
+                    wm = wm.max(w);
+                    for (k, list) in sessions.iter_mut() {
+                        for s in list.iter_mut() {
+                            if s.2 && s.0.max_timestamp() <= wm {
+                                out.push((*k, s.0.start, s.0.end, result(agg, &s.1)));
+                                s.2 = false;
+                            }
+                        }
+                        list.retain(|s| s.0.max_timestamp() + lateness > wm);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn config(window: WindowShape, aggregate: Aggregate, lateness: u64) -> WindowAggregateConfig {
+        WindowAggregateConfig {
+            window,
+            offset_ms: 0,
+            aggregate,
+            field: "value".into(),
+            allowed_lateness_ms: lateness,
+            late: LateRecords::Drop,
+        }
+    }
+
+    fn check(
+        window: WindowShape,
+        agg: Aggregate,
+        lateness: u64,
+        events: &[Ev],
+        backend: StateBackend,
+    ) -> Result<(), TestCaseError> {
+        let mut got = run(config(window, agg, lateness), backend, events);
+        let l = lateness as i64;
+        let mut want = match window {
+            WindowShape::Tumbling { size_ms } => {
+                let kind = WindowKind::Tumbling { size: size_ms as i64, offset: 0 };
+                model_fixed(|ts| kind.windows_of(ts), agg, l, events)
+            }
+            WindowShape::Sliding { size_ms, slide_ms } => {
+                let kind = WindowKind::Sliding { size: size_ms as i64, slide: slide_ms as i64, offset: 0 };
+                model_fixed(|ts| kind.windows_of(ts), agg, l, events)
+            }
+            WindowShape::Session { gap_ms } => model_sessions(gap_ms as i64, agg, l, events),
+        };
+        got.sort();
+        want.sort();
+        prop_assert_eq!(got, want);
+        Ok(())
+    }
+
+    fn events() -> impl Strategy<Value = Vec<Ev>> {
+        proptest::collection::vec(
+            prop_oneof![
+                3 => proptest::collection::vec((0u8..4, 0i64..120, -5i64..20), 1..6).prop_map(Ev::Rows),
+                1 => (0i64..130).prop_map(Ev::Watermark),
+            ],
+            1..25,
+        )
+    }
+
+    fn aggregates() -> impl Strategy<Value = Aggregate> {
+        prop_oneof![
+            Just(Aggregate::Count),
+            Just(Aggregate::Sum),
+            Just(Aggregate::Min),
+            Just(Aggregate::Max),
+            Just(Aggregate::Avg)
+        ]
+    }
+
+    #[test]
+    fn tumbling_sliding_and_session_windows_on_rocksdb() {
+        let events = vec![
+            Ev::Rows(vec![(1, 5, 1), (1, 12, 2), (2, 3, 7)]),
+            Ev::Watermark(9),
+            Ev::Rows(vec![(1, 7, 4), (2, 40, 1)]),
+            Ev::Watermark(30),
+            Ev::Rows(vec![(1, 25, 3)]),
+        ];
+        for window in [
+            WindowShape::Tumbling { size_ms: 10 },
+            WindowShape::Sliding { size_ms: 10, slide_ms: 4 },
+            WindowShape::Session { gap_ms: 6 },
+        ] {
+            for lateness in [0, 8] {
+                check(window, Aggregate::Sum, lateness, &events, StateBackend::Rocksdb).unwrap();
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The operator's rows equal the brute-force model's, for any stream, watermarks, aggregate and lateness.
+        #[test]
+        fn windows_match_a_brute_force_model(
+            events in events(),
+            agg in aggregates(),
+            lateness in prop_oneof![Just(0u64), 1u64..30],
+            shape in prop_oneof![
+                (1u64..30).prop_map(|size_ms| WindowShape::Tumbling { size_ms }),
+                (1u64..8, 1u64..5).prop_map(|(k, slide_ms)| WindowShape::Sliding { size_ms: slide_ms * k + (k > 2) as u64, slide_ms }),
+                (1u64..15).prop_map(|gap_ms| WindowShape::Session { gap_ms }),
+            ],
+        ) {
+            let shape = match shape {
+                WindowShape::Sliding { size_ms, slide_ms } if slide_ms > size_ms => WindowShape::Sliding { size_ms: slide_ms, slide_ms },
+                s => s,
+            };
+            check(shape, agg, lateness, &events, StateBackend::Heap)?;
+        }
+    }
+}
