@@ -880,7 +880,8 @@ pub fn savepoint_text(r: &pb::InspectSavepointResponse) -> String {
     for o in &r.operators {
         out.push_str(&format!("operator {} ({}), parallelism {}\n", o.uid, o.kind, o.parallelism));
         for s in &o.states {
-            let elements = s.elements.map(|e| format!(", {e} elements")).unwrap_or_default();
+            let unit = if s.kind == "timers" { "timers" } else { "elements" };
+            let elements = s.elements.map(|e| format!(", {e} {unit}")).unwrap_or_default();
             out.push_str(&format!("  state {} ({}): {}{elements}\n", s.name, s.kind, size(s.bytes)));
         }
         for s in &o.subtasks {

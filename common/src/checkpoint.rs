@@ -38,13 +38,16 @@ pub struct KeyedStateHandle {
 pub struct KeyedStateInfo {
     /// State name.
     pub name: String,
-    /// Its kind: `value`, `list`, `map`, `reducing` or `aggregating`.
+    /// Its kind: `value`, `list`, `map`, `reducing`, `aggregating` or `timers`.
     pub kind: String,
     /// Its time-to-live in milliseconds, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     /// Bytes of its rows (for RocksDB an estimate).
     pub bytes: u64,
+    /// Timer states (kind `timers`): how many timers it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
 }
 
 /// How operator list state is given back on restore (Flink's `OperatorStateHandle.Mode`).

@@ -80,6 +80,7 @@ impl From<&KeyedStateHandle> for pb::KeyedStateHandle {
                     kind: s.kind.clone(),
                     ttl_ms: s.ttl_ms,
                     bytes: s.bytes,
+                    entries: s.entries,
                 })
                 .collect(),
         }
@@ -106,7 +107,13 @@ impl TryFrom<pb::KeyedStateHandle> for KeyedStateHandle {
             states: k
                 .states
                 .into_iter()
-                .map(|s| KeyedStateInfo { name: s.name, kind: s.kind, ttl_ms: s.ttl_ms, bytes: s.bytes })
+                .map(|s| KeyedStateInfo {
+                    name: s.name,
+                    kind: s.kind,
+                    ttl_ms: s.ttl_ms,
+                    bytes: s.bytes,
+                    entries: s.entries,
+                })
                 .collect(),
         })
     }
@@ -571,7 +578,16 @@ mod tests {
                 backend: SnapshotFormat::Rocksdb,
                 key_group_range: KeyGroupRange { start: 64, end: 127 },
                 files: vec![file("j/shared/a.sst"), file("j/chk-1/op/2/keyed/MANIFEST")],
-                states: vec![KeyedStateInfo { name: "n".into(), kind: "value".into(), ttl_ms: Some(5), bytes: 9 }],
+                states: vec![
+                    KeyedStateInfo { name: "n".into(), kind: "value".into(), ttl_ms: Some(5), bytes: 9, entries: None },
+                    KeyedStateInfo {
+                        name: "t".into(),
+                        kind: "timers".into(),
+                        ttl_ms: None,
+                        bytes: 3,
+                        entries: Some(2),
+                    },
+                ],
             }),
             operator_state: Some(OperatorStateHandle {
                 file: file("j/chk-1/op/2/opstate"),

@@ -215,11 +215,14 @@ fn savepoint_chain(backend: &str) -> anyhow::Result<()> {
         // RocksDB's native savepoints restore at another parallelism by importing SST files (timers included).
         let format = if backend == "rocksdb" { "native" } else { "canonical" };
         let url = cluster.stop_with_savepoint(&id, false, format)?;
-        // The savepoint holds open windows: their timers are in it, per domain.
+        // The savepoint holds open windows: `savepoint inspect` counts their timers, per operator and domain.
         let inspect = cluster.cli_json(&["savepoint", "inspect", &url])?;
-        let text = inspect.to_string();
-        if !text.contains("_timers.event") {
-            bail!("savepoint inspect shows no event-time timers: {text}");
+        for uid in ["win0", "win1"] {
+            let timers = event_timers(&inspect, uid);
+            eprintln!("step {step}: {uid} holds {timers:?} event-time timers in {url}");
+            if !timers.is_some_and(|n| n > 0) {
+                bail!("savepoint inspect shows no event-time timers of {uid}: {inspect}");
+            }
         }
         savepoint = Some(url);
     }
@@ -229,6 +232,13 @@ fn savepoint_chain(backend: &str) -> anyhow::Result<()> {
     }
     cluster.stop();
     Ok(())
+}
+
+/// The timers `savepoint inspect` (JSON) counts in operator `uid`'s event-time timer state.
+fn event_timers(inspect: &serde_json::Value, uid: &str) -> Option<u64> {
+    let op = inspect["operators"].as_array()?.iter().find(|o| o["uid"] == uid)?;
+    let st = op["states"].as_array()?.iter().find(|s| s["name"] == "_timers.event")?;
+    (st["kind"] == "timers").then(|| st["elements"].as_u64()).flatten()
 }
 
 #[test]

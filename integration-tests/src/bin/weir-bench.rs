@@ -244,8 +244,13 @@ fn check_savepoint(args: &Args, n: usize) -> Result<()> {
                 (None, Some(OperatorStateHandle { file, states: vec![] }))
             } else {
                 let range = KeyGroupRange::for_subtask(SubtaskIndex(s), 2, 128);
-                let states =
-                    vec![KeyedStateInfo { name: "count".into(), kind: "value".into(), ttl_ms: None, bytes: 1 }];
+                let states = vec![KeyedStateInfo {
+                    name: "count".into(),
+                    kind: "value".into(),
+                    ttl_ms: None,
+                    bytes: 1,
+                    entries: None,
+                }];
                 (
                     Some(KeyedStateHandle {
                         backend: weir_common::checkpoint::SnapshotFormat::Rocksdb,

@@ -607,6 +607,10 @@ pub fn summarize(sp: &LoadedSavepoint) -> pb::InspectSavepointResponse {
                             ttl: st.ttl_ms.map(|t| format!("{t} ms")).unwrap_or_default(),
                         });
                         e.bytes += st.bytes;
+                        // Timer states count their timers.
+                        if let Some(n) = st.entries {
+                            *e.elements.get_or_insert(0) += n;
+                        }
                     }
                 }
                 subtasks.push(pb::SubtaskStateSummary {

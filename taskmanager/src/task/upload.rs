@@ -190,6 +190,7 @@ pub(super) fn describe_states(summaries: Vec<weir_state::StateSummary>) -> Vec<K
             kind: s.kind.name().to_string(),
             ttl_ms: s.ttl.map(|t| t.ttl_ms()),
             bytes: s.bytes,
+            entries: s.entries,
         })
         .collect()
 }
