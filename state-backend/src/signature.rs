@@ -738,4 +738,19 @@ mod tests {
         assert!(msg.contains("the state signature of the person operator changed"), "{msg}");
         assert!(msg.lines().any(|l| l.contains("|*") && l.ends_with("country: string,")), "{msg}");
     }
+
+    #[test]
+    fn timer_services_are_declared_as_one_timers_state_per_domain_with_their_namespace_type() {
+        let sig = |s: StateSignature| s.serializers().cloned().collect::<Vec<_>>();
+        let a = sig(StateSignature::keyed::<u64>().timers::<u8>());
+        let names: Vec<(&str, &str)> = a.iter().map(|s| (s.state.as_str(), s.kind.as_str())).collect();
+        assert_eq!(names, [("_timers.event", "timers"), ("_timers.processing", "timers")]);
+        assert!(a.iter().all(|s| s.namespace.is_some()));
+        let b = sig(StateSignature::keyed::<u64>().timers::<u64>());
+        assert_ne!(a[0].namespace, b[0].namespace, "the namespace type is recorded");
+        assert_ne!(
+            StateSignature::keyed::<u64>().timers::<u8>().fingerprint(),
+            StateSignature::keyed::<u64>().timers::<u64>().fingerprint()
+        );
+    }
 }

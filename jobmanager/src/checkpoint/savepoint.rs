@@ -1051,5 +1051,22 @@ mod tests {
         let ns = judge(evolving(v1.clone()), evolving(v2.clone()));
         assert_eq!(ns.verdict, Verdict::Incompatible, "an Avro namespace would need a migration: {ns:?}");
         assert!(ns.reason.contains("namespaces would need a migration"), "{ns:?}");
+
+        // Timer services are states (what `StateSignature::timers` declares): listed, and a changed namespace
+        // type is refused with the operator's other state.
+        let timers = |ns: &str| {
+            let t = |name: &str| state(name, "timers", S::signature("()"), Some(S::signature(ns)));
+            sig(
+                "u64",
+                vec![state("c", "value", S::signature("u64"), None), t("_timers.event"), t("_timers.processing")],
+            )
+        };
+        let same = judge(timers("u8"), timers("u8"));
+        assert_eq!(same.verdict, Verdict::Restored, "{same:?}");
+        assert_eq!(by_name(&same, "_timers.event").verdict, Verdict::Restored);
+        let changed = judge(timers("u8"), timers("u64"));
+        assert_eq!(changed.verdict, Verdict::Dropped, "{changed:?}");
+        assert!(by_name(&changed, "_timers.event").reason.contains("its namespaces"), "{changed:?}");
+        assert!(by_name(&changed, "c").reason.contains("dropped with the operator's other state"), "{changed:?}");
     }
 }

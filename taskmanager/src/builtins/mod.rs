@@ -117,6 +117,18 @@ mod tests {
             ("datagen", "unkeyed\noperator-list \"splits\": (u32, u64)"),
             ("keyed-count", "key: seq<u8>\nvalue \"count\": u64"),
             (
+                "window-aggregate",
+                "key: seq<u8>\n\
+                 timers \"_timers.event\": (), custom namespace u8 v1\n\
+                 timers \"_timers.processing\": (), custom namespace u8 v1\n\
+                 value \"window-avg\": (i64, u64), custom namespace i64 v1\n\
+                 value \"window-count\": u64, custom namespace i64 v1\n\
+                 value \"window-max\": i64, custom namespace i64 v1\n\
+                 value \"window-min\": i64, custom namespace i64 v1\n\
+                 value \"window-sessions\": seq<(i64, i64, i64)>\n\
+                 value \"window-sum\": i64, custom namespace i64 v1",
+            ),
+            (
                 "file-sink",
                 "unkeyed\noperator-list \"pending-files\": string\noperator-list \"position\": string\n\
                  operator-list \"replayed-lines\": seq<u8>",

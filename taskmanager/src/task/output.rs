@@ -384,3 +384,154 @@ pub(super) fn keyed_mut(k: &mut Option<Box<dyn KeyedStateBackend>>) -> Option<&m
         None => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::batch::{batch_of, records};
+    use crate::api::record::{Record, Value};
+    use std::sync::{Arc as StdArc, Mutex};
+    use std::time::Duration;
+    use weir_common::ids::SubtaskIndex;
+    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::spec::StateBackend;
+    use weir_state::{open_keyed_backend, ManualClock};
+
+    /// Sets an event-time timer at each record's timestamp and a processing-time one 100 ms later; each firing
+    /// emits `(key, timestamp)` with value 0 for event time and 1 for processing time.
+    struct TimerEcho;
+
+    impl Operator for TimerEcho {
+        fn process_batch(
+            &mut self,
+            batch: &RecordBatch,
+            ctx: &mut ProcessContext<'_>,
+            _out: &mut Collector<'_>,
+        ) -> Result<(), OperatorError> {
+            for r in records(batch)? {
+                ctx.keyed()?.set_current_key(&r.key);
+                let mut t = ctx.timers()?;
+                t.register_event_time_timer(r.timestamp.unwrap_or_default())?;
+                let at = t.current_processing_time() + 100;
+                t.register_processing_time_timer(at)?;
+                // Again: one timer per key, namespace, time and domain.
+                t.register_processing_time_timer(at)?;
+            }
+            Ok(())
+        }
+
+        fn on_timer(
+            &mut self,
+            timestamp: i64,
+            domain: TimeDomain,
+            ctx: &mut ProcessContext<'_>,
+            out: &mut Collector<'_>,
+        ) -> Result<(), OperatorError> {
+            let key = ctx.current_key().unwrap_or_default().to_vec();
+            out.emit(Record::new_i64(&key, (domain == TimeDomain::ProcessingTime) as i64).at(timestamp))
+        }
+    }
+
+    /// Keeps `(key, domain, timestamp)` of what reaches it.
+    struct Keep(StdArc<Mutex<Vec<(Vec<u8>, i64, i64)>>>);
+
+    impl Operator for Keep {
+        fn process_batch(
+            &mut self,
+            batch: &RecordBatch,
+            _: &mut ProcessContext<'_>,
+            _: &mut Collector<'_>,
+        ) -> Result<(), OperatorError> {
+            let mut kept = self.0.lock().unwrap();
+            for r in records(batch)? {
+                let Value::I64(domain) = r.value else { panic!("{r:?}") };
+                kept.push((r.key.to_vec(), domain, r.timestamp.unwrap_or_default()));
+            }
+            Ok(())
+        }
+    }
+
+    fn op(uid: &str, head: Box<dyn Operator>, keyed: Option<Box<dyn KeyedStateBackend>>) -> ChainOp {
+        ChainOp {
+            info: RuntimeInfo {
+                uid: uid.into(),
+                job_id: "j".into(),
+                attempt: 1,
+                subtask: SubtaskIndex(0),
+                parallelism: 1,
+                max_parallelism: 128,
+                key_group_range: KeyGroupRange { start: 0, end: 127 },
+            },
+            head: Head::Operator(head),
+            keyed,
+            timers: TimerSlot::default(),
+            op_state: OperatorStateStore::new(),
+            watermark: MIN_WATERMARK,
+            late_records: metrics::Counter::noop(),
+        }
+    }
+
+    #[test]
+    fn processing_time_timers_fire_on_the_manual_clock_and_event_time_ones_on_the_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let mut backend =
+            open_keyed_backend(StateBackend::Rocksdb, dir.path(), 128, range, None, &Default::default()).unwrap();
+        let clock = StdArc::new(ManualClock::new(1_000));
+        backend.set_clock(clock.clone());
+        let kept = StdArc::new(Mutex::new(Vec::new()));
+        let mut chain =
+            vec![op("echo", Box::new(TimerEcho), Some(backend)), op("keep", Box::new(Keep(kept.clone())), None)];
+        let input = [Record::new_i64(b"a", 0).at(10), Record::new_i64(b"b", 0).at(20)];
+        push_chain(&mut chain, &mut [], batch_of(&input).unwrap()).unwrap();
+
+        assert_eq!(until_processing_timer(&mut chain), Some(Duration::from_millis(100)));
+        assert_eq!(fire_processing_timers(&mut chain, &mut []).unwrap(), 0, "not due on the clock yet");
+        clock.advance(Duration::from_millis(99));
+        assert_eq!(fire_processing_timers(&mut chain, &mut []).unwrap(), 0);
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(fire_processing_timers(&mut chain, &mut []).unwrap(), 2, "one per key, not two");
+        assert_eq!(until_processing_timer(&mut chain), None);
+        let mut fired = std::mem::take(&mut *kept.lock().unwrap());
+        fired.sort();
+        assert_eq!(fired, [(b"a".to_vec(), 1, 1_100), (b"b".to_vec(), 1, 1_100)]);
+
+        advance_watermark(&mut chain, &mut [], 15, true).unwrap();
+        assert_eq!(*kept.lock().unwrap(), [(b"a".to_vec(), 0, 10)], "only the timer the watermark passed");
+        advance_watermark(&mut chain, &mut [], 15, true).unwrap();
+        advance_watermark(&mut chain, &mut [], 30, true).unwrap();
+        assert_eq!(*kept.lock().unwrap(), [(b"a".to_vec(), 0, 10), (b"b".to_vec(), 0, 20)], "each fires once");
+    }
+
+    #[test]
+    fn a_timer_firing_without_on_timer_is_an_error_naming_the_operator() {
+        struct NoTimers;
+        impl Operator for NoTimers {
+            fn process_batch(
+                &mut self,
+                batch: &RecordBatch,
+                ctx: &mut ProcessContext<'_>,
+                _: &mut Collector<'_>,
+            ) -> Result<(), OperatorError> {
+                for r in records(batch)? {
+                    ctx.keyed()?.set_current_key(&r.key);
+                    ctx.timers()?.register_event_time_timer(5)?;
+                }
+                Ok(())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let backend =
+            open_keyed_backend(StateBackend::Heap, dir.path(), 128, range, None, &Default::default()).unwrap();
+        let mut chain = vec![op("lazy", Box::new(NoTimers), Some(backend))];
+        push_chain(&mut chain, &mut [], batch_of(&[Record::new_i64(b"k", 1)]).unwrap()).unwrap();
+        let e = advance_watermark(&mut chain, &mut [], 10, true).unwrap_err().to_string();
+        assert!(e.contains("\"lazy\"") && e.contains("does not implement on_timer"), "{e}");
+        // An unkeyed operator has no timers.
+        let mut chain = vec![op("plain", Box::new(NoTimers), None)];
+        let e =
+            push_chain(&mut chain, &mut [], batch_of(&[Record::new_i64(b"k", 1)]).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("not keyed"), "{e}");
+    }
+}
