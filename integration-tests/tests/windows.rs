@@ -220,7 +220,7 @@ fn savepoint_chain(backend: &str) -> anyhow::Result<()> {
         for uid in ["win0", "win1"] {
             let timers = event_timers(&inspect, uid);
             eprintln!("step {step}: {uid} holds {timers:?} event-time timers in {url}");
-            if !timers.is_some_and(|n| n > 0) {
+            if timers.unwrap_or(0) == 0 {
                 bail!("savepoint inspect shows no event-time timers of {uid}: {inspect}");
             }
         }

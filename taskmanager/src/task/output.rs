@@ -432,8 +432,11 @@ mod tests {
         }
     }
 
-    /// Keeps `(key, domain, timestamp)` of what reaches it.
-    struct Keep(StdArc<Mutex<Vec<(Vec<u8>, i64, i64)>>>);
+    /// `(key, domain, timestamp)` of what reached [`Keep`].
+    type Kept = StdArc<Mutex<Vec<(Vec<u8>, i64, i64)>>>;
+
+    /// Keeps what reaches it.
+    struct Keep(Kept);
 
     impl Operator for Keep {
         fn process_batch(
