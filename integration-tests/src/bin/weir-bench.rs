@@ -69,6 +69,19 @@ struct Args {
     /// The job's `linger_ms` in the latency run [default: the job spec's default].
     #[arg(long)]
     linger_ms: Option<u64>,
+    /// Instead of the keyed count: event-time windows, `datagen` (1 record per ms of event time over all
+    /// splits, up to 1 s out of order, the watermark 1 s behind) → `window-aggregate` count → `blackhole`, on
+    /// one task manager of `--slots` slots: `tumble` (`--size-ms`) or `slide` (`--size-ms`, `--slide-ms`),
+    /// `--records` through it. Prints records/s, the task manager's CPU seconds, records per CPU-second,
+    /// windows fired and peak memory, and checks the windows fired against the formula.
+    #[arg(long)]
+    window: Option<String>,
+    /// Window length of `--window`, ms.
+    #[arg(long, default_value_t = 60_000)]
+    size_ms: u64,
+    /// Slide of `--window slide`, ms.
+    #[arg(long, default_value_t = 10_000)]
+    slide_ms: u64,
 }
 
 /// Records in the calibration run.
@@ -418,7 +431,110 @@ fn stateless(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// CPU seconds (user + system) process `pid` has used.
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(ticks / hz.max(1.0))
+}
+
+/// Event-time windows: see [`Args::window`].
+fn windows(args: &Args, kind: &str) -> Result<()> {
+    let records = args.records.unwrap_or(2_000_000);
+    let (size, slide) = match kind {
+        "tumble" => (args.size_ms, args.size_ms),
+        "slide" => (args.size_ms, args.slide_ms),
+        other => anyhow::bail!("--window takes tumble or slide, not {other:?}"),
+    };
+    let window = if kind == "tumble" {
+        format!("{{ tumbling_ms: {size} }}")
+    } else {
+        format!("{{ sliding_ms: {size}, slide_ms: {slide} }}")
+    };
+    let p = args.parallelism;
+    let mut cluster = Cluster::start(ClusterOptions::new(0, args.slots))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let metrics = format!("127.0.0.1:{port}");
+    let tm = cluster.start_taskmanager_with_env(&[("WEIR_METRICS_BIND".into(), metrics.clone())])?;
+    let pid = cluster.taskmanager_pid(tm).ok_or_else(|| anyhow::anyhow!("no task manager process"))?;
+    // `p` splits each `p` ms apart: together one record per ms of event time, as the Flink peer's source.
+    let spec = format!(
+        "name: windows\nparallelism: {p}\nstate_backend: {}\n\
+         checkpointing: {{ interval_ms: {}, incremental: true }}\noperators:\n  \
+         - uid: events\n    kind: datagen\n    \
+           config: {{ count: {records}, keys: {}, seed: 0, splits: {p}, \
+                      event_time: {{ start_ms: 0, step_ms: {p}, max_disorder_ms: 1000 }} }}\n    \
+           watermarks: {{ max_out_of_orderness_ms: 1000 }}\n  \
+         - {{ uid: windows, kind: window-aggregate, input: events, config: {{ window: {window} }} }}\n  \
+         - {{ uid: sink, kind: blackhole, input: windows }}\n",
+        args.backend, args.checkpoint_ms, args.keys
+    );
+    let id = cluster.submit(&spec)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
+    let (started, cpu0) = (Instant::now(), cpu_seconds(pid)?);
+    let done = cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(args.seconds * 20 + 60))?;
+    let (elapsed, cpu) = (started.elapsed(), cpu_seconds(pid)? - cpu0);
+    let label = format!("job_id=\"{id}\"");
+    let fired = samples(&scrape(&metrics)?, "weir_blackhole_records_total", &[&label]).iter().sum::<f64>() as u64;
+    // Windows per key from the formula: a record in slide b (ts div slide) is in the windows ending at slides
+    // b + 1 … b + size/slide; a key's windows are the union of those intervals.
+    anyhow::ensure!(size % slide == 0, "--size-ms must be a multiple of --slide-ms");
+    let t = weir_common::builtin::EventTimeConfig {
+        start_ms: 0,
+        step_ms: p as u64,
+        max_disorder_ms: 1000,
+        wall_clock: false,
+    };
+    let mut slides: Vec<Vec<i64>> = vec![Vec::new(); args.keys as usize];
+    for j in 0..p {
+        let (start, end) = weir_common::datagen::split_range(j, p, Some(records));
+        for i in start..end {
+            let ts = weir_common::datagen::timestamp_of(&t, 0, i, i - start);
+            slides[weir_common::datagen::key_of(0, i, args.keys) as usize].push(ts.div_euclid(slide as i64));
+        }
+    }
+    let per_window = (size / slide) as i64;
+    let mut expected_windows = 0i64;
+    for mut b in slides {
+        b.sort_unstable();
+        b.dedup();
+        let mut covered_to = i64::MIN;
+        for x in b {
+            let (lo, hi) = ((x + 1).max(covered_to + 1), x + per_window);
+            expected_windows += (hi - lo + 1).max(0);
+            covered_to = covered_to.max(hi);
+        }
+    }
+    let rss = cluster.peak_rss();
+    println!(
+        "{:<28} {:.0} records/s ({records} records, {} keys, {kind} {size} ms / {slide} ms, in {:.2} s RUNNING -> \
+         FINISHED, {} restarts); task manager CPU {cpu:.1} s = {:.0} records/CPU-s; {fired} windows fired \
+         (formula: {}); peak RSS {rss:?}",
+        format!("windows {kind}"),
+        records as f64 / elapsed.as_secs_f64(),
+        args.keys,
+        elapsed.as_secs_f64(),
+        done.restarts,
+        records as f64 / cpu.max(1e-9),
+        expected_windows
+    );
+    if fired != expected_windows as u64 {
+        anyhow::bail!("{fired} windows fired, the formula gives {expected_windows}");
+    }
+    cluster.stop();
+    Ok(())
+}
+
 fn run(args: Args) -> Result<()> {
+    if let Some(kind) = &args.window {
+        return windows(&args, kind);
+    }
     if args.stateless {
         return stateless(&args);
     }

@@ -30,7 +30,7 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
         "window-aggregate" => StateSignature::keyed::<Vec<u8>>()
             .value::<u64>("window-count")
             .in_namespace::<i64>("window-count")
-            .value::<i64>("window-sum")
+            .value::<(i64, u64)>("window-sum")
             .in_namespace::<i64>("window-sum")
             .value::<i64>("window-min")
             .in_namespace::<i64>("window-min")
@@ -39,6 +39,8 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
             .value::<(i64, u64)>("window-avg")
             .in_namespace::<i64>("window-avg")
             .value::<Vec<(i64, i64, i64)>>("window-sessions")
+            // The shared part of consecutive sliding windows (count, sum, avg): window end, sum, count.
+            .value::<(i64, i64, u64)>("window-run")
             .timers::<u8>(),
         "file-sink" => StateSignature::unkeyed()
             .operator_list::<String>("pending-files")
@@ -125,8 +127,9 @@ mod tests {
                  value \"window-count\": u64, custom namespace i64 v1\n\
                  value \"window-max\": i64, custom namespace i64 v1\n\
                  value \"window-min\": i64, custom namespace i64 v1\n\
+                 value \"window-run\": (i64, i64, u64)\n\
                  value \"window-sessions\": seq<(i64, i64, i64)>\n\
-                 value \"window-sum\": i64, custom namespace i64 v1",
+                 value \"window-sum\": (i64, u64), custom namespace i64 v1",
             ),
             (
                 "file-sink",

@@ -11,7 +11,7 @@
 use crate::api::batch::{event_times, key_groups, keys, EVENT_TIME, KEY};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use crate::api::timers::{TimeDomain, Timers};
-use crate::window::accumulate::{Acc, AccResult};
+use crate::window::accumulate::{Acc, AccResult, Running};
 use crate::window::assign::{TimeWindow, WindowKind};
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
@@ -37,6 +37,9 @@ pub fn accumulator_state(aggregate: Aggregate) -> String {
 
 /// The state holding each key's open sessions.
 pub const SESSIONS_STATE: &str = "window-sessions";
+
+/// The state holding, per key, the part of the last fired sliding window the next one shares (count, sum, avg).
+pub const RUN_STATE: &str = "window-run";
 
 /// The output schema: key, window start and end, the value (a float for `avg`) and the event time `end − 1`.
 pub fn output_schema(aggregate: Aggregate) -> SchemaRef {
@@ -122,6 +125,8 @@ pub struct WindowAggregate {
     lateness: i64,
     acc: Option<StateId>,
     sessions: Option<StateId>,
+    /// Sliding windows of count, sum or avg: the running part of consecutive windows.
+    run: Option<StateId>,
     rows: WindowRows,
     late_dropped: metrics::Counter,
     /// Scratch: the key of the row or timer at hand, and stored bytes.
@@ -149,6 +154,7 @@ impl WindowAggregate {
             lateness,
             acc: None,
             sessions: None,
+            run: None,
             late_dropped: metrics::Counter::noop(),
             key: Vec::new(),
             bytes: Vec::new(),
@@ -219,6 +225,68 @@ impl WindowAggregate {
         Ok(continues)
     }
 
+    /// Fires the window ending at `end` of the current key from a timer. With a running part (count, sum, avg of
+    /// sliding windows) it is the part the last window left plus the window's newest slices — two slices read,
+    /// not `size / slide` —, and what it leaves for the next one is kept. Returns whether the next window holds
+    /// one of its slices.
+    fn fire_sliced(&mut self, t: &mut Timers<'_>, sl: &Slicing, end: i64) -> Result<bool, OperatorError> {
+        let Some(run_state) = self.run else { return self.emit_sliced(t, sl, end) };
+        let mut run = match t.keyed().get_value(run_state)?.map(Running::decode) {
+            Some(Some((at, mut run))) if sl.next_end(at) == end => {
+                for slice in sl.first_in(end) {
+                    if let Some(acc) = self.read_acc(t.keyed(), slice)? {
+                        run.add(&acc);
+                    }
+                }
+                run
+            }
+            Some(None) => {
+                return Err(OperatorError::Other("window-aggregate: a stored running window is malformed".into()))
+            }
+            _ => {
+                let mut run = Running::default();
+                for slice in sl.slices(end) {
+                    if let Some(acc) = self.read_acc(t.keyed(), slice)? {
+                        run.add(&acc);
+                    }
+                }
+                run
+            }
+        };
+        if run.n > 0 {
+            let window = TimeWindow { start: end - sl.size(), end };
+            self.rows.push(&self.key, window, run.result(self.cfg.aggregate));
+        }
+        for slice in sl.last_in(end) {
+            if let Some(acc) = self.read_acc(t.keyed(), slice)? {
+                run.remove(&acc);
+            }
+        }
+        let continues = run.n > 0;
+        let keyed = t.keyed();
+        if continues {
+            keyed.put_value(run_state, &run.encode(end))?;
+        } else {
+            keyed.delete_value(run_state)?;
+        }
+        Ok(continues)
+    }
+
+    /// A late record of `value` in `slice`: if the running part of the last fired window holds the slice, the
+    /// record joins it.
+    fn add_to_run(&mut self, t: &mut Timers<'_>, sl: &Slicing, slice: i64, value: i64) -> Result<(), OperatorError> {
+        let Some(run_state) = self.run else { return Ok(()) };
+        let Some(bytes) = t.keyed().get_value(run_state)? else { return Ok(()) };
+        let (end, mut run) = Running::decode(bytes)
+            .ok_or_else(|| OperatorError::Other("window-aggregate: a stored running window is malformed".into()))?;
+        // The running part is the slices of window `end` that the next window shares.
+        if sl.next_end(end) - sl.size() <= slice && slice < end {
+            run.add(&Acc::of(self.cfg.aggregate, value));
+            t.keyed().put_value(run_state, &run.encode(end))?;
+        }
+        Ok(())
+    }
+
     /// A record of `value` at `ts` for the current key (tumbling or sliding).
     fn add_sliced(&mut self, t: &mut Timers<'_>, sl: &Slicing, ts: i64, value: i64) -> Result<bool, OperatorError> {
         let watermark = t.current_watermark();
@@ -240,6 +308,9 @@ impl WindowAggregate {
             if let Some(end) = sl.next_unfired(slice, watermark) {
                 Self::set_timer(t, FIRE, end - 1)?;
             }
+        }
+        if sl.first_end(slice) - 1 <= watermark {
+            self.add_to_run(t, sl, slice, value)?;
         }
         // Within the allowed lateness: windows that fired already fire again, updated.
         for end in sl.refire(slice, watermark) {
@@ -340,6 +411,9 @@ impl Operator for WindowAggregate {
             Some(keyed.register_state_with_options(&accumulator_state(self.cfg.aggregate), StateKind::Value, &ns)?);
         if matches!(self.kind, WindowKind::Session { .. }) {
             self.sessions = Some(keyed.register_state(SESSIONS_STATE, StateKind::Value)?);
+        }
+        if matches!(self.kind, WindowKind::Sliding { .. }) && Running::applies(self.cfg.aggregate) {
+            self.run = Some(keyed.register_state(RUN_STATE, StateKind::Value)?);
         }
         self.late_dropped = metrics::counter!(
             "weir_window_late_records_dropped_total",
@@ -449,7 +523,7 @@ impl Operator for WindowAggregate {
             }
             (Some(sl), _) => {
                 let end = timestamp + 1;
-                if self.emit_sliced(&mut t, &sl, end)? {
+                if self.fire_sliced(&mut t, &sl, end)? {
                     Self::set_timer(&mut t, FIRE, sl.next_end(end) - 1)?;
                 }
                 match sl.cleanup_at(end) {

@@ -119,6 +119,12 @@ impl Slicing {
         time + 1 - self.lateness
     }
 
+    /// Starts of the slices whose first window ends at `end`: what it adds to the window before it.
+    pub fn first_in(&self, end: i64) -> impl Iterator<Item = i64> {
+        let (start, pane) = (end - self.slide, self.pane);
+        (0..self.slide / pane).map(move |i| start + i * pane)
+    }
+
     /// Starts of the slices whose last window ends at `end`: dropped once it is done with.
     pub fn last_in(&self, end: i64) -> impl Iterator<Item = i64> {
         let (start, pane) = (end - self.size, self.pane);
@@ -183,6 +189,7 @@ mod tests {
                 prop_assert_eq!(slices.len() as i64 * (s.pane), s.size());
                 prop_assert!(e - s.size() <= ts && ts < e);
                 prop_assert_eq!(s.last_in(e).any(|x| x == slice), s.last_end(slice) == e);
+                prop_assert_eq!(s.first_in(e).any(|x| x == slice), s.first_end(slice) == e);
             }
         }
 
