@@ -12,6 +12,7 @@
 //! - [`lock`]: [`lock::ClusterLock`], which every cluster holds so that two never run at once, whichever test
 //!   runner.
 //! - [`process`]: one child process with its log; killed when dropped, and when the test thread dies.
+//! - [`windows`]: windowed jobs and the rows they must commit, from the datagen formula.
 //! - [`audit`]: shared files of a job's checkpoints that nothing references (or that are missing).
 //!
 //! Binaries are found in `$WEIR_BIN_DIR`, else next to the running executable or one directory up (test
@@ -28,6 +29,7 @@ pub mod pki;
 pub mod process;
 pub mod proxy;
 pub mod s3;
+pub mod windows;
 
 pub use audit::{
     audit_shared_files, audit_shared_files_in, wait_for_no_orphaned_shared_files, wait_for_no_orphaned_shared_files_in,

@@ -5,6 +5,8 @@
 //! writes, uploads, sink commits, and a job manager that dies between writing `_metadata` and recording the
 //! checkpoint). The sink writes all the time, so its commit protocol is crashed mid-run. At the end the
 //! committed output must be exact (every `key,i` for `i` in `1..=n` once) and no shared file orphaned.
+//! A windowed job (tumbling and session windows over out-of-order event time, their state and timers in
+//! RocksDB) runs through the same faults, and its committed rows must be exactly the formula's windows.
 //!
 //! `WEIR_CHAOS_SECONDS` sets how long faults are injected (default 60); `WEIR_TEST_SEED` repeats a schedule
 //! (the seed is printed). `scripts/chaos.sh --minutes N --seed S` runs it for longer.
@@ -13,6 +15,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
+use weir_integration_tests::windows::{self, Shape};
 use weir_integration_tests::{
     describe_job, job_state, scenario_seed, wait_for_no_orphaned_shared_files_in, Cluster, ClusterOptions, CountJob,
     JobState, S3Server, TcpProxy,
@@ -141,7 +144,7 @@ fn run(seed: u64) -> anyhow::Result<()> {
     let s3 = S3Server::start()?;
     let proxy = TcpProxy::start(s3.addr())?;
     let endpoint = s3.endpoint_via(proxy.addr(), "checkpoints");
-    let mut cluster = Cluster::start(ClusterOptions::new(3, 2).with_s3(endpoint.clone()))?;
+    let mut cluster = Cluster::start(ClusterOptions::new(3, 4).with_s3(endpoint.clone()))?;
     let out = cluster.output_dir("chaos")?;
     // Input for the fault period and a little beyond, so that faults land while the sink writes.
     let records = RATE * (fault_secs + 10);
@@ -158,6 +161,15 @@ fn run(seed: u64) -> anyhow::Result<()> {
     job.restart_attempts = 1_000_000;
     let id = cluster.submit(&job.yaml())?;
     cluster.wait_for_checkpoints(&id, 1, Duration::from_secs(60))?;
+    // The windowed job: as long as the other, at a tenth of its rate.
+    let window_dirs = [cluster.output_dir("chaos-tumbling")?, cluster.output_dir("chaos-sessions")?];
+    let window_shapes = [Shape::Tumbling(100), Shape::Session(50)];
+    let window_records = records / 10;
+    let sinks: Vec<(Shape, &std::path::Path)> =
+        window_shapes.iter().copied().zip(window_dirs.iter().map(|d| d.as_path())).collect();
+    let windows_id =
+        cluster.submit(&windows::spec("chaos-windows", "rocksdb", 2, window_records, 300, RATE / 10, &sinks))?;
+    cluster.wait_for_checkpoints(&windows_id, 1, Duration::from_secs(60))?;
     eprintln!("chaos: seed {seed}, {fault_secs} s of faults, {records} records, job {id}");
 
     let mut tally = Tally::default();
@@ -241,6 +253,16 @@ fn run(seed: u64) -> anyhow::Result<()> {
     assert_eq!(job_state(&done), Some(JobState::Finished), "seed {seed}: {}", describe_job(&done));
     weir_integration_tests::verify_job_output(&job, &out)
         .map_err(|e| e.context(format!("seed {seed}: the committed output is not exact")))?;
+    let windows_done = cluster.wait_for_state(
+        &windows_id,
+        &[JobState::Finished, JobState::Failed, JobState::Canceled],
+        Duration::from_secs(240 + fault_secs),
+    )?;
+    assert_eq!(job_state(&windows_done), Some(JobState::Finished), "seed {seed}: {}", describe_job(&windows_done));
+    let recs = windows::records(window_records, 300);
+    for (shape, dir) in &sinks {
+        windows::check_rows(&format!("seed {seed}: windows {shape:?}"), dir, &windows::expected(*shape, &recs))?;
+    }
     wait_for_no_orphaned_shared_files_in(&endpoint.store()?, &id, Duration::from_secs(30))
         .map_err(|e| e.context(format!("seed {seed}")))?;
     eprintln!("chaos: seed {seed}: output exact after {} restarts; {tally:?}", done.restarts);
