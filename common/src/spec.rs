@@ -631,6 +631,25 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         }
     }
 
+    // Windows need event time: a windowed operator fed by a built-in source without timestamps is refused.
+    for op in spec.operators.iter().filter(|o| o.kind == "window-aggregate") {
+        let mut at = op;
+        for _ in 0..spec.operators.len() {
+            match index.get(at.input.as_str()) {
+                Some(&i) => at = &spec.operators[i],
+                None => break,
+            }
+        }
+        let config: BTreeMap<String, String> = at.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        if let Some(why) = crate::builtin::lacks_timestamps(&at.kind, &config) {
+            return Err(op_err(
+                &op.uid,
+                "kind",
+                format!("window-aggregate needs event time, and its source {:?} has no timestamps: {why}", at.uid),
+            ));
+        }
+    }
+
     let mut max_op_parallelism = 0;
     let mut operators = Vec::with_capacity(spec.operators.len());
     for op in &spec.operators {

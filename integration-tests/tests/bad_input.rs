@@ -74,6 +74,41 @@ operators:
             mentions: &[&["events"], &["schema"], &["price"], &["decimal"]],
         },
         BadSpec {
+            name: "a window that is neither tumbling, sliding nor session",
+            spec: GOOD.replace(
+                "kind: keyed-count, input: events }",
+                "kind: window-aggregate, input: events, config: { window: { sliding_ms: 1000 } } }",
+            )
+            .replace("seed: 1 } }", "seed: 1, event_time: { step_ms: 1 } } }"),
+            mentions: &[&["counts"], &["window"], &["slide_ms"]],
+        },
+        BadSpec {
+            name: "late records to a side output",
+            spec: GOOD.replace(
+                "kind: keyed-count, input: events }",
+                "kind: window-aggregate, input: events, config: { window: { tumbling_ms: 10 }, late: side-output } }",
+            )
+            .replace("seed: 1 } }", "seed: 1, event_time: { step_ms: 1 } } }"),
+            mentions: &[&["counts"], &["late"], &["not available"]],
+        },
+        BadSpec {
+            name: "windows over a source without event time",
+            spec: GOOD.replace(
+                "kind: keyed-count, input: events }",
+                "kind: window-aggregate, input: events, config: { window: { tumbling_ms: 10 } } }",
+            ),
+            mentions: &[&["counts"], &["event time"], &["events"]],
+        },
+        BadSpec {
+            name: "an unknown aggregate",
+            spec: GOOD.replace(
+                "kind: keyed-count, input: events }",
+                "kind: window-aggregate, input: events, config: { window: { tumbling_ms: 10 }, aggregate: median } }",
+            )
+            .replace("seed: 1 } }", "seed: 1, event_time: { step_ms: 1 } } }"),
+            mentions: &[&["counts"], &["aggregate"], &["median"]],
+        },
+        BadSpec {
             name: "duplicate uid",
             spec: GOOD.replace("uid: out", "uid: counts"),
             mentions: &[&["counts"], &["uid"], &["duplicate"]],

@@ -542,9 +542,13 @@ impl KeyedStateBackend for HeapBackend {
         state: StateId,
         key_group: u32,
         from: i64,
+        after: Option<&TimerRow>,
         out: &mut TimerRow,
     ) -> Result<bool, StateError> {
-        let (lo, hi) = self.row.timer_bounds(key_group, from);
+        let (mut lo, hi) = self.row.timer_bounds(key_group, from);
+        if let Some(after) = after {
+            self.row.timer_after(key_group, after, &mut lo);
+        }
         let prefix_len = self.row.prefix_len;
         let st = self.state(state, "first_timer", |k| k == StateKind::Timers)?;
         match st.timers.range(lo..hi).next() {

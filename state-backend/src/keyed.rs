@@ -150,13 +150,15 @@ pub trait KeyedStateBackend: Send {
     fn add_timer(&mut self, state: StateId, timestamp: i64) -> Result<(u32, bool), StateError>;
     /// Removes the current key and namespace's timer at `timestamp` from `state`; whether there was one.
     fn delete_timer(&mut self, state: StateId, timestamp: i64) -> Result<bool, StateError>;
-    /// Reads the earliest timer of key group `key_group` at or after `from` into `out`; false if there is none.
-    /// The timers of a key group are ordered by timestamp (then key and namespace bytes).
+    /// Reads the earliest timer of key group `key_group` at or after `from` — and after `after`, if given, a
+    /// timer of that key group — into `out`; false if there is none. The timers of a key group are ordered by
+    /// timestamp (then key and namespace bytes).
     fn first_timer(
         &mut self,
         state: StateId,
         key_group: u32,
         from: i64,
+        after: Option<&TimerRow>,
         out: &mut TimerRow,
     ) -> Result<bool, StateError>;
     /// Removes `timer` of key group `key_group` from `state`.

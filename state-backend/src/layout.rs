@@ -147,6 +147,14 @@ impl RowKeyBuilder {
         (lo, hi)
     }
 
+    /// The first possible timer row of key group `kg` after timer `after` (its row and a zero byte), into `out`.
+    pub fn timer_after(&self, kg: u32, after: &TimerRow, out: &mut Vec<u8>) {
+        let mut prefix = Vec::with_capacity(2);
+        self.group_prefix(kg, &mut prefix);
+        after.write(&prefix, out);
+        out.push(0);
+    }
+
     /// The key-group prefix of key group `kg`.
     pub fn group_prefix(&self, kg: u32, out: &mut Vec<u8>) {
         out.clear();

@@ -1246,11 +1246,16 @@ impl KeyedStateBackend for RocksDbBackend {
         state: StateId,
         key_group: u32,
         from: i64,
+        after: Option<&TimerRow>,
         out: &mut TimerRow,
     ) -> Result<bool, StateError> {
         self.check(state, "first_timer", |k| k == StateKind::Timers)?;
         let cf = cf_handle(&self.db, &self.states[state.0].name)?;
-        let (lo, hi) = self.row.timer_bounds(key_group, from);
+        let (mut lo, hi) = self.row.timer_bounds(key_group, from);
+        if let Some(after) = after {
+            // Past the timers fired before it: their tombstones are not walked again.
+            self.row.timer_after(key_group, after, &mut lo);
+        }
         let mut ro = ReadOptions::default();
         ro.set_iterate_upper_bound(hi);
         let mut it = self.db.raw_iterator_cf_opt(cf, ro);

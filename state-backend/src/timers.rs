@@ -72,6 +72,9 @@ struct TimerQueue {
     heads: BTreeSet<(i64, u32)>,
     /// The timer being fired.
     current: TimerRow,
+    /// The key group and timer fired last: the next read of that key group starts after it (so the tombstones
+    /// of timers fired at one time are not walked again for each), until a timer at or before it is set.
+    resume: Option<(u32, TimerRow)>,
 }
 
 impl TimerQueue {
@@ -88,9 +91,10 @@ impl TimerQueue {
             head: vec![None; (range.end - range.start + 1) as usize],
             heads: BTreeSet::new(),
             current: TimerRow::default(),
+            resume: None,
         };
         for kg in range.start..=range.end {
-            if backend.first_timer(state, kg, i64::MIN, &mut q.current)? {
+            if backend.first_timer(state, kg, i64::MIN, None, &mut q.current)? {
                 q.set_head(kg, Some(q.current.timestamp));
             }
         }
@@ -153,6 +157,9 @@ impl TimerService {
         let q = self.queue(domain);
         let (kg, new) = backend.add_timer(q.state, timestamp)?;
         let i = q.slot(kg)?;
+        if q.resume.as_ref().is_some_and(|(rkg, last)| *rkg == kg && timestamp <= last.timestamp) {
+            q.resume = None;
+        }
         if q.head[i].is_none_or(|h| timestamp < h) {
             q.set_head(kg, Some(timestamp));
         }
@@ -193,7 +200,8 @@ impl TimerService {
             if bound > time {
                 return Ok(None);
             }
-            if !backend.first_timer(q.state, kg, bound, &mut q.current)? {
+            let after = q.resume.as_ref().filter(|(rkg, last)| *rkg == kg && last.timestamp >= bound).map(|(_, t)| t);
+            if !backend.first_timer(q.state, kg, bound, after, &mut q.current)? {
                 q.set_head(kg, None);
                 continue;
             }
@@ -204,6 +212,13 @@ impl TimerService {
                 continue;
             }
             backend.remove_timer(q.state, kg, &q.current)?;
+            match &mut q.resume {
+                Some((rkg, last)) => {
+                    *rkg = kg;
+                    last.clone_from(&q.current);
+                }
+                None => q.resume = Some((kg, q.current.clone())),
+            }
             backend.set_current_key_in_group(&q.current.key, kg);
             backend.set_current_namespace(&q.current.namespace);
             return Ok(Some(ts));
@@ -319,6 +334,34 @@ mod tests {
             assert_eq!(s.pop_due(b, TimeDomain::EventTime, 100).unwrap(), Some(11));
             assert_eq!(s.pop_due(b, TimeDomain::EventTime, 100).unwrap(), Some(50));
             assert_eq!(s.pop_due(b, TimeDomain::EventTime, 100).unwrap(), None);
+        }
+    }
+
+    /// A timer set while a key group fires, at the time being fired and sorting before the last fired one
+    /// (here: the same timer again), is not skipped by the read that resumes after the last fired timer.
+    #[test]
+    fn a_timer_set_behind_the_last_fired_one_still_fires() {
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let group = |k: &[u8]| weir_common::keygroup::key_group_for_key(k, 128).0;
+        let a = b"a".to_vec();
+        let b = (0u32..).map(|i| format!("b{i}").into_bytes()).find(|k| group(k) == group(&a)).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        for mut backend in backends(tmp.path(), range) {
+            let bk = &mut *backend;
+            let mut s = TimerService::open(bk, range).unwrap();
+            for k in [&a, &b] {
+                bk.set_current_key(k);
+                s.register(bk, TimeDomain::EventTime, 7).unwrap();
+            }
+            assert_eq!(s.pop_due(bk, TimeDomain::EventTime, 10).unwrap(), Some(7));
+            assert_eq!(bk.current_key_and_namespace().0, &a[..]);
+            bk.set_current_key(&a);
+            assert!(s.register(bk, TimeDomain::EventTime, 7).unwrap(), "{}: set again once fired", bk.kind());
+            let mut fired = Vec::new();
+            while s.pop_due(bk, TimeDomain::EventTime, 10).unwrap().is_some() {
+                fired.push(bk.current_key_and_namespace().0.to_vec());
+            }
+            assert_eq!(fired, [a.clone(), b.clone()], "{}", bk.kind());
         }
     }
 
