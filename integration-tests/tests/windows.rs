@@ -1,7 +1,7 @@
 //! Event-time windows on real processes: `datagen` with out-of-order timestamps → `window-aggregate`
-//! (tumbling, sliding and session windows) → exactly-once `file-sink`s. The expected rows are computed here,
-//! from the datagen formula and window arithmetic written out afresh (not the operator's code): every key's
-//! windows, each exactly once with its count.
+//! (tumbling, sliding and session windows) → exactly-once `file-sink`s. The expected rows are computed by the
+//! harness (`weir_integration_tests::windows`) from the datagen formula and window arithmetic written out
+//! afresh (not the operator's code): every key's windows, each exactly once with its count.
 //!
 //! - A task manager is SIGKILLed mid-run: the job restarts from its last checkpoint (window accumulators and
 //!   their timers restored) and the committed rows are still exactly the expected ones.
