@@ -117,6 +117,8 @@ pub struct HeapBackend {
     cleanup_entries: usize,
     /// Bytes of each state's rows as the last snapshot wrote them.
     snapshot_bytes: HashMap<String, u64>,
+    /// Scratch: the timer row being looked up.
+    timer_row: Vec<u8>,
 }
 
 fn write_bytes(w: &mut impl Write, b: &[u8]) -> std::io::Result<()> {
@@ -135,6 +137,7 @@ impl HeapBackend {
             clock: Arc::new(SystemClock),
             cleanup_entries: DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
             snapshot_bytes: HashMap::new(),
+            timer_row: Vec::new(),
         };
         if let Some(dir) = restore_dir {
             b.load(&dir.join(FILE), &[MAGIC, MAGIC_V1], None)?;
@@ -524,17 +527,23 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn add_timer(&mut self, state: StateId, timestamp: i64) -> Result<(u32, bool), StateError> {
-        let mut row = Vec::new();
-        let kg = self.row.timer_row(timestamp, &mut row)?;
-        let st = self.state(state, "add_timer", |k| k == StateKind::Timers)?;
-        Ok((kg, st.timers.insert(row)))
+        let kg = self.row.timer_row(timestamp, &mut self.timer_row)?;
+        let st = &mut self.states[state.0];
+        if st.kind != StateKind::Timers {
+            return Err(wrong_kind(&st.name, st.kind, "add_timer"));
+        }
+        // A timer set again allocates nothing.
+        let new = !st.timers.contains(&self.timer_row) && st.timers.insert(self.timer_row.clone());
+        Ok((kg, new))
     }
 
     fn delete_timer(&mut self, state: StateId, timestamp: i64) -> Result<bool, StateError> {
-        let mut row = Vec::new();
-        self.row.timer_row(timestamp, &mut row)?;
-        let st = self.state(state, "delete_timer", |k| k == StateKind::Timers)?;
-        Ok(st.timers.remove(&row))
+        self.row.timer_row(timestamp, &mut self.timer_row)?;
+        let st = &mut self.states[state.0];
+        if st.kind != StateKind::Timers {
+            return Err(wrong_kind(&st.name, st.kind, "delete_timer"));
+        }
+        Ok(st.timers.remove(&self.timer_row))
     }
 
     fn first_timer(
@@ -561,10 +570,12 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn remove_timer(&mut self, state: StateId, key_group: u32, timer: &TimerRow) -> Result<(), StateError> {
-        let (mut prefix, mut row) = (Vec::new(), Vec::new());
-        self.row.group_prefix(key_group, &mut prefix);
-        timer.write(&prefix, &mut row);
-        self.state(state, "remove_timer", |k| k == StateKind::Timers)?.timers.remove(&row);
+        self.row.timer_row_of(key_group, timer, &mut self.timer_row);
+        let st = &mut self.states[state.0];
+        if st.kind != StateKind::Timers {
+            return Err(wrong_kind(&st.name, st.kind, "remove_timer"));
+        }
+        st.timers.remove(&self.timer_row);
         Ok(())
     }
 

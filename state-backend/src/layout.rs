@@ -89,6 +89,10 @@ impl RowKeyBuilder {
 
     /// Sets the namespace of namespaced states.
     pub fn set_namespace(&mut self, namespace: &[u8]) {
+        // Windows set the same namespace again and again (read, then write a slice): keep the row built for it.
+        if self.namespace == namespace {
+            return;
+        }
         self.namespace.clear();
         self.namespace.extend_from_slice(namespace);
         self.ns_row.clear();
@@ -136,7 +140,9 @@ impl RowKeyBuilder {
     /// The current key and namespace's timer row at `ts` into `out`; returns the key group.
     pub fn timer_row(&self, ts: i64, out: &mut Vec<u8>) -> Result<u32, StateError> {
         let (kg, key) = self.row.split_at(self.prefix_len.min(self.row.len()));
-        write_timer_row(kg, ts, key, &self.namespace, out);
+        out.clear();
+        out.extend_from_slice(kg);
+        append_timer(ts, key, &self.namespace, out);
         row_key_group(&self.row, self.prefix_len)
     }
 
@@ -147,18 +153,17 @@ impl RowKeyBuilder {
         (lo, hi)
     }
 
-    /// The first possible timer row of key group `kg` after timer `after` (its row and a zero byte), into `out`.
-    pub fn timer_after(&self, kg: u32, after: &TimerRow, out: &mut Vec<u8>) {
-        let mut prefix = Vec::with_capacity(2);
-        self.group_prefix(kg, &mut prefix);
-        after.write(&prefix, out);
-        out.push(0);
-    }
-
-    /// The key-group prefix of key group `kg`.
-    pub fn group_prefix(&self, kg: u32, out: &mut Vec<u8>) {
+    /// The row of `timer`, of key group `kg`, into `out` (cleared first).
+    pub fn timer_row_of(&self, kg: u32, timer: &TimerRow, out: &mut Vec<u8>) {
         out.clear();
         weir_common::keygroup::write_key_group_prefix(weir_common::ids::KeyGroup(kg), self.max_parallelism, out);
+        append_timer(timer.timestamp, &timer.key, &timer.namespace, out);
+    }
+
+    /// The first possible timer row of key group `kg` after timer `after` (its row and a zero byte), into `out`.
+    pub fn timer_after(&self, kg: u32, after: &TimerRow, out: &mut Vec<u8>) {
+        self.timer_row_of(kg, after, out);
+        out.push(0);
     }
 
     /// The current key (without its key-group prefix) and namespace.
@@ -225,19 +230,12 @@ impl TimerRow {
         self.namespace.extend_from_slice(&rest[ns_at..len_at]);
         Ok(())
     }
-
-    /// The timer's row (`kg | timestamp | key | namespace | u32 BE len(namespace)`) in key group prefix `kg`,
-    /// into `out` (cleared first).
-    pub(crate) fn write(&self, kg: &[u8], out: &mut Vec<u8>) {
-        write_timer_row(kg, self.timestamp, &self.key, &self.namespace, out);
-    }
 }
 
-/// Writes timer row `kg | timestamp | key | namespace | u32 BE len(namespace)` into `out` (cleared first): key
-/// group first, then timestamp, so that a key group's timers are one interval in firing order.
-pub(crate) fn write_timer_row(kg: &[u8], ts: i64, key: &[u8], namespace: &[u8], out: &mut Vec<u8>) {
-    out.clear();
-    out.extend_from_slice(kg);
+/// Appends the rest of a timer row after its key-group prefix — `timestamp | key | namespace | u32 BE
+/// len(namespace)` —: key group first, then timestamp, so that a key group's timers are one interval in firing
+/// order.
+fn append_timer(ts: i64, key: &[u8], namespace: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&timer_ts_bytes(ts));
     out.extend_from_slice(key);
     out.extend_from_slice(namespace);
@@ -376,9 +374,7 @@ mod tests {
             t.read(&row[b.prefix_len..]).unwrap();
             assert_eq!((t.timestamp, t.key.as_slice(), t.namespace.as_slice()), (ts, key, ns));
             let mut again = Vec::new();
-            let mut prefix = Vec::new();
-            b.group_prefix(kg, &mut prefix);
-            t.write(&prefix, &mut again);
+            b.timer_row_of(kg, &t, &mut again);
             assert_eq!(again, row);
             let (lo, hi) = b.timer_bounds(kg, ts);
             assert!(row >= lo && row < hi);

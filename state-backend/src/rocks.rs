@@ -1274,9 +1274,7 @@ impl KeyedStateBackend for RocksDbBackend {
 
     fn remove_timer(&mut self, state: StateId, key_group: u32, timer: &TimerRow) -> Result<(), StateError> {
         self.check(state, "remove_timer", |k| k == StateKind::Timers)?;
-        let mut prefix = Vec::with_capacity(2);
-        self.row.group_prefix(key_group, &mut prefix);
-        timer.write(&prefix, &mut self.map_row);
+        self.row.timer_row_of(key_group, timer, &mut self.map_row);
         let st = &self.states[state.0];
         let cf = cf_handle(&self.db, &st.name)?;
         self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?;

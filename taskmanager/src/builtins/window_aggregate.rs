@@ -125,6 +125,8 @@ pub struct WindowAggregate {
     lateness: i64,
     acc: Option<StateId>,
     sessions: Option<StateId>,
+    /// The open sessions of the key at hand (a list reused from record to record).
+    open: Sessions,
     /// Sliding windows of count, sum or avg: the running part of consecutive windows.
     run: Option<StateId>,
     rows: WindowRows,
@@ -154,6 +156,7 @@ impl WindowAggregate {
             lateness,
             acc: None,
             sessions: None,
+            open: Sessions::default(),
             run: None,
             late_dropped: metrics::Counter::noop(),
             key: Vec::new(),
@@ -322,20 +325,25 @@ impl WindowAggregate {
         Ok(true)
     }
 
+    /// The current key's open sessions, read into the operator's reused list (hand it back with
+    /// [`WindowAggregate::write_sessions`] or by assigning `self.open`).
     fn read_sessions(&mut self, b: &mut dyn KeyedStateBackend) -> Result<Sessions, OperatorError> {
         let state = self.sessions.ok_or_else(|| OperatorError::Other("window-aggregate: no session state".into()))?;
+        let mut sessions = std::mem::take(&mut self.open);
         match b.get_value(state)? {
-            None => Ok(Sessions::default()),
-            Some(bytes) => Sessions::decode(bytes).ok_or_else(|| {
-                OperatorError::Other(format!(
+            None => sessions.0.clear(),
+            Some(bytes) if sessions.decode_from(bytes) => {}
+            Some(bytes) => {
+                return Err(OperatorError::Other(format!(
                     "window-aggregate: stored sessions of {} bytes are malformed",
                     bytes.len()
-                ))
-            }),
+                )))
+            }
         }
+        Ok(sessions)
     }
 
-    fn write_sessions(&mut self, b: &mut dyn KeyedStateBackend, sessions: &Sessions) -> Result<(), OperatorError> {
+    fn write_sessions(&mut self, b: &mut dyn KeyedStateBackend, sessions: Sessions) -> Result<(), OperatorError> {
         let state = self.sessions.ok_or_else(|| OperatorError::Other("window-aggregate: no session state".into()))?;
         if sessions.0.is_empty() {
             b.delete_value(state)?;
@@ -343,6 +351,7 @@ impl WindowAggregate {
             sessions.encode(&mut self.bytes);
             b.put_value(state, &self.bytes)?;
         }
+        self.open = sessions;
         Ok(())
     }
 
@@ -352,6 +361,7 @@ impl WindowAggregate {
         let mut sessions = self.read_sessions(t.keyed())?;
         let window = TimeWindow { start: ts, end: ts.saturating_add(gap) };
         if sessions.cover(window).max_timestamp() + self.lateness <= watermark {
+            self.open = sessions;
             return Ok(false);
         }
         let merged = sessions.add(window);
@@ -371,7 +381,7 @@ impl WindowAggregate {
             self.drop_session_timers(t, old_end)?;
         }
         self.write_acc(t.keyed(), session.id, &acc)?;
-        self.write_sessions(t.keyed(), &sessions)?;
+        self.write_sessions(t.keyed(), sessions)?;
         if session.window.max_timestamp() > watermark {
             Self::set_timer(t, FIRE, session.window.max_timestamp())?;
         } else {
@@ -393,10 +403,13 @@ impl WindowAggregate {
     /// Drops the current key's session ending at `end` (fired, and past its allowed lateness).
     fn purge_session(&mut self, t: &mut Timers<'_>, end: i64) -> Result<(), OperatorError> {
         let mut sessions = self.read_sessions(t.keyed())?;
-        if let Some(s) = sessions.ending_at(end) {
-            self.delete_acc(t.keyed(), s.id)?;
-            sessions.remove(s.id);
-            self.write_sessions(t.keyed(), &sessions)?;
+        match sessions.ending_at(end) {
+            Some(s) => {
+                self.delete_acc(t.keyed(), s.id)?;
+                sessions.remove(s.id);
+                self.write_sessions(t.keyed(), sessions)?;
+            }
+            None => self.open = sessions,
         }
         Ok(())
     }
@@ -539,7 +552,9 @@ impl Operator for WindowAggregate {
             (None, _) => {
                 let end = timestamp + 1;
                 let sessions = self.read_sessions(t.keyed())?;
-                if let Some(s) = sessions.ending_at(end) {
+                let ending = sessions.ending_at(end);
+                self.open = sessions;
+                if let Some(s) = ending {
                     if let Some(acc) = self.read_acc(t.keyed(), s.id)? {
                         self.rows.push(&self.key, s.window, acc.result());
                     }

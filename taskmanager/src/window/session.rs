@@ -32,15 +32,24 @@ pub struct Sessions(pub Vec<Session>);
 impl Sessions {
     /// The sessions stored as `bytes` (24 bytes each: start, end, id, little-endian), or `None` if they are not.
     pub fn decode(bytes: &[u8]) -> Option<Sessions> {
+        let mut s = Sessions::default();
+        s.decode_from(bytes).then_some(s)
+    }
+
+    /// Replaces the sessions by those stored as `bytes`, reusing the list's room (a record's read allocates
+    /// nothing once warm); false, leaving none, if the bytes are not sessions.
+    pub fn decode_from(&mut self, bytes: &[u8]) -> bool {
+        self.0.clear();
         if !bytes.len().is_multiple_of(24) {
-            return None;
+            return false;
         }
-        let word = |c: &[u8], i: usize| c.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes);
-        bytes
-            .chunks(24)
-            .map(|c| Some(Session { window: TimeWindow { start: word(c, 0)?, end: word(c, 1)? }, id: word(c, 2)? }))
-            .collect::<Option<Vec<_>>>()
-            .map(Sessions)
+        let word = |c: &[u8], i: usize| i64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        self.0.extend(
+            bytes
+                .chunks_exact(24)
+                .map(|c| Session { window: TimeWindow { start: word(c, 0), end: word(c, 1) }, id: word(c, 2) }),
+        );
+        true
     }
 
     /// The stored bytes, into `out` (cleared first).
@@ -61,17 +70,25 @@ impl Sessions {
     /// Adds a record's `window`: merges it with every session it touches. The earliest of those keeps its state
     /// id; a new session takes its start as id.
     pub fn add(&mut self, window: TimeWindow) -> Merged {
-        let (mut touching, rest): (Vec<Session>, Vec<Session>) =
-            self.0.iter().partition(|s| s.window.intersects(&window));
-        touching.sort_by_key(|s| s.window.start);
-        let cover = touching.iter().fold(window, |w, s| w.cover(&s.window));
-        let (id, old_end) = match touching.first() {
+        // The list is sorted by start, so the first session it touches is the earliest; only a merge of more
+        // than one allocates (`absorbed`).
+        let (mut cover, mut first, mut absorbed) = (window, None::<Session>, Vec::new());
+        self.0.retain(|s| {
+            if !s.window.intersects(&window) {
+                return true;
+            }
+            cover = cover.cover(&s.window);
+            match first {
+                None => first = Some(*s),
+                Some(_) => absorbed.push(*s),
+            }
+            false
+        });
+        let (id, old_end) = match first {
             Some(first) => (first.id, Some(first.window.end).filter(|e| *e != cover.end)),
             None => (window.start, None),
         };
         let session = Session { window: cover, id };
-        let absorbed = touching.into_iter().skip(1).collect();
-        self.0 = rest;
         let at = self.0.partition_point(|s| s.window.start < cover.start);
         self.0.insert(at, session);
         Merged { session, old_end, absorbed }
