@@ -120,7 +120,11 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             role: Role::Operator,
             keyed: true,
             version: v.clone(),
-            states: vec![("window-<aggregate>".into(), "value".into(), "accumulator per window slice".into())],
+            states: vec![
+                ("window-<aggregate>".into(), "value".into(), "accumulator per window slice".into()),
+                ("window-contents".into(), "value".into(), "accumulator per slice (other triggers)".into()),
+                ("window-trigger".into(), "value".into(), "trigger state per window".into()),
+            ],
             signature: None,
             input_columns: vec![crate::schema::key_column()],
             // The value is a float for `avg`, an integer otherwise: declared per job by the config, not here.
@@ -379,6 +383,9 @@ pub struct WindowSpec {
     /// Session windows closed by this many ms without a record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_gap_ms: Option<u64>,
+    /// One window per key holding all its records (Flink's `GlobalWindows`): fired by a trigger only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub global: bool,
     /// Shift of tumbling and sliding windows from the epoch (time zones), ms.
     #[serde(default)]
     pub offset_ms: i64,
@@ -404,6 +411,8 @@ pub enum WindowShape {
         /// Inactivity that closes one, ms.
         gap_ms: u64,
     },
+    /// One window per key over all time.
+    Global,
 }
 
 /// Longest window or gap accepted: a year (a larger one is a unit mistake).
@@ -420,6 +429,8 @@ impl WindowSpec {
             }
         };
         let shape = match (self.tumbling_ms, self.sliding_ms, self.slide_ms, self.session_gap_ms) {
+            (None, None, None, None) if self.global => WindowShape::Global,
+            _ if self.global => return Err("global: true takes no other window field".into()),
             (Some(t), None, None, None) => WindowShape::Tumbling { size_ms: positive("tumbling_ms", t)? },
             (None, Some(size), Some(slide), None) => {
                 let (size_ms, slide_ms) = (positive("sliding_ms", size)?, positive("slide_ms", slide)?);
@@ -433,18 +444,18 @@ impl WindowSpec {
             (None, Some(_), None, None) => return Err("sliding_ms needs slide_ms".into()),
             (None, None, None, Some(g)) => WindowShape::Session { gap_ms: positive("session_gap_ms", g)? },
             _ => {
-                return Err(
-                    "expected exactly one of { tumbling_ms }, { sliding_ms, slide_ms } or { session_gap_ms }".into()
-                )
+                return Err("expected exactly one of { tumbling_ms }, { sliding_ms, slide_ms }, { session_gap_ms } or \
+                     { global: true }"
+                    .into())
             }
         };
         let period = match shape {
             WindowShape::Tumbling { size_ms } => Some(size_ms),
             WindowShape::Sliding { slide_ms, .. } => Some(slide_ms),
-            WindowShape::Session { .. } => None,
+            WindowShape::Session { .. } | WindowShape::Global => None,
         };
         match period {
-            None if self.offset_ms != 0 => Err("session windows take no offset_ms".into()),
+            None if self.offset_ms != 0 => Err("session and global windows take no offset_ms".into()),
             Some(p) if self.offset_ms.unsigned_abs() >= p => {
                 Err(format!("offset_ms {} must be smaller than the window's period {p} ms", self.offset_ms))
             }
@@ -490,6 +501,65 @@ pub enum LateRecords {
     Drop,
 }
 
+/// When `window-aggregate` fires a window (Flink's triggers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WindowTrigger {
+    /// When the watermark passes the window's end (and again for each late record within the lateness).
+    #[default]
+    EventTime,
+    /// When the task manager's clock passes the window's end.
+    ProcessingTime,
+    /// Every `n` records of the window (a global window is emptied each time, as Flink's `countWindow`).
+    Count(u64),
+    /// Every `interval` ms of event time while the window is open, and at its end.
+    ContinuousEventTime(u64),
+}
+
+impl WindowTrigger {
+    /// The trigger's name in specs and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            WindowTrigger::EventTime => "event-time",
+            WindowTrigger::ProcessingTime => "processing-time",
+            WindowTrigger::Count(_) => "count",
+            WindowTrigger::ContinuousEventTime(_) => "continuous-event-time",
+        }
+    }
+}
+
+/// `trigger: { count: N }` or `{ continuous_event_time_ms: I }`.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TriggerMap {
+    #[serde(default)]
+    count: Option<u64>,
+    #[serde(default)]
+    continuous_event_time_ms: Option<u64>,
+}
+
+/// Parses `trigger`: `event-time`, `processing-time`, `{ count: N }` or `{ continuous_event_time_ms: I }`.
+fn parse_trigger(text: &str) -> Result<WindowTrigger, String> {
+    let shape = "event-time, processing-time, { count: N } or { continuous_event_time_ms: I }";
+    match text.trim() {
+        "event-time" => Ok(WindowTrigger::EventTime),
+        "processing-time" => Ok(WindowTrigger::ProcessingTime),
+        t if t.starts_with('{') => {
+            let m: TriggerMap = serde_json::from_str(t).map_err(|e| format!("expected {shape}: {e}"))?;
+            match (m.count, m.continuous_event_time_ms) {
+                (Some(0), None) => Err("count must be positive".into()),
+                (Some(n), None) => Ok(WindowTrigger::Count(n)),
+                (None, Some(0)) => Err("continuous_event_time_ms must be positive".into()),
+                (None, Some(i)) if i > MAX_WINDOW_MS => {
+                    Err(format!("continuous_event_time_ms of {i} ms is over a year: a unit mistake?"))
+                }
+                (None, Some(i)) => Ok(WindowTrigger::ContinuousEventTime(i)),
+                _ => Err(format!("expected {shape}")),
+            }
+        }
+        other => Err(format!("expected {shape}, got {}", crate::text::echo(other))),
+    }
+}
+
 /// Config of `window-aggregate`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WindowAggregateConfig {
@@ -505,13 +575,15 @@ pub struct WindowAggregateConfig {
     pub allowed_lateness_ms: u64,
     /// Records later than that.
     pub late: LateRecords,
+    /// When windows fire.
+    pub trigger: WindowTrigger,
 }
 
 impl WindowAggregateConfig {
     /// Reads and checks a window-aggregate config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["window", "aggregate", "field", "allowed_lateness_ms", "late"])?;
-        let shape = "a map { tumbling_ms } | { sliding_ms, slide_ms } | { session_gap_ms }";
+        let r = ConfigReader::new(map, &["window", "aggregate", "field", "allowed_lateness_ms", "late", "trigger"])?;
+        let shape = "a map { tumbling_ms } | { sliding_ms, slide_ms } | { session_gap_ms } | { global: true }";
         let spec: WindowSpec =
             r.nested("window", shape)?.ok_or_else(|| field_err("window", format!("required: {shape}")))?;
         let window = spec.shape().map_err(|e| field_err("window", e))?;
@@ -548,7 +620,32 @@ impl WindowAggregateConfig {
         if allowed_lateness_ms > MAX_WINDOW_MS {
             return Err(field_err("allowed_lateness_ms", "over a year: a unit mistake?"));
         }
+        let trigger = match r.string("trigger") {
+            None => WindowTrigger::EventTime,
+            Some(t) => parse_trigger(&t).map_err(|e| field_err("trigger", e))?,
+        };
+        match (window, trigger) {
+            (WindowShape::Global, WindowTrigger::EventTime | WindowTrigger::ProcessingTime)
+                if map.contains_key("trigger") =>
+            {
+                return Err(field_err(
+                    "trigger",
+                    format!(
+                        "a global window never ends, so {} never fires it: use count or continuous_event_time_ms",
+                        trigger.name()
+                    ),
+                ))
+            }
+            (WindowShape::Global, WindowTrigger::EventTime) => {
+                return Err(field_err(
+                    "trigger",
+                    "required for global windows (they never end): { count: N } or { continuous_event_time_ms: I }",
+                ))
+            }
+            _ => {}
+        }
         Ok(WindowAggregateConfig {
+            trigger,
             window,
             offset_ms: spec.offset_ms,
             aggregate,
@@ -627,6 +724,20 @@ mod tests {
         let c = WindowAggregateConfig::from_map(&m(&[("window", r#"{"session_gap_ms": 30}"#), ("aggregate", "max")]))
             .unwrap();
         assert_eq!(c.window, WindowShape::Session { gap_ms: 30 });
+        assert_eq!(c.trigger, WindowTrigger::EventTime);
+        let c =
+            WindowAggregateConfig::from_map(&m(&[("window", r#"{"global": true}"#), ("trigger", r#"{"count": 3}"#)]))
+                .unwrap();
+        assert_eq!((c.window, c.trigger), (WindowShape::Global, WindowTrigger::Count(3)));
+        for (text, trigger) in [
+            ("processing-time", WindowTrigger::ProcessingTime),
+            (" event-time ", WindowTrigger::EventTime),
+            (r#"{"continuous_event_time_ms": 250}"#, WindowTrigger::ContinuousEventTime(250)),
+        ] {
+            let c = WindowAggregateConfig::from_map(&m(&[("window", r#"{"tumbling_ms": 1000}"#), ("trigger", text)]))
+                .unwrap();
+            assert_eq!(c.trigger, trigger, "{text}");
+        }
         for (pairs, field, says) in [
             (vec![], "window", "required"),
             (vec![("window", r#"{"tumbling_ms": 10, "session_gap_ms": 5}"#)], "window", "exactly one"),
@@ -640,6 +751,25 @@ mod tests {
             (vec![("window", r#"{"tumbling_ms": 10}"#), ("late", "keep")], "late", "expected drop"),
             (vec![("window", r#"{"tumbling_ms": 10}"#), ("late", "side-output")], "late", "not available yet"),
             (vec![("window", r#"{"tumbling_ms": 10}"#), ("size", "1")], "size", "unknown field"),
+            (vec![("window", r#"{"global": true}"#)], "trigger", "required for global windows"),
+            (vec![("window", r#"{"global": true}"#), ("trigger", "event-time")], "trigger", "never fires"),
+            (vec![("window", r#"{"global": true, "tumbling_ms": 5}"#)], "window", "no other window field"),
+            (
+                vec![("window", r#"{"global": true, "offset_ms": 5}"#), ("trigger", r#"{"count": 2}"#)],
+                "window",
+                "no offset",
+            ),
+            (vec![("window", r#"{"tumbling_ms": 10}"#), ("trigger", "sometimes")], "trigger", "sometimes"),
+            (vec![("window", r#"{"tumbling_ms": 10}"#), ("trigger", r#"{"count": 0}"#)], "trigger", "positive"),
+            (
+                vec![
+                    ("window", r#"{"tumbling_ms": 10}"#),
+                    ("trigger", r#"{"count": 2, "continuous_event_time_ms": 5}"#),
+                ],
+                "trigger",
+                "expected",
+            ),
+            (vec![("window", r#"{"tumbling_ms": 10}"#), ("trigger", r#"{"every": 2}"#)], "trigger", "unknown field"),
         ] {
             let e = WindowAggregateConfig::from_map(&m(&pairs)).unwrap_err();
             assert_eq!(e.field, field, "{pairs:?}: {e}");

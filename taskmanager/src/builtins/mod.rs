@@ -11,7 +11,7 @@ pub use blackhole::Blackhole;
 pub use datagen::Datagen;
 pub use file_sink::FileSink;
 pub use keyed_count::KeyedCount;
-pub use window_aggregate::WindowAggregate;
+pub use window_aggregate::{window_aggregate, WindowAggregate};
 
 use crate::api::registry::{signed, Instance, Registry};
 use weir_common::builtin::{builtin_kinds, DatagenConfig, FileSinkConfig, KeyedCountConfig, WindowAggregateConfig};
@@ -26,7 +26,8 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
         "keyed-count" => StateSignature::keyed::<Vec<u8>>().value::<u64>("count"),
         // `<checkpoint>\t<file>` lines, `<attempt>-<seq>`, and lines already written.
         // Accumulators per slice start (or session id), one state per aggregate; a key's open sessions; timers
-        // in namespace `f` (fire) or `c` (cleanup).
+        // in namespace `f` (fire) or `c` (cleanup), or on the general window operator `w` (window) or `n` + the
+        // window's id (continuous firing).
         "window-aggregate" => StateSignature::keyed::<Vec<u8>>()
             .value::<u64>("window-count")
             .in_namespace::<i64>("window-count")
@@ -41,7 +42,13 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
             .value::<Vec<(i64, i64, i64)>>("window-sessions")
             // The shared part of consecutive sliding windows (count, sum, avg): window end, sum, count.
             .value::<(i64, i64, u64)>("window-run")
-            .timers::<u8>(),
+            // Other triggers and global windows (the general window operator): an accumulator per slice,
+            // session or global window, and a trigger's state per window.
+            .value::<window_aggregate::StoredAcc>("window-contents")
+            .in_namespace::<i64>("window-contents")
+            .value::<Vec<u8>>("window-trigger")
+            .in_namespace::<i64>("window-trigger")
+            .timers::<Vec<u8>>(),
         "file-sink" => StateSignature::unkeyed()
             .operator_list::<String>("pending-files")
             .operator_list::<String>("position")
@@ -79,7 +86,7 @@ pub fn register_all(r: &mut Registry) {
             }),
             "window-aggregate" => r.register(info, |c| {
                 let cfg = WindowAggregateConfig::from_map(c)?;
-                Ok(Instance::Operator(Box::new(WindowAggregate::new(cfg))))
+                Ok(Instance::Operator(window_aggregate(cfg)?))
             }),
             "blackhole" => r.register(info, |_| Ok(Instance::Operator(Box::new(Blackhole::default())))),
             _ => {}
@@ -121,15 +128,17 @@ mod tests {
             (
                 "window-aggregate",
                 "key: seq<u8>\n\
-                 timers \"_timers.event\": (), custom namespace u8 v1\n\
-                 timers \"_timers.processing\": (), custom namespace u8 v1\n\
+                 timers \"_timers.event\": (), custom namespace seq<u8> v1\n\
+                 timers \"_timers.processing\": (), custom namespace seq<u8> v1\n\
                  value \"window-avg\": (i64, u64), custom namespace i64 v1\n\
+                 value \"window-contents\": custom window-aggregate accumulator v1, custom namespace i64 v1\n\
                  value \"window-count\": u64, custom namespace i64 v1\n\
                  value \"window-max\": i64, custom namespace i64 v1\n\
                  value \"window-min\": i64, custom namespace i64 v1\n\
                  value \"window-run\": (i64, i64, u64)\n\
                  value \"window-sessions\": seq<(i64, i64, i64)>\n\
-                 value \"window-sum\": (i64, u64), custom namespace i64 v1",
+                 value \"window-sum\": (i64, u64), custom namespace i64 v1\n\
+                 value \"window-trigger\": seq<u8>, custom namespace i64 v1",
             ),
             (
                 "file-sink",

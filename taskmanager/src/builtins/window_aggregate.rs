@@ -13,14 +13,17 @@ use crate::api::operator::{Collector, InitContext, Operator, OperatorError, Proc
 use crate::api::timers::{TimeDomain, Timers};
 use crate::window::accumulate::{Acc, AccResult, Running};
 use crate::window::assign::{TimeWindow, WindowKind};
+use crate::window::operator::{Aggregating, WindowAggregator, WindowOperator};
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
+use crate::window::trigger::Trigger;
 use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Float64Builder, Int64Builder, TimestampMillisecondBuilder};
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::Arc;
-use weir_common::builtin::{WindowAggregate as Aggregate, WindowAggregateConfig, WindowShape};
-use weir_state::{KeyedStateBackend, StateId, StateKind, StateOptions};
+use weir_common::builtin::{WindowAggregate as Aggregate, WindowAggregateConfig, WindowShape, WindowTrigger};
+use weir_state::signature::{Shape, TypeSignature};
+use weir_state::{KeyedStateBackend, StateCodec, StateError, StateId, StateKind, StateOptions};
 
 /// Namespace of firing timers.
 const FIRE: &[u8] = b"f";
@@ -117,7 +120,159 @@ impl WindowRows {
     }
 }
 
-/// Aggregates per key and window.
+/// The windows of a config, as the window library sees them.
+fn window_kind(cfg: &WindowAggregateConfig) -> WindowKind {
+    let offset = cfg.offset_ms;
+    match cfg.window {
+        WindowShape::Tumbling { size_ms } => WindowKind::Tumbling { size: size_ms as i64, offset },
+        WindowShape::Sliding { size_ms, slide_ms } => {
+            WindowKind::Sliding { size: size_ms as i64, slide: slide_ms as i64, offset }
+        }
+        WindowShape::Session { gap_ms } => WindowKind::Session { gap: gap_ms as i64 },
+        WindowShape::Global => WindowKind::Global,
+    }
+}
+
+/// The operator of a `window-aggregate` config: event-time windows on the sliced path of this module, other
+/// triggers and global windows on the general window operator (`window/operator.rs`). A global window fired by
+/// a count is emptied each time (Flink's `countWindow`); other windows keep accumulating until purged.
+pub fn window_aggregate(cfg: WindowAggregateConfig) -> Result<Box<dyn Operator>, String> {
+    let kind = window_kind(&cfg);
+    match cfg.trigger {
+        WindowTrigger::EventTime if kind != WindowKind::Global => Ok(Box::new(WindowAggregate::new(cfg))),
+        trigger => {
+            let purge = matches!((kind, trigger), (WindowKind::Global, WindowTrigger::Count(_)));
+            let lateness = cfg.allowed_lateness_ms as i64;
+            let f = BuiltinAggregator { rows: WindowRows::new(cfg.aggregate), cfg };
+            Ok(Box::new(WindowOperator::new(kind, Trigger::from(trigger), lateness, purge, Aggregating::new(f))?))
+        }
+    }
+}
+
+/// A built-in aggregate's accumulator as a typed state value (`None` until a non-null value arrives): a tag
+/// byte, then [`Acc`]'s bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StoredAcc(Option<Acc>);
+
+impl StateCodec for StoredAcc {
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut buf = [0u8; 16];
+        match &self.0 {
+            None => out.push(0xff),
+            Some(acc) => {
+                out.push(match acc {
+                    Acc::Count(_) => 0,
+                    Acc::Sum(..) => 1,
+                    Acc::Min(_) => 2,
+                    Acc::Max(_) => 3,
+                    Acc::Avg(..) => 4,
+                });
+                let n = acc.encode(&mut buf);
+                out.extend_from_slice(&buf[..n]);
+            }
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, StateError> {
+        let agg = match bytes.first() {
+            Some(0xff) if bytes.len() == 1 => return Ok(StoredAcc(None)),
+            Some(0) => Aggregate::Count,
+            Some(1) => Aggregate::Sum,
+            Some(2) => Aggregate::Min,
+            Some(3) => Aggregate::Max,
+            Some(4) => Aggregate::Avg,
+            _ => {
+                return Err(StateError::Corrupt(format!(
+                    "a window accumulator of {} bytes has no known tag",
+                    bytes.len()
+                )))
+            }
+        };
+        Acc::decode(agg, &bytes[1..])
+            .map(|a| StoredAcc(Some(a)))
+            .ok_or_else(|| StateError::Corrupt(format!("a {} window accumulator of {} bytes", agg.name(), bytes.len())))
+    }
+}
+
+impl TypeSignature for StoredAcc {
+    fn shape() -> Shape {
+        Shape::custom("window-aggregate accumulator", 1)
+    }
+}
+
+/// The built-in aggregates as a window function of the general window operator.
+struct BuiltinAggregator {
+    cfg: WindowAggregateConfig,
+    rows: WindowRows,
+}
+
+impl WindowAggregator for BuiltinAggregator {
+    type Acc = StoredAcc;
+
+    fn create(&self) -> StoredAcc {
+        StoredAcc(None)
+    }
+
+    fn add(&mut self, acc: &mut StoredAcc, batch: &RecordBatch, row: usize) -> Result<(), OperatorError> {
+        let value = match self.cfg.aggregate {
+            Aggregate::Count => 0,
+            agg => {
+                let column = batch
+                    .column_by_name(&self.cfg.field)
+                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+                    .ok_or_else(|| {
+                        OperatorError::Other(format!(
+                            "window-aggregate: the input has no int64 column {:?} to {} (schema {})",
+                            self.cfg.field,
+                            agg.name(),
+                            batch.schema()
+                        ))
+                    })?;
+                // Nulls are skipped, as SQL aggregates skip them.
+                if column.is_null(row) {
+                    return Ok(());
+                }
+                column.value(row)
+            }
+        };
+        let one = Acc::of(self.cfg.aggregate, value);
+        match &mut acc.0 {
+            Some(a) => a.merge(&one),
+            None => acc.0 = Some(one),
+        }
+        Ok(())
+    }
+
+    fn merge(&self, acc: &mut StoredAcc, other: &StoredAcc) {
+        match (&mut acc.0, other.0) {
+            (Some(a), Some(b)) => a.merge(&b),
+            (None, b) => acc.0 = b,
+            (Some(_), None) => {}
+        }
+    }
+
+    fn emit(
+        &mut self,
+        key: &[u8],
+        window: TimeWindow,
+        acc: &StoredAcc,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        if let Some(acc) = acc.0 {
+            self.rows.push(key, window, acc.result());
+            if self.rows.len() >= OUT_ROWS {
+                self.rows.flush(out)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        self.rows.flush(out)
+    }
+}
+
+/// Aggregates per key and event-time window (tumbling, sliding, session).
 pub struct WindowAggregate {
     cfg: WindowAggregateConfig,
     kind: WindowKind,
@@ -139,14 +294,7 @@ pub struct WindowAggregate {
 impl WindowAggregate {
     /// The operator of `cfg`.
     pub fn new(cfg: WindowAggregateConfig) -> Self {
-        let offset = cfg.offset_ms;
-        let kind = match cfg.window {
-            WindowShape::Tumbling { size_ms } => WindowKind::Tumbling { size: size_ms as i64, offset },
-            WindowShape::Sliding { size_ms, slide_ms } => {
-                WindowKind::Sliding { size: size_ms as i64, slide: slide_ms as i64, offset }
-            }
-            WindowShape::Session { gap_ms } => WindowKind::Session { gap: gap_ms as i64 },
-        };
+        let kind = window_kind(&cfg);
         let lateness = cfg.allowed_lateness_ms as i64;
         WindowAggregate {
             rows: WindowRows::new(cfg.aggregate),
@@ -599,11 +747,13 @@ mod tests {
     use weir_common::spec::StateBackend;
     use weir_state::{open_keyed_backend, OperatorStateStore};
 
-    /// What reaches the operator: a batch of `(key, ts, value)` or a watermark.
+    /// What reaches the operator: a batch of `(key, ts, value)`, a watermark, or the processing-time clock
+    /// moving to a time.
     #[derive(Debug, Clone)]
     enum Ev {
         Rows(Vec<(u8, i64, i64)>),
         Watermark(i64),
+        Clock(i64),
     }
 
     /// An output row: key, start, end, value (an average times 1000, rounded).
@@ -636,12 +786,19 @@ mod tests {
         }
     }
 
-    /// Runs the operator over `events` (then the final watermark), firing timers as the task does.
+    /// Runs the operator of `cfg` over `events` (then the final watermark), firing timers as the task does.
     fn run(cfg: WindowAggregateConfig, backend: StateBackend, events: &[Ev]) -> Vec<Row> {
+        run_op(window_aggregate(cfg).unwrap(), backend, events)
+    }
+
+    /// Runs `op` over `events` (then the final watermark), firing timers as the task does; processing time is a
+    /// manual clock that `Ev::Clock` moves.
+    fn run_op(mut op: Box<dyn Operator>, backend: StateBackend, events: &[Ev]) -> Vec<Row> {
         let dir = tempfile::tempdir().unwrap();
         let i = info();
         let mut b = open_keyed_backend(backend, dir.path(), 128, i.key_group_range, None, &Default::default()).unwrap();
-        let mut op = WindowAggregate::new(cfg);
+        let clock = std::sync::Arc::new(weir_state::ManualClock::new(0));
+        b.set_clock(clock.clone());
         let mut store = OperatorStateStore::new();
         op.initialize_state(&mut InitContext {
             info: &i,
@@ -677,6 +834,15 @@ mod tests {
                     op.on_watermark(wm, &mut ctx, &mut out).unwrap();
                 }
                 Ev::Watermark(_) => {}
+                Ev::Clock(now) => {
+                    clock.set(now as u64);
+                    while let Some(ts) =
+                        slot.get().and_then(|s| s.pop_due(&mut *b, TimeDomain::ProcessingTime, now).unwrap())
+                    {
+                        let mut ctx = ProcessContext::new(&i, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
+                        op.on_timer(ts, TimeDomain::ProcessingTime, &mut ctx, &mut out).unwrap();
+                    }
+                }
             }
             out.flush().unwrap();
         }
@@ -727,6 +893,7 @@ mod tests {
                         }
                     }
                 }
+                Ev::Clock(_) => {}
                 Ev::Watermark(w) => {
                     wm = wm.max(w);
                     for ((k, win), (values, pending)) in wins.iter_mut() {
@@ -773,6 +940,7 @@ mod tests {
                         list.push((w, values, pending));
                     }
                 }
+                Ev::Clock(_) => {}
                 Ev::Watermark(w) => {
                     wm = wm.max(w);
                     for (k, list) in sessions.iter_mut() {
@@ -790,6 +958,158 @@ mod tests {
         out
     }
 
+    /// A window of the trigger model: its values, count since the last count firing, next continuous firing,
+    /// whether its processing-time timer and its end firing are pending.
+    #[derive(Debug, Clone, Default)]
+    struct MWin {
+        values: Vec<i64>,
+        count: u64,
+        fire_at: Option<i64>,
+        pt: bool,
+        end: bool,
+    }
+
+    /// Flink's triggers by brute force (`CountTrigger`, `ContinuousEventTimeTrigger`, `ProcessingTimeTrigger`;
+    /// a global count window is emptied when it fires, as `countWindow`), window by window, for any window shape.
+    /// A continuous firing the watermark passed fires once, then at the first interval boundary after it.
+    fn model_triggered(
+        shape: WindowShape,
+        trigger: WindowTrigger,
+        agg: Aggregate,
+        lateness: i64,
+        events: &[Ev],
+    ) -> Vec<Row> {
+        let kind = window_kind(&config(shape, agg, lateness as u64));
+        let global = kind == WindowKind::Global;
+        let mut wins: BTreeMap<u8, Vec<(TimeWindow, MWin)>> = BTreeMap::new();
+        let mut out = Vec::new();
+        let mut wm = i64::MIN;
+        let emit = |out: &mut Vec<Row>, k: u8, w: TimeWindow, m: &MWin| {
+            if !m.values.is_empty() {
+                out.push((k, w.start, w.end, result(agg, &m.values)));
+            }
+        };
+        for ev in events.iter().cloned().chain([Ev::Watermark(i64::MAX)]) {
+            match ev {
+                Ev::Rows(rows) => {
+                    for (k, ts, v) in rows {
+                        let list = wins.entry(k).or_default();
+                        // The windows the record joins, each with its state (sessions merged first).
+                        let mut targets: Vec<usize> = Vec::new();
+                        if let WindowKind::Session { gap } = kind {
+                            let mut w = TimeWindow { start: ts, end: ts + gap };
+                            let mut merged = MWin::default();
+                            let mut touching = Vec::new();
+                            list.retain(|(sw, m)| {
+                                if sw.intersects(&TimeWindow { start: ts, end: ts + gap }) {
+                                    touching.push((*sw, m.clone()));
+                                    false
+                                } else {
+                                    true
+                                }
+                            });
+                            for (sw, _) in &touching {
+                                w = w.cover(sw);
+                            }
+                            if w.max_timestamp() + lateness <= wm {
+                                list.extend(touching);
+                                continue;
+                            }
+                            for (_, m) in touching {
+                                merged.values.extend(m.values);
+                                merged.count += m.count;
+                                merged.fire_at = match (merged.fire_at, m.fire_at) {
+                                    (Some(a), Some(b)) => Some(a.min(b)),
+                                    (a, b) => a.or(b),
+                                };
+                            }
+                            list.push((w, merged));
+                            targets.push(list.len() - 1);
+                        } else {
+                            for w in kind.windows_of(ts) {
+                                if !global && w.max_timestamp() + lateness <= wm {
+                                    continue;
+                                }
+                                match list.iter().position(|(x, _)| *x == w) {
+                                    Some(p) => targets.push(p),
+                                    None => {
+                                        list.push((w, MWin::default()));
+                                        targets.push(list.len() - 1);
+                                    }
+                                }
+                            }
+                        }
+                        for p in targets {
+                            let (w, m) = &mut list[p];
+                            m.values.push(v);
+                            match trigger {
+                                WindowTrigger::Count(n) => {
+                                    m.count += 1;
+                                    if m.count >= n {
+                                        emit(&mut out, k, *w, m);
+                                        m.count = 0;
+                                        if global {
+                                            m.values.clear();
+                                        }
+                                    }
+                                }
+                                WindowTrigger::ContinuousEventTime(i) => {
+                                    let i = i as i64;
+                                    if w.max_timestamp() <= wm {
+                                        emit(&mut out, k, *w, m);
+                                    } else {
+                                        m.end = true;
+                                        if m.fire_at.is_none() {
+                                            m.fire_at = Some((ts - ts.rem_euclid(i) + i).min(w.max_timestamp()));
+                                        }
+                                    }
+                                }
+                                WindowTrigger::ProcessingTime => m.pt = true,
+                                WindowTrigger::EventTime => unreachable!("the event-time model is model_fixed"),
+                            }
+                        }
+                    }
+                }
+                // Only a watermark that advances reaches the operator.
+                Ev::Watermark(to) if to > wm => {
+                    wm = to;
+                    for (k, list) in wins.iter_mut() {
+                        for (w, m) in list.iter_mut() {
+                            let max = w.max_timestamp();
+                            if let (WindowTrigger::ContinuousEventTime(i), Some(f)) = (trigger, m.fire_at) {
+                                let i = i as i64;
+                                if f < max && f <= wm {
+                                    emit(&mut out, *k, *w, m);
+                                    let next = f as i128 + i as i128 * ((wm as i128 - f as i128) / i as i128 + 1);
+                                    m.fire_at = Some(next.min(max as i128) as i64);
+                                }
+                            }
+                            if m.end && max <= wm {
+                                emit(&mut out, *k, *w, m);
+                                m.end = false;
+                            }
+                        }
+                        if !global {
+                            list.retain(|(w, _)| w.max_timestamp() + lateness > wm);
+                        }
+                    }
+                }
+                Ev::Watermark(_) => {}
+                Ev::Clock(now) => {
+                    for (k, list) in wins.iter_mut() {
+                        for (w, m) in list.iter_mut() {
+                            if m.pt && w.max_timestamp() <= now {
+                                emit(&mut out, *k, *w, m);
+                                m.pt = false;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
     fn config(window: WindowShape, aggregate: Aggregate, lateness: u64) -> WindowAggregateConfig {
         WindowAggregateConfig {
             window,
@@ -798,6 +1118,7 @@ mod tests {
             field: "value".into(),
             allowed_lateness_ms: lateness,
             late: LateRecords::Drop,
+            trigger: WindowTrigger::EventTime,
         }
     }
 
@@ -820,10 +1141,23 @@ mod tests {
                 model_fixed(|ts| kind.windows_of(ts), agg, l, events)
             }
             WindowShape::Session { gap_ms } => model_sessions(gap_ms as i64, agg, l, events),
+            WindowShape::Global => unreachable!("global windows need a trigger"),
         };
+        // The general window operator with the event-time trigger agrees too.
+        let general = WindowOperator::new(
+            window_kind(&config(window, agg, lateness)),
+            Trigger::EventTime,
+            l,
+            false,
+            Aggregating::new(BuiltinAggregator { cfg: config(window, agg, lateness), rows: WindowRows::new(agg) }),
+        )
+        .map_err(TestCaseError::fail)?;
+        let mut general = run_op(Box::new(general), backend, events);
+        general.sort();
         got.sort();
         want.sort();
-        prop_assert_eq!(got, want);
+        prop_assert_eq!(&got, &want);
+        prop_assert_eq!(general, want, "the general window operator");
         Ok(())
     }
 
@@ -845,6 +1179,66 @@ mod tests {
             Just(Aggregate::Max),
             Just(Aggregate::Avg)
         ]
+    }
+
+    fn check_triggered(
+        shape: WindowShape,
+        trigger: WindowTrigger,
+        agg: Aggregate,
+        lateness: u64,
+        events: &[Ev],
+        backend: StateBackend,
+    ) -> Result<(), TestCaseError> {
+        let cfg = WindowAggregateConfig { trigger, ..config(shape, agg, lateness) };
+        let mut got = run(cfg, backend, events);
+        let mut want = model_triggered(shape, trigger, agg, lateness as i64, events);
+        got.sort();
+        want.sort();
+        prop_assert_eq!(got, want);
+        Ok(())
+    }
+
+    #[test]
+    fn count_continuous_and_processing_time_triggers_on_rocksdb() {
+        let events = vec![
+            Ev::Rows(vec![(1, 5, 1), (1, 12, 2), (2, 3, 7), (1, 6, 5)]),
+            Ev::Watermark(9),
+            Ev::Clock(9),
+            Ev::Rows(vec![(1, 7, 4), (2, 40, 1), (1, 8, 2)]),
+            Ev::Watermark(30),
+            Ev::Clock(100),
+            Ev::Rows(vec![(1, 25, 3), (1, 26, 3)]),
+        ];
+        for shape in [
+            WindowShape::Tumbling { size_ms: 10 },
+            WindowShape::Sliding { size_ms: 10, slide_ms: 4 },
+            WindowShape::Session { gap_ms: 6 },
+            WindowShape::Global,
+        ] {
+            for trigger in
+                [WindowTrigger::Count(2), WindowTrigger::ContinuousEventTime(3), WindowTrigger::ProcessingTime]
+            {
+                if shape == WindowShape::Global && trigger == WindowTrigger::ProcessingTime {
+                    continue;
+                }
+                for lateness in [0, 8] {
+                    check_triggered(shape, trigger, Aggregate::Sum, lateness, &events, StateBackend::Rocksdb)
+                        .unwrap_or_else(|e| panic!("{shape:?} {trigger:?} lateness {lateness}: {e}"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_global_count_window_fires_every_n_records_and_starts_afresh() {
+        let cfg = WindowAggregateConfig {
+            trigger: WindowTrigger::Count(2),
+            ..config(WindowShape::Global, Aggregate::Sum, 0)
+        };
+        let rows =
+            run(cfg, StateBackend::Heap, &[Ev::Rows(vec![(1, 0, 1), (1, 0, 2), (2, 0, 5), (1, 0, 4), (1, 0, 8)])]);
+        let (lo, hi) = (i64::MIN, i64::MAX);
+        assert_eq!(rows, [(1, lo, hi, 3), (1, lo, hi, 12)], "key 2's single record never fires");
     }
 
     #[test]
@@ -886,6 +1280,49 @@ mod tests {
                 s => s,
             };
             check(shape, agg, lateness, &events, StateBackend::Heap)?;
+        }
+
+        /// Count, continuous and processing-time triggers equal their brute-force model, for any stream,
+        /// watermarks, clock, window shape (global included) and lateness.
+        #[test]
+        fn triggers_match_a_brute_force_model(
+            events in proptest::collection::vec(
+                prop_oneof![
+                    3 => proptest::collection::vec((0u8..3, 0i64..120, -5i64..20), 1..6).prop_map(Ev::Rows),
+                    1 => (0i64..130).prop_map(Ev::Watermark),
+                    1 => (0i64..130).prop_map(Ev::Clock),
+                ],
+                1..25,
+            ),
+            agg in aggregates(),
+            lateness in prop_oneof![Just(0u64), 1u64..30],
+            shape in prop_oneof![
+                (1u64..30).prop_map(|size_ms| WindowShape::Tumbling { size_ms }),
+                (1u64..8, 1u64..5).prop_map(|(k, slide_ms)| WindowShape::Sliding { size_ms: slide_ms * k + (k > 2) as u64, slide_ms }),
+                (1u64..15).prop_map(|gap_ms| WindowShape::Session { gap_ms }),
+                Just(WindowShape::Global),
+            ],
+            trigger in prop_oneof![
+                (1u64..5).prop_map(WindowTrigger::Count),
+                (1u64..25).prop_map(WindowTrigger::ContinuousEventTime),
+                Just(WindowTrigger::ProcessingTime),
+            ],
+        ) {
+            let shape = match shape {
+                WindowShape::Sliding { size_ms, slide_ms } if slide_ms > size_ms => WindowShape::Sliding { size_ms: slide_ms, slide_ms },
+                s => s,
+            };
+            let trigger = match (shape, trigger) {
+                (WindowShape::Global, WindowTrigger::ProcessingTime) => WindowTrigger::Count(2),
+                (_, t) => t,
+            };
+            // The clock only moves forward.
+            let mut now = 0;
+            let events: Vec<Ev> = events.into_iter().map(|e| match e {
+                Ev::Clock(t) => { now = now.max(t); Ev::Clock(now) }
+                e => e,
+            }).collect();
+            check_triggered(shape, trigger, agg, lateness, &events, StateBackend::Heap)?;
         }
     }
 }

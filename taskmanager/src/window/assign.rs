@@ -60,7 +60,12 @@ pub enum WindowKind {
         /// Inactivity that closes a session, ms.
         gap: i64,
     },
+    /// One window per key over all time (Flink's `GlobalWindows`): only a count or continuous trigger fires it.
+    Global,
 }
+
+/// The window of [`WindowKind::Global`]: all of time.
+pub const GLOBAL: TimeWindow = TimeWindow { start: i64::MIN, end: i64::MAX };
 
 /// Greatest common divisor (of positive numbers).
 pub fn gcd(mut a: i64, mut b: i64) -> i64 {
@@ -77,7 +82,7 @@ impl WindowKind {
         match *self {
             WindowKind::Tumbling { size, .. } => Some(size),
             WindowKind::Sliding { size, slide, .. } => Some(gcd(size, slide)),
-            WindowKind::Session { .. } => None,
+            WindowKind::Session { .. } | WindowKind::Global => None,
         }
     }
 
@@ -93,7 +98,8 @@ impl WindowKind {
                 let start = window_start(timestamp, offset, pane);
                 TimeWindow { start, end: start + pane }
             }
-            WindowKind::Session { gap } => TimeWindow { start: timestamp, end: timestamp + gap },
+            WindowKind::Session { gap } => TimeWindow { start: timestamp, end: timestamp.saturating_add(gap) },
+            WindowKind::Global => GLOBAL,
         }
     }
 
@@ -101,7 +107,9 @@ impl WindowKind {
     /// keeps slices, and uses this only to know which windows a slice feeds).
     pub fn windows_of(&self, timestamp: i64) -> Vec<TimeWindow> {
         match *self {
-            WindowKind::Tumbling { .. } | WindowKind::Session { .. } => vec![self.slice_of(timestamp)],
+            WindowKind::Tumbling { .. } | WindowKind::Session { .. } | WindowKind::Global => {
+                vec![self.slice_of(timestamp)]
+            }
             WindowKind::Sliding { size, slide, offset } => {
                 let mut out = Vec::with_capacity((size / slide) as usize + 1);
                 let mut start = window_start(timestamp, offset, slide);
@@ -121,7 +129,7 @@ impl WindowKind {
             WindowKind::Tumbling { .. } => Some(slice),
             WindowKind::Sliding { size, slide, offset } => (window_start(slice.end, offset, slide) == slice.end)
                 .then_some(TimeWindow { start: slice.end - size, end: slice.end }),
-            WindowKind::Session { .. } => None,
+            WindowKind::Session { .. } | WindowKind::Global => None,
         }
     }
 

@@ -28,7 +28,7 @@ impl Slicing {
         let (size, slide, offset) = match kind {
             WindowKind::Tumbling { size, offset } => (size, size, offset),
             WindowKind::Sliding { size, slide, offset } => (size, slide, offset),
-            WindowKind::Session { .. } => return None,
+            WindowKind::Session { .. } | WindowKind::Global => return None,
         };
         // Windows start on the slide grid shifted by `offset`, so they end on it shifted by `offset + size`.
         Some(Slicing {
@@ -95,6 +95,17 @@ impl Slicing {
     pub fn slices(&self, end: i64) -> impl Iterator<Item = i64> {
         let (start, pane) = (end - self.size, self.pane);
         (0..self.size / pane).map(move |i| start + i * pane)
+    }
+
+    /// Ends of the windows holding the slice at `slice`, earliest first.
+    pub fn ends(&self, slice: i64) -> impl Iterator<Item = i64> {
+        let (first, last, slide) = (self.first_end(slice), self.last_end(slice), self.slide);
+        (0..).map(move |i| first + i * slide).take_while(move |e| *e <= last)
+    }
+
+    /// Whether a window ends at `end` (it is on the slide grid).
+    pub fn is_end(&self, end: i64) -> bool {
+        (end - self.end_offset).rem_euclid(self.slide) == 0
     }
 
     /// The end of the window after the one ending at `end`.
@@ -183,6 +194,10 @@ mod tests {
             let mut want: Vec<i64> = kind.windows_of(ts).iter().map(|w| w.end).collect();
             want.sort();
             prop_assert_eq!(&fed, &want);
+            prop_assert_eq!(s.ends(slice).collect::<Vec<_>>(), want.clone());
+            prop_assert!(want.iter().all(|e| s.is_end(*e)));
+            // A window ends at `ts` exactly when one holding `ts − 1` does.
+            prop_assert_eq!(s.is_end(ts), kind.windows_of(ts - 1).iter().any(|w| w.end == ts));
             for e in fed {
                 let slices: Vec<i64> = s.slices(e).collect();
                 prop_assert!(slices.contains(&slice));

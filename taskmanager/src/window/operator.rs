@@ -1,0 +1,818 @@
+//! The general window operator (Flink's `WindowOperator`): any assigner — tumbling, sliding, session, global —,
+//! any trigger (`window/trigger.rs`), and a window function that is either incremental
+//! ([`WindowAggregator`], an accumulator per window or slice) or sees every element with the window's bounds
+//! ([`ProcessWindowFunction`], a list per window or slice). Accumulators and elements are typed state values,
+//! so an Avro or Protobuf accumulator evolves across an upgrade as any other state does.
+//!
+//! Tumbling and sliding windows keep their contents per slice (namespace: the slice's start); a firing combines
+//! the slices of its window, so a record is never copied into `size / slide` windows. Sessions keep contents per
+//! session (namespace: its id, `window/session.rs`), merged as sessions merge; a global window uses namespace 0.
+//! A trigger's state (count, next continuous firing) is kept per window (namespace: its end, or a session's id).
+//!
+//! Timers (namespace first byte): `w` at a window's last millisecond fires it (event-time or continuous
+//! triggers; a processing-time trigger's timer is the same in the other domain), and `w` at that plus the allowed
+//! lateness purges it — one timer when there is no lateness, which fires and then purges; `n` + the window's id is
+//! a continuous trigger's intermediate firing. A window's timers are set when one of its slices is created, and a
+//! record within the lateness of a fired window fires it again at once (event-time triggers).
+//!
+//! The built-in `window-aggregate` runs here for triggers other than event time and for global windows (its
+//! event-time path is `builtins/window_aggregate.rs`, which fires sliding windows from a running part).
+
+use crate::api::batch::{event_times, key_groups, keys};
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
+use crate::api::timers::{TimeDomain, Timers};
+use crate::window::assign::{TimeWindow, WindowKind, GLOBAL};
+use crate::window::session::Sessions;
+use crate::window::slicing::Slicing;
+use crate::window::trigger::{Decision, Trigger, TriggerState};
+use arrow_array::{Array, RecordBatch};
+use weir_state::signature::{StateSignature, TypeSignature};
+use weir_state::{
+    KeyedStateBackend, ListState, StateCodec, StateDescriptor, StateId, StateKind, StateOptions, ValueState,
+};
+
+/// The state holding window contents (accumulators or elements), per slice, session or global window.
+pub const CONTENTS_STATE: &str = "window-contents";
+/// The state holding each window's trigger state.
+pub const TRIGGER_STATE: &str = "window-trigger";
+/// The state holding each key's open sessions.
+pub const SESSIONS_STATE: &str = "window-sessions";
+
+/// Namespace byte of a window's own timer (firing at its end, purging after its lateness).
+const WINDOW_TIMER: u8 = b'w';
+/// Namespace byte of a continuous trigger's intermediate timer.
+const CONTINUOUS_TIMER: u8 = b'n';
+
+/// The namespace of the continuous timer of the window with trigger id `id`.
+fn continuous_ns(id: i64) -> [u8; 9] {
+    let mut ns = [CONTINUOUS_TIMER; 9];
+    ns[1..].copy_from_slice(&id.to_be_bytes());
+    ns
+}
+
+/// An incremental window function (Flink's `AggregateFunction`, with `merge` for slices and sessions): each
+/// record is added to an accumulator, which is a typed state value.
+pub trait WindowAggregator: Send + 'static {
+    /// The accumulator: stored per slice or session, so its serializer decides how it evolves.
+    type Acc: StateCodec + TypeSignature + Send;
+    /// An empty accumulator.
+    fn create(&self) -> Self::Acc;
+    /// Adds row `row` of `batch` (the key is current) to `acc`.
+    fn add(&mut self, acc: &mut Self::Acc, batch: &RecordBatch, row: usize) -> Result<(), OperatorError>;
+    /// Folds `other` into `acc` (slices of one window, or merged sessions).
+    fn merge(&self, acc: &mut Self::Acc, other: &Self::Acc);
+    /// Emits the result of window `window` of `key`.
+    fn emit(
+        &mut self,
+        key: &[u8],
+        window: TimeWindow,
+        acc: &Self::Acc,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError>;
+    /// Sends what `emit` gathered downstream (called after each batch, timer and watermark).
+    fn flush(&mut self, _out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        Ok(())
+    }
+}
+
+/// A window function that sees every element of a window and its bounds (Flink's `ProcessWindowFunction`).
+pub trait ProcessWindowFunction: Send + 'static {
+    /// What is kept of a record: stored in list state, so its serializer decides how it evolves.
+    type Element: StateCodec + TypeSignature + Send;
+    /// The element kept for row `row` of `batch`.
+    fn element(&mut self, batch: &RecordBatch, row: usize) -> Result<Self::Element, OperatorError>;
+    /// Emits whatever window `window` of `key` yields from its elements (in arrival order per slice).
+    fn process(
+        &mut self,
+        key: &[u8],
+        window: TimeWindow,
+        elements: &[Self::Element],
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError>;
+}
+
+/// How a window operator keeps a window's contents (an accumulator or a list of elements).
+pub trait Contents: Send {
+    /// Registers the contents state.
+    fn register(&mut self, b: &mut dyn KeyedStateBackend) -> Result<(), OperatorError>;
+    /// Adds a row to namespace `ns` of the current key; whether the namespace held nothing before (true when
+    /// that is not known without a read).
+    fn add(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        ns: i64,
+        batch: &RecordBatch,
+        row: usize,
+    ) -> Result<bool, OperatorError>;
+    /// Moves the contents of namespace `from` into `into`.
+    fn merge(&mut self, b: &mut dyn KeyedStateBackend, from: i64, into: i64) -> Result<(), OperatorError>;
+    /// Removes the contents of namespace `ns`.
+    fn clear(&mut self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<(), OperatorError>;
+    /// Emits window `window` of `key` from the contents of namespaces `parts`, if any holds something.
+    fn fire(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        key: &[u8],
+        window: TimeWindow,
+        parts: &mut dyn Iterator<Item = i64>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError>;
+    /// Sends gathered output downstream.
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError>;
+    /// Adds the contents state to a kind's signature.
+    fn sign(signature: StateSignature) -> StateSignature
+    where
+        Self: Sized;
+}
+
+fn unregistered() -> OperatorError {
+    OperatorError::Other("window operator used before initialize_state".into())
+}
+
+fn namespaced() -> StateOptions {
+    StateOptions::default().namespaced()
+}
+
+/// Contents as one accumulator per namespace.
+pub struct Aggregating<A: WindowAggregator> {
+    f: A,
+    state: Option<ValueState<A::Acc>>,
+}
+
+impl<A: WindowAggregator> Aggregating<A> {
+    /// Contents aggregated by `f`.
+    pub fn new(f: A) -> Self {
+        Aggregating { f, state: None }
+    }
+}
+
+impl<A: WindowAggregator> Contents for Aggregating<A> {
+    fn register(&mut self, b: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
+        self.state = Some(ValueState::register(b, StateDescriptor { name: CONTENTS_STATE, options: namespaced() })?);
+        Ok(())
+    }
+
+    fn add(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        ns: i64,
+        batch: &RecordBatch,
+        row: usize,
+    ) -> Result<bool, OperatorError> {
+        let state = self.state.as_mut().ok_or_else(unregistered)?;
+        b.set_current_namespace(&ns.to_be_bytes());
+        let (mut acc, new) = match state.value(b)? {
+            Some(acc) => (acc, false),
+            None => (self.f.create(), true),
+        };
+        self.f.add(&mut acc, batch, row)?;
+        state.update(b, &acc)?;
+        Ok(new)
+    }
+
+    fn merge(&mut self, b: &mut dyn KeyedStateBackend, from: i64, into: i64) -> Result<(), OperatorError> {
+        let state = self.state.as_mut().ok_or_else(unregistered)?;
+        b.set_current_namespace(&from.to_be_bytes());
+        let Some(other) = state.value(b)? else { return Ok(()) };
+        state.clear(b)?;
+        b.set_current_namespace(&into.to_be_bytes());
+        let acc = match state.value(b)? {
+            Some(mut acc) => {
+                self.f.merge(&mut acc, &other);
+                acc
+            }
+            None => other,
+        };
+        state.update(b, &acc)?;
+        Ok(())
+    }
+
+    fn clear(&mut self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<(), OperatorError> {
+        let state = self.state.as_ref().ok_or_else(unregistered)?;
+        b.set_current_namespace(&ns.to_be_bytes());
+        state.clear(b)?;
+        Ok(())
+    }
+
+    fn fire(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        key: &[u8],
+        window: TimeWindow,
+        parts: &mut dyn Iterator<Item = i64>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let state = self.state.as_ref().ok_or_else(unregistered)?;
+        let mut total: Option<A::Acc> = None;
+        for ns in parts {
+            b.set_current_namespace(&ns.to_be_bytes());
+            if let Some(acc) = state.value(b)? {
+                match &mut total {
+                    Some(t) => self.f.merge(t, &acc),
+                    None => total = Some(acc),
+                }
+            }
+        }
+        match total {
+            Some(acc) => self.f.emit(key, window, &acc, out),
+            None => Ok(()),
+        }
+    }
+
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        self.f.flush(out)
+    }
+
+    fn sign(signature: StateSignature) -> StateSignature {
+        signature.value::<A::Acc>(CONTENTS_STATE).in_namespace::<i64>(CONTENTS_STATE)
+    }
+}
+
+/// Contents as the list of elements per namespace.
+pub struct Listing<P: ProcessWindowFunction> {
+    f: P,
+    state: Option<ListState<P::Element>>,
+    /// The elements of the window being fired (reused).
+    elements: Vec<P::Element>,
+}
+
+impl<P: ProcessWindowFunction> Listing<P> {
+    /// Contents kept as elements for `f`.
+    pub fn new(f: P) -> Self {
+        Listing { f, state: None, elements: Vec::new() }
+    }
+}
+
+impl<P: ProcessWindowFunction> Contents for Listing<P> {
+    fn register(&mut self, b: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
+        self.state = Some(ListState::register(b, StateDescriptor { name: CONTENTS_STATE, options: namespaced() })?);
+        Ok(())
+    }
+
+    fn add(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        ns: i64,
+        batch: &RecordBatch,
+        row: usize,
+    ) -> Result<bool, OperatorError> {
+        let state = self.state.as_mut().ok_or_else(unregistered)?;
+        let element = self.f.element(batch, row)?;
+        b.set_current_namespace(&ns.to_be_bytes());
+        // Appending never reads the list, so whether it was empty is not known: the window's timers are set again
+        // (setting a timer that exists is a no-op).
+        state.add(b, &element)?;
+        Ok(true)
+    }
+
+    fn merge(&mut self, b: &mut dyn KeyedStateBackend, from: i64, into: i64) -> Result<(), OperatorError> {
+        let state = self.state.as_mut().ok_or_else(unregistered)?;
+        b.set_current_namespace(&from.to_be_bytes());
+        let moved = state.get(b)?;
+        if moved.is_empty() {
+            return Ok(());
+        }
+        state.clear(b)?;
+        b.set_current_namespace(&into.to_be_bytes());
+        state.add_all(b, moved.iter())?;
+        Ok(())
+    }
+
+    fn clear(&mut self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<(), OperatorError> {
+        let state = self.state.as_ref().ok_or_else(unregistered)?;
+        b.set_current_namespace(&ns.to_be_bytes());
+        state.clear(b)?;
+        Ok(())
+    }
+
+    fn fire(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        key: &[u8],
+        window: TimeWindow,
+        parts: &mut dyn Iterator<Item = i64>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let state = self.state.as_ref().ok_or_else(unregistered)?;
+        self.elements.clear();
+        for ns in parts {
+            b.set_current_namespace(&ns.to_be_bytes());
+            self.elements.extend(state.get(b)?);
+        }
+        if self.elements.is_empty() {
+            return Ok(());
+        }
+        self.f.process(key, window, &self.elements, out)
+    }
+
+    fn flush(&mut self, _out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        Ok(())
+    }
+
+    fn sign(signature: StateSignature) -> StateSignature {
+        signature.list::<P::Element>(CONTENTS_STATE).in_namespace::<i64>(CONTENTS_STATE)
+    }
+}
+
+/// Why windows of this shape cannot have this setup.
+pub fn check_windowing(kind: WindowKind, trigger: Trigger, purge: bool) -> Result<(), String> {
+    match (kind, trigger) {
+        (WindowKind::Global, Trigger::EventTime | Trigger::ProcessingTime) => {
+            return Err("a global window never ends: fire it with a count or continuous trigger".into())
+        }
+        (WindowKind::Sliding { .. }, _) if purge => {
+            return Err("sliding windows share slices, so a firing cannot purge one window's contents".into())
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A keyed window operator over contents `C` (see the module docs).
+pub struct WindowOperator<C: Contents> {
+    kind: WindowKind,
+    slicing: Option<Slicing>,
+    trigger: Trigger,
+    lateness: i64,
+    /// Empty a window's contents when it fires (Flink's `PurgingTrigger`; a global count window).
+    purge: bool,
+    contents: C,
+    trigger_state: Option<StateId>,
+    sessions_state: Option<StateId>,
+    /// The open sessions of the key at hand (a list reused from record to record).
+    open: Sessions,
+    late_dropped: metrics::Counter,
+    /// Scratch: the key at hand, stored bytes.
+    key: Vec<u8>,
+    bytes: Vec<u8>,
+}
+
+impl<C: Contents> WindowOperator<C> {
+    /// Windows of `kind` fired by `trigger`, `lateness` ms of allowed lateness, contents `contents`; `purge`
+    /// empties a window when it fires. Fails for combinations [`check_windowing`] refuses.
+    pub fn new(kind: WindowKind, trigger: Trigger, lateness: i64, purge: bool, contents: C) -> Result<Self, String> {
+        check_windowing(kind, trigger, purge)?;
+        Ok(WindowOperator {
+            kind,
+            slicing: Slicing::new(kind, lateness),
+            trigger,
+            lateness,
+            purge,
+            contents,
+            trigger_state: None,
+            sessions_state: None,
+            open: Sessions::default(),
+            late_dropped: metrics::Counter::noop(),
+            key: Vec::new(),
+            bytes: Vec::new(),
+        })
+    }
+
+    /// The states and timers of such an operator keyed by `K`, for its kind's signature.
+    pub fn signature<K: TypeSignature>(kind: WindowKind, trigger: Trigger) -> StateSignature {
+        let mut s = C::sign(StateSignature::keyed::<K>());
+        if trigger.keeps_state() {
+            s = s.value::<Vec<u8>>(TRIGGER_STATE).in_namespace::<i64>(TRIGGER_STATE);
+        }
+        if matches!(kind, WindowKind::Session { .. }) {
+            s = s.value::<Vec<u8>>(SESSIONS_STATE);
+        }
+        s.timers::<Vec<u8>>()
+    }
+
+    fn set_window_timer(&mut self, t: &mut Timers<'_>, domain: TimeDomain, at: i64) -> Result<(), OperatorError> {
+        t.keyed().set_current_namespace(&[WINDOW_TIMER]);
+        match domain {
+            TimeDomain::EventTime => t.register_event_time_timer(at),
+            TimeDomain::ProcessingTime => t.register_processing_time_timer(at),
+        }
+    }
+
+    fn delete_window_timer(&mut self, t: &mut Timers<'_>, domain: TimeDomain, at: i64) -> Result<(), OperatorError> {
+        t.keyed().set_current_namespace(&[WINDOW_TIMER]);
+        match domain {
+            TimeDomain::EventTime => t.delete_event_time_timer(at),
+            TimeDomain::ProcessingTime => t.delete_processing_time_timer(at),
+        }
+    }
+
+    fn read_trigger(&mut self, b: &mut dyn KeyedStateBackend, id: i64) -> Result<TriggerState, OperatorError> {
+        let Some(state) = self.trigger_state else { return Ok(TriggerState::default()) };
+        b.set_current_namespace(&id.to_be_bytes());
+        match b.get_value(state)? {
+            None => Ok(TriggerState::default()),
+            Some(bytes) => TriggerState::decode(bytes).ok_or_else(|| {
+                OperatorError::Other(format!(
+                    "window operator: a stored trigger state of {} bytes is malformed",
+                    bytes.len()
+                ))
+            }),
+        }
+    }
+
+    fn write_trigger(&mut self, b: &mut dyn KeyedStateBackend, id: i64, s: &TriggerState) -> Result<(), OperatorError> {
+        let Some(state) = self.trigger_state else { return Ok(()) };
+        b.set_current_namespace(&id.to_be_bytes());
+        if s.is_empty() {
+            b.delete_value(state)?;
+        } else {
+            b.put_value(state, &s.encode())?;
+        }
+        Ok(())
+    }
+
+    /// Carries out a trigger's decision for window `window` (trigger id `id`, contents `parts`).
+    fn act(
+        &mut self,
+        t: &mut Timers<'_>,
+        d: Decision,
+        window: TimeWindow,
+        id: i64,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        if d.window_timer {
+            self.set_window_timer(t, TimeDomain::EventTime, window.max_timestamp())?;
+        }
+        if d.processing_timer {
+            self.set_window_timer(t, TimeDomain::ProcessingTime, window.max_timestamp())?;
+        }
+        if let Some(at) = d.continuous_timer {
+            let ns = continuous_ns(id);
+            t.keyed().set_current_namespace(&ns);
+            t.register_event_time_timer(at)?;
+        }
+        if d.fire {
+            self.fire(t, window, id, out)?;
+        }
+        Ok(())
+    }
+
+    /// Emits window `window` (trigger id `id`) of the current key, and empties it if the operator purges.
+    fn fire(
+        &mut self,
+        t: &mut Timers<'_>,
+        window: TimeWindow,
+        id: i64,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let b = t.keyed();
+        match (self.slicing, self.kind) {
+            (Some(sl), _) => {
+                self.contents.fire(b, &self.key, window, &mut sl.slices(window.end), out)?;
+                if self.purge {
+                    for slice in sl.slices(window.end) {
+                        self.contents.clear(b, slice)?;
+                    }
+                }
+            }
+            _ => {
+                self.contents.fire(b, &self.key, window, &mut std::iter::once(id), out)?;
+                if self.purge {
+                    self.contents.clear(b, id)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A record of row `row` at `ts` for the current key: false if it is too late for every window.
+    fn add(
+        &mut self,
+        t: &mut Timers<'_>,
+        batch: &RecordBatch,
+        row: usize,
+        ts: i64,
+        out: &mut Collector<'_>,
+    ) -> Result<bool, OperatorError> {
+        let watermark = t.current_watermark();
+        match (self.slicing, self.kind) {
+            (Some(sl), _) => {
+                let slice = sl.slice_start(ts);
+                if sl.is_late(slice, watermark) {
+                    return Ok(false);
+                }
+                let new = self.contents.add(t.keyed(), slice, batch, row)?;
+                for end in sl.ends(slice) {
+                    let window = TimeWindow { start: end - sl.size(), end };
+                    if window.max_timestamp() + self.lateness <= watermark {
+                        continue;
+                    }
+                    let mut state = self.read_trigger(t.keyed(), end)?;
+                    let before = state;
+                    let mut d = self.trigger.on_element(window.max_timestamp(), ts, watermark, &mut state);
+                    if state != before {
+                        self.write_trigger(t.keyed(), end, &state)?;
+                    }
+                    // The window's event-time timers exist unless this slice is new (they are set per window, not
+                    // per record). A processing-time one is set again per record, as Flink does: once fired, a
+                    // window's next record fires it again on the clock.
+                    d.window_timer &= new;
+                    if new {
+                        // The purge timer (the window timer itself without lateness).
+                        self.set_window_timer(t, TimeDomain::EventTime, window.max_timestamp() + self.lateness)?;
+                    }
+                    self.act(t, d, window, end, out)?;
+                }
+                Ok(true)
+            }
+            (None, WindowKind::Session { gap }) => self.add_session(t, gap, batch, row, ts, out),
+            _ => {
+                let new = self.contents.add(t.keyed(), 0, batch, row)?;
+                let mut state = self.read_trigger(t.keyed(), 0)?;
+                let mut d = self.trigger.on_element(GLOBAL.max_timestamp(), ts, watermark, &mut state);
+                self.write_trigger(t.keyed(), 0, &state)?;
+                // A continuous trigger's end is the end of input (the final watermark); set once, not per record.
+                d.window_timer &= new;
+                self.act(t, d, GLOBAL, 0, out)?;
+                Ok(true)
+            }
+        }
+    }
+
+    fn read_sessions(&mut self, b: &mut dyn KeyedStateBackend) -> Result<Sessions, OperatorError> {
+        let state = self.sessions_state.ok_or_else(unregistered)?;
+        let mut sessions = std::mem::take(&mut self.open);
+        match b.get_value(state)? {
+            None => sessions.0.clear(),
+            Some(bytes) if sessions.decode_from(bytes) => {}
+            Some(bytes) => {
+                return Err(OperatorError::Other(format!(
+                    "window operator: stored sessions of {} bytes are malformed",
+                    bytes.len()
+                )))
+            }
+        }
+        Ok(sessions)
+    }
+
+    fn write_sessions(&mut self, b: &mut dyn KeyedStateBackend, sessions: Sessions) -> Result<(), OperatorError> {
+        let state = self.sessions_state.ok_or_else(unregistered)?;
+        if sessions.0.is_empty() {
+            b.delete_value(state)?;
+        } else {
+            sessions.encode(&mut self.bytes);
+            b.put_value(state, &self.bytes)?;
+        }
+        self.open = sessions;
+        Ok(())
+    }
+
+    /// Deletes the timers of session window `window` (trigger id `id`, trigger state `state`) that only it
+    /// uses: it merged away. Its event-time window timers stay: they are shared by time with other windows (a
+    /// session's purge time may be another's end), and one that outlived its window finds no window ending then
+    /// and does nothing (the watermark gets to it; the clock might not, so processing-time ones go).
+    fn drop_session_timers(
+        &mut self,
+        t: &mut Timers<'_>,
+        window: TimeWindow,
+        id: i64,
+        state: &TriggerState,
+    ) -> Result<(), OperatorError> {
+        if matches!(self.trigger, Trigger::ProcessingTime) {
+            self.delete_window_timer(t, TimeDomain::ProcessingTime, window.max_timestamp())?;
+        }
+        if let Some(at) = state.fire_at.filter(|at| *at < window.max_timestamp()) {
+            let ns = continuous_ns(id);
+            t.keyed().set_current_namespace(&ns);
+            t.delete_event_time_timer(at)?;
+        }
+        Ok(())
+    }
+
+    fn add_session(
+        &mut self,
+        t: &mut Timers<'_>,
+        gap: i64,
+        batch: &RecordBatch,
+        row: usize,
+        ts: i64,
+        out: &mut Collector<'_>,
+    ) -> Result<bool, OperatorError> {
+        let watermark = t.current_watermark();
+        let mut sessions = self.read_sessions(t.keyed())?;
+        let window = TimeWindow { start: ts, end: ts.saturating_add(gap) };
+        if sessions.cover(window).max_timestamp() + self.lateness <= watermark {
+            self.open = sessions;
+            return Ok(false);
+        }
+        let before = sessions.0.iter().find(|s| s.window.intersects(&window)).copied();
+        let merged = sessions.add(window);
+        let session = merged.session;
+        let mut state = self.read_trigger(t.keyed(), session.id)?;
+        if before.is_some_and(|b| b.window != session.window) || !merged.absorbed.is_empty() {
+            // The session grew: its old timers and those of the sessions it absorbed go, their contents and
+            // trigger states fold into it, and its trigger's timers are set for the merged window.
+            let mut states = vec![state];
+            if let Some(old) = before.filter(|b| b.id == session.id) {
+                self.drop_session_timers(t, old.window, old.id, &state)?;
+            }
+            for gone in &merged.absorbed {
+                let s = self.read_trigger(t.keyed(), gone.id)?;
+                self.drop_session_timers(t, gone.window, gone.id, &s)?;
+                self.write_trigger(t.keyed(), gone.id, &TriggerState::default())?;
+                self.contents.merge(t.keyed(), gone.id, session.id)?;
+                states.push(s);
+            }
+            let (m, timer) = self.trigger.merge(session.window.max_timestamp(), &states);
+            state = m;
+            if let Some(at) = timer {
+                let ns = continuous_ns(session.id);
+                t.keyed().set_current_namespace(&ns);
+                t.register_event_time_timer(at)?;
+            }
+        }
+        let new =
+            self.contents.add(t.keyed(), session.id, batch, row)? || before.is_none_or(|b| b.window != session.window);
+        self.write_sessions(t.keyed(), sessions)?;
+        let mut d = self.trigger.on_element(session.window.max_timestamp(), ts, watermark, &mut state);
+        self.write_trigger(t.keyed(), session.id, &state)?;
+        d.window_timer &= new;
+        if new {
+            self.set_window_timer(t, TimeDomain::EventTime, session.window.max_timestamp() + self.lateness)?;
+        }
+        self.act(t, d, session.window, session.id, out)?;
+        Ok(true)
+    }
+
+    /// Purges window `window` (trigger id `id`): contents no later window needs, trigger state, its timers.
+    fn purge(&mut self, t: &mut Timers<'_>, window: TimeWindow, id: i64) -> Result<(), OperatorError> {
+        let state = self.read_trigger(t.keyed(), id)?;
+        if let Some(at) = state.fire_at.filter(|at| *at < window.max_timestamp()) {
+            let ns = continuous_ns(id);
+            t.keyed().set_current_namespace(&ns);
+            t.delete_event_time_timer(at)?;
+        }
+        self.write_trigger(t.keyed(), id, &TriggerState::default())?;
+        if matches!(self.trigger, Trigger::ProcessingTime) {
+            self.delete_window_timer(t, TimeDomain::ProcessingTime, window.max_timestamp())?;
+        }
+        match (self.slicing, self.kind) {
+            (Some(sl), _) => {
+                for slice in sl.last_in(window.end) {
+                    self.contents.clear(t.keyed(), slice)?;
+                }
+            }
+            (None, WindowKind::Session { .. }) => {
+                let mut sessions = self.read_sessions(t.keyed())?;
+                self.contents.clear(t.keyed(), id)?;
+                sessions.remove(id);
+                self.write_sessions(t.keyed(), sessions)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The current key's window ending at `end` with its trigger id, if there is one.
+    fn window_ending_at(&mut self, t: &mut Timers<'_>, end: i64) -> Result<Option<(TimeWindow, i64)>, OperatorError> {
+        Ok(match (self.slicing, self.kind) {
+            (Some(sl), _) => sl.is_end(end).then_some((TimeWindow { start: end - sl.size(), end }, end)),
+            (None, WindowKind::Session { .. }) => {
+                let sessions = self.read_sessions(t.keyed())?;
+                let found = sessions.ending_at(end).map(|s| (s.window, s.id));
+                self.open = sessions;
+                found
+            }
+            _ => (end == GLOBAL.end).then_some((GLOBAL, 0)),
+        })
+    }
+
+    /// The current key's window with trigger id `id`.
+    fn window_of(&mut self, t: &mut Timers<'_>, id: i64) -> Result<Option<TimeWindow>, OperatorError> {
+        Ok(match (self.slicing, self.kind) {
+            (Some(sl), _) => Some(TimeWindow { start: id - sl.size(), end: id }),
+            (None, WindowKind::Session { .. }) => {
+                let sessions = self.read_sessions(t.keyed())?;
+                let found = sessions.0.iter().find(|s| s.id == id).map(|s| s.window);
+                self.open = sessions;
+                found
+            }
+            _ => Some(GLOBAL),
+        })
+    }
+
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        self.contents.flush(out)
+    }
+}
+
+impl<C: Contents + 'static> Operator for WindowOperator<C> {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        let keyed =
+            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("a window operator needs keyed state".into()))?;
+        self.contents.register(&mut **keyed)?;
+        if self.trigger.keeps_state() {
+            self.trigger_state =
+                Some(keyed.register_state_with_options(TRIGGER_STATE, StateKind::Value, &namespaced())?);
+        }
+        if matches!(self.kind, WindowKind::Session { .. }) {
+            self.sessions_state = Some(keyed.register_state(SESSIONS_STATE, StateKind::Value)?);
+        }
+        self.late_dropped = metrics::counter!(
+            "weir_window_late_records_dropped_total",
+            "job_id" => ctx.info.job_id.clone(),
+            "operator" => ctx.info.uid.clone(),
+            "subtask" => ctx.info.subtask.0.to_string()
+        );
+        Ok(())
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let key_col = keys(batch)?;
+        let groups = key_groups(batch);
+        let times = event_times(batch);
+        let mut t = ctx.timers()?;
+        let mut dropped = 0u64;
+        for i in 0..batch.num_rows() {
+            let ts = match times {
+                Some(times) if times.is_valid(i) => times.value(i),
+                // Global windows counted by records need no time; the others do.
+                _ if matches!((self.kind, self.trigger), (WindowKind::Global, Trigger::Count(_))) => i64::MIN,
+                _ => {
+                    return Err(OperatorError::Other(
+                        "a window operator needs event time: a record has no timestamp".into(),
+                    ))
+                }
+            };
+            let key = key_col.value(i);
+            match groups {
+                Some(g) => t.keyed().set_current_key_in_group(key, g.value(i) as u32),
+                None => t.keyed().set_current_key(key),
+            }
+            self.key.clear();
+            self.key.extend_from_slice(key);
+            if !self.add(&mut t, batch, i, ts, out)? {
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            self.late_dropped.increment(dropped);
+        }
+        self.flush(out)
+    }
+
+    fn on_timer(
+        &mut self,
+        timestamp: i64,
+        domain: TimeDomain,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let mut t = ctx.timers()?;
+        let (key, ns) = t.keyed().current_key_and_namespace();
+        self.key.clear();
+        self.key.extend_from_slice(key);
+        let continuous = match ns {
+            [WINDOW_TIMER] => None,
+            [CONTINUOUS_TIMER, a, b, c, d, e, f, g, h] => Some(i64::from_be_bytes([*a, *b, *c, *d, *e, *f, *g, *h])),
+            other => {
+                return Err(OperatorError::Other(format!("window operator: a timer in unknown namespace {other:?}")))
+            }
+        };
+        match (domain, continuous) {
+            (TimeDomain::EventTime, Some(id)) => {
+                if let Some(window) = self.window_of(&mut t, id)? {
+                    let mut state = self.read_trigger(t.keyed(), id)?;
+                    let watermark = t.current_watermark();
+                    let d = self.trigger.on_continuous_timer(window.max_timestamp(), timestamp, watermark, &mut state);
+                    self.write_trigger(t.keyed(), id, &state)?;
+                    self.act(&mut t, d, window, id, out)?;
+                }
+            }
+            (TimeDomain::EventTime, None) => {
+                // One timer may end one window and purge another (or, without lateness, both the same one).
+                let end = timestamp.saturating_add(1);
+                if self.trigger.fires_at_end() {
+                    if let Some((window, id)) = self.window_ending_at(&mut t, end)? {
+                        let d = self.trigger.on_window_timer();
+                        self.act(&mut t, d, window, id, out)?;
+                    }
+                }
+                if let Some((window, id)) = self.window_ending_at(&mut t, end - self.lateness)? {
+                    self.purge(&mut t, window, id)?;
+                }
+            }
+            (TimeDomain::ProcessingTime, _) => {
+                if let Some((window, id)) = self.window_ending_at(&mut t, timestamp.saturating_add(1))? {
+                    let d = self.trigger.on_processing_timer();
+                    self.act(&mut t, d, window, id, out)?;
+                }
+            }
+        }
+        self.flush(out)
+    }
+
+    fn on_watermark(
+        &mut self,
+        _watermark: i64,
+        _ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.flush(out)
+    }
+}
