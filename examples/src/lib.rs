@@ -11,6 +11,8 @@
 //!   rescaling tests).
 //! - [`upgrades`]: the kinds `profiles` (Avro state), `sessions` (Protobuf), `people` (bincode) and `visits`,
 //!   each in two versions whose state types differ, for the upgrade-safety tests.
+//! - [`windows`]: the window kinds `window-profiles` (an Avro accumulator) and `window-visits` (a
+//!   process-window function over Protobuf elements), in two versions, for the window upgrade tests.
 //! - [`registry`]: the built-in kinds plus the kinds of this crate (the first version of [`upgrades`]); the
 //!   `weir-example-taskmanager` binary runs a task manager with it, `weir-example-taskmanager-v2` one with
 //!   [`registry_v2`] (the second version).
@@ -21,7 +23,9 @@ pub mod event_clock;
 pub mod state_kinds;
 pub mod stateless;
 pub mod upgrades;
+pub mod windows;
 
+use weir_state::{Avro, Protobuf};
 use weir_taskmanager::api::registry::{Instance, Registry};
 
 /// Weir's built-in kinds plus `buffering-sink`, `distinct-values`, `state-kinds` and the first version of the
@@ -29,6 +33,7 @@ use weir_taskmanager::api::registry::{Instance, Registry};
 pub fn registry() -> Registry {
     let mut r = common_registry();
     upgrades::v1::register_kinds(&mut r);
+    windows::register_kinds::<Avro<upgrades::v1::Profile>, Protobuf<upgrades::v1::Session>>(&mut r);
     r
 }
 
@@ -36,6 +41,7 @@ pub fn registry() -> Registry {
 pub fn registry_v2() -> Registry {
     let mut r = common_registry();
     upgrades::v2::register_kinds(&mut r);
+    windows::register_kinds::<Avro<upgrades::v2::Profile>, Protobuf<upgrades::v2::Session>>(&mut r);
     r
 }
 

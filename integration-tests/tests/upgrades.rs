@@ -208,3 +208,60 @@ fn changed_bincode_protobuf_and_key_types_are_judged_before_deploying() -> anyho
     cluster.stop();
     Ok(())
 }
+
+/// A user's window kinds (`weir_examples::windows`, on Weir's window library) upgraded with windows open: the
+/// Avro accumulator of `window-profiles` (a field removed, one added with a default) is `MIGRATED`, the
+/// Protobuf elements of the process-window kind `window-visits` (a field number reused) are `INCOMPATIBLE` —
+/// `savepoint check` shows each operator's window contents and timers —; restored into v2 without the refused
+/// operator, every tumbling window fires exactly once with its exact count (v2 adds each accumulator's
+/// `weight`, so a migrated accumulator without its default would count wrong).
+#[test]
+fn window_accumulators_of_a_user_kind_migrate_or_are_refused_and_open_windows_fire_once() -> anyhow::Result<()> {
+    use weir_integration_tests::windows::{check_rows, expected, records, spec, Shape};
+    let (count, keys, rate) = (30_000u64, 200u64, 6_000u64);
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 8).with_taskmanager_binary(V1))?;
+    let dirs = [cluster.output_dir("profiles")?, cluster.output_dir("visits")?];
+    let sinks = [(Shape::Tumbling(100), dirs[0].as_path()), (Shape::Session(50), dirs[1].as_path())];
+    let kinds = |yaml: String| {
+        yaml.replace("uid: win0, kind: window-aggregate", "uid: win0, kind: window-profiles")
+            .replace("uid: win1, kind: window-aggregate", "uid: win1, kind: window-visits")
+    };
+    let both = kinds(spec("user-windows", "rocksdb", 2, count, keys, rate, &sinks));
+    let id = cluster.submit(&both)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let url = cluster.stop_with_savepoint(&id, false, "native")?;
+
+    cluster.replace_taskmanagers(V2)?;
+    let spec_file = cluster.output_dir("specs")?.join("user-windows.yaml");
+    std::fs::write(&spec_file, &both)?;
+    let (exit_ok, report) = check(&cluster, &url, &spec_file, false)?;
+    assert!(!exit_ok && report["ok"] == false, "an incompatible state fails the check: {report}");
+    let state = |op: &serde_json::Value, name: &str| {
+        op["states"].as_array().and_then(|s| s.iter().find(|s| s["name"] == name).cloned()).unwrap_or_default()
+    };
+    let profiles = operator(&report, "win0");
+    assert_eq!(profiles["verdict"], "MIGRATED", "{report}");
+    let contents = state(&profiles, "window-contents");
+    assert_eq!(contents["verdict"], "MIGRATED", "{report}");
+    assert!(contents["from"].as_str().unwrap_or("").contains("\"label\""), "{report}");
+    assert!(contents["to"].as_str().unwrap_or("").contains("\"weight\""), "{report}");
+    assert!(!state(&profiles, "_timers.event").is_null(), "the check lists the window's timers: {report}");
+    let visits = operator(&report, "win1");
+    assert_eq!(visits["verdict"], "INCOMPATIBLE", "{report}");
+    let elements = state(&visits, "window-contents");
+    assert_eq!(elements["verdict"], "INCOMPATIBLE", "{report}");
+    let why = elements["reason"].as_str().unwrap_or("");
+    assert!(why.contains("label") && why.contains("ratio"), "{report}");
+    for name in ["window-sessions", "_timers.event"] {
+        assert!(!state(&visits, name).is_null(), "the check lists {name}: {report}");
+    }
+
+    // Without the refused operator (and its sink), the job restores into v2 and finishes.
+    let one = kinds(spec("user-windows", "rocksdb", 2, count, keys, rate, &sinks[..1]));
+    let r = cluster.submit_from(&one, &url, "", true)?;
+    cluster.wait_for_state(&r, &[JobState::Finished], Duration::from_secs(180))?;
+    check_rows("window-profiles after the upgrade", &dirs[0], &expected(Shape::Tumbling(100), &records(count, keys)))?;
+    cluster.stop();
+    Ok(())
+}

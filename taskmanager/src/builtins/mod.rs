@@ -11,7 +11,7 @@ pub use blackhole::Blackhole;
 pub use datagen::Datagen;
 pub use file_sink::FileSink;
 pub use keyed_count::KeyedCount;
-pub use window_aggregate::{window_aggregate, WindowAggregate};
+pub use window_aggregate::{output_schema, window_aggregate, WindowAggregate};
 
 use crate::api::registry::{signed, Instance, Registry};
 use weir_common::builtin::{builtin_kinds, DatagenConfig, FileSinkConfig, KeyedCountConfig, WindowAggregateConfig};

@@ -737,6 +737,7 @@ mod tests {
     use crate::api::operator::RuntimeInfo;
     use crate::api::record::Record;
     use crate::api::timers::TimerSlot;
+    use crate::window::operator::{Listing, ProcessWindowFunction};
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
     use proptest::prelude::*;
@@ -1154,10 +1155,22 @@ mod tests {
         .map_err(TestCaseError::fail)?;
         let mut general = run_op(Box::new(general), backend, events);
         general.sort();
+        // So does a process-window function computing the aggregate from every element.
+        let listed = WindowOperator::new(
+            window_kind(&config(window, agg, lateness)),
+            Trigger::EventTime,
+            l,
+            false,
+            Listing::new(Elements { agg, rows: WindowRows::new(agg) }),
+        )
+        .map_err(TestCaseError::fail)?;
+        let mut listed = run_op(Box::new(listed), backend, events);
+        listed.sort();
         got.sort();
         want.sort();
         prop_assert_eq!(&got, &want);
-        prop_assert_eq!(general, want, "the general window operator");
+        prop_assert_eq!(general, want.clone(), "the general window operator");
+        prop_assert_eq!(listed, want, "a process-window function");
         Ok(())
     }
 
@@ -1179,6 +1192,40 @@ mod tests {
             Just(Aggregate::Max),
             Just(Aggregate::Avg)
         ]
+    }
+
+    /// A process-window function that keeps each record's value and aggregates them when the window fires.
+    struct Elements {
+        agg: Aggregate,
+        rows: WindowRows,
+    }
+
+    impl ProcessWindowFunction for Elements {
+        type Element = i64;
+
+        fn element(&mut self, batch: &RecordBatch, row: usize) -> Result<i64, OperatorError> {
+            let values = batch.column_by_name("value").and_then(|c| c.as_any().downcast_ref::<Int64Array>());
+            values.map(|v| v.value(row)).ok_or_else(|| OperatorError::Other("no value column".into()))
+        }
+
+        fn process(
+            &mut self,
+            key: &[u8],
+            window: TimeWindow,
+            elements: &[i64],
+            _: &mut Collector<'_>,
+        ) -> Result<(), OperatorError> {
+            let mut acc = Acc::of(self.agg, elements[0]);
+            for v in &elements[1..] {
+                acc.merge(&Acc::of(self.agg, *v));
+            }
+            self.rows.push(key, window, acc.result());
+            Ok(())
+        }
+
+        fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+            self.rows.flush(out)
+        }
     }
 
     fn check_triggered(

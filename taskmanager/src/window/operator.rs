@@ -89,6 +89,10 @@ pub trait ProcessWindowFunction: Send + 'static {
         elements: &[Self::Element],
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError>;
+    /// Sends what `process` gathered downstream (called after each batch, timer and watermark).
+    fn flush(&mut self, _out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        Ok(())
+    }
 }
 
 /// How a window operator keeps a window's contents (an accumulator or a list of elements).
@@ -305,8 +309,8 @@ impl<P: ProcessWindowFunction> Contents for Listing<P> {
         self.f.process(key, window, &self.elements, out)
     }
 
-    fn flush(&mut self, _out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        Ok(())
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        self.f.flush(out)
     }
 
     fn sign(signature: StateSignature) -> StateSignature {
