@@ -499,6 +499,8 @@ pub enum LateRecords {
     /// Dropped and counted (`weir_window_late_records_dropped_total`).
     #[default]
     Drop,
+    /// Sent, as they arrived, to the operator's side output `late` (read by `input: <uid>.late`) and counted.
+    SideOutput,
 }
 
 /// When `window-aggregate` fires a window (Flink's triggers).
@@ -602,13 +604,7 @@ impl WindowAggregateConfig {
         };
         let late = match r.string("late").as_deref().map(str::trim) {
             None | Some("drop") => LateRecords::Drop,
-            Some("side-output") => {
-                return Err(field_err(
-                    "late",
-                    "side-output is not available yet (job specs have no side outputs): use drop, which counts \
-                     late records in weir_window_late_records_dropped_total",
-                ))
-            }
+            Some("side-output") => LateRecords::SideOutput,
             Some(other) => {
                 return Err(field_err(
                     "late",
@@ -668,6 +664,22 @@ pub fn lacks_timestamps(kind: &str, map: &BTreeMap<String, String>) -> Option<St
     }
 }
 
+/// The side outputs (by tag) a built-in kind with this config has; `None` for kinds that are not built in (their
+/// task manager knows).
+pub fn side_outputs(kind: &str, map: &BTreeMap<String, String>) -> Option<Vec<&'static str>> {
+    match kind {
+        "window-aggregate" => Some(match WindowAggregateConfig::from_map(map) {
+            Ok(c) if c.late == LateRecords::SideOutput => vec![LATE_TAG],
+            _ => vec![],
+        }),
+        "datagen" | "file-sink" | "keyed-count" | "blackhole" => Some(vec![]),
+        _ => None,
+    }
+}
+
+/// The tag of `window-aggregate`'s side output of late records.
+pub const LATE_TAG: &str = "late";
+
 /// Checks the config of a built-in kind; kinds that are not built in are checked by their task manager.
 pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Result<(), ConfigFieldError> {
     match kind {
@@ -725,6 +737,9 @@ mod tests {
             .unwrap();
         assert_eq!(c.window, WindowShape::Session { gap_ms: 30 });
         assert_eq!(c.trigger, WindowTrigger::EventTime);
+        let c = WindowAggregateConfig::from_map(&m(&[("window", r#"{"tumbling_ms": 10}"#), ("late", "side-output")]))
+            .unwrap();
+        assert_eq!(c.late, LateRecords::SideOutput);
         let c =
             WindowAggregateConfig::from_map(&m(&[("window", r#"{"global": true}"#), ("trigger", r#"{"count": 3}"#)]))
                 .unwrap();
@@ -749,7 +764,6 @@ mod tests {
             (vec![("window", r#"{"tumbling": 10}"#)], "window", "unknown field"),
             (vec![("window", r#"{"tumbling_ms": 10}"#), ("aggregate", "median")], "aggregate", "median"),
             (vec![("window", r#"{"tumbling_ms": 10}"#), ("late", "keep")], "late", "expected drop"),
-            (vec![("window", r#"{"tumbling_ms": 10}"#), ("late", "side-output")], "late", "not available yet"),
             (vec![("window", r#"{"tumbling_ms": 10}"#), ("size", "1")], "size", "unknown field"),
             (vec![("window", r#"{"global": true}"#)], "trigger", "required for global windows"),
             (vec![("window", r#"{"global": true}"#), ("trigger", "event-time")], "trigger", "never fires"),

@@ -21,6 +21,22 @@ pub struct Vertex {
     pub input: Option<(VertexId, Partitioning)>,
     /// Downstream vertices fed by the chain's tail.
     pub outputs: Vec<(VertexId, Partitioning)>,
+    /// Downstream vertices fed by a side output of one of the chain's operators.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub side_outputs: Vec<SideEdge>,
+}
+
+/// An edge from an operator's side output (late records of a window, say) to the vertex reading it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SideEdge {
+    /// The operator emitting it.
+    pub uid: String,
+    /// Its tag.
+    pub tag: String,
+    /// The vertex reading it.
+    pub to: VertexId,
+    /// The edge's partitioning.
+    pub partitioning: Partitioning,
 }
 
 /// Operators grouped into chained vertices.
@@ -36,9 +52,13 @@ impl ExecutionGraph {
     pub fn build(job: &ResolvedJob) -> ExecutionGraph {
         let n = job.operators.len();
         let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        // Readers of the main output only: a side output's reader is never chained, and does not keep the main
+        // output's single reader from chaining.
+        let mut main_consumers = vec![0usize; n];
         for (i, op) in job.operators.iter().enumerate() {
             if let Some(up) = op.input {
                 consumers[up].push(i);
+                main_consumers[up] += op.input_tag.is_none() as usize;
             }
         }
         let chained_to_input = |i: usize| -> bool {
@@ -46,8 +66,9 @@ impl ExecutionGraph {
             match op.input {
                 Some(up) => {
                     op.partitioning == Partitioning::Forward
+                        && op.input_tag.is_none()
                         && job.operators[up].parallelism == op.parallelism
-                        && consumers[up].len() == 1
+                        && main_consumers[up] == 1
                 }
                 None => false,
             }
@@ -74,7 +95,16 @@ impl ExecutionGraph {
                 let input =
                     job.operators[i].input.map(|up| (VertexId(vertex_of[up] as u32), job.operators[i].partitioning));
                 if let Some((VertexId(up_v), p)) = input {
-                    vertices[up_v as usize].outputs.push((VertexId(id as u32), p));
+                    let to = VertexId(id as u32);
+                    match (&job.operators[i].input_tag, job.operators[i].input) {
+                        (Some(tag), Some(up)) => vertices[up_v as usize].side_outputs.push(SideEdge {
+                            uid: job.operators[up].uid.clone(),
+                            tag: tag.clone(),
+                            to,
+                            partitioning: p,
+                        }),
+                        _ => vertices[up_v as usize].outputs.push((to, p)),
+                    }
                 }
                 vertices.push(Vertex {
                     id: VertexId(id as u32),
@@ -82,6 +112,7 @@ impl ExecutionGraph {
                     parallelism: job.operators[i].parallelism,
                     input,
                     outputs: Vec::new(),
+                    side_outputs: Vec::new(),
                 });
                 vertex_of[i] = id;
             }
@@ -133,6 +164,9 @@ pub struct OutputDescriptor {
     pub targets: Vec<(SubtaskIndex, String)>,
     /// Downstream parallelism.
     pub to_parallelism: u32,
+    /// The side output the edge carries, as `(operator uid, tag)`; `None` for the tail's main output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side: Option<(String, String)>,
 }
 
 /// State to restore a task from.
@@ -296,6 +330,37 @@ mod tests {
     use super::*;
     use crate::builtin::builtin_kinds;
     use crate::spec::{parse_spec_text, resolve};
+
+    /// A window's late records, read as `win.late`: the reader gets a vertex and a side edge of its own, and the
+    /// window's main output still chains into its single main reader.
+    #[test]
+    fn a_side_output_reader_is_never_chained() {
+        let text = r#"
+name: late
+operators:
+  - { uid: src, kind: datagen, config: { event_time: { start_ms: 0 } }, watermarks: { max_out_of_orderness_ms: 5 } }
+  - { uid: win, kind: window-aggregate, input: src, config: { window: { tumbling_ms: 10 }, late: side-output } }
+  - { uid: out, kind: file-sink, input: win, config: { path: /tmp/o } }
+  - { uid: late, kind: file-sink, input: win.late, config: { path: /tmp/l } }
+"#;
+        let job = resolve(&parse_spec_text(text).unwrap(), &builtin_kinds()).unwrap();
+        assert_eq!((job.operators[3].input, job.operators[3].input_tag.as_deref()), (Some(1), Some("late")));
+        assert_eq!(job.operators[2].input_tag, None);
+        let g = ExecutionGraph::build(&job);
+        assert_eq!(g.vertices.len(), 3, "{g:?}");
+        assert_eq!(g.vertices[1].operators, vec![1, 2], "the main reader chains");
+        assert_eq!(g.vertices[1].outputs, vec![], "the chain's tail is a sink");
+        assert_eq!(
+            g.vertices[1].side_outputs,
+            vec![SideEdge {
+                uid: "win".into(),
+                tag: "late".into(),
+                to: VertexId(2),
+                partitioning: Partitioning::Forward
+            }]
+        );
+        assert_eq!(g.vertices[2].input, Some((VertexId(1), Partitioning::Forward)));
+    }
 
     #[test]
     fn chains_forward_edges_only() {

@@ -386,6 +386,9 @@ pub struct ResolvedOperator {
     pub parallelism: u32,
     /// Index of the input operator in [`ResolvedJob::operators`].
     pub input: Option<usize>,
+    /// The input's side output this operator reads (the spec's `input: <uid>.<tag>`), instead of its main output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tag: Option<String>,
     /// Partitioning of the input edge.
     pub partitioning: Partitioning,
     /// Source, operator or sink.
@@ -552,14 +555,25 @@ fn check_schemas(
             (Some(OutputSchema::SameAsInput), Some(_)) => {
                 return Err(op_err(&op.uid, "schema", format!("kind {:?} emits its input's columns", op.kind)))
             }
-            (Some(OutputSchema::SameAsInput), None) => match operators[i].input {
-                Some(u) => emits(u, spec, operators, kinds, memo)?,
-                None => None,
-            },
+            (Some(OutputSchema::SameAsInput), None) => reads(i, spec, operators, kinds, memo)?,
             (_, declared) => declared,
         };
         memo[i] = Some(out.clone());
         Ok(out)
+    }
+    /// The columns operator `i` reads: its input's output, or for a side output (late records) its input's input.
+    fn reads(
+        i: usize,
+        spec: &pb::JobSpec,
+        operators: &[ResolvedOperator],
+        kinds: &HashMap<&str, &KindInfo>,
+        memo: &mut Vec<Option<Option<Vec<Column>>>>,
+    ) -> Result<Option<Vec<Column>>, SpecError> {
+        match (operators[i].input, &operators[i].input_tag) {
+            (None, _) => Ok(None),
+            (Some(u), None) => emits(u, spec, operators, kinds, memo),
+            (Some(u), Some(_)) => reads(u, spec, operators, kinds, memo),
+        }
     }
     fn listed(columns: &[Column]) -> String {
         columns.iter().map(|c| format!("{}: {}", c.name, c.data_type)).collect::<Vec<_>>().join(", ")
@@ -567,7 +581,7 @@ fn check_schemas(
     for (i, op) in operators.iter().enumerate() {
         emits(i, spec, operators, kinds, &mut emitted)?;
         let Some(u) = op.input else { continue };
-        let Some(available) = emits(u, spec, operators, kinds, &mut emitted)? else { continue };
+        let Some(available) = reads(i, spec, operators, kinds, &mut emitted)? else { continue };
         let Some(info) = kinds.get(spec.operators[i].kind.as_str()) else { continue };
         let mut needed = info.input_columns.clone();
         if op.keyed && !needed.iter().any(|c| c.name == "key") {
@@ -592,6 +606,17 @@ fn check_schemas(
         return Err(op_err(&me.uid, "input", mismatch));
     }
     Ok(())
+}
+
+/// The operator an `input:` names and the side output it reads, if any: a uid (its main output), or
+/// `<uid>.<tag>` (its side output `tag`). A uid that itself holds dots is matched whole first.
+fn parse_input<'a>(index: &HashMap<&str, usize>, input: &'a str) -> Option<(usize, Option<&'a str>)> {
+    if let Some(&i) = index.get(input) {
+        return Some((i, None));
+    }
+    let (uid, tag) = input.rsplit_once('.')?;
+    let &i = index.get(uid)?;
+    (!tag.is_empty()).then_some((i, Some(tag)))
 }
 
 /// Validates a spec against the known operator kinds and applies defaults.
@@ -635,8 +660,8 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
     for op in spec.operators.iter().filter(|o| o.kind == "window-aggregate") {
         let mut at = op;
         for _ in 0..spec.operators.len() {
-            match index.get(at.input.as_str()) {
-                Some(&i) => at = &spec.operators[i],
+            match parse_input(&index, &at.input) {
+                Some((i, _)) => at = &spec.operators[i],
                 None => break,
             }
         }
@@ -666,14 +691,28 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         let config: BTreeMap<String, String> = op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         validate_builtin_config(&op.kind, &config)
             .map_err(|e| op_err(&op.uid, &format!("config.{}", e.field), e.message))?;
-        let input = if op.input.is_empty() {
-            None
+        let (input, input_tag) = if op.input.is_empty() {
+            (None, None)
         } else {
-            match index.get(op.input.as_str()) {
-                Some(&i) => Some(i),
+            match parse_input(&index, &op.input) {
+                Some((i, tag)) => (Some(i), tag.map(str::to_string)),
                 None => return Err(op_err(&op.uid, "input", format!("no operator has uid {:?}", op.input))),
             }
         };
+        if let (Some(u), Some(tag)) = (input, &input_tag) {
+            let up = &spec.operators[u];
+            let up_config: BTreeMap<String, String> = up.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            if let Some(tags) = crate::builtin::side_outputs(&up.kind, &up_config) {
+                if !tags.contains(&tag.as_str()) {
+                    let why = match (up.kind.as_str(), tag.as_str()) {
+                        ("window-aggregate", "late") => "set late: side-output in its config".to_string(),
+                        _ if tags.is_empty() => format!("kind {:?} has no side outputs", up.kind),
+                        _ => format!("kind {:?} has side outputs {}", up.kind, tags.join(", ")),
+                    };
+                    return Err(op_err(&op.uid, "input", format!("{:?} has no side output {tag:?}: {why}", up.uid)));
+                }
+            }
+        }
         match (info.role, input) {
             (Role::Source, Some(_)) => return Err(op_err(&op.uid, "input", "a source takes no input")),
             (Role::Operator | Role::Sink, None) => {
@@ -729,6 +768,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
             config,
             parallelism: p,
             input,
+            input_tag,
             partitioning: partitioning.unwrap_or(if info.keyed { Partitioning::KeyBy } else { Partitioning::Forward }),
             role: info.role,
             keyed: info.keyed,
@@ -1058,6 +1098,29 @@ operators:
 
     fn err_of(text: &str) -> String {
         resolve_text(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn side_outputs_are_read_as_uid_dot_tag_and_must_exist() {
+        let spec = |late: &str, input: &str| {
+            format!(
+                "name: s\noperators:\n  \
+                 - {{ uid: src, kind: datagen, config: {{ event_time: {{ start_ms: 0 }} }}, \
+                      watermarks: {{ max_out_of_orderness_ms: 5 }} }}\n  \
+                 - {{ uid: win, kind: window-aggregate, input: src, config: {{ window: {{ tumbling_ms: 10 }}, late: {late} }} }}\n  \
+                 - {{ uid: l, kind: file-sink, input: {input}, config: {{ path: /tmp/l }} }}\n"
+            )
+        };
+        let job = resolve_text(&spec("side-output", "win.late")).unwrap();
+        assert_eq!(job.operators[2].input_tag.as_deref(), Some("late"));
+        let e = err_of(&spec("drop", "win.late"));
+        assert!(e.contains("\"win\" has no side output \"late\"") && e.contains("late: side-output"), "{e}");
+        let e = err_of(&spec("side-output", "src.late"));
+        assert!(e.contains("kind \"datagen\" has no side outputs"), "{e}");
+        let e = err_of(&spec("side-output", "win.early"));
+        assert!(e.contains("has side outputs late"), "{e}");
+        let e = err_of(&spec("side-output", "nowhere.late"));
+        assert!(e.contains("no operator has uid \"nowhere.late\""), "{e}");
     }
 
     #[test]

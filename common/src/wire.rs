@@ -430,6 +430,7 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
                         .map(|(s, a)| pb::OutputTarget { subtask: s.0, data_address: a.clone() })
                         .collect(),
                     to_parallelism: o.to_parallelism,
+                    side: o.side.as_ref().map(|(uid, tag)| pb::SideOutput { uid: uid.clone(), tag: tag.clone() }),
                 })
                 .collect(),
             linger_ms: d.linger_ms,
@@ -465,6 +466,7 @@ impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
                     partitioning: partitioning(o.partitioning, "output descriptor")?,
                     targets: o.targets.into_iter().map(|t| (SubtaskIndex(t.subtask), t.data_address)).collect(),
                     to_parallelism: o.to_parallelism,
+                    side: o.side.map(|s| (s.uid, s.tag)),
                 })
             })
             .collect::<Result<_, WireError>>()?;
@@ -546,12 +548,22 @@ mod tests {
                 partitioning: Partitioning::KeyBy,
                 channels: vec![SubtaskIndex(0), SubtaskIndex(1)],
             }),
-            outputs: vec![OutputDescriptor {
-                to_vertex: VertexId(2),
-                partitioning: Partitioning::Broadcast,
-                targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into())],
-                to_parallelism: 1,
-            }],
+            outputs: vec![
+                OutputDescriptor {
+                    to_vertex: VertexId(2),
+                    partitioning: Partitioning::Broadcast,
+                    targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into())],
+                    to_parallelism: 1,
+                    side: None,
+                },
+                OutputDescriptor {
+                    to_vertex: VertexId(3),
+                    partitioning: Partitioning::Rebalance,
+                    targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into())],
+                    to_parallelism: 1,
+                    side: Some(("win".into(), "late".into())),
+                },
+            ],
             linger_ms: 7,
             restore: None,
         };

@@ -83,13 +83,20 @@ operators:
             mentions: &[&["counts"], &["window"], &["slide_ms"]],
         },
         BadSpec {
-            name: "late records to a side output",
-            spec: GOOD.replace(
-                "kind: keyed-count, input: events }",
-                "kind: window-aggregate, input: events, config: { window: { tumbling_ms: 10 }, late: side-output } }",
-            )
-            .replace("seed: 1 } }", "seed: 1, event_time: { step_ms: 1 } } }"),
-            mentions: &[&["counts"], &["late"], &["not available"]],
+            name: "late records read from a window that drops them",
+            spec: GOOD
+                .replace(
+                    "kind: keyed-count, input: events }",
+                    "kind: window-aggregate, input: events, config: { window: { tumbling_ms: 10 } } }",
+                )
+                .replace("input: counts, parallelism: 1", "input: counts.late, parallelism: 1")
+                .replace("seed: 1 } }", "seed: 1, event_time: { step_ms: 1 } } }"),
+            mentions: &[&["out"], &["counts"], &["side output \"late\""], &["late: side-output"]],
+        },
+        BadSpec {
+            name: "a side output of a kind that has none",
+            spec: GOOD.replace("input: counts, parallelism: 1", "input: counts.late, parallelism: 1"),
+            mentions: &[&["out"], &["keyed-count"], &["no side outputs"]],
         },
         BadSpec {
             name: "windows over a source without event time",

@@ -101,3 +101,80 @@ fn windows_open_at_a_savepoint_fire_once_after_rescaling_on_rocksdb() -> anyhow:
 fn windows_open_at_a_savepoint_fire_once_after_rescaling_on_heap() -> anyhow::Result<()> {
     savepoint_chain("heap")
 }
+
+/// Late records on the side output, exactly once through a task manager kill: the watermark trails the
+/// source's disorder (2 ms behind, for up to 40 ms of disorder), so many records are too late for their window;
+/// `window-aggregate` with `late: side-output` sends them to `win0.late`, read by a sink of its own. Which
+/// records are late depends on when watermarks went out, so the check is the invariant: every record is either
+/// counted in exactly one committed window row or is one committed late line — per key, the window counts plus
+/// the late lines are the key's records, no window row is repeated, and none counts more than its window holds.
+#[test]
+fn late_records_reach_the_side_output_exactly_once_through_a_taskmanager_kill() -> anyhow::Result<()> {
+    use std::collections::BTreeMap;
+    let (count, keys, rate) = (40_000u64, 300u64, 8_000u64);
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 8))?;
+    let (win_dir, late_dir) = (cluster.output_dir("windows")?, cluster.output_dir("late")?);
+    let shape = Shape::Tumbling(100);
+    let yaml = spec("windows-late", "rocksdb", 2, count, keys, rate, &[(shape, win_dir.as_path())])
+        .replace("max_out_of_orderness_ms: 40", "max_out_of_orderness_ms: 2")
+        .replace(
+            "config: { window: { tumbling_ms: 100 } }",
+            "config: { window: { tumbling_ms: 100 }, late: side-output }",
+        )
+        + &format!(
+            "  - {{ uid: late, kind: file-sink, input: win0.late, parallelism: 1, config: {{ path: {:?} }} }}\n",
+            late_dir
+        );
+    assert!(yaml.contains("late: side-output") && yaml.contains("max_out_of_orderness_ms: 2"), "{yaml}");
+    let id = cluster.submit(&yaml)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    cluster.wait_for_checkpoints(&id, 3, Duration::from_secs(60))?;
+    let victim = *cluster.busy_taskmanagers()?.first().context("no busy task manager")?;
+    cluster.kill_taskmanager(victim)?;
+    cluster.start_taskmanager()?;
+    cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180))?;
+
+    let recs = records(count, keys);
+    let full = expected(shape, &recs);
+    let mut per_key: BTreeMap<u64, u64> = BTreeMap::new();
+    for (k, _) in &recs {
+        *per_key.entry(*k).or_default() += 1;
+    }
+    let mut seen = BTreeMap::new();
+    let mut counted: BTreeMap<u64, u64> = BTreeMap::new();
+    for (k, s, e, n) in weir_integration_tests::windows::committed_rows(&win_dir)? {
+        if seen.insert((k, s, e), n).is_some() {
+            bail!("window ({k}, {s}, {e}) committed twice");
+        }
+        match full.get(&(k, s, e)) {
+            Some(&all) if n <= all => {}
+            other => bail!("window ({k}, {s}, {e}) counts {n}, but holds {other:?} records"),
+        }
+        *counted.entry(k).or_default() += n;
+    }
+    let mut late: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut late_lines = 0u64;
+    for entry in std::fs::read_dir(&late_dir)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        for line in std::fs::read_to_string(entry.path())?.lines().filter(|l| !l.is_empty()) {
+            let key = line.split(',').next().unwrap_or_default();
+            *late.entry(key.parse().with_context(|| format!("late line {line:?}"))?).or_default() += 1;
+            late_lines += 1;
+        }
+    }
+    eprintln!("{} window rows, {late_lines} late records of {count}", seen.len());
+    if late_lines == 0 || seen.is_empty() {
+        bail!("expected both window rows and late records: {} rows, {late_lines} late", seen.len());
+    }
+    for (k, n) in &per_key {
+        let (c, l) = (counted.get(k).copied().unwrap_or(0), late.get(k).copied().unwrap_or(0));
+        if c + l != *n {
+            bail!("key {k}: {c} counted in windows + {l} late != its {n} records");
+        }
+    }
+    cluster.stop();
+    Ok(())
+}

@@ -12,7 +12,7 @@ use weir_common::descriptor::{
 };
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::ResolvedJob;
+use weir_common::spec::{Partitioning, ResolvedJob};
 
 /// Why a deployment cannot be described.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -157,17 +157,24 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                     channels: input_channels(partitioning, from_p, subtask, p),
                 }
             });
+            let edge = |to: VertexId, partitioning: Partitioning, side: Option<(String, String)>| {
+                let to_p = vertex_parallelism(plan.graph, to);
+                let targets = output_targets(partitioning, subtask, to_p)
+                    .into_iter()
+                    .map(|t| (t, plan.slots[t.0 as usize].data_address.clone()))
+                    .collect();
+                OutputDescriptor { to_vertex: to, partitioning, targets, to_parallelism: to_p, side }
+            };
             let outputs = vertex
                 .outputs
                 .iter()
-                .map(|&(to, partitioning)| {
-                    let to_p = vertex_parallelism(plan.graph, to);
-                    let targets = output_targets(partitioning, subtask, to_p)
-                        .into_iter()
-                        .map(|t| (t, plan.slots[t.0 as usize].data_address.clone()))
-                        .collect();
-                    OutputDescriptor { to_vertex: to, partitioning, targets, to_parallelism: to_p }
-                })
+                .map(|&(to, partitioning)| edge(to, partitioning, None))
+                .chain(
+                    vertex
+                        .side_outputs
+                        .iter()
+                        .map(|e| edge(e.to, e.partitioning, Some((e.uid.clone(), e.tag.clone())))),
+                )
                 .collect();
             let restore = plan.restore.map(|r| {
                 let operators = vertex

@@ -139,13 +139,48 @@ pub const COLLECTOR_CHUNK: usize = 1024;
 /// (e.g. all its state at end of input) in bounded memory; it reaches downstream in the order emitted.
 pub struct Collector<'a> {
     rows: Option<RecordsBuilder>,
-    downstream: &'a mut dyn FnMut(RecordBatch) -> Result<(), OperatorError>,
+    downstream: Downstream<'a>,
+}
+
+/// Takes a batch for the main output (`None`) or a side output (`Some(tag)`).
+pub type Route<'a> = dyn FnMut(Option<&str>, RecordBatch) -> Result<(), OperatorError> + 'a;
+
+/// Where a collector's batches go: the main output only, or the main output and side outputs by tag.
+enum Downstream<'a> {
+    Main(&'a mut dyn FnMut(RecordBatch) -> Result<(), OperatorError>),
+    Routed(&'a mut Route<'a>),
+}
+
+impl Downstream<'_> {
+    fn send(&mut self, batch: RecordBatch) -> Result<(), OperatorError> {
+        match self {
+            Downstream::Main(f) => f(batch),
+            Downstream::Routed(f) => f(None, batch),
+        }
+    }
 }
 
 impl<'a> Collector<'a> {
-    /// A collector that hands batches to `downstream`.
+    /// A collector that hands batches to `downstream` (side outputs go nowhere).
     pub fn new(downstream: &'a mut dyn FnMut(RecordBatch) -> Result<(), OperatorError>) -> Self {
-        Collector { rows: None, downstream }
+        Collector { rows: None, downstream: Downstream::Main(downstream) }
+    }
+
+    /// A collector that hands batches to `route`: `None` for the main output, `Some(tag)` for side output `tag`.
+    pub fn routed(route: &'a mut Route<'a>) -> Self {
+        Collector { rows: None, downstream: Downstream::Routed(route) }
+    }
+
+    /// Emits a batch on side output `tag` (Flink's `ctx.output(tag, …)`), read by operators whose input is
+    /// `<uid>.<tag>`; dropped when none reads it. It must have an [`EVENT_TIME`] column.
+    pub fn emit_side(&mut self, tag: &str, batch: RecordBatch) -> Result<(), OperatorError> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        match &mut self.downstream {
+            Downstream::Main(_) => Ok(()),
+            Downstream::Routed(f) => f(Some(tag), batch),
+        }
     }
 
     fn rows(&mut self) -> &mut RecordsBuilder {
@@ -185,13 +220,13 @@ impl<'a> Collector<'a> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        (self.downstream)(batch)
+        self.downstream.send(batch)
     }
 
     /// Hands the records emitted so far downstream.
     pub fn flush(&mut self) -> Result<(), OperatorError> {
         match self.rows.as_mut().and_then(RecordsBuilder::finish) {
-            Some(batch) => (self.downstream)(batch),
+            Some(batch) => self.downstream.send(batch),
             None => Ok(()),
         }
     }

@@ -13,7 +13,7 @@ use crate::api::operator::{Collector, InitContext, Operator, OperatorError, Proc
 use crate::api::timers::{TimeDomain, Timers};
 use crate::window::accumulate::{Acc, AccResult, Running};
 use crate::window::assign::{TimeWindow, WindowKind};
-use crate::window::operator::{Aggregating, WindowAggregator, WindowOperator};
+use crate::window::operator::{late_counters, late_records, Aggregating, WindowAggregator, WindowOperator};
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
 use crate::window::trigger::Trigger;
@@ -21,7 +21,9 @@ use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Float64Builder, Int64Bui
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::Arc;
-use weir_common::builtin::{WindowAggregate as Aggregate, WindowAggregateConfig, WindowShape, WindowTrigger};
+use weir_common::builtin::{
+    LateRecords, WindowAggregate as Aggregate, WindowAggregateConfig, WindowShape, WindowTrigger,
+};
 use weir_state::signature::{Shape, TypeSignature};
 use weir_state::{KeyedStateBackend, StateCodec, StateError, StateId, StateKind, StateOptions};
 
@@ -143,8 +145,10 @@ pub fn window_aggregate(cfg: WindowAggregateConfig) -> Result<Box<dyn Operator>,
         trigger => {
             let purge = matches!((kind, trigger), (WindowKind::Global, WindowTrigger::Count(_)));
             let lateness = cfg.allowed_lateness_ms as i64;
+            let side = cfg.late == LateRecords::SideOutput;
             let f = BuiltinAggregator { rows: WindowRows::new(cfg.aggregate), cfg };
-            Ok(Box::new(WindowOperator::new(kind, Trigger::from(trigger), lateness, purge, Aggregating::new(f))?))
+            let op = WindowOperator::new(kind, Trigger::from(trigger), lateness, purge, Aggregating::new(f))?;
+            Ok(Box::new(if side { op.with_late_side_output() } else { op }))
         }
     }
 }
@@ -286,9 +290,11 @@ pub struct WindowAggregate {
     run: Option<StateId>,
     rows: WindowRows,
     late_dropped: metrics::Counter,
-    /// Scratch: the key of the row or timer at hand, and stored bytes.
+    late_sent: metrics::Counter,
+    /// Scratch: the key of the row or timer at hand, stored bytes, the rows of a batch too late for every window.
     key: Vec<u8>,
     bytes: Vec<u8>,
+    late_rows: Vec<u32>,
 }
 
 impl WindowAggregate {
@@ -307,8 +313,10 @@ impl WindowAggregate {
             open: Sessions::default(),
             run: None,
             late_dropped: metrics::Counter::noop(),
+            late_sent: metrics::Counter::noop(),
             key: Vec::new(),
             bytes: Vec::new(),
+            late_rows: Vec::new(),
         }
     }
 
@@ -576,12 +584,7 @@ impl Operator for WindowAggregate {
         if matches!(self.kind, WindowKind::Sliding { .. }) && Running::applies(self.cfg.aggregate) {
             self.run = Some(keyed.register_state(RUN_STATE, StateKind::Value)?);
         }
-        self.late_dropped = metrics::counter!(
-            "weir_window_late_records_dropped_total",
-            "job_id" => ctx.info.job_id.clone(),
-            "operator" => ctx.info.uid.clone(),
-            "subtask" => ctx.info.subtask.0.to_string()
-        );
+        (self.late_dropped, self.late_sent) = late_counters(ctx);
         Ok(())
     }
 
@@ -615,7 +618,7 @@ impl Operator for WindowAggregate {
         let slicing = self.slicing;
         let kind = self.kind;
         let mut t = ctx.timers()?;
-        let mut dropped = 0u64;
+        self.late_rows.clear();
         for i in 0..batch.num_rows() {
             if !times.is_valid(i) {
                 return Err(OperatorError::Other(
@@ -642,16 +645,15 @@ impl Operator for WindowAggregate {
                 (None, _) => false,
             };
             if !kept {
-                dropped += 1;
+                self.late_rows.push(i as u32);
             }
             if self.rows.len() >= OUT_ROWS {
                 self.rows.flush(out)?;
             }
         }
-        if dropped > 0 {
-            self.late_dropped.increment(dropped);
-        }
-        self.rows.flush(out)
+        self.rows.flush(out)?;
+        let side = self.cfg.late == LateRecords::SideOutput;
+        late_records(batch, &self.late_rows, side, &self.late_dropped, &self.late_sent, out)
     }
 
     fn on_timer(
@@ -733,7 +735,7 @@ impl Operator for WindowAggregate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::batch::batch_of;
+    use crate::api::batch::{batch_of, event_times, keys};
     use crate::api::operator::RuntimeInfo;
     use crate::api::record::Record;
     use crate::api::timers::TimerSlot;
@@ -794,7 +796,12 @@ mod tests {
 
     /// Runs `op` over `events` (then the final watermark), firing timers as the task does; processing time is a
     /// manual clock that `Ev::Clock` moves.
-    fn run_op(mut op: Box<dyn Operator>, backend: StateBackend, events: &[Ev]) -> Vec<Row> {
+    fn run_op(op: Box<dyn Operator>, backend: StateBackend, events: &[Ev]) -> Vec<Row> {
+        run_op_with_late(op, backend, events).0
+    }
+
+    /// [`run_op`], and the `(key, timestamp)` of the records the operator sent to its side output `late`.
+    fn run_op_with_late(mut op: Box<dyn Operator>, backend: StateBackend, events: &[Ev]) -> (Vec<Row>, Vec<(u8, i64)>) {
         let dir = tempfile::tempdir().unwrap();
         let i = info();
         let mut b = open_keyed_backend(backend, dir.path(), 128, i.key_group_range, None, &Default::default()).unwrap();
@@ -810,14 +817,23 @@ mod tests {
         .unwrap();
         let mut slot = TimerSlot::default();
         let mut rows = Vec::new();
+        let mut late = Vec::new();
         let mut wm = i64::MIN;
         let all = events.iter().cloned().chain([Ev::Watermark(i64::MAX)]);
         for ev in all {
-            let mut sink = |batch: RecordBatch| {
-                rows_of(&batch, &mut rows);
+            let mut sink = |tag: Option<&str>, batch: RecordBatch| {
+                match tag {
+                    None => rows_of(&batch, &mut rows),
+                    Some(tag) => {
+                        assert_eq!(tag, "late");
+                        let times = event_times(&batch).unwrap();
+                        let keys = keys(&batch).unwrap();
+                        late.extend((0..batch.num_rows()).map(|r| (keys.value(r)[0], times.value(r))));
+                    }
+                }
                 Ok(())
             };
-            let mut out = Collector::new(&mut sink);
+            let mut out = Collector::routed(&mut sink);
             match ev {
                 Ev::Rows(r) => {
                     let records: Vec<Record> = r.iter().map(|(k, ts, v)| Record::new_i64(&[*k], *v).at(*ts)).collect();
@@ -851,7 +867,7 @@ mod tests {
         let summaries = b.state_summaries().unwrap();
         let timers: u64 = summaries.iter().filter_map(|s| s.entries).sum();
         assert_eq!(timers, 0, "timers left: {summaries:?}");
-        rows
+        (rows, late)
     }
 
     fn result(agg: Aggregate, values: &[i64]) -> i64 {
@@ -872,6 +888,7 @@ mod tests {
         agg: Aggregate,
         lateness: i64,
         events: &[Ev],
+        late: &mut Vec<(u8, i64)>,
     ) -> Vec<Row> {
         let mut wins: BTreeMap<(u8, TimeWindow), (Vec<i64>, bool)> = BTreeMap::new();
         let mut out = Vec::new();
@@ -880,6 +897,9 @@ mod tests {
             match ev {
                 Ev::Rows(rows) => {
                     for (k, ts, v) in rows {
+                        if windows_of(ts).iter().all(|w| w.max_timestamp() + lateness <= wm) {
+                            late.push((k, ts));
+                        }
                         for w in windows_of(ts) {
                             if w.max_timestamp() + lateness <= wm {
                                 continue;
@@ -910,7 +930,7 @@ mod tests {
     }
 
     /// Session windows by brute force: sessions per key with their values, merged as records arrive.
-    fn model_sessions(gap: i64, agg: Aggregate, lateness: i64, events: &[Ev]) -> Vec<Row> {
+    fn model_sessions(gap: i64, agg: Aggregate, lateness: i64, events: &[Ev], late: &mut Vec<(u8, i64)>) -> Vec<Row> {
         // Per key: (window, values, pending).
         let mut sessions: BTreeMap<u8, Vec<(TimeWindow, Vec<i64>, bool)>> = BTreeMap::new();
         let mut out = Vec::new();
@@ -929,6 +949,7 @@ mod tests {
                         *list = rest;
                         if w.max_timestamp() + lateness <= wm {
                             list.extend(touching);
+                            late.push((k, ts));
                             continue;
                         }
                         for s in touching {
@@ -1130,47 +1151,57 @@ mod tests {
         events: &[Ev],
         backend: StateBackend,
     ) -> Result<(), TestCaseError> {
-        let mut got = run(config(window, agg, lateness), backend, events);
+        // Late records go to the side output (the windows' rows are the same as when they are dropped).
+        let cfg = WindowAggregateConfig { late: LateRecords::SideOutput, ..config(window, agg, lateness) };
+        let (mut got, mut got_late) = run_op_with_late(window_aggregate(cfg.clone()).unwrap(), backend, events);
         let l = lateness as i64;
+        let mut late = Vec::new();
         let mut want = match window {
             WindowShape::Tumbling { size_ms } => {
                 let kind = WindowKind::Tumbling { size: size_ms as i64, offset: 0 };
-                model_fixed(|ts| kind.windows_of(ts), agg, l, events)
+                model_fixed(|ts| kind.windows_of(ts), agg, l, events, &mut late)
             }
             WindowShape::Sliding { size_ms, slide_ms } => {
                 let kind = WindowKind::Sliding { size: size_ms as i64, slide: slide_ms as i64, offset: 0 };
-                model_fixed(|ts| kind.windows_of(ts), agg, l, events)
+                model_fixed(|ts| kind.windows_of(ts), agg, l, events, &mut late)
             }
-            WindowShape::Session { gap_ms } => model_sessions(gap_ms as i64, agg, l, events),
+            WindowShape::Session { gap_ms } => model_sessions(gap_ms as i64, agg, l, events, &mut late),
             WindowShape::Global => unreachable!("global windows need a trigger"),
         };
         // The general window operator with the event-time trigger agrees too.
         let general = WindowOperator::new(
-            window_kind(&config(window, agg, lateness)),
+            window_kind(&cfg),
             Trigger::EventTime,
             l,
             false,
-            Aggregating::new(BuiltinAggregator { cfg: config(window, agg, lateness), rows: WindowRows::new(agg) }),
+            Aggregating::new(BuiltinAggregator { cfg: cfg.clone(), rows: WindowRows::new(agg) }),
         )
         .map_err(TestCaseError::fail)?;
-        let mut general = run_op(Box::new(general), backend, events);
+        let (mut general, mut general_late) =
+            run_op_with_late(Box::new(general.with_late_side_output()), backend, events);
         general.sort();
-        // So does a process-window function computing the aggregate from every element.
+        // So does a process-window function computing the aggregate from every element (dropping late records).
         let listed = WindowOperator::new(
-            window_kind(&config(window, agg, lateness)),
+            window_kind(&cfg),
             Trigger::EventTime,
             l,
             false,
             Listing::new(Elements { agg, rows: WindowRows::new(agg) }),
         )
         .map_err(TestCaseError::fail)?;
-        let mut listed = run_op(Box::new(listed), backend, events);
+        let (mut listed, listed_late) = run_op_with_late(Box::new(listed), backend, events);
         listed.sort();
         got.sort();
         want.sort();
         prop_assert_eq!(&got, &want);
         prop_assert_eq!(general, want.clone(), "the general window operator");
         prop_assert_eq!(listed, want, "a process-window function");
+        late.sort();
+        got_late.sort();
+        general_late.sort();
+        prop_assert_eq!(&got_late, &late, "late records on the side output");
+        prop_assert_eq!(general_late, late, "late records on the general operator's side output");
+        prop_assert!(listed_late.is_empty(), "dropped without a side output");
         Ok(())
     }
 

@@ -17,7 +17,7 @@ mod upload;
 use error::{in_operator, TaskError};
 use event_time::SourceTime;
 use incremental::Incremental;
-use output::{advance_watermark, downstream_of, keyed_mut, op_context, push_chain, ChainOp, Head, OutputEdge};
+use output::{advance_watermark, chain_out, keyed_mut, op_context, push_chain, ChainOp, Head, OutputEdge};
 use output::{fire_processing_timers, until_processing_timer};
 
 use crate::api::operator::{Collector, InitContext, RuntimeInfo, SnapshotContext, SourceOutput, SourceStatus};
@@ -648,8 +648,8 @@ impl Task {
                 let outputs = &mut self.outputs;
                 if let Head::Operator(o) = &mut op.head {
                     let mut ctx = op_context(&op.info, &mut op.keyed, &mut op.timers, op.watermark);
-                    let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
-                    let mut out = Collector::new(&mut downstream);
+                    let mut downstream = chain_out(&op.info.uid, rest, outputs);
+                    let mut out = Collector::routed(&mut downstream);
                     o.end_of_input(&mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
                     out.flush()?;
                 }
@@ -1020,6 +1020,7 @@ mod data_plane_tests {
             partitioning: Partitioning::Forward,
             targets: vec![(SubtaskIndex(0), consumer_addr)],
             to_parallelism: 1,
+            side: None,
         }];
         let mut handle = spawn(desc, h.env.clone()).unwrap();
         let _conn = tokio::time::timeout(Duration::from_secs(5), conn_rx).await.unwrap().unwrap();

@@ -58,8 +58,8 @@ pub(super) fn push_chain(
         }
     }
     let mut ctx = op_context(&op.info, &mut op.keyed, &mut op.timers, op.watermark);
-    let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
-    let mut out = Collector::new(&mut downstream);
+    let mut downstream = chain_out(&op.info.uid, rest, outputs);
+    let mut out = Collector::routed(&mut downstream);
     o.process_batch(&batch, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
     out.flush()?;
     Ok(())
@@ -96,8 +96,8 @@ pub(super) fn advance_watermark(
         }
         if let (Head::Operator(o), true) = (&mut op.head, hooks) {
             let mut ctx = op_context(&op.info, &mut op.keyed, &mut op.timers, watermark);
-            let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
-            let mut out = Collector::new(&mut downstream);
+            let mut downstream = chain_out(&op.info.uid, rest, outputs);
+            let mut out = Collector::routed(&mut downstream);
             o.on_watermark(watermark, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
             out.flush()?;
         }
@@ -133,8 +133,8 @@ pub(super) fn fire_timers(
     if timers.get().and_then(|s| s.next_timestamp(domain)).is_none_or(|next| next > time) {
         return Ok(0);
     }
-    let mut downstream = |b: RecordBatch| downstream_of(rest, outputs, b);
-    let mut out = Collector::new(&mut downstream);
+    let mut downstream = chain_out(&info.uid, rest, outputs);
+    let mut out = Collector::routed(&mut downstream);
     let mut fired = 0;
     while let Some(ts) = match timers.get() {
         Some(service) => service.pop_due(backend.as_mut(), domain, time)?,
@@ -187,11 +187,35 @@ pub(super) fn downstream_of(
     })
 }
 
-/// Hands a batch the chain's tail emitted to every output edge.
+/// What operator `uid`'s collector hands on: its main output to the rest of the chain, a side output to the
+/// output edges that carry it.
+pub(super) fn chain_out<'a>(
+    uid: &'a str,
+    rest: &'a mut [ChainOp],
+    outputs: &'a mut [OutputEdge],
+) -> impl FnMut(Option<&str>, RecordBatch) -> Result<(), OperatorError> + 'a {
+    move |tag, batch| match tag {
+        None => downstream_of(rest, outputs, batch),
+        Some(tag) => route_side(outputs, uid, tag, batch).map_err(|e| OperatorError::Other(e.to_string())),
+    }
+}
+
+/// Hands a batch the chain's tail emitted to every main output edge.
 pub(super) fn route(outputs: &mut [OutputEdge], batch: RecordBatch) -> Result<(), TaskError> {
-    for edge in outputs {
+    for edge in outputs.iter_mut().filter(|e| e.side.is_none()) {
         edge.records_out.increment(batch.num_rows() as u64);
         edge.emit(&batch)?;
+    }
+    Ok(())
+}
+
+/// Hands a batch operator `uid` emitted on side output `tag` to the edges that carry it (none: dropped).
+fn route_side(outputs: &mut [OutputEdge], uid: &str, tag: &str, batch: RecordBatch) -> Result<(), TaskError> {
+    for edge in outputs {
+        if edge.side.as_ref().is_some_and(|(u, t)| u == uid && t == tag) {
+            edge.records_out.increment(batch.num_rows() as u64);
+            edge.emit(&batch)?;
+        }
     }
     Ok(())
 }
@@ -233,6 +257,8 @@ pub(super) struct OutputEdge {
     pub(super) rows_of: Vec<Vec<usize>>,
     /// The last input schema seen on a key-by edge and the same with the key-group column.
     pub(super) keyed_schema: Option<(SchemaRef, SchemaRef)>,
+    /// The side output it carries, as `(operator uid, tag)`; `None` for the chain tail's main output.
+    pub(super) side: Option<(String, String)>,
 }
 
 impl OutputEdge {

@@ -146,6 +146,7 @@ impl Task {
                 groups: Vec::new(),
                 rows_of: vec![Vec::new(); n],
                 keyed_schema: None,
+                side: out.side.clone(),
             });
         }
         let restored_at_end = plan.restored_at_end;
@@ -371,6 +372,7 @@ mod tests {
                 partitioning: Partitioning::Rebalance,
                 targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into()), (SubtaskIndex(1), "10.0.0.2:7000".into())],
                 to_parallelism: 2,
+                side: None,
             }],
             linger_ms: 7,
             restore: None,

@@ -318,6 +318,50 @@ impl<P: ProcessWindowFunction> Contents for Listing<P> {
     }
 }
 
+/// The tag of a window operator's side output of late records.
+pub const LATE_TAG: &str = weir_common::builtin::LATE_TAG;
+
+/// The counters of late records dropped and sent to the side output, for the operator of `ctx`.
+pub fn late_counters(ctx: &InitContext<'_>) -> (metrics::Counter, metrics::Counter) {
+    let labels = [
+        ("job_id", ctx.info.job_id.clone()),
+        ("operator", ctx.info.uid.clone()),
+        ("subtask", ctx.info.subtask.0.to_string()),
+    ];
+    (
+        metrics::counter!("weir_window_late_records_dropped_total", &labels),
+        metrics::counter!("weir_window_late_records_side_output_total", &labels),
+    )
+}
+
+/// Rows `rows` of `batch` came too late for every window: counted, and sent on side output [`LATE_TAG`] as they
+/// arrived (`side`) or dropped.
+pub fn late_records(
+    batch: &RecordBatch,
+    rows: &[u32],
+    side: bool,
+    dropped: &metrics::Counter,
+    sent: &metrics::Counter,
+    out: &mut Collector<'_>,
+) -> Result<(), OperatorError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    if !side {
+        dropped.increment(rows.len() as u64);
+        return Ok(());
+    }
+    sent.increment(rows.len() as u64);
+    let late = if rows.len() == batch.num_rows() {
+        batch.clone()
+    } else {
+        let indices = arrow_array::UInt32Array::from(rows.to_vec());
+        arrow_select::take::take_record_batch(batch, &indices)
+            .map_err(|e| OperatorError::Other(format!("late records: {e}")))?
+    };
+    out.emit_side(LATE_TAG, late)
+}
+
 /// Why windows of this shape cannot have this setup.
 pub fn check_windowing(kind: WindowKind, trigger: Trigger, purge: bool) -> Result<(), String> {
     match (kind, trigger) {
@@ -346,9 +390,13 @@ pub struct WindowOperator<C: Contents> {
     /// The open sessions of the key at hand (a list reused from record to record).
     open: Sessions,
     late_dropped: metrics::Counter,
-    /// Scratch: the key at hand, stored bytes.
+    /// Late records go to side output `late` instead of being dropped.
+    late_side: bool,
+    late_sent: metrics::Counter,
+    /// Scratch: the key at hand, stored bytes, the rows of a batch too late for every window.
     key: Vec<u8>,
     bytes: Vec<u8>,
+    late_rows: Vec<u32>,
 }
 
 impl<C: Contents> WindowOperator<C> {
@@ -367,9 +415,19 @@ impl<C: Contents> WindowOperator<C> {
             sessions_state: None,
             open: Sessions::default(),
             late_dropped: metrics::Counter::noop(),
+            late_side: false,
+            late_sent: metrics::Counter::noop(),
             key: Vec::new(),
             bytes: Vec::new(),
+            late_rows: Vec::new(),
         })
+    }
+
+    /// Sends records too late for every window to side output [`LATE_TAG`] (Flink's `sideOutputLateData`)
+    /// instead of dropping them.
+    pub fn with_late_side_output(mut self) -> Self {
+        self.late_side = true;
+        self
     }
 
     /// The states and timers of such an operator keyed by `K`, for its kind's signature.
@@ -712,12 +770,7 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
         if matches!(self.kind, WindowKind::Session { .. }) {
             self.sessions_state = Some(keyed.register_state(SESSIONS_STATE, StateKind::Value)?);
         }
-        self.late_dropped = metrics::counter!(
-            "weir_window_late_records_dropped_total",
-            "job_id" => ctx.info.job_id.clone(),
-            "operator" => ctx.info.uid.clone(),
-            "subtask" => ctx.info.subtask.0.to_string()
-        );
+        (self.late_dropped, self.late_sent) = late_counters(ctx);
         Ok(())
     }
 
@@ -731,7 +784,7 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
         let groups = key_groups(batch);
         let times = event_times(batch);
         let mut t = ctx.timers()?;
-        let mut dropped = 0u64;
+        self.late_rows.clear();
         for i in 0..batch.num_rows() {
             let ts = match times {
                 Some(times) if times.is_valid(i) => times.value(i),
@@ -751,12 +804,10 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
             self.key.clear();
             self.key.extend_from_slice(key);
             if !self.add(&mut t, batch, i, ts, out)? {
-                dropped += 1;
+                self.late_rows.push(i as u32);
             }
         }
-        if dropped > 0 {
-            self.late_dropped.increment(dropped);
-        }
+        late_records(batch, &self.late_rows, self.late_side, &self.late_dropped, &self.late_sent, out)?;
         self.flush(out)
     }
 
