@@ -8,6 +8,10 @@
 //! - A windowed job is stopped with a savepoint at parallelism 2, restored at 3, stopped again, restored at 1
 //!   to the end: windows open at each stop fire exactly once after the restore (their timers moved with their
 //!   key groups), on RocksDB and on heap.
+//! - Late records (the watermark trailing the disorder) go to the side output `win0.late`, each record counted
+//!   in one window or one late line, through a task manager kill.
+//! - Processing-time timers on a manual clock (`WEIR_CLOCK_FILE`): a `trigger: processing-time` window fires
+//!   exactly when the clock passes its end.
 //!
 //! Build the binaries first: `cargo build --release --workspace --bins`.
 
@@ -175,6 +179,97 @@ fn late_records_reach_the_side_output_exactly_once_through_a_taskmanager_kill() 
             bail!("key {k}: {c} counted in windows + {l} late != its {n} records");
         }
     }
+    cluster.stop();
+    Ok(())
+}
+
+/// Processing-time timers on a manual clock, with real processes: the task manager reads processing time from
+/// a file (`WEIR_CLOCK_FILE`), and `window-aggregate` with `trigger: processing-time` fires a window when that
+/// clock passes its end (its state kept by a long allowed lateness while the watermark moves on). With the
+/// clock at 0 nothing fires however far event time goes; moving the clock past some window ends fires exactly
+/// those windows, each once, with every record it holds — the unbounded source runs on, so the rows are what
+/// the clock decided, not the end of input.
+#[test]
+fn processing_time_timers_fire_when_the_manual_clock_passes_them() -> anyhow::Result<()> {
+    use std::collections::BTreeMap;
+    use weir_common::builtin::EventTimeConfig;
+    use weir_common::datagen::{key_of, split_range, timestamp_of};
+    use weir_integration_tests::windows::{committed_rows, DISORDER_MS, SEED, SPLITS, START_MS};
+    let clock_dir = tempfile::tempdir()?;
+    let clock = clock_dir.path().join("clock");
+    std::fs::write(&clock, "0")?;
+    let mut options = ClusterOptions::new(1, 4);
+    options.env.push(("WEIR_CLOCK_FILE".into(), clock.display().to_string()));
+    let mut cluster = Cluster::start(options)?;
+    let out = cluster.output_dir("windows")?;
+    let keys = 50u64;
+    let yaml = format!(
+        "name: pt-windows\nparallelism: 2\nstate_backend: rocksdb\ncheckpointing: {{ interval_ms: 200 }}\n\
+         operators:\n  \
+         - uid: events\n    kind: datagen\n    \
+           config: {{ keys: {keys}, seed: {SEED}, splits: {SPLITS}, rate_per_sec: 4000, \
+                      event_time: {{ start_ms: {START_MS}, step_ms: 1, max_disorder_ms: {DISORDER_MS} }} }}\n    \
+           watermarks: {{ max_out_of_orderness_ms: {DISORDER_MS} }}\n  \
+         - {{ uid: win, kind: window-aggregate, input: events, config: {{ window: {{ tumbling_ms: 100 }}, \
+              trigger: processing-time, allowed_lateness_ms: 3600000 }} }}\n  \
+         - {{ uid: out, kind: file-sink, input: win, parallelism: 1, config: {{ path: {out:?} }} }}\n"
+    );
+    let id = cluster.submit(&yaml)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    // Event time runs 1 s per second per split: well past the first windows, which must not fire.
+    cluster.wait_for_checkpoints(&id, 8, Duration::from_secs(60))?;
+    let early = committed_rows(&out)?;
+    if !early.is_empty() {
+        bail!("windows fired before the clock moved: {:?}", &early[..early.len().min(5)]);
+    }
+
+    // The windows ending at or before `upto` hold these counts (every record of them was read long ago).
+    let upto = START_MS + 500;
+    let t = EventTimeConfig { start_ms: START_MS, step_ms: 1, max_disorder_ms: DISORDER_MS, wall_clock: false };
+    let mut want: BTreeMap<(u64, i64, i64), u64> = BTreeMap::new();
+    for j in 0..SPLITS {
+        let (start, _) = split_range(j, SPLITS, None);
+        for q in 0..(upto - START_MS) as u64 + DISORDER_MS + 1 {
+            let i = start + q;
+            let ts = timestamp_of(&t, SEED, i, q);
+            let w = ts - ts.rem_euclid(100);
+            if w + 100 <= upto {
+                *want.entry((key_of(SEED, i, keys), w, w + 100)).or_default() += 1;
+            }
+        }
+    }
+    // The clock passes the last millisecond of those windows, not the next ones'.
+    std::fs::write(&clock, (upto - 1).to_string())?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = committed_rows(&out)?;
+        let got: BTreeMap<(u64, i64, i64), u64> = rows.iter().map(|(k, s, e, n)| ((*k, *s, *e), *n)).collect();
+        if got.len() >= want.len() || std::time::Instant::now() > deadline {
+            if rows.len() != got.len() {
+                bail!("a window fired twice: {} rows, {} windows", rows.len(), got.len());
+            }
+            if got != want {
+                let extra: Vec<_> = got.iter().filter(|(w, _)| !want.contains_key(*w)).take(5).collect();
+                let wrong: Vec<_> = want.iter().filter(|(w, n)| got.get(*w) != Some(*n)).take(5).collect();
+                bail!(
+                    "{} windows fired, {} expected; extra {extra:?}; missing or wrong {wrong:?}",
+                    got.len(),
+                    want.len()
+                );
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A few more checkpoints: still exactly those windows (nothing fires until the clock moves again).
+    let done = cluster.checkpoints(&id)?.len() as u64;
+    cluster.wait_for_checkpoints(&id, done + 3, Duration::from_secs(60))?;
+    let rows = committed_rows(&out)?;
+    if rows.len() != want.len() {
+        bail!("{} rows after the clock stopped, {} expected", rows.len(), want.len());
+    }
+    eprintln!("{} windows fired by the manual clock, each once", want.len());
+    cluster.cancel(&id)?;
     cluster.stop();
     Ok(())
 }

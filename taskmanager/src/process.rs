@@ -49,6 +49,9 @@ pub struct TmConfig {
     pub rocksdb_block_cache_mb: u64,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); empty = no metrics.
     pub metrics_bind: String,
+    /// Read processing time from this file (milliseconds since the epoch, as text) instead of the system clock:
+    /// for tests that move time by hand.
+    pub clock_file: Option<PathBuf>,
     /// TLS (all three files: TLS on gRPC and the data plane) and the cluster secret members authenticate with
     /// when TLS is off.
     #[serde(flatten)]
@@ -72,6 +75,7 @@ impl Default for TmConfig {
             rocksdb_write_buffer_mb: 8,
             rocksdb_block_cache_mb: 16,
             metrics_bind: String::new(),
+            clock_file: None,
             security: SecurityFlags::default(),
         }
     }
@@ -93,6 +97,7 @@ const KEYS: &[&str] = &[
     "rocksdb_write_buffer_mb",
     "rocksdb_block_cache_mb",
     "metrics_bind",
+    "clock_file",
 ];
 
 /// Command-line flags of `weir-taskmanager`; each overrides the config file and environment.
@@ -160,6 +165,10 @@ pub struct Flags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_bind: Option<String>,
+    /// Read processing time from this file (ms since the epoch, as text) instead of the system clock (tests).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_file: Option<PathBuf>,
     /// TLS and the cluster secret.
     #[command(flatten)]
     #[serde(flatten)]
@@ -282,7 +291,10 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> Result<(), ProcessError> 
                 block_cache: Some(weir_state::rocks::RocksOptions::shared_block_cache(
                     (cfg.rocksdb_block_cache_mb.max(1) as usize) << 20,
                 )),
-                clock: None,
+                clock: cfg.clock_file.clone().map(|path| {
+                    tracing::info!(path = %path.display(), "processing time is read from a file");
+                    Arc::new(crate::time::clock::FileClock::new(path)) as Arc<dyn weir_state::Clock>
+                }),
             },
         },
         registry,

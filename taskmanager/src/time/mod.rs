@@ -3,6 +3,7 @@
 //! (`BoundedOutOfOrdernessWatermarks`, `WatermarksWithIdleness`, `StatusWatermarkValve`). Both are pure state
 //! machines: the task loop feeds them events, the time and channel messages, and sends what they answer.
 
+pub mod clock;
 pub mod generator;
 pub mod valve;
 
