@@ -21,7 +21,7 @@
 
 use crate::error::StateError;
 use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
-use crate::layout::{decode_list, row_in, RowKeyBuilder, TimerRow};
+use crate::layout::{decode_list, row_in, RowKeyBuilder, TimerRow, TimerScan};
 use crate::layout::{ElementVisitor, RowVisitor};
 use crate::meta::TtlChange;
 use crate::meta::{
@@ -36,6 +36,7 @@ use crate::ttl::{
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 use weir_common::keygroup::KeyGroupRange;
@@ -117,8 +118,10 @@ pub struct HeapBackend {
     cleanup_entries: usize,
     /// Bytes of each state's rows as the last snapshot wrote them.
     snapshot_bytes: HashMap<String, u64>,
-    /// Scratch: the timer row being looked up.
+    /// Scratch: the timer row being looked up, or the start of a scan.
     timer_row: Vec<u8>,
+    /// Scratch: the end of a timer scan.
+    timer_hi: Vec<u8>,
 }
 
 fn write_bytes(w: &mut impl Write, b: &[u8]) -> std::io::Result<()> {
@@ -138,6 +141,7 @@ impl HeapBackend {
             cleanup_entries: DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
             snapshot_bytes: HashMap::new(),
             timer_row: Vec::new(),
+            timer_hi: Vec::new(),
         };
         if let Some(dir) = restore_dir {
             b.load(&dir.join(FILE), &[MAGIC, MAGIC_V1], None)?;
@@ -526,6 +530,10 @@ impl KeyedStateBackend for HeapBackend {
         self.row.current()
     }
 
+    fn current_key_group(&self) -> Result<u32, StateError> {
+        self.row.key_group()
+    }
+
     fn add_timer(&mut self, state: StateId, timestamp: i64) -> Result<(u32, bool), StateError> {
         let kg = self.row.timer_row(timestamp, &mut self.timer_row)?;
         let st = &mut self.states[state.0];
@@ -567,6 +575,29 @@ impl KeyedStateBackend for HeapBackend {
             }
             None => Ok(false),
         }
+    }
+
+    fn scan_timers(
+        &mut self,
+        state: StateId,
+        key_group: u32,
+        from: i64,
+        after: Option<&[u8]>,
+        f: &mut TimerScan<'_>,
+    ) -> Result<(), StateError> {
+        self.row.timer_scan_bounds(key_group, from, after, &mut self.timer_row, &mut self.timer_hi);
+        let prefix_len = self.row.prefix_len;
+        let st = &self.states[state.0];
+        if st.kind != StateKind::Timers {
+            return Err(wrong_kind(&st.name, st.kind, "scan_timers"));
+        }
+        let bounds = (Bound::Included(&self.timer_row[..]), Bound::Excluded(&self.timer_hi[..]));
+        for row in st.timers.range::<[u8], _>(bounds) {
+            if !f(&row[prefix_len..])? {
+                break;
+            }
+        }
+        Ok(())
     }
 
     fn remove_timer(&mut self, state: StateId, key_group: u32, timer: &TimerRow) -> Result<(), StateError> {

@@ -17,7 +17,7 @@
 //! [`StateError::Declaration`] naming the state and the size and suggesting `MapState`; nothing is written.
 
 use crate::error::StateError;
-use crate::layout::{ElementVisitor, RowVisitor, TimerRow};
+use crate::layout::{ElementVisitor, RowVisitor, TimerRow, TimerScan};
 use crate::meta::{StateKind, StateOptions};
 use crate::ttl::Clock;
 use std::path::{Path, PathBuf};
@@ -144,6 +144,8 @@ pub trait KeyedStateBackend: Send {
     fn clear_all(&mut self, state: StateId) -> Result<(), StateError>;
     /// The current key (its serialized bytes, without the key-group prefix) and namespace.
     fn current_key_and_namespace(&self) -> (&[u8], &[u8]);
+    /// The key group of the current key.
+    fn current_key_group(&self) -> Result<u32, StateError>;
     /// Adds a timer at `timestamp` for the current key and namespace to `state` (of kind
     /// [`StateKind::Timers`]). A timer is unique per key, namespace and timestamp: returns the key's group and
     /// whether the timer is new.
@@ -161,6 +163,15 @@ pub trait KeyedStateBackend: Send {
         after: Option<&TimerRow>,
         out: &mut TimerRow,
     ) -> Result<bool, StateError>;
+    /// Calls `f` with key group `key_group`'s timer rows (no key-group prefix) in order from `from` or past `after`.
+    fn scan_timers(
+        &mut self,
+        state: StateId,
+        key_group: u32,
+        from: i64,
+        after: Option<&[u8]>,
+        f: &mut TimerScan<'_>,
+    ) -> Result<(), StateError>;
     /// Removes `timer` of key group `key_group` from `state`.
     fn remove_timer(&mut self, state: StateId, key_group: u32, timer: &TimerRow) -> Result<(), StateError>;
     /// How many timers `state` holds.

@@ -12,6 +12,9 @@ pub type RowVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StateError> + 'a
 /// A visitor of single byte strings (list elements).
 pub type ElementVisitor<'a> = dyn FnMut(&[u8]) -> Result<(), StateError> + 'a;
 
+/// A visitor of timer rows ([`crate::keyed::KeyedStateBackend::scan_timers`]); returns whether to go on.
+pub type TimerScan<'a> = dyn FnMut(&[u8]) -> Result<bool, StateError> + 'a;
+
 /// Appends one list element in the stored list format: little-endian `u32` length, then the bytes.
 pub fn encode_list_element(element: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&(element.len() as u32).to_le_bytes());
@@ -166,6 +169,28 @@ impl RowKeyBuilder {
         out.push(0);
     }
 
+    /// Into `lo` and `hi`: the bounds of a scan of key group `kg`'s timers from `ts` (or past row `after`) on.
+    pub fn timer_scan_bounds(&self, kg: u32, ts: i64, after: Option<&[u8]>, lo: &mut Vec<u8>, hi: &mut Vec<u8>) {
+        use weir_common::ids::KeyGroup;
+        lo.clear();
+        weir_common::keygroup::write_key_group_prefix(KeyGroup(kg), self.max_parallelism, lo);
+        match after {
+            // The least byte string greater than the row.
+            Some(row) => {
+                lo.extend_from_slice(row);
+                lo.push(0);
+            }
+            None => lo.extend_from_slice(&timer_ts_bytes(ts)),
+        }
+        hi.clear();
+        weir_common::keygroup::write_key_group_prefix(KeyGroup(kg + 1), self.max_parallelism, hi);
+    }
+
+    /// The current key's key group.
+    pub fn key_group(&self) -> Result<u32, StateError> {
+        row_key_group(&self.row, self.prefix_len)
+    }
+
     /// The current key (without its key-group prefix) and namespace.
     pub fn current(&self) -> (&[u8], &[u8]) {
         (&self.row[self.prefix_len.min(self.row.len())..], &self.namespace)
@@ -203,6 +228,14 @@ pub(crate) fn timer_ts_bytes(ts: i64) -> [u8; 8] {
     ((ts as u64) ^ (1 << 63)).to_be_bytes()
 }
 
+/// The timestamp of a timer row without its key-group prefix.
+pub(crate) fn timer_row_timestamp(rest: &[u8]) -> Result<i64, StateError> {
+    match rest.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+        Some(ts) => Ok((u64::from_be_bytes(ts) ^ (1 << 63)) as i64),
+        None => Err(StateError::Corrupt(format!("timer row {rest:?} is malformed"))),
+    }
+}
+
 /// One timer as a timer row names it (buffers reused from row to row).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TimerRow {
@@ -235,7 +268,7 @@ impl TimerRow {
 /// Appends the rest of a timer row after its key-group prefix — `timestamp | key | namespace | u32 BE
 /// len(namespace)` —: key group first, then timestamp, so that a key group's timers are one interval in firing
 /// order.
-fn append_timer(ts: i64, key: &[u8], namespace: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn append_timer(ts: i64, key: &[u8], namespace: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&timer_ts_bytes(ts));
     out.extend_from_slice(key);
     out.extend_from_slice(namespace);

@@ -57,7 +57,7 @@ use crate::error::StateError;
 use crate::import::{self, SstFile};
 use crate::ingest::{self, Background};
 use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
-use crate::layout::{decode_list, outside_bounds, prefix_successor, RowKeyBuilder, TimerRow};
+use crate::layout::{decode_list, outside_bounds, prefix_successor, RowKeyBuilder, TimerRow, TimerScan};
 use crate::layout::{ElementVisitor, RowVisitor};
 use crate::meta::TtlChange;
 use crate::meta::{
@@ -1210,6 +1210,10 @@ impl KeyedStateBackend for RocksDbBackend {
         self.row.current()
     }
 
+    fn current_key_group(&self) -> Result<u32, StateError> {
+        self.row.key_group()
+    }
+
     fn add_timer(&mut self, state: StateId, timestamp: i64) -> Result<(u32, bool), StateError> {
         self.check(state, "add_timer", |k| k == StateKind::Timers)?;
         let kg = self.row.timer_row(timestamp, &mut self.map_row)?;
@@ -1270,6 +1274,32 @@ impl KeyedStateBackend for RocksDbBackend {
                 Ok(false)
             }
         }
+    }
+
+    fn scan_timers(
+        &mut self,
+        state: StateId,
+        key_group: u32,
+        from: i64,
+        after: Option<&[u8]>,
+        f: &mut TimerScan<'_>,
+    ) -> Result<(), StateError> {
+        self.check(state, "scan_timers", |k| k == StateKind::Timers)?;
+        let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+        let mut hi = Vec::new();
+        self.row.timer_scan_bounds(key_group, from, after, &mut self.map_row, &mut hi);
+        let mut ro = ReadOptions::default();
+        // Bounded by the key group, so that the tombstones of the next one's fired timers are never walked.
+        ro.set_iterate_upper_bound(hi);
+        let mut it = self.db.raw_iterator_cf_opt(cf, ro);
+        it.seek(&self.map_row);
+        while let Some(k) = it.key() {
+            if !f(&k[self.row.prefix_len..])? {
+                return Ok(());
+            }
+            it.next();
+        }
+        Ok(it.status()?)
     }
 
     fn remove_timer(&mut self, state: StateId, key_group: u32, timer: &TimerRow) -> Result<(), StateError> {

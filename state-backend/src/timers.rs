@@ -7,23 +7,38 @@
 //! deletes; heap: an ordered set per domain written as rows); then timestamp, so each key group's timers are
 //! read in firing order. A timer is unique per (key, namespace, timestamp, domain): the row is the timer.
 //!
-//! In memory the service keeps only each key group's earliest timestamp — a lower bound, exact after every
-//! read — in one ordered set, Flink's `KeyGroupPartitionedPriorityQueue` of heads: the next timer overall is the
-//! first timer of the key group at the front, one seek away. Deleting a timer leaves the bound as it is; the
-//! next read finds the real head. Reads seek from the bound, so the tombstones of fired timers before it are
-//! skipped, not walked.
+//! In memory the service keeps each key group's earliest timestamp — a lower bound, exact after every read — in
+//! one ordered set, Flink's `KeyGroupPartitionedPriorityQueue` of heads: the next timer overall is the first timer
+//! of the key group at the front. Deleting a timer leaves the bound as it is; the next read finds the real head.
+//!
+//! Firing reads a key group's due timers ahead, up to 128 of them with one seek (Flink's per-key-group
+//! cache of RocksDB timer heads), and fires the following ones from that batch, which stays exact: every timer
+//! of the key group up to the last row read is in it. So a timer set or deleted at or before that row while the
+//! batch lasts is added to it (in order: it fires next if it sorts first) or taken out of it, while a later
+//! one only lowers the bound of what follows the batch. The next read seeks past the last row read, so the
+//! tombstones of fired timers are skipped, not walked. The batches are volatile: they hold copies of rows that
+//! stay in the backend until fired, so snapshots, restores and rescales never see them. Every change of the
+//! timer states goes through the service.
 
 use crate::error::StateError;
 use crate::keyed::{KeyedStateBackend, StateId};
-use crate::layout::TimerRow;
+use crate::layout::{append_timer, timer_row_timestamp, TimerRow};
 use crate::meta::{StateKind, StateOptions};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use weir_common::keygroup::KeyGroupRange;
 
 /// The state holding an operator's event-time timers.
 pub const EVENT_TIMERS: &str = "_timers.event";
 /// The state holding an operator's processing-time timers.
 pub const PROCESSING_TIMERS: &str = "_timers.processing";
+
+/// Due timers read ahead per key group at most, with one seek.
+const BATCH: usize = 128;
+/// Due timers read ahead over all key groups of a domain at most: a subtask with many key groups reads fewer
+/// per key group (down to [`MIN_BATCH`]), so that the memory they take stays bounded.
+const CACHED_ROWS: usize = 16_384;
+/// Due timers read ahead per key group at least.
+const MIN_BATCH: usize = 8;
 
 /// The clock a timer follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,7 +76,20 @@ impl TimeDomain {
     }
 }
 
-/// One domain's timers: the state and the earliest timestamp of each key group.
+/// One key group's timers read ahead of firing.
+#[derive(Debug, Default)]
+struct Batch {
+    /// Whether the batch covers the key group up to `last`: its timers up to that row are exactly `pending`.
+    covered: bool,
+    /// The last row read (without key-group prefix), if `covered`.
+    last: Vec<u8>,
+    /// The rows (slots of [`TimerQueue::rows`]) read and not fired yet, in firing order.
+    pending: VecDeque<u32>,
+    /// A lower bound of the key group's first timer after `last` (exact when read); `None`: it has none.
+    next: Option<i64>,
+}
+
+/// One domain's timers: the state, the earliest timestamp of each key group and the batches read ahead.
 #[derive(Debug)]
 struct TimerQueue {
     state: StateId,
@@ -70,11 +98,17 @@ struct TimerQueue {
     head: Vec<Option<i64>>,
     /// `(head, key group)` of every key group with timers: the first is the next to fire.
     heads: BTreeSet<(i64, u32)>,
+    /// Per key group of `range`: its batch.
+    batches: Vec<Batch>,
+    /// How many due timers a read takes at most.
+    batch: usize,
+    /// The rows of all batches, each a buffer kept for reuse once its timer fired (`free`).
+    rows: Vec<Vec<u8>>,
+    free: Vec<u32>,
+    /// Scratch: the row of a timer being set or deleted.
+    row: Vec<u8>,
     /// The timer being fired.
     current: TimerRow,
-    /// The key group and timer fired last: the next read of that key group starts after it (so the tombstones
-    /// of timers fired at one time are not walked again for each), until a timer at or before it is set.
-    resume: Option<(u32, TimerRow)>,
 }
 
 impl TimerQueue {
@@ -85,13 +119,18 @@ impl TimerQueue {
     ) -> Result<TimerQueue, StateError> {
         let state =
             backend.register_state_with_options(domain.state_name(), StateKind::Timers, &StateOptions::default())?;
+        let groups = (range.end - range.start + 1) as usize;
         let mut q = TimerQueue {
             state,
             range,
-            head: vec![None; (range.end - range.start + 1) as usize],
+            head: vec![None; groups],
             heads: BTreeSet::new(),
+            batches: (0..groups).map(|_| Batch::default()).collect(),
+            batch: (CACHED_ROWS / groups).clamp(MIN_BATCH, BATCH),
+            rows: Vec::new(),
+            free: Vec::new(),
+            row: Vec::new(),
             current: TimerRow::default(),
-            resume: None,
         };
         for kg in range.start..=range.end {
             if backend.first_timer(state, kg, i64::MIN, None, &mut q.current)? {
@@ -113,6 +152,9 @@ impl TimerQueue {
 
     fn set_head(&mut self, kg: u32, head: Option<i64>) {
         let i = (kg - self.range.start) as usize;
+        if self.head[i] == head {
+            return;
+        }
         if let Some(old) = self.head[i] {
             self.heads.remove(&(old, kg));
         }
@@ -120,6 +162,130 @@ impl TimerQueue {
             self.heads.insert((new, kg));
         }
         self.head[i] = head;
+    }
+
+    /// A free row buffer.
+    fn take_row(rows: &mut Vec<Vec<u8>>, free: &mut Vec<u32>) -> u32 {
+        free.pop().unwrap_or_else(|| {
+            rows.push(Vec::new());
+            (rows.len() - 1) as u32
+        })
+    }
+
+    /// Whether the current key and namespace's timer at `ts` falls inside key group slot `i`'s batch; if so,
+    /// its row is in `self.row`.
+    fn in_batch(&mut self, backend: &dyn KeyedStateBackend, i: usize, ts: i64) -> Result<bool, StateError> {
+        let b = &self.batches[i];
+        if !b.covered || ts > timer_row_timestamp(&b.last)? {
+            return Ok(false);
+        }
+        let (key, namespace) = backend.current_key_and_namespace();
+        self.row.clear();
+        append_timer(ts, key, namespace, &mut self.row);
+        Ok(self.row <= b.last)
+    }
+
+    /// A new timer at `ts` (its row in `self.row` if [`TimerQueue::in_batch`]) joins slot `i`'s batch, or
+    /// lowers the bound of what follows it.
+    fn added(&mut self, backend: &dyn KeyedStateBackend, i: usize, ts: i64) -> Result<(), StateError> {
+        if !self.in_batch(backend, i, ts)? {
+            let b = &mut self.batches[i];
+            if b.covered {
+                b.next = Some(b.next.map_or(ts, |n| n.min(ts)));
+            }
+            return Ok(());
+        }
+        let r = Self::take_row(&mut self.rows, &mut self.free);
+        self.rows[r as usize].clone_from(&self.row);
+        let b = &mut self.batches[i];
+        let rows = &self.rows;
+        let at = b.pending.partition_point(|&p| rows[p as usize] < self.row);
+        b.pending.insert(at, r);
+        if b.pending.len() > self.batch {
+            // Too many: the last one is read again after the batch.
+            if let Some(dropped) = b.pending.pop_back() {
+                self.free.push(dropped);
+                let ts = timer_row_timestamp(&self.rows[dropped as usize])?;
+                b.next = Some(b.next.map_or(ts, |n| n.min(ts)));
+            }
+            if let Some(&l) = b.pending.back() {
+                b.last.clone_from(&self.rows[l as usize]);
+            }
+        }
+        Ok(())
+    }
+
+    /// A deleted timer at `ts` leaves slot `i`'s batch, if it was in it.
+    fn deleted(&mut self, backend: &dyn KeyedStateBackend, i: usize, ts: i64) -> Result<(), StateError> {
+        if !self.in_batch(backend, i, ts)? {
+            return Ok(());
+        }
+        let b = &mut self.batches[i];
+        let rows = &self.rows;
+        match b.pending.binary_search_by(|&p| rows[p as usize].cmp(&self.row)) {
+            Ok(at) => {
+                if let Some(r) = b.pending.remove(at) {
+                    self.free.push(r);
+                }
+            }
+            // Every timer up to `last` is in the batch; if not, reading again is right in any case.
+            Err(_) => self.drop_batch(i),
+        }
+        Ok(())
+    }
+
+    /// Forgets slot `i`'s batch; the key group's head stays a lower bound of its timers.
+    fn drop_batch(&mut self, i: usize) {
+        let b = &mut self.batches[i];
+        self.free.extend(b.pending.drain(..));
+        b.covered = false;
+        b.next = None;
+    }
+
+    /// Reads the next due timers (timestamp ≤ `time`) of key group `kg` (slot `i`, head `bound`) into its
+    /// batch, which is empty; returns the key group's new head.
+    fn read(
+        &mut self,
+        backend: &mut dyn KeyedStateBackend,
+        kg: u32,
+        i: usize,
+        bound: i64,
+        time: i64,
+    ) -> Result<Option<i64>, StateError> {
+        let b = &mut self.batches[i];
+        // Past the rows read last: the tombstones of the timers fired since are not walked again.
+        let after = match b.covered && timer_row_timestamp(&b.last)? >= bound {
+            true => Some(&b.last[..]),
+            false => None,
+        };
+        let (rows, free, limit) = (&mut self.rows, &mut self.free, self.batch);
+        let mut next = None;
+        backend.scan_timers(self.state, kg, bound, after, &mut |row| {
+            let ts = timer_row_timestamp(row)?;
+            if ts > time || b.pending.len() >= limit {
+                next = Some(ts);
+                return Ok(false);
+            }
+            let r = Self::take_row(rows, free);
+            let buf = &mut rows[r as usize];
+            buf.clear();
+            buf.extend_from_slice(row);
+            b.pending.push_back(r);
+            Ok(true)
+        })?;
+        match (b.pending.front(), b.pending.back()) {
+            (Some(&first), Some(&l)) => {
+                b.covered = true;
+                b.last.clone_from(&rows[l as usize]);
+                b.next = next;
+                Ok(Some(timer_row_timestamp(&rows[first as usize])?))
+            }
+            // Nothing due: what was covered still is (nothing up to `last` is left).
+            _ => {
+                b.next = next;
+                Ok(next)
+            }
+        }
     }
 }
 
@@ -140,6 +306,14 @@ impl TimerService {
         })
     }
 
+    /// Reads at most `n` due timers ahead per key group (tests: batches refilled and overflowing often).
+    #[cfg(test)]
+    fn with_batch(mut self, n: usize) -> TimerService {
+        self.event.batch = n;
+        self.processing.batch = n;
+        self
+    }
+
     fn queue(&mut self, domain: TimeDomain) -> &mut TimerQueue {
         match domain {
             TimeDomain::EventTime => &mut self.event,
@@ -157,13 +331,14 @@ impl TimerService {
         let q = self.queue(domain);
         let (kg, new) = backend.add_timer(q.state, timestamp)?;
         let i = q.slot(kg)?;
-        if q.resume.as_ref().is_some_and(|(rkg, last)| *rkg == kg && timestamp <= last.timestamp) {
-            q.resume = None;
+        if !new {
+            return Ok(false);
         }
+        q.added(backend, i, timestamp)?;
         if q.head[i].is_none_or(|h| timestamp < h) {
             q.set_head(kg, Some(timestamp));
         }
-        Ok(new)
+        Ok(true)
     }
 
     /// Deletes the current key and namespace's timer at `timestamp`; whether there was one.
@@ -173,8 +348,14 @@ impl TimerService {
         domain: TimeDomain,
         timestamp: i64,
     ) -> Result<bool, StateError> {
+        let q = self.queue(domain);
+        if !backend.delete_timer(q.state, timestamp)? {
+            return Ok(false);
+        }
+        let i = q.slot(backend.current_key_group()?)?;
         // The key group's head stays a lower bound; the next read finds the real one.
-        backend.delete_timer(self.queue(domain).state, timestamp)
+        q.deleted(backend, i, timestamp)?;
+        Ok(true)
     }
 
     /// A lower bound of the earliest timer of `domain` (exact unless timers were deleted since it was read).
@@ -200,25 +381,28 @@ impl TimerService {
             if bound > time {
                 return Ok(None);
             }
-            let after = q.resume.as_ref().filter(|(rkg, last)| *rkg == kg && last.timestamp >= bound).map(|(_, t)| t);
-            if !backend.first_timer(q.state, kg, bound, after, &mut q.current)? {
-                q.set_head(kg, None);
+            let i = (kg - q.range.start) as usize;
+            let Some(&r) = q.batches[i].pending.front() else {
+                let head = q.read(backend, kg, i, bound, time)?;
+                q.set_head(kg, head);
                 continue;
-            }
-            let ts = q.current.timestamp;
-            q.set_head(kg, Some(ts));
+            };
+            let ts = timer_row_timestamp(&q.rows[r as usize])?;
             // The bound was below the real head: another key group's timer may come first.
-            if ts > time || q.heads.first() != Some(&(ts, kg)) {
+            if ts != bound {
+                q.set_head(kg, Some(ts));
                 continue;
             }
+            q.current.read(&q.rows[r as usize])?;
             backend.remove_timer(q.state, kg, &q.current)?;
-            match &mut q.resume {
-                Some((rkg, last)) => {
-                    *rkg = kg;
-                    last.clone_from(&q.current);
-                }
-                None => q.resume = Some((kg, q.current.clone())),
-            }
+            let b = &mut q.batches[i];
+            b.pending.pop_front();
+            q.free.push(r);
+            let head = match b.pending.front() {
+                Some(&n) => Some(timer_row_timestamp(&q.rows[n as usize])?),
+                None => b.next,
+            };
+            q.set_head(kg, head);
             backend.set_current_key_in_group(&q.current.key, kg);
             backend.set_current_namespace(&q.current.namespace);
             return Ok(Some(ts));
@@ -246,7 +430,7 @@ mod tests {
     use crate::heap::HeapBackend;
     use crate::rocks::{RocksDbBackend, RocksOptions};
     use proptest::prelude::*;
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
     fn backends(dir: &std::path::Path, range: KeyGroupRange) -> Vec<Box<dyn KeyedStateBackend>> {
         vec![
@@ -365,6 +549,46 @@ mod tests {
         }
     }
 
+    /// Timers set and deleted in a key group whose due timers were read ahead: one set earlier than those read
+    /// fires first, one deleted never fires, one in another key group takes its place in the order, and each
+    /// fired timer leaves the backend.
+    #[test]
+    fn timers_set_and_deleted_while_a_key_group_is_read_ahead_fire_in_order() {
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let group = |k: &[u8]| weir_common::keygroup::key_group_for_key(k, 128).0;
+        let a = b"a".to_vec();
+        let same: Vec<Vec<u8>> =
+            (0u32..).map(|i| format!("s{i}").into_bytes()).filter(|k| group(k) == group(&a)).take(3).collect();
+        let other = (0u32..).map(|i| format!("o{i}").into_bytes()).find(|k| group(k) != group(&a)).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        for mut backend in backends(tmp.path(), range) {
+            let b = &mut *backend;
+            let mut s = TimerService::open(b, range).unwrap();
+            for (k, ts) in [(&a, 10), (&same[0], 20), (&same[1], 30), (&same[2], 40)] {
+                b.set_current_key(k);
+                s.register(b, TimeDomain::EventTime, ts).unwrap();
+            }
+            // Reads the key group's four timers, fires the first.
+            assert_eq!(s.pop_due(b, TimeDomain::EventTime, 100).unwrap(), Some(10));
+            b.set_current_key(&a);
+            assert!(s.register(b, TimeDomain::EventTime, 15).unwrap());
+            assert!(s.register(b, TimeDomain::EventTime, 10).unwrap(), "{}: set again once fired", b.kind());
+            b.set_current_key(&same[1]);
+            assert!(s.delete(b, TimeDomain::EventTime, 30).unwrap());
+            assert!(!s.delete(b, TimeDomain::EventTime, 30).unwrap());
+            b.set_current_key(&other);
+            s.register(b, TimeDomain::EventTime, 35).unwrap();
+            b.set_current_key(&same[2]);
+            assert!(!s.register(b, TimeDomain::EventTime, 40).unwrap(), "{}: read ahead, still there", b.kind());
+            let fired = fire(&mut s, b, TimeDomain::EventTime, 100);
+            let got: Vec<(i64, Vec<u8>)> = fired.into_iter().map(|(t, k, _)| (t, k)).collect();
+            let want = [(10, &a), (15, &a), (20, &same[0]), (35, &other), (40, &same[2])];
+            assert_eq!(got, want.map(|(t, k)| (t, k.clone())), "{}", b.kind());
+            assert_eq!(s.count(b, TimeDomain::EventTime).unwrap(), 0, "{}: fired timers are removed", b.kind());
+            assert_eq!(s.next_timestamp(TimeDomain::EventTime), None);
+        }
+    }
+
     #[test]
     fn timers_are_refused_by_other_kinds_and_other_operations_by_timer_states() {
         let range = KeyGroupRange { start: 0, end: 127 };
@@ -422,6 +646,80 @@ mod tests {
                     }
                     prop_assert_eq!(fired, due);
                 }
+                prop_assert_eq!(s.count(b, TimeDomain::EventTime).unwrap(), 0);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Against a model, with firing interleaved with registrations and deletions (as operators set and delete
+        /// timers from `on_timer`) and tiny read-ahead batches: each pop fires a timer of the earliest due
+        /// timestamp, and every live timer fires exactly once. Deletions mostly hit live timers (often read
+        /// ahead), and fired timers are set again.
+        #[test]
+        fn timers_changed_while_firing_match_a_model(
+            ops in proptest::collection::vec((0u8..8, 0u16..12, 0u8..3, -30i64..30), 1..200),
+            batch in 1usize..5,
+        ) {
+            let range = KeyGroupRange { start: 0, end: 127 };
+            let tmp = tempfile::tempdir().unwrap();
+            for mut b in backends(tmp.path(), range) {
+                let b = &mut *b;
+                let mut s = TimerService::open(b, range).unwrap().with_batch(batch);
+                let mut model: BTreeSet<(i64, Vec<u8>, Vec<u8>)> = BTreeSet::new();
+                let mut fired_before: Vec<(i64, Vec<u8>, Vec<u8>)> = Vec::new();
+                for (op, key, ns, ts) in &ops {
+                    let pick = |from: &mut dyn Iterator<Item = &(i64, Vec<u8>, Vec<u8>)>, n: usize| {
+                        from.nth(*key as usize % n.max(1)).cloned()
+                    };
+                    let random = (*ts, key.to_be_bytes().to_vec(), vec![*ns; *ns as usize]);
+                    let (op, (ts, key, ns)) = match op {
+                        0 | 1 => (0, random),
+                        2 => (0, pick(&mut fired_before.iter(), fired_before.len()).unwrap_or(random)),
+                        3 => (1, pick(&mut model.iter(), model.len()).unwrap_or(random)),
+                        4 => (1, random),
+                        _ => (2, random),
+                    };
+                    match op {
+                        0 => {
+                            b.set_current_key(&key);
+                            b.set_current_namespace(&ns);
+                            let new = s.register(b, TimeDomain::EventTime, ts).unwrap();
+                            prop_assert_eq!(new, model.insert((ts, key, ns)), "{}", b.kind());
+                        }
+                        1 => {
+                            b.set_current_key(&key);
+                            b.set_current_namespace(&ns);
+                            let had = s.delete(b, TimeDomain::EventTime, ts).unwrap();
+                            prop_assert_eq!(had, model.remove(&(ts, key, ns)), "{}", b.kind());
+                        }
+                        _ => {
+                            let earliest = model.first().map(|t| t.0);
+                            let next = s.next_timestamp(TimeDomain::EventTime);
+                            // Deleted timers may leave it below the earliest, or set with none left.
+                            let bound = earliest.is_none_or(|e| next.is_some_and(|n| n <= e));
+                            prop_assert!(bound, "{}: {:?} is a lower bound of {:?}", b.kind(), next, earliest);
+                            let due = earliest.filter(|t| *t <= ts);
+                            let got = s.pop_due(b, TimeDomain::EventTime, ts).unwrap();
+                            prop_assert_eq!(got, due, "{}: the earliest due timestamp", b.kind());
+                            if let Some(t) = got {
+                                let (k, n) = b.current_key_and_namespace();
+                                prop_assert_eq!(k, s.fired_key(TimeDomain::EventTime));
+                                let fired = (t, k.to_vec(), n.to_vec());
+                                prop_assert!(model.remove(&fired), "{}: fired {:?}, not live", b.kind(), fired);
+                                fired_before.push(fired);
+                            }
+                        }
+                    }
+                    prop_assert_eq!(s.count(b, TimeDomain::EventTime).unwrap(), model.len() as u64);
+                }
+                let fired = fire(&mut s, b, TimeDomain::EventTime, i64::MAX);
+                let times: Vec<i64> = fired.iter().map(|f| f.0).collect();
+                prop_assert!(times.windows(2).all(|w| w[0] <= w[1]), "in order: {:?}", times);
+                let mut fired = fired;
+                fired.sort();
+                prop_assert_eq!(fired, model.into_iter().collect::<Vec<_>>(), "{}", b.kind());
                 prop_assert_eq!(s.count(b, TimeDomain::EventTime).unwrap(), 0);
             }
         }
