@@ -10,6 +10,8 @@
 //! `statefile.rs`, which canonical snapshots share). `WEIRHP01` files (value states only, no kind byte) are still
 //! read. A state with TTL stores its kind as a kind record with the TTL config instead of the kind byte
 //! (`kind | 0x80` and 10 more bytes, see [`crate::meta`]); states without TTL are written exactly as before.
+//! Timer states come last: the synchronous part of a snapshot takes a pointer per chunk of their rows
+//! (`timerset.rs`) and a thread writes them while the task goes on ([`LocalSnapshot::ready`] waits for it).
 //!
 //! A restore may read several files, heap or canonical, keeping the rows of the backend's key groups (on
 //! rescaling, see `rescale.rs`); a native RocksDB snapshot cannot be restored into the heap.
@@ -20,6 +22,7 @@
 //! snapshot writes no expired value, list element or map entry.
 
 use crate::error::StateError;
+use crate::ingest::PendingFiles;
 use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
 use crate::layout::{decode_list, row_in, RowKeyBuilder, TimerRow, TimerScan};
 use crate::layout::{ElementVisitor, RowVisitor};
@@ -30,13 +33,14 @@ use crate::meta::{
 };
 use crate::migrate::{RowRewrite, ValueMigration};
 use crate::statefile::{Row, StateFileReader, HEAP_V1, HEAP_V2};
+use crate::timerset::{TimerSet, TimerSetSnapshot};
 use crate::ttl::{
     retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock, DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
 };
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
-use std::ops::Bound;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Arc;
 use weir_common::keygroup::KeyGroupRange;
@@ -60,8 +64,8 @@ struct HeapState {
     /// Map rows: row key to user key to value.
     maps: HashMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Timer rows (timer states): ordered, so each key group's timers are a range in firing order — the
-    /// per-key-group priority queues.
-    timers: BTreeSet<Vec<u8>>,
+    /// per-key-group priority queues; a snapshot copies a pointer per chunk of them, not the rows.
+    timers: TimerSet,
     ttl: Option<StateTtlConfig>,
     /// Whether the state is scoped to namespaces (its rows end with `namespace | u32 BE length`).
     namespaced: bool,
@@ -74,13 +78,20 @@ struct HeapState {
 }
 
 impl HeapState {
-    fn new(name: String, kind: StateKind, ttl: Option<StateTtlConfig>, namespaced: bool, registered: bool) -> Self {
+    fn new(
+        name: String,
+        kind: StateKind,
+        ttl: Option<StateTtlConfig>,
+        namespaced: bool,
+        registered: bool,
+        prefix_len: usize,
+    ) -> Self {
         HeapState {
             name,
             kind,
             rows: HashMap::new(),
             maps: HashMap::new(),
-            timers: BTreeSet::new(),
+            timers: TimerSet::new(prefix_len),
             ttl,
             namespaced,
             registered,
@@ -129,6 +140,23 @@ fn write_bytes(w: &mut impl Write, b: &[u8]) -> std::io::Result<()> {
     w.write_all(b)
 }
 
+/// Writes the timer states `(name, kind record, rows)` at the end of a heap snapshot file and closes it;
+/// returns the file's size.
+fn finish_timers(mut w: BufWriter<File>, timers: &[(String, Vec<u8>, TimerSetSnapshot)]) -> Result<u64, StateError> {
+    let io = |e| StateError::io("write heap snapshot", e);
+    for (name, record, rows) in timers {
+        write_bytes(&mut w, name.as_bytes()).map_err(io)?;
+        w.write_all(record).map_err(io)?;
+        w.write_all(&(rows.len() as u32).to_le_bytes()).map_err(io)?;
+        for row in rows.iter() {
+            write_bytes(&mut w, row).map_err(io)?;
+            write_bytes(&mut w, &[]).map_err(io)?;
+        }
+    }
+    let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+    Ok(file.metadata().map_err(io)?.len())
+}
+
 impl HeapBackend {
     /// An empty backend, or one restored from a snapshot directory.
     pub fn open(max_parallelism: u32, range: KeyGroupRange, restore_dir: Option<&Path>) -> Result<Self, StateError> {
@@ -173,7 +201,7 @@ impl HeapBackend {
                     i
                 }
                 None => {
-                    let mut st = HeapState::new(header.name.clone(), kind, ttl, namespaced, false);
+                    let mut st = HeapState::new(header.name.clone(), kind, ttl, namespaced, false, prefix_len);
                     st.origin = origin.clone();
                     self.states.push(st);
                     self.states.len() - 1
@@ -187,7 +215,7 @@ impl HeapBackend {
                     Row::Value { key, value } => {
                         if in_range(key)? {
                             if st.kind == StateKind::Timers {
-                                st.timers.insert(key.to_vec());
+                                st.timers.insert(key)?;
                             } else {
                                 st.rows.insert(key.to_vec(), value.to_vec());
                             }
@@ -300,7 +328,8 @@ impl KeyedStateBackend for HeapBackend {
             st.registered = true;
             return Ok(StateId(i));
         }
-        self.states.push(HeapState::new(name.to_string(), kind, ttl, options.namespaced, true));
+        let prefix_len = self.row.prefix_len;
+        self.states.push(HeapState::new(name.to_string(), kind, ttl, options.namespaced, true, prefix_len));
         Ok(StateId(self.states.len() - 1))
     }
 
@@ -540,9 +569,7 @@ impl KeyedStateBackend for HeapBackend {
         if st.kind != StateKind::Timers {
             return Err(wrong_kind(&st.name, st.kind, "add_timer"));
         }
-        // A timer set again allocates nothing.
-        let new = !st.timers.contains(&self.timer_row) && st.timers.insert(self.timer_row.clone());
-        Ok((kg, new))
+        Ok((kg, st.timers.insert(&self.timer_row)?))
     }
 
     fn delete_timer(&mut self, state: StateId, timestamp: i64) -> Result<bool, StateError> {
@@ -568,7 +595,7 @@ impl KeyedStateBackend for HeapBackend {
         }
         let prefix_len = self.row.prefix_len;
         let st = self.state(state, "first_timer", |k| k == StateKind::Timers)?;
-        match st.timers.range(lo..hi).next() {
+        match st.timers.range(&lo, Some(&hi)).next() {
             Some(row) => {
                 out.read(&row[prefix_len..])?;
                 Ok(true)
@@ -591,8 +618,7 @@ impl KeyedStateBackend for HeapBackend {
         if st.kind != StateKind::Timers {
             return Err(wrong_kind(&st.name, st.kind, "scan_timers"));
         }
-        let bounds = (Bound::Included(&self.timer_row[..]), Bound::Excluded(&self.timer_hi[..]));
-        for row in st.timers.range::<[u8], _>(bounds) {
+        for row in st.timers.range(&self.timer_row, Some(&self.timer_hi)) {
             if !f(&row[prefix_len..])? {
                 break;
             }
@@ -618,13 +644,21 @@ impl KeyedStateBackend for HeapBackend {
         std::fs::create_dir_all(dir).map_err(|e| StateError::io(format!("create {}", dir.display()), e))?;
         let path = dir.join(FILE);
         let file = std::fs::File::create(&path).map_err(|e| StateError::io(format!("create {}", path.display()), e))?;
-        let mut w = std::io::BufWriter::new(file);
+        let mut w = BufWriter::new(file);
         let io = |e| StateError::io("write heap snapshot", e);
         w.write_all(MAGIC).map_err(io)?;
         w.write_all(&(self.states.len() as u32).to_le_bytes()).map_err(io)?;
         let now = self.clock.now_ms();
         let mut bytes = HashMap::with_capacity(self.states.len());
+        let mut timers = Vec::new();
         for st in &self.states {
+            if st.kind == StateKind::Timers {
+                // Written last, by a thread, from pointers to the rows as they are now (see `timerset.rs`).
+                bytes.insert(st.name.clone(), st.timers.bytes());
+                let record = encode_kind_record(st.kind, st.ttl.as_ref(), st.namespaced);
+                timers.push((st.name.clone(), record, st.timers.snapshot()));
+                continue;
+            }
             let mut n = 0u64;
             write_bytes(&mut w, st.name.as_bytes()).map_err(io)?;
             w.write_all(&encode_kind_record(st.kind, st.ttl.as_ref(), st.namespaced)).map_err(io)?;
@@ -647,13 +681,6 @@ impl KeyedStateBackend for HeapBackend {
                         write_bytes(&mut w, v).map_err(io)?;
                         n += (uk.len() + v.len()) as u64;
                     }
-                }
-            } else if st.kind == StateKind::Timers {
-                w.write_all(&(st.timers.len() as u32).to_le_bytes()).map_err(io)?;
-                for k in &st.timers {
-                    write_bytes(&mut w, k).map_err(io)?;
-                    write_bytes(&mut w, &[]).map_err(io)?;
-                    n += k.len() as u64;
                 }
             } else {
                 let rows: Vec<(&Vec<u8>, Cow<'_, [u8]>)> = st
@@ -679,15 +706,26 @@ impl KeyedStateBackend for HeapBackend {
             bytes.insert(st.name.clone(), n);
         }
         self.snapshot_bytes = bytes;
-        w.flush().map_err(io)?;
-        let size = std::fs::metadata(&path).map_err(io)?.len();
-        Ok(LocalSnapshot {
+        let mut snapshot = LocalSnapshot {
             dir: dir.to_path_buf(),
-            files: vec![(FILE.to_string(), size)],
+            files: Vec::new(),
             backend: "heap",
             key_group_range: self.range,
             pending: None,
-        })
+        };
+        if timers.iter().all(|(_, _, rows)| rows.len() == 0) {
+            snapshot.files.push((FILE.to_string(), finish_timers(w, &timers)?));
+            return Ok(snapshot);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("weir-heap-timers".into())
+            .spawn(move || {
+                let _ = tx.send(finish_timers(w, &timers).map(|size| vec![(FILE.to_string(), size)]));
+            })
+            .map_err(|e| StateError::io("start the heap snapshot's timer writer", e))?;
+        snapshot.pending = Some(PendingFiles(rx));
+        Ok(snapshot)
     }
 
     fn migrate_state(&mut self, name: &str, migration: &mut ValueMigration<'_>) -> Result<u64, StateError> {
@@ -738,8 +776,8 @@ impl KeyedStateBackend for HeapBackend {
                     out.1.insert((st.name.clone(), k.clone(), Some(uk.clone()), v.clone()));
                 }
             }
-            for k in &st.timers {
-                out.1.insert((st.name.clone(), k.clone(), None, Vec::new()));
+            for k in st.timers.iter() {
+                out.1.insert((st.name.clone(), k.to_vec(), None, Vec::new()));
             }
         }
         out

@@ -39,8 +39,8 @@ pub struct LocalSnapshot {
     pub backend: &'static str,
     /// Key groups the snapshot holds.
     pub key_group_range: KeyGroupRange,
-    /// Files still being written in the background (RocksDB: the SSTs of rows frozen at the barrier); they
-    /// join `files` through [`LocalSnapshot::ready`].
+    /// Files still being written in the background (RocksDB: the SSTs of rows frozen at the barrier; heap: the
+    /// file, while its timers are written); they join `files` through [`LocalSnapshot::ready`].
     pub pending: Option<crate::ingest::PendingFiles>,
 }
 

@@ -74,6 +74,7 @@ pub(crate) mod statefile;
 #[cfg(test)]
 mod suite;
 pub mod timers;
+mod timerset;
 pub mod ttl;
 
 pub use canonical::write_canonical;

@@ -589,6 +589,46 @@ mod tests {
         }
     }
 
+    /// A snapshot holds the timers as they were when it was taken, though they change (fire, are set and
+    /// deleted) while its files are still being written; restored, exactly those fire.
+    #[test]
+    fn a_snapshot_keeps_the_timers_of_its_barrier_while_they_change() {
+        use crate::rescale::open_keyed_backend;
+        use weir_common::spec::StateBackend;
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let tmp = tempfile::tempdir().unwrap();
+        for kind in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let dir = tmp.path().join(format!("{kind:?}"));
+            let mut b = open_keyed_backend(kind, &dir.join("w"), 128, range, None, &Default::default()).unwrap();
+            let b = &mut *b;
+            let mut s = TimerService::open(b, range).unwrap();
+            let mut at_barrier = BTreeSet::new();
+            for i in 0u64..3000 {
+                let (key, ts) = ((i % 700).to_be_bytes(), (i * 7919 % 1000) as i64);
+                b.set_current_key(&key);
+                s.register(b, TimeDomain::EventTime, ts).unwrap();
+                at_barrier.insert((ts, key.to_vec()));
+            }
+            let mut snap = b.snapshot_sync(&dir.join("snap")).unwrap();
+            // Every chunk of the heap's rows changes before the snapshot's rows are written.
+            let due = at_barrier.iter().filter(|(t, _)| *t <= 400).count();
+            assert_eq!(fire(&mut s, b, TimeDomain::EventTime, 400).len(), due);
+            for i in 0u64..700 {
+                b.set_current_key(&i.to_be_bytes());
+                s.register(b, TimeDomain::EventTime, 2000 + i as i64).unwrap();
+                s.delete(b, TimeDomain::EventTime, (i * 7919 % 1000) as i64).unwrap();
+            }
+            snap.ready_blocking().unwrap();
+            let mut r =
+                open_keyed_backend(kind, &dir.join("r"), 128, range, Some(&snap.dir), &Default::default()).unwrap();
+            let r = &mut *r;
+            let mut s = TimerService::open(r, range).unwrap();
+            let restored: BTreeSet<(i64, Vec<u8>)> =
+                fire(&mut s, r, TimeDomain::EventTime, i64::MAX).into_iter().map(|(t, k, _)| (t, k)).collect();
+            assert_eq!(restored, at_barrier, "{kind:?}");
+        }
+    }
+
     #[test]
     fn timers_are_refused_by_other_kinds_and_other_operations_by_timer_states() {
         let range = KeyGroupRange { start: 0, end: 127 };
