@@ -41,7 +41,8 @@
 //!   (RocksDB) cleanup.
 //! - [`timers`]: timer services — an operator's event-time and processing-time timers as keyed state of kind
 //!   [`StateKind::Timers`] (rows key group first, then timestamp), with each key group's earliest timer cached
-//!   ([`TimerService`]); they move with their key groups through every snapshot, restore and rescale path.
+//!   and its due timers read ahead in batches ([`TimerService`]); they move with their key groups through every
+//!   snapshot, restore and rescale path.
 //! - [`snapshot`]: uploading local snapshots to an object store and downloading them for restore.
 //!
 //! The same test suite (`suite.rs`) runs every state kind, clear, clear_all, kind conflicts, the size limit and

@@ -1220,6 +1220,13 @@ impl KeyedStateBackend for RocksDbBackend {
         let st = &self.states[state.0];
         let cf = cf_handle(&self.db, &st.name)?;
         // Timers bypass the write-back cache: firing reads them in order, by iterator.
+        // The read stays: only it tells a new timer from one set again, which `timer_count` (exact, kept per
+        // add and removal; a count by iteration would walk every timer at each checkpoint's summary) and
+        // `TimerService::register`'s answer need. A blind put would not do either: a merge-counted row cannot
+        // tell how many rows are distinct, and a row set again (windows set their timer once per record) would
+        // be counted again. The read is cheap where it is common: a first-time timer is absent, which the
+        // whole-key Bloom filter answers without a block read, and a timer set again is usually in the
+        // memtable or block cache, and then saves the write.
         if self.db.get_pinned_cf(cf, &self.map_row)?.is_some() {
             return Ok((kg, false));
         }
