@@ -197,8 +197,16 @@ impl RowCache {
         self.set(key, Some(value), true);
     }
 
-    /// Deletes a row (a dirty tombstone until the next [`RowCache::drain_dirty`]).
+    /// Deletes a row (a dirty tombstone until the next [`RowCache::drain_dirty`]). A row read from RocksDB as
+    /// absent (clean, no value) stays as it is: RocksDB has nothing to delete, so no tombstone is written (a
+    /// window's empty slices are deleted as often as they are read).
     pub fn delete(&mut self, key: &[u8]) {
+        if let Some(i) = self.find(key) {
+            let m = &self.metas[i as usize];
+            if !m.dirty && m.val_len == NONE {
+                return;
+            }
+        }
         self.set(key, None, true);
     }
 
@@ -256,6 +264,32 @@ impl RowCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deleting_a_row_read_as_absent_writes_no_tombstone() {
+        let mut c = RowCache::default();
+        c.insert_clean(b"gone", None);
+        c.delete(b"gone");
+        c.delete(b"never read");
+        c.insert_clean(b"kept", Some(b"v"));
+        c.delete(b"kept");
+        c.put(b"written", b"v");
+        c.delete(b"written");
+        let mut dirty = Vec::new();
+        c.drain_dirty(|k, v| dirty.push((k.to_vec(), v.is_some())));
+        dirty.sort();
+        assert_eq!(
+            dirty,
+            vec![(b"kept".to_vec(), false), (b"never read".to_vec(), false), (b"written".to_vec(), false)],
+            "only rows RocksDB may hold get a tombstone"
+        );
+        assert_eq!(c.get(b"gone"), Cached::Hit(None));
+        // Once flushed, a tombstone is clean and absent: deleting it again writes nothing.
+        c.delete(b"kept");
+        let mut again = 0;
+        c.drain_dirty(|_, _| again += 1);
+        assert_eq!(again, 0);
+    }
 
     #[test]
     fn reads_writes_and_dirty_tracking() {

@@ -13,12 +13,15 @@ use crate::api::operator::{Collector, InitContext, Operator, OperatorError, Proc
 use crate::api::timers::{TimeDomain, Timers};
 use crate::window::accumulate::{Acc, AccResult, Running};
 use crate::window::assign::{TimeWindow, WindowKind};
-use crate::window::operator::{late_counters, late_records, Aggregating, WindowAggregator, WindowOperator};
+use crate::window::operator::{
+    aggregated_column, late_counters, late_records, read_sessions, write_sessions, Aggregating, WindowAggregator,
+    WindowOperator,
+};
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
 use crate::window::trigger::Trigger;
 use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Float64Builder, Int64Builder, TimestampMillisecondBuilder};
-use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::Arc;
 use weir_common::builtin::{
@@ -218,26 +221,11 @@ impl WindowAggregator for BuiltinAggregator {
     }
 
     fn add(&mut self, acc: &mut StoredAcc, batch: &RecordBatch, row: usize) -> Result<(), OperatorError> {
-        let value = match self.cfg.aggregate {
-            Aggregate::Count => 0,
-            agg => {
-                let column = batch
-                    .column_by_name(&self.cfg.field)
-                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
-                    .ok_or_else(|| {
-                        OperatorError::Other(format!(
-                            "window-aggregate: the input has no int64 column {:?} to {} (schema {})",
-                            self.cfg.field,
-                            agg.name(),
-                            batch.schema()
-                        ))
-                    })?;
-                // Nulls are skipped, as SQL aggregates skip them.
-                if column.is_null(row) {
-                    return Ok(());
-                }
-                column.value(row)
-            }
+        let value = match aggregated_column(batch, &self.cfg.field, self.cfg.aggregate)? {
+            None => 0,
+            // Nulls are skipped, as SQL aggregates skip them.
+            Some(column) if column.is_null(row) => return Ok(()),
+            Some(column) => column.value(row),
         };
         let one = Acc::of(self.cfg.aggregate, value);
         match &mut acc.0 {
@@ -485,28 +473,12 @@ impl WindowAggregate {
     /// [`WindowAggregate::write_sessions`] or by assigning `self.open`).
     fn read_sessions(&mut self, b: &mut dyn KeyedStateBackend) -> Result<Sessions, OperatorError> {
         let state = self.sessions.ok_or_else(|| OperatorError::Other("window-aggregate: no session state".into()))?;
-        let mut sessions = std::mem::take(&mut self.open);
-        match b.get_value(state)? {
-            None => sessions.0.clear(),
-            Some(bytes) if sessions.decode_from(bytes) => {}
-            Some(bytes) => {
-                return Err(OperatorError::Other(format!(
-                    "window-aggregate: stored sessions of {} bytes are malformed",
-                    bytes.len()
-                )))
-            }
-        }
-        Ok(sessions)
+        read_sessions(b, state, std::mem::take(&mut self.open))
     }
 
     fn write_sessions(&mut self, b: &mut dyn KeyedStateBackend, sessions: Sessions) -> Result<(), OperatorError> {
         let state = self.sessions.ok_or_else(|| OperatorError::Other("window-aggregate: no session state".into()))?;
-        if sessions.0.is_empty() {
-            b.delete_value(state)?;
-        } else {
-            sessions.encode(&mut self.bytes);
-            b.put_value(state, &self.bytes)?;
-        }
+        write_sessions(b, state, &sessions, &mut self.bytes)?;
         self.open = sessions;
         Ok(())
     }
@@ -599,22 +571,7 @@ impl Operator for WindowAggregate {
         let times = event_times(batch).ok_or_else(|| {
             OperatorError::Other("window-aggregate needs event time: its input has no timestamps".into())
         })?;
-        let values: Option<&Int64Array> = match self.cfg.aggregate {
-            Aggregate::Count => None,
-            _ => Some(
-                batch
-                    .column_by_name(&self.cfg.field)
-                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
-                    .ok_or_else(|| {
-                        OperatorError::Other(format!(
-                            "window-aggregate: the input has no int64 column {:?} to {} (schema {})",
-                            self.cfg.field,
-                            self.cfg.aggregate.name(),
-                            batch.schema()
-                        ))
-                    })?,
-            ),
-        };
+        let values = aggregated_column(batch, &self.cfg.field, self.cfg.aggregate)?;
         let slicing = self.slicing;
         let kind = self.kind;
         let mut t = ctx.timers()?;
@@ -742,6 +699,7 @@ mod tests {
     use crate::window::operator::{Listing, ProcessWindowFunction};
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
+    use arrow_array::Int64Array;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
     use weir_common::builtin::LateRecords;

@@ -25,7 +25,8 @@ use crate::window::assign::{TimeWindow, WindowKind, GLOBAL};
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
 use crate::window::trigger::{Decision, Trigger, TriggerState};
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, Int64Array, RecordBatch};
+use weir_common::builtin::WindowAggregate;
 use weir_state::signature::{StateSignature, TypeSignature};
 use weir_state::{
     KeyedStateBackend, ListState, StateCodec, StateDescriptor, StateId, StateKind, StateOptions, ValueState,
@@ -318,6 +319,60 @@ impl<P: ProcessWindowFunction> Contents for Listing<P> {
     }
 }
 
+/// The current key's open sessions from `state`, read into `reuse` (a list kept from key to key, so a read
+/// allocates nothing once warm).
+pub fn read_sessions(
+    b: &mut dyn KeyedStateBackend,
+    state: StateId,
+    mut reuse: Sessions,
+) -> Result<Sessions, OperatorError> {
+    match b.get_value(state)? {
+        None => reuse.0.clear(),
+        Some(bytes) if reuse.decode_from(bytes) => {}
+        Some(bytes) => {
+            return Err(OperatorError::Other(format!(
+                "window operator: stored sessions of {} bytes are malformed",
+                bytes.len()
+            )))
+        }
+    }
+    Ok(reuse)
+}
+
+/// Stores the current key's open sessions in `state` (none: the row goes), encoded into `bytes`.
+pub fn write_sessions(
+    b: &mut dyn KeyedStateBackend,
+    state: StateId,
+    sessions: &Sessions,
+    bytes: &mut Vec<u8>,
+) -> Result<(), OperatorError> {
+    if sessions.0.is_empty() {
+        b.delete_value(state)?;
+    } else {
+        sessions.encode(bytes);
+        b.put_value(state, bytes)?;
+    }
+    Ok(())
+}
+
+/// The int64 column `field` of `batch` that `aggregate` reads (`None` for a count, which reads none).
+pub fn aggregated_column<'a>(
+    batch: &'a RecordBatch,
+    field: &str,
+    aggregate: WindowAggregate,
+) -> Result<Option<&'a Int64Array>, OperatorError> {
+    if aggregate == WindowAggregate::Count {
+        return Ok(None);
+    }
+    batch.column_by_name(field).and_then(|c| c.as_any().downcast_ref::<Int64Array>()).map(Some).ok_or_else(|| {
+        OperatorError::Other(format!(
+            "window-aggregate: the input has no int64 column {field:?} to {} (schema {})",
+            aggregate.name(),
+            batch.schema()
+        ))
+    })
+}
+
 /// The tag of a window operator's side output of late records.
 pub const LATE_TAG: &str = weir_common::builtin::LATE_TAG;
 
@@ -593,28 +648,12 @@ impl<C: Contents> WindowOperator<C> {
 
     fn read_sessions(&mut self, b: &mut dyn KeyedStateBackend) -> Result<Sessions, OperatorError> {
         let state = self.sessions_state.ok_or_else(unregistered)?;
-        let mut sessions = std::mem::take(&mut self.open);
-        match b.get_value(state)? {
-            None => sessions.0.clear(),
-            Some(bytes) if sessions.decode_from(bytes) => {}
-            Some(bytes) => {
-                return Err(OperatorError::Other(format!(
-                    "window operator: stored sessions of {} bytes are malformed",
-                    bytes.len()
-                )))
-            }
-        }
-        Ok(sessions)
+        read_sessions(b, state, std::mem::take(&mut self.open))
     }
 
     fn write_sessions(&mut self, b: &mut dyn KeyedStateBackend, sessions: Sessions) -> Result<(), OperatorError> {
         let state = self.sessions_state.ok_or_else(unregistered)?;
-        if sessions.0.is_empty() {
-            b.delete_value(state)?;
-        } else {
-            sessions.encode(&mut self.bytes);
-            b.put_value(state, &self.bytes)?;
-        }
+        write_sessions(b, state, &sessions, &mut self.bytes)?;
         self.open = sessions;
         Ok(())
     }
