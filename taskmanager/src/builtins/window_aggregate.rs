@@ -15,7 +15,7 @@ use crate::window::accumulate::{Acc, AccResult, Running};
 use crate::window::assign::{TimeWindow, WindowKind};
 use crate::window::operator::{
     aggregated_column, late_counters, late_records, read_sessions, write_sessions, Aggregating, WindowAggregator,
-    WindowOperator,
+    WindowOperator, SESSIONS_STATE,
 };
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
@@ -42,9 +42,6 @@ const OUT_ROWS: usize = 1024;
 pub fn accumulator_state(aggregate: Aggregate) -> String {
     format!("window-{}", aggregate.name())
 }
-
-/// The state holding each key's open sessions.
-pub const SESSIONS_STATE: &str = "window-sessions";
 
 /// The state holding, per key, the part of the last fired sliding window the next one shares (count, sum, avg).
 pub const RUN_STATE: &str = "window-run";
