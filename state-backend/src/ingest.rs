@@ -102,6 +102,12 @@ impl FrozenRows {
 pub(crate) fn sst_options() -> Options {
     let mut opts = Options::default();
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    // The same Bloom filter as the column families' own files: without one, a point read of an absent row
+    // (a new window slice, a key not seen yet) reads a data block of every ingested file whose key range
+    // covers it — and a flush's file covers every key group of the subtask.
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    opts.set_block_based_table_factory(&table);
     opts
 }
 
