@@ -22,6 +22,7 @@
 //! the completed one uploaded and does not upload it again.
 
 use crate::error::StateError;
+use crate::timerset::TimerSetSnapshot;
 use rocksdb::{IngestExternalFileOptions, Options, SstFileWriter, DB};
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::MetadataExt;
@@ -41,6 +42,9 @@ const DELETED: u32 = u32::MAX;
 pub(crate) struct FrozenRows {
     /// Column family name.
     pub(crate) column_family: String,
+    /// Timer rows not in the live database yet (`RocksDbBackend`'s pending timers): the snapshot's file holds
+    /// them, the live database does not ingest it — they stay pending in memory.
+    timers: Option<TimerSetSnapshot>,
     arena: Vec<u8>,
     /// Offset of the key in `arena`, key length, value length (or [`DELETED`]); the value follows the key.
     rows: Vec<(usize, u32, u32)>,
@@ -50,6 +54,16 @@ impl FrozenRows {
     /// An empty set for `column_family`.
     pub(crate) fn new(column_family: String) -> Self {
         FrozenRows { column_family, ..Default::default() }
+    }
+
+    /// The pending timer rows of `column_family`, for the snapshot only.
+    pub(crate) fn pending_timers(column_family: String, rows: TimerSetSnapshot) -> Self {
+        FrozenRows { column_family, timers: Some(rows), ..Default::default() }
+    }
+
+    /// Whether the live database gets these rows too (all but pending timers).
+    pub(crate) fn live(&self) -> bool {
+        self.timers.is_none()
     }
 
     /// Adds a row (`None`: deleted).
@@ -68,7 +82,7 @@ impl FrozenRows {
 
     /// Whether no row was frozen.
     pub(crate) fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.rows.is_empty() && self.timers.as_ref().is_none_or(|t| t.len() == 0)
     }
 
     fn row(&self, i: usize) -> (&[u8], Option<&[u8]>) {
@@ -86,6 +100,11 @@ impl FrozenRows {
     /// Writes the rows, sorted by key, into a new SST file at `path`; returns its size and its smallest and
     /// largest keys.
     fn write_sst(&self, path: &Path) -> Result<(u64, Option<KeyBounds>), StateError> {
+        if let Some(timers) = &self.timers {
+            // In order already.
+            let bounds = timers.iter().next().zip(timers.iter().last()).map(|(a, b)| (a.to_vec(), b.to_vec()));
+            return Ok((write_sst(path, timers.iter().map(|r| (r, Some(&[][..]))))?, bounds));
+        }
         let mut order: Vec<u32> = (0..self.rows.len() as u32).collect();
         order.sort_unstable_by(|&a, &b| self.row(a as usize).0.cmp(self.row(b as usize).0));
         let bounds = match (order.first(), order.last()) {
@@ -242,14 +261,16 @@ pub(crate) struct Background {
 }
 
 impl Background {
-    /// Starts writing `frozen` into `snapshot_dir` (files named after `seq`) and ingesting them into `db` through
+    /// Starts writing `frozen` into `snapshot_dir` (files named after `tag`, unique to the backend instance and
+    /// snapshot: a file not ingested keeps that name, and incremental snapshots reuse files by name) and
+    /// ingesting them into `db` through
     /// hard links made in `link_dir`; the snapshot's extra files are sent on the returned channel.
     pub(crate) fn spawn(
         db: Arc<DB>,
         frozen: Arc<Vec<FrozenRows>>,
         snapshot_dir: PathBuf,
         link_dir: PathBuf,
-        seq: u64,
+        tag: String,
         fail_for_test: bool,
     ) -> Result<(Self, PendingFiles), StateError> {
         let (tx, rx) = oneshot::channel();
@@ -257,11 +278,11 @@ impl Background {
         let handle = std::thread::Builder::new()
             .name("weir-snapshot-sst".into())
             .spawn(move || {
-                let (files, ingested) = match write_and_ingest(&db, &rows, &snapshot_dir, &link_dir, seq, fail_for_test)
-                {
-                    Ok((files, ingested)) => (Ok(files), ingested),
-                    Err(e) => (Err(e), false),
-                };
+                let (files, ingested) =
+                    match write_and_ingest(&db, &rows, &snapshot_dir, &link_dir, &tag, fail_for_test) {
+                        Ok((files, ingested)) => (Ok(files), ingested),
+                        Err(e) => (Err(e), false),
+                    };
                 let _ = tx.send(files);
                 ingested
             })
@@ -282,14 +303,14 @@ impl Background {
     }
 }
 
-/// Writes one SST per column family, ingests each (until one ingestion fails), writes the manifest; returns the
-/// snapshot's files and whether every SST was ingested.
+/// Writes one SST per column family, ingests each live one (until one ingestion fails), writes the manifest;
+/// returns the snapshot's files and whether every live SST was ingested.
 fn write_and_ingest(
     db: &DB,
     frozen: &[FrozenRows],
     snapshot_dir: &Path,
     link_dir: &Path,
-    seq: u64,
+    tag: &str,
     fail_for_test: bool,
 ) -> Result<(Vec<(String, u64)>, bool), StateError> {
     if fail_for_test {
@@ -300,11 +321,11 @@ fn write_and_ingest(
     let mut files = Vec::with_capacity(frozen.len() + 1);
     let mut ingested = true;
     for (i, rows) in frozen.iter().enumerate() {
-        let name = format!("ingest-{seq}-{i}.sst");
+        let name = format!("ingest-{tag}-{i}.sst");
         let path = snapshot_dir.join(&name);
         let (size, keys) = rows.write_sst(&path)?;
         let mut final_name = name.clone();
-        if ingested {
+        if ingested && rows.live() {
             let link = link_dir.join(&name);
             let _ = std::fs::remove_file(&link);
             let result = std::fs::hard_link(&path, &link)

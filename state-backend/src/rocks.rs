@@ -65,6 +65,7 @@ use crate::meta::{
     KindRecord, StateKind, StateOptions, ROCKS_KIND_ROW_PREFIX,
 };
 use crate::migrate::{RowRewrite, ValueMigration};
+use crate::timerset::TimerSet;
 use crate::ttl::{
     list_all_expired, row_expired, Clock, SharedClock, StateTtlConfig, DEFAULT_PERIODIC_COMPACTION_SECS,
     FILTER_CLOCK_REFRESH_ROWS,
@@ -151,10 +152,23 @@ struct RocksState {
     namespaced: bool,
     /// Value rows (value kinds), or the byte length of touched lists (list kind, clean rows only).
     cache: RowCache,
-    /// Timer states: how many timers the column family holds, once counted (counted on first need after a
-    /// restore, then kept by every add and removal).
+    /// Timer states: how many timers the state holds (column family and `pending`), once counted (counted on
+    /// first need after a restore, then kept by every add and removal).
     timers: std::cell::Cell<Option<u64>>,
+    /// Timer states: timers registered since the last flush, not in the column family (a row is in one of the
+    /// two, never both). Most timers of a window fire soon after they are set: kept here they cost neither a
+    /// write nor a delete in RocksDB. A snapshot holds them as a file of its own; past
+    /// [`PENDING_TIMER_BYTES`], or when the cache is flushed, they move into the column family.
+    pending: TimerSet,
 }
+
+/// Bytes of pending timer rows (per timer state) before they are written into the column family: a snapshot
+/// writes them all (a few MB), so they are bounded well below the cache.
+#[cfg(not(test))]
+const PENDING_TIMER_BYTES: u64 = 8 << 20;
+/// Tests: timers move into the column family often, so that both halves hold some.
+#[cfg(test)]
+const PENDING_TIMER_BYTES: u64 = 512;
 
 /// Name of the list merge operator.
 const MERGE_OPERATOR: &str = "weir.list-concat";
@@ -290,6 +304,9 @@ pub struct RocksDbBackend {
     background: Option<Background>,
     /// Snapshots taken (names the SSTs of frozen rows).
     snapshot_seq: u64,
+    /// Distinguishes this backend instance's snapshot file names from another's (a restored job's first
+    /// snapshots count from 1 again).
+    instance: u64,
     /// Cache flushes (names their SST files).
     flush_seq: u64,
     /// Every column family but the default one.
@@ -310,6 +327,12 @@ pub struct RocksDbBackend {
     periodic_compaction_secs: u64,
     /// Timer counts of restored timer states not registered yet (counted once, kept for their registration).
     restored_timer_counts: std::cell::RefCell<HashMap<String, u64>>,
+}
+
+/// A number unlikely to repeat between backend instances: the clock's nanoseconds and the process id.
+fn instance_nonce() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 40)
 }
 
 fn cf_options(opts: &RocksOptions) -> Options {
@@ -426,6 +449,7 @@ impl RocksDbBackend {
             db: Arc::new(db),
             background: None,
             snapshot_seq: 0,
+            instance: instance_nonce(),
             flush_seq: 0,
             column_families: existing.into_iter().filter(|n| n != "default").collect(),
             fail_background: false,
@@ -751,6 +775,7 @@ impl RocksDbBackend {
             it.next();
         }
         it.status()?;
+        n += st.map_or(0, |s| s.pending.len() as u64);
         match st {
             Some(st) => st.timers.set(Some(n)),
             None => {
@@ -778,7 +803,8 @@ impl RocksDbBackend {
 
     /// Writes frozen rows through write batches.
     fn write_frozen(&self, frozen: &[ingest::FrozenRows]) -> Result<(), StateError> {
-        for rows in frozen {
+        // Pending timers stay pending: the live database never gets them from a snapshot.
+        for rows in frozen.iter().filter(|r| r.live()) {
             self.write_rows(&rows.column_family, rows.iter())?;
         }
         Ok(())
@@ -848,6 +874,9 @@ impl RocksDbBackend {
     /// waits for compactions whenever one more L0 file would stall writes (over a second was measured).
     pub fn flush(&mut self, clear: bool) -> Result<(), StateError> {
         self.settle()?;
+        for i in 0..self.states.len() {
+            self.flush_pending(i)?;
+        }
         let dir = self.ingest_dir();
         for i in 0..self.states.len() {
             let rows = self.states[i].cache.dirty_sorted();
@@ -883,7 +912,31 @@ impl RocksDbBackend {
     }
 
     fn cache_bytes(&self) -> usize {
-        self.states.iter().map(|s| s.cache.memory_bytes()).sum()
+        self.states.iter().map(|s| s.cache.memory_bytes() + s.pending.bytes() as usize).sum()
+    }
+
+    /// Moves state `i`'s pending timers into its column family, as one ingested SST file (they are in order).
+    fn flush_pending(&mut self, i: usize) -> Result<(), StateError> {
+        if self.states[i].pending.len() == 0 {
+            return Ok(());
+        }
+        self.flush_seq += 1;
+        let dir = self.ingest_dir();
+        let st = &self.states[i];
+        let cf = Self::cf_name(&st.name);
+        let path = dir.join(format!("timers-{}.sst", self.flush_seq));
+        let rows = || st.pending.iter().map(|r| (r, Some(&[][..])));
+        let ingested = std::fs::create_dir_all(&dir)
+            .map_err(|e| StateError::io(format!("create {}", dir.display()), e))
+            .and_then(|()| ingest::write_sst(&path, rows()))
+            .and_then(|_| ingest::ingest(&self.db, &cf, &path));
+        if let Err(e) = ingested {
+            tracing::warn!(state = %st.name, error = %e, "writing pending timers as an SST failed; using a write batch");
+            let _ = std::fs::remove_file(&path);
+            self.write_rows(&cf, rows())?;
+        }
+        self.states[i].pending.clear();
+        Ok(())
     }
 
     /// Fails unless `state`'s kind supports the operation `op`.
@@ -993,6 +1046,7 @@ impl KeyedStateBackend for RocksDbBackend {
                 None => (kind == StateKind::Timers).then_some(0),
                 Some(_) => self.restored_timer_counts.borrow().get(name).copied(),
             }),
+            pending: TimerSet::new(self.row.prefix_len),
         });
         Ok(StateId(self.states.len() - 1))
     }
@@ -1205,6 +1259,7 @@ impl KeyedStateBackend for RocksDbBackend {
         let (lo, hi) = self.row.range_bounds(self.range);
         self.db.delete_range_cf_opt(cf, lo, hi, &self.write_opts)?;
         if st.kind == StateKind::Timers {
+            st.pending.clear();
             st.timers.set(Some(0));
         }
         Ok(())
@@ -1222,21 +1277,24 @@ impl KeyedStateBackend for RocksDbBackend {
         self.check(state, "add_timer", |k| k == StateKind::Timers)?;
         let kg = self.row.timer_row(timestamp, &mut self.map_row)?;
         let st = &self.states[state.0];
-        let cf = cf_handle(&self.db, &st.name)?;
-        // Timers bypass the write-back cache: firing reads them in order, by iterator.
+        if st.pending.contains(&self.map_row) {
+            return Ok((kg, false));
+        }
         // The read stays: only it tells a new timer from one set again, which `timer_count` (exact, kept per
         // add and removal; a count by iteration would walk every timer at each checkpoint's summary) and
-        // `TimerService::register`'s answer need. A blind put would not do either: a merge-counted row cannot
-        // tell how many rows are distinct, and a row set again (windows set their timer once per record) would
-        // be counted again. The read is cheap where it is common: a first-time timer is absent, which the
-        // whole-key Bloom filter answers without a block read, and a timer set again is usually in the
-        // memtable or block cache, and then saves the write.
+        // `TimerService::register`'s answer need. The read is cheap where it is common: a first-time timer is
+        // absent, which the whole-key Bloom filters (memtable and files) answer without a block read.
+        let cf = cf_handle(&self.db, &st.name)?;
         if self.db.get_pinned_cf(cf, &self.map_row)?.is_some() {
             return Ok((kg, false));
         }
-        self.db.put_cf_opt(cf, &self.map_row, [], &self.write_opts)?;
+        let st = &mut self.states[state.0];
+        st.pending.insert(&self.map_row)?;
         if let Some(n) = st.timers.get() {
             st.timers.set(Some(n + 1));
+        }
+        if st.pending.bytes() > PENDING_TIMER_BYTES {
+            self.flush_pending(state.0)?;
         }
         Ok((kg, true))
     }
@@ -1244,12 +1302,14 @@ impl KeyedStateBackend for RocksDbBackend {
     fn delete_timer(&mut self, state: StateId, timestamp: i64) -> Result<bool, StateError> {
         self.check(state, "delete_timer", |k| k == StateKind::Timers)?;
         self.row.timer_row(timestamp, &mut self.map_row)?;
-        let st = &self.states[state.0];
-        let cf = cf_handle(&self.db, &st.name)?;
-        if self.db.get_pinned_cf(cf, &self.map_row)?.is_none() {
-            return Ok(false);
+        let st = &mut self.states[state.0];
+        if !st.pending.remove(&self.map_row) {
+            let cf = cf_handle(&self.db, &st.name)?;
+            if self.db.get_pinned_cf(cf, &self.map_row)?.is_none() {
+                return Ok(false);
+            }
+            self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?;
         }
-        self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?;
         if let Some(n) = st.timers.get() {
             st.timers.set(Some(n.saturating_sub(1)));
         }
@@ -1265,19 +1325,25 @@ impl KeyedStateBackend for RocksDbBackend {
         out: &mut TimerRow,
     ) -> Result<bool, StateError> {
         self.check(state, "first_timer", |k| k == StateKind::Timers)?;
-        let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+        let st = &self.states[state.0];
+        let cf = cf_handle(&self.db, &st.name)?;
         let (mut lo, hi) = self.row.timer_bounds(key_group, from);
         if let Some(after) = after {
             // Past the timers fired before it: their tombstones are not walked again.
             self.row.timer_after(key_group, after, &mut lo);
         }
+        let pending = st.pending.range(&lo, Some(&hi)).next();
         let mut ro = ReadOptions::default();
-        ro.set_iterate_upper_bound(hi);
+        ro.set_iterate_upper_bound(hi.clone());
         let mut it = self.db.raw_iterator_cf_opt(cf, ro);
         it.seek(&lo);
-        match it.key() {
-            Some(k) => {
-                out.read(&k[self.row.prefix_len..])?;
+        let first = match (it.key(), pending) {
+            (Some(k), Some(p)) => Some(k.min(p)),
+            (k, p) => k.or(p),
+        };
+        match first {
+            Some(row) => {
+                out.read(&row[self.row.prefix_len..])?;
                 Ok(true)
             }
             None => {
@@ -1296,19 +1362,37 @@ impl KeyedStateBackend for RocksDbBackend {
         f: &mut TimerScan<'_>,
     ) -> Result<(), StateError> {
         self.check(state, "scan_timers", |k| k == StateKind::Timers)?;
-        let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+        let st = &self.states[state.0];
+        let cf = cf_handle(&self.db, &st.name)?;
         let mut hi = Vec::new();
         self.row.timer_scan_bounds(key_group, from, after, &mut self.map_row, &mut hi);
+        let prefix = self.row.prefix_len;
+        // The pending rows and the column family's, merged in order (no row is in both).
+        let mut pending = st.pending.range(&self.map_row, Some(&hi)).peekable();
         let mut ro = ReadOptions::default();
         // Bounded by the key group, so that the tombstones of the next one's fired timers are never walked.
-        ro.set_iterate_upper_bound(hi);
+        ro.set_iterate_upper_bound(hi.clone());
         let mut it = self.db.raw_iterator_cf_opt(cf, ro);
         it.seek(&self.map_row);
-        while let Some(k) = it.key() {
-            if !f(&k[self.row.prefix_len..])? {
-                return Ok(());
+        loop {
+            let from_pending = match (it.key(), pending.peek()) {
+                (None, None) => break,
+                (None, Some(_)) => true,
+                (Some(k), Some(p)) => *p < k,
+                (Some(_), None) => false,
+            };
+            if from_pending {
+                let Some(row) = pending.next() else { break };
+                if !f(&row[prefix..])? {
+                    return Ok(());
+                }
+            } else {
+                let Some(k) = it.key() else { break };
+                if !f(&k[prefix..])? {
+                    return Ok(());
+                }
+                it.next();
             }
-            it.next();
         }
         Ok(it.status()?)
     }
@@ -1316,9 +1400,12 @@ impl KeyedStateBackend for RocksDbBackend {
     fn remove_timer(&mut self, state: StateId, key_group: u32, timer: &TimerRow) -> Result<(), StateError> {
         self.check(state, "remove_timer", |k| k == StateKind::Timers)?;
         self.row.timer_row_of(key_group, timer, &mut self.map_row);
-        let st = &self.states[state.0];
-        let cf = cf_handle(&self.db, &st.name)?;
-        self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?;
+        let st = &mut self.states[state.0];
+        // A timer that fires before it was flushed never reaches RocksDB.
+        if !st.pending.remove(&self.map_row) {
+            let cf = cf_handle(&self.db, &st.name)?;
+            self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?;
+        }
         if let Some(n) = st.timers.get() {
             st.timers.set(Some(n.saturating_sub(1)));
         }
@@ -1341,6 +1428,10 @@ impl KeyedStateBackend for RocksDbBackend {
             if !rows.is_empty() {
                 frozen.push(rows);
             }
+            if st.pending.len() > 0 {
+                // Pointers to the rows as they are now (`timerset.rs`): the pause does not grow with them.
+                frozen.push(ingest::FrozenRows::pending_timers(Self::cf_name(&st.name), st.pending.snapshot()));
+            }
         }
         if let Some(parent) = dir.parent() {
             std::fs::create_dir_all(parent).map_err(|e| StateError::io(format!("create {}", parent.display()), e))?;
@@ -1360,7 +1451,7 @@ impl KeyedStateBackend for RocksDbBackend {
                 frozen.clone(),
                 dir.to_path_buf(),
                 link_dir,
-                self.snapshot_seq,
+                format!("{:x}-{}", self.instance, self.snapshot_seq),
                 fail,
             ) {
                 Ok((background, pending)) => {

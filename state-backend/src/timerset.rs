@@ -181,7 +181,6 @@ impl TimerSet {
     }
 
     /// Whether it holds `row`.
-    #[cfg(test)]
     pub(crate) fn contains(&self, row: &[u8]) -> bool {
         let Some(chunks) = self.group(row).and_then(|g| self.groups.get(g)) else { return false };
         !chunks.is_empty() && chunks[Self::chunk_of(chunks, row)].chunk.search(row).is_ok()
@@ -253,7 +252,6 @@ impl TimerSet {
     }
 
     /// Every row, in order.
-    #[cfg(test)]
     pub(crate) fn iter(&self) -> Rows<'_> {
         Rows { groups: &self.groups, g: 0, c: 0, r: 0, hi: None }
     }
