@@ -162,6 +162,13 @@ struct RocksState {
     pending: TimerSet,
 }
 
+impl RocksState {
+    /// Timer states: whether the column family is known to hold no timer (every timer is pending).
+    fn all_pending(&self) -> bool {
+        self.timers.get() == Some(self.pending.len() as u64)
+    }
+}
+
 /// Bytes of pending timer rows (per timer state) before they are written into the column family: a snapshot
 /// writes them all (a few MB), so they are bounded well below the cache.
 #[cfg(not(test))]
@@ -1283,9 +1290,10 @@ impl KeyedStateBackend for RocksDbBackend {
         // The read stays: only it tells a new timer from one set again, which `timer_count` (exact, kept per
         // add and removal; a count by iteration would walk every timer at each checkpoint's summary) and
         // `TimerService::register`'s answer need. The read is cheap where it is common: a first-time timer is
-        // absent, which the whole-key Bloom filters (memtable and files) answer without a block read.
+        // absent, which the whole-key Bloom filters (memtable and files) answer without a block read — and it
+        // is skipped while every timer is pending (the column family has none).
         let cf = cf_handle(&self.db, &st.name)?;
-        if self.db.get_pinned_cf(cf, &self.map_row)?.is_some() {
+        if !st.all_pending() && self.db.get_pinned_cf(cf, &self.map_row)?.is_some() {
             return Ok((kg, false));
         }
         let st = &mut self.states[state.0];
@@ -1305,7 +1313,7 @@ impl KeyedStateBackend for RocksDbBackend {
         let st = &mut self.states[state.0];
         if !st.pending.remove(&self.map_row) {
             let cf = cf_handle(&self.db, &st.name)?;
-            if self.db.get_pinned_cf(cf, &self.map_row)?.is_none() {
+            if st.all_pending() || self.db.get_pinned_cf(cf, &self.map_row)?.is_none() {
                 return Ok(false);
             }
             self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?;
