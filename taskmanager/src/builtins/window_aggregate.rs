@@ -14,8 +14,8 @@ use crate::api::timers::{TimeDomain, Timers};
 use crate::window::accumulate::{Acc, AccResult, Running};
 use crate::window::assign::{TimeWindow, WindowKind};
 use crate::window::operator::{
-    aggregated_column, late_counters, late_records, read_sessions, write_sessions, Aggregating, WindowAggregator,
-    WindowOperator, SESSIONS_STATE,
+    aggregated_column, late_counters, late_records, read_sessions, set_row_key, write_sessions, Aggregating,
+    WindowAggregator, WindowOperator, SESSIONS_STATE,
 };
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
@@ -146,7 +146,7 @@ pub fn window_aggregate(cfg: WindowAggregateConfig) -> Result<Box<dyn Operator>,
             let purge = matches!((kind, trigger), (WindowKind::Global, WindowTrigger::Count(_)));
             let lateness = cfg.allowed_lateness_ms as i64;
             let side = cfg.late == LateRecords::SideOutput;
-            let f = BuiltinAggregator { rows: WindowRows::new(cfg.aggregate), cfg };
+            let f = BuiltinAggregator::new(cfg);
             let op = WindowOperator::new(kind, Trigger::from(trigger), lateness, purge, Aggregating::new(f))?;
             Ok(Box::new(if side { op.with_late_side_output() } else { op }))
         }
@@ -208,6 +208,14 @@ impl TypeSignature for StoredAcc {
 struct BuiltinAggregator {
     cfg: WindowAggregateConfig,
     rows: WindowRows,
+    /// The index of the aggregated column in the batch at hand (`None`: a count, which reads none).
+    column: Option<usize>,
+}
+
+impl BuiltinAggregator {
+    fn new(cfg: WindowAggregateConfig) -> Self {
+        BuiltinAggregator { rows: WindowRows::new(cfg.aggregate), cfg, column: None }
+    }
 }
 
 impl WindowAggregator for BuiltinAggregator {
@@ -217,12 +225,31 @@ impl WindowAggregator for BuiltinAggregator {
         StoredAcc(None)
     }
 
+    fn begin_batch(&mut self, batch: &RecordBatch) -> Result<(), OperatorError> {
+        // Checks the column's type once; `add` then only indexes.
+        self.column = match aggregated_column(batch, &self.cfg.field, self.cfg.aggregate)? {
+            Some(_) => batch.schema().index_of(&self.cfg.field).ok(),
+            None => None,
+        };
+        Ok(())
+    }
+
     fn add(&mut self, acc: &mut StoredAcc, batch: &RecordBatch, row: usize) -> Result<(), OperatorError> {
-        let value = match aggregated_column(batch, &self.cfg.field, self.cfg.aggregate)? {
-            None => 0,
-            // Nulls are skipped, as SQL aggregates skip them.
-            Some(column) if column.is_null(row) => return Ok(()),
-            Some(column) => column.value(row),
+        let value = match self.cfg.aggregate {
+            Aggregate::Count => 0,
+            _ => {
+                let column = self
+                    .column
+                    .and_then(|i| batch.column(i).as_any().downcast_ref::<arrow_array::Int64Array>())
+                    .ok_or_else(|| {
+                        OperatorError::Other("window-aggregate: a row added before its batch began".into())
+                    })?;
+                // Nulls are skipped, as SQL aggregates skip them.
+                if column.is_null(row) {
+                    return Ok(());
+                }
+                column.value(row)
+            }
         };
         let one = Acc::of(self.cfg.aggregate, value);
         match &mut acc.0 {
@@ -585,13 +612,7 @@ impl Operator for WindowAggregate {
                 Some(v) if v.is_null(i) => continue,
                 Some(v) => v.value(i),
             };
-            let key = key_col.value(i);
-            match groups {
-                Some(g) => t.keyed().set_current_key_in_group(key, g.value(i) as u32),
-                None => t.keyed().set_current_key(key),
-            }
-            self.key.clear();
-            self.key.extend_from_slice(key);
+            set_row_key(t.keyed(), key_col, groups, i, &mut self.key);
             let ts = times.value(i);
             let kept = match (&slicing, kind) {
                 (Some(sl), _) => self.add_sliced(&mut t, sl, ts, value)?,
@@ -1129,7 +1150,7 @@ mod tests {
             Trigger::EventTime,
             l,
             false,
-            Aggregating::new(BuiltinAggregator { cfg: cfg.clone(), rows: WindowRows::new(agg) }),
+            Aggregating::new(BuiltinAggregator::new(cfg.clone())),
         )
         .map_err(TestCaseError::fail)?;
         let (mut general, mut general_late) =

@@ -25,7 +25,7 @@ use crate::window::assign::{TimeWindow, WindowKind, GLOBAL};
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
 use crate::window::trigger::{Decision, Trigger, TriggerState};
-use arrow_array::{Array, Int64Array, RecordBatch};
+use arrow_array::{Array, BinaryArray, Int64Array, RecordBatch, UInt16Array};
 use weir_common::builtin::WindowAggregate;
 use weir_state::signature::{StateSignature, TypeSignature};
 use weir_state::{
@@ -58,6 +58,10 @@ pub trait WindowAggregator: Send + 'static {
     type Acc: StateCodec + TypeSignature + Send;
     /// An empty accumulator.
     fn create(&self) -> Self::Acc;
+    /// Called once per batch before its rows are added: look up columns here, not per row.
+    fn begin_batch(&mut self, _batch: &RecordBatch) -> Result<(), OperatorError> {
+        Ok(())
+    }
     /// Adds row `row` of `batch` (the key is current) to `acc`.
     fn add(&mut self, acc: &mut Self::Acc, batch: &RecordBatch, row: usize) -> Result<(), OperatorError>;
     /// Folds `other` into `acc` (slices of one window, or merged sessions).
@@ -80,6 +84,10 @@ pub trait WindowAggregator: Send + 'static {
 pub trait ProcessWindowFunction: Send + 'static {
     /// What is kept of a record: stored in list state, so its serializer decides how it evolves.
     type Element: StateCodec + TypeSignature + Send;
+    /// Called once per batch before its rows are kept: look up columns here, not per row.
+    fn begin_batch(&mut self, _batch: &RecordBatch) -> Result<(), OperatorError> {
+        Ok(())
+    }
     /// The element kept for row `row` of `batch`.
     fn element(&mut self, batch: &RecordBatch, row: usize) -> Result<Self::Element, OperatorError>;
     /// Emits whatever window `window` of `key` yields from its elements (in arrival order per slice).
@@ -100,6 +108,8 @@ pub trait ProcessWindowFunction: Send + 'static {
 pub trait Contents: Send {
     /// Registers the contents state.
     fn register(&mut self, b: &mut dyn KeyedStateBackend) -> Result<(), OperatorError>;
+    /// Called once per batch before its rows are added.
+    fn begin_batch(&mut self, batch: &RecordBatch) -> Result<(), OperatorError>;
     /// Adds a row to namespace `ns` of the current key; whether the namespace held nothing before (true when
     /// that is not known without a read).
     fn add(
@@ -155,6 +165,10 @@ impl<A: WindowAggregator> Contents for Aggregating<A> {
     fn register(&mut self, b: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
         self.state = Some(ValueState::register(b, StateDescriptor { name: CONTENTS_STATE, options: namespaced() })?);
         Ok(())
+    }
+
+    fn begin_batch(&mut self, batch: &RecordBatch) -> Result<(), OperatorError> {
+        self.f.begin_batch(batch)
     }
 
     fn add(
@@ -252,6 +266,10 @@ impl<P: ProcessWindowFunction> Contents for Listing<P> {
     fn register(&mut self, b: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
         self.state = Some(ListState::register(b, StateDescriptor { name: CONTENTS_STATE, options: namespaced() })?);
         Ok(())
+    }
+
+    fn begin_batch(&mut self, batch: &RecordBatch) -> Result<(), OperatorError> {
+        self.f.begin_batch(batch)
     }
 
     fn add(
@@ -353,6 +371,24 @@ pub fn write_sessions(
         b.put_value(state, bytes)?;
     }
     Ok(())
+}
+
+/// Makes the key of row `i` the backend's current key (in its key group, when the batch carries them) and
+/// copies it into `key`: what both window operators do for every row.
+pub fn set_row_key(
+    keyed: &mut dyn KeyedStateBackend,
+    keys: &BinaryArray,
+    groups: Option<&UInt16Array>,
+    i: usize,
+    key: &mut Vec<u8>,
+) {
+    let k = keys.value(i);
+    match groups {
+        Some(g) => keyed.set_current_key_in_group(k, u32::from(g.value(i))),
+        None => keyed.set_current_key(k),
+    }
+    key.clear();
+    key.extend_from_slice(k);
 }
 
 /// The int64 column `field` of `batch` that `aggregate` reads (`None` for a count, which reads none).
@@ -822,6 +858,7 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
         let key_col = keys(batch)?;
         let groups = key_groups(batch);
         let times = event_times(batch);
+        self.contents.begin_batch(batch)?;
         let mut t = ctx.timers()?;
         self.late_rows.clear();
         for i in 0..batch.num_rows() {
@@ -835,13 +872,7 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
                     ))
                 }
             };
-            let key = key_col.value(i);
-            match groups {
-                Some(g) => t.keyed().set_current_key_in_group(key, g.value(i) as u32),
-                None => t.keyed().set_current_key(key),
-            }
-            self.key.clear();
-            self.key.extend_from_slice(key);
+            set_row_key(t.keyed(), key_col, groups, i, &mut self.key);
             if !self.add(&mut t, batch, i, ts, out)? {
                 self.late_rows.push(i as u32);
             }
