@@ -146,6 +146,8 @@ const MAX_CACHE_BYTES: usize = 2 << 30;
 
 struct RocksState {
     name: String,
+    /// Its column family's name.
+    cf: String,
     kind: StateKind,
     ttl: Option<StateTtlConfig>,
     /// Whether rows are scoped to namespaces (see [`RowKeyBuilder::key`]).
@@ -261,6 +263,11 @@ fn list_files(dir: &Path) -> Result<Vec<(String, u64)>, StateError> {
     }
     files.sort();
     Ok(files)
+}
+
+/// The column family of a registered state (its name made once, at registration: this is on every access).
+fn state_cf<'a>(db: &'a DB, st: &RocksState) -> Result<&'a ColumnFamily, StateError> {
+    db.cf_handle(&st.cf).ok_or_else(|| StateError::Corrupt(format!("column family of state {:?} vanished", st.name)))
 }
 
 fn cf_handle<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, StateError> {
@@ -964,7 +971,7 @@ impl RocksDbBackend {
                 return Ok(u64::from_le_bytes(len) as usize);
             }
         }
-        let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+        let cf = state_cf(&self.db, &self.states[state.0])?;
         let len = self.db.get_pinned_cf(cf, self.row.key(ns))?.map_or(0, |v| v.len());
         self.remember_list_len(state, len)?;
         Ok(len)
@@ -1044,6 +1051,7 @@ impl KeyedStateBackend for RocksDbBackend {
         self.adopt_state(name, &(kind, ttl, namespaced))?;
         self.states.push(RocksState {
             name: name.to_string(),
+            cf: Self::cf_name(name),
             kind,
             ttl,
             namespaced,
@@ -1090,7 +1098,7 @@ impl KeyedStateBackend for RocksDbBackend {
             let st = &mut self.states[state.0];
             let cf = self
                 .db
-                .cf_handle(&Self::cf_name(&st.name))
+                .cf_handle(&st.cf)
                 .ok_or_else(|| StateError::Corrupt(format!("column family of state {:?} vanished", st.name)))?;
             let value = self.db.get_pinned_cf(cf, self.row.key(ns))?;
             st.cache.insert_clean(self.row.key(ns), value.as_deref());
@@ -1147,7 +1155,7 @@ impl KeyedStateBackend for RocksDbBackend {
         let ns = self.states[state.0].namespaced;
         self.check(state, "list get", |k| k == StateKind::List)?;
         let st = &self.states[state.0];
-        let cf = cf_handle(&self.db, &st.name)?;
+        let cf = state_cf(&self.db, st)?;
         match self.db.get_pinned_cf(cf, self.row.key(ns))? {
             Some(v) => decode_list(&st.name, &v, f),
             None => Ok(()),
@@ -1163,7 +1171,7 @@ impl KeyedStateBackend for RocksDbBackend {
         if total > self.max_value_bytes {
             return Err(too_large(&st.name, st.kind, total, self.max_value_bytes));
         }
-        let cf = cf_handle(&self.db, &st.name)?;
+        let cf = state_cf(&self.db, st)?;
         self.db.merge_cf_opt(cf, self.row.key(ns), encoded, &self.write_opts)?;
         st.cache.insert_clean(self.row.key(ns), Some(&(total as u64).to_le_bytes()));
         Ok(())
@@ -1176,7 +1184,7 @@ impl KeyedStateBackend for RocksDbBackend {
         if encoded.len() > self.max_value_bytes {
             return Err(too_large(&st.name, st.kind, encoded.len(), self.max_value_bytes));
         }
-        let cf = cf_handle(&self.db, &st.name)?;
+        let cf = state_cf(&self.db, st)?;
         if encoded.is_empty() {
             self.db.delete_cf_opt(cf, self.row.key(ns), &self.write_opts)?;
         } else {
@@ -1188,7 +1196,7 @@ impl KeyedStateBackend for RocksDbBackend {
     fn map_get(&mut self, state: StateId, user_key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
         self.check(state, "map get", |k| k == StateKind::Map)?;
         self.set_map_row(state, user_key);
-        let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+        let cf = state_cf(&self.db, &self.states[state.0])?;
         Ok(self.db.get_cf(cf, &self.map_row)?)
     }
 
@@ -1199,21 +1207,21 @@ impl KeyedStateBackend for RocksDbBackend {
             return Err(too_large(&st.name, st.kind, value.len(), self.max_value_bytes));
         }
         self.set_map_row(state, user_key);
-        let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+        let cf = state_cf(&self.db, &self.states[state.0])?;
         Ok(self.db.put_cf_opt(cf, &self.map_row, value, &self.write_opts)?)
     }
 
     fn map_remove(&mut self, state: StateId, user_key: &[u8]) -> Result<(), StateError> {
         self.check(state, "map remove", |k| k == StateKind::Map)?;
         self.set_map_row(state, user_key);
-        let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+        let cf = state_cf(&self.db, &self.states[state.0])?;
         Ok(self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?)
     }
 
     fn for_each_map_entry(&mut self, state: StateId, f: &mut RowVisitor<'_>) -> Result<(), StateError> {
         self.check(state, "map iteration", |k| k == StateKind::Map)?;
         self.set_map_prefix(state);
-        let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+        let cf = state_cf(&self.db, &self.states[state.0])?;
         let prefix = &self.map_row;
         for item in self.map_iter(cf, prefix) {
             let (k, v) = item?;
@@ -1228,7 +1236,7 @@ impl KeyedStateBackend for RocksDbBackend {
     fn map_is_empty(&mut self, state: StateId) -> Result<bool, StateError> {
         self.check(state, "map is_empty", |k| k == StateKind::Map)?;
         self.set_map_prefix(state);
-        let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+        let cf = state_cf(&self.db, &self.states[state.0])?;
         match self.map_iter(cf, &self.map_row).next() {
             None => Ok(true),
             Some(item) => Ok(!item?.0.starts_with(&self.map_row)),
@@ -1242,7 +1250,7 @@ impl KeyedStateBackend for RocksDbBackend {
             StateKind::List => self.replace_list(state, &[]),
             StateKind::Map => {
                 self.set_map_prefix(state);
-                let cf = cf_handle(&self.db, &self.states[state.0].name)?;
+                let cf = state_cf(&self.db, &self.states[state.0])?;
                 let mut batch = WriteBatch::default();
                 for item in self.map_iter(cf, &self.map_row) {
                     let (k, _) = item?;
@@ -1262,7 +1270,7 @@ impl KeyedStateBackend for RocksDbBackend {
         // Cached rows of this state (dirty or not) would outlive the range delete: drop them unwritten.
         let st = &mut self.states[state.0];
         st.cache.clear();
-        let cf = cf_handle(&self.db, &st.name)?;
+        let cf = state_cf(&self.db, st)?;
         let (lo, hi) = self.row.range_bounds(self.range);
         self.db.delete_range_cf_opt(cf, lo, hi, &self.write_opts)?;
         if st.kind == StateKind::Timers {
@@ -1292,7 +1300,7 @@ impl KeyedStateBackend for RocksDbBackend {
         // `TimerService::register`'s answer need. The read is cheap where it is common: a first-time timer is
         // absent, which the whole-key Bloom filters (memtable and files) answer without a block read — and it
         // is skipped while every timer is pending (the column family has none).
-        let cf = cf_handle(&self.db, &st.name)?;
+        let cf = state_cf(&self.db, st)?;
         if !st.all_pending() && self.db.get_pinned_cf(cf, &self.map_row)?.is_some() {
             return Ok((kg, false));
         }
@@ -1312,7 +1320,7 @@ impl KeyedStateBackend for RocksDbBackend {
         self.row.timer_row(timestamp, &mut self.map_row)?;
         let st = &mut self.states[state.0];
         if !st.pending.remove(&self.map_row) {
-            let cf = cf_handle(&self.db, &st.name)?;
+            let cf = state_cf(&self.db, st)?;
             if st.all_pending() || self.db.get_pinned_cf(cf, &self.map_row)?.is_none() {
                 return Ok(false);
             }
@@ -1334,7 +1342,7 @@ impl KeyedStateBackend for RocksDbBackend {
     ) -> Result<bool, StateError> {
         self.check(state, "first_timer", |k| k == StateKind::Timers)?;
         let st = &self.states[state.0];
-        let cf = cf_handle(&self.db, &st.name)?;
+        let cf = state_cf(&self.db, st)?;
         let (mut lo, hi) = self.row.timer_bounds(key_group, from);
         if let Some(after) = after {
             // Past the timers fired before it: their tombstones are not walked again.
@@ -1371,7 +1379,7 @@ impl KeyedStateBackend for RocksDbBackend {
     ) -> Result<(), StateError> {
         self.check(state, "scan_timers", |k| k == StateKind::Timers)?;
         let st = &self.states[state.0];
-        let cf = cf_handle(&self.db, &st.name)?;
+        let cf = state_cf(&self.db, st)?;
         let mut hi = Vec::new();
         self.row.timer_scan_bounds(key_group, from, after, &mut self.map_row, &mut hi);
         let prefix = self.row.prefix_len;
@@ -1411,7 +1419,7 @@ impl KeyedStateBackend for RocksDbBackend {
         let st = &mut self.states[state.0];
         // A timer that fires before it was flushed never reaches RocksDB.
         if !st.pending.remove(&self.map_row) {
-            let cf = cf_handle(&self.db, &st.name)?;
+            let cf = state_cf(&self.db, st)?;
             self.db.delete_cf_opt(cf, &self.map_row, &self.write_opts)?;
         }
         if let Some(n) = st.timers.get() {
