@@ -177,7 +177,7 @@ impl RocksState {
 const PENDING_TIMER_BYTES: u64 = 8 << 20;
 /// Tests: timers move into the column family often, so that both halves hold some.
 #[cfg(test)]
-const PENDING_TIMER_BYTES: u64 = 512;
+const PENDING_TIMER_BYTES: u64 = 2048;
 
 /// Name of the list merge operator.
 const MERGE_OPERATOR: &str = "weir.list-concat";
