@@ -28,6 +28,7 @@ pub mod fault;
 pub mod ids;
 pub mod keygroup;
 pub mod metrics;
+pub mod nexmark;
 pub mod schema;
 pub mod security;
 pub mod serializer;
