@@ -106,6 +106,16 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             output: crate::schema::OutputSchema::Columns(crate::schema::key_value("int64")),
         },
         KindInfo {
+            kind: "nexmark".into(),
+            role: Role::Source,
+            keyed: false,
+            version: v.clone(),
+            states: vec![("splits".into(), "operator-list".into(), "(u32, u64)".into())],
+            signature: None,
+            input_columns: vec![],
+            output: crate::schema::OutputSchema::Columns(nexmark_columns()),
+        },
+        KindInfo {
             kind: "keyed-count".into(),
             role: Role::Operator,
             keyed: true,
@@ -283,6 +293,116 @@ impl DatagenConfig {
             rate_per_sec: r.u64("rate_per_sec")?.unwrap_or(0),
             splits: splits as u32,
             event_time,
+        })
+    }
+}
+
+/// The columns of a `nexmark` event, Flink's Nexmark table flattened: `event_type` (0 person, 1 auction, 2 bid),
+/// `date_time`, and the fields of each kind prefixed with it (`person_*`, `auction_*`, `bid_*`), null in the
+/// events of the other kinds.
+pub fn nexmark_columns() -> Vec<crate::schema::Column> {
+    use crate::schema::Column;
+    let mut c = vec![Column::new("event_type", "int32", false), Column::new("date_time", "timestamp_ms", false)];
+    for (name, t) in NEXMARK_FIELDS {
+        c.push(Column::new(name, t, true));
+    }
+    c
+}
+
+/// The nullable columns of a `nexmark` event, in order, with their types.
+pub const NEXMARK_FIELDS: [(&str, &str); 22] = [
+    ("person_id", "int64"),
+    ("person_name", "utf8"),
+    ("person_email_address", "utf8"),
+    ("person_credit_card", "utf8"),
+    ("person_city", "utf8"),
+    ("person_state", "utf8"),
+    ("person_extra", "utf8"),
+    ("auction_id", "int64"),
+    ("auction_item_name", "utf8"),
+    ("auction_description", "utf8"),
+    ("auction_initial_bid", "int64"),
+    ("auction_reserve", "int64"),
+    ("auction_expires", "timestamp_ms"),
+    ("auction_seller", "int64"),
+    ("auction_category", "int64"),
+    ("auction_extra", "utf8"),
+    ("bid_auction", "int64"),
+    ("bid_bidder", "int64"),
+    ("bid_price", "int64"),
+    ("bid_channel", "utf8"),
+    ("bid_url", "utf8"),
+    ("bid_extra", "utf8"),
+];
+
+/// Config of the `nexmark` source (`../shared/flink-peer/nexmark/GENERATOR.md`): events `0 … events − 1` (or
+/// unbounded), cut into `splits` contiguous ranges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NexmarkConfig {
+    /// Number of events; `None` = unbounded.
+    pub events: Option<u64>,
+    /// Events per second of event time (timestamps and auction lengths).
+    pub tps: u64,
+    /// Events per second of wall-clock time for the whole source; 0 = as fast as possible.
+    pub rate_per_sec: u64,
+    /// Number of splits the event numbers are cut into.
+    pub splits: u32,
+    /// The event mix and hot ratios.
+    pub params: crate::nexmark::Params,
+}
+
+/// Event numbers must convert to doubles exactly (the timeline is computed in double precision).
+pub const NEXMARK_MAX_EVENTS: u64 = 1 << 53;
+
+impl NexmarkConfig {
+    /// Reads and checks a nexmark config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(
+            map,
+            &[
+                "events",
+                "tps",
+                "rate_per_sec",
+                "splits",
+                "person_proportion",
+                "auction_proportion",
+                "bid_proportion",
+                "hot_auction_ratio",
+                "hot_bidder_ratio",
+                "hot_seller_ratio",
+            ],
+        )?;
+        let events = r.u64("events")?;
+        if events.is_some_and(|e| e > NEXMARK_MAX_EVENTS) {
+            return Err(field_err("events", "must be at most 2^53 (9007199254740992): event times are doubles"));
+        }
+        let tps = r.u64("tps")?.unwrap_or(crate::nexmark::DEFAULT_TPS);
+        if tps == 0 {
+            return Err(field_err("tps", "must be at least 1 event per second of event time"));
+        }
+        let splits = r.u64("splits")?.unwrap_or(128);
+        if splits == 0 || splits > u32::MAX as u64 {
+            return Err(field_err("splits", "must be between 1 and 4294967295"));
+        }
+        let d = crate::nexmark::Params::default();
+        let ratio = |f: &str, default: u32| -> Result<u32, ConfigFieldError> {
+            Ok(r.u64(f)?.map_or(default, |v| v.min(u32::MAX as u64) as u32))
+        };
+        let params = crate::nexmark::Params {
+            person_proportion: r.u64("person_proportion")?.unwrap_or(d.person_proportion),
+            auction_proportion: r.u64("auction_proportion")?.unwrap_or(d.auction_proportion),
+            bid_proportion: r.u64("bid_proportion")?.unwrap_or(d.bid_proportion),
+            hot_auction_ratio: ratio("hot_auction_ratio", d.hot_auction_ratio)?,
+            hot_bidder_ratio: ratio("hot_bidder_ratio", d.hot_bidder_ratio)?,
+            hot_seller_ratio: ratio("hot_seller_ratio", d.hot_seller_ratio)?,
+        };
+        params.check().map_err(|(field, message)| field_err(field, message))?;
+        Ok(NexmarkConfig {
+            events,
+            tps,
+            rate_per_sec: r.u64("rate_per_sec")?.unwrap_or(0),
+            splits: splits as u32,
+            params,
         })
     }
 }
@@ -672,7 +792,7 @@ pub fn side_outputs(kind: &str, map: &BTreeMap<String, String>) -> Option<Vec<&'
             Ok(c) if c.late == LateRecords::SideOutput => vec![LATE_TAG],
             _ => vec![],
         }),
-        "datagen" | "file-sink" | "keyed-count" | "blackhole" => Some(vec![]),
+        "datagen" | "nexmark" | "file-sink" | "keyed-count" | "blackhole" => Some(vec![]),
         _ => None,
     }
 }
@@ -684,6 +804,7 @@ pub const LATE_TAG: &str = "late";
 pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Result<(), ConfigFieldError> {
     match kind {
         "datagen" => DatagenConfig::from_map(map).map(|_| ()),
+        "nexmark" => NexmarkConfig::from_map(map).map(|_| ()),
         "file-sink" => FileSinkConfig::from_map(map).map(|_| ()),
         "keyed-count" => KeyedCountConfig::from_map(map).map(|_| ()),
         "window-aggregate" => WindowAggregateConfig::from_map(map).map(|_| ()),
@@ -698,6 +819,31 @@ mod tests {
 
     fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn nexmark_defaults_and_errors() {
+        let c = NexmarkConfig::from_map(&m(&[("events", "2_000_000")])).unwrap();
+        assert_eq!((c.events, c.tps, c.rate_per_sec, c.splits), (Some(2_000_000), 100_000, 0, 128));
+        assert_eq!(c.params, crate::nexmark::Params::default());
+        let field = |pairs: &[(&str, &str)]| NexmarkConfig::from_map(&m(pairs)).unwrap_err().field;
+        assert_eq!(field(&[("tps", "0")]), "tps");
+        assert_eq!(field(&[("tps", "-5")]), "tps");
+        assert_eq!(field(&[("rate_per_sec", "-1")]), "rate_per_sec");
+        assert_eq!(field(&[("events", "9007199254740993")]), "events");
+        assert!(NexmarkConfig::from_map(&m(&[("events", "9007199254740992")])).is_ok());
+        assert_eq!(
+            field(&[("person_proportion", "0"), ("auction_proportion", "0"), ("bid_proportion", "0")]),
+            "person_proportion"
+        );
+        assert_eq!(field(&[("person_proportion", "0")]), "person_proportion");
+        assert_eq!(field(&[("auction_proportion", "0")]), "auction_proportion");
+        assert_eq!(field(&[("hot_bidder_ratio", "0")]), "hot_bidder_ratio");
+        assert_eq!(field(&[("splits", "0")]), "splits");
+        assert_eq!(field(&[("tsp", "10")]), "tsp");
+        // Persons only, or persons and auctions, are streams too.
+        assert!(NexmarkConfig::from_map(&m(&[("auction_proportion", "0"), ("bid_proportion", "0")])).is_ok());
+        assert!(validate_builtin_config("nexmark", &m(&[("tps", "0")])).is_err());
     }
 
     #[test]

@@ -13,23 +13,15 @@ use std::sync::OnceLock;
 pub const BASE_TIME_MS: i64 = 1_436_918_400_000;
 /// Default events per second of event time (Nexmark runner V2).
 pub const DEFAULT_TPS: u64 = 100_000;
-/// Events per proportion period: 1 person, 3 auctions, 46 bids.
-const TOTAL: u64 = 50;
-const PERSON_PROPORTION: u64 = 1;
-const AUCTION_PROPORTION: u64 = 3;
 const FIRST_PERSON_ID: i64 = 1000;
 const FIRST_AUCTION_ID: i64 = 1000;
 const FIRST_CATEGORY_ID: i64 = 10;
 const NUM_CATEGORIES: i32 = 5;
 const PERSON_ID_LEAD: i64 = 10;
 const AUCTION_ID_LEAD: i64 = 10;
-const HOT_AUCTION_RATIO: i32 = 2;
-const HOT_BIDDER_RATIO: i32 = 4;
-const HOT_SELLER_RATIO: i32 = 4;
 const HOT_BATCH: i64 = 100;
 const NUM_IN_FLIGHT_AUCTIONS: i64 = 100;
 const NUM_ACTIVE_PEOPLE: i64 = 1000;
-const AUCTION_HORIZON_EVENTS: u64 = 1666;
 const AVG_PERSON_BYTES: usize = 200;
 const AVG_AUCTION_BYTES: usize = 500;
 const AVG_BID_BYTES: usize = 100;
@@ -45,6 +37,83 @@ const CITIES: [&str; 10] =
     ["Albany", "Boulder", "Chico", "Dayton", "Eugene", "Fresno", "Greeley", "Helena", "Irvine", "Juneau"];
 const STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
 const HOT_CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
+
+/// The shape of the stream: the event mix and how often an entity is a hot one (§2; the defaults are the spec's,
+/// the stream Flink's side generates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// Persons per period of `person + auction + bid` events.
+    pub person_proportion: u64,
+    /// Auctions per period.
+    pub auction_proportion: u64,
+    /// Bids per period.
+    pub bid_proportion: u64,
+    /// A bid is for the hot auction unless a draw in `0..ratio` is 0.
+    pub hot_auction_ratio: u32,
+    /// A bid is by a hot bidder unless a draw in `0..ratio` is 0.
+    pub hot_bidder_ratio: u32,
+    /// An auction is by a hot seller unless a draw in `0..ratio` is 0.
+    pub hot_seller_ratio: u32,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            person_proportion: 1,
+            auction_proportion: 3,
+            bid_proportion: 46,
+            hot_auction_ratio: 2,
+            hot_bidder_ratio: 4,
+            hot_seller_ratio: 4,
+        }
+    }
+}
+
+impl Params {
+    /// Events per period.
+    pub fn total(&self) -> u64 {
+        self.person_proportion + self.auction_proportion + self.bid_proportion
+    }
+
+    /// Why these parameters make no stream, if they do not: the generator needs a non-empty period, a person
+    /// before any auction, an auction before any bid, and ratios of at least 1.
+    pub fn check(&self) -> Result<(), (&'static str, &'static str)> {
+        let limit = 1 << 20;
+        for (name, v) in [
+            ("person_proportion", self.person_proportion),
+            ("auction_proportion", self.auction_proportion),
+            ("bid_proportion", self.bid_proportion),
+        ] {
+            if v > limit {
+                return Err((name, "must be at most 1048576"));
+            }
+        }
+        if self.total() == 0 {
+            return Err(("person_proportion", "the proportions sum to zero: the stream would have no events"));
+        }
+        if self.person_proportion == 0 && self.total() > 0 {
+            return Err(("person_proportion", "must be at least 1: auctions and bids refer to persons"));
+        }
+        if self.auction_proportion == 0 && self.bid_proportion > 0 {
+            return Err(("auction_proportion", "must be at least 1 when there are bids: bids refer to auctions"));
+        }
+        for (name, v) in [
+            ("hot_auction_ratio", self.hot_auction_ratio),
+            ("hot_bidder_ratio", self.hot_bidder_ratio),
+            ("hot_seller_ratio", self.hot_seller_ratio),
+        ] {
+            if v == 0 || v > i32::MAX as u32 {
+                return Err((name, "must be between 1 and 2147483647"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Events an auction stays open for, on average half of it (`NUM_IN_FLIGHT_AUCTIONS · total / auctions`).
+    fn auction_horizon(&self) -> u64 {
+        (NUM_IN_FLIGHT_AUCTIONS as u64 * self.total()) / self.auction_proportion.max(1)
+    }
+}
 
 /// The splitmix64 finalizer (GENERATOR.md §3.1).
 pub fn mix64(z: u64) -> u64 {
@@ -129,10 +198,10 @@ pub enum EventKind {
 
 impl EventKind {
     /// The kind of event `n`.
-    pub fn of(n: u64) -> Self {
-        match n % TOTAL {
-            r if r < PERSON_PROPORTION => EventKind::Person,
-            r if r < PERSON_PROPORTION + AUCTION_PROPORTION => EventKind::Auction,
+    pub fn of(n: u64, p: &Params) -> Self {
+        match n % p.total().max(1) {
+            r if r < p.person_proportion => EventKind::Person,
+            r if r < p.person_proportion + p.auction_proportion => EventKind::Auction,
             _ => EventKind::Bid,
         }
     }
@@ -361,31 +430,35 @@ fn next_long_bounded(r: &mut JRandom, bound: i64) -> i64 {
     }
 }
 
-fn last_base0_person_id(n: u64) -> i64 {
-    (n / TOTAL) as i64
+fn last_base0_person_id(n: u64, p: &Params) -> i64 {
+    let total = p.total().max(1);
+    let (epoch, off) = ((n / total) as i64, (n % total) as i64);
+    epoch * p.person_proportion as i64 + off.min(p.person_proportion as i64 - 1)
 }
 
-fn last_base0_auction_id(n: u64) -> i64 {
-    let (mut epoch, mut off) = ((n / TOTAL) as i64, (n % TOTAL) as i64);
-    if off < PERSON_PROPORTION as i64 {
+fn last_base0_auction_id(n: u64, p: &Params) -> i64 {
+    let total = p.total().max(1);
+    let (person, auction) = (p.person_proportion as i64, p.auction_proportion as i64);
+    let (mut epoch, mut off) = ((n / total) as i64, (n % total) as i64);
+    if off < person {
         epoch -= 1;
-        off = AUCTION_PROPORTION as i64 - 1;
-    } else if off >= (PERSON_PROPORTION + AUCTION_PROPORTION) as i64 {
-        off = AUCTION_PROPORTION as i64 - 1;
+        off = auction - 1;
+    } else if off >= person + auction {
+        off = auction - 1;
     } else {
-        off -= PERSON_PROPORTION as i64;
+        off -= person;
     }
-    epoch * AUCTION_PROPORTION as i64 + off
+    epoch * auction + off
 }
 
-fn next_base0_person_id(n: u64, r: &mut JRandom) -> i64 {
-    let num = last_base0_person_id(n) + 1;
+fn next_base0_person_id(n: u64, r: &mut JRandom, p: &Params) -> i64 {
+    let num = last_base0_person_id(n, p) + 1;
     let active = num.min(NUM_ACTIVE_PEOPLE);
     num - active + next_long_bounded(r, active + PERSON_ID_LEAD)
 }
 
-fn next_base0_auction_id(n: u64, r: &mut JRandom) -> i64 {
-    let max = last_base0_auction_id(n);
+fn next_base0_auction_id(n: u64, r: &mut JRandom, p: &Params) -> i64 {
+    let max = last_base0_auction_id(n, p);
     let min = (max - NUM_IN_FLIGHT_AUCTIONS).max(0);
     min + next_long_bounded(r, max - min + 1 + AUCTION_ID_LEAD)
 }
@@ -394,26 +467,33 @@ fn next_base0_auction_id(n: u64, r: &mut JRandom) -> i64 {
 #[derive(Debug, Clone)]
 pub struct Generator {
     tps: u64,
+    p: Params,
     r: JRandom,
 }
 
 impl Generator {
-    /// A generator at `tps` (≥ 1) events per second of event time.
+    /// A generator of the spec's stream at `tps` (≥ 1) events per second of event time.
     pub fn new(tps: u64) -> Self {
-        Generator { tps: tps.max(1), r: JRandom::new(0) }
+        Generator::with_params(tps, Params::default())
+    }
+
+    /// A generator of a stream shaped by `p` (checked with [`Params::check`]).
+    pub fn with_params(tps: u64, p: Params) -> Self {
+        Generator { tps: tps.max(1), p, r: JRandom::new(0) }
     }
 
     /// Event `n`, into `e`.
     pub fn event(&mut self, n: u64, e: &mut Event) {
-        let r = &mut self.r;
+        let (r, p) = (&mut self.r, &self.p);
         r.set_seed(mix64(n) as i64);
         e.n = n;
-        e.kind = EventKind::of(n);
+        e.kind = EventKind::of(n, p);
         e.date_time = timestamp(n, self.tps);
         match e.kind {
             EventKind::Person => {
+                let p_id = last_base0_person_id(n, p) + FIRST_PERSON_ID;
                 let p = &mut e.person;
-                p.id = last_base0_person_id(n) + FIRST_PERSON_ID;
+                p.id = p_id;
                 p.name.clear();
                 p.name.push_str(FIRST_NAMES[r.next_int_bounded(FIRST_NAMES.len() as i32) as usize]);
                 p.name.push(' ');
@@ -440,16 +520,16 @@ impl Generator {
             }
             EventKind::Auction => {
                 let a = &mut e.auction;
-                a.id = last_base0_auction_id(n) + FIRST_AUCTION_ID;
-                let seller = if r.next_int_bounded(HOT_SELLER_RATIO) > 0 {
-                    (last_base0_person_id(n) / HOT_BATCH) * HOT_BATCH
+                a.id = last_base0_auction_id(n, p) + FIRST_AUCTION_ID;
+                let seller = if r.next_int_bounded(p.hot_seller_ratio as i32) > 0 {
+                    (last_base0_person_id(n, p) / HOT_BATCH) * HOT_BATCH
                 } else {
-                    next_base0_person_id(n, r)
+                    next_base0_person_id(n, r, p)
                 };
                 a.seller = seller + FIRST_PERSON_ID;
                 a.category = FIRST_CATEGORY_ID + i64::from(r.next_int_bounded(NUM_CATEGORIES));
                 a.initial_bid = next_price(r);
-                let horizon = timestamp(n + AUCTION_HORIZON_EVENTS, self.tps) - e.date_time;
+                let horizon = timestamp(n + p.auction_horizon(), self.tps) - e.date_time;
                 a.expires = e.date_time + 1 + next_long_bounded(r, (2 * horizon).max(1));
                 a.item_name.clear();
                 next_string(r, 20, ' ', &mut a.item_name);
@@ -461,16 +541,16 @@ impl Generator {
             }
             EventKind::Bid => {
                 let b = &mut e.bid;
-                let auction = if r.next_int_bounded(HOT_AUCTION_RATIO) > 0 {
-                    (last_base0_auction_id(n) / HOT_BATCH) * HOT_BATCH
+                let auction = if r.next_int_bounded(p.hot_auction_ratio as i32) > 0 {
+                    (last_base0_auction_id(n, p) / HOT_BATCH) * HOT_BATCH
                 } else {
-                    next_base0_auction_id(n, r)
+                    next_base0_auction_id(n, r, p)
                 };
                 b.auction = auction + FIRST_AUCTION_ID;
-                let bidder = if r.next_int_bounded(HOT_BIDDER_RATIO) > 0 {
-                    (last_base0_person_id(n) / HOT_BATCH) * HOT_BATCH + 1
+                let bidder = if r.next_int_bounded(p.hot_bidder_ratio as i32) > 0 {
+                    (last_base0_person_id(n, p) / HOT_BATCH) * HOT_BATCH + 1
                 } else {
-                    next_base0_person_id(n, r)
+                    next_base0_person_id(n, r, p)
                 };
                 b.bidder = bidder + FIRST_PERSON_ID;
                 b.price = next_price(r);

@@ -10,6 +10,16 @@ use std::time::Duration;
 use weir_integration_tests::process::{run_with_timeout, write_file};
 use weir_integration_tests::{binary, Cluster, ClusterOptions, RpcError};
 
+/// The good spec with a `nexmark` source of config `config` (a bid stream has no key: blackhole, not the count).
+fn nexmark(config: &str) -> String {
+    GOOD.replace(
+        "kind: datagen, config: { count: 1000, keys: 10, seed: 1 }",
+        &format!("kind: nexmark, config: {{ {config} }}"),
+    )
+    .replace("uid: out, kind: blackhole, input: counts", "uid: out, kind: blackhole, input: events")
+    .replace("  - { uid: counts, kind: keyed-count, input: events }\n", "")
+}
+
 const GOOD: &str = "\
 name: bad-input
 parallelism: 2
@@ -133,6 +143,26 @@ operators:
             mentions: &[&["counts"], &["emit"], &["sometimes"]],
         },
         BadSpec { name: "zero keys", spec: GOOD.replace("keys: 10", "keys: 0"), mentions: &[&["events"], &["keys"]] },
+        BadSpec {
+            name: "a nexmark source at zero events per second",
+            spec: nexmark("tps: 0"),
+            mentions: &[&["events"], &["tps"]],
+        },
+        BadSpec {
+            name: "nexmark proportions that sum to zero",
+            spec: nexmark("person_proportion: 0, auction_proportion: 0, bid_proportion: 0"),
+            mentions: &[&["events"], &["person_proportion"], &["sum to zero"]],
+        },
+        BadSpec {
+            name: "a nexmark stream longer than 2^53 events",
+            spec: nexmark("events: 9007199254740993"),
+            mentions: &[&["events"], &["2^53"]],
+        },
+        BadSpec {
+            name: "a nexmark stream with a negative rate",
+            spec: nexmark("rate_per_sec: -10"),
+            mentions: &[&["events"], &["rate_per_sec"]],
+        },
         BadSpec {
             name: "checkpoint interval 0",
             spec: with_job_field("checkpointing: { interval_ms: 0 }"),

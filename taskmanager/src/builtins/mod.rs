@@ -4,6 +4,7 @@ mod blackhole;
 mod datagen;
 mod file_sink;
 mod keyed_count;
+mod nexmark;
 mod text;
 mod window_aggregate;
 
@@ -11,17 +12,20 @@ pub use blackhole::Blackhole;
 pub use datagen::Datagen;
 pub use file_sink::FileSink;
 pub use keyed_count::KeyedCount;
+pub use nexmark::{nexmark_schema, Nexmark};
 pub use window_aggregate::{output_schema, window_aggregate, WindowAggregate};
 
 use crate::api::registry::{signed, Instance, Registry};
-use weir_common::builtin::{builtin_kinds, DatagenConfig, FileSinkConfig, KeyedCountConfig, WindowAggregateConfig};
+use weir_common::builtin::{
+    builtin_kinds, DatagenConfig, FileSinkConfig, KeyedCountConfig, NexmarkConfig, WindowAggregateConfig,
+};
 use weir_state::signature::StateSignature;
 
 /// The state signature of a built-in kind: what its states hold, as the task manager reports it.
 pub fn signature(kind: &str) -> Option<StateSignature> {
     Some(match kind {
         // A split's id and next index.
-        "datagen" => StateSignature::unkeyed().operator_list::<(u32, u64)>("splits"),
+        "datagen" | "nexmark" => StateSignature::unkeyed().operator_list::<(u32, u64)>("splits"),
         // Keys are the records' raw key bytes.
         "keyed-count" => StateSignature::keyed::<Vec<u8>>().value::<u64>("count"),
         // `<checkpoint>\t<file>` lines, `<attempt>-<seq>`, and lines already written.
@@ -75,6 +79,10 @@ pub fn register_all(r: &mut Registry) {
             "datagen" => r.register(info, |c| {
                 let cfg = DatagenConfig::from_map(c)?;
                 Ok(Instance::Source(Box::new(Datagen::new(cfg))))
+            }),
+            "nexmark" => r.register(info, |c| {
+                let cfg = NexmarkConfig::from_map(c)?;
+                Ok(Instance::Source(Box::new(Nexmark::new(cfg))))
             }),
             "keyed-count" => r.register(info, |c| {
                 let cfg = KeyedCountConfig::from_map(c)?;

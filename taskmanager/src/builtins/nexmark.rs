@@ -1,0 +1,387 @@
+//! `nexmark`: the Nexmark event stream of `weir_common::nexmark` (every event a pure function of its number), as
+//! Flink's Nexmark table flattened into columns (`weir_common::builtin::nexmark_columns`). The event numbers are
+//! cut into `splits` contiguous ranges, assigned to subtasks round-robin; each split's next number is kept in
+//! operator list state, so the source resumes exactly where the checkpoint left it and its splits move to other
+//! subtasks on a rescale. A subtask reads its splits in turn, a few events from each, so that every split
+//! moves through event time together and the per-split watermark advances as the source does. Each event's
+//! event time is its `date_time`.
+
+use crate::api::batch::event_time_field;
+use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
+use crate::api::splits::{read_positions, write_positions, SplitPosition};
+use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use weir_common::builtin::{NexmarkConfig, NEXMARK_FIELDS};
+use weir_common::datagen::split_range;
+use weir_common::nexmark::{Event, EventKind, Generator};
+
+const STATE: &str = "splits";
+/// Events per batch a poll fills at most.
+const CHUNK: usize = 1024;
+
+/// The schema of the source's batches: the declared columns, then the event time.
+pub fn nexmark_schema() -> SchemaRef {
+    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+            let mut fields =
+                vec![Field::new("event_type", DataType::Int32, false), Field::new("date_time", ts.clone(), false)];
+            for (name, t) in NEXMARK_FIELDS {
+                let dt = match t {
+                    "int64" => DataType::Int64,
+                    "timestamp_ms" => ts.clone(),
+                    _ => DataType::Utf8,
+                };
+                fields.push(Field::new(name, dt, true));
+            }
+            fields.push(event_time_field());
+            Arc::new(Schema::new(fields))
+        })
+        .clone()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Split {
+    id: u32,
+    next: u64,
+    end: u64,
+}
+
+/// The columns of a batch being filled.
+struct Columns {
+    event_type: Int32Builder,
+    date_time: TimestampMillisecondBuilder,
+    person_ints: [Int64Builder; 1],
+    person_strings: [StringBuilder; 6],
+    auction_id: Int64Builder,
+    auction_strings: [StringBuilder; 2],
+    auction_prices: [Int64Builder; 2],
+    auction_expires: TimestampMillisecondBuilder,
+    auction_ints: [Int64Builder; 2],
+    auction_extra: StringBuilder,
+    bid_ints: [Int64Builder; 3],
+    bid_strings: [StringBuilder; 3],
+}
+
+impl Columns {
+    fn new() -> Self {
+        Columns {
+            event_type: Int32Builder::with_capacity(CHUNK),
+            date_time: TimestampMillisecondBuilder::with_capacity(CHUNK),
+            person_ints: [Int64Builder::new()],
+            person_strings: std::array::from_fn(|_| StringBuilder::new()),
+            auction_id: Int64Builder::new(),
+            auction_strings: std::array::from_fn(|_| StringBuilder::new()),
+            auction_prices: std::array::from_fn(|_| Int64Builder::new()),
+            auction_expires: TimestampMillisecondBuilder::new(),
+            auction_ints: std::array::from_fn(|_| Int64Builder::new()),
+            auction_extra: StringBuilder::new(),
+            bid_ints: std::array::from_fn(|_| Int64Builder::new()),
+            bid_strings: std::array::from_fn(|_| StringBuilder::new()),
+        }
+    }
+
+    fn push(&mut self, e: &Event) {
+        self.event_type.append_value(e.kind.number());
+        self.date_time.append_value(e.date_time);
+        let (person, auction, bid) =
+            (e.kind == EventKind::Person, e.kind == EventKind::Auction, e.kind == EventKind::Bid);
+        let p = &e.person;
+        self.person_ints[0].append_option(person.then_some(p.id));
+        for (b, v) in
+            self.person_strings.iter_mut().zip([&p.name, &p.email_address, &p.credit_card, &p.city, &p.state, &p.extra])
+        {
+            b.append_option(person.then_some(v));
+        }
+        let a = &e.auction;
+        self.auction_id.append_option(auction.then_some(a.id));
+        for (b, v) in self.auction_strings.iter_mut().zip([&a.item_name, &a.description]) {
+            b.append_option(auction.then_some(v));
+        }
+        for (b, v) in self.auction_prices.iter_mut().zip([a.initial_bid, a.reserve]) {
+            b.append_option(auction.then_some(v));
+        }
+        self.auction_expires.append_option(auction.then_some(a.expires));
+        for (b, v) in self.auction_ints.iter_mut().zip([a.seller, a.category]) {
+            b.append_option(auction.then_some(v));
+        }
+        self.auction_extra.append_option(auction.then_some(&a.extra));
+        let d = &e.bid;
+        for (b, v) in self.bid_ints.iter_mut().zip([d.auction, d.bidder, d.price]) {
+            b.append_option(bid.then_some(v));
+        }
+        for (b, v) in self.bid_strings.iter_mut().zip([&d.channel, &d.url, &d.extra]) {
+            b.append_option(bid.then_some(v));
+        }
+    }
+
+    /// The batch of the events pushed since the last one (schema order: `nexmark_schema`).
+    fn finish(&mut self) -> Result<RecordBatch, OperatorError> {
+        let date_time = Arc::new(self.date_time.finish());
+        let mut c: Vec<ArrayRef> = vec![Arc::new(self.event_type.finish()), date_time.clone()];
+        c.push(Arc::new(self.person_ints[0].finish()));
+        c.extend(self.person_strings.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        c.push(Arc::new(self.auction_id.finish()));
+        c.extend(self.auction_strings.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        c.extend(self.auction_prices.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        c.push(Arc::new(self.auction_expires.finish()));
+        c.extend(self.auction_ints.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        c.push(Arc::new(self.auction_extra.finish()));
+        c.extend(self.bid_ints.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        c.extend(self.bid_strings.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        // The event time is the event's date_time.
+        c.push(date_time);
+        RecordBatch::try_new(nexmark_schema(), c).map_err(|e| OperatorError::Other(format!("nexmark batch: {e}")))
+    }
+}
+
+/// The nexmark source.
+pub struct Nexmark {
+    cfg: NexmarkConfig,
+    generator: Generator,
+    event: Event,
+    columns: Columns,
+    splits: Vec<Split>,
+    current: usize,
+    rate_per_subtask: f64,
+    started: Option<Instant>,
+    emitted: u64,
+}
+
+impl Nexmark {
+    /// A source with the given config.
+    pub fn new(cfg: NexmarkConfig) -> Self {
+        Nexmark {
+            generator: Generator::with_params(cfg.tps, cfg.params),
+            cfg,
+            event: Event::default(),
+            columns: Columns::new(),
+            splits: Vec::new(),
+            current: 0,
+            rate_per_subtask: 0.0,
+            started: None,
+            emitted: 0,
+        }
+    }
+}
+
+impl Source for Nexmark {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        let p = ctx.info.parallelism;
+        self.rate_per_subtask = self.cfg.rate_per_sec as f64 / p as f64;
+        let restored = ctx.operator_state.list_state(STATE)?;
+        if ctx.restored {
+            for SplitPosition { id, next } in read_positions(restored, "nexmark")? {
+                let (_, end) = split_range(id, self.cfg.splits, self.cfg.events);
+                self.splits.push(Split { id, next, end });
+            }
+        } else {
+            for id in (ctx.info.subtask.0..self.cfg.splits).step_by(p as usize) {
+                let (start, end) = split_range(id, self.cfg.splits, self.cfg.events);
+                self.splits.push(Split { id, next: start, end });
+            }
+        }
+        Ok(())
+    }
+
+    fn splits(&self) -> u32 {
+        self.splits.len() as u32
+    }
+
+    fn poll(&mut self, out: &mut SourceOutput, max: usize) -> Result<SourceStatus, OperatorError> {
+        let mut budget = max.min(CHUNK);
+        if self.rate_per_subtask > 0.0 {
+            let started = *self.started.get_or_insert_with(Instant::now);
+            let allowed = (started.elapsed().as_secs_f64() * self.rate_per_subtask) as u64 + 1;
+            if self.emitted >= allowed {
+                let wait = (self.emitted + 1) as f64 / self.rate_per_subtask - started.elapsed().as_secs_f64();
+                return Ok(SourceStatus::Idle(Duration::from_secs_f64(wait.clamp(0.0005, 0.1))));
+            }
+            budget = budget.min((allowed - self.emitted) as usize);
+        }
+        // A fair share of this poll per split, so that the splits move through event time together.
+        let share = (budget / self.splits.len().max(1)).max(1);
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        let mut visited_without_events = 0;
+        while budget > 0 && visited_without_events < self.splits.len() {
+            let slot = self.current % self.splits.len();
+            let split = &mut self.splits[slot];
+            if split.next >= split.end {
+                // Also for a split restored finished, which must not hold the watermark back either.
+                out.finish_split(slot as u32);
+                visited_without_events += 1;
+                self.current += 1;
+                continue;
+            }
+            visited_without_events = 0;
+            let n = budget.min(share).min((split.end - split.next).min(usize::MAX as u64) as usize);
+            for i in split.next..split.next + n as u64 {
+                self.generator.event(i, &mut self.event);
+                self.columns.push(&self.event);
+            }
+            runs.push((slot as u32, n as u32));
+            split.next += n as u64;
+            budget -= n;
+            self.emitted += n as u64;
+            self.current += 1;
+        }
+        if !runs.is_empty() {
+            out.push_batch_of_splits(self.columns.finish()?, runs)?;
+        }
+        if budget > 0 && out.is_empty() {
+            return Ok(SourceStatus::Finished);
+        }
+        Ok(SourceStatus::More)
+    }
+
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
+        let positions = self.splits.iter().map(|s| SplitPosition { id: s.id, next: s.next });
+        write_positions(ctx.operator_state.list_state(STATE)?, positions);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::operator::RuntimeInfo;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
+    use arrow_array::Array;
+    use std::collections::BTreeMap;
+    use weir_common::ids::{CheckpointId, SubtaskIndex};
+    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::nexmark::DEFAULT_TPS;
+    use weir_state::OperatorStateStore;
+
+    fn info(subtask: u32, p: u32) -> RuntimeInfo {
+        RuntimeInfo {
+            uid: "src".into(),
+            job_id: "j".into(),
+            attempt: 1,
+            subtask: SubtaskIndex(subtask),
+            parallelism: p,
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange { start: 0, end: 127 },
+        }
+    }
+
+    /// The canonical line (GENERATOR.md §7) of row `i` of a batch, read back from its columns.
+    fn line(b: &RecordBatch, i: usize) -> String {
+        let int = |name: &str| b.column_by_name(name).unwrap().as_primitive::<Int64Type>().value(i);
+        let ts = |name: &str| b.column_by_name(name).unwrap().as_primitive::<TimestampMillisecondType>().value(i);
+        let s = |name: &str| b.column_by_name(name).unwrap().as_string::<i32>().value(i).to_string();
+        let kind = b.column_by_name("event_type").unwrap().as_primitive::<Int32Type>().value(i);
+        let t = ts("date_time");
+        assert_eq!(b.column_by_name("_event_time").unwrap().as_primitive::<TimestampMillisecondType>().value(i), t);
+        let rest = match kind {
+            0 => {
+                assert!(b.column_by_name("bid_price").unwrap().is_null(i));
+                format!(
+                    "P|{t}|{}|{}|{}|{}|{}|{}|{}",
+                    int("person_id"),
+                    s("person_name"),
+                    s("person_email_address"),
+                    s("person_credit_card"),
+                    s("person_city"),
+                    s("person_state"),
+                    s("person_extra")
+                )
+            }
+            1 => format!(
+                "A|{t}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
+                int("auction_id"),
+                s("auction_item_name"),
+                s("auction_description"),
+                int("auction_initial_bid"),
+                int("auction_reserve"),
+                ts("auction_expires"),
+                int("auction_seller"),
+                int("auction_category"),
+                s("auction_extra")
+            ),
+            _ => {
+                assert!(b.column_by_name("person_id").unwrap().is_null(i));
+                format!(
+                    "B|{t}|{}|{}|{}|{}|{}|{}",
+                    int("bid_auction"),
+                    int("bid_bidder"),
+                    int("bid_price"),
+                    s("bid_channel"),
+                    s("bid_url"),
+                    s("bid_extra")
+                )
+            }
+        };
+        rest
+    }
+
+    fn drain(src: &mut Nexmark, limit: usize, lines: &mut Vec<String>) -> Result<usize, OperatorError> {
+        let mut n = 0;
+        while n < limit {
+            let mut out = SourceOutput::default();
+            if src.poll(&mut out, 97.min(limit - n))? == SourceStatus::Finished {
+                break;
+            }
+            for c in out.take().0 {
+                for i in 0..c.batch.num_rows() {
+                    lines.push(line(&c.batch, i));
+                }
+                n += c.batch.num_rows();
+            }
+        }
+        Ok(n)
+    }
+
+    #[test]
+    fn subtasks_emit_the_spec_stream_and_resume_from_state() -> Result<(), OperatorError> {
+        let cfg =
+            NexmarkConfig::from_map(&BTreeMap::from([("events".into(), "3000".into()), ("splits".into(), "7".into())]))
+                .map_err(|e| OperatorError::Other(e.to_string()))?;
+        let mut got = Vec::new();
+        for sub in 0..3 {
+            let mut store = OperatorStateStore::new();
+            let i = info(sub, 3);
+            let mut src = Nexmark::new(cfg.clone());
+            src.initialize_state(&mut InitContext {
+                info: &i,
+                restored: false,
+                operator_state: &mut store,
+                keyed: None,
+            })?;
+            drain(&mut src, 400, &mut got)?;
+            src.snapshot_state(&mut SnapshotContext {
+                checkpoint_id: CheckpointId(1),
+                timestamp_ms: 0,
+                operator_state: &mut store,
+            })?;
+            let mut again = Nexmark::new(cfg.clone());
+            again.initialize_state(&mut InitContext {
+                info: &i,
+                restored: true,
+                operator_state: &mut store,
+                keyed: None,
+            })?;
+            drain(&mut again, usize::MAX, &mut got)?;
+        }
+        // Every event once, each as the generator makes it.
+        let (mut g, mut e) = (Generator::new(DEFAULT_TPS), Event::default());
+        let mut want: Vec<String> = (0..3000)
+            .map(|n| {
+                g.event(n, &mut e);
+                let mut s = String::new();
+                e.write_canonical(&mut s);
+                s.split_once('|').map(|(_, rest)| rest.to_string()).unwrap_or_default()
+            })
+            .collect();
+        want.sort();
+        got.sort();
+        assert_eq!(got.len(), 3000);
+        assert!(got == want, "the source's events differ from the generator's");
+        Ok(())
+    }
+}
