@@ -2,7 +2,10 @@
 //! and the index of its next record), so each split resumes where the checkpoint left it and the splits are
 //! dealt out again when the source rescales (Flink's `SplitDistribute` list state).
 
-use crate::api::operator::OperatorError;
+use crate::api::operator::{InitContext, OperatorError, SnapshotContext, SourceOutput};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+use weir_common::datagen::split_range;
 
 /// Where one split of a source stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +41,131 @@ pub fn write_positions(list: &mut Vec<Vec<u8>>, positions: impl IntoIterator<Ite
         e.extend_from_slice(&p.id.to_le_bytes());
         e.extend_from_slice(&p.next.to_le_bytes());
         list.push(e);
+    }
+}
+
+/// One split of a numbered sequence: records `start..end`, `next` the one to read next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NumberedSplit {
+    /// The split's id.
+    pub id: u32,
+    /// Its first record.
+    pub start: u64,
+    /// The record to read next.
+    pub next: u64,
+    /// Past its last record.
+    pub end: u64,
+}
+
+/// The splits a subtask of a source over numbered records reads (`datagen`, `nexmark`): the sequence cut into
+/// contiguous ranges dealt out round-robin, their positions in operator list state, and an optional rate limit.
+#[derive(Debug, Default)]
+pub struct NumberedSplits {
+    splits: Vec<NumberedSplit>,
+    current: usize,
+    rate_per_subtask: f64,
+    started: Option<Instant>,
+    emitted: u64,
+}
+
+impl NumberedSplits {
+    /// Restores the subtask's splits from list state `state` or, in a fresh job, deals out the `splits` ranges
+    /// of `count` records (`None`: unbounded) round-robin; `rate_per_sec` limits the whole source (0: no limit).
+    /// `source` names the kind in errors.
+    pub fn initialize(
+        &mut self,
+        ctx: &mut InitContext<'_>,
+        state: &str,
+        source: &str,
+        splits: u32,
+        count: Option<u64>,
+        rate_per_sec: u64,
+    ) -> Result<(), OperatorError> {
+        let p = ctx.info.parallelism;
+        self.rate_per_subtask = rate_per_sec as f64 / p as f64;
+        let restored = ctx.operator_state.list_state(state)?;
+        if ctx.restored {
+            for SplitPosition { id, next } in read_positions(restored, source)? {
+                let (start, end) = split_range(id, splits, count);
+                self.splits.push(NumberedSplit { id, start, next, end });
+            }
+        } else {
+            for id in (ctx.info.subtask.0..splits).step_by(p as usize) {
+                let (start, end) = split_range(id, splits, count);
+                self.splits.push(NumberedSplit { id, start, next: start, end });
+            }
+        }
+        Ok(())
+    }
+
+    /// How many splits the subtask reads.
+    pub fn len(&self) -> usize {
+        self.splits.len()
+    }
+
+    /// Whether the subtask reads none.
+    pub fn is_empty(&self) -> bool {
+        self.splits.is_empty()
+    }
+
+    /// Writes the positions into list state `state`.
+    pub fn snapshot(&self, ctx: &mut SnapshotContext<'_>, state: &str) -> Result<(), OperatorError> {
+        let positions = self.splits.iter().map(|s| SplitPosition { id: s.id, next: s.next });
+        write_positions(ctx.operator_state.list_state(state)?, positions);
+        Ok(())
+    }
+
+    /// How many records a poll may emit, at most `max`; or, under the rate limit, how long to wait first.
+    pub fn budget(&mut self, max: usize) -> Result<usize, Duration> {
+        if self.rate_per_subtask <= 0.0 {
+            return Ok(max);
+        }
+        let started = *self.started.get_or_insert_with(Instant::now);
+        let allowed = (started.elapsed().as_secs_f64() * self.rate_per_subtask) as u64 + 1;
+        if self.emitted >= allowed {
+            let wait = (self.emitted + 1) as f64 / self.rate_per_subtask - started.elapsed().as_secs_f64();
+            return Err(Duration::from_secs_f64(wait.clamp(0.0005, 0.1)));
+        }
+        Ok(max.min((allowed - self.emitted) as usize))
+    }
+
+    /// Hands out up to `budget` records as runs: `f(split, records)` for each, in the order the runs make the
+    /// poll's rows. `in_turn`: a fair share of the budget from each split in turn (so that every split moves
+    /// through event time together), else each split to its end before the next. Splits found finished are
+    /// reported to `out`. Returns the runs (split slot, records) and the budget left — left over only when
+    /// every split is finished.
+    pub fn take(
+        &mut self,
+        out: &mut SourceOutput,
+        mut budget: usize,
+        in_turn: bool,
+        mut f: impl FnMut(&NumberedSplit, Range<u64>),
+    ) -> (Vec<(u32, u32)>, usize) {
+        let share = if in_turn { (budget / self.splits.len().max(1)).max(1) } else { usize::MAX };
+        let mut runs = Vec::new();
+        let mut visited_without_records = 0;
+        while budget > 0 && visited_without_records < self.splits.len() {
+            let slot = self.current % self.splits.len();
+            let split = &mut self.splits[slot];
+            if split.next >= split.end {
+                // Also for a split restored finished, which must not hold the watermark back either.
+                out.finish_split(slot as u32);
+                visited_without_records += 1;
+                self.current += 1;
+                continue;
+            }
+            visited_without_records = 0;
+            let n = budget.min(share).min((split.end - split.next).min(usize::MAX as u64) as usize);
+            f(split, split.next..split.next + n as u64);
+            runs.push((slot as u32, n as u32));
+            split.next += n as u64;
+            budget -= n;
+            self.emitted += n as u64;
+            if in_turn || split.next >= split.end {
+                self.current += 1;
+            }
+        }
+        (runs, budget)
     }
 }
 

@@ -8,58 +8,32 @@
 
 use crate::api::batch::{event_time_field, key_value_schema, ValueType};
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
-use crate::api::splits::{read_positions, write_positions, SplitPosition};
+use crate::api::splits::NumberedSplits;
 use arrow_array::{new_null_array, ArrayRef, BinaryArray, Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow_buffer::{Buffer, OffsetBuffer};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use weir_common::builtin::DatagenConfig;
-use weir_common::datagen::{key_of, split_range, timestamp_of};
+use weir_common::datagen::{key_of, timestamp_of};
 
 const STATE: &str = "splits";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Split {
-    id: u32,
-    start: u64,
-    next: u64,
-    end: u64,
-}
 
 /// The datagen source.
 pub struct Datagen {
     cfg: DatagenConfig,
-    splits: Vec<Split>,
-    current: usize,
-    rate_per_subtask: f64,
-    started: Option<Instant>,
-    emitted: u64,
+    splits: NumberedSplits,
 }
 
 impl Datagen {
     /// A source with the given config.
     pub fn new(cfg: DatagenConfig) -> Self {
-        Datagen { cfg, splits: Vec::new(), current: 0, rate_per_subtask: 0.0, started: None, emitted: 0 }
+        Datagen { cfg, splits: NumberedSplits::default() }
     }
 }
 
 impl Source for Datagen {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let p = ctx.info.parallelism;
-        self.rate_per_subtask = self.cfg.rate_per_sec as f64 / p as f64;
-        let restored = ctx.operator_state.list_state(STATE)?;
-        if ctx.restored {
-            for SplitPosition { id, next } in read_positions(restored, "datagen")? {
-                let (start, end) = split_range(id, self.cfg.splits, self.cfg.count);
-                self.splits.push(Split { id, start, next, end });
-            }
-        } else {
-            for id in (ctx.info.subtask.0..self.cfg.splits).step_by(p as usize) {
-                let (start, end) = split_range(id, self.cfg.splits, self.cfg.count);
-                self.splits.push(Split { id, start, next: start, end });
-            }
-        }
-        Ok(())
+        let c = &self.cfg;
+        self.splits.initialize(ctx, STATE, "datagen", c.splits, c.count, c.rate_per_sec)
     }
 
     fn splits(&self) -> u32 {
@@ -67,70 +41,37 @@ impl Source for Datagen {
     }
 
     fn poll(&mut self, out: &mut SourceOutput, max: usize) -> Result<SourceStatus, OperatorError> {
-        let mut budget = max;
-        if self.rate_per_subtask > 0.0 {
-            let started = *self.started.get_or_insert_with(Instant::now);
-            let allowed = (started.elapsed().as_secs_f64() * self.rate_per_subtask) as u64 + 1;
-            if self.emitted >= allowed {
-                let wait = (self.emitted + 1) as f64 / self.rate_per_subtask - started.elapsed().as_secs_f64();
-                return Ok(SourceStatus::Idle(Duration::from_secs_f64(wait.clamp(0.0005, 0.1))));
-            }
-            budget = budget.min((allowed - self.emitted) as usize);
-        }
-        // Records per visit of a split: all of it without event time, else a fair share of this poll.
-        let share = match self.cfg.event_time {
-            None => usize::MAX,
-            Some(_) => (budget / self.splits.len().max(1)).max(1),
+        let budget = match self.splits.budget(max) {
+            Ok(b) => b,
+            Err(wait) => return Ok(SourceStatus::Idle(wait)),
         };
         // One reading of the clock per poll: records of one poll leave together.
         let wall_ms = self.cfg.event_time.filter(|t| t.wall_clock).map(|_| weir_common::now_ms() as i64);
         // The poll's rows as columns, filled a split run at a time.
         let mut keys: Vec<u8> = Vec::with_capacity(budget.min(SOURCE_CHUNK) * 8);
         let mut times: Vec<i64> = Vec::new();
-        let mut runs: Vec<(u32, u32)> = Vec::new();
-        let mut visited_without_records = 0;
-        while budget > 0 && visited_without_records < self.splits.len() {
-            let slot = self.current % self.splits.len();
-            let split = &mut self.splits[slot];
-            if split.next >= split.end {
-                // Also for a split restored finished, which must not hold the watermark back either.
-                out.finish_split(slot as u32);
-                visited_without_records += 1;
-                self.current += 1;
-                continue;
-            }
-            visited_without_records = 0;
-            let n = budget.min(share).min((split.end - split.next).min(usize::MAX as u64) as usize);
-            let range = split.next..split.next + n as u64;
-            let (seed, key_count) = (self.cfg.seed, self.cfg.keys);
+        let (seed, key_count, event_time) = (self.cfg.seed, self.cfg.keys, self.cfg.event_time);
+        // Without event time a split is read to its end before the next.
+        let (runs, left) = self.splits.take(out, budget, event_time.is_some(), |split, range| {
             keys.extend(range.clone().flat_map(|i| key_of(seed, i, key_count).to_be_bytes()));
-            match (&self.cfg.event_time, wall_ms) {
+            match (&event_time, wall_ms) {
                 (None, _) => {}
-                (Some(_), Some(wall)) => times.extend(std::iter::repeat_n(wall, n)),
+                (Some(_), Some(wall)) => times.extend(std::iter::repeat_n(wall, (range.end - range.start) as usize)),
                 (Some(t), None) => times.extend(range.map(|i| timestamp_of(t, seed, i, i - split.start))),
             }
-            runs.push((slot as u32, n as u32));
-            split.next += n as u64;
-            budget -= n;
-            self.emitted += n as u64;
-            if self.cfg.event_time.is_some() || split.next >= split.end {
-                self.current += 1;
-            }
-        }
+        });
         let rows = keys.len() / 8;
         if rows > 0 {
             out.push_batch_of_splits(key_value_columns(keys, rows, times)?, runs)?;
         }
-        if budget > 0 && out.is_empty() {
+        if left > 0 && out.is_empty() {
             return Ok(SourceStatus::Finished);
         }
         Ok(SourceStatus::More)
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let positions = self.splits.iter().map(|s| SplitPosition { id: s.id, next: s.next });
-        write_positions(ctx.operator_state.list_state(STATE)?, positions);
-        Ok(())
+        self.splits.snapshot(ctx, STATE)
     }
 }
 

@@ -8,14 +8,12 @@
 
 use crate::api::batch::event_time_field;
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
-use crate::api::splits::{read_positions, write_positions, SplitPosition};
+use crate::api::splits::NumberedSplits;
 use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 use weir_common::builtin::{NexmarkConfig, NEXMARK_FIELDS};
-use weir_common::datagen::split_range;
 use weir_common::nexmark::{Event, EventKind, Generator};
 
 const STATE: &str = "splits";
@@ -42,13 +40,6 @@ pub fn nexmark_schema() -> SchemaRef {
             Arc::new(Schema::new(fields))
         })
         .clone()
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Split {
-    id: u32,
-    next: u64,
-    end: u64,
 }
 
 /// The columns of a batch being filled.
@@ -145,11 +136,7 @@ pub struct Nexmark {
     generator: Generator,
     event: Event,
     columns: Columns,
-    splits: Vec<Split>,
-    current: usize,
-    rate_per_subtask: f64,
-    started: Option<Instant>,
-    emitted: u64,
+    splits: NumberedSplits,
 }
 
 impl Nexmark {
@@ -160,32 +147,15 @@ impl Nexmark {
             cfg,
             event: Event::default(),
             columns: Columns::new(),
-            splits: Vec::new(),
-            current: 0,
-            rate_per_subtask: 0.0,
-            started: None,
-            emitted: 0,
+            splits: NumberedSplits::default(),
         }
     }
 }
 
 impl Source for Nexmark {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let p = ctx.info.parallelism;
-        self.rate_per_subtask = self.cfg.rate_per_sec as f64 / p as f64;
-        let restored = ctx.operator_state.list_state(STATE)?;
-        if ctx.restored {
-            for SplitPosition { id, next } in read_positions(restored, "nexmark")? {
-                let (_, end) = split_range(id, self.cfg.splits, self.cfg.events);
-                self.splits.push(Split { id, next, end });
-            }
-        } else {
-            for id in (ctx.info.subtask.0..self.cfg.splits).step_by(p as usize) {
-                let (start, end) = split_range(id, self.cfg.splits, self.cfg.events);
-                self.splits.push(Split { id, next: start, end });
-            }
-        }
-        Ok(())
+        let c = &self.cfg;
+        self.splits.initialize(ctx, STATE, "nexmark", c.splits, c.events, c.rate_per_sec)
     }
 
     fn splits(&self) -> u32 {
@@ -193,55 +163,28 @@ impl Source for Nexmark {
     }
 
     fn poll(&mut self, out: &mut SourceOutput, max: usize) -> Result<SourceStatus, OperatorError> {
-        let mut budget = max.min(CHUNK);
-        if self.rate_per_subtask > 0.0 {
-            let started = *self.started.get_or_insert_with(Instant::now);
-            let allowed = (started.elapsed().as_secs_f64() * self.rate_per_subtask) as u64 + 1;
-            if self.emitted >= allowed {
-                let wait = (self.emitted + 1) as f64 / self.rate_per_subtask - started.elapsed().as_secs_f64();
-                return Ok(SourceStatus::Idle(Duration::from_secs_f64(wait.clamp(0.0005, 0.1))));
+        let budget = match self.splits.budget(max.min(CHUNK)) {
+            Ok(b) => b,
+            Err(wait) => return Ok(SourceStatus::Idle(wait)),
+        };
+        let (generator, event, columns) = (&mut self.generator, &mut self.event, &mut self.columns);
+        let (runs, left) = self.splits.take(out, budget, true, |_, range| {
+            for i in range {
+                generator.event(i, event);
+                columns.push(event);
             }
-            budget = budget.min((allowed - self.emitted) as usize);
-        }
-        // A fair share of this poll per split, so that the splits move through event time together.
-        let share = (budget / self.splits.len().max(1)).max(1);
-        let mut runs: Vec<(u32, u32)> = Vec::new();
-        let mut visited_without_events = 0;
-        while budget > 0 && visited_without_events < self.splits.len() {
-            let slot = self.current % self.splits.len();
-            let split = &mut self.splits[slot];
-            if split.next >= split.end {
-                // Also for a split restored finished, which must not hold the watermark back either.
-                out.finish_split(slot as u32);
-                visited_without_events += 1;
-                self.current += 1;
-                continue;
-            }
-            visited_without_events = 0;
-            let n = budget.min(share).min((split.end - split.next).min(usize::MAX as u64) as usize);
-            for i in split.next..split.next + n as u64 {
-                self.generator.event(i, &mut self.event);
-                self.columns.push(&self.event);
-            }
-            runs.push((slot as u32, n as u32));
-            split.next += n as u64;
-            budget -= n;
-            self.emitted += n as u64;
-            self.current += 1;
-        }
+        });
         if !runs.is_empty() {
             out.push_batch_of_splits(self.columns.finish()?, runs)?;
         }
-        if budget > 0 && out.is_empty() {
+        if left > 0 && out.is_empty() {
             return Ok(SourceStatus::Finished);
         }
         Ok(SourceStatus::More)
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let positions = self.splits.iter().map(|s| SplitPosition { id: s.id, next: s.next });
-        write_positions(ctx.operator_state.list_state(STATE)?, positions);
-        Ok(())
+        self.splits.snapshot(ctx, STATE)
     }
 }
 
