@@ -41,6 +41,22 @@ pub struct RuntimeInfo {
     pub key_group_range: KeyGroupRange,
 }
 
+impl RuntimeInfo {
+    /// Subtask `subtask` of `p` of operator `src` in job `j` (unit tests of sources).
+    #[cfg(test)]
+    pub(crate) fn for_test(subtask: u32, p: u32) -> RuntimeInfo {
+        RuntimeInfo {
+            uid: "src".into(),
+            job_id: "j".into(),
+            attempt: 1,
+            subtask: weir_common::ids::SubtaskIndex(subtask),
+            parallelism: p,
+            max_parallelism: 128,
+            key_group_range: weir_common::keygroup::KeyGroupRange { start: 0, end: 127 },
+        }
+    }
+}
+
 /// Given to `initialize_state`.
 pub struct InitContext<'a> {
     /// Where the operator runs.

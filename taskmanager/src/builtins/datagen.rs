@@ -99,20 +99,11 @@ mod tests {
     use crate::api::batch::records;
     use crate::api::operator::{RuntimeInfo, SourceChunk};
     use crate::api::record::Record;
-    use weir_common::ids::{CheckpointId, SubtaskIndex};
-    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::ids::CheckpointId;
     use weir_state::OperatorStateStore;
 
     fn info(subtask: u32, p: u32) -> RuntimeInfo {
-        RuntimeInfo {
-            uid: "src".into(),
-            job_id: "j".into(),
-            attempt: 1,
-            subtask: SubtaskIndex(subtask),
-            parallelism: p,
-            max_parallelism: 128,
-            key_group_range: KeyGroupRange { start: 0, end: 127 },
-        }
+        RuntimeInfo::for_test(subtask, p)
     }
 
     fn drain(src: &mut Datagen, limit: usize) -> Result<Vec<Record>, OperatorError> {

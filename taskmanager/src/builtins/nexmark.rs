@@ -196,21 +196,12 @@ mod tests {
     use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
     use arrow_array::Array;
     use std::collections::BTreeMap;
-    use weir_common::ids::{CheckpointId, SubtaskIndex};
-    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::ids::CheckpointId;
     use weir_common::nexmark::DEFAULT_TPS;
     use weir_state::OperatorStateStore;
 
     fn info(subtask: u32, p: u32) -> RuntimeInfo {
-        RuntimeInfo {
-            uid: "src".into(),
-            job_id: "j".into(),
-            attempt: 1,
-            subtask: SubtaskIndex(subtask),
-            parallelism: p,
-            max_parallelism: 128,
-            key_group_range: KeyGroupRange { start: 0, end: 127 },
-        }
+        RuntimeInfo::for_test(subtask, p)
     }
 
     /// The canonical line (GENERATOR.md §7) of row `i` of a batch, read back from its columns.
