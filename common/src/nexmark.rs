@@ -91,7 +91,7 @@ impl Params {
         if self.total() == 0 {
             return Err(("person_proportion", "the proportions sum to zero: the stream would have no events"));
         }
-        if self.person_proportion == 0 && self.total() > 0 {
+        if self.person_proportion == 0 {
             return Err(("person_proportion", "must be at least 1: auctions and bids refer to persons"));
         }
         if self.auction_proportion == 0 && self.bid_proportion > 0 {
@@ -587,8 +587,7 @@ mod tests {
     }
 
     fn digest(from: u64, to: u64, tps: u64) -> String {
-        let d = ring::digest::digest(&ring::digest::SHA256, lines(from, to, tps).as_bytes());
-        d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+        crate::serializer::to_hex(ring::digest::digest(&ring::digest::SHA256, lines(from, to, tps).as_bytes()).as_ref())
     }
 
     #[test]

@@ -445,7 +445,8 @@ impl Migrator {
     }
 }
 
-fn to_hex(b: &[u8]) -> String {
+/// Lower-case hexadecimal of `b`.
+pub(crate) fn to_hex(b: &[u8]) -> String {
     let mut s = String::with_capacity(b.len() * 2);
     for x in b {
         s.push_str(&format!("{x:02x}"));

@@ -101,9 +101,14 @@ impl FrozenRows {
     /// largest keys.
     fn write_sst(&self, path: &Path) -> Result<(u64, Option<KeyBounds>), StateError> {
         if let Some(timers) = &self.timers {
-            // In order already.
-            let bounds = timers.iter().next().zip(timers.iter().last()).map(|(a, b)| (a.to_vec(), b.to_vec()));
-            return Ok((write_sst(path, timers.iter().map(|r| (r, Some(&[][..]))))?, bounds));
+            // In order already; the bounds are taken on the way.
+            let (mut first, mut last): (Option<&[u8]>, Option<&[u8]>) = (None, None);
+            let rows = timers.iter().inspect(|r| {
+                first.get_or_insert(r);
+                last = Some(r);
+            });
+            let size = write_sst(path, rows.map(|r| (r, Some(&[][..]))))?;
+            return Ok((size, first.zip(last).map(|(a, b)| (a.to_vec(), b.to_vec()))));
         }
         let mut order: Vec<u32> = (0..self.rows.len() as u32).collect();
         order.sort_unstable_by(|&a, &b| self.row(a as usize).0.cmp(self.row(b as usize).0));
@@ -121,13 +126,23 @@ impl FrozenRows {
 pub(crate) fn sst_options() -> Options {
     let mut opts = Options::default();
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    // The same Bloom filter as the column families' own files: without one, a point read of an absent row
-    // (a new window slice, a key not seen yet) reads a data block of every ingested file whose key range
-    // covers it — and a flush's file covers every key group of the subtask.
-    let mut table = rocksdb::BlockBasedOptions::default();
-    table.set_bloom_filter(10.0, false);
-    opts.set_block_based_table_factory(&table);
+    // The column families' own table format: without their Bloom filter, a point read of an absent row (a new
+    // window slice, a key not seen yet) reads a data block of every ingested file whose key range covers it —
+    // and a flush's file covers every key group of the subtask.
+    opts.set_block_based_table_factory(&table_options(None));
     opts
+}
+
+/// The table format of every SST file of the backend, the column families' and those written for ingestion:
+/// a whole-key Bloom filter (10 bits per key), so that point reads of absent rows — a timer registered for the
+/// first time, a new window slice, a key not seen yet — read no data block; the shared block cache, if any.
+pub(crate) fn table_options(block_cache: Option<&rocksdb::Cache>) -> rocksdb::BlockBasedOptions {
+    let mut table = rocksdb::BlockBasedOptions::default();
+    if let Some(cache) = block_cache {
+        table.set_block_cache(cache);
+    }
+    table.set_bloom_filter(10.0, false);
+    table
 }
 
 /// An SST file being written from rows in ascending key order; the file is only created with the first row

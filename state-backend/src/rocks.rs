@@ -355,15 +355,8 @@ fn cf_options(opts: &RocksOptions) -> Options {
     o.set_max_write_buffer_number(2);
     o.set_compression_type(rocksdb::DBCompressionType::Lz4);
     o.set_merge_operator_associative(MERGE_OPERATOR, concat_merge);
-    let mut table = rocksdb::BlockBasedOptions::default();
-    if let Some(cache) = &opts.block_cache {
-        table.set_block_cache(cache);
-    }
-    // Point reads of absent rows are common — a timer registered for the first time, a window slice or a key
-    // not seen yet —: a Bloom filter answers them without reading every level's blocks.
-    table.set_bloom_filter(10.0, false);
-    o.set_block_based_table_factory(&table);
-    // The same in the memtable: an absent row is answered without a skip-list search (a timer set for the
+    o.set_block_based_table_factory(&ingest::table_options(opts.block_cache.as_ref()));
+    // A whole-key Bloom filter in the memtable too: an absent row is answered without a skip-list search (a timer set for the
     // first time is looked up in a memtable of hundreds of thousands of timers).
     o.set_memtable_prefix_bloom_ratio(0.1);
     o.set_memtable_whole_key_filtering(true);
@@ -937,17 +930,17 @@ impl RocksDbBackend {
         self.flush_seq += 1;
         let dir = self.ingest_dir();
         let st = &self.states[i];
-        let cf = Self::cf_name(&st.name);
+        let cf = &st.cf;
         let path = dir.join(format!("timers-{}.sst", self.flush_seq));
         let rows = || st.pending.iter().map(|r| (r, Some(&[][..])));
         let ingested = std::fs::create_dir_all(&dir)
             .map_err(|e| StateError::io(format!("create {}", dir.display()), e))
             .and_then(|()| ingest::write_sst(&path, rows()))
-            .and_then(|_| ingest::ingest(&self.db, &cf, &path));
+            .and_then(|_| ingest::ingest(&self.db, cf, &path));
         if let Err(e) = ingested {
             tracing::warn!(state = %st.name, error = %e, "writing pending timers as an SST failed; using a write batch");
             let _ = std::fs::remove_file(&path);
-            self.write_rows(&cf, rows())?;
+            self.write_rows(cf, rows())?;
         }
         self.states[i].pending.clear();
         Ok(())
@@ -1096,10 +1089,7 @@ impl KeyedStateBackend for RocksDbBackend {
         if matches!(self.states[state.0].cache.get(self.row.key(ns)), Cached::Miss) {
             self.make_room(state)?;
             let st = &mut self.states[state.0];
-            let cf = self
-                .db
-                .cf_handle(&st.cf)
-                .ok_or_else(|| StateError::Corrupt(format!("column family of state {:?} vanished", st.name)))?;
+            let cf = state_cf(&self.db, st)?;
             let value = self.db.get_pinned_cf(cf, self.row.key(ns))?;
             st.cache.insert_clean(self.row.key(ns), value.as_deref());
         }
@@ -1439,14 +1429,14 @@ impl KeyedStateBackend for RocksDbBackend {
         self.settle()?;
         let mut frozen = Vec::new();
         for st in &mut self.states {
-            let mut rows = ingest::FrozenRows::new(Self::cf_name(&st.name));
+            let mut rows = ingest::FrozenRows::new(st.cf.clone());
             st.cache.drain_dirty(|k, v| rows.push(k, v));
             if !rows.is_empty() {
                 frozen.push(rows);
             }
             if st.pending.len() > 0 {
                 // Pointers to the rows as they are now (`timerset.rs`): the pause does not grow with them.
-                frozen.push(ingest::FrozenRows::pending_timers(Self::cf_name(&st.name), st.pending.snapshot()));
+                frozen.push(ingest::FrozenRows::pending_timers(st.cf.clone(), st.pending.snapshot()));
             }
         }
         if let Some(parent) = dir.parent() {

@@ -84,6 +84,20 @@ pub fn keys(batch: &RecordBatch) -> Result<&BinaryArray, OperatorError> {
         .ok_or_else(|| OperatorError::Other(format!("the {KEY:?} column is {}, not Binary", col.data_type())))
 }
 
+/// Makes the key of row `i` (of a batch's [`keys`]) the backend's current key, with the key group the runtime
+/// computed (the batch's [`key_groups`]) if there is one.
+pub fn set_current_key_of_row(
+    backend: &mut dyn weir_state::KeyedStateBackend,
+    keys: &BinaryArray,
+    groups: Option<&UInt16Array>,
+    i: usize,
+) {
+    match groups {
+        Some(g) => backend.set_current_key_in_group(keys.value(i), u32::from(g.value(i))),
+        None => backend.set_current_key(keys.value(i)),
+    }
+}
+
 /// A batch's key groups, as the runtime computed them when it routed the batch (absent off a key-by edge).
 pub fn key_groups(batch: &RecordBatch) -> Option<&UInt16Array> {
     batch.column_by_name(KEY_GROUP)?.as_any().downcast_ref()
@@ -147,10 +161,7 @@ impl<'a> KvRows<'a> {
 
     /// Makes row `i`'s key the backend's current key, with the key group the runtime computed if there is one.
     pub fn set_current_key(&self, backend: &mut dyn weir_state::KeyedStateBackend, i: usize) {
-        match self.groups {
-            Some(g) => backend.set_current_key_in_group(self.keys.value(i), g.value(i) as u32),
-            None => backend.set_current_key(self.keys.value(i)),
-        }
+        set_current_key_of_row(backend, self.keys, self.groups, i);
     }
 
     /// The value column.

@@ -57,6 +57,27 @@ impl RuntimeInfo {
     }
 }
 
+/// Initializes `src` as subtask `info` over `store` (unit tests of sources).
+#[cfg(test)]
+pub(crate) fn init_source(
+    src: &mut dyn Source,
+    info: &RuntimeInfo,
+    store: &mut OperatorStateStore,
+    restored: bool,
+) -> Result<(), OperatorError> {
+    src.initialize_state(&mut InitContext { info, restored, operator_state: store, keyed: None })
+}
+
+/// Takes `src`'s snapshot (checkpoint 1) into `store` (unit tests of sources).
+#[cfg(test)]
+pub(crate) fn snapshot_source(src: &mut dyn Source, store: &mut OperatorStateStore) -> Result<(), OperatorError> {
+    src.snapshot_state(&mut SnapshotContext {
+        checkpoint_id: weir_common::ids::CheckpointId(1),
+        timestamp_ms: 0,
+        operator_state: store,
+    })
+}
+
 /// Given to `initialize_state`.
 pub struct InitContext<'a> {
     /// Where the operator runs.

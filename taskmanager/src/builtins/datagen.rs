@@ -97,9 +97,8 @@ fn key_value_columns(keys: Vec<u8>, rows: usize, times: Vec<i64>) -> Result<Reco
 mod tests {
     use super::*;
     use crate::api::batch::records;
-    use crate::api::operator::{RuntimeInfo, SourceChunk};
+    use crate::api::operator::{init_source, snapshot_source, RuntimeInfo, SourceChunk};
     use crate::api::record::Record;
-    use weir_common::ids::CheckpointId;
     use weir_state::OperatorStateStore;
 
     fn info(subtask: u32, p: u32) -> RuntimeInfo {
@@ -126,25 +125,11 @@ mod tests {
             let mut store = OperatorStateStore::new();
             let mut src = Datagen::new(cfg.clone());
             let i = info(sub, 3);
-            src.initialize_state(&mut InitContext {
-                info: &i,
-                restored: false,
-                operator_state: &mut store,
-                keyed: None,
-            })?;
+            init_source(&mut src, &i, &mut store, false)?;
             let first = drain(&mut src, 50)?;
-            src.snapshot_state(&mut SnapshotContext {
-                checkpoint_id: CheckpointId(1),
-                timestamp_ms: 0,
-                operator_state: &mut store,
-            })?;
+            snapshot_source(&mut src, &mut store)?;
             let mut again = Datagen::new(cfg.clone());
-            again.initialize_state(&mut InitContext {
-                info: &i,
-                restored: true,
-                operator_state: &mut store,
-                keyed: None,
-            })?;
+            init_source(&mut again, &i, &mut store, true)?;
             for r in first.iter().chain(drain(&mut again, usize::MAX)?.iter()) {
                 counts[u64::from_be_bytes(r.key.as_slice().try_into().unwrap()) as usize] += 1;
             }
@@ -161,7 +146,7 @@ mod tests {
         let mut store = OperatorStateStore::new();
         let mut src = Datagen::new(cfg.clone());
         let i = info(0, 1);
-        src.initialize_state(&mut InitContext { info: &i, restored: false, operator_state: &mut store, keyed: None })?;
+        init_source(&mut src, &i, &mut store, false)?;
         assert_eq!(src.splits(), 4);
         let mut out = SourceOutput::default();
         src.poll(&mut out, 8)?;

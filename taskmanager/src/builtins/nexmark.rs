@@ -46,7 +46,7 @@ pub fn nexmark_schema() -> SchemaRef {
 struct Columns {
     event_type: Int32Builder,
     date_time: TimestampMillisecondBuilder,
-    person_ints: [Int64Builder; 1],
+    person_id: Int64Builder,
     person_strings: [StringBuilder; 6],
     auction_id: Int64Builder,
     auction_strings: [StringBuilder; 2],
@@ -63,7 +63,7 @@ impl Columns {
         Columns {
             event_type: Int32Builder::with_capacity(CHUNK),
             date_time: TimestampMillisecondBuilder::with_capacity(CHUNK),
-            person_ints: [Int64Builder::new()],
+            person_id: Int64Builder::new(),
             person_strings: std::array::from_fn(|_| StringBuilder::new()),
             auction_id: Int64Builder::new(),
             auction_strings: std::array::from_fn(|_| StringBuilder::new()),
@@ -82,7 +82,7 @@ impl Columns {
         let (person, auction, bid) =
             (e.kind == EventKind::Person, e.kind == EventKind::Auction, e.kind == EventKind::Bid);
         let p = &e.person;
-        self.person_ints[0].append_option(person.then_some(p.id));
+        self.person_id.append_option(person.then_some(p.id));
         for (b, v) in
             self.person_strings.iter_mut().zip([&p.name, &p.email_address, &p.credit_card, &p.city, &p.state, &p.extra])
         {
@@ -114,7 +114,7 @@ impl Columns {
     fn finish(&mut self) -> Result<RecordBatch, OperatorError> {
         let date_time = Arc::new(self.date_time.finish());
         let mut c: Vec<ArrayRef> = vec![Arc::new(self.event_type.finish()), date_time.clone()];
-        c.push(Arc::new(self.person_ints[0].finish()));
+        c.push(Arc::new(self.person_id.finish()));
         c.extend(self.person_strings.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
         c.push(Arc::new(self.auction_id.finish()));
         c.extend(self.auction_strings.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
@@ -191,12 +191,11 @@ impl Source for Nexmark {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::operator::RuntimeInfo;
+    use crate::api::operator::{init_source, snapshot_source, RuntimeInfo};
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
     use arrow_array::Array;
     use std::collections::BTreeMap;
-    use weir_common::ids::CheckpointId;
     use weir_common::nexmark::DEFAULT_TPS;
     use weir_state::OperatorStateStore;
 
@@ -281,25 +280,11 @@ mod tests {
             let mut store = OperatorStateStore::new();
             let i = info(sub, 3);
             let mut src = Nexmark::new(cfg.clone());
-            src.initialize_state(&mut InitContext {
-                info: &i,
-                restored: false,
-                operator_state: &mut store,
-                keyed: None,
-            })?;
+            init_source(&mut src, &i, &mut store, false)?;
             drain(&mut src, 400, &mut got)?;
-            src.snapshot_state(&mut SnapshotContext {
-                checkpoint_id: CheckpointId(1),
-                timestamp_ms: 0,
-                operator_state: &mut store,
-            })?;
+            snapshot_source(&mut src, &mut store)?;
             let mut again = Nexmark::new(cfg.clone());
-            again.initialize_state(&mut InitContext {
-                info: &i,
-                restored: true,
-                operator_state: &mut store,
-                keyed: None,
-            })?;
+            init_source(&mut again, &i, &mut store, true)?;
             drain(&mut again, usize::MAX, &mut got)?;
         }
         // Every event once, each as the generator makes it.

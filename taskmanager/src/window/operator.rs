@@ -18,7 +18,7 @@
 //! The built-in `window-aggregate` runs here for triggers other than event time and for global windows (its
 //! event-time path is `builtins/window_aggregate.rs`, which fires sliding windows from a running part).
 
-use crate::api::batch::{event_times, key_groups, keys};
+use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use crate::api::timers::{TimeDomain, Timers};
 use crate::window::assign::{TimeWindow, WindowKind, GLOBAL};
@@ -373,8 +373,8 @@ pub fn write_sessions(
     Ok(())
 }
 
-/// Makes the key of row `i` the backend's current key (in its key group, when the batch carries them) and
-/// copies it into `key`: what both window operators do for every row.
+/// Makes the key of row `i` the backend's current key and copies it into `key` (kept for the rows the window
+/// emits): what both window operators do for every row.
 pub fn set_row_key(
     keyed: &mut dyn KeyedStateBackend,
     keys: &BinaryArray,
@@ -382,13 +382,9 @@ pub fn set_row_key(
     i: usize,
     key: &mut Vec<u8>,
 ) {
-    let k = keys.value(i);
-    match groups {
-        Some(g) => keyed.set_current_key_in_group(k, u32::from(g.value(i))),
-        None => keyed.set_current_key(k),
-    }
+    set_current_key_of_row(keyed, keys, groups, i);
     key.clear();
-    key.extend_from_slice(k);
+    key.extend_from_slice(keys.value(i));
 }
 
 /// The int64 column `field` of `batch` that `aggregate` reads (`None` for a count, which reads none).
