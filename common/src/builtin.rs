@@ -347,6 +347,8 @@ pub struct NexmarkConfig {
     pub rate_per_sec: u64,
     /// Number of splits the event numbers are cut into.
     pub splits: u32,
+    /// 0: split `j` holds a contiguous range of event numbers; `B`: it holds blocks `j, j+splits, …` of B numbers.
+    pub block: u64,
     /// The event mix and hot ratios.
     pub params: crate::nexmark::Params,
 }
@@ -364,6 +366,7 @@ impl NexmarkConfig {
                 "tps",
                 "rate_per_sec",
                 "splits",
+                "block",
                 "person_proportion",
                 "auction_proportion",
                 "bid_proportion",
@@ -402,6 +405,7 @@ impl NexmarkConfig {
             tps,
             rate_per_sec: r.u64("rate_per_sec")?.unwrap_or(0),
             splits: splits as u32,
+            block: r.u64("block")?.unwrap_or(0),
             params,
         })
     }

@@ -44,17 +44,78 @@ pub fn write_positions(list: &mut Vec<Vec<u8>>, positions: impl IntoIterator<Ite
     }
 }
 
-/// One split of a numbered sequence: records `start..end`, `next` the one to read next.
+/// One split of a numbered sequence: positions `start..end`, `next` the one to read next. In the contiguous
+/// layout a position is the record's number; in the block layout it counts the split's own records from 0
+/// ([`NumberedSplits::number`] gives the record's number).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NumberedSplit {
     /// The split's id.
     pub id: u32,
-    /// Its first record.
+    /// Its first position.
     pub start: u64,
-    /// The record to read next.
+    /// The position to read next.
     pub next: u64,
-    /// Past its last record.
+    /// Past its last position.
     pub end: u64,
+}
+
+/// How a numbered sequence is cut into splits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitLayout {
+    /// Split `j` of `s` holds the contiguous range `[⌊j·n/s⌋, ⌊(j+1)·n/s⌋)`.
+    #[default]
+    Contiguous,
+    /// Split `j` of `s` holds blocks `j, j+s, j+2s, …` of `size` consecutive numbers, so that every split runs
+    /// through the whole sequence (and, for a generator whose time follows the number, through the same time).
+    Blocks {
+        /// Numbers per block (at least 1).
+        size: u64,
+    },
+}
+
+impl SplitLayout {
+    /// The layout a source's `block` config names: 0 is contiguous.
+    pub fn from_block(block: u64) -> Self {
+        if block == 0 {
+            SplitLayout::Contiguous
+        } else {
+            SplitLayout::Blocks { size: block }
+        }
+    }
+
+    /// The positions of split `j` of `splits` over `count` numbers (`None`: unbounded).
+    pub fn extent(self, j: u32, splits: u32, count: Option<u64>) -> (u64, u64) {
+        match self {
+            SplitLayout::Contiguous => split_range(j, splits, count),
+            SplitLayout::Blocks { size } => {
+                let Some(n) = count else { return (0, u64::MAX) };
+                let (j, s) = (u128::from(j), u128::from(splits));
+                let (n, size) = (u128::from(n), u128::from(size));
+                let blocks = n.div_ceil(size);
+                if j >= blocks {
+                    return (0, 0);
+                }
+                let mine = (blocks - 1 - j) / s + 1;
+                let mut records = mine * size;
+                // The last block may be short, and it is this split's if its index is.
+                if (blocks - 1) % s == j {
+                    records -= blocks * size - n;
+                }
+                (0, records.min(u128::from(u64::MAX)) as u64)
+            }
+        }
+    }
+
+    /// The number of the record at position `pos` of split `j` of `splits`.
+    pub fn number(self, j: u32, splits: u32, pos: u64) -> u64 {
+        match self {
+            SplitLayout::Contiguous => pos,
+            SplitLayout::Blocks { size } => {
+                let block = u64::from(j).wrapping_add((pos / size).wrapping_mul(u64::from(splits)));
+                block.wrapping_mul(size).wrapping_add(pos % size)
+            }
+        }
+    }
 }
 
 /// The splits a subtask of a source over numbered records reads (`datagen`, `nexmark`): the sequence cut into
@@ -62,6 +123,8 @@ pub struct NumberedSplit {
 #[derive(Debug, Default)]
 pub struct NumberedSplits {
     splits: Vec<NumberedSplit>,
+    layout: SplitLayout,
+    count: u32,
     current: usize,
     rate_per_subtask: f64,
     started: Option<Instant>,
@@ -69,33 +132,41 @@ pub struct NumberedSplits {
 }
 
 impl NumberedSplits {
-    /// Restores the subtask's splits from list state `state` or, in a fresh job, deals out the `splits` ranges
-    /// of `count` records (`None`: unbounded) round-robin; `rate_per_sec` limits the whole source (0: no limit).
-    /// `source` names the kind in errors.
+    /// Restores the subtask's splits from list state `state` or, in a fresh job, deals out the `splits` splits
+    /// of `count` records (`None`: unbounded), cut as `layout` says, round-robin; `rate_per_sec` limits the whole
+    /// source (0: no limit). `source` names the kind in errors.
+    #[allow(clippy::too_many_arguments)]
     pub fn initialize(
         &mut self,
         ctx: &mut InitContext<'_>,
         state: &str,
         source: &str,
         splits: u32,
+        layout: SplitLayout,
         count: Option<u64>,
         rate_per_sec: u64,
     ) -> Result<(), OperatorError> {
         let p = ctx.info.parallelism;
         self.rate_per_subtask = rate_per_sec as f64 / p as f64;
+        (self.layout, self.count) = (layout, splits);
         let restored = ctx.operator_state.list_state(state)?;
         if ctx.restored {
             for SplitPosition { id, next } in read_positions(restored, source)? {
-                let (start, end) = split_range(id, splits, count);
+                let (start, end) = layout.extent(id, splits, count);
                 self.splits.push(NumberedSplit { id, start, next, end });
             }
         } else {
             for id in (ctx.info.subtask.0..splits).step_by(p as usize) {
-                let (start, end) = split_range(id, splits, count);
+                let (start, end) = layout.extent(id, splits, count);
                 self.splits.push(NumberedSplit { id, start, next: start, end });
             }
         }
         Ok(())
+    }
+
+    /// How the splits are cut, and how many there are: what [`SplitLayout::number`] needs.
+    pub fn layout(&self) -> (SplitLayout, u32) {
+        (self.layout, self.count)
     }
 
     /// How many splits the subtask reads.
@@ -172,6 +243,30 @@ impl NumberedSplits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_layout_covers_every_number_once_in_blocks_dealt_round_robin() {
+        for (n, splits, size) in [(1000u64, 2u32, 50u64), (1001, 3, 7), (5, 4, 2), (3, 8, 1), (100, 1, 1000)] {
+            let layout = SplitLayout::from_block(size);
+            let mut seen = vec![0u32; n as usize];
+            for j in 0..splits {
+                let (start, end) = layout.extent(j, splits, Some(n));
+                for pos in start..end {
+                    let i = layout.number(j, splits, pos);
+                    assert!(i < n, "n={n} s={splits} b={size}: split {j} pos {pos} -> {i}");
+                    assert_eq!((i / size) % u64::from(splits), u64::from(j), "in one of its own blocks");
+                    seen[i as usize] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "n={n} s={splits} b={size}: {seen:?}");
+        }
+        let c = SplitLayout::from_block(0);
+        assert_eq!(c.extent(1, 2, Some(10)), (5, 10));
+        assert_eq!(c.number(1, 2, 7), 7);
+        // Flink's block=50 at p=2: split 1 starts at 50 and jumps to 150 after 50 records.
+        let b = SplitLayout::from_block(50);
+        assert_eq!((b.number(1, 2, 0), b.number(1, 2, 49), b.number(1, 2, 50)), (50, 99, 150));
+    }
 
     #[test]
     fn positions_round_trip_and_a_corrupt_one_is_named() {

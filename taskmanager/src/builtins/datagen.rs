@@ -8,7 +8,7 @@
 
 use crate::api::batch::{event_time_field, key_value_schema, ValueType};
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
-use crate::api::splits::NumberedSplits;
+use crate::api::splits::{NumberedSplits, SplitLayout};
 use arrow_array::{new_null_array, ArrayRef, BinaryArray, Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow_buffer::{Buffer, OffsetBuffer};
 use std::sync::Arc;
@@ -33,7 +33,7 @@ impl Datagen {
 impl Source for Datagen {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         let c = &self.cfg;
-        self.splits.initialize(ctx, STATE, "datagen", c.splits, c.count, c.rate_per_sec)
+        self.splits.initialize(ctx, STATE, "datagen", c.splits, SplitLayout::Contiguous, c.count, c.rate_per_sec)
     }
 
     fn splits(&self) -> u32 {

@@ -1,6 +1,7 @@
 //! `nexmark`: the Nexmark event stream of `weir_common::nexmark` (every event a pure function of its number), as
 //! Flink's Nexmark table flattened into columns (`weir_common::builtin::nexmark_columns`). The event numbers are
-//! cut into `splits` contiguous ranges, assigned to subtasks round-robin; each split's next number is kept in
+//! cut into `splits` contiguous ranges (or, with `block: B`, into blocks of B numbers dealt to the splits in
+//! turn, as Flink's Nexmark source does), assigned to subtasks round-robin; each split's next number is kept in
 //! operator list state, so the source resumes exactly where the checkpoint left it and its splits move to other
 //! subtasks on a rescale. A subtask reads its splits in turn, a few events from each, so that every split
 //! moves through event time together and the per-split watermark advances as the source does. Each event's
@@ -8,7 +9,7 @@
 
 use crate::api::batch::event_time_field;
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
-use crate::api::splits::NumberedSplits;
+use crate::api::splits::{NumberedSplits, SplitLayout};
 use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -155,7 +156,8 @@ impl Nexmark {
 impl Source for Nexmark {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         let c = &self.cfg;
-        self.splits.initialize(ctx, STATE, "nexmark", c.splits, c.events, c.rate_per_sec)
+        let layout = SplitLayout::from_block(c.block);
+        self.splits.initialize(ctx, STATE, "nexmark", c.splits, layout, c.events, c.rate_per_sec)
     }
 
     fn splits(&self) -> u32 {
@@ -168,9 +170,10 @@ impl Source for Nexmark {
             Err(wait) => return Ok(SourceStatus::Idle(wait)),
         };
         let (generator, event, columns) = (&mut self.generator, &mut self.event, &mut self.columns);
-        let (runs, left) = self.splits.take(out, budget, true, |_, range| {
-            for i in range {
-                generator.event(i, event);
+        let (layout, count) = self.splits.layout();
+        let (runs, left) = self.splits.take(out, budget, true, |split, range| {
+            for pos in range {
+                generator.event(layout.number(split.id, count, pos), event);
                 columns.push(event);
             }
         });
@@ -272,9 +275,19 @@ mod tests {
 
     #[test]
     fn subtasks_emit_the_spec_stream_and_resume_from_state() -> Result<(), OperatorError> {
-        let cfg =
-            NexmarkConfig::from_map(&BTreeMap::from([("events".into(), "3000".into()), ("splits".into(), "7".into())]))
-                .map_err(|e| OperatorError::Other(e.to_string()))?;
+        for block in ["0", "13"] {
+            every_event_once(block)?;
+        }
+        Ok(())
+    }
+
+    fn every_event_once(block: &str) -> Result<(), OperatorError> {
+        let map = BTreeMap::from([
+            ("events".into(), "3000".into()),
+            ("splits".into(), "7".into()),
+            ("block".into(), block.into()),
+        ]);
+        let cfg = NexmarkConfig::from_map(&map).map_err(|e| OperatorError::Other(e.to_string()))?;
         let mut got = Vec::new();
         for sub in 0..3 {
             let mut store = OperatorStateStore::new();
@@ -300,7 +313,7 @@ mod tests {
         want.sort();
         got.sort();
         assert_eq!(got.len(), 3000);
-        assert!(got == want, "the source's events differ from the generator's");
+        assert!(got == want, "block {block}: the source's events differ from the generator's");
         Ok(())
     }
 }
