@@ -141,6 +141,26 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             output: Default::default(),
         },
         KindInfo {
+            kind: "filter".into(),
+            role: Role::Operator,
+            keyed: false,
+            version: v.clone(),
+            states: vec![],
+            signature: None,
+            input_columns: vec![],
+            output: crate::schema::OutputSchema::FromConfig,
+        },
+        KindInfo {
+            kind: "project".into(),
+            role: Role::Operator,
+            keyed: false,
+            version: v.clone(),
+            states: vec![],
+            signature: None,
+            input_columns: vec![],
+            output: crate::schema::OutputSchema::FromConfig,
+        },
+        KindInfo {
             kind: "file-sink".into(),
             role: Role::Sink,
             keyed: false,
@@ -776,6 +796,122 @@ impl WindowAggregateConfig {
     }
 }
 
+/// Config of the `filter` kind: `where`, a boolean expression over the input's columns (`crate::expr`); a row
+/// passes where it is true (not where it is false or null, as in SQL).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FilterConfig {
+    /// The condition.
+    pub condition: crate::expr::Expr,
+}
+
+impl FilterConfig {
+    /// Reads and parses a filter config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["where"])?;
+        let text = r.string("where").ok_or_else(|| field_err("where", "is required: a condition over the columns"))?;
+        let condition = crate::expr::parse_expr(&text).map_err(|e| field_err("where", e.to_string()))?;
+        Ok(FilterConfig { condition })
+    }
+}
+
+/// Config of the `project` kind (a SQL `SELECT … WHERE …` over one row at a time): `select`, the output columns
+/// (`expr [AS name], …`, `*` for every input column); `where`, an optional condition applied first; `key`, an
+/// optional list of expressions whose values become the rows' key (the `key` column a key-by edge routes on
+/// and a keyed operator keys its state by).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProjectConfig {
+    /// The output columns.
+    pub select: Vec<crate::expr::SelectItem>,
+    /// Rows where this is not true are dropped.
+    pub condition: Option<crate::expr::Expr>,
+    /// The key's parts.
+    pub key: Option<Vec<crate::expr::Expr>>,
+}
+
+impl ProjectConfig {
+    /// Reads and parses a project config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["select", "where", "key"])?;
+        let text = r.string("select").ok_or_else(|| field_err("select", "is required: `expr [AS name], …` or `*`"))?;
+        let select = crate::expr::parse_select(&text).map_err(|e| field_err("select", e.to_string()))?;
+        let condition = match r.string("where") {
+            None => None,
+            Some(t) => Some(crate::expr::parse_expr(&t).map_err(|e| field_err("where", e.to_string()))?),
+        };
+        let key = match r.string("key") {
+            None => None,
+            Some(t) => Some(crate::expr::parse_list(&t).map_err(|e| field_err("key", e.to_string()))?),
+        };
+        Ok(ProjectConfig { select, condition, key })
+    }
+
+    /// The columns it emits over input rows of `input` (the key first when it sets one), or the field at fault.
+    pub fn output(&self, input: &[crate::schema::Column]) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
+        use crate::expr::{type_of, SelectItem, Type};
+        use crate::schema::Column;
+        if let Some(c) = &self.condition {
+            check_condition(c, input, "where")?;
+        }
+        let mut out = Vec::new();
+        if let Some(parts) = &self.key {
+            for p in parts {
+                let (t, _) = type_of(p, input).map_err(|e| field_err("key", e.0))?;
+                if matches!(t, Type::Null | Type::Float64) {
+                    return Err(field_err("key", format!("a key cannot be {}", t.column_type())));
+                }
+            }
+            out.push(crate::schema::key_column());
+        }
+        for item in &self.select {
+            match item {
+                SelectItem::Star => out.extend(
+                    input
+                        .iter()
+                        .filter(|c| !(c.name.starts_with('_') || (self.key.is_some() && c.name == "key")))
+                        .cloned(),
+                ),
+                SelectItem::Expr { expr, name } => {
+                    let (t, nullable) =
+                        type_of(expr, input).map_err(|e| field_err("select", format!("{name}: {}", e.0)))?;
+                    out.push(Column::new(name, &t.column_type(), nullable));
+                }
+            }
+        }
+        crate::schema::validate_columns(&out).map_err(|e| field_err("select", e))?;
+        Ok(out)
+    }
+}
+
+/// Checks that `c` is a condition (boolean) over `input`.
+pub fn check_condition(
+    c: &crate::expr::Expr,
+    input: &[crate::schema::Column],
+    field: &str,
+) -> Result<(), ConfigFieldError> {
+    match crate::expr::type_of(c, input).map_err(|e| field_err(field, e.0))? {
+        (crate::expr::Type::Bool | crate::expr::Type::Null, _) => Ok(()),
+        (t, _) => Err(field_err(field, format!("must be a condition (true or false), not {}", t.column_type()))),
+    }
+}
+
+/// The columns a built-in kind whose output depends on its config (`OutputSchema::FromConfig`) emits over
+/// input rows of `input`; `None` for other kinds.
+pub fn derived_output(
+    kind: &str,
+    map: &BTreeMap<String, String>,
+    input: &[crate::schema::Column],
+) -> Option<Result<Vec<crate::schema::Column>, ConfigFieldError>> {
+    match kind {
+        "project" => Some(ProjectConfig::from_map(map).and_then(|c| c.output(input))),
+        "filter" => Some(
+            FilterConfig::from_map(map)
+                .and_then(|c| check_condition(&c.condition, input, "where"))
+                .map(|_| input.to_vec()),
+        ),
+        _ => None,
+    }
+}
+
 /// Why a built-in source with this config emits records without event timestamps, if it does (`None` for kinds
 /// that are not built in: their task manager knows).
 pub fn lacks_timestamps(kind: &str, map: &BTreeMap<String, String>) -> Option<String> {
@@ -796,7 +932,7 @@ pub fn side_outputs(kind: &str, map: &BTreeMap<String, String>) -> Option<Vec<&'
             Ok(c) if c.late == LateRecords::SideOutput => vec![LATE_TAG],
             _ => vec![],
         }),
-        "datagen" | "nexmark" | "file-sink" | "keyed-count" | "blackhole" => Some(vec![]),
+        "datagen" | "nexmark" | "file-sink" | "keyed-count" | "blackhole" | "filter" | "project" => Some(vec![]),
         _ => None,
     }
 }
@@ -813,6 +949,8 @@ pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Re
         "keyed-count" => KeyedCountConfig::from_map(map).map(|_| ()),
         "window-aggregate" => WindowAggregateConfig::from_map(map).map(|_| ()),
         "blackhole" => ConfigReader::new(map, &[]).map(|_| ()),
+        "filter" => FilterConfig::from_map(map).map(|_| ()),
+        "project" => ProjectConfig::from_map(map).map(|_| ()),
         _ => Ok(()),
     }
 }

@@ -5,6 +5,7 @@
 //! - [`spec`]: the job spec as users write it (YAML/JSON), its protobuf form and its validation.
 //! - [`builtin`]: the built-in operator kinds and their typed configs.
 //! - [`watermarks`]: a source's watermark strategy (the spec's `watermarks:`) and its validation.
+//! - [`expr`]: the expression language of `filter` and `project` (parsing and typing).
 //! - [`datagen`]: the datagen record formula, shared by the source and by output verification.
 //! - [`checkpoint`]: checkpoint metadata and the one place that builds object-store paths.
 //! - [`serializer`]: serializer snapshots (recorded per state in checkpoint metadata), their resolution against a
@@ -24,6 +25,7 @@ pub mod cluster;
 pub mod config;
 pub mod datagen;
 pub mod descriptor;
+pub mod expr;
 pub mod fault;
 pub mod ids;
 pub mod keygroup;

@@ -40,6 +40,9 @@ pub enum OutputSchema {
     Columns(Vec<Column>),
     /// The columns of its input, as they are (filters, pass-through).
     SameAsInput,
+    /// Worked out from its config and its input's columns (`crate::builtin::derived_output`: `project`,
+    /// `filter`).
+    FromConfig,
 }
 
 /// The key/value shape the built-in kinds emit: a binary key and a value of `value_type`.
@@ -63,9 +66,11 @@ pub fn validate_columns(columns: &[Column]) -> Result<(), String> {
         if c.name.starts_with('_') {
             return Err(format!("column {:?}: names starting with '_' are the runtime's", c.name));
         }
-        if !COLUMN_TYPES.contains(&c.data_type.as_str()) {
+        if !COLUMN_TYPES.contains(&c.data_type.as_str())
+            && crate::expr::typing::parse_decimal_type(&c.data_type).is_none()
+        {
             return Err(format!(
-                "column {:?}: unknown type {:?} (known: {})",
+                "column {:?}: unknown type {:?} (known: {}, decimal(p,s))",
                 c.name,
                 c.data_type,
                 COLUMN_TYPES.join(", ")

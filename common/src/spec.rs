@@ -556,6 +556,25 @@ fn check_schemas(
                 return Err(op_err(&op.uid, "schema", format!("kind {:?} emits its input's columns", op.kind)))
             }
             (Some(OutputSchema::SameAsInput), None) => reads(i, spec, operators, kinds, memo)?,
+            (Some(OutputSchema::FromConfig), Some(_)) => {
+                return Err(op_err(
+                    &op.uid,
+                    "schema",
+                    format!("kind {:?} works its columns out from its config", op.kind),
+                ))
+            }
+            (Some(OutputSchema::FromConfig), None) => match reads(i, spec, operators, kinds, memo)? {
+                None => None,
+                Some(input) => {
+                    let config: BTreeMap<String, String> =
+                        op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                    match crate::builtin::derived_output(&op.kind, &config, &input) {
+                        None => None,
+                        Some(Ok(columns)) => Some(columns),
+                        Some(Err(e)) => return Err(op_err(&op.uid, &format!("config.{}", e.field), e.message)),
+                    }
+                }
+            },
             (_, declared) => declared,
         };
         memo[i] = Some(out.clone());
@@ -1037,6 +1056,37 @@ operators:
 
     fn resolve_text(text: &str) -> Result<ResolvedJob, SpecError> {
         resolve(&parse_spec_text(text)?, &builtin_kinds())
+    }
+
+    #[test]
+    fn project_and_filter_columns_are_worked_out_and_checked_at_submission() {
+        let spec = |select: &str, key: &str, next: &str| {
+            format!(
+                "name: q\noperators:\n\
+                 - {{ uid: events, kind: nexmark, config: {{ events: 10 }} }}\n\
+                 - {{ uid: bids, kind: filter, input: events, config: {{ where: \"event_type = 2\" }} }}\n\
+                 - {{ uid: p, kind: project, input: bids, config: {{ select: \"{select}\"{key} }} }}\n\
+                 - {{ uid: next, kind: {next}, input: p }}\n"
+            )
+        };
+        // A keyed kind after a project that sets the key.
+        let ok = spec("bid_auction AS auction, 0.908 * bid_price AS price", ", key: bid_auction", "keyed-count");
+        resolve_text(&ok).unwrap();
+        let e = resolve_text(&spec("bid_auction AS auction", "", "keyed-count")).unwrap_err().to_string();
+        assert!(e.contains("\"next\"") && e.contains("needs column \"key\""), "{e}");
+        let e = resolve_text(&spec("bid_nope", "", "blackhole")).unwrap_err().to_string();
+        assert!(e.contains("\"p\"") && e.contains("config.select") && e.contains("no column \"bid_nope\""), "{e}");
+        let e = resolve_text(&spec("person_name + 1 AS x", "", "blackhole")).unwrap_err().to_string();
+        assert!(e.contains("config.select") && e.contains("needs numbers"), "{e}");
+        let e = resolve_text(&spec("*", ", key: bid_price * 1.5e0", "blackhole")).unwrap_err().to_string();
+        assert!(e.contains("config.key") && e.contains("float64"), "{e}");
+        let e = resolve_text(&spec("a AS", "", "blackhole")).unwrap_err().to_string();
+        assert!(e.contains("config.select") && e.contains("after AS"), "{e}");
+        let bad_where = spec("*", "", "blackhole").replace("event_type = 2", "event_type");
+        let e = resolve_text(&bad_where).unwrap_err().to_string();
+        assert!(e.contains("\"bids\"") && e.contains("config.where") && e.contains("must be a condition"), "{e}");
+        let e = resolve_text(&spec("*", "", "blackhole").replace("where:", "when:")).unwrap_err().to_string();
+        assert!(e.contains("config.when") && e.contains("unknown field"), "{e}");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //!   is a registry holding them.
 //! - [`task`]: one subtask's thread: the run loop, setup (planned by `plan_setup`) and restore, the snapshot
 //!   and its upload (planned by `plan_upload`), output edges and chaining, barrier alignment, its errors.
+//! - [`expr`]: expressions over records (`filter`, `project`): compiled per schema, evaluated a column at a
+//!   time with Arrow's kernels, and keys made of column values.
 //! - [`net`]: the data plane: framing, a connection's stream and liveness, the data server, input and output
 //!   channels with credit-based flow control.
 //! - [`time`]: event time: watermark generation per source split, and the valve that combines the watermarks
@@ -20,6 +22,7 @@
 pub mod api;
 pub mod builtins;
 pub mod control;
+pub mod expr;
 pub mod net;
 pub mod process;
 pub mod report;

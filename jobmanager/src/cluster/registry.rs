@@ -107,6 +107,7 @@ pub fn kind_info_from_proto(k: &pb::OperatorKindInfo) -> Option<KindInfo> {
         output: match k.output_mode.as_str() {
             "columns" => OutputSchema::Columns(k.output_columns.iter().map(column_from_proto).collect()),
             "same-as-input" => OutputSchema::SameAsInput,
+            "from-config" => OutputSchema::FromConfig,
             _ => OutputSchema::Undeclared,
         },
         signature: (!k.state_signature.is_empty()).then(|| KindSignature {

@@ -5,6 +5,7 @@ mod datagen;
 mod file_sink;
 mod keyed_count;
 mod nexmark;
+mod project;
 mod text;
 mod window_aggregate;
 
@@ -13,11 +14,13 @@ pub use datagen::Datagen;
 pub use file_sink::FileSink;
 pub use keyed_count::KeyedCount;
 pub use nexmark::{nexmark_schema, Nexmark};
+pub use project::{Filter, Project};
 pub use window_aggregate::{output_schema, window_aggregate, WindowAggregate};
 
 use crate::api::registry::{signed, Instance, Registry};
 use weir_common::builtin::{
-    builtin_kinds, DatagenConfig, FileSinkConfig, KeyedCountConfig, NexmarkConfig, WindowAggregateConfig,
+    builtin_kinds, DatagenConfig, FileSinkConfig, FilterConfig, KeyedCountConfig, NexmarkConfig, ProjectConfig,
+    WindowAggregateConfig,
 };
 use weir_state::signature::StateSignature;
 
@@ -97,6 +100,10 @@ pub fn register_all(r: &mut Registry) {
                 Ok(Instance::Operator(window_aggregate(cfg)?))
             }),
             "blackhole" => r.register(info, |_| Ok(Instance::Operator(Box::new(Blackhole::default())))),
+            "filter" => r.register(info, |c| Ok(Instance::Operator(Box::new(Filter::new(FilterConfig::from_map(c)?))))),
+            "project" => {
+                r.register(info, |c| Ok(Instance::Operator(Box::new(Project::new(ProjectConfig::from_map(c)?)))))
+            }
             _ => {}
         }
     }

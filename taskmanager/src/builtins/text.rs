@@ -146,6 +146,7 @@ fn writable(t: &DataType) -> bool {
         | Binary
         | LargeBinary
         | Timestamp(_, _)
+        | Decimal128(_, _)
         | Date32
         | Date64 => true,
         Dictionary(k, v) => matches!(**k, Int8 | Int16 | Int32 | Int64) && matches!(**v, Utf8),
@@ -178,6 +179,11 @@ fn write_cell(col: &dyn Array, row: usize, is_key: bool, out: &mut String) -> bo
         UInt64 => num!(UInt64Type),
         Float32 => num!(Float32Type),
         Float64 => num!(Float64Type),
+        // At its scale: `181.600`.
+        Decimal128(_, _) => {
+            out.push_str(&col.as_primitive::<Decimal128Type>().value_as_string(row));
+            false
+        }
         Date32 => {
             let _ = write!(out, "{}", col.as_primitive::<Date32Type>().value(row) as i64 * 86_400_000);
             false
@@ -277,7 +283,7 @@ mod tests {
     use super::*;
     use crate::api::batch::batch_of;
     use crate::api::record::{Key, Record, Value};
-    use arrow_array::{ArrayRef, Float64Array, Int64Array, StringArray, TimestampMillisecondArray};
+    use arrow_array::{ArrayRef, Decimal128Array, Float64Array, Int64Array, StringArray, TimestampMillisecondArray};
 
     fn lines(batch: &RecordBatch, format: FileFormat) -> String {
         let mut w = LineWriter::new(batch, format).unwrap();
@@ -307,13 +313,14 @@ mod tests {
             ("name", Arc::new(StringArray::from(vec![Some("say \"hi\", all")]))),
             ("price", Arc::new(Float64Array::from(vec![2.5]))),
             ("missing", Arc::new(Int64Array::from(vec![None]))),
+            ("eur", Arc::new(Decimal128Array::from(vec![181_600]).with_precision_and_scale(23, 3).unwrap())),
             ("_event_time", Arc::new(TimestampMillisecondArray::from(vec![Some(9)]))),
         ];
         let b = RecordBatch::try_from_iter(columns).unwrap();
-        assert_eq!(lines(&b, FileFormat::Text), "1,1000,\"say \"\"hi\"\", all\",2.5,\n");
+        assert_eq!(lines(&b, FileFormat::Text), "1,1000,\"say \"\"hi\"\", all\",2.5,,181.600\n");
         assert_eq!(
             lines(&b, FileFormat::Json),
-            "{\"key\":1,\"window_start\":1000,\"name\":\"say \\\"hi\\\", all\",\"price\":2.5,\"missing\":null}\n"
+            "{\"key\":1,\"window_start\":1000,\"name\":\"say \\\"hi\\\", all\",\"price\":2.5,\"missing\":null,\"eur\":181.600}\n"
         );
         let list = RecordBatch::try_from_iter(vec![(
             "l",

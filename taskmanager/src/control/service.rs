@@ -114,6 +114,7 @@ impl TaskManager {
                     OutputSchema::Undeclared => String::new(),
                     OutputSchema::Columns(_) => "columns".into(),
                     OutputSchema::SameAsInput => "same-as-input".into(),
+                    OutputSchema::FromConfig => "from-config".into(),
                 },
                 output_columns: match &k.output {
                     OutputSchema::Columns(c) => c.iter().map(column_to_proto).collect(),

@@ -1,0 +1,321 @@
+//! `filter` and `project`: a row-at-a-time SQL `WHERE` and `SELECT … [WHERE …]` over the input's columns (the
+//! expression language of `weir_common::expr`), a whole batch per kernel call. `project` can also set the
+//! rows' key from column values (`key: bid_auction`), so that a key-by edge after it routes by them. The event
+//! time goes through unchanged. Neither keeps state.
+
+use crate::api::batch::{EVENT_TIME, KEY, KEY_GROUP};
+use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext};
+use crate::expr::eval::{arrow_type, columns_of, compile, Compiled};
+use crate::expr::key::encode_keys;
+use arrow_array::builder::BinaryBuilder;
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use std::sync::Arc;
+use weir_common::builtin::{check_condition, FilterConfig, ProjectConfig};
+use weir_common::expr::SelectItem;
+
+fn config_err(field: &str, e: weir_common::builtin::ConfigFieldError) -> OperatorError {
+    OperatorError::Other(format!("config.{field}: {}", e.message))
+}
+
+/// Keeps the rows for which a condition holds.
+pub struct Filter {
+    cfg: FilterConfig,
+    compiled: Option<(SchemaRef, Compiled)>,
+}
+
+impl Filter {
+    /// A filter with the given config.
+    pub fn new(cfg: FilterConfig) -> Self {
+        Filter { cfg, compiled: None }
+    }
+}
+
+/// The condition compiled for `schema`, compiled again only when the schema changes.
+fn condition_for<'c>(
+    slot: &'c mut Option<(SchemaRef, Compiled)>,
+    cond: &weir_common::expr::Expr,
+    schema: &SchemaRef,
+) -> Result<&'c Compiled, OperatorError> {
+    if slot.as_ref().is_none_or(|(s, _)| s != schema) {
+        let columns = columns_of(schema);
+        check_condition(cond, &columns, "where").map_err(|e| config_err("where", e))?;
+        *slot = Some((schema.clone(), compile(cond, schema, &columns)?));
+    }
+    Ok(&slot.as_ref().unwrap_or_else(|| unreachable!("set above")).1)
+}
+
+fn keep(batch: &RecordBatch, cond: &Compiled) -> Result<Option<RecordBatch>, OperatorError> {
+    let mask = cond.eval_array(batch)?;
+    let mask = mask.as_boolean();
+    if mask.null_count() == 0 && mask.true_count() == batch.num_rows() {
+        return Ok(Some(batch.clone()));
+    }
+    if mask.true_count() == 0 {
+        return Ok(None);
+    }
+    arrow_select::filter::filter_record_batch(batch, mask)
+        .map(Some)
+        .map_err(|e| OperatorError::Other(format!("filtering a batch: {e}")))
+}
+
+impl Operator for Filter {
+    fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        _ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let cond = condition_for(&mut self.compiled, &self.cfg.condition, &batch.schema())?;
+        match keep(batch, cond)? {
+            Some(kept) => out.emit_batch(kept),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What `project` runs for one input schema.
+struct Plan {
+    input: SchemaRef,
+    /// The input columns the select list and key read, and the event time: what survives the condition.
+    used: Vec<usize>,
+    condition: Option<Compiled>,
+    /// Over the `used` columns.
+    key: Vec<Compiled>,
+    select: Vec<Compiled>,
+    output: SchemaRef,
+    /// Index of the event time within `used`.
+    event_time: Option<usize>,
+}
+
+/// Computes new columns (and optionally the key) from each row.
+pub struct Project {
+    cfg: ProjectConfig,
+    plan: Option<Plan>,
+    keys: BinaryBuilder,
+}
+
+impl Project {
+    /// A projection with the given config.
+    pub fn new(cfg: ProjectConfig) -> Self {
+        Project { cfg, plan: None, keys: BinaryBuilder::new() }
+    }
+
+    fn plan(&self, schema: &SchemaRef) -> Result<Plan, OperatorError> {
+        let all = columns_of(schema);
+        let columns = self.cfg.output(&all).map_err(|e| config_err(&e.field.clone(), e))?;
+        let condition = match &self.cfg.condition {
+            Some(c) => Some(compile(c, schema, &all)?),
+            None => None,
+        };
+        // The columns read after the condition, in input order.
+        let mut read: Vec<&str> = Vec::new();
+        for e in self.cfg.key.iter().flatten() {
+            read.extend(e.columns());
+        }
+        for item in &self.cfg.select {
+            match item {
+                SelectItem::Star => read.extend(
+                    schema.fields().iter().map(|f| f.name().as_str()).filter(|n| !n.starts_with('_') && *n != KEY),
+                ),
+                SelectItem::Expr { expr, .. } => read.extend(expr.columns()),
+            }
+        }
+        if self.cfg.key.is_none() && self.cfg.select.contains(&SelectItem::Star) && schema.index_of(KEY).is_ok() {
+            read.push(KEY);
+        }
+        read.push(EVENT_TIME);
+        let mut used: Vec<usize> = read.iter().filter_map(|n| schema.index_of(n).ok()).collect();
+        used.sort_unstable();
+        used.dedup();
+        let narrow = Arc::new(schema.project(&used).map_err(|e| OperatorError::Other(e.to_string()))?);
+        let narrow_columns = columns_of(&narrow);
+        let key = match &self.cfg.key {
+            Some(parts) => parts.iter().map(|p| compile(p, &narrow, &narrow_columns)).collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        let mut select = Vec::new();
+        for item in &self.cfg.select {
+            match item {
+                SelectItem::Star => {
+                    for f in narrow.fields() {
+                        let n = f.name();
+                        if n.starts_with('_') || (n == KEY && self.cfg.key.is_some()) {
+                            continue;
+                        }
+                        let e = weir_common::expr::Expr::Column(n.clone());
+                        select.push(compile(&e, &narrow, &narrow_columns)?);
+                    }
+                }
+                SelectItem::Expr { expr, .. } => select.push(compile(expr, &narrow, &narrow_columns)?),
+            }
+        }
+        let mut fields: Vec<Field> = columns
+            .iter()
+            .map(|c| {
+                let t =
+                    weir_common::expr::Type::from_column_type(&c.data_type).map(arrow_type).unwrap_or(DataType::Binary);
+                Field::new(&c.name, t, c.nullable)
+            })
+            .collect();
+        let event_time = narrow.index_of(EVENT_TIME).ok();
+        if let Some(i) = event_time {
+            fields.push(narrow.field(i).clone());
+        }
+        debug_assert!(!fields.iter().any(|f| f.name() == KEY_GROUP));
+        Ok(Plan {
+            input: schema.clone(),
+            used,
+            condition,
+            key,
+            select,
+            output: Arc::new(Schema::new(fields)),
+            event_time,
+        })
+    }
+}
+
+impl Operator for Project {
+    fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        _ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        if self.plan.as_ref().is_none_or(|p| p.input != batch.schema()) {
+            self.plan = Some(self.plan(&batch.schema())?);
+        }
+        let Some(plan) = &self.plan else { unreachable!("planned above") };
+        let narrow = batch.project(&plan.used).map_err(|e| OperatorError::Other(e.to_string()))?;
+        let narrow = match &plan.condition {
+            None => narrow,
+            Some(c) => {
+                let mask = c.eval_array(batch)?;
+                let mask = mask.as_boolean();
+                if mask.true_count() == 0 {
+                    return Ok(());
+                }
+                if mask.null_count() == 0 && mask.true_count() == batch.num_rows() {
+                    narrow
+                } else {
+                    arrow_select::filter::filter_record_batch(&narrow, mask)
+                        .map_err(|e| OperatorError::Other(format!("filtering a batch: {e}")))?
+                }
+            }
+        };
+        let rows = narrow.num_rows();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(plan.output.fields().len());
+        if !plan.key.is_empty() {
+            let parts = plan.key.iter().map(|k| k.eval_array(&narrow)).collect::<Result<Vec<_>, _>>()?;
+            columns.push(Arc::new(encode_keys(&parts, rows, &mut self.keys)?));
+        }
+        for s in &plan.select {
+            columns.push(s.eval_array(&narrow)?);
+        }
+        if let Some(i) = plan.event_time {
+            columns.push(narrow.column(i).clone());
+        }
+        let batch = RecordBatch::try_new(plan.output.clone(), columns)
+            .map_err(|e| OperatorError::Other(format!("building the projected batch: {e}")))?;
+        out.emit_batch(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::batch::{keys, with_key_group};
+    use crate::api::operator::RuntimeInfo;
+    use crate::builtins::text::LineWriter;
+    use arrow_array::{Int32Array, Int64Array, StringArray, TimestampMillisecondArray, UInt16Array};
+    use std::collections::BTreeMap;
+    use weir_common::builtin::FileFormat;
+
+    /// Three events of a nexmark-like stream, as a key-by edge delivers them (with a key-group column).
+    fn events() -> RecordBatch {
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            ("event_type", Arc::new(Int32Array::from(vec![2, 0, 2]))),
+            ("bid_auction", Arc::new(Int64Array::from(vec![Some(246), None, Some(1000)]))),
+            ("bid_price", Arc::new(Int64Array::from(vec![Some(200), None, Some(7)]))),
+            ("person_state", Arc::new(StringArray::from(vec![None, Some("OR"), None]))),
+            ("_event_time", Arc::new(TimestampMillisecondArray::from(vec![10, 20, 30]))),
+        ];
+        let b = RecordBatch::try_from_iter(columns).unwrap();
+        let schema = with_key_group(&b.schema());
+        let mut c = b.columns().to_vec();
+        c.push(Arc::new(UInt16Array::from(vec![1, 2, 3])));
+        RecordBatch::try_new(schema, c).unwrap()
+    }
+
+    fn run(op: &mut dyn Operator, batch: &RecordBatch) -> Result<Vec<RecordBatch>, OperatorError> {
+        let info = RuntimeInfo::for_test(0, 1);
+        let mut got = Vec::new();
+        let mut sink = |b: RecordBatch| {
+            got.push(b);
+            Ok(())
+        };
+        let mut out = Collector::new(&mut sink);
+        op.process_batch(batch, &mut ProcessContext::new(&info, None), &mut out)?;
+        out.flush()?;
+        drop(out);
+        Ok(got)
+    }
+
+    fn text(batches: &[RecordBatch]) -> String {
+        let mut s = String::new();
+        for b in batches {
+            let mut w = LineWriter::new(b, FileFormat::Text).unwrap();
+            for row in 0..b.num_rows() {
+                w.write_row(b, row, &mut s);
+            }
+        }
+        s
+    }
+
+    fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn project_selects_computes_keys_and_keeps_the_event_time() {
+        let cfg = ProjectConfig::from_map(&config(&[
+            ("where", "event_type = 2"),
+            ("select", "bid_auction AS auction, 0.908 * bid_price AS price"),
+            ("key", "bid_auction"),
+        ]))
+        .unwrap();
+        let got = run(&mut Project::new(cfg), &events()).unwrap();
+        assert_eq!(text(&got), "246,246,181.600\n1000,1000,6.356\n");
+        let b = &got[0];
+        let names: Vec<String> = b.schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, vec!["key", "auction", "price", "_event_time"]);
+        assert_eq!(keys(b).unwrap().value(1), 1000i64.to_be_bytes());
+        let times =
+            b.column_by_name("_event_time").unwrap().as_primitive::<arrow_array::types::TimestampMillisecondType>();
+        assert_eq!(times.values().to_vec(), vec![10, 30]);
+        // Nothing passes: nothing is emitted.
+        let none = ProjectConfig::from_map(&config(&[("where", "event_type = 9"), ("select", "*")])).unwrap();
+        assert!(run(&mut Project::new(none), &events()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn filter_keeps_whole_rows_where_the_condition_is_true() {
+        let cfg = FilterConfig::from_map(&config(&[("where", "MOD(bid_auction, 123) = 0 OR person_state IN ('OR')")]))
+            .unwrap();
+        let got = run(&mut Filter::new(cfg), &events()).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].num_rows(), 2);
+        assert_eq!(got[0].schema(), events().schema());
+        let bad = FilterConfig::from_map(&config(&[("where", "bid_price + 1")])).unwrap();
+        let e = run(&mut Filter::new(bad), &events()).unwrap_err().to_string();
+        assert!(e.contains("config.where") && e.contains("must be a condition"), "{e}");
+    }
+
+    #[test]
+    fn a_null_key_fails_with_a_reason() {
+        let cfg = ProjectConfig::from_map(&config(&[("select", "*"), ("key", "bid_auction")])).unwrap();
+        let e = run(&mut Project::new(cfg), &events()).unwrap_err().to_string();
+        assert!(e.contains("null"), "{e}");
+    }
+}
