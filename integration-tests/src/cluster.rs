@@ -617,6 +617,17 @@ impl Cluster {
         allow_non_restored: bool,
     ) -> Result<String> {
         let spec = weir_common::spec::parse_spec_text(spec_yaml).context("the test's own job spec is invalid")?;
+        self.submit_spec_from(spec, savepoint, restore_mode, allow_non_restored)
+    }
+
+    /// [`Cluster::submit_from`] with a spec in its protobuf form.
+    pub fn submit_spec_from(
+        &mut self,
+        spec: weir_proto::JobSpec,
+        savepoint: &str,
+        restore_mode: &str,
+        allow_non_restored: bool,
+    ) -> Result<String> {
         let req = SubmitJobRequest {
             spec: Some(spec),
             from_savepoint: savepoint.to_string(),

@@ -12,6 +12,9 @@
 //! - [`lock`]: [`lock::ClusterLock`], which every cluster holds so that two never run at once, whichever test
 //!   runner.
 //! - [`process`]: one child process with its log; killed when dropped, and when the test thread dies.
+//! - [`nexmark`]: the Nexmark query specs of `bench/nexmark/`, set up for a run, and Flink's results to compare
+//!   with.
+//! - [`probe`]: CPU seconds of a process and its Prometheus page, for the benchmarks.
 //! - [`windows`]: windowed jobs and the rows they must commit, from the datagen formula.
 //! - [`audit`]: shared files of a job's checkpoints that nothing references (or that are missing).
 //!
@@ -24,8 +27,10 @@ pub mod ha;
 pub mod job;
 pub mod lock;
 pub mod netns;
+pub mod nexmark;
 pub mod output;
 pub mod pki;
+pub mod probe;
 pub mod process;
 pub mod proxy;
 pub mod s3;

@@ -14,6 +14,7 @@
 use anyhow::Result;
 use clap::Parser;
 use std::time::{Duration, Instant};
+use weir_integration_tests::probe::{cpu_seconds, samples, scrape};
 use weir_integration_tests::{
     describe_job, job_state, CheckpointInfo, Cluster, ClusterOptions, CountJob, JobInfo, JobState,
 };
@@ -323,25 +324,6 @@ fn check_savepoint(args: &Args, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// `GET /metrics` of a task manager.
-fn scrape(addr: &str) -> Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
-
-/// The values of a gauge's samples with all of `labels` among their labels.
-fn samples(page: &str, name: &str, labels: &[&str]) -> Vec<f64> {
-    page.lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|label| l.contains(label)))
-        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse().ok()))
-        .collect()
-}
-
 /// A cluster of two task managers of one slot each, serving metrics: the cluster and their metrics addresses.
 fn two_taskmanagers_with_metrics(options: ClusterOptions) -> Result<(Cluster, Vec<String>)> {
     let mut cluster = Cluster::start(options)?;
@@ -429,19 +411,6 @@ fn stateless(args: &Args) -> Result<()> {
     );
     cluster.stop();
     Ok(())
-}
-
-/// CPU seconds (user + system) process `pid` has used.
-fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Ok(ticks / hz.max(1.0))
 }
 
 /// Event-time windows: see [`Args::window`].

@@ -1,0 +1,145 @@
+//! Nexmark queries as the project ships them (`bench/nexmark/qN.yaml`), set up for one run: the stream's size
+//! and layout, the parallelism, and a blackhole or an exactly-once `file-sink`; and the results they must give
+//! (`bench/nexmark/expected/`, Flink's results over the same stream).
+
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+/// The queries `bench/nexmark/` holds, in order.
+pub const QUERIES: &[&str] = &["q0", "q1", "q2"];
+
+/// The stream the expected results are of: events, events per second of event time, parallelism (one split
+/// per subtask, contiguous).
+pub const EXPECTED_STREAM: (u64, u64, u32) = (200_000, 2_000, 2);
+
+/// The folder of the query specs.
+pub fn specs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/nexmark")
+}
+
+/// How to run a query.
+#[derive(Clone, Debug)]
+pub struct QueryRun {
+    /// `q0`, `q1`, …
+    pub query: String,
+    /// Events the source generates.
+    pub events: u64,
+    /// Events per second of event time.
+    pub tps: u64,
+    /// Parallelism of every operator (and the source's split count, as Flink's Nexmark source has one split
+    /// per subtask), unless `splits` says otherwise.
+    pub parallelism: u32,
+    /// The source's splits [default: the parallelism].
+    pub splits: Option<u32>,
+    /// Source layout: 0 contiguous, B blocks of B events.
+    pub block: u64,
+    /// Wall-clock limit of the whole source, events/s (0: none).
+    pub rate_per_sec: u64,
+    /// Checkpoint interval, ms.
+    pub checkpoint_ms: u64,
+    /// Where the results go: `None` a blackhole, else an exactly-once `file-sink` writing there.
+    pub output: Option<PathBuf>,
+}
+
+impl QueryRun {
+    /// A run of `query` over the stream the expected results are of, into a blackhole.
+    pub fn new(query: &str) -> Self {
+        let (events, tps, parallelism) = EXPECTED_STREAM;
+        QueryRun {
+            query: query.into(),
+            events,
+            tps,
+            parallelism,
+            splits: None,
+            block: 0,
+            rate_per_sec: 0,
+            checkpoint_ms: 10_000,
+            output: None,
+        }
+    }
+
+    /// The job spec of this run: the query's spec with the source, parallelism, checkpoints and sink set.
+    pub fn spec(&self) -> Result<weir_proto::JobSpec> {
+        let path = specs_dir().join(format!("{}.yaml", self.query));
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let mut spec = weir_common::spec::parse_spec_text(&text).with_context(|| format!("{}", path.display()))?;
+        spec.name = format!("nexmark-{}", self.query);
+        spec.parallelism = Some(self.parallelism);
+        if let Some(c) = spec.checkpointing.as_mut() {
+            c.interval_ms = Some(self.checkpoint_ms);
+        }
+        let source =
+            spec.operators.iter_mut().find(|o| o.kind == "nexmark").context("the spec has no nexmark source")?;
+        let splits = self.splits.unwrap_or(self.parallelism);
+        for (k, v) in [
+            ("events", self.events),
+            ("tps", self.tps),
+            ("splits", u64::from(splits)),
+            ("block", self.block),
+            ("rate_per_sec", self.rate_per_sec),
+        ] {
+            source.config.insert(k.into(), v.to_string());
+        }
+        if let Some(dir) = &self.output {
+            let sink =
+                spec.operators.iter_mut().find(|o| o.kind == "blackhole").context("the spec has no blackhole")?;
+            sink.kind = "file-sink".into();
+            sink.config.insert("path".into(), dir.display().to_string());
+        }
+        Ok(spec)
+    }
+}
+
+/// The rows a `file-sink` committed under `dir` (hidden in-progress files aside), sorted by their bytes.
+pub fn committed_rows(dir: &Path) -> Result<Vec<String>> {
+    let mut rows = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        rows.extend(std::fs::read_to_string(e.path())?.lines().map(str::to_string));
+    }
+    rows.sort_unstable();
+    Ok(rows)
+}
+
+/// `rows=<n> sha256=<hex>` of sorted rows, each followed by a newline (the form of `expected/qN.digest`).
+pub fn digest(rows: &[String]) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for r in rows {
+        ctx.update(r.as_bytes());
+        ctx.update(b"\n");
+    }
+    let hex: String = ctx.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("rows={} sha256={hex}", rows.len())
+}
+
+/// The expected digest of `query` over [`EXPECTED_STREAM`], and its rows where the project keeps them.
+pub fn expected(query: &str) -> Result<(String, Option<Vec<String>>)> {
+    let dir = specs_dir().join("expected");
+    let digest = std::fs::read_to_string(dir.join(format!("{query}.digest")))
+        .with_context(|| format!("no expected result for {query}"))?;
+    let rows =
+        std::fs::read_to_string(dir.join(format!("{query}.csv"))).ok().map(|t| t.lines().map(str::to_string).collect());
+    Ok((digest.trim().to_string(), rows))
+}
+
+/// Checks the rows committed under `dir` against the expected result of `query`, saying what differs.
+pub fn check_result(query: &str, dir: &Path) -> Result<()> {
+    let rows = committed_rows(dir)?;
+    let got = digest(&rows);
+    let (want, want_rows) = expected(query)?;
+    if got == want {
+        return Ok(());
+    }
+    let mut detail = String::new();
+    if let Some(w) = want_rows {
+        let missing: Vec<&String> = w.iter().filter(|r| rows.binary_search(r).is_err()).take(5).collect();
+        let extra: Vec<&String> = rows.iter().filter(|r| w.binary_search(r).is_err()).take(5).collect();
+        detail = format!("; missing {missing:?}; not expected {extra:?}");
+    } else if let Some(first) = rows.first() {
+        detail = format!("; first row {first:?}");
+    }
+    anyhow::bail!("{query}: got {got}, Flink's result is {want}{detail}")
+}
