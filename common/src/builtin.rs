@@ -12,6 +12,8 @@ pub enum Role {
     Source,
     /// Consumes and produces records.
     Operator,
+    /// Consumes the records of two inputs (both partitioned alike) and produces records: a join.
+    TwoInput,
     /// Consumes records; has no output.
     Sink,
 }
@@ -22,6 +24,7 @@ impl Role {
         match self {
             Role::Source => "source",
             Role::Operator => "operator",
+            Role::TwoInput => "two-input",
             Role::Sink => "sink",
         }
     }
@@ -31,6 +34,7 @@ impl Role {
         match s {
             "source" => Some(Role::Source),
             "operator" => Some(Role::Operator),
+            "two-input" => Some(Role::TwoInput),
             "sink" => Some(Role::Sink),
             _ => None,
         }
@@ -158,6 +162,19 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             states: vec![],
             signature: None,
             input_columns: vec![],
+            output: crate::schema::OutputSchema::FromConfig,
+        },
+        KindInfo {
+            kind: "join".into(),
+            role: Role::TwoInput,
+            keyed: true,
+            version: v.clone(),
+            states: vec![
+                ("join-first".into(), "list".into(), "rows of the first input".into()),
+                ("join-second".into(), "list".into(), "rows of the second input".into()),
+            ],
+            signature: None,
+            input_columns: vec![crate::schema::key_column()],
             output: crate::schema::OutputSchema::FromConfig,
         },
         KindInfo {
@@ -847,8 +864,7 @@ impl ProjectConfig {
 
     /// The columns it emits over input rows of `input` (the key first when it sets one), or the field at fault.
     pub fn output(&self, input: &[crate::schema::Column]) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
-        use crate::expr::{type_of, SelectItem, Type};
-        use crate::schema::Column;
+        use crate::expr::{type_of, Type};
         if let Some(c) = &self.condition {
             check_condition(c, input, "where")?;
         }
@@ -862,24 +878,104 @@ impl ProjectConfig {
             }
             out.push(crate::schema::key_column());
         }
-        for item in &self.select {
-            match item {
-                SelectItem::Star => out.extend(
-                    input
-                        .iter()
-                        .filter(|c| !(c.name.starts_with('_') || (self.key.is_some() && c.name == "key")))
-                        .cloned(),
-                ),
-                SelectItem::Expr { expr, name } => {
-                    let (t, nullable) =
-                        type_of(expr, input).map_err(|e| field_err("select", format!("{name}: {}", e.0)))?;
-                    out.push(Column::new(name, &t.column_type(), nullable));
-                }
-            }
-        }
+        out.extend(select_output(&self.select, input, self.key.is_some())?);
         crate::schema::validate_columns(&out).map_err(|e| field_err("select", e))?;
         Ok(out)
     }
+}
+
+/// Config of the `join` kind: an inner join of two inputs keyed alike (each row's `key`), every row of each side
+/// kept in keyed state for ever (Flink's regular join), each new row joined with the other side's rows of its
+/// key. `where`: a condition over the joined row, whose columns are the key (`key`) and both sides' columns
+/// (their names must differ); `select`: the output columns (default: `key`, then the first side's columns,
+/// then the second's). A joined row's event time is the later of the two.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JoinConfig {
+    /// The output columns (`None`: all).
+    pub select: Option<Vec<crate::expr::SelectItem>>,
+    /// Joined rows where this is not true are dropped.
+    pub condition: Option<crate::expr::Expr>,
+}
+
+impl JoinConfig {
+    /// Reads and parses a join config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["select", "where"])?;
+        let select = match r.string("select") {
+            None => None,
+            Some(t) => Some(crate::expr::parse_select(&t).map_err(|e| field_err("select", e.to_string()))?),
+        };
+        let condition = match r.string("where") {
+            None => None,
+            Some(t) => Some(crate::expr::parse_expr(&t).map_err(|e| field_err("where", e.to_string()))?),
+        };
+        Ok(JoinConfig { select, condition })
+    }
+
+    /// The columns of a joined row: the key, then each side's own columns (the runtime's `_` columns and the
+    /// sides' `key` aside), or the field at fault when a name is on both sides.
+    pub fn joined_columns(
+        first: &[crate::schema::Column],
+        second: &[crate::schema::Column],
+    ) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
+        let own = |c: &&crate::schema::Column| c.name != "key" && !c.name.starts_with('_');
+        let mut out = vec![crate::schema::key_column()];
+        for c in first.iter().filter(own) {
+            if second.iter().any(|d| d.name == c.name) {
+                return Err(field_err(
+                    "inputs",
+                    format!(
+                        "both inputs have a column {:?}: rename it on one side (a project before the join)",
+                        c.name
+                    ),
+                ));
+            }
+            out.push(c.clone());
+        }
+        out.extend(second.iter().filter(own).cloned());
+        Ok(out)
+    }
+
+    /// The columns it emits over inputs of `first` and `second`, or the field at fault.
+    pub fn output(
+        &self,
+        first: &[crate::schema::Column],
+        second: &[crate::schema::Column],
+    ) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
+        let joined = Self::joined_columns(first, second)?;
+        if let Some(c) = &self.condition {
+            check_condition(c, &joined, "where")?;
+        }
+        let out = match &self.select {
+            None => joined,
+            Some(items) => select_output(items, &joined, false)?,
+        };
+        crate::schema::validate_columns(&out).map_err(|e| field_err("select", e))?;
+        Ok(out)
+    }
+}
+
+/// The columns a select list makes over rows of `input` (`*`: every column but the runtime's, and but `key`
+/// when `drop_key`).
+fn select_output(
+    items: &[crate::expr::SelectItem],
+    input: &[crate::schema::Column],
+    drop_key: bool,
+) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
+    use crate::expr::{type_of, SelectItem};
+    let mut out = Vec::new();
+    for item in items {
+        match item {
+            SelectItem::Star => out
+                .extend(input.iter().filter(|c| !(c.name.starts_with('_') || (drop_key && c.name == "key"))).cloned()),
+            SelectItem::Expr { expr, name } => {
+                let (t, nullable) =
+                    type_of(expr, input).map_err(|e| field_err("select", format!("{name}: {}", e.0)))?;
+                out.push(crate::schema::Column::new(name, &t.column_type(), nullable));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Checks that `c` is a condition (boolean) over `input`.
@@ -895,19 +991,24 @@ pub fn check_condition(
 }
 
 /// The columns a built-in kind whose output depends on its config (`OutputSchema::FromConfig`) emits over
-/// input rows of `input`; `None` for other kinds.
+/// inputs of `inputs` (one list of columns per input); `None` for other kinds.
 pub fn derived_output(
     kind: &str,
     map: &BTreeMap<String, String>,
-    input: &[crate::schema::Column],
+    inputs: &[Vec<crate::schema::Column>],
 ) -> Option<Result<Vec<crate::schema::Column>, ConfigFieldError>> {
+    let first = inputs.first().map(Vec::as_slice).unwrap_or_default();
     match kind {
-        "project" => Some(ProjectConfig::from_map(map).and_then(|c| c.output(input))),
+        "project" => Some(ProjectConfig::from_map(map).and_then(|c| c.output(first))),
         "filter" => Some(
             FilterConfig::from_map(map)
-                .and_then(|c| check_condition(&c.condition, input, "where"))
-                .map(|_| input.to_vec()),
+                .and_then(|c| check_condition(&c.condition, first, "where"))
+                .map(|_| first.to_vec()),
         ),
+        "join" => {
+            let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
+            Some(JoinConfig::from_map(map).and_then(|c| c.output(first, second)))
+        }
         _ => None,
     }
 }
@@ -932,7 +1033,9 @@ pub fn side_outputs(kind: &str, map: &BTreeMap<String, String>) -> Option<Vec<&'
             Ok(c) if c.late == LateRecords::SideOutput => vec![LATE_TAG],
             _ => vec![],
         }),
-        "datagen" | "nexmark" | "file-sink" | "keyed-count" | "blackhole" | "filter" | "project" => Some(vec![]),
+        "datagen" | "nexmark" | "file-sink" | "keyed-count" | "blackhole" | "filter" | "project" | "join" => {
+            Some(vec![])
+        }
         _ => None,
     }
 }
@@ -951,6 +1054,7 @@ pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Re
         "blackhole" => ConfigReader::new(map, &[]).map(|_| ()),
         "filter" => FilterConfig::from_map(map).map(|_| ()),
         "project" => ProjectConfig::from_map(map).map(|_| ()),
+        "join" => JoinConfig::from_map(map).map(|_| ()),
         _ => Ok(()),
     }
 }

@@ -19,6 +19,9 @@ pub struct Vertex {
     pub parallelism: u32,
     /// The upstream vertex and the partitioning of the edge, if the head is not a source.
     pub input: Option<(VertexId, Partitioning)>,
+    /// A two-input head's second upstream vertex and the partitioning of that edge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_input: Option<(VertexId, Partitioning)>,
     /// Downstream vertices fed by the chain's tail.
     pub outputs: Vec<(VertexId, Partitioning)>,
     /// Downstream vertices fed by a side output of one of the chain's operators.
@@ -55,10 +58,15 @@ impl ExecutionGraph {
         // Readers of the main output only: a side output's reader is never chained, and does not keep the main
         // output's single reader from chaining.
         let mut main_consumers = vec![0usize; n];
+        let mut waiting_for = vec![0usize; n];
         for (i, op) in job.operators.iter().enumerate() {
-            if let Some(up) = op.input {
+            for up in op.input.into_iter().chain(op.second_input) {
                 consumers[up].push(i);
-                main_consumers[up] += op.input_tag.is_none() as usize;
+                main_consumers[up] += 1;
+                waiting_for[i] += 1;
+            }
+            if op.input_tag.is_some() {
+                main_consumers[op.input.unwrap_or(i)] -= 1;
             }
         }
         let chained_to_input = |i: usize| -> bool {
@@ -67,19 +75,24 @@ impl ExecutionGraph {
                 Some(up) => {
                     op.partitioning == Partitioning::Forward
                         && op.input_tag.is_none()
+                        && op.second_input.is_none()
                         && job.operators[up].parallelism == op.parallelism
                         && main_consumers[up] == 1
                 }
                 None => false,
             }
         };
-        // Topological order of operators (inputs first), depth-first from sources.
+        // Topological order of operators (inputs first), depth-first from sources: an operator is taken once
+        // all its inputs are.
         let mut order = Vec::with_capacity(n);
-        let mut stack: Vec<usize> = (0..n).filter(|&i| job.operators[i].input.is_none()).rev().collect();
+        let mut stack: Vec<usize> = (0..n).filter(|&i| waiting_for[i] == 0).rev().collect();
         while let Some(i) = stack.pop() {
             order.push(i);
             for &c in consumers[i].iter().rev() {
-                stack.push(c);
+                waiting_for[c] -= 1;
+                if waiting_for[c] == 0 {
+                    stack.push(c);
+                }
             }
         }
         let mut vertex_of = vec![usize::MAX; n];
@@ -106,11 +119,18 @@ impl ExecutionGraph {
                         _ => vertices[up_v as usize].outputs.push((to, p)),
                     }
                 }
+                let second_input = job.operators[i]
+                    .second_input
+                    .map(|up| (VertexId(vertex_of[up] as u32), job.operators[i].partitioning));
+                if let Some((VertexId(up_v), p)) = second_input {
+                    vertices[up_v as usize].outputs.push((VertexId(id as u32), p));
+                }
                 vertices.push(Vertex {
                     id: VertexId(id as u32),
                     operators: vec![i],
                     parallelism: job.operators[i].parallelism,
                     input,
+                    second_input,
                     outputs: Vec::new(),
                     side_outputs: Vec::new(),
                 });
@@ -284,6 +304,9 @@ pub struct TaskDescriptor {
     pub operator_state_inline_limit: u64,
     /// Input, if the head is not a source.
     pub input: Option<InputDescriptor>,
+    /// A two-input head's second input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_input: Option<InputDescriptor>,
     /// Outputs of the tail.
     pub outputs: Vec<OutputDescriptor>,
     /// Longest a partly filled batch waits before it is sent, ms.

@@ -142,6 +142,9 @@ pub struct OperatorFile {
     #[serde(default)]
     #[allow(missing_docs)]
     pub input: Option<String>,
+    /// A two-input kind's inputs, first and second (instead of `input`).
+    #[serde(default)]
+    pub inputs: Option<Vec<String>>,
     #[serde(default)]
     #[allow(missing_docs)]
     pub parallelism: Option<u32>,
@@ -215,6 +218,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
             config,
             parallelism: op.parallelism,
             input: op.input.unwrap_or_default(),
+            inputs: op.inputs.unwrap_or_default(),
             partitioning: partitioning as i32,
             drop_state_on_change: op.drop_state_on_change,
             uid_stated: op.uid_stated,
@@ -389,6 +393,9 @@ pub struct ResolvedOperator {
     /// The input's side output this operator reads (the spec's `input: <uid>.<tag>`), instead of its main output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_tag: Option<String>,
+    /// A two-input operator's second input (index in [`ResolvedJob::operators`]), partitioned as the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_input: Option<usize>,
     /// Partitioning of the input edge.
     pub partitioning: Partitioning,
     /// Source, operator or sink.
@@ -491,6 +498,12 @@ pub fn check_limits(spec: &pb::JobSpec) -> Result<(), SpecError> {
                 return Err(op_err(who, field, over("it", value.len(), MAX_FIELD_BYTES)));
             }
         }
+        if op.inputs.len() > 2 {
+            return Err(op_err(who, "inputs", format!("{} inputs: an operator reads at most two", op.inputs.len())));
+        }
+        if let Some(long) = op.inputs.iter().find(|v| v.len() > MAX_FIELD_BYTES) {
+            return Err(op_err(who, "inputs", over("an input", long.len(), MAX_FIELD_BYTES)));
+        }
         for (k, v) in &op.config {
             if k.len() > MAX_FIELD_BYTES {
                 return Err(op_err(who, "config", over(&format!("the key {}", echo(k)), k.len(), MAX_FIELD_BYTES)));
@@ -523,7 +536,7 @@ fn check_schemas(
     operators: &[ResolvedOperator],
     kinds: &HashMap<&str, &KindInfo>,
 ) -> Result<(), SpecError> {
-    use crate::schema::{first_mismatch, key_column, validate_columns, Column, Mismatch, OutputSchema};
+    use crate::schema::{key_column, validate_columns, Column, OutputSchema};
     // `operators` is in spec order, the same index is the operator as written.
     let mut emitted: Vec<Option<Option<Vec<Column>>>> = vec![None; operators.len()];
     fn emits(
@@ -563,18 +576,30 @@ fn check_schemas(
                     format!("kind {:?} works its columns out from its config", op.kind),
                 ))
             }
-            (Some(OutputSchema::FromConfig), None) => match reads(i, spec, operators, kinds, memo)? {
-                None => None,
-                Some(input) => {
-                    let config: BTreeMap<String, String> =
-                        op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                    match crate::builtin::derived_output(&op.kind, &config, &input) {
-                        None => None,
-                        Some(Ok(columns)) => Some(columns),
-                        Some(Err(e)) => return Err(op_err(&op.uid, &format!("config.{}", e.field), e.message)),
+            (Some(OutputSchema::FromConfig), None) => {
+                let first = reads(i, spec, operators, kinds, memo)?;
+                let second = match operators[i].second_input {
+                    Some(u) => Some(emits(u, spec, operators, kinds, memo)?),
+                    None => None,
+                };
+                let inputs: Option<Vec<Vec<Column>>> = match (first, second) {
+                    (Some(a), None) => Some(vec![a]),
+                    (Some(a), Some(Some(b))) => Some(vec![a, b]),
+                    _ => None,
+                };
+                match inputs {
+                    None => None,
+                    Some(inputs) => {
+                        let config: BTreeMap<String, String> =
+                            op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                        match crate::builtin::derived_output(&op.kind, &config, &inputs) {
+                            None => None,
+                            Some(Ok(columns)) => Some(columns),
+                            Some(Err(e)) => return Err(op_err(&op.uid, &format!("config.{}", e.field), e.message)),
+                        }
                     }
                 }
-            },
+            }
             (_, declared) => declared,
         };
         memo[i] = Some(out.clone());
@@ -599,32 +624,55 @@ fn check_schemas(
     }
     for (i, op) in operators.iter().enumerate() {
         emits(i, spec, operators, kinds, &mut emitted)?;
-        let Some(u) = op.input else { continue };
-        let Some(available) = reads(i, spec, operators, kinds, &mut emitted)? else { continue };
         let Some(info) = kinds.get(spec.operators[i].kind.as_str()) else { continue };
         let mut needed = info.input_columns.clone();
         if op.keyed && !needed.iter().any(|c| c.name == "key") {
             needed.push(key_column());
         }
-        let (up, me) = (&spec.operators[u], &spec.operators[i]);
-        let mismatch = match first_mismatch(&needed, &available) {
-            None => continue,
-            Some(Mismatch::Missing(c)) => format!(
-                "needs column {:?} ({}) from its input {:?} ({}), which emits no such column (it emits {})",
-                c.name,
-                c.data_type,
-                up.uid,
-                up.kind,
-                listed(&available)
-            ),
-            Some(Mismatch::Type { needed, found }) => format!(
-                "needs column {:?} as {} from its input {:?} ({}), which emits it as {found}",
-                needed.name, needed.data_type, up.uid, up.kind
-            ),
+        let first = match op.input {
+            Some(u) => Some((u, reads(i, spec, operators, kinds, &mut emitted)?)),
+            None => None,
         };
-        return Err(op_err(&me.uid, "input", mismatch));
+        let second = match op.second_input {
+            Some(u) => Some((u, emits(u, spec, operators, kinds, &mut emitted)?)),
+            None => None,
+        };
+        for (u, available) in first.into_iter().chain(second) {
+            let Some(available) = available else { continue };
+            check_edge(&spec.operators[u], &spec.operators[i], &needed, &available)?;
+        }
     }
     Ok(())
+}
+
+/// Checks that `available` (what `up` emits) has the columns `needed` by `me`.
+fn check_edge(
+    up: &pb::OperatorSpec,
+    me: &pb::OperatorSpec,
+    needed: &[crate::schema::Column],
+    available: &[crate::schema::Column],
+) -> Result<(), SpecError> {
+    use crate::schema::{first_mismatch, Column, Mismatch};
+    fn listed(columns: &[Column]) -> String {
+        columns.iter().map(|c| format!("{}: {}", c.name, c.data_type)).collect::<Vec<_>>().join(", ")
+    }
+    let mismatch = match first_mismatch(needed, available) {
+        None => return Ok(()),
+        Some(Mismatch::Missing(c)) => format!(
+            "needs column {:?} ({}) from its input {:?} ({}), which emits no such column (it emits {})",
+            c.name,
+            c.data_type,
+            up.uid,
+            up.kind,
+            listed(available)
+        ),
+        Some(Mismatch::Type { needed, found }) => format!(
+            "needs column {:?} as {} from its input {:?} ({}), which emits it as {found}",
+            needed.name, needed.data_type, up.uid, up.kind
+        ),
+    };
+    let field = if me.inputs.is_empty() { "input" } else { "inputs" };
+    Err(op_err(&me.uid, field, mismatch))
 }
 
 /// The operator an `input:` names and the side output it reads, if any: a uid (its main output), or
@@ -710,13 +758,46 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         let config: BTreeMap<String, String> = op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         validate_builtin_config(&op.kind, &config)
             .map_err(|e| op_err(&op.uid, &format!("config.{}", e.field), e.message))?;
-        let (input, input_tag) = if op.input.is_empty() {
-            (None, None)
-        } else {
-            match parse_input(&index, &op.input) {
-                Some((i, tag)) => (Some(i), tag.map(str::to_string)),
-                None => return Err(op_err(&op.uid, "input", format!("no operator has uid {:?}", op.input))),
+        let named: Vec<&str> = match (op.input.is_empty(), op.inputs.is_empty()) {
+            (true, true) => vec![],
+            (false, true) => vec![op.input.as_str()],
+            (true, false) => op.inputs.iter().map(String::as_str).collect(),
+            (false, false) => return Err(op_err(&op.uid, "inputs", "give input or inputs, not both")),
+        };
+        let field = if op.inputs.is_empty() { "input" } else { "inputs" };
+        let wanted = match info.role {
+            Role::Source => 0,
+            Role::TwoInput => 2,
+            Role::Operator | Role::Sink => 1,
+        };
+        // (No input at all is refused below, with the other roles.)
+        if (named.len() > 1 || (info.role == Role::TwoInput && !named.is_empty())) && named.len() != wanted {
+            let why = match wanted {
+                2 => format!("kind {:?} joins two inputs: give both, inputs: [first, second]", op.kind),
+                _ => format!("kind {:?} reads one input: use input: <uid>", op.kind),
+            };
+            return Err(op_err(&op.uid, field, why));
+        }
+        let mut resolved_inputs = Vec::with_capacity(named.len());
+        for name in &named {
+            match parse_input(&index, name) {
+                Some((i, tag)) => resolved_inputs.push((i, tag.map(str::to_string))),
+                None => return Err(op_err(&op.uid, field, format!("no operator has uid {name:?}"))),
             }
+        }
+        let second_input = match resolved_inputs.get(1) {
+            None => None,
+            Some((_, Some(tag))) => {
+                return Err(op_err(&op.uid, field, format!("a two-input operator reads main outputs, not {tag:?}")))
+            }
+            Some((i, None)) if Some(*i) == resolved_inputs.first().map(|f| f.0) => {
+                return Err(op_err(&op.uid, field, "the two inputs must be different operators"))
+            }
+            Some((i, None)) => Some(*i),
+        };
+        let (input, input_tag) = match resolved_inputs.into_iter().next() {
+            None => (None, None),
+            Some((i, tag)) => (Some(i), tag),
         };
         if let (Some(u), Some(tag)) = (input, &input_tag) {
             let up = &spec.operators[u];
@@ -734,7 +815,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         }
         match (info.role, input) {
             (Role::Source, Some(_)) => return Err(op_err(&op.uid, "input", "a source takes no input")),
-            (Role::Operator | Role::Sink, None) => {
+            (Role::Operator | Role::TwoInput | Role::Sink, None) => {
                 return Err(op_err(&op.uid, "input", format!("missing: a {} needs an input", info.role.as_str())))
             }
             _ => {}
@@ -788,6 +869,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
             parallelism: p,
             input,
             input_tag,
+            second_input,
             partitioning: partitioning.unwrap_or(if info.keyed { Partitioning::KeyBy } else { Partitioning::Forward }),
             role: info.role,
             keyed: info.keyed,
@@ -805,6 +887,22 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
 
     // Defaults and checks that need the whole graph.
     for i in 0..operators.len() {
+        if let Some(u) = operators[i].second_input {
+            let (up, op) = (&operators[u], &operators[i]);
+            if up.role == Role::Sink {
+                return Err(op_err(&op.uid, "inputs", format!("{:?} is a sink and has no output", up.uid)));
+            }
+            if op.partitioning == Partitioning::Forward && up.parallelism != op.parallelism {
+                return Err(op_err(
+                    &op.uid,
+                    "partitioning",
+                    format!(
+                        "forward needs equal parallelism ({} has {}, this has {})",
+                        up.uid, up.parallelism, op.parallelism
+                    ),
+                ));
+            }
+        }
         let Some(u) = operators[i].input else { continue };
         let up = &operators[u];
         let op = &operators[i];
@@ -871,8 +969,8 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
     })
 }
 
-/// The first operator (in spec order) whose chain of inputs runs into a cycle, if any. Each operator has at most
-/// one input, so every operator is walked once: a walk stops at an operator already known to reach a source.
+/// The first operator (in spec order) from which the inputs lead into a cycle, if any: a depth-first walk over
+/// every operator's inputs (at most two each), each operator entered once.
 fn first_in_cycle(operators: &[ResolvedOperator]) -> Option<usize> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
@@ -880,23 +978,32 @@ fn first_in_cycle(operators: &[ResolvedOperator]) -> Option<usize> {
         OnPath,
         Done,
     }
+    let inputs = |i: usize| operators[i].input.into_iter().chain(operators[i].second_input);
     let mut mark = vec![Mark::Unseen; operators.len()];
-    let mut path = Vec::new();
     for start in 0..operators.len() {
-        let mut cur = Some(start);
-        while let Some(i) = cur {
-            match mark[i] {
-                Mark::Done => break,
-                Mark::OnPath => return Some(start),
-                Mark::Unseen => {
-                    mark[i] = Mark::OnPath;
-                    path.push(i);
-                    cur = operators[i].input;
-                }
-            }
+        if mark[start] != Mark::Unseen {
+            continue;
         }
-        for i in path.drain(..) {
-            mark[i] = Mark::Done;
+        // (operator, how many of its inputs were walked)
+        let mut stack = vec![(start, 0usize)];
+        mark[start] = Mark::OnPath;
+        while let Some(top) = stack.last_mut() {
+            let (i, k) = *top;
+            top.1 += 1;
+            match inputs(i).nth(k) {
+                None => {
+                    mark[i] = Mark::Done;
+                    stack.pop();
+                }
+                Some(u) => match mark[u] {
+                    Mark::OnPath => return Some(start),
+                    Mark::Done => {}
+                    Mark::Unseen => {
+                        mark[u] = Mark::OnPath;
+                        stack.push((u, 0));
+                    }
+                },
+            }
         }
     }
     None
@@ -1087,6 +1194,52 @@ operators:
         assert!(e.contains("\"bids\"") && e.contains("config.where") && e.contains("must be a condition"), "{e}");
         let e = resolve_text(&spec("*", "", "blackhole").replace("where:", "when:")).unwrap_err().to_string();
         assert!(e.contains("config.when") && e.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn a_join_reads_two_inputs_and_says_what_is_wrong_with_them() {
+        let spec = |join: &str| {
+            format!(
+                "name: j\nparallelism: 2\noperators:\n\
+                 - {{ uid: events, kind: nexmark, config: {{ events: 10 }} }}\n\
+                 - {{ uid: a, kind: project, input: events, config: {{ select: auction_id AS a_id, key: auction_seller }} }}\n\
+                 - {{ uid: p, kind: project, input: events, config: {{ select: person_name AS name, key: person_id }} }}\n\
+                 - {{ uid: j, kind: join, {join} }}\n\
+                 - {{ uid: out, kind: blackhole, input: j }}\n"
+            )
+        };
+        let job = resolve_text(&spec("inputs: [a, p], config: { select: \"name, a_id\" }")).unwrap();
+        assert_eq!((job.operators[3].input, job.operators[3].second_input), (Some(1), Some(2)));
+        assert_eq!(job.operators[3].partitioning, Partitioning::KeyBy);
+        let g = crate::descriptor::ExecutionGraph::build(&job);
+        let join = g.vertices.iter().find(|v| v.operators[0] == 3).expect("the join's vertex");
+        assert!(join.input.is_some() && join.second_input.is_some() && join.input != join.second_input);
+        let refused = [
+            ("input: a", "joins two inputs"),
+            ("inputs: [a]", "joins two inputs"),
+            ("inputs: [a, a]", "different operators"),
+            ("inputs: [a, nope]", "no operator has uid \"nope\""),
+            ("input: a, inputs: [a, p]", "not both"),
+            ("inputs: [a, p, events]", "at most two"),
+            ("inputs: [a, p], config: { where: \"name\" }", "must be a condition"),
+            ("inputs: [a, p], config: { select: \"nope\" }", "no column \"nope\""),
+            ("inputs: [a, events]", "needs column \"key\""),
+        ];
+        for (join, why) in refused {
+            let e = resolve_text(&spec(join)).unwrap_err().to_string();
+            assert!(e.contains("\"j\"") && e.contains(why), "{join}: {e}");
+        }
+        let e =
+            resolve_text(&spec("inputs: [a, p]").replace("person_name AS name", "person_name AS a_id")).unwrap_err();
+        assert!(e.to_string().contains("both inputs have a column \"a_id\""), "{e}");
+        let e = resolve_text(
+            &spec("inputs: [a, p]").replace("kind: blackhole, input: j", "kind: blackhole, inputs: [a, p]"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("reads one input"), "{e}");
+        let cycle = spec("inputs: [a, out]")
+            .replace("kind: blackhole, input: j", "kind: project, input: j, config: { select: \"*\" }");
+        assert!(resolve_text(&cycle).unwrap_err().to_string().contains("cycle"));
     }
 
     #[test]

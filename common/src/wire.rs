@@ -412,12 +412,8 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
             checkpoint_root: d.checkpoint_root.clone(),
             incremental: d.incremental,
             operator_state_inline_limit: d.operator_state_inline_limit,
-            input: d.input.as_ref().map(|i| pb::InputDescriptor {
-                from_vertex: i.from_vertex.0,
-                from_parallelism: i.from_parallelism,
-                partitioning: i.partitioning as i32,
-                channels: i.channels.iter().map(|c| c.0).collect(),
-            }),
+            input: d.input.as_ref().map(input_to_proto),
+            second_input: d.second_input.as_ref().map(input_to_proto),
             outputs: d
                 .outputs
                 .iter()
@@ -438,6 +434,24 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
     }
 }
 
+fn input_to_proto(i: &InputDescriptor) -> pb::InputDescriptor {
+    pb::InputDescriptor {
+        from_vertex: i.from_vertex.0,
+        from_parallelism: i.from_parallelism,
+        partitioning: i.partitioning as i32,
+        channels: i.channels.iter().map(|c| c.0).collect(),
+    }
+}
+
+fn input_from_proto(i: pb::InputDescriptor) -> Result<InputDescriptor, WireError> {
+    Ok(InputDescriptor {
+        from_vertex: VertexId(i.from_vertex),
+        from_parallelism: i.from_parallelism,
+        partitioning: partitioning(i.partitioning, "input descriptor")?,
+        channels: i.channels.into_iter().map(SubtaskIndex).collect(),
+    })
+}
+
 /// A descriptor without a restore (the caller adds the one `DeployTaskRequest.restore` carries).
 impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
     type Error = WireError;
@@ -448,15 +462,8 @@ impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
         if d.operators.is_empty() {
             return Err(missing(WHAT, "operators"));
         }
-        let input = match d.input {
-            Some(i) => Some(InputDescriptor {
-                from_vertex: VertexId(i.from_vertex),
-                from_parallelism: i.from_parallelism,
-                partitioning: partitioning(i.partitioning, "input descriptor")?,
-                channels: i.channels.into_iter().map(SubtaskIndex).collect(),
-            }),
-            None => None,
-        };
+        let input = d.input.map(input_from_proto).transpose()?;
+        let second_input = d.second_input.map(input_from_proto).transpose()?;
         let outputs = d
             .outputs
             .into_iter()
@@ -501,6 +508,7 @@ impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
             incremental: d.incremental,
             operator_state_inline_limit: d.operator_state_inline_limit,
             input,
+            second_input,
             outputs,
             linger_ms: d.linger_ms,
             restore: None,
@@ -547,6 +555,12 @@ mod tests {
                 from_parallelism: 2,
                 partitioning: Partitioning::KeyBy,
                 channels: vec![SubtaskIndex(0), SubtaskIndex(1)],
+            }),
+            second_input: Some(InputDescriptor {
+                from_vertex: VertexId(3),
+                from_parallelism: 1,
+                partitioning: Partitioning::KeyBy,
+                channels: vec![SubtaskIndex(0)],
             }),
             outputs: vec![
                 OutputDescriptor {

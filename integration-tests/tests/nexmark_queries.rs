@@ -1,6 +1,6 @@
 //! The Nexmark queries of `bench/nexmark/` on a real cluster give Flink's results, row for row, over the same
-//! stream (`bench/nexmark/expected/`): every query once, then one through a task manager SIGKILLed mid-run and
-//! one through a stop with savepoint and a restore at another parallelism.
+//! stream (`bench/nexmark/expected/`): every query once, then q3 (a join, state on both sides) through a task
+//! manager SIGKILLed mid-run and through a stop with savepoint and a restore at another parallelism.
 
 use anyhow::Context;
 use std::time::Duration;
@@ -29,9 +29,9 @@ fn every_query_gives_flinks_result() -> anyhow::Result<()> {
 #[test]
 fn results_hold_through_a_kill_and_a_rescale() -> anyhow::Result<()> {
     let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
-    // A task manager killed mid-run: the restored job's committed output is the same.
-    let out = cluster.output_dir("q1-kill")?;
-    let mut run = QueryRun::new("q1");
+    // A task manager killed mid-run: the restored job's committed output is the same (q3: the join's state).
+    let out = cluster.output_dir("q3-kill")?;
+    let mut run = QueryRun::new("q3");
     (run.output, run.checkpoint_ms, run.rate_per_sec) = (Some(out.clone()), 200, 40_000);
     let id = cluster.submit_spec(run.spec()?)?;
     cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
@@ -41,11 +41,12 @@ fn results_hold_through_a_kill_and_a_rescale() -> anyhow::Result<()> {
     cluster.start_taskmanager()?;
     let done = cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180))?;
     anyhow::ensure!(done.restarts >= 1, "the kill did not restart the job");
-    check_result("q1", &out)?;
+    check_result("q3", &out)?;
 
-    // Stopped with a savepoint at parallelism 2, restored at 3 (its two splits dealt to three subtasks).
-    let out = cluster.output_dir("q2-rescale")?;
-    let mut run = QueryRun::new("q2");
+    // Stopped with a savepoint at parallelism 2, restored at 3: the source's two splits dealt to three subtasks,
+    // the join's rows moved by key group.
+    let out = cluster.output_dir("q3-rescale")?;
+    let mut run = QueryRun::new("q3");
     (run.output, run.checkpoint_ms, run.rate_per_sec) = (Some(out.clone()), 200, 40_000);
     let id = cluster.submit_spec(run.spec()?)?;
     cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
@@ -56,7 +57,7 @@ fn results_hold_through_a_kill_and_a_rescale() -> anyhow::Result<()> {
     run.rate_per_sec = 0;
     let id = cluster.submit_spec_from(run.spec()?, &savepoint, "no-claim", false)?;
     cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180))?;
-    check_result("q2", &out)?;
+    check_result("q3", &out)?;
     cluster.stop();
     Ok(())
 }

@@ -210,6 +210,27 @@ impl<T: StateCodec> ListState<T> {
         Ok(out)
     }
 
+    /// Visits the current key's elements in insertion order as their encoded bytes, without decoding or
+    /// copying them (what [`StateCodec::encode`] wrote). With TTL, expired elements are skipped unless the
+    /// visibility returns them; nothing is written back.
+    pub fn visit_encoded(
+        &self,
+        backend: &mut dyn KeyedStateBackend,
+        f: &mut dyn FnMut(&[u8]) -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        let Some(ttl) = self.ttl else {
+            return backend.for_each_list_element(self.id, &mut |e| f(e));
+        };
+        let now = backend.now_ms();
+        backend.for_each_list_element(self.id, &mut |e| {
+            let (ts, user) = split_ts("list", e)?;
+            if !ttl.is_expired(ts, now) || ttl.returns_expired() {
+                f(user)?;
+            }
+            Ok(())
+        })
+    }
+
     fn encode_all<'a>(&mut self, ts: Option<u64>, values: impl IntoIterator<Item = &'a T>)
     where
         T: 'a,

@@ -148,7 +148,7 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                     watermarks: job.operators[i].watermarks,
                 })
                 .collect();
-            let input = vertex.input.map(|(from, partitioning)| {
+            let input_of = |(from, partitioning): (VertexId, Partitioning)| {
                 let from_p = vertex_parallelism(plan.graph, from);
                 InputDescriptor {
                     from_vertex: from,
@@ -156,7 +156,8 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                     partitioning,
                     channels: input_channels(partitioning, from_p, subtask, p),
                 }
-            });
+            };
+            let (input, second_input) = (vertex.input.map(input_of), vertex.second_input.map(input_of));
             let edge = |to: VertexId, partitioning: Partitioning, side: Option<(String, String)>| {
                 let to_p = vertex_parallelism(plan.graph, to);
                 let targets = output_targets(partitioning, subtask, to_p)
@@ -208,6 +209,7 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                 incremental: job.checkpointing.incremental,
                 operator_state_inline_limit: plan.operator_state_inline_limit,
                 input,
+                second_input,
                 outputs,
                 linger_ms: job.linger_ms,
                 restore,

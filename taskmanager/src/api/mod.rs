@@ -2,7 +2,8 @@
 //! contexts ([`operator`]), the operator error ([`error`]), record batches and their known columns ([`batch`]), typed rows ([`rows`]), records
 //! as key/value rows ([`record`]), the kind registry a task-manager binary is built from
 //! ([`registry`]), the exactly-once commit helpers for sinks ([`commit`]), and split positions as operator state
-//! for sources ([`splits`]), and timers for keyed operators ([`timers`]).
+//! for sources ([`splits`]), timers for keyed operators ([`timers`]), and rows of any schema as bytes for keyed
+//! state ([`stored_rows`]).
 
 pub mod batch;
 pub mod commit;
@@ -12,4 +13,5 @@ pub mod record;
 pub mod registry;
 pub mod rows;
 pub mod splits;
+pub mod stored_rows;
 pub mod timers;

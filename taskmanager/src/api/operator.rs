@@ -429,6 +429,17 @@ pub trait Operator: Send {
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError>;
+    /// Processes a batch of a two-input operator's second input (a kind whose role is `TwoInput`; its first
+    /// input's batches go to [`Operator::process_batch`]). Barriers are aligned and watermarks combined over both
+    /// inputs before the operator sees them.
+    fn process_second_batch(
+        &mut self,
+        _batch: &RecordBatch,
+        _ctx: &mut ProcessContext<'_>,
+        _out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        Err(OperatorError::Other("a batch of a second input reached an operator that reads one".into()))
+    }
     /// The event-time watermark advanced to `watermark` (`ctx.current_watermark()` is already it). Runs before
     /// the watermark goes on downstream, so what is emitted here precedes it (as Flink's `processWatermark`).
     fn on_watermark(

@@ -93,7 +93,8 @@ impl Registry {
         let (info, f) = self.kinds.get(kind).ok_or_else(|| BuildError::UnknownKind(kind.to_string()))?;
         let inst = f(config)?;
         match (&inst, info.role) {
-            (Instance::Source(_), Role::Source) | (Instance::Operator(_), Role::Operator | Role::Sink) => Ok(inst),
+            (Instance::Source(_), Role::Source)
+            | (Instance::Operator(_), Role::Operator | Role::TwoInput | Role::Sink) => Ok(inst),
             _ => Err(BuildError::RoleMismatch(kind.to_string())),
         }
     }

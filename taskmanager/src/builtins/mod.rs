@@ -3,6 +3,7 @@
 mod blackhole;
 mod datagen;
 mod file_sink;
+mod join;
 mod keyed_count;
 mod nexmark;
 mod project;
@@ -12,6 +13,7 @@ mod window_aggregate;
 pub use blackhole::Blackhole;
 pub use datagen::Datagen;
 pub use file_sink::FileSink;
+pub use join::Join;
 pub use keyed_count::KeyedCount;
 pub use nexmark::{nexmark_schema, Nexmark};
 pub use project::{Filter, Project};
@@ -19,8 +21,8 @@ pub use window_aggregate::{output_schema, window_aggregate, WindowAggregate};
 
 use crate::api::registry::{signed, Instance, Registry};
 use weir_common::builtin::{
-    builtin_kinds, DatagenConfig, FileSinkConfig, FilterConfig, KeyedCountConfig, NexmarkConfig, ProjectConfig,
-    WindowAggregateConfig,
+    builtin_kinds, DatagenConfig, FileSinkConfig, FilterConfig, JoinConfig, KeyedCountConfig, NexmarkConfig,
+    ProjectConfig, WindowAggregateConfig,
 };
 use weir_state::signature::StateSignature;
 
@@ -56,6 +58,11 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
             .value::<Vec<u8>>("window-trigger")
             .in_namespace::<i64>("window-trigger")
             .timers::<Vec<u8>>(),
+        // Each input's rows (`api::stored_rows`) per key, and each input's columns.
+        "join" => StateSignature::keyed::<Vec<u8>>()
+            .list::<Vec<u8>>("join-first")
+            .list::<Vec<u8>>("join-second")
+            .union::<String>("join-columns"),
         "file-sink" => StateSignature::unkeyed()
             .operator_list::<String>("pending-files")
             .operator_list::<String>("position")
@@ -100,6 +107,7 @@ pub fn register_all(r: &mut Registry) {
                 Ok(Instance::Operator(window_aggregate(cfg)?))
             }),
             "blackhole" => r.register(info, |_| Ok(Instance::Operator(Box::new(Blackhole::default())))),
+            "join" => r.register(info, |c| Ok(Instance::Operator(Box::new(Join::new(JoinConfig::from_map(c)?))))),
             "filter" => r.register(info, |c| Ok(Instance::Operator(Box::new(Filter::new(FilterConfig::from_map(c)?))))),
             "project" => {
                 r.register(info, |c| Ok(Instance::Operator(Box::new(Project::new(ProjectConfig::from_map(c)?)))))

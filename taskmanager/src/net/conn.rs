@@ -84,4 +84,5 @@ pub type DataStream = Box<dyn DataIo>;
 pub(super) type DataReadHalf = tokio::io::ReadHalf<DataStream>;
 pub(super) type DataWriteHalf = tokio::io::WriteHalf<DataStream>;
 
-pub(super) type Incoming = (u32, DataStream);
+/// A connection from a producer, named by its vertex and subtask.
+pub(super) type Incoming = ((u32, u32), DataStream);

@@ -360,7 +360,7 @@ mod tests {
         // The consumer registers and gets the one left.
         let mut incoming = server.register(key());
         let (from, _) = tokio::time::timeout(Duration::from_secs(10), incoming.recv()).await.unwrap().unwrap();
-        assert_eq!(from, 2);
+        assert_eq!(from, (0, 2));
         assert_eq!(server.parked(), 0);
     }
 
@@ -386,9 +386,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let incoming = server.register(key());
         let (etx, mut erx) = mpsc::channel::<ChannelEvent>(100);
-        let inputs = InputChannels::accept(incoming, &[3], etx, |e| e, Duration::from_secs(5), Liveness::default())
-            .await
-            .unwrap();
+        let inputs =
+            InputChannels::accept(incoming, &[(0, 3)], etx, |e| e, Duration::from_secs(5), Liveness::default())
+                .await
+                .unwrap();
         let sender = std::thread::spawn(move || {
             for i in 0..20u64 {
                 out.send_blocking(barrier(i)).unwrap();
@@ -528,7 +529,8 @@ mod tests {
                 .await
                 .unwrap();
         let (etx, mut erx) = mpsc::channel::<ChannelEvent>(100);
-        let inputs = InputChannels::accept(incoming, &[0], etx, |e| e, Duration::from_secs(5), liveness).await.unwrap();
+        let inputs =
+            InputChannels::accept(incoming, &[(0, 0)], etx, |e| e, Duration::from_secs(5), liveness).await.unwrap();
         let (sent, sender) = keep_sending(out);
         // The consumer processes nothing (as while aligning) for many times the silence timeout; its
         // heartbeats keep the producer waiting instead of failing.

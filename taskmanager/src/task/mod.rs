@@ -17,7 +17,9 @@ mod upload;
 use error::{in_operator, TaskError};
 use event_time::SourceTime;
 use incremental::Incremental;
-use output::{advance_watermark, chain_out, keyed_mut, op_context, push_chain, ChainOp, Head, OutputEdge};
+use output::{
+    advance_watermark, chain_out, keyed_mut, op_context, push_chain, push_chain_from, ChainOp, Head, OutputEdge,
+};
 use output::{fire_processing_timers, until_processing_timer};
 
 use crate::api::operator::{Collector, InitContext, RuntimeInfo, SnapshotContext, SourceOutput, SourceStatus};
@@ -235,6 +237,8 @@ struct Task {
     ops: Vec<ChainOp>,
     outputs: Vec<OutputEdge>,
     inputs: Option<InputChannels>,
+    /// The first input channel of a two-input head's second input (the channel count otherwise).
+    second_input_from: usize,
     aligner: BarrierAligner,
     /// The watermarks and statuses of the input channels, combined into the task's.
     valve: WatermarkValve,
@@ -442,7 +446,7 @@ impl Task {
                 if self.restored_at_end {
                     return Err(TaskError::Other("records arrived after end of input".into()));
                 }
-                self.push_through(0, batch)?;
+                self.push_input(c, batch)?;
             }
             Frame::Barrier { id, timestamp_ms, savepoint } => {
                 self.release(c);
@@ -589,6 +593,13 @@ impl Task {
     /// Runs a batch through the chain from operator `start` and routes the tail's output.
     fn push_through(&mut self, start: usize, batch: RecordBatch) -> Result<(), TaskError> {
         push_chain(&mut self.ops[start..], &mut self.outputs, batch)
+    }
+
+    /// Runs a batch that arrived on input channel `c` through the whole chain: the head's first input, or its
+    /// second for the channels of a second input.
+    fn push_input(&mut self, c: usize, batch: RecordBatch) -> Result<(), TaskError> {
+        let input = usize::from(c >= self.second_input_from);
+        push_chain_from(&mut self.ops, &mut self.outputs, input, batch)
     }
 
     fn maybe_flush(&mut self) -> Result<(), TaskError> {
@@ -742,6 +753,7 @@ mod tests {
                 partitioning: Partitioning::Forward,
                 channels: vec![SubtaskIndex(0)],
             }),
+            second_input: None,
             outputs: vec![],
             linger_ms: 5,
             restore: None,
@@ -909,6 +921,7 @@ mod data_plane_tests {
             incremental: false,
             operator_state_inline_limit: 64 << 10,
             input: None,
+            second_input: None,
             outputs: vec![],
             linger_ms: 5,
             restore: None,

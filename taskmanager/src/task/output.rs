@@ -45,6 +45,16 @@ pub(super) fn push_chain(
     outputs: &mut [OutputEdge],
     batch: RecordBatch,
 ) -> Result<(), TaskError> {
+    push_chain_from(chain, outputs, 0, batch)
+}
+
+/// [`push_chain`] with a batch of the head's input `input` (0, or 1 for a two-input head's second input).
+pub(super) fn push_chain_from(
+    chain: &mut [ChainOp],
+    outputs: &mut [OutputEdge],
+    input: usize,
+    batch: RecordBatch,
+) -> Result<(), TaskError> {
     let Some((op, rest)) = chain.split_first_mut() else {
         return route(outputs, batch);
     };
@@ -60,7 +70,11 @@ pub(super) fn push_chain(
     let mut ctx = op_context(&op.info, &mut op.keyed, &mut op.timers, op.watermark);
     let mut downstream = chain_out(&op.info.uid, rest, outputs);
     let mut out = Collector::routed(&mut downstream);
-    o.process_batch(&batch, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
+    let result = match input {
+        0 => o.process_batch(&batch, &mut ctx, &mut out),
+        _ => o.process_second_batch(&batch, &mut ctx, &mut out),
+    };
+    result.map_err(|e| in_operator(&op.info.uid, e))?;
     out.flush()?;
     Ok(())
 }

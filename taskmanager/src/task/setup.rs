@@ -160,9 +160,16 @@ impl Task {
             _ => None,
         };
 
+        // The channels of the first input, then those of a two-input head's second: each producer by its vertex
+        // and subtask.
+        let producers_of = |i: &weir_common::descriptor::InputDescriptor| -> Vec<(u32, u32)> {
+            i.channels.iter().map(|s: &SubtaskIndex| (i.from_vertex.0, s.0)).collect()
+        };
+        let first_channels = desc.input.as_ref().map_or(0, |i| i.channels.len());
         let (inputs, n_inputs) = match (&desc.input, incoming) {
             (Some(input), Some(incoming)) => {
-                let producers: Vec<u32> = input.channels.iter().map(|s: &SubtaskIndex| s.0).collect();
+                let mut producers = producers_of(input);
+                producers.extend(desc.second_input.as_ref().map(producers_of).unwrap_or_default());
                 let accept = InputChannels::accept(
                     incoming,
                     &producers,
@@ -184,6 +191,7 @@ impl Task {
             ops,
             outputs,
             inputs,
+            second_input_from: if desc.second_input.is_some() { first_channels } else { n_inputs },
             aligner: BarrierAligner::new(n_inputs),
             valve: WatermarkValve::restored(n_inputs, floor),
             source_time,
@@ -367,6 +375,7 @@ mod tests {
             incremental: true,
             operator_state_inline_limit: 64 << 10,
             input: None,
+            second_input: None,
             outputs: vec![OutputDescriptor {
                 to_vertex: VertexId(1),
                 partitioning: Partitioning::Rebalance,

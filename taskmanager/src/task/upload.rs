@@ -281,6 +281,7 @@ mod tests {
             incremental,
             operator_state_inline_limit: 64 << 10,
             input: None,
+            second_input: None,
             outputs: vec![],
             linger_ms: 5,
             restore: None,

@@ -1,0 +1,464 @@
+//! `join`: the inner join of two inputs keyed alike, with every row of each side in keyed state (Flink's regular
+//! join of two append-only inputs). A row is stored in its side's list for its key, then joined with the other
+//! side's rows of that key; so each pair is emitted once, by whichever of its rows arrived second. A joined row
+//! is the key, the first input's columns, the second's, and the later of the two event times; `where` and
+//! `select` (`weir_common::builtin::JoinConfig`) then apply to it.
+//!
+//! Rows are stored with `api::stored_rows` (no schema inside); each side's columns are kept beside them in
+//! union operator state, so a restored subtask reads the other side's rows before that side sends a batch, and
+//! a job whose inputs now have other columns is refused with both column lists instead of misreading rows.
+
+use crate::api::batch::{key_groups, keys, set_current_key_of_row, EVENT_TIME, KEY, KEY_GROUP};
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
+use crate::api::stored_rows::{columns_text, encode_row, schema_from_text, storable, RowsBuilder};
+use crate::expr::eval::{columns_of, compile, Compiled};
+use arrow_array::cast::AsArray;
+use arrow_array::types::TimestampMillisecondType;
+use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMillisecondArray, UInt32Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use std::sync::Arc;
+use weir_common::builtin::JoinConfig;
+use weir_common::expr::SelectItem;
+use weir_state::ListState;
+
+/// Each side's columns, in union operator state: `<side>\t<columns_text>`.
+const COLUMNS_STATE: &str = "join-columns";
+const SIDE_NAMES: [&str; 2] = ["first", "second"];
+const STATES: [&str; 2] = ["join-first", "join-second"];
+
+/// One input of the join.
+#[derive(Default)]
+struct Side {
+    rows: Option<ListState<Vec<u8>>>,
+    /// The columns its rows are stored with (all but the key and key group), once known.
+    stored: Option<SchemaRef>,
+    /// The last batch schema seen and the indexes of its stored columns in it.
+    seen: Option<(SchemaRef, Vec<usize>)>,
+}
+
+/// What runs on joined rows of one pair of side schemas.
+struct Plan {
+    /// key, the first side's columns, the second's, then the event time.
+    joined: SchemaRef,
+    condition: Option<Compiled>,
+    /// The output columns (`None`: the joined row as it is) and the output schema.
+    select: Option<(Vec<Compiled>, SchemaRef)>,
+}
+
+/// The join operator.
+pub struct Join {
+    cfg: JoinConfig,
+    sides: [Side; 2],
+    plan: Option<Plan>,
+    row: Vec<u8>,
+    /// Pairs found in the batch being processed: its row and the other side's stored row.
+    pair_rows: Vec<u32>,
+    other_rows: Vec<u8>,
+    other_ends: Vec<usize>,
+}
+
+fn state_err(e: weir_state::StateError) -> OperatorError {
+    OperatorError::from(e)
+}
+
+impl Join {
+    /// A join with the given config.
+    pub fn new(cfg: JoinConfig) -> Self {
+        Join {
+            cfg,
+            sides: Default::default(),
+            plan: None,
+            row: Vec::new(),
+            pair_rows: Vec::new(),
+            other_rows: Vec::new(),
+            other_ends: Vec::new(),
+        }
+    }
+
+    /// Learns (or checks) the stored columns of side `s` from a batch's schema; returns their indexes in it.
+    fn columns_of_batch(&mut self, s: usize, schema: &SchemaRef) -> Result<Vec<usize>, OperatorError> {
+        if let Some((seen, idx)) = &self.sides[s].seen {
+            if seen == schema {
+                return Ok(idx.clone());
+            }
+        }
+        let idx: Vec<usize> = (0..schema.fields().len())
+            .filter(|&i| !matches!(schema.field(i).name().as_str(), KEY | KEY_GROUP))
+            .collect();
+        let own = Arc::new(schema.project(&idx).map_err(|e| OperatorError::Other(e.to_string()))?);
+        if let Some(f) = own.fields().iter().find(|f| !storable(f.data_type())) {
+            return Err(OperatorError::Other(format!(
+                "the {} input's column {:?} is {}, which a join cannot keep in state",
+                SIDE_NAMES[s],
+                f.name(),
+                f.data_type()
+            )));
+        }
+        match &self.sides[s].stored {
+            Some(stored) if columns_text(stored) != columns_text(&own) => {
+                return Err(OperatorError::Other(format!(
+                    "the {} input's columns changed since its rows were stored: they were [{}], they are [{}]; \
+                     stored rows cannot be read with other columns (start the job without this state)",
+                    SIDE_NAMES[s],
+                    columns_text(stored),
+                    columns_text(&own)
+                )))
+            }
+            Some(_) => {}
+            None => {
+                self.sides[s].stored = Some(own);
+                self.plan = None;
+            }
+        }
+        self.sides[s].seen = Some((schema.clone(), idx.clone()));
+        Ok(idx)
+    }
+
+    fn plan(&self) -> Result<Plan, OperatorError> {
+        let (Some(a), Some(b)) = (&self.sides[0].stored, &self.sides[1].stored) else {
+            return Err(OperatorError::Other("a join planned before both inputs' columns are known".into()));
+        };
+        let own = |s: &SchemaRef| s.fields().iter().filter(|f| f.name() != EVENT_TIME).cloned().collect::<Vec<_>>();
+        let mut fields = vec![Arc::new(Field::new(KEY, DataType::Binary, false))];
+        fields.extend(own(a));
+        for f in own(b) {
+            if fields.iter().any(|g| g.name() == f.name()) {
+                return Err(OperatorError::Other(format!(
+                    "both inputs have a column {:?}: rename it on one side (a project before the join)",
+                    f.name()
+                )));
+            }
+            fields.push(f);
+        }
+        fields.push(Arc::new(crate::api::batch::event_time_field()));
+        let joined: SchemaRef = Arc::new(Schema::new(fields));
+        let columns = columns_of(&joined);
+        let condition = match &self.cfg.condition {
+            Some(c) => {
+                weir_common::builtin::check_condition(c, &columns, "where")
+                    .map_err(|e| OperatorError::Other(format!("config.where: {}", e.message)))?;
+                Some(compile(c, &joined, &columns)?)
+            }
+            None => None,
+        };
+        let select = match &self.cfg.select {
+            None => None,
+            Some(items) => {
+                let mut exprs = Vec::new();
+                let mut out = Vec::new();
+                for item in items {
+                    let named: Vec<(weir_common::expr::Expr, String)> = match item {
+                        SelectItem::Star => joined
+                            .fields()
+                            .iter()
+                            .filter(|f| !f.name().starts_with('_'))
+                            .map(|f| (weir_common::expr::Expr::Column(f.name().clone()), f.name().clone()))
+                            .collect(),
+                        SelectItem::Expr { expr, name } => vec![(expr.clone(), name.clone())],
+                    };
+                    for (e, name) in named {
+                        let (_, nullable) = weir_common::expr::type_of(&e, &columns)
+                            .map_err(|err| OperatorError::Other(format!("config.select: {name}: {}", err.0)))?;
+                        let c = compile(&e, &joined, &columns)?;
+                        out.push(Field::new(&name, crate::expr::eval::arrow_type(c.ty), nullable));
+                        exprs.push(c);
+                    }
+                }
+                out.push(crate::api::batch::event_time_field());
+                Some((exprs, Arc::new(Schema::new(out))))
+            }
+        };
+        Ok(Plan { joined, condition, select })
+    }
+
+    fn process(
+        &mut self,
+        s: usize,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let idx = self.columns_of_batch(s, &batch.schema())?;
+        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
+        let (keys, groups) = (keys(batch)?, key_groups(batch));
+        let backend = ctx.keyed()?;
+        let (mine, theirs) = match s {
+            0 => {
+                let [a, b] = &mut self.sides;
+                (a, b)
+            }
+            _ => {
+                let [a, b] = &mut self.sides;
+                (b, a)
+            }
+        };
+        let (Some(my_rows), Some(their_rows)) = (mine.rows.as_mut(), theirs.rows.as_ref()) else {
+            return Err(OperatorError::Other("join used before initialize_state".into()));
+        };
+        self.pair_rows.clear();
+        self.other_rows.clear();
+        self.other_ends.clear();
+        for i in 0..batch.num_rows() {
+            set_current_key_of_row(backend, keys, groups, i);
+            self.row.clear();
+            encode_row(&own, i, &mut self.row);
+            my_rows.add(backend, &self.row).map_err(state_err)?;
+            let (pairs, rows, ends) = (&mut self.pair_rows, &mut self.other_rows, &mut self.other_ends);
+            their_rows
+                .visit_encoded(backend, &mut |e| {
+                    pairs.push(i as u32);
+                    rows.extend_from_slice(e);
+                    ends.push(rows.len());
+                    Ok(())
+                })
+                .map_err(state_err)?;
+        }
+        if self.pair_rows.is_empty() {
+            return Ok(());
+        }
+        let their_schema = theirs
+            .stored
+            .clone()
+            .ok_or_else(|| OperatorError::Other("stored rows of an input whose columns are unknown".into()))?;
+        let mut builder = RowsBuilder::new(their_schema.clone())?;
+        let mut start = 0;
+        for &end in &self.other_ends {
+            builder.push(&self.other_rows[start..end])?;
+            start = end;
+        }
+        let theirs_cols = builder.finish();
+        let picks = UInt32Array::from(std::mem::take(&mut self.pair_rows));
+        let take = |a: &ArrayRef| arrow_select::take::take(a.as_ref(), &picks, None);
+        let mine_cols: Vec<ArrayRef> =
+            own.iter().map(take).collect::<Result<_, _>>().map_err(|e| OperatorError::Other(e.to_string()))?;
+        let key = take(&(Arc::new(keys.clone()) as ArrayRef)).map_err(|e| OperatorError::Other(e.to_string()))?;
+        self.pair_rows = picks.into_parts().1.into_inner().into_vec().unwrap_or_default();
+        let my_schema = mine.stored.clone().unwrap_or_else(|| their_schema.clone());
+        let (first, first_schema, second, second_schema) = match s {
+            0 => (&mine_cols, &my_schema, &theirs_cols, &their_schema),
+            _ => (&theirs_cols, &their_schema, &mine_cols, &my_schema),
+        };
+        if self.plan.is_none() {
+            self.plan = Some(self.plan()?);
+        }
+        let Some(plan) = &self.plan else { unreachable!("planned above") };
+        let mut columns = vec![key];
+        let mut times: Vec<&TimestampMillisecondArray> = Vec::with_capacity(2);
+        for (cols, schema) in [(first, first_schema), (second, second_schema)] {
+            for (c, f) in cols.iter().zip(schema.fields()) {
+                if f.name() == EVENT_TIME {
+                    times.push(c.as_primitive::<TimestampMillisecondType>());
+                } else {
+                    columns.push(c.clone());
+                }
+            }
+        }
+        columns.push(Arc::new(later(&times)));
+        let joined = RecordBatch::try_new(plan.joined.clone(), columns)
+            .map_err(|e| OperatorError::Other(format!("building joined rows: {e}")))?;
+        let joined = match &plan.condition {
+            None => joined,
+            Some(c) => {
+                let mask = c.eval_array(&joined)?;
+                arrow_select::filter::filter_record_batch(&joined, mask.as_boolean())
+                    .map_err(|e| OperatorError::Other(format!("filtering joined rows: {e}")))?
+            }
+        };
+        if joined.num_rows() == 0 {
+            return Ok(());
+        }
+        let result = match &plan.select {
+            None => joined,
+            Some((exprs, schema)) => {
+                let mut cols = exprs.iter().map(|e| e.eval_array(&joined)).collect::<Result<Vec<_>, _>>()?;
+                cols.push(joined.column(joined.num_columns() - 1).clone());
+                RecordBatch::try_new(schema.clone(), cols)
+                    .map_err(|e| OperatorError::Other(format!("building the selected columns: {e}")))?
+            }
+        };
+        out.emit_batch(result)
+    }
+}
+
+/// Row by row, the later of the event times (null where all are null).
+fn later(times: &[&TimestampMillisecondArray]) -> TimestampMillisecondArray {
+    let n = times.first().map_or(0, |t| t.len());
+    (0..n).map(|i| times.iter().filter(|t| t.is_valid(i)).map(|t| t.value(i)).max()).collect()
+}
+
+impl Operator for Join {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("join needs keyed state".into()))?;
+        for (side, name) in self.sides.iter_mut().zip(STATES) {
+            side.rows = Some(ListState::register(&mut **keyed, name)?);
+        }
+        for e in ctx.operator_state.union_list_state(COLUMNS_STATE)?.iter() {
+            let text = std::str::from_utf8(e).map_err(|_| OperatorError::Other("corrupt join-columns state".into()))?;
+            let (side, columns) =
+                text.split_once('\t').ok_or_else(|| OperatorError::Other("corrupt join-columns state".into()))?;
+            let s = SIDE_NAMES
+                .iter()
+                .position(|n| *n == side)
+                .ok_or_else(|| OperatorError::Other(format!("corrupt join-columns state: no input {side:?}")))?;
+            let schema = schema_from_text(columns)?;
+            match &self.sides[s].stored {
+                Some(known) if columns_text(known) != columns_text(&schema) => {
+                    return Err(OperatorError::Other(format!(
+                        "the restored state holds two column lists for the {side} input"
+                    )))
+                }
+                _ => self.sides[s].stored = Some(schema),
+            }
+        }
+        Ok(())
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.process(0, batch, ctx, out)
+    }
+
+    fn process_second_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.process(1, batch, ctx, out)
+    }
+
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
+        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
+        list.clear();
+        for (side, name) in self.sides.iter().zip(SIDE_NAMES) {
+            if let Some(schema) = &side.stored {
+                list.push(format!("{name}\t{}", columns_text(schema)).into_bytes());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::batch::KEY;
+    use crate::api::operator::RuntimeInfo;
+    use arrow_array::{BinaryArray, Int64Array, StringArray};
+    use std::collections::BTreeMap;
+    use weir_common::spec::StateBackend;
+    use weir_state::{open_keyed_backend, KeyedStateBackend, OperatorStateStore};
+
+    fn side(keys: &[u64], column: &str, values: ArrayRef, times: &[i64]) -> RecordBatch {
+        let k: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (KEY, Arc::new(BinaryArray::from_iter_values(k.iter()))),
+            (column, values),
+            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(times.to_vec()))),
+        ];
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    struct Harness {
+        info: RuntimeInfo,
+        backend: Box<dyn KeyedStateBackend>,
+        store: OperatorStateStore,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Harness {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let info = RuntimeInfo::for_test(0, 1);
+            let backend = open_keyed_backend(
+                StateBackend::Rocksdb,
+                dir.path(),
+                info.max_parallelism,
+                info.key_group_range,
+                None,
+                &Default::default(),
+            )
+            .unwrap();
+            Harness { info, backend, store: OperatorStateStore::new(), _dir: dir }
+        }
+
+        fn open(&mut self, config: &[(&str, &str)], restored: bool) -> Result<Join, OperatorError> {
+            let map: BTreeMap<String, String> = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let mut join = Join::new(JoinConfig::from_map(&map).unwrap());
+            join.initialize_state(&mut InitContext {
+                info: &self.info,
+                restored,
+                operator_state: &mut self.store,
+                keyed: Some(&mut *self.backend),
+            })?;
+            Ok(join)
+        }
+
+        /// What the join emits for `batch` on input `s`, as text lines.
+        fn push(&mut self, join: &mut Join, s: usize, batch: RecordBatch) -> Result<Vec<String>, OperatorError> {
+            let mut got = Vec::new();
+            let mut sink = |b: RecordBatch| {
+                got.push(b);
+                Ok(())
+            };
+            let mut out = Collector::new(&mut sink);
+            let mut ctx = ProcessContext::new(&self.info, Some(&mut *self.backend));
+            match s {
+                0 => join.process_batch(&batch, &mut ctx, &mut out)?,
+                _ => join.process_second_batch(&batch, &mut ctx, &mut out)?,
+            }
+            out.flush()?;
+            drop(out);
+            let mut lines = Vec::new();
+            for b in got {
+                let mut w = crate::builtins::text::LineWriter::new(&b, weir_common::builtin::FileFormat::Text)?;
+                for row in 0..b.num_rows() {
+                    let mut line = String::new();
+                    w.write_row(&b, row, &mut line);
+                    let t = b.column_by_name(EVENT_TIME).unwrap().as_primitive::<TimestampMillisecondType>();
+                    lines.push(format!("{}@{}", line.trim_end(), t.value(row)));
+                }
+            }
+            lines.sort();
+            Ok(lines)
+        }
+    }
+
+    #[test]
+    fn each_pair_is_joined_once_whichever_side_comes_first() -> Result<(), OperatorError> {
+        let mut h = Harness::new();
+        let mut join = h.open(&[("where", "a_id <> 9")], false)?;
+        let auctions = side(&[1, 2, 1], "a_id", Arc::new(Int64Array::from(vec![10, 20, 11])), &[5, 6, 7]);
+        assert!(h.push(&mut join, 0, auctions)?.is_empty(), "nothing on the other side yet");
+        let persons = side(&[1, 3], "name", Arc::new(StringArray::from(vec!["ann", "bob"])), &[6, 1]);
+        assert_eq!(h.push(&mut join, 1, persons)?, vec!["1,10,ann@6", "1,11,ann@7"]);
+        // A later auction of key 1 meets ann, the one of key 3 meets bob; a_id 9 fails the condition.
+        let more = side(&[3, 1, 1], "a_id", Arc::new(Int64Array::from(vec![30, 12, 9])), &[8, 2, 9]);
+        assert_eq!(h.push(&mut join, 0, more)?, vec!["1,12,ann@6", "3,30,bob@8"]);
+        Ok(())
+    }
+
+    #[test]
+    fn restored_rows_join_before_their_side_sends_and_other_columns_are_refused() -> Result<(), OperatorError> {
+        let mut h = Harness::new();
+        let mut join = h.open(&[("select", "name, a_id AS id")], false)?;
+        h.push(&mut join, 1, side(&[4], "name", Arc::new(StringArray::from(vec!["cy"])), &[3]))?;
+        let mut snap = SnapshotContext {
+            checkpoint_id: weir_common::ids::CheckpointId(1),
+            timestamp_ms: 0,
+            operator_state: &mut h.store,
+        };
+        join.snapshot_state(&mut snap)?;
+        let mut again = h.open(&[("select", "name, a_id AS id")], true)?;
+        let got = h.push(&mut again, 0, side(&[4], "a_id", Arc::new(Int64Array::from(vec![40])), &[1]))?;
+        assert_eq!(got, vec!["cy,40@3"]);
+        let mut other = h.open(&[], true)?;
+        let e = h.push(&mut other, 1, side(&[4], "nick", Arc::new(StringArray::from(vec!["c"])), &[1])).unwrap_err();
+        assert!(e.to_string().contains("second input's columns changed"), "{e}");
+        Ok(())
+    }
+}
