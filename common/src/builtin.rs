@@ -178,6 +178,19 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             output: crate::schema::OutputSchema::FromConfig,
         },
         KindInfo {
+            kind: "window-top".into(),
+            role: Role::Operator,
+            keyed: true,
+            version: v.clone(),
+            states: vec![
+                ("window-top".into(), "value".into(), "the ranked rows per window".into()),
+                ("window-top-columns".into(), "union".into(), "the input's columns".into()),
+            ],
+            signature: None,
+            input_columns: vec![crate::schema::key_column()],
+            output: crate::schema::OutputSchema::FromConfig,
+        },
+        KindInfo {
             kind: "file-sink".into(),
             role: Role::Sink,
             keyed: false,
@@ -955,6 +968,63 @@ impl JoinConfig {
     }
 }
 
+/// Config of the `window-top` kind (Flink's window Top-N with `RANK() <= top`): per key and tumbling window
+/// (`window: { tumbling_ms }` over the rows' event time), the rows whose `by` column (an integer) ranks within the
+/// `top` largest, ties sharing a rank; emitted when the watermark passes the window's end, each with the
+/// window's `window_start` and `window_end`, at event time `window_end - 1`. Rows late for their window are
+/// dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowTopConfig {
+    /// Window length, ms.
+    pub size_ms: u64,
+    /// The column ranked by.
+    pub by: String,
+    /// Ranks kept.
+    pub top: u64,
+}
+
+impl WindowTopConfig {
+    /// Reads and checks a window-top config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["window", "by", "top"])?;
+        let window: WindowSpec =
+            r.nested("window", "a window, { tumbling_ms: N }")?.ok_or_else(|| field_err("window", "is required"))?;
+        let size_ms = match window.shape().map_err(|e| field_err("window", e))? {
+            WindowShape::Tumbling { size_ms } if window.offset_ms == 0 => size_ms,
+            _ => {
+                return Err(field_err(
+                    "window",
+                    "window-top takes a tumbling window without offset: { tumbling_ms: N }",
+                ))
+            }
+        };
+        let by = r.string("by").ok_or_else(|| field_err("by", "is required: the integer column to rank rows by"))?;
+        let top = r.u64("top")?.unwrap_or(1);
+        if top == 0 {
+            return Err(field_err("top", "must be at least 1"));
+        }
+        Ok(WindowTopConfig { size_ms, by, top })
+    }
+
+    /// The columns it emits over rows of `input`: the input's (but the key and the runtime's), then
+    /// `window_start` and `window_end`.
+    pub fn output(&self, input: &[crate::schema::Column]) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
+        use crate::schema::Column;
+        match input.iter().find(|c| c.name == self.by) {
+            Some(c) if c.data_type == "int64" || c.data_type == "int32" => {}
+            Some(c) => return Err(field_err("by", format!("column {:?} is {}, not an integer", c.name, c.data_type))),
+            None => return Err(field_err("by", format!("no column {:?} in the input", self.by))),
+        }
+        let mut out: Vec<Column> =
+            input.iter().filter(|c| c.name != "key" && !c.name.starts_with('_')).cloned().collect();
+        out.push(Column::new("window_start", "timestamp_ms", false));
+        out.push(Column::new("window_end", "timestamp_ms", false));
+        crate::schema::validate_columns(&out)
+            .map_err(|e| field_err("window", format!("{e}: rename the input's column (a project before)")))?;
+        Ok(out)
+    }
+}
+
 /// The columns a select list makes over rows of `input` (`*`: every column but the runtime's, and but `key`
 /// when `drop_key`).
 fn select_output(
@@ -1009,6 +1079,7 @@ pub fn derived_output(
             let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
             Some(JoinConfig::from_map(map).and_then(|c| c.output(first, second)))
         }
+        "window-top" => Some(WindowTopConfig::from_map(map).and_then(|c| c.output(first))),
         _ => None,
     }
 }
@@ -1033,9 +1104,8 @@ pub fn side_outputs(kind: &str, map: &BTreeMap<String, String>) -> Option<Vec<&'
             Ok(c) if c.late == LateRecords::SideOutput => vec![LATE_TAG],
             _ => vec![],
         }),
-        "datagen" | "nexmark" | "file-sink" | "keyed-count" | "blackhole" | "filter" | "project" | "join" => {
-            Some(vec![])
-        }
+        "datagen" | "nexmark" | "file-sink" | "keyed-count" | "blackhole" | "filter" | "project" | "join"
+        | "window-top" => Some(vec![]),
         _ => None,
     }
 }
@@ -1055,6 +1125,7 @@ pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Re
         "filter" => FilterConfig::from_map(map).map(|_| ()),
         "project" => ProjectConfig::from_map(map).map(|_| ()),
         "join" => JoinConfig::from_map(map).map(|_| ()),
+        "window-top" => WindowTopConfig::from_map(map).map(|_| ()),
         _ => Ok(()),
     }
 }

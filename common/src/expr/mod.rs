@@ -31,6 +31,8 @@ pub enum Expr {
         /// `IS NOT NULL`.
         negated: bool,
     },
+    /// A function of the language applied to its arguments.
+    Call(Function, Vec<Expr>),
     /// `x IN (c1, c2, …)` over constants (`negated`: `NOT IN`).
     InList {
         /// The tested expression.
@@ -64,6 +66,29 @@ pub enum Literal {
     Float(f64),
     /// A string (`'OR'`, with `''` for a quote inside).
     Str(String),
+}
+
+/// A function of the language.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Function {
+    /// `KEY_INT(key)`: the integer a key made of one integer holds (`project`'s `key: id` writes it as its 8
+    /// big-endian bytes, as `datagen` does); null for a key of another length. How a keyed result (a window
+    /// aggregate's `key`, say) gets its grouping column back.
+    KeyInt,
+}
+
+impl Function {
+    /// The function a name (any case) calls, with the number of arguments it takes.
+    pub fn named(name: &str) -> Option<(Function, usize)> {
+        name.eq_ignore_ascii_case("KEY_INT").then_some((Function::KeyInt, 1))
+    }
+
+    /// Its name as written.
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::KeyInt => "KEY_INT",
+        }
+    }
 }
 
 /// A unary operator.
@@ -139,6 +164,7 @@ impl Expr {
                 a.visit_columns(f);
                 b.visit_columns(f);
             }
+            Expr::Call(_, args) => args.iter().for_each(|a| a.visit_columns(f)),
         }
     }
 }

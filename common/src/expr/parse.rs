@@ -2,7 +2,7 @@
 //! `AND` < `NOT` < comparisons, `IS NULL`, `IN`, `BETWEEN` < `+ -` < `* / %` < unary minus). Keywords are
 //! case-insensitive; a column name is an identifier or a double-quoted name.
 
-use super::{BinaryOp, Expr, Literal, UnaryOp};
+use super::{BinaryOp, Expr, Function, Literal, UnaryOp};
 
 /// A parse error: what was expected, and where (a character offset into the text).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -285,10 +285,22 @@ impl Parser<'_> {
             }
             Some(Tok::Ident(w)) if !is_literal_word(&w) => {
                 self.pos += 1;
-                if self.peek() == Some(&Tok::Sym("(")) {
-                    return Err(self.err(format!("unknown function {w:?} (known: MOD)")));
+                if !self.eat_sym("(") {
+                    return Ok(Expr::Column(w));
                 }
-                Ok(Expr::Column(w))
+                let Some((function, arity)) = Function::named(&w) else {
+                    self.pos -= 1;
+                    return Err(self.err(format!("unknown function {w:?} (known: MOD, KEY_INT)")));
+                };
+                let mut args = vec![self.or()?];
+                while self.eat_sym(",") {
+                    args.push(self.or()?);
+                }
+                self.expect_sym(")")?;
+                if args.len() != arity {
+                    return Err(self.err(format!("{} takes {arity} argument(s), not {}", function.name(), args.len())));
+                }
+                Ok(Expr::Call(function, args))
             }
             Some(Tok::Quoted(name)) => {
                 self.pos += 1;
@@ -475,6 +487,8 @@ mod tests {
         assert_eq!(e.at, 4, "{e}");
         assert!(parse_expr("a = 'open").unwrap_err().message.contains("unterminated"));
         assert!(parse_expr("f(a)").unwrap_err().message.contains("unknown function"));
+        assert_eq!(parse_expr("key_int(key)").unwrap(), Expr::Call(Function::KeyInt, vec![Expr::Column("key".into())]));
+        assert!(parse_expr("KEY_INT(a, b)").unwrap_err().message.contains("takes 1"));
         assert!(parse_expr("a ^ 2").unwrap_err().message.contains("unexpected character"));
         assert!(parse_expr("").is_err());
         assert!(parse_expr("a b").unwrap_err().message.contains("after the expression"));

@@ -4,7 +4,7 @@
 //! the Hive/Arrow precision rules (`+ -`: scale `max(s1,s2)`, precision `max(p1-s1, p2-s2) + scale + 1`; `*`:
 //! precision `p1 + p2 + 1`, scale `s1 + s2`; at most 38 digits).
 
-use super::{BinaryOp, Expr, Literal, UnaryOp};
+use super::{BinaryOp, Expr, Function, Literal, UnaryOp};
 use crate::schema::Column;
 
 /// The type of a value in an expression.
@@ -225,6 +225,11 @@ pub fn type_of(e: &Expr, columns: &[Column]) -> Result<(Type, bool), TypeError> 
             let divides = matches!(op, BinaryOp::Div | BinaryOp::Rem);
             Ok((binary_type(*op, ta, tb)?, na || nb || divides))
         }
+        Expr::Call(Function::KeyInt, args) => match args.first().map(|a| type_of(a, columns)).transpose()? {
+            Some((Type::Binary, _)) => Ok((Type::Int64, true)),
+            Some((t, _)) => err(format!("KEY_INT needs a key (binary), not {}", t.column_type())),
+            None => err("KEY_INT needs an argument"),
+        },
         Expr::IsNull { expr, .. } => {
             type_of(expr, columns)?;
             Ok((Type::Bool, false))

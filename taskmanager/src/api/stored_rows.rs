@@ -5,6 +5,7 @@
 //! timestamps, 128-bit decimals), or a 4-byte length and the bytes (strings, binary). The schema is not in the
 //! row: whoever stores rows keeps the schema beside them ([`columns_text`] is a stable form of it to keep).
 
+use crate::api::batch::{KEY, KEY_GROUP};
 use crate::api::error::OperatorError;
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, BooleanBuilder, Decimal128Builder, Float64Builder, Int32Builder, Int64Builder,
@@ -66,6 +67,82 @@ pub fn schema_from_text(text: &str) -> Result<SchemaRef, OperatorError> {
         fields.push(Field::new(name, dt, nullable == "true"));
     }
     Ok(Arc::new(Schema::new(fields)))
+}
+
+/// The columns of the rows an operator keeps in state — all of an input's but its key and key group —,
+/// learned from the first batch or restored, and checked against every later batch's: rows stored with one list
+/// of columns cannot be read with another, so a changed input is refused with both lists.
+#[derive(Debug, Default)]
+pub struct KeptColumns {
+    /// The columns rows are stored with, once known.
+    pub stored: Option<SchemaRef>,
+    seen: Option<(SchemaRef, Vec<usize>)>,
+}
+
+impl KeptColumns {
+    /// The indexes in `schema` of the columns kept, and whether they were learned just now; `what` names the
+    /// input in errors.
+    pub fn of_batch(&mut self, what: &str, schema: &SchemaRef) -> Result<(Vec<usize>, bool), OperatorError> {
+        if let Some((seen, idx)) = &self.seen {
+            if seen == schema {
+                return Ok((idx.clone(), false));
+            }
+        }
+        let idx: Vec<usize> = (0..schema.fields().len())
+            .filter(|&i| !matches!(schema.field(i).name().as_str(), KEY | KEY_GROUP))
+            .collect();
+        let own = Arc::new(schema.project(&idx).map_err(|e| OperatorError::Other(e.to_string()))?);
+        if let Some(f) = own.fields().iter().find(|f| !storable(f.data_type())) {
+            return Err(OperatorError::Other(format!(
+                "{what}'s column {:?} is {}, which cannot be kept in state",
+                f.name(),
+                f.data_type()
+            )));
+        }
+        let learned = match &self.stored {
+            Some(stored) if columns_text(stored) != columns_text(&own) => {
+                return Err(OperatorError::Other(format!(
+                    "{what}'s columns changed since its rows were stored: they were [{}], they are [{}]; stored \
+                     rows cannot be read with other columns (start the job without this state)",
+                    columns_text(stored),
+                    columns_text(&own)
+                )))
+            }
+            Some(_) => false,
+            None => {
+                self.stored = Some(own);
+                true
+            }
+        };
+        self.seen = Some((schema.clone(), idx.clone()));
+        Ok((idx, learned))
+    }
+
+    /// Restores the columns stored under `name` from union-state elements `<name>\t<columns>`.
+    pub fn restore(&mut self, name: &str, elements: &[Vec<u8>]) -> Result<(), OperatorError> {
+        for e in elements {
+            let text = std::str::from_utf8(e).map_err(|_| OperatorError::Other("corrupt stored columns".into()))?;
+            let Some((n, columns)) = text.split_once('\t') else {
+                return Err(OperatorError::Other("corrupt stored columns".into()));
+            };
+            if n != name {
+                continue;
+            }
+            let schema = schema_from_text(columns)?;
+            match &self.stored {
+                Some(known) if columns_text(known) != columns_text(&schema) => {
+                    return Err(OperatorError::Other(format!("the restored state holds two column lists for {name}")))
+                }
+                _ => self.stored = Some(schema),
+            }
+        }
+        Ok(())
+    }
+
+    /// The union-state element that [`KeptColumns::restore`] reads back, once the columns are known.
+    pub fn element(&self, name: &str) -> Option<Vec<u8>> {
+        self.stored.as_ref().map(|s| format!("{name}\t{}", columns_text(s)).into_bytes())
+    }
 }
 
 /// Appends row `row` of `columns` to `out`.

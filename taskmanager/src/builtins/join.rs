@@ -8,9 +8,9 @@
 //! union operator state, so a restored subtask reads the other side's rows before that side sends a batch, and
 //! a job whose inputs now have other columns is refused with both column lists instead of misreading rows.
 
-use crate::api::batch::{key_groups, keys, set_current_key_of_row, EVENT_TIME, KEY, KEY_GROUP};
+use crate::api::batch::{key_groups, keys, set_current_key_of_row, EVENT_TIME, KEY};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{columns_text, encode_row, schema_from_text, storable, RowsBuilder};
+use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
 use crate::expr::eval::{columns_of, compile, Compiled};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
@@ -30,10 +30,7 @@ const STATES: [&str; 2] = ["join-first", "join-second"];
 #[derive(Default)]
 struct Side {
     rows: Option<ListState<Vec<u8>>>,
-    /// The columns its rows are stored with (all but the key and key group), once known.
-    stored: Option<SchemaRef>,
-    /// The last batch schema seen and the indexes of its stored columns in it.
-    seen: Option<(SchemaRef, Vec<usize>)>,
+    columns: KeptColumns,
 }
 
 /// What runs on joined rows of one pair of side schemas.
@@ -75,47 +72,8 @@ impl Join {
         }
     }
 
-    /// Learns (or checks) the stored columns of side `s` from a batch's schema; returns their indexes in it.
-    fn columns_of_batch(&mut self, s: usize, schema: &SchemaRef) -> Result<Vec<usize>, OperatorError> {
-        if let Some((seen, idx)) = &self.sides[s].seen {
-            if seen == schema {
-                return Ok(idx.clone());
-            }
-        }
-        let idx: Vec<usize> = (0..schema.fields().len())
-            .filter(|&i| !matches!(schema.field(i).name().as_str(), KEY | KEY_GROUP))
-            .collect();
-        let own = Arc::new(schema.project(&idx).map_err(|e| OperatorError::Other(e.to_string()))?);
-        if let Some(f) = own.fields().iter().find(|f| !storable(f.data_type())) {
-            return Err(OperatorError::Other(format!(
-                "the {} input's column {:?} is {}, which a join cannot keep in state",
-                SIDE_NAMES[s],
-                f.name(),
-                f.data_type()
-            )));
-        }
-        match &self.sides[s].stored {
-            Some(stored) if columns_text(stored) != columns_text(&own) => {
-                return Err(OperatorError::Other(format!(
-                    "the {} input's columns changed since its rows were stored: they were [{}], they are [{}]; \
-                     stored rows cannot be read with other columns (start the job without this state)",
-                    SIDE_NAMES[s],
-                    columns_text(stored),
-                    columns_text(&own)
-                )))
-            }
-            Some(_) => {}
-            None => {
-                self.sides[s].stored = Some(own);
-                self.plan = None;
-            }
-        }
-        self.sides[s].seen = Some((schema.clone(), idx.clone()));
-        Ok(idx)
-    }
-
     fn plan(&self) -> Result<Plan, OperatorError> {
-        let (Some(a), Some(b)) = (&self.sides[0].stored, &self.sides[1].stored) else {
+        let (Some(a), Some(b)) = (&self.sides[0].columns.stored, &self.sides[1].columns.stored) else {
             return Err(OperatorError::Other("a join planned before both inputs' columns are known".into()));
         };
         let own = |s: &SchemaRef| s.fields().iter().filter(|f| f.name() != EVENT_TIME).cloned().collect::<Vec<_>>();
@@ -178,7 +136,11 @@ impl Join {
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        let idx = self.columns_of_batch(s, &batch.schema())?;
+        let what = format!("the {} input", SIDE_NAMES[s]);
+        let (idx, learned) = self.sides[s].columns.of_batch(&what, &batch.schema())?;
+        if learned {
+            self.plan = None;
+        }
         let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let backend = ctx.keyed()?;
@@ -217,6 +179,7 @@ impl Join {
             return Ok(());
         }
         let their_schema = theirs
+            .columns
             .stored
             .clone()
             .ok_or_else(|| OperatorError::Other("stored rows of an input whose columns are unknown".into()))?;
@@ -233,7 +196,7 @@ impl Join {
             own.iter().map(take).collect::<Result<_, _>>().map_err(|e| OperatorError::Other(e.to_string()))?;
         let key = take(&(Arc::new(keys.clone()) as ArrayRef)).map_err(|e| OperatorError::Other(e.to_string()))?;
         self.pair_rows = picks.into_parts().1.into_inner().into_vec().unwrap_or_default();
-        let my_schema = mine.stored.clone().unwrap_or_else(|| their_schema.clone());
+        let my_schema = mine.columns.stored.clone().unwrap_or_else(|| their_schema.clone());
         let (first, first_schema, second, second_schema) = match s {
             0 => (&mine_cols, &my_schema, &theirs_cols, &their_schema),
             _ => (&theirs_cols, &their_schema, &mine_cols, &my_schema),
@@ -292,23 +255,9 @@ impl Operator for Join {
         for (side, name) in self.sides.iter_mut().zip(STATES) {
             side.rows = Some(ListState::register(&mut **keyed, name)?);
         }
-        for e in ctx.operator_state.union_list_state(COLUMNS_STATE)?.iter() {
-            let text = std::str::from_utf8(e).map_err(|_| OperatorError::Other("corrupt join-columns state".into()))?;
-            let (side, columns) =
-                text.split_once('\t').ok_or_else(|| OperatorError::Other("corrupt join-columns state".into()))?;
-            let s = SIDE_NAMES
-                .iter()
-                .position(|n| *n == side)
-                .ok_or_else(|| OperatorError::Other(format!("corrupt join-columns state: no input {side:?}")))?;
-            let schema = schema_from_text(columns)?;
-            match &self.sides[s].stored {
-                Some(known) if columns_text(known) != columns_text(&schema) => {
-                    return Err(OperatorError::Other(format!(
-                        "the restored state holds two column lists for the {side} input"
-                    )))
-                }
-                _ => self.sides[s].stored = Some(schema),
-            }
+        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
+        for (side, name) in self.sides.iter_mut().zip(SIDE_NAMES) {
+            side.columns.restore(name, &restored)?;
         }
         Ok(())
     }
@@ -334,11 +283,7 @@ impl Operator for Join {
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
         let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
         list.clear();
-        for (side, name) in self.sides.iter().zip(SIDE_NAMES) {
-            if let Some(schema) = &side.stored {
-                list.push(format!("{name}\t{}", columns_text(schema)).into_bytes());
-            }
-        }
+        list.extend(self.sides.iter().zip(SIDE_NAMES).filter_map(|(side, name)| side.columns.element(name)));
         Ok(())
     }
 }

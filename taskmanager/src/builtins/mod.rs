@@ -9,6 +9,7 @@ mod nexmark;
 mod project;
 mod text;
 mod window_aggregate;
+mod window_top;
 
 pub use blackhole::Blackhole;
 pub use datagen::Datagen;
@@ -18,11 +19,12 @@ pub use keyed_count::KeyedCount;
 pub use nexmark::{nexmark_schema, Nexmark};
 pub use project::{Filter, Project};
 pub use window_aggregate::{output_schema, window_aggregate, WindowAggregate};
+pub use window_top::WindowTop;
 
 use crate::api::registry::{signed, Instance, Registry};
 use weir_common::builtin::{
     builtin_kinds, DatagenConfig, FileSinkConfig, FilterConfig, JoinConfig, KeyedCountConfig, NexmarkConfig,
-    ProjectConfig, WindowAggregateConfig,
+    ProjectConfig, WindowAggregateConfig, WindowTopConfig,
 };
 use weir_state::signature::StateSignature;
 
@@ -63,6 +65,12 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
             .list::<Vec<u8>>("join-first")
             .list::<Vec<u8>>("join-second")
             .union::<String>("join-columns"),
+        // Per window (namespace: its end), the ranked rows; the input's columns; the windows' timers.
+        "window-top" => StateSignature::keyed::<Vec<u8>>()
+            .value::<Vec<u8>>("window-top")
+            .in_namespace::<i64>("window-top")
+            .union::<String>("window-top-columns")
+            .timers::<Vec<u8>>(),
         "file-sink" => StateSignature::unkeyed()
             .operator_list::<String>("pending-files")
             .operator_list::<String>("position")
@@ -107,6 +115,9 @@ pub fn register_all(r: &mut Registry) {
                 Ok(Instance::Operator(window_aggregate(cfg)?))
             }),
             "blackhole" => r.register(info, |_| Ok(Instance::Operator(Box::new(Blackhole::default())))),
+            "window-top" => {
+                r.register(info, |c| Ok(Instance::Operator(Box::new(WindowTop::new(WindowTopConfig::from_map(c)?)))))
+            }
             "join" => r.register(info, |c| Ok(Instance::Operator(Box::new(Join::new(JoinConfig::from_map(c)?))))),
             "filter" => r.register(info, |c| Ok(Instance::Operator(Box::new(Filter::new(FilterConfig::from_map(c)?))))),
             "project" => {

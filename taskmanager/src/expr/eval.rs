@@ -11,7 +11,7 @@ use arrow_array::{
 use arrow_schema::{DataType, Schema, TimeUnit};
 use std::sync::Arc;
 use weir_common::expr::typing::{binary_type, literal_type, operand_type};
-use weir_common::expr::{BinaryOp, Expr, Literal, Type, UnaryOp};
+use weir_common::expr::{BinaryOp, Expr, Function, Literal, Type, UnaryOp};
 use weir_common::schema::Column;
 
 /// An expression ready to run over batches of one schema.
@@ -33,6 +33,7 @@ enum Node {
     Cmp(BinaryOp, Box<Compiled>, Box<Compiled>),
     Logic(BinaryOp, Box<Compiled>, Box<Compiled>),
     IsNull(Box<Compiled>, bool),
+    KeyInt(Box<Compiled>),
     InList(Box<Compiled>, Vec<Compiled>, bool),
 }
 
@@ -143,6 +144,10 @@ pub fn compile(e: &Expr, schema: &Schema, columns: &[Column]) -> Result<Compiled
             }
         }
         Expr::IsNull { expr, negated } => Node::IsNull(Box::new(compile(expr, schema, columns)?), *negated),
+        Expr::Call(Function::KeyInt, args) => {
+            let arg = args.first().ok_or_else(|| OperatorError::Other("KEY_INT needs an argument".into()))?;
+            Node::KeyInt(Box::new(compile(arg, schema, columns)?))
+        }
         Expr::InList { expr, list, negated } => {
             let x = compile(expr, schema, columns)?;
             let mut items = Vec::with_capacity(list.len());
@@ -343,6 +348,13 @@ impl Compiled {
                     if *negated { arrow_arith::boolean::is_not_null(&a) } else { arrow_arith::boolean::is_null(&a) };
                 Value::Array(Arc::new(r.map_err(arrow_err)?))
             }
+            Node::KeyInt(c) => c.eval(batch)?.map(|a| {
+                let bytes =
+                    a.as_binary_opt::<i32>().ok_or_else(|| OperatorError::Other("KEY_INT of a non-key".into()))?;
+                let ints: Int64Array =
+                    bytes.iter().map(|b| b.and_then(|b| <[u8; 8]>::try_from(b).ok()).map(i64::from_be_bytes)).collect();
+                Ok(Arc::new(ints) as ArrayRef)
+            })?,
             Node::InList(c, items, negated) => {
                 let x = c.eval(batch)?;
                 let mut any: Option<BooleanArray> = None;
@@ -426,6 +438,16 @@ mod tests {
         assert_eq!(q.as_primitive::<Int64Type>().iter().collect::<Vec<_>>(), vec![Some(5), None, Some(4), None]);
         assert_eq!(run("-price + 1.5").as_primitive::<Decimal128Type>().value_as_string(0), "-198.5");
         assert_eq!(run("NULL").data_type(), &DataType::Int64);
+        let b = RecordBatch::try_from_iter(vec![(
+            "key",
+            Arc::new(arrow_array::BinaryArray::from(vec![&7i64.to_be_bytes()[..], b"abc"])) as ArrayRef,
+        )])
+        .unwrap();
+        let e = compile(&parse_expr("KEY_INT(key)").unwrap(), &b.schema(), &columns_of(&b.schema())).unwrap();
+        assert_eq!(
+            e.eval_array(&b).unwrap().as_primitive::<Int64Type>().iter().collect::<Vec<_>>(),
+            vec![Some(7), None]
+        );
     }
 
     #[test]

@@ -1,0 +1,264 @@
+//! `window-top`: per key and tumbling window, the rows whose `by` column ranks within the `top` largest (ties
+//! share a rank, as SQL's `RANK()`), emitted when the watermark passes the window's end (Flink's window Top-N).
+//!
+//! State: one value per key and window (namespace: the window's end), the ranked rows largest first, each its
+//! `by` value and the row as `api::stored_rows` writes it; a row that cannot rank is not written at all, so the
+//! common case — a row below the window's best — costs one read. An event-time timer at `end − 1` per key and
+//! window fires it. The input's columns are kept beside the rows in union operator state.
+
+use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
+use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
+use crate::api::timers::TimeDomain;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMillisecondArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use std::sync::Arc;
+use weir_common::builtin::WindowTopConfig;
+use weir_state::{StateId, StateKind, StateOptions};
+
+const STATE: &str = "window-top";
+const COLUMNS_STATE: &str = "window-top-columns";
+const INPUT: &str = "input";
+
+/// The ranked rows of one key and window, as stored: `count: u32`, then per row `value: i64`, `len: u32`, row.
+#[derive(Debug, Default)]
+struct Ranked {
+    rows: Vec<(i64, Vec<u8>)>,
+}
+
+impl Ranked {
+    fn decode(bytes: &[u8]) -> Result<Ranked, OperatorError> {
+        let bad = || OperatorError::Other("window-top: a stored window is corrupt".into());
+        let mut b = bytes;
+        let mut take = |n: usize| -> Result<&[u8], OperatorError> {
+            if b.len() < n {
+                return Err(bad());
+            }
+            let (h, t) = b.split_at(n);
+            b = t;
+            Ok(h)
+        };
+        let count = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad())?);
+        let mut rows = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let v = i64::from_le_bytes(take(8)?.try_into().map_err(|_| bad())?);
+            let n = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad())?) as usize;
+            rows.push((v, take(n)?.to_vec()));
+        }
+        Ok(Ranked { rows })
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&(self.rows.len() as u32).to_le_bytes());
+        for (v, row) in &self.rows {
+            out.extend_from_slice(&v.to_le_bytes());
+            out.extend_from_slice(&(row.len() as u32).to_le_bytes());
+            out.extend_from_slice(row);
+        }
+    }
+
+    /// The rank `v` would have: one more than the rows ranked strictly above it.
+    fn rank_of(rows: impl Iterator<Item = i64>, v: i64) -> u64 {
+        1 + rows.filter(|&w| w > v).count() as u64
+    }
+
+    /// Adds a row and drops those that no longer rank within `top`.
+    fn insert(&mut self, v: i64, row: Vec<u8>, top: u64) {
+        let at = self.rows.iter().position(|(w, _)| *w < v).unwrap_or(self.rows.len());
+        self.rows.insert(at, (v, row));
+        let values: Vec<i64> = self.rows.iter().map(|(w, _)| *w).collect();
+        self.rows.retain(|(w, _)| Self::rank_of(values.iter().copied(), *w) <= top);
+    }
+}
+
+/// The window-top operator.
+pub struct WindowTop {
+    cfg: WindowTopConfig,
+    state: Option<StateId>,
+    columns: KeptColumns,
+    row: Vec<u8>,
+    value: Vec<u8>,
+    /// The output schema for the kept columns (rebuilt when they are learned).
+    output: Option<SchemaRef>,
+}
+
+impl WindowTop {
+    /// A window-top with the given config.
+    pub fn new(cfg: WindowTopConfig) -> Self {
+        WindowTop {
+            cfg,
+            state: None,
+            columns: KeptColumns::default(),
+            row: Vec::new(),
+            value: Vec::new(),
+            output: None,
+        }
+    }
+
+    fn output_schema(&mut self) -> Result<SchemaRef, OperatorError> {
+        if let Some(s) = &self.output {
+            return Ok(s.clone());
+        }
+        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Other("window-top: no columns".into()))?;
+        let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+        let mut fields: Vec<Field> =
+            kept.fields().iter().filter(|f| f.name() != EVENT_TIME).map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("window_start", ts.clone(), false));
+        fields.push(Field::new("window_end", ts, false));
+        fields.push(event_time_field());
+        let schema = Arc::new(Schema::new(fields));
+        self.output = Some(schema.clone());
+        Ok(schema)
+    }
+}
+
+/// The `by` column's values as integers.
+fn ranked_values(batch: &RecordBatch, by: &str) -> Result<Vec<Option<i64>>, OperatorError> {
+    let col = batch.column_by_name(by).ok_or_else(|| OperatorError::Other(format!("window-top: no column {by:?}")))?;
+    Ok(match col.data_type() {
+        DataType::Int64 => col.as_primitive::<Int64Type>().iter().collect(),
+        DataType::Int32 => col.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),
+        t => return Err(OperatorError::Other(format!("window-top: column {by:?} is {t}, not an integer"))),
+    })
+}
+
+impl Operator for WindowTop {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("window-top needs keyed state".into()))?;
+        let ns = StateOptions::default().namespaced();
+        self.state = Some(keyed.register_state_with_options(STATE, StateKind::Value, &ns)?);
+        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
+        self.columns.restore(INPUT, &restored)
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        _out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let (idx, learned) = self.columns.of_batch("window-top's input", &batch.schema())?;
+        if learned {
+            self.output = None;
+        }
+        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
+        let values = ranked_values(batch, &self.cfg.by)?;
+        let times = event_times(batch)
+            .ok_or_else(|| OperatorError::Other("window-top needs event time: its input has no timestamps".into()))?;
+        let (keys, groups) = (keys(batch)?, key_groups(batch));
+        let state = self.state.ok_or_else(|| OperatorError::Other("window-top used before initialize_state".into()))?;
+        let watermark = ctx.current_watermark();
+        let size = self.cfg.size_ms as i64;
+        let mut timers = ctx.timers()?;
+        for (i, v) in values.into_iter().enumerate() {
+            let (Some(v), true) = (v, times.is_valid(i)) else { continue };
+            let end = times.value(i).div_euclid(size) * size + size;
+            if end - 1 <= watermark {
+                // Late for its window, which has fired.
+                continue;
+            }
+            let backend = timers.keyed();
+            set_current_key_of_row(backend, keys, groups, i);
+            backend.set_current_namespace(&end.to_be_bytes());
+            let mut ranked = match backend.get_value(state)? {
+                Some(bytes) => {
+                    let r = Ranked::decode(bytes)?;
+                    if Ranked::rank_of(r.rows.iter().map(|(w, _)| *w), v) > self.cfg.top {
+                        continue;
+                    }
+                    r
+                }
+                None => {
+                    timers.register_event_time_timer(end - 1)?;
+                    Ranked::default()
+                }
+            };
+            self.row.clear();
+            encode_row(&own, i, &mut self.row);
+            ranked.insert(v, self.row.clone(), self.cfg.top);
+            ranked.encode(&mut self.value);
+            timers.keyed().put_value(state, &self.value)?;
+        }
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        timestamp: i64,
+        domain: TimeDomain,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        if domain != TimeDomain::EventTime {
+            return Err(OperatorError::Other("window-top sets no processing-time timers".into()));
+        }
+        let state = self.state.ok_or_else(|| OperatorError::Other("window-top used before initialize_state".into()))?;
+        let backend = ctx.keyed()?;
+        let ranked = match backend.get_value(state)? {
+            Some(bytes) => Ranked::decode(bytes)?,
+            None => return Ok(()),
+        };
+        backend.delete_value(state)?;
+        if ranked.rows.is_empty() {
+            return Ok(());
+        }
+        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Other("window-top: no columns".into()))?;
+        let schema = self.output_schema()?;
+        let mut builder = RowsBuilder::new(kept.clone())?;
+        for (_, row) in &ranked.rows {
+            builder.push(row)?;
+        }
+        let n = ranked.rows.len();
+        let (end, size) = (timestamp + 1, self.cfg.size_ms as i64);
+        let mut columns: Vec<ArrayRef> = builder
+            .finish()
+            .into_iter()
+            .zip(kept.fields())
+            .filter(|(_, f)| f.name() != EVENT_TIME)
+            .map(|(c, _)| c)
+            .collect();
+        columns.push(Arc::new(TimestampMillisecondArray::from(vec![end - size; n])));
+        columns.push(Arc::new(TimestampMillisecondArray::from(vec![end; n])));
+        columns.push(Arc::new(TimestampMillisecondArray::from(vec![timestamp; n])));
+        let batch = RecordBatch::try_new(schema, columns)
+            .map_err(|e| OperatorError::Other(format!("window-top: building the output: {e}")))?;
+        out.emit_batch(batch)
+    }
+
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
+        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
+        list.clear();
+        list.extend(self.columns.element(INPUT));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ties_share_a_rank_and_rows_past_top_are_dropped() {
+        let mut r = Ranked::default();
+        for (v, tag) in [(5, b'a'), (7, b'b'), (5, b'c'), (7, b'd'), (1, b'e')] {
+            r.insert(v, vec![tag], 2);
+        }
+        // Ranks: 7, 7 (rank 1), then 5, 5 (rank 3): only the two 7s rank within 2.
+        let kept: Vec<(i64, u8)> = r.rows.iter().map(|(v, row)| (*v, row[0])).collect();
+        assert_eq!(kept.iter().map(|k| k.0).collect::<Vec<_>>(), vec![7, 7]);
+        let mut bytes = Vec::new();
+        r.encode(&mut bytes);
+        assert_eq!(Ranked::decode(&bytes).unwrap().rows, r.rows);
+        assert!(Ranked::decode(&bytes[..bytes.len() - 1]).is_err());
+        let mut one = Ranked::default();
+        for v in [3, 9, 9, 4] {
+            one.insert(v, vec![], 1);
+        }
+        assert_eq!(one.rows.len(), 2, "the two 9s tie for first");
+        assert_eq!(Ranked::rank_of([9, 9].into_iter(), 9), 1);
+        assert_eq!(Ranked::rank_of([9, 9].into_iter(), 8), 3);
+    }
+}
