@@ -178,6 +178,20 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             output: crate::schema::OutputSchema::FromConfig,
         },
         KindInfo {
+            kind: "window-join".into(),
+            role: Role::TwoInput,
+            keyed: true,
+            version: v.clone(),
+            states: vec![
+                ("window-join-first".into(), "list".into(), "rows of the first input per window".into()),
+                ("window-join-second".into(), "list".into(), "rows of the second input per window".into()),
+                ("window-join-columns".into(), "union".into(), "each input's columns".into()),
+            ],
+            signature: None,
+            input_columns: vec![crate::schema::key_column()],
+            output: crate::schema::OutputSchema::FromConfig,
+        },
+        KindInfo {
             kind: "window-top".into(),
             role: Role::Operator,
             keyed: true,
@@ -955,7 +969,19 @@ impl JoinConfig {
         first: &[crate::schema::Column],
         second: &[crate::schema::Column],
     ) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
-        let joined = Self::joined_columns(first, second)?;
+        self.output_with(first, second, &[])
+    }
+
+    /// [`JoinConfig::output`] with `extra` columns after both sides' (a window's start and end).
+    pub fn output_with(
+        &self,
+        first: &[crate::schema::Column],
+        second: &[crate::schema::Column],
+        extra: &[crate::schema::Column],
+    ) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
+        let mut second = second.to_vec();
+        second.extend(extra.iter().cloned());
+        let joined = Self::joined_columns(first, &second)?;
         if let Some(c) = &self.condition {
             check_condition(c, &joined, "where")?;
         }
@@ -965,6 +991,59 @@ impl JoinConfig {
         };
         crate::schema::validate_columns(&out).map_err(|e| field_err("select", e))?;
         Ok(out)
+    }
+}
+
+/// Config of the `window-join` kind (Flink's window join): the inner join of two inputs keyed alike within each
+/// tumbling window (`window: { tumbling_ms }` over the rows' event time): when the watermark passes a window's
+/// end, every row of the first input in that window and key is joined with every row of the second; the joined
+/// row also has the window's `window_start` and `window_end`, and event time `window_end - 1`; `where` and
+/// `select` as for `join`; `distinct: true` emits each distinct output row once per window (a `GROUP BY` of
+/// the selected columns). Rows late for their window are dropped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowJoinConfig {
+    /// Window length, ms.
+    pub size_ms: u64,
+    /// `where` and `select`.
+    pub join: JoinConfig,
+    /// Each distinct output row once per window.
+    pub distinct: bool,
+}
+
+impl WindowJoinConfig {
+    /// Reads and checks a window-join config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["window", "select", "where", "distinct"])?;
+        let window: WindowSpec =
+            r.nested("window", "a window, { tumbling_ms: N }")?.ok_or_else(|| field_err("window", "is required"))?;
+        let size_ms = match window.shape().map_err(|e| field_err("window", e))? {
+            WindowShape::Tumbling { size_ms } if window.offset_ms == 0 => size_ms,
+            _ => {
+                return Err(field_err(
+                    "window",
+                    "window-join takes a tumbling window without offset: { tumbling_ms: N }",
+                ))
+            }
+        };
+        let distinct = match r.string("distinct").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(field_err("distinct", format!("expected true or false, got {}", crate::text::echo(other))))
+            }
+        };
+        let rest: BTreeMap<String, String> = map
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "select" | "where"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Ok(WindowJoinConfig { size_ms, join: JoinConfig::from_map(&rest)?, distinct })
+    }
+
+    /// The window columns a joined row has after both inputs' columns.
+    pub fn window_columns() -> Vec<crate::schema::Column> {
+        use crate::schema::Column;
+        vec![Column::new("window_start", "timestamp_ms", false), Column::new("window_end", "timestamp_ms", false)]
     }
 }
 
@@ -1080,6 +1159,13 @@ pub fn derived_output(
             Some(JoinConfig::from_map(map).and_then(|c| c.output(first, second)))
         }
         "window-top" => Some(WindowTopConfig::from_map(map).and_then(|c| c.output(first))),
+        "window-join" => {
+            let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
+            Some(
+                WindowJoinConfig::from_map(map)
+                    .and_then(|c| c.join.output_with(first, second, &WindowJoinConfig::window_columns())),
+            )
+        }
         _ => None,
     }
 }
@@ -1126,6 +1212,7 @@ pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Re
         "project" => ProjectConfig::from_map(map).map(|_| ()),
         "join" => JoinConfig::from_map(map).map(|_| ()),
         "window-top" => WindowTopConfig::from_map(map).map(|_| ()),
+        "window-join" => WindowJoinConfig::from_map(map).map(|_| ()),
         _ => Ok(()),
     }
 }

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 /// The queries `bench/nexmark/` holds, in order.
-pub const QUERIES: &[&str] = &["q0", "q1", "q2", "q3", "q5", "q7", "q11"];
+pub const QUERIES: &[&str] = &["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11"];
 
 /// The stream the expected results are of: events, events per second of event time, parallelism (one split
 /// per subtask, contiguous).

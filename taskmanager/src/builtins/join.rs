@@ -33,13 +33,95 @@ struct Side {
     columns: KeptColumns,
 }
 
-/// What runs on joined rows of one pair of side schemas.
-struct Plan {
-    /// key, the first side's columns, the second's, then the event time.
-    joined: SchemaRef,
+/// What runs on joined rows of one pair of side schemas (shared with `window-join`).
+pub(crate) struct Plan {
+    /// key, the first side's columns, the second's, the extra columns, then the event time.
+    pub(crate) joined: SchemaRef,
     condition: Option<Compiled>,
     /// The output columns (`None`: the joined row as it is) and the output schema.
     select: Option<(Vec<Compiled>, SchemaRef)>,
+}
+
+impl Plan {
+    /// The plan for rows of `a` joined with rows of `b` (each its kept columns, the event time among them), with
+    /// `extra` columns after both sides'.
+    pub(crate) fn new(cfg: &JoinConfig, a: &SchemaRef, b: &SchemaRef, extra: &[Field]) -> Result<Plan, OperatorError> {
+        let own = |s: &SchemaRef| s.fields().iter().filter(|f| f.name() != EVENT_TIME).cloned().collect::<Vec<_>>();
+        let mut fields = vec![Arc::new(Field::new(KEY, DataType::Binary, false))];
+        fields.extend(own(a));
+        for f in own(b).into_iter().chain(extra.iter().cloned().map(Arc::new)) {
+            if fields.iter().any(|g| g.name() == f.name()) {
+                return Err(OperatorError::Other(format!(
+                    "both inputs have a column {:?}: rename it on one side (a project before the join)",
+                    f.name()
+                )));
+            }
+            fields.push(f);
+        }
+        fields.push(Arc::new(crate::api::batch::event_time_field()));
+        let joined: SchemaRef = Arc::new(Schema::new(fields));
+        let columns = columns_of(&joined);
+        let condition = match &cfg.condition {
+            Some(c) => {
+                weir_common::builtin::check_condition(c, &columns, "where")
+                    .map_err(|e| OperatorError::Other(format!("config.where: {}", e.message)))?;
+                Some(compile(c, &joined, &columns)?)
+            }
+            None => None,
+        };
+        let select = match &cfg.select {
+            None => None,
+            Some(items) => {
+                let mut exprs = Vec::new();
+                let mut out = Vec::new();
+                for item in items {
+                    let named: Vec<(weir_common::expr::Expr, String)> = match item {
+                        SelectItem::Star => joined
+                            .fields()
+                            .iter()
+                            .filter(|f| !f.name().starts_with('_'))
+                            .map(|f| (weir_common::expr::Expr::Column(f.name().clone()), f.name().clone()))
+                            .collect(),
+                        SelectItem::Expr { expr, name } => vec![(expr.clone(), name.clone())],
+                    };
+                    for (e, name) in named {
+                        let (_, nullable) = weir_common::expr::type_of(&e, &columns)
+                            .map_err(|err| OperatorError::Other(format!("config.select: {name}: {}", err.0)))?;
+                        let c = compile(&e, &joined, &columns)?;
+                        out.push(Field::new(&name, crate::expr::eval::arrow_type(c.ty), nullable));
+                        exprs.push(c);
+                    }
+                }
+                out.push(crate::api::batch::event_time_field());
+                Some((exprs, Arc::new(Schema::new(out))))
+            }
+        };
+        Ok(Plan { joined, condition, select })
+    }
+
+    /// The output of joined rows (of [`Plan::joined`]): those the condition keeps, with the selected columns.
+    pub(crate) fn apply(&self, joined: RecordBatch) -> Result<Option<RecordBatch>, OperatorError> {
+        let joined = match &self.condition {
+            None => joined,
+            Some(c) => {
+                let mask = c.eval_array(&joined)?;
+                arrow_select::filter::filter_record_batch(&joined, mask.as_boolean())
+                    .map_err(|e| OperatorError::Other(format!("filtering joined rows: {e}")))?
+            }
+        };
+        if joined.num_rows() == 0 {
+            return Ok(None);
+        }
+        Ok(Some(match &self.select {
+            None => joined,
+            Some((exprs, schema)) => {
+                let mut cols = exprs.iter().map(|e| e.eval_array(&joined)).collect::<Result<Vec<_>, _>>()?;
+                cols.push(joined.column(joined.num_columns() - 1).clone());
+                RecordBatch::try_new(schema.clone(), cols)
+                    .map_err(|e| OperatorError::Other(format!("building the selected columns: {e}")))?
+            }
+        }))
+    }
 }
 
 /// The join operator.
@@ -76,57 +158,7 @@ impl Join {
         let (Some(a), Some(b)) = (&self.sides[0].columns.stored, &self.sides[1].columns.stored) else {
             return Err(OperatorError::Other("a join planned before both inputs' columns are known".into()));
         };
-        let own = |s: &SchemaRef| s.fields().iter().filter(|f| f.name() != EVENT_TIME).cloned().collect::<Vec<_>>();
-        let mut fields = vec![Arc::new(Field::new(KEY, DataType::Binary, false))];
-        fields.extend(own(a));
-        for f in own(b) {
-            if fields.iter().any(|g| g.name() == f.name()) {
-                return Err(OperatorError::Other(format!(
-                    "both inputs have a column {:?}: rename it on one side (a project before the join)",
-                    f.name()
-                )));
-            }
-            fields.push(f);
-        }
-        fields.push(Arc::new(crate::api::batch::event_time_field()));
-        let joined: SchemaRef = Arc::new(Schema::new(fields));
-        let columns = columns_of(&joined);
-        let condition = match &self.cfg.condition {
-            Some(c) => {
-                weir_common::builtin::check_condition(c, &columns, "where")
-                    .map_err(|e| OperatorError::Other(format!("config.where: {}", e.message)))?;
-                Some(compile(c, &joined, &columns)?)
-            }
-            None => None,
-        };
-        let select = match &self.cfg.select {
-            None => None,
-            Some(items) => {
-                let mut exprs = Vec::new();
-                let mut out = Vec::new();
-                for item in items {
-                    let named: Vec<(weir_common::expr::Expr, String)> = match item {
-                        SelectItem::Star => joined
-                            .fields()
-                            .iter()
-                            .filter(|f| !f.name().starts_with('_'))
-                            .map(|f| (weir_common::expr::Expr::Column(f.name().clone()), f.name().clone()))
-                            .collect(),
-                        SelectItem::Expr { expr, name } => vec![(expr.clone(), name.clone())],
-                    };
-                    for (e, name) in named {
-                        let (_, nullable) = weir_common::expr::type_of(&e, &columns)
-                            .map_err(|err| OperatorError::Other(format!("config.select: {name}: {}", err.0)))?;
-                        let c = compile(&e, &joined, &columns)?;
-                        out.push(Field::new(&name, crate::expr::eval::arrow_type(c.ty), nullable));
-                        exprs.push(c);
-                    }
-                }
-                out.push(crate::api::batch::event_time_field());
-                Some((exprs, Arc::new(Schema::new(out))))
-            }
-        };
-        Ok(Plan { joined, condition, select })
+        Plan::new(&self.cfg, a, b, &[])
     }
 
     fn process(
@@ -219,32 +251,15 @@ impl Join {
         columns.push(Arc::new(later(&times)));
         let joined = RecordBatch::try_new(plan.joined.clone(), columns)
             .map_err(|e| OperatorError::Other(format!("building joined rows: {e}")))?;
-        let joined = match &plan.condition {
-            None => joined,
-            Some(c) => {
-                let mask = c.eval_array(&joined)?;
-                arrow_select::filter::filter_record_batch(&joined, mask.as_boolean())
-                    .map_err(|e| OperatorError::Other(format!("filtering joined rows: {e}")))?
-            }
-        };
-        if joined.num_rows() == 0 {
-            return Ok(());
+        match plan.apply(joined)? {
+            Some(result) => out.emit_batch(result),
+            None => Ok(()),
         }
-        let result = match &plan.select {
-            None => joined,
-            Some((exprs, schema)) => {
-                let mut cols = exprs.iter().map(|e| e.eval_array(&joined)).collect::<Result<Vec<_>, _>>()?;
-                cols.push(joined.column(joined.num_columns() - 1).clone());
-                RecordBatch::try_new(schema.clone(), cols)
-                    .map_err(|e| OperatorError::Other(format!("building the selected columns: {e}")))?
-            }
-        };
-        out.emit_batch(result)
     }
 }
 
 /// Row by row, the later of the event times (null where all are null).
-fn later(times: &[&TimestampMillisecondArray]) -> TimestampMillisecondArray {
+pub(crate) fn later(times: &[&TimestampMillisecondArray]) -> TimestampMillisecondArray {
     let n = times.first().map_or(0, |t| t.len());
     (0..n).map(|i| times.iter().filter(|t| t.is_valid(i)).map(|t| t.value(i)).max()).collect()
 }

@@ -3,12 +3,13 @@
 mod blackhole;
 mod datagen;
 mod file_sink;
-mod join;
+pub(crate) mod join;
 mod keyed_count;
 mod nexmark;
 mod project;
 mod text;
 mod window_aggregate;
+mod window_join;
 mod window_top;
 
 pub use blackhole::Blackhole;
@@ -19,12 +20,13 @@ pub use keyed_count::KeyedCount;
 pub use nexmark::{nexmark_schema, Nexmark};
 pub use project::{Filter, Project};
 pub use window_aggregate::{output_schema, window_aggregate, WindowAggregate};
+pub use window_join::WindowJoin;
 pub use window_top::WindowTop;
 
 use crate::api::registry::{signed, Instance, Registry};
 use weir_common::builtin::{
     builtin_kinds, DatagenConfig, FileSinkConfig, FilterConfig, JoinConfig, KeyedCountConfig, NexmarkConfig,
-    ProjectConfig, WindowAggregateConfig, WindowTopConfig,
+    ProjectConfig, WindowAggregateConfig, WindowJoinConfig, WindowTopConfig,
 };
 use weir_state::signature::StateSignature;
 
@@ -71,6 +73,14 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
             .in_namespace::<i64>("window-top")
             .union::<String>("window-top-columns")
             .timers::<Vec<u8>>(),
+        // Per window (namespace: its end), each input's rows; the inputs' columns; the windows' timers.
+        "window-join" => StateSignature::keyed::<Vec<u8>>()
+            .list::<Vec<u8>>("window-join-first")
+            .in_namespace::<i64>("window-join-first")
+            .list::<Vec<u8>>("window-join-second")
+            .in_namespace::<i64>("window-join-second")
+            .union::<String>("window-join-columns")
+            .timers::<Vec<u8>>(),
         "file-sink" => StateSignature::unkeyed()
             .operator_list::<String>("pending-files")
             .operator_list::<String>("position")
@@ -115,6 +125,9 @@ pub fn register_all(r: &mut Registry) {
                 Ok(Instance::Operator(window_aggregate(cfg)?))
             }),
             "blackhole" => r.register(info, |_| Ok(Instance::Operator(Box::new(Blackhole::default())))),
+            "window-join" => {
+                r.register(info, |c| Ok(Instance::Operator(Box::new(WindowJoin::new(WindowJoinConfig::from_map(c)?)))))
+            }
             "window-top" => {
                 r.register(info, |c| Ok(Instance::Operator(Box::new(WindowTop::new(WindowTopConfig::from_map(c)?)))))
             }
