@@ -178,6 +178,16 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             output: crate::schema::OutputSchema::FromConfig,
         },
         KindInfo {
+            kind: "aggregate".into(),
+            role: Role::Operator,
+            keyed: true,
+            version: v.clone(),
+            states: vec![("aggregate".into(), "value".into(), "rows, accumulators and carried columns".into())],
+            signature: None,
+            input_columns: vec![crate::schema::key_column()],
+            output: crate::schema::OutputSchema::FromConfig,
+        },
+        KindInfo {
             kind: "window-join".into(),
             role: Role::TwoInput,
             keyed: true,
@@ -994,6 +1004,108 @@ impl JoinConfig {
     }
 }
 
+/// An aggregate function of the `aggregate` kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggregateFn {
+    /// `COUNT(*)`: rows.
+    Count,
+    /// `SUM(x)`.
+    Sum,
+    /// `MIN(x)` (its input must not retract rows).
+    Min,
+    /// `MAX(x)` (its input must not retract rows).
+    Max,
+    /// `AVG(x)`: the sum divided by the count, an integer rounded toward zero (SQL's `AVG` of a `BIGINT`).
+    Avg,
+}
+
+/// Config of the `aggregate` kind (SQL's `GROUP BY` on a stream, with updates): per key, `aggregates`
+/// (`COUNT(*) AS n, MAX(price) AS final, …` over integer columns) kept in keyed state and, after every row
+/// that changes them, emitted as a change — `+I` for a key's first result, then `-U` (the previous result) and
+/// `+U` (the new one) — so that the committed changes add up to the current result. `carry`: columns that
+/// are the same for every row of a key (a `GROUP BY a.id, a.category` keyed by id carries category), output
+/// first. An input that is itself a changelog (an `_op` column) is aggregated with its retractions (`COUNT`,
+/// `SUM`, `AVG`; `MIN` and `MAX` refuse retractions); a key whose rows are all retracted is deleted (`-D`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AggregateConfig {
+    /// The aggregates: function, input column (none for `COUNT(*)`), output name.
+    pub aggregates: Vec<(AggregateFn, Option<String>, String)>,
+    /// Carried columns.
+    pub carry: Vec<String>,
+}
+
+impl AggregateConfig {
+    /// Reads and checks an aggregate config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["aggregates", "carry"])?;
+        let text = r
+            .string("aggregates")
+            .ok_or_else(|| field_err("aggregates", "is required: `COUNT(*) AS n, MAX(price) AS top, …`"))?;
+        let mut aggregates = Vec::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = || {
+                field_err(
+                    "aggregates",
+                    format!("{part:?}: expected FUNCTION(column) AS name (COUNT(*), SUM, MIN, MAX, AVG)"),
+                )
+            };
+            let (call, name) = part.rsplit_once(" AS ").or_else(|| part.rsplit_once(" as ")).ok_or_else(bad)?;
+            let (f, arg) = call.trim().split_once('(').ok_or_else(bad)?;
+            let arg = arg.strip_suffix(')').ok_or_else(bad)?.trim();
+            let f = match f.trim().to_ascii_uppercase().as_str() {
+                "COUNT" => AggregateFn::Count,
+                "SUM" => AggregateFn::Sum,
+                "MIN" => AggregateFn::Min,
+                "MAX" => AggregateFn::Max,
+                "AVG" => AggregateFn::Avg,
+                _ => return Err(bad()),
+            };
+            let column = match (f, arg) {
+                (AggregateFn::Count, "*") => None,
+                (_, "*") | (_, "") => return Err(bad()),
+                (_, c) => Some(c.to_string()),
+            };
+            aggregates.push((f, column, name.trim().to_string()));
+        }
+        if aggregates.is_empty() {
+            return Err(field_err("aggregates", "needs at least one aggregate"));
+        }
+        let carry = r
+            .string("carry")
+            .map(|t| t.split(',').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect())
+            .unwrap_or_default();
+        Ok(AggregateConfig { aggregates, carry })
+    }
+
+    /// The columns it emits over rows of `input`: the carried ones, then the aggregates (integers).
+    pub fn output(&self, input: &[crate::schema::Column]) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
+        use crate::schema::Column;
+        let mut out = Vec::new();
+        for c in &self.carry {
+            let col = input
+                .iter()
+                .find(|i| &i.name == c)
+                .ok_or_else(|| field_err("carry", format!("no column {c:?} in the input")))?;
+            out.push(col.clone());
+        }
+        for (f, column, name) in &self.aggregates {
+            if let Some(c) = column {
+                match input.iter().find(|i| &i.name == c) {
+                    Some(i) if i.data_type == "int64" || i.data_type == "int32" => {}
+                    Some(i) => {
+                        return Err(field_err("aggregates", format!("column {c:?} is {}, not an integer", i.data_type)))
+                    }
+                    None => return Err(field_err("aggregates", format!("no column {c:?} in the input"))),
+                }
+            }
+            // Null where every value of the key is null; a count never is.
+            out.push(Column::new(name, "int64", *f != AggregateFn::Count));
+        }
+        crate::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e))?;
+        Ok(out)
+    }
+}
+
 /// Config of the `window-join` kind (Flink's window join): the inner join of two inputs keyed alike within each
 /// tumbling window (`window: { tumbling_ms }` over the rows' event time): when the watermark passes a window's
 /// end, every row of the first input in that window and key is joined with every row of the second; the joined
@@ -1159,6 +1271,7 @@ pub fn derived_output(
             Some(JoinConfig::from_map(map).and_then(|c| c.output(first, second)))
         }
         "window-top" => Some(WindowTopConfig::from_map(map).and_then(|c| c.output(first))),
+        "aggregate" => Some(AggregateConfig::from_map(map).and_then(|c| c.output(first))),
         "window-join" => {
             let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
             Some(
@@ -1213,6 +1326,7 @@ pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Re
         "join" => JoinConfig::from_map(map).map(|_| ()),
         "window-top" => WindowTopConfig::from_map(map).map(|_| ()),
         "window-join" => WindowJoinConfig::from_map(map).map(|_| ()),
+        "aggregate" => AggregateConfig::from_map(map).map(|_| ()),
         _ => Ok(()),
     }
 }

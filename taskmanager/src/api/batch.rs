@@ -25,6 +25,55 @@ pub const VALUE: &str = "value";
 pub const EVENT_TIME: &str = "_event_time";
 /// The key group of each row, added by the runtime on key-by edges.
 pub const KEY_GROUP: &str = "_key_group";
+/// The change a row of an updating result makes (`Int8`, [`RowKind`]): absent in append-only batches.
+pub const OP: &str = "_op";
+
+/// The change a row of an updating result (a changelog) makes, as Flink's `RowKind`: stored in the [`OP`]
+/// column as its number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowKind {
+    /// A new row (`+I`).
+    Insert = 0,
+    /// The row before an update, retracted (`-U`).
+    UpdateBefore = 1,
+    /// The row after an update (`+U`).
+    UpdateAfter = 2,
+    /// A row retracted for good (`-D`).
+    Delete = 3,
+}
+
+impl RowKind {
+    /// The kind an [`OP`] value stands for.
+    pub fn from_i8(v: i8) -> Option<RowKind> {
+        Some(match v {
+            0 => RowKind::Insert,
+            1 => RowKind::UpdateBefore,
+            2 => RowKind::UpdateAfter,
+            3 => RowKind::Delete,
+            _ => return None,
+        })
+    }
+
+    /// Its short form, as Flink's changelog formats write it.
+    pub fn short(self) -> &'static str {
+        match self {
+            RowKind::Insert => "+I",
+            RowKind::UpdateBefore => "-U",
+            RowKind::UpdateAfter => "+U",
+            RowKind::Delete => "-D",
+        }
+    }
+
+    /// Whether the row is taken back (`-U`, `-D`).
+    pub fn retracts(self) -> bool {
+        matches!(self, RowKind::UpdateBefore | RowKind::Delete)
+    }
+}
+
+/// The [`OP`] column's field.
+pub fn op_field() -> Field {
+    Field::new(OP, DataType::Int8, false)
+}
 
 /// Whether a column is the runtime's (sinks skip it).
 pub fn is_system_column(name: &str) -> bool {

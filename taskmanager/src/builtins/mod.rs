@@ -1,5 +1,6 @@
 //! The built-in operator kinds of DESIGN §10, written against the same API users get.
 
+mod aggregate;
 mod blackhole;
 mod datagen;
 mod file_sink;
@@ -12,6 +13,7 @@ mod window_aggregate;
 mod window_join;
 mod window_top;
 
+pub use aggregate::Aggregate;
 pub use blackhole::Blackhole;
 pub use datagen::Datagen;
 pub use file_sink::FileSink;
@@ -25,8 +27,8 @@ pub use window_top::WindowTop;
 
 use crate::api::registry::{signed, Instance, Registry};
 use weir_common::builtin::{
-    builtin_kinds, DatagenConfig, FileSinkConfig, FilterConfig, JoinConfig, KeyedCountConfig, NexmarkConfig,
-    ProjectConfig, WindowAggregateConfig, WindowJoinConfig, WindowTopConfig,
+    builtin_kinds, AggregateConfig, DatagenConfig, FileSinkConfig, FilterConfig, JoinConfig, KeyedCountConfig,
+    NexmarkConfig, ProjectConfig, WindowAggregateConfig, WindowJoinConfig, WindowTopConfig,
 };
 use weir_state::signature::StateSignature;
 
@@ -81,6 +83,10 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
             .in_namespace::<i64>("window-join-second")
             .union::<String>("window-join-columns")
             .timers::<Vec<u8>>(),
+        // Per key, the row count, accumulators and carried columns; the carried columns' types.
+        "aggregate" => {
+            StateSignature::keyed::<Vec<u8>>().value::<Vec<u8>>("aggregate").union::<String>("aggregate-columns")
+        }
         "file-sink" => StateSignature::unkeyed()
             .operator_list::<String>("pending-files")
             .operator_list::<String>("position")
@@ -125,6 +131,9 @@ pub fn register_all(r: &mut Registry) {
                 Ok(Instance::Operator(window_aggregate(cfg)?))
             }),
             "blackhole" => r.register(info, |_| Ok(Instance::Operator(Box::new(Blackhole::default())))),
+            "aggregate" => {
+                r.register(info, |c| Ok(Instance::Operator(Box::new(Aggregate::new(AggregateConfig::from_map(c)?)))))
+            }
             "window-join" => {
                 r.register(info, |c| Ok(Instance::Operator(Box::new(WindowJoin::new(WindowJoinConfig::from_map(c)?)))))
             }

@@ -3,7 +3,7 @@
 //! rows' key from column values (`key: bid_auction`), so that a key-by edge after it routes by them. The event
 //! time goes through unchanged. Neither keeps state.
 
-use crate::api::batch::{EVENT_TIME, KEY, KEY_GROUP};
+use crate::api::batch::{EVENT_TIME, KEY, KEY_GROUP, OP};
 use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext};
 use crate::expr::eval::{arrow_type, columns_of, compile, Compiled};
 use crate::expr::key::encode_keys;
@@ -87,6 +87,8 @@ struct Plan {
     output: SchemaRef,
     /// Index of the event time within `used`.
     event_time: Option<usize>,
+    /// Index of an updating input's change column within `used`.
+    op: Option<usize>,
 }
 
 /// Computes new columns (and optionally the key) from each row.
@@ -126,6 +128,7 @@ impl Project {
             read.push(KEY);
         }
         read.push(EVENT_TIME);
+        read.push(OP);
         let mut used: Vec<usize> = read.iter().filter_map(|n| schema.index_of(n).ok()).collect();
         used.sort_unstable();
         used.dedup();
@@ -163,6 +166,11 @@ impl Project {
         if let Some(i) = event_time {
             fields.push(narrow.field(i).clone());
         }
+        // An updating input's changes go through as they are.
+        let op = narrow.index_of(OP).ok();
+        if let Some(i) = op {
+            fields.push(narrow.field(i).clone());
+        }
         debug_assert!(!fields.iter().any(|f| f.name() == KEY_GROUP));
         Ok(Plan {
             input: schema.clone(),
@@ -172,6 +180,7 @@ impl Project {
             select,
             output: Arc::new(Schema::new(fields)),
             event_time,
+            op,
         })
     }
 }
@@ -213,7 +222,7 @@ impl Operator for Project {
         for s in &plan.select {
             columns.push(s.eval_array(&narrow)?);
         }
-        if let Some(i) = plan.event_time {
+        for i in plan.event_time.into_iter().chain(plan.op) {
             columns.push(narrow.column(i).clone());
         }
         let batch = RecordBatch::try_new(plan.output.clone(), columns)

@@ -2,7 +2,7 @@
 //! `key,value`, other rows as every column in schema order, CSV with a header, or a JSON object per line. The
 //! runtime's columns (`_event_time`, `_key_group`) are not written.
 
-use crate::api::batch::{is_system_column, KEY, VALUE};
+use crate::api::batch::{is_system_column, RowKind, KEY, OP, VALUE};
 use crate::api::operator::OperatorError;
 use crate::api::record::write_key_text;
 use arrow_array::cast::AsArray;
@@ -23,6 +23,8 @@ pub struct LineWriter {
     json_names: Vec<String>,
     /// The key column's index, written as key text.
     key_column: Option<usize>,
+    /// An updating result's change column ([`OP`]): each row starts with its change (`+I,` …; JSON: `"op"`).
+    op_column: Option<usize>,
     /// Key/value rows in the text format: `key,value` with no quoting, as Weir always wrote them.
     plain_key_value: bool,
     /// A cell's text before it is quoted (kept, so that writing a row allocates nothing once warm).
@@ -50,6 +52,7 @@ impl LineWriter {
         let names: Vec<&str> = columns.iter().map(|(_, n)| n.as_str()).collect();
         let plain_key_value = format == FileFormat::Text && names == [KEY, VALUE];
         let key_column = schema.index_of(KEY).ok();
+        let op_column = schema.index_of(OP).ok().filter(|&i| schema.field(i).data_type() == &DataType::Int8);
         let json_names = columns
             .iter()
             .map(|(_, n)| {
@@ -59,7 +62,16 @@ impl LineWriter {
                 quoted
             })
             .collect();
-        Ok(LineWriter { schema, format, columns, json_names, key_column, plain_key_value, cell: String::new() })
+        Ok(LineWriter {
+            schema,
+            format,
+            columns,
+            json_names,
+            key_column,
+            op_column,
+            plain_key_value,
+            cell: String::new(),
+        })
     }
 
     /// Whether `batch` has the schema this writer was made for.
@@ -72,6 +84,9 @@ impl LineWriter {
     pub fn header(&self) -> Option<String> {
         (self.format == FileFormat::Csv).then(|| {
             let mut line = String::new();
+            if self.op_column.is_some() {
+                line.push_str("op,");
+            }
             for (n, (_, name)) in self.columns.iter().enumerate() {
                 if n > 0 {
                     line.push(',');
@@ -87,6 +102,21 @@ impl LineWriter {
     pub fn write_row(&mut self, batch: &RecordBatch, row: usize, out: &mut String) {
         if self.format == FileFormat::Json {
             out.push('{');
+        }
+        if let Some(i) = self.op_column {
+            let kind =
+                RowKind::from_i8(batch.column(i).as_primitive::<Int8Type>().value(row)).unwrap_or(RowKind::Insert);
+            match self.format {
+                FileFormat::Json => {
+                    out.push_str("\"op\":\"");
+                    out.push_str(kind.short());
+                    out.push_str("\",");
+                }
+                _ => {
+                    out.push_str(kind.short());
+                    out.push(',');
+                }
+            }
         }
         for (n, (i, _)) in self.columns.iter().enumerate() {
             if n > 0 {

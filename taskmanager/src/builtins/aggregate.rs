@@ -1,0 +1,294 @@
+//! `aggregate`: SQL's `GROUP BY` over a stream, with updates (Flink's group aggregate). Per key, the row count,
+//! an accumulator per aggregate and the carried columns of its first row are one value in keyed state; every row
+//! updates them and, when the key's result changed, the change is emitted: `+I` for a key's first result, `-U`
+//! of the previous and `+U` of the new one after, `-D` when all of a key's rows were retracted. An input with an
+//! `_op` column is a changelog: its `-U`/`-D` rows are taken back out (`COUNT`, `SUM`, `AVG`).
+
+use crate::api::batch::{event_time_field, key_groups, keys, set_current_key_of_row, RowKind, EVENT_TIME, OP};
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
+use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
+use arrow_array::builder::{Int64Builder, Int8Builder, TimestampMillisecondBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, Int8Type, TimestampMillisecondType};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use std::sync::Arc;
+use weir_common::builtin::{AggregateConfig, AggregateFn};
+use weir_state::{StateId, StateKind};
+
+const STATE: &str = "aggregate";
+const COLUMNS_STATE: &str = "aggregate-columns";
+const CARRIED: &str = "carried";
+
+/// A key's stored value: the row count, `(a, b)` per aggregate (count: `a` rows; sum, avg: `a` the sum and `b`
+/// the values; min, max: `a` the extreme and `b` the values), then the carried columns as a stored row.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Acc {
+    rows: i64,
+    values: Vec<(i64, i64)>,
+    carried: Vec<u8>,
+}
+
+impl Acc {
+    fn decode(bytes: &[u8], n: usize) -> Result<Acc, OperatorError> {
+        let need = 8 + 16 * n;
+        if bytes.len() < need {
+            return Err(OperatorError::Other("aggregate: a stored accumulator is corrupt".into()));
+        }
+        let int = |at: usize| i64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
+        Ok(Acc {
+            rows: int(0),
+            values: (0..n).map(|i| (int(8 + 16 * i), int(16 + 16 * i))).collect(),
+            carried: bytes[need..].to_vec(),
+        })
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.rows.to_le_bytes());
+        for (a, b) in &self.values {
+            out.extend_from_slice(&a.to_le_bytes());
+            out.extend_from_slice(&b.to_le_bytes());
+        }
+        out.extend_from_slice(&self.carried);
+    }
+
+    /// The result: one value per aggregate (`None` where no value was seen), or `None` when the key has no row.
+    fn result(&self, fns: &[AggregateFn]) -> Option<Vec<Option<i64>>> {
+        (self.rows > 0).then(|| {
+            fns.iter()
+                .zip(&self.values)
+                .map(|(f, &(a, b))| match f {
+                    AggregateFn::Count => Some(a),
+                    AggregateFn::Avg => (b != 0).then(|| a / b),
+                    _ => (b != 0).then_some(a),
+                })
+                .collect()
+        })
+    }
+}
+
+/// The output rows of one batch, gathered column by column.
+#[derive(Default)]
+struct Changes {
+    ops: Int8Builder,
+    times: TimestampMillisecondBuilder,
+    values: Vec<Int64Builder>,
+    carried: Vec<Vec<u8>>,
+}
+
+/// The aggregate operator.
+pub struct Aggregate {
+    cfg: AggregateConfig,
+    fns: Vec<AggregateFn>,
+    state: Option<StateId>,
+    columns: KeptColumns,
+    /// The last input schema: its carried columns' projection and the indexes of the aggregated columns.
+    plan: Option<(SchemaRef, Vec<usize>, Vec<Option<usize>>)>,
+    value: Vec<u8>,
+    changes: Changes,
+}
+
+impl Aggregate {
+    /// An aggregate with the given config.
+    pub fn new(cfg: AggregateConfig) -> Self {
+        let fns = cfg.aggregates.iter().map(|a| a.0).collect();
+        Aggregate {
+            cfg,
+            fns,
+            state: None,
+            columns: KeptColumns::default(),
+            plan: None,
+            value: Vec::new(),
+            changes: Changes::default(),
+        }
+    }
+
+    fn plan_for(&mut self, schema: &SchemaRef) -> Result<(Vec<usize>, Vec<Option<usize>>), OperatorError> {
+        if let Some((s, carry, aggs)) = &self.plan {
+            if s == schema {
+                return Ok((carry.clone(), aggs.clone()));
+            }
+        }
+        let index = |c: &str| {
+            schema.index_of(c).map_err(|_| OperatorError::Other(format!("aggregate: no column {c:?} in the input")))
+        };
+        let carry: Vec<usize> = self.cfg.carry.iter().map(|c| index(c)).collect::<Result<_, _>>()?;
+        let aggs: Vec<Option<usize>> = self
+            .cfg
+            .aggregates
+            .iter()
+            .map(|(_, c, _)| c.as_deref().map(index).transpose())
+            .collect::<Result<_, _>>()?;
+        let carried = Arc::new(schema.project(&carry).map_err(|e| OperatorError::Other(e.to_string()))?);
+        self.columns.of_batch("aggregate's input", &carried)?;
+        self.plan = Some((schema.clone(), carry.clone(), aggs.clone()));
+        Ok((carry, aggs))
+    }
+
+    fn push(&mut self, kind: RowKind, result: &[Option<i64>], carried: &[u8], time: Option<i64>) {
+        let c = &mut self.changes;
+        c.ops.append_value(kind as i8);
+        c.times.append_option(time);
+        c.values.resize_with(result.len(), Int64Builder::new);
+        for (b, v) in c.values.iter_mut().zip(result) {
+            b.append_option(*v);
+        }
+        c.carried.push(carried.to_vec());
+    }
+
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        if self.changes.carried.is_empty() {
+            return Ok(());
+        }
+        let carried_schema = self.columns.stored.clone().unwrap_or_else(|| Arc::new(Schema::empty()));
+        let mut rows = RowsBuilder::new(carried_schema.clone())?;
+        for r in self.changes.carried.drain(..) {
+            rows.push(&r)?;
+        }
+        let mut fields: Vec<Field> = carried_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut columns: Vec<ArrayRef> = rows.finish();
+        for ((f, _, name), b) in self.cfg.aggregates.iter().zip(&mut self.changes.values) {
+            fields.push(Field::new(name, DataType::Int64, *f != AggregateFn::Count));
+            columns.push(Arc::new(b.finish()));
+        }
+        fields.push(event_time_field());
+        columns.push(Arc::new(self.changes.times.finish()));
+        fields.push(crate::api::batch::op_field());
+        columns.push(Arc::new(self.changes.ops.finish()));
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+            .map_err(|e| OperatorError::Other(format!("aggregate: building the changes: {e}")))?;
+        out.emit_batch(batch)
+    }
+}
+
+impl Operator for Aggregate {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("aggregate needs keyed state".into()))?;
+        self.state = Some(keyed.register_state(STATE, StateKind::Value)?);
+        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
+        self.columns.restore(CARRIED, &restored)
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let (carry, aggs) = self.plan_for(&batch.schema())?;
+        let carry_cols: Vec<ArrayRef> = carry.iter().map(|&i| batch.column(i).clone()).collect();
+        let ints: Vec<Option<Vec<Option<i64>>>> = aggs
+            .iter()
+            .map(|c| {
+                c.map(|i| {
+                    let col = batch.column(i);
+                    match col.data_type() {
+                        DataType::Int32 => {
+                            Ok(col.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect())
+                        }
+                        DataType::Int64 => Ok(col.as_primitive::<Int64Type>().iter().collect()),
+                        t => Err(OperatorError::Other(format!("aggregate: column {i} is {t}, not an integer"))),
+                    }
+                })
+                .transpose()
+            })
+            .collect::<Result<_, _>>()?;
+        let ops = batch.column_by_name(OP).map(|c| c.as_primitive::<Int8Type>().clone());
+        let times = batch.column_by_name(EVENT_TIME).map(|c| c.as_primitive::<TimestampMillisecondType>().clone());
+        let (keys, groups) = (keys(batch)?, key_groups(batch));
+        let state = self.state.ok_or_else(|| OperatorError::Other("aggregate used before initialize_state".into()))?;
+        let n = self.fns.len();
+        let backend = ctx.keyed()?;
+        for i in 0..batch.num_rows() {
+            let kind = match &ops {
+                Some(o) => RowKind::from_i8(o.value(i))
+                    .ok_or_else(|| OperatorError::Other(format!("aggregate: unknown change {}", o.value(i))))?,
+                None => RowKind::Insert,
+            };
+            set_current_key_of_row(backend, keys, groups, i);
+            let mut acc = match backend.get_value(state)? {
+                Some(bytes) => Acc::decode(bytes, n)?,
+                None if kind.retracts() => continue,
+                None => Acc { rows: 0, values: vec![(0, 0); n], carried: Vec::new() },
+            };
+            let before = acc.result(&self.fns);
+            let sign = if kind.retracts() { -1 } else { 1 };
+            acc.rows += sign;
+            for ((f, v), vals) in self.fns.iter().zip(acc.values.iter_mut()).zip(&ints) {
+                let x = vals.as_ref().and_then(|v| v[i]);
+                match (f, x) {
+                    (AggregateFn::Count, _) => v.0 += sign,
+                    (_, None) => {}
+                    (AggregateFn::Sum | AggregateFn::Avg, Some(x)) => {
+                        v.0 = v.0.wrapping_add(sign * x);
+                        v.1 += sign;
+                    }
+                    (AggregateFn::Min | AggregateFn::Max, Some(_)) if sign < 0 => {
+                        return Err(OperatorError::Other(
+                            "aggregate: MIN and MAX cannot take back a retracted row (their input updates)".into(),
+                        ))
+                    }
+                    (AggregateFn::Min, Some(x)) => {
+                        v.0 = if v.1 == 0 { x } else { v.0.min(x) };
+                        v.1 += 1;
+                    }
+                    (AggregateFn::Max, Some(x)) => {
+                        v.0 = if v.1 == 0 { x } else { v.0.max(x) };
+                        v.1 += 1;
+                    }
+                }
+            }
+            if acc.carried.is_empty() && !carry_cols.is_empty() {
+                encode_row(&carry_cols, i, &mut acc.carried);
+            }
+            let after = acc.result(&self.fns);
+            let time = times.as_ref().and_then(|t| t.is_valid(i).then(|| t.value(i)));
+            let carried = acc.carried.clone();
+            match (before, after) {
+                (None, Some(new)) => self.push(RowKind::Insert, &new, &carried, time),
+                (Some(old), Some(new)) if old != new => {
+                    self.push(RowKind::UpdateBefore, &old, &carried, time);
+                    self.push(RowKind::UpdateAfter, &new, &carried, time);
+                }
+                (Some(old), None) => self.push(RowKind::Delete, &old, &carried, time),
+                _ => {}
+            }
+            if acc.rows > 0 {
+                acc.encode(&mut self.value);
+                backend.put_value(state, &self.value)?;
+            } else {
+                backend.delete_value(state)?;
+            }
+        }
+        self.flush(out)
+    }
+
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
+        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
+        list.clear();
+        list.extend(self.columns.element(CARRIED));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_follow_inserts_and_retractions() {
+        let fns = [AggregateFn::Count, AggregateFn::Avg, AggregateFn::Max];
+        let mut acc = Acc { rows: 0, values: vec![(0, 0); 3], carried: vec![1, 2] };
+        assert_eq!(acc.result(&fns), None);
+        acc.rows = 2;
+        acc.values = vec![(2, 0), (7, 2), (5, 2)];
+        assert_eq!(acc.result(&fns), Some(vec![Some(2), Some(3), Some(5)]), "AVG rounds toward zero");
+        let mut bytes = Vec::new();
+        acc.encode(&mut bytes);
+        assert_eq!(Acc::decode(&bytes, 3).unwrap(), acc);
+        assert!(Acc::decode(&bytes[..20], 3).is_err());
+        acc.values[1] = (-7, 2);
+        assert_eq!(acc.result(&fns).unwrap()[1], Some(-3));
+    }
+}
