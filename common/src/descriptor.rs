@@ -22,8 +22,18 @@ pub struct Vertex {
     /// A two-input head's second upstream vertex and the partitioning of that edge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub second_input: Option<(VertexId, Partitioning)>,
-    /// Downstream vertices fed by the chain's tail.
+    /// For each chained operator after the head, the position in `operators` of the one it reads (empty: each
+    /// reads the one before it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chained_to: Vec<usize>,
+    /// Downstream vertices fed by the chain's main outputs.
     pub outputs: Vec<(VertexId, Partitioning)>,
+    /// For each of `outputs`, the position in `operators` of the operator emitting it (empty: the last one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_from: Vec<usize>,
+    /// For each of `outputs`, which input of its consumer it feeds (empty: the first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_to_input: Vec<u32>,
     /// Downstream vertices fed by a side output of one of the chain's operators.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub side_outputs: Vec<SideEdge>,
@@ -55,29 +65,23 @@ impl ExecutionGraph {
     pub fn build(job: &ResolvedJob) -> ExecutionGraph {
         let n = job.operators.len();
         let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); n];
-        // Readers of the main output only: a side output's reader is never chained, and does not keep the main
-        // output's single reader from chaining.
-        let mut main_consumers = vec![0usize; n];
         let mut waiting_for = vec![0usize; n];
         for (i, op) in job.operators.iter().enumerate() {
             for up in op.input.into_iter().chain(op.second_input) {
                 consumers[up].push(i);
-                main_consumers[up] += 1;
                 waiting_for[i] += 1;
-            }
-            if op.input_tag.is_some() {
-                main_consumers[op.input.unwrap_or(i)] -= 1;
             }
         }
         let chained_to_input = |i: usize| -> bool {
             let op = &job.operators[i];
             match op.input {
+                // With several readers of one output, each is chained (the chain fans out, as Flink's does).
                 Some(up) => {
                     op.partitioning == Partitioning::Forward
                         && op.input_tag.is_none()
                         && op.second_input.is_none()
                         && job.operators[up].parallelism == op.parallelism
-                        && main_consumers[up] == 1
+                        && job.operators[up].role != crate::builtin::Role::Sink
                 }
                 None => false,
             }
@@ -101,7 +105,9 @@ impl ExecutionGraph {
             if chained_to_input(i) {
                 let up = job.operators[i].input.unwrap_or(i);
                 let v = vertex_of[up];
+                let at = vertices[v].operators.iter().position(|&o| o == up).unwrap_or(0);
                 vertices[v].operators.push(i);
+                vertices[v].chained_to.push(at);
                 vertex_of[i] = v;
             } else {
                 let id = vertices.len();
@@ -116,14 +122,25 @@ impl ExecutionGraph {
                             to,
                             partitioning: p,
                         }),
-                        _ => vertices[up_v as usize].outputs.push((to, p)),
+                        (_, Some(up)) => {
+                            let from = &mut vertices[up_v as usize];
+                            let at = from.operators.iter().position(|&o| o == up).unwrap_or(0);
+                            from.outputs.push((to, p));
+                            from.output_from.push(at);
+                            from.output_to_input.push(0);
+                        }
+                        _ => {}
                     }
                 }
                 let second_input = job.operators[i]
                     .second_input
                     .map(|up| (VertexId(vertex_of[up] as u32), job.operators[i].partitioning));
-                if let Some((VertexId(up_v), p)) = second_input {
-                    vertices[up_v as usize].outputs.push((VertexId(id as u32), p));
+                if let (Some((VertexId(up_v), p)), Some(up)) = (second_input, job.operators[i].second_input) {
+                    let from = &mut vertices[up_v as usize];
+                    let at = from.operators.iter().position(|&o| o == up).unwrap_or(0);
+                    from.outputs.push((VertexId(id as u32), p));
+                    from.output_from.push(at);
+                    from.output_to_input.push(1);
                 }
                 vertices.push(Vertex {
                     id: VertexId(id as u32),
@@ -131,7 +148,10 @@ impl ExecutionGraph {
                     parallelism: job.operators[i].parallelism,
                     input,
                     second_input,
+                    chained_to: Vec::new(),
                     outputs: Vec::new(),
+                    output_from: Vec::new(),
+                    output_to_input: Vec::new(),
                     side_outputs: Vec::new(),
                 });
                 vertex_of[i] = id;
@@ -158,6 +178,9 @@ pub struct OperatorDescriptor {
     /// Sources only: how it generates watermarks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermarks: Option<crate::watermarks::WatermarkStrategy>,
+    /// The index in the chain of the operator it reads (`None`: the one before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chained_to: Option<u32>,
 }
 
 /// The input of a deployed task.
@@ -187,6 +210,12 @@ pub struct OutputDescriptor {
     /// The side output the edge carries, as `(operator uid, tag)`; `None` for the tail's main output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub side: Option<(String, String)>,
+    /// The index in the chain of the operator whose main output the edge carries (`None`: the last one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<u32>,
+    /// Which of the consumer's inputs it feeds: 0, or 1 for a two-input head's second input.
+    #[serde(default)]
+    pub to_input: u32,
 }
 
 /// State to restore a task from.
@@ -398,8 +427,11 @@ operators:
 "#;
         let job = resolve(&parse_spec_text(text).unwrap(), &builtin_kinds()).unwrap();
         let g = ExecutionGraph::build(&job);
-        // cnt has two consumers, so nothing chains to it.
-        assert_eq!(g.vertices.len(), 4);
+        // cnt has two consumers: the forward one chains to it, the one of another parallelism does not.
+        assert_eq!(g.vertices.len(), 3);
+        assert_eq!(g.vertices[1].operators, vec![1, 2]);
+        assert_eq!(g.vertices[1].outputs, vec![(VertexId(2), Partitioning::Rebalance)]);
+        assert_eq!(g.vertices[1].output_from, vec![0], "cnt's own output, not bh's");
         let text2 = text
             .replace("  - { uid: out, kind: file-sink, input: cnt, parallelism: 1, config: { path: /tmp/x } }\n", "");
         let job2 = resolve(&parse_spec_text(&text2).unwrap(), &builtin_kinds()).unwrap();

@@ -1213,7 +1213,19 @@ operators:
         assert_eq!(job.operators[3].partitioning, Partitioning::KeyBy);
         let g = crate::descriptor::ExecutionGraph::build(&job);
         let join = g.vertices.iter().find(|v| v.operators[0] == 3).expect("the join's vertex");
-        assert!(join.input.is_some() && join.second_input.is_some() && join.input != join.second_input);
+        // Both projects are chained to the source (a chain that fans out): one vertex feeds both inputs.
+        assert_eq!(
+            (join.input, join.second_input),
+            (
+                Some((crate::ids::VertexId(0), Partitioning::KeyBy)),
+                Some((crate::ids::VertexId(0), Partitioning::KeyBy))
+            )
+        );
+        assert_eq!(g.vertices[0].operators, vec![0, 1, 2]);
+        assert_eq!(
+            (g.vertices[0].output_from.clone(), g.vertices[0].output_to_input.clone()),
+            (vec![1, 2], vec![0, 1])
+        );
         let refused = [
             ("input: a", "joins two inputs"),
             ("inputs: [a]", "joins two inputs"),

@@ -406,6 +406,7 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
                     kind: o.kind.clone(),
                     config: o.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                     watermarks: o.watermarks.as_ref().map(|w| w.to_proto()),
+                    chained_to: o.chained_to,
                 })
                 .collect(),
             state_backend: d.state_backend as i32,
@@ -427,6 +428,8 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
                         .collect(),
                     to_parallelism: o.to_parallelism,
                     side: o.side.as_ref().map(|(uid, tag)| pb::SideOutput { uid: uid.clone(), tag: tag.clone() }),
+                    from: o.from,
+                    to_input: o.to_input,
                 })
                 .collect(),
             linger_ms: d.linger_ms,
@@ -474,6 +477,8 @@ impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
                     targets: o.targets.into_iter().map(|t| (SubtaskIndex(t.subtask), t.data_address)).collect(),
                     to_parallelism: o.to_parallelism,
                     side: o.side.map(|s| (s.uid, s.tag)),
+                    from: o.from,
+                    to_input: o.to_input,
                 })
             })
             .collect::<Result<_, WireError>>()?;
@@ -500,6 +505,7 @@ impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
                         kind: o.kind,
                         config: o.config.into_iter().collect(),
                         watermarks,
+                        chained_to: o.chained_to,
                     })
                 })
                 .collect::<Result<_, WireError>>()?,
@@ -545,6 +551,7 @@ mod tests {
                     idle_timeout_ms: Some(1000),
                     auto_watermark_interval_ms: 50,
                 }),
+                chained_to: Some(0),
             }],
             state_backend: StateBackend::Heap,
             checkpoint_root: "s3://b/c".into(),
@@ -569,6 +576,8 @@ mod tests {
                     targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into())],
                     to_parallelism: 1,
                     side: None,
+                    from: None,
+                    to_input: 1,
                 },
                 OutputDescriptor {
                     to_vertex: VertexId(3),
@@ -576,6 +585,8 @@ mod tests {
                     targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into())],
                     to_parallelism: 1,
                     side: Some(("win".into(), "late".into())),
+                    from: None,
+                    to_input: 0,
                 },
             ],
             linger_ms: 7,

@@ -141,11 +141,13 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
             let operators = vertex
                 .operators
                 .iter()
-                .map(|&i| OperatorDescriptor {
+                .enumerate()
+                .map(|(k, &i)| OperatorDescriptor {
                     uid: job.operators[i].uid.clone(),
                     kind: job.operators[i].kind.clone(),
                     config: job.operators[i].config.clone(),
                     watermarks: job.operators[i].watermarks,
+                    chained_to: k.checked_sub(1).and_then(|k| vertex.chained_to.get(k)).map(|&at| at as u32),
                 })
                 .collect();
             let input_of = |(from, partitioning): (VertexId, Partitioning)| {
@@ -158,23 +160,31 @@ pub fn build_descriptors(plan: &DeployPlan<'_>) -> Result<Vec<TaskDescriptor>, D
                 }
             };
             let (input, second_input) = (vertex.input.map(input_of), vertex.second_input.map(input_of));
-            let edge = |to: VertexId, partitioning: Partitioning, side: Option<(String, String)>| {
+            let edge = |to: VertexId,
+                        partitioning: Partitioning,
+                        side: Option<(String, String)>,
+                        from: Option<u32>,
+                        to_input: u32| {
                 let to_p = vertex_parallelism(plan.graph, to);
                 let targets = output_targets(partitioning, subtask, to_p)
                     .into_iter()
                     .map(|t| (t, plan.slots[t.0 as usize].data_address.clone()))
                     .collect();
-                OutputDescriptor { to_vertex: to, partitioning, targets, to_parallelism: to_p, side }
+                OutputDescriptor { to_vertex: to, partitioning, targets, to_parallelism: to_p, side, from, to_input }
             };
             let outputs = vertex
                 .outputs
                 .iter()
-                .map(|&(to, partitioning)| edge(to, partitioning, None))
+                .enumerate()
+                .map(|(n, &(to, partitioning))| {
+                    let from = vertex.output_from.get(n).map(|&at| at as u32);
+                    edge(to, partitioning, None, from, vertex.output_to_input.get(n).copied().unwrap_or(0))
+                })
                 .chain(
                     vertex
                         .side_outputs
                         .iter()
-                        .map(|e| edge(e.to, e.partitioning, Some((e.uid.clone(), e.tag.clone())))),
+                        .map(|e| edge(e.to, e.partitioning, Some((e.uid.clone(), e.tag.clone())), None, 0)),
                 )
                 .collect();
             let restore = plan.restore.map(|r| {

@@ -35,12 +35,12 @@ pub struct InputChannels {
 }
 
 impl InputChannels {
-    /// Waits until a connection arrived for every expected producer (vertex, subtask), then starts a reader per
+    /// Waits until a connection arrived for every expected producer (vertex, subtask, input), then starts a reader per
     /// channel that forwards frames into `events` (via `wrap`), and a writer that returns credits and sends
     /// heartbeats as `liveness` says.
     pub async fn accept<E: Send + 'static>(
         mut incoming: mpsc::UnboundedReceiver<Incoming>,
-        producers: &[(u32, u32)],
+        producers: &[(u32, u32, u32)],
         events: mpsc::Sender<E>,
         wrap: fn(ChannelEvent) -> E,
         timeout: Duration,

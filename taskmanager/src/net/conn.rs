@@ -84,5 +84,5 @@ pub type DataStream = Box<dyn DataIo>;
 pub(super) type DataReadHalf = tokio::io::ReadHalf<DataStream>;
 pub(super) type DataWriteHalf = tokio::io::WriteHalf<DataStream>;
 
-/// A connection from a producer, named by its vertex and subtask.
-pub(super) type Incoming = ((u32, u32), DataStream);
+/// A connection from a producer, named by its vertex, its subtask and the consumer's input it feeds.
+pub(super) type Incoming = ((u32, u32, u32), DataStream);

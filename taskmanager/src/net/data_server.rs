@@ -163,7 +163,7 @@ impl DataServer {
                     _ => None,
                 };
                 match hs {
-                    Some(hs) => me.deliver(hs.to, ((hs.from_vertex, hs.from_subtask), stream)),
+                    Some(hs) => me.deliver(hs.to, ((hs.from_vertex, hs.from_subtask, hs.to_input), stream)),
                     None => tracing::warn!(peer = %peer, "dropping data connection without a valid handshake"),
                 }
             });
@@ -229,7 +229,7 @@ impl DataServer {
                     }
                     st.parked_count -= removed;
                 }
-                tracing::debug!(job_id = %key.job_id, vertex = key.vertex, subtask = key.subtask, from_vertex = from.0, from_subtask = from.1, why,
+                tracing::debug!(job_id = %key.job_id, vertex = key.vertex, subtask = key.subtask, from_vertex = from.0, from_subtask = from.1, to_input = from.2, why,
                     "closed a parked data connection");
             }
         }

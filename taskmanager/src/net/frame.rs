@@ -122,6 +122,9 @@ pub struct Handshake {
     pub from_vertex: u32,
     /// Producer subtask.
     pub from_subtask: u32,
+    /// Which of the consumer's inputs the connection feeds (0, or 1 for a two-input head's second): one producer
+    /// may feed both inputs of a consumer (a chain that fans out), over two connections.
+    pub to_input: u32,
 }
 
 /// Starts an encoded frame in `out` (the length is patched by [`finish_frame`]).
@@ -211,6 +214,7 @@ pub(super) fn decode_handshake(payload: &[u8]) -> Result<Handshake, String> {
         to: ChannelKey { job_id: hs.job_id, attempt: hs.attempt, vertex: hs.vertex, subtask: hs.subtask },
         from_vertex: hs.from_vertex,
         from_subtask: hs.from_subtask,
+        to_input: hs.to_input,
     })
 }
 
@@ -223,6 +227,7 @@ impl From<&Handshake> for weir_proto::DataHandshake {
             subtask: hs.to.subtask,
             from_vertex: hs.from_vertex,
             from_subtask: hs.from_subtask,
+            to_input: hs.to_input,
         }
     }
 }

@@ -156,7 +156,7 @@ mod tests {
     #[test]
     fn handshakes_and_savepoint_barriers_travel_as_protobuf_and_bad_ones_are_refused() {
         let key = ChannelKey { job_id: "j".into(), attempt: 1, vertex: 1, subtask: 0 };
-        let hs = Handshake { to: key, from_vertex: 0, from_subtask: 3 };
+        let hs = Handshake { to: key, from_vertex: 0, from_subtask: 3, to_input: 0 };
         let frame = handshake_frame(&hs);
         let (kind, payload) =
             futures::executor::block_on(read_raw(&mut &frame[..], "t", MAX_HANDSHAKE)).unwrap().unwrap();
@@ -340,7 +340,7 @@ mod tests {
         let mut peers = Vec::new();
         for from in 0..5u32 {
             let mut c = TcpStream::connect(addr).await.unwrap();
-            let hs = Handshake { to: key(), from_vertex: 0, from_subtask: from };
+            let hs = Handshake { to: key(), from_vertex: 0, from_subtask: from, to_input: 0 };
             c.write_all(&handshake_frame(&hs)).await.unwrap();
             peers.push(c);
             if from < 3 {
@@ -360,7 +360,7 @@ mod tests {
         // The consumer registers and gets the one left.
         let mut incoming = server.register(key());
         let (from, _) = tokio::time::timeout(Duration::from_secs(10), incoming.recv()).await.unwrap().unwrap();
-        assert_eq!(from, (0, 2));
+        assert_eq!(from, (0, 2, 0));
         assert_eq!(server.parked(), 0);
     }
 
@@ -370,7 +370,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(server.clone().run(listener));
-        let hs = Handshake { to: key(), from_vertex: 0, from_subtask: 3 };
+        let hs = Handshake { to: key(), from_vertex: 0, from_subtask: 3, to_input: 0 };
         let (_cancel_tx, cancel) = watch::channel(false);
         // The producer connects before the consumer registers: the connection is parked.
         let mut out = OutputChannel::connect(
@@ -387,7 +387,7 @@ mod tests {
         let incoming = server.register(key());
         let (etx, mut erx) = mpsc::channel::<ChannelEvent>(100);
         let inputs =
-            InputChannels::accept(incoming, &[(0, 3)], etx, |e| e, Duration::from_secs(5), Liveness::default())
+            InputChannels::accept(incoming, &[(0, 3, 0)], etx, |e| e, Duration::from_secs(5), Liveness::default())
                 .await
                 .unwrap();
         let sender = std::thread::spawn(move || {
@@ -458,7 +458,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn cancel_interrupts_a_send_blocked_on_backpressure() {
         let (addr, closed) = mute_consumer(0).await;
-        let hs = Handshake { to: key(), from_vertex: 0, from_subtask: 0 };
+        let hs = Handshake { to: key(), from_vertex: 0, from_subtask: 0, to_input: 0 };
         let (cancel_tx, cancel) = watch::channel(false);
         // Long timeouts: only the cancel can end the wait.
         let liveness = Liveness { heartbeat: Duration::from_secs(600), silence_timeout: Duration::from_secs(600) };
@@ -490,7 +490,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_consumer_that_falls_silent_fails_the_producer_within_the_bound() {
         let (addr, closed) = mute_consumer(2).await;
-        let hs = Handshake { to: key(), from_vertex: 0, from_subtask: 0 };
+        let hs = Handshake { to: key(), from_vertex: 0, from_subtask: 0, to_input: 0 };
         let (_cancel_tx, cancel) = watch::channel(false);
         let silence = Duration::from_millis(300);
         let liveness = Liveness { heartbeat: Duration::from_millis(50), silence_timeout: silence };
@@ -520,7 +520,7 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(server.clone().run(listener));
         let incoming = server.register(key());
-        let hs = Handshake { to: key(), from_vertex: 0, from_subtask: 0 };
+        let hs = Handshake { to: key(), from_vertex: 0, from_subtask: 0, to_input: 0 };
         let (_cancel_tx, cancel) = watch::channel(false);
         let silence = Duration::from_millis(400);
         let liveness = Liveness { heartbeat: Duration::from_millis(20), silence_timeout: silence };
@@ -530,7 +530,7 @@ mod tests {
                 .unwrap();
         let (etx, mut erx) = mpsc::channel::<ChannelEvent>(100);
         let inputs =
-            InputChannels::accept(incoming, &[(0, 0)], etx, |e| e, Duration::from_secs(5), liveness).await.unwrap();
+            InputChannels::accept(incoming, &[(0, 0, 0)], etx, |e| e, Duration::from_secs(5), liveness).await.unwrap();
         let (sent, sender) = keep_sending(out);
         // The consumer processes nothing (as while aligning) for many times the silence timeout; its
         // heartbeats keep the producer waiting instead of failing.

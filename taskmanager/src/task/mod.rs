@@ -18,7 +18,7 @@ use error::{in_operator, TaskError};
 use event_time::SourceTime;
 use incremental::Incremental;
 use output::{
-    advance_watermark, chain_out, keyed_mut, op_context, push_chain, push_chain_from, ChainOp, Head, OutputEdge,
+    advance_watermark, chain_out, deliver, keyed_mut, op_context, push_chain_from, ChainOp, Head, OutputEdge,
 };
 use output::{fire_processing_timers, until_processing_timer};
 
@@ -342,7 +342,7 @@ impl Task {
             if !chunks.is_empty() {
                 let pushing = self.source_time.is_some().then(Instant::now);
                 for chunk in chunks {
-                    self.push_through(1, chunk.batch)?;
+                    self.push_from_source(chunk.batch)?;
                 }
                 if let (Some(time), Some(pushing)) = (&mut self.source_time, pushing) {
                     time.blocked_for(pushing.elapsed());
@@ -590,9 +590,10 @@ impl Task {
         Ok(())
     }
 
-    /// Runs a batch through the chain from operator `start` and routes the tail's output.
-    fn push_through(&mut self, start: usize, batch: RecordBatch) -> Result<(), TaskError> {
-        push_chain(&mut self.ops[start..], &mut self.outputs, batch)
+    /// Hands a batch the source (the chain's head) emitted to what it feeds.
+    fn push_from_source(&mut self, batch: RecordBatch) -> Result<(), TaskError> {
+        let (head, rest) = self.ops.split_at_mut(1);
+        deliver(&head[0].feeds, &head[0].edges, rest, 1, &mut self.outputs, batch)
     }
 
     /// Runs a batch that arrived on input channel `c` through the whole chain: the head's first input, or its
@@ -659,7 +660,7 @@ impl Task {
                 let outputs = &mut self.outputs;
                 if let Head::Operator(o) = &mut op.head {
                     let mut ctx = op_context(&op.info, &mut op.keyed, &mut op.timers, op.watermark);
-                    let mut downstream = chain_out(&op.info.uid, rest, outputs);
+                    let mut downstream = chain_out(&op.info.uid, &op.feeds, &op.edges, rest, i + 1, outputs);
                     let mut out = Collector::routed(&mut downstream);
                     o.end_of_input(&mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
                     out.flush()?;
@@ -741,6 +742,7 @@ mod tests {
                 kind: "blackhole".into(),
                 config: Default::default(),
                 watermarks: None,
+                chained_to: None,
             }],
             state_backend: StateBackend::Heap,
             checkpoint_root: format!("file://{}/ckpt", tmp.path().display()),
@@ -943,6 +945,7 @@ mod data_plane_tests {
                 kind: "blackhole".into(),
                 config: Default::default(),
                 watermarks: None,
+                chained_to: None,
             },
         );
         desc.input = Some(InputDescriptor {
@@ -959,6 +962,7 @@ mod data_plane_tests {
                 to: ChannelKey { job_id: "j".into(), attempt: 1, vertex: 1, subtask: 0 },
                 from_vertex: 0,
                 from_subtask,
+                to_input: 0,
             };
             let mut frame = Vec::new();
             begin_frame(&mut frame, 0);
@@ -1026,6 +1030,7 @@ mod data_plane_tests {
                 kind: "datagen".into(),
                 config: [("keys".to_string(), "10".to_string())].into_iter().collect(),
                 watermarks: None,
+                chained_to: None,
             },
         );
         desc.outputs = vec![OutputDescriptor {
@@ -1034,6 +1039,8 @@ mod data_plane_tests {
             targets: vec![(SubtaskIndex(0), consumer_addr)],
             to_parallelism: 1,
             side: None,
+            from: None,
+            to_input: 0,
         }];
         let mut handle = spawn(desc, h.env.clone()).unwrap();
         let _conn = tokio::time::timeout(Duration::from_secs(5), conn_rx).await.unwrap().unwrap();

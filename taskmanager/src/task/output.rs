@@ -36,16 +36,21 @@ pub(super) struct ChainOp {
     pub(super) watermark: i64,
     /// Records that reached the operator at or behind its watermark.
     pub(super) late_records: metrics::Counter,
+    /// The chained operators its main output feeds (indexes in the chain, each after its own).
+    pub(super) feeds: Vec<usize>,
+    /// The output edges its main output goes to (indexes in the task's outputs).
+    pub(super) edges: Vec<usize>,
 }
 
-/// Runs `batch` through the operators of `chain` (each one's output feeding the next, batch by batch) and
-/// routes what the last one emits to `outputs`.
+/// Runs `batch` through the operators of `chain` from its head (each one's output feeding the operators it
+/// feeds, batch by batch) and routes what they emit to their edges of `outputs`.
+#[cfg(test)]
 pub(super) fn push_chain(
     chain: &mut [ChainOp],
     outputs: &mut [OutputEdge],
     batch: RecordBatch,
 ) -> Result<(), TaskError> {
-    push_chain_from(chain, outputs, 0, batch)
+    push_op(chain, 0, outputs, 0, batch)
 }
 
 /// [`push_chain`] with a batch of the head's input `input` (0, or 1 for a two-input head's second input).
@@ -55,8 +60,20 @@ pub(super) fn push_chain_from(
     input: usize,
     batch: RecordBatch,
 ) -> Result<(), TaskError> {
+    push_op(chain, 0, outputs, input, batch)
+}
+
+/// Runs `batch` (of input `input`) through the first operator of `chain`, whose index in the whole chain is
+/// `base`, and hands what it emits on.
+fn push_op(
+    chain: &mut [ChainOp],
+    base: usize,
+    outputs: &mut [OutputEdge],
+    input: usize,
+    batch: RecordBatch,
+) -> Result<(), TaskError> {
     let Some((op, rest)) = chain.split_first_mut() else {
-        return route(outputs, batch);
+        return Err(TaskError::Other("a batch for an operator the chain does not have".into()));
     };
     let Head::Operator(o) = &mut op.head else {
         return Err(TaskError::Other(format!("source {:?} cannot take input", op.info.uid)));
@@ -68,7 +85,7 @@ pub(super) fn push_chain_from(
         }
     }
     let mut ctx = op_context(&op.info, &mut op.keyed, &mut op.timers, op.watermark);
-    let mut downstream = chain_out(&op.info.uid, rest, outputs);
+    let mut downstream = chain_out(&op.info.uid, &op.feeds, &op.edges, rest, base + 1, outputs);
     let mut out = Collector::routed(&mut downstream);
     let result = match input {
         0 => o.process_batch(&batch, &mut ctx, &mut out),
@@ -76,6 +93,31 @@ pub(super) fn push_chain_from(
     };
     result.map_err(|e| in_operator(&op.info.uid, e))?;
     out.flush()?;
+    Ok(())
+}
+
+/// Hands a batch an operator emitted on its main output to the chained operators it `feeds` (indexes in the
+/// chain; `rest` is the chain from index `base` on) and to its `edges` of `outputs`.
+pub(super) fn deliver(
+    feeds: &[usize],
+    edges: &[usize],
+    rest: &mut [ChainOp],
+    base: usize,
+    outputs: &mut [OutputEdge],
+    batch: RecordBatch,
+) -> Result<(), TaskError> {
+    for &f in feeds {
+        let at = f.checked_sub(base).filter(|&at| at < rest.len()).ok_or_else(|| {
+            TaskError::Other(format!("a chained operator feeds chain index {f}, outside {base}..{}", base + rest.len()))
+        })?;
+        // A batch's columns are shared: a second reader costs a reference count, not a copy.
+        push_op(&mut rest[at..], f, outputs, 0, batch.clone())?;
+    }
+    for &e in edges {
+        let edge = outputs.get_mut(e).ok_or_else(|| TaskError::Other(format!("no output edge {e}")))?;
+        edge.records_out.increment(batch.num_rows() as u64);
+        edge.emit(&batch)?;
+    }
     Ok(())
 }
 
@@ -106,11 +148,11 @@ pub(super) fn advance_watermark(
         op.watermark = watermark;
         if hooks {
             // Timers first, in timestamp order, then the operator's own hook (Flink's `processWatermark`).
-            fire_timers(op, rest, outputs, TimeDomain::EventTime, watermark)?;
+            fire_timers(op, rest, i + 1, outputs, TimeDomain::EventTime, watermark)?;
         }
         if let (Head::Operator(o), true) = (&mut op.head, hooks) {
             let mut ctx = op_context(&op.info, &mut op.keyed, &mut op.timers, watermark);
-            let mut downstream = chain_out(&op.info.uid, rest, outputs);
+            let mut downstream = chain_out(&op.info.uid, &op.feeds, &op.edges, rest, i + 1, outputs);
             let mut out = Collector::routed(&mut downstream);
             o.on_watermark(watermark, &mut ctx, &mut out).map_err(|e| in_operator(&op.info.uid, e))?;
             out.flush()?;
@@ -134,20 +176,21 @@ pub(super) fn op_context<'a>(
 }
 
 /// Fires operator `op`'s timers of `domain` due at `time`, in timestamp order, each with its key and namespace
-/// current; what they emit goes on down the chain. Returns how many fired.
+/// current; what they emit goes on down the chain (`rest`, from chain index `base` on). Returns how many fired.
 pub(super) fn fire_timers(
     op: &mut ChainOp,
     rest: &mut [ChainOp],
+    base: usize,
     outputs: &mut [OutputEdge],
     domain: TimeDomain,
     time: i64,
 ) -> Result<u64, TaskError> {
-    let ChainOp { info, head, keyed, timers, watermark, .. } = op;
+    let ChainOp { info, head, keyed, timers, watermark, feeds, edges, .. } = op;
     let (Head::Operator(o), Some(backend)) = (head, keyed.as_mut()) else { return Ok(0) };
     if timers.get().and_then(|s| s.next_timestamp(domain)).is_none_or(|next| next > time) {
         return Ok(0);
     }
-    let mut downstream = chain_out(&info.uid, rest, outputs);
+    let mut downstream = chain_out(&info.uid, feeds, edges, rest, base, outputs);
     let mut out = Collector::routed(&mut downstream);
     let mut fired = 0;
     while let Some(ts) = match timers.get() {
@@ -183,44 +226,32 @@ pub(super) fn fire_processing_timers(chain: &mut [ChainOp], outputs: &mut [Outpu
         let Some(next) = op.timers.get().and_then(|s| s.next_timestamp(TimeDomain::ProcessingTime)) else { continue };
         let Some(now) = op.keyed.as_ref().map(|k| k.now_ms() as i64) else { continue };
         if next <= now {
-            fired += fire_timers(op, rest, outputs, TimeDomain::ProcessingTime, now)?;
+            fired += fire_timers(op, rest, i + 1, outputs, TimeDomain::ProcessingTime, now)?;
         }
     }
     Ok(fired)
 }
 
-/// The part of a chain after an operator, as that operator's collector sees it.
-pub(super) fn downstream_of(
-    rest: &mut [ChainOp],
-    outputs: &mut [OutputEdge],
-    batch: RecordBatch,
-) -> Result<(), OperatorError> {
-    push_chain(rest, outputs, batch).map_err(|e| match e {
-        TaskError::Operator(e) => e,
-        other => OperatorError::Other(other.to_string()),
-    })
-}
-
-/// What operator `uid`'s collector hands on: its main output to the rest of the chain, a side output to the
-/// output edges that carry it.
+/// What operator `uid`'s collector hands on: its main output to the chained operators it `feeds` (in `rest`, the
+/// chain from index `base` on) and its `edges`, a side output to the output edges that carry it.
 pub(super) fn chain_out<'a>(
     uid: &'a str,
+    feeds: &'a [usize],
+    edges: &'a [usize],
     rest: &'a mut [ChainOp],
+    base: usize,
     outputs: &'a mut [OutputEdge],
 ) -> impl FnMut(Option<&str>, RecordBatch) -> Result<(), OperatorError> + 'a {
-    move |tag, batch| match tag {
-        None => downstream_of(rest, outputs, batch),
-        Some(tag) => route_side(outputs, uid, tag, batch).map_err(|e| OperatorError::Other(e.to_string())),
+    move |tag, batch| {
+        let sent = match tag {
+            None => deliver(feeds, edges, rest, base, outputs, batch),
+            Some(tag) => route_side(outputs, uid, tag, batch),
+        };
+        sent.map_err(|e| match e {
+            TaskError::Operator(e) => e,
+            other => OperatorError::Other(other.to_string()),
+        })
     }
-}
-
-/// Hands a batch the chain's tail emitted to every main output edge.
-pub(super) fn route(outputs: &mut [OutputEdge], batch: RecordBatch) -> Result<(), TaskError> {
-    for edge in outputs.iter_mut().filter(|e| e.side.is_none()) {
-        edge.records_out.increment(batch.num_rows() as u64);
-        edge.emit(&batch)?;
-    }
-    Ok(())
 }
 
 /// Hands a batch operator `uid` emitted on side output `tag` to the edges that carry it (none: dropped).
@@ -511,6 +542,8 @@ mod tests {
             op_state: OperatorStateStore::new(),
             watermark: MIN_WATERMARK,
             late_records: metrics::Counter::noop(),
+            feeds: Vec::new(),
+            edges: Vec::new(),
         }
     }
 
@@ -525,6 +558,7 @@ mod tests {
         let kept = StdArc::new(Mutex::new(Vec::new()));
         let mut chain =
             vec![op("echo", Box::new(TimerEcho), Some(backend)), op("keep", Box::new(Keep(kept.clone())), None)];
+        chain[0].feeds = vec![1];
         let input = [Record::new_i64(b"a", 0).at(10), Record::new_i64(b"b", 0).at(20)];
         push_chain(&mut chain, &mut [], batch_of(&input).unwrap()).unwrap();
 

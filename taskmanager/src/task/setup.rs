@@ -105,7 +105,34 @@ impl Task {
             let watermark = op.restore.and_then(|r| r.watermark).unwrap_or(MIN_WATERMARK);
             let mut keyed = keyed;
             let timers = restored_timers(keyed_mut(&mut keyed), desc.key_group_range)?;
-            ops.push(ChainOp { info, head, keyed, timers, op_state, watermark, late_records });
+            ops.push(ChainOp {
+                info,
+                head,
+                keyed,
+                timers,
+                op_state,
+                watermark,
+                late_records,
+                feeds: Vec::new(),
+                edges: Vec::new(),
+            });
+        }
+        // Who feeds whom in the chain: an operator reads the one its descriptor names (the one before it, for a
+        // chain without fan-out); main output edges leave the operator they name (the chain's last one).
+        for (i, od) in desc.operators.iter().enumerate().skip(1) {
+            let from = od.chained_to.map_or(i - 1, |f| f as usize);
+            if from >= i {
+                return Err(TaskError::Other(format!("operator {:?} is chained to a later one ({from})", od.uid)));
+            }
+            ops[from].feeds.push(i);
+        }
+        let last = ops.len().saturating_sub(1);
+        for (e, out) in desc.outputs.iter().enumerate().filter(|(_, o)| o.side.is_none()) {
+            let from = out.from.map_or(last, |f| f as usize);
+            ops.get_mut(from)
+                .ok_or_else(|| TaskError::Other(format!("an output edge from chain index {from}, past the chain")))?
+                .edges
+                .push(e);
         }
         for (op, planned) in ops.iter_mut().zip(&plan.operators) {
             let mut ctx = InitContext {
@@ -162,14 +189,14 @@ impl Task {
 
         // The channels of the first input, then those of a two-input head's second: each producer by its vertex
         // and subtask.
-        let producers_of = |i: &weir_common::descriptor::InputDescriptor| -> Vec<(u32, u32)> {
-            i.channels.iter().map(|s: &SubtaskIndex| (i.from_vertex.0, s.0)).collect()
+        let producers_of = |i: &weir_common::descriptor::InputDescriptor, input: u32| -> Vec<(u32, u32, u32)> {
+            i.channels.iter().map(|s: &SubtaskIndex| (i.from_vertex.0, s.0, input)).collect()
         };
         let first_channels = desc.input.as_ref().map_or(0, |i| i.channels.len());
         let (inputs, n_inputs) = match (&desc.input, incoming) {
             (Some(input), Some(incoming)) => {
-                let mut producers = producers_of(input);
-                producers.extend(desc.second_input.as_ref().map(producers_of).unwrap_or_default());
+                let mut producers = producers_of(input, 0);
+                producers.extend(desc.second_input.as_ref().map(|i| producers_of(i, 1)).unwrap_or_default());
                 let accept = InputChannels::accept(
                     incoming,
                     &producers,
@@ -313,7 +340,15 @@ pub(super) fn plan_setup<'a>(desc: &'a TaskDescriptor, work_dir: &Path, keyed: i
                         vertex: out.to_vertex.0,
                         subtask: sub.0,
                     };
-                    (addr.as_str(), Handshake { to, from_vertex: desc.vertex.0, from_subtask: desc.subtask.0 })
+                    (
+                        addr.as_str(),
+                        Handshake {
+                            to,
+                            from_vertex: desc.vertex.0,
+                            from_subtask: desc.subtask.0,
+                            to_input: out.to_input,
+                        },
+                    )
                 })
                 .collect()
         })
@@ -355,7 +390,13 @@ mod tests {
     const ROOT: &str = "file:///ckpt";
 
     fn op(uid: &str, kind: &str) -> OperatorDescriptor {
-        OperatorDescriptor { uid: uid.into(), kind: kind.into(), config: Default::default(), watermarks: None }
+        OperatorDescriptor {
+            uid: uid.into(),
+            kind: kind.into(),
+            config: Default::default(),
+            watermarks: None,
+            chained_to: None,
+        }
     }
 
     /// A chain `src` (datagen, not keyed) → `count` (keyed-count, keyed) of subtask 1 of vertex 0.
@@ -382,6 +423,8 @@ mod tests {
                 targets: vec![(SubtaskIndex(0), "10.0.0.1:7000".into()), (SubtaskIndex(1), "10.0.0.2:7000".into())],
                 to_parallelism: 2,
                 side: None,
+                from: None,
+                to_input: 0,
             }],
             linger_ms: 7,
             restore: None,
