@@ -215,6 +215,35 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             output: crate::schema::OutputSchema::FromConfig,
         },
         KindInfo {
+            kind: "over".into(),
+            role: Role::Operator,
+            keyed: true,
+            version: v.clone(),
+            states: vec![
+                ("over-rows".into(), "list".into(), "rows waiting for the watermark, per event time".into()),
+                ("over-frame".into(), "value".into(), "the key's preceding rows or running accumulators".into()),
+                ("over-columns".into(), "union".into(), "the input's columns".into()),
+            ],
+            signature: None,
+            input_columns: vec![crate::schema::key_column()],
+            output: crate::schema::OutputSchema::FromConfig,
+        },
+        KindInfo {
+            kind: "winning-bids".into(),
+            role: Role::TwoInput,
+            keyed: true,
+            version: v.clone(),
+            states: vec![
+                ("winning-bids-auction".into(), "value".into(), "the open auction".into()),
+                ("winning-bids-best".into(), "value".into(), "its highest bid so far".into()),
+                ("winning-bids-early".into(), "list".into(), "bids that came before their auction".into()),
+                ("winning-bids-columns".into(), "union".into(), "each input's columns".into()),
+            ],
+            signature: None,
+            input_columns: vec![crate::schema::key_column()],
+            output: crate::schema::OutputSchema::FromConfig,
+        },
+        KindInfo {
             kind: "file-sink".into(),
             role: Role::Sink,
             keyed: false,
@@ -1038,38 +1067,7 @@ impl AggregateConfig {
     /// Reads and checks an aggregate config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, &["aggregates", "carry"])?;
-        let text = r
-            .string("aggregates")
-            .ok_or_else(|| field_err("aggregates", "is required: `COUNT(*) AS n, MAX(price) AS top, …`"))?;
-        let mut aggregates = Vec::new();
-        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let bad = || {
-                field_err(
-                    "aggregates",
-                    format!("{part:?}: expected FUNCTION(column) AS name (COUNT(*), SUM, MIN, MAX, AVG)"),
-                )
-            };
-            let (call, name) = part.rsplit_once(" AS ").or_else(|| part.rsplit_once(" as ")).ok_or_else(bad)?;
-            let (f, arg) = call.trim().split_once('(').ok_or_else(bad)?;
-            let arg = arg.strip_suffix(')').ok_or_else(bad)?.trim();
-            let f = match f.trim().to_ascii_uppercase().as_str() {
-                "COUNT" => AggregateFn::Count,
-                "SUM" => AggregateFn::Sum,
-                "MIN" => AggregateFn::Min,
-                "MAX" => AggregateFn::Max,
-                "AVG" => AggregateFn::Avg,
-                _ => return Err(bad()),
-            };
-            let column = match (f, arg) {
-                (AggregateFn::Count, "*") => None,
-                (_, "*") | (_, "") => return Err(bad()),
-                (_, c) => Some(c.to_string()),
-            };
-            aggregates.push((f, column, name.trim().to_string()));
-        }
-        if aggregates.is_empty() {
-            return Err(field_err("aggregates", "needs at least one aggregate"));
-        }
+        let aggregates = parse_aggregates(r.string("aggregates"))?;
         let carry = r
             .string("carry")
             .map(|t| t.split(',').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect())
@@ -1079,7 +1077,6 @@ impl AggregateConfig {
 
     /// The columns it emits over rows of `input`: the carried ones, then the aggregates (integers).
     pub fn output(&self, input: &[crate::schema::Column]) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
-        use crate::schema::Column;
         let mut out = Vec::new();
         for c in &self.carry {
             let col = input
@@ -1088,21 +1085,163 @@ impl AggregateConfig {
                 .ok_or_else(|| field_err("carry", format!("no column {c:?} in the input")))?;
             out.push(col.clone());
         }
-        for (f, column, name) in &self.aggregates {
-            if let Some(c) = column {
-                match input.iter().find(|i| &i.name == c) {
-                    Some(i) if i.data_type == "int64" || i.data_type == "int32" => {}
-                    Some(i) => {
-                        return Err(field_err("aggregates", format!("column {c:?} is {}, not an integer", i.data_type)))
-                    }
-                    None => return Err(field_err("aggregates", format!("no column {c:?} in the input"))),
-                }
-            }
-            // Null where every value of the key is null; a count never is.
-            out.push(Column::new(name, "int64", *f != AggregateFn::Count));
-        }
+        out.extend(aggregate_columns(&self.aggregates, input)?);
         crate::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e))?;
         Ok(out)
+    }
+}
+
+/// Reads `aggregates` text: `COUNT(*) AS n, MAX(price) AS top, …`.
+fn parse_aggregates(text: Option<String>) -> Result<Vec<(AggregateFn, Option<String>, String)>, ConfigFieldError> {
+    let text = text.ok_or_else(|| field_err("aggregates", "is required: `COUNT(*) AS n, MAX(price) AS top, …`"))?;
+    let mut aggregates = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || {
+            field_err(
+                "aggregates",
+                format!("{part:?}: expected FUNCTION(column) AS name (COUNT(*), SUM, MIN, MAX, AVG)"),
+            )
+        };
+        let (call, name) = part.rsplit_once(" AS ").or_else(|| part.rsplit_once(" as ")).ok_or_else(bad)?;
+        let (f, arg) = call.trim().split_once('(').ok_or_else(bad)?;
+        let arg = arg.strip_suffix(')').ok_or_else(bad)?.trim();
+        let f = match f.trim().to_ascii_uppercase().as_str() {
+            "COUNT" => AggregateFn::Count,
+            "SUM" => AggregateFn::Sum,
+            "MIN" => AggregateFn::Min,
+            "MAX" => AggregateFn::Max,
+            "AVG" => AggregateFn::Avg,
+            _ => return Err(bad()),
+        };
+        let column = match (f, arg) {
+            (AggregateFn::Count, "*") => None,
+            (_, "*") | (_, "") => return Err(bad()),
+            (_, c) => Some(c.to_string()),
+        };
+        aggregates.push((f, column, name.trim().to_string()));
+    }
+    if aggregates.is_empty() {
+        return Err(field_err("aggregates", "needs at least one aggregate"));
+    }
+    Ok(aggregates)
+}
+
+/// The aggregate columns over rows of `input`: each aggregated column must be an integer; the results are
+/// integers, null where every value was null (never for a count).
+fn aggregate_columns(
+    aggregates: &[(AggregateFn, Option<String>, String)],
+    input: &[crate::schema::Column],
+) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
+    let mut out = Vec::new();
+    for (f, column, name) in aggregates {
+        if let Some(c) = column {
+            match input.iter().find(|i| &i.name == c) {
+                Some(i) if i.data_type == "int64" || i.data_type == "int32" => {}
+                Some(i) => {
+                    return Err(field_err("aggregates", format!("column {c:?} is {}, not an integer", i.data_type)))
+                }
+                None => return Err(field_err("aggregates", format!("no column {c:?} in the input"))),
+            }
+        }
+        out.push(crate::schema::Column::new(name, "int64", *f != AggregateFn::Count));
+    }
+    Ok(out)
+}
+
+/// Config of the `over` kind (Flink's `OVER` aggregation on event time, `ROWS BETWEEN n PRECEDING AND CURRENT
+/// ROW`): every input row, once the watermark passes its event time, with `aggregates` (as `aggregate`'s) over
+/// it and the `rows_preceding` rows of its key before it in event-time order (`unbounded`: all of them).
+/// Rows of equal event time go in arrival order, as in Flink, or in the order of the integer column `ties_by`
+/// (arrival order across parallel inputs is not repeatable). Rows late on arrival (at or behind the watermark)
+/// are dropped, as Flink does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverConfig {
+    /// The aggregates: function, input column (none for `COUNT(*)`), output name.
+    pub aggregates: Vec<(AggregateFn, Option<String>, String)>,
+    /// Rows before the current one in the frame (`None`: unbounded).
+    pub rows_preceding: Option<u64>,
+    /// The integer column that orders rows of equal event time.
+    pub ties_by: Option<String>,
+}
+
+impl OverConfig {
+    /// Reads and checks an over config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["aggregates", "rows_preceding", "ties_by"])?;
+        let aggregates = parse_aggregates(r.string("aggregates"))?;
+        let rows_preceding = match r.string("rows_preceding").as_deref().map(str::trim) {
+            None => {
+                return Err(field_err("rows_preceding", "is required: the rows before the current one, or unbounded"))
+            }
+            Some(t) if t.eq_ignore_ascii_case("unbounded") => None,
+            Some(_) => r.u64("rows_preceding")?,
+        };
+        Ok(OverConfig { aggregates, rows_preceding, ties_by: r.string("ties_by") })
+    }
+
+    /// The columns it emits over rows of `input`: the input's (but the key and the runtime's), then the
+    /// aggregates.
+    pub fn output(&self, input: &[crate::schema::Column]) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
+        if let Some(t) = &self.ties_by {
+            match input.iter().find(|c| &c.name == t) {
+                Some(c) if c.data_type == "int64" || c.data_type == "int32" => {}
+                Some(c) => {
+                    return Err(field_err("ties_by", format!("column {t:?} is {}, not an integer", c.data_type)))
+                }
+                None => return Err(field_err("ties_by", format!("no column {t:?} in the input"))),
+            }
+        }
+        let mut out: Vec<crate::schema::Column> =
+            input.iter().filter(|c| c.name != "key" && !c.name.starts_with('_')).cloned().collect();
+        out.extend(aggregate_columns(&self.aggregates, input)?);
+        crate::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e))?;
+        Ok(out)
+    }
+}
+
+/// Config of the `winning-bids` kind (Nexmark's winning bids, q6's first step): two inputs keyed alike,
+/// auctions first and bids second. A bid counts for its key's auction when its event time is within the
+/// auction's own event time and the auction's `closes` (a timestamp column of the first input), both ends
+/// included; when the watermark passes `closes`, the auction is emitted with its highest bid by `by` (an
+/// integer column of the second input; of equal bids the earliest, then the first to arrive), at event time
+/// `closes`: the key, the auction's columns, the bid's. An auction without a bid emits nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WinningBidsConfig {
+    /// The first input's column of the time its rows close.
+    pub closes: String,
+    /// The second input's column that ranks its rows.
+    pub by: String,
+}
+
+impl WinningBidsConfig {
+    /// Reads and checks a winning-bids config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["closes", "by"])?;
+        let closes =
+            r.string("closes").ok_or_else(|| field_err("closes", "is required: the auction's closing time"))?;
+        let by = r.string("by").ok_or_else(|| field_err("by", "is required: the bid's column to rank by"))?;
+        Ok(WinningBidsConfig { closes, by })
+    }
+
+    /// The columns it emits over inputs of `first` and `second`: the key, the first's, the second's.
+    pub fn output(
+        &self,
+        first: &[crate::schema::Column],
+        second: &[crate::schema::Column],
+    ) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
+        match first.iter().find(|c| c.name == self.closes) {
+            Some(c) if c.data_type == "timestamp_ms" || c.data_type == "int64" => {}
+            Some(c) => {
+                return Err(field_err("closes", format!("column {:?} is {}, not a timestamp", c.name, c.data_type)))
+            }
+            None => return Err(field_err("closes", format!("no column {:?} in the first input", self.closes))),
+        }
+        match second.iter().find(|c| c.name == self.by) {
+            Some(c) if c.data_type == "int64" || c.data_type == "int32" => {}
+            Some(c) => return Err(field_err("by", format!("column {:?} is {}, not an integer", c.name, c.data_type))),
+            None => return Err(field_err("by", format!("no column {:?} in the second input", self.by))),
+        }
+        JoinConfig::joined_columns(first, second)
     }
 }
 
@@ -1272,6 +1411,11 @@ pub fn derived_output(
         }
         "window-top" => Some(WindowTopConfig::from_map(map).and_then(|c| c.output(first))),
         "aggregate" => Some(AggregateConfig::from_map(map).and_then(|c| c.output(first))),
+        "over" => Some(OverConfig::from_map(map).and_then(|c| c.output(first))),
+        "winning-bids" => {
+            let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
+            Some(WinningBidsConfig::from_map(map).and_then(|c| c.output(first, second)))
+        }
         "window-join" => {
             let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
             Some(
@@ -1304,7 +1448,7 @@ pub fn side_outputs(kind: &str, map: &BTreeMap<String, String>) -> Option<Vec<&'
             _ => vec![],
         }),
         "datagen" | "nexmark" | "file-sink" | "keyed-count" | "blackhole" | "filter" | "project" | "join"
-        | "window-top" => Some(vec![]),
+        | "window-top" | "window-join" | "aggregate" | "over" | "winning-bids" => Some(vec![]),
         _ => None,
     }
 }
@@ -1327,6 +1471,8 @@ pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Re
         "window-top" => WindowTopConfig::from_map(map).map(|_| ()),
         "window-join" => WindowJoinConfig::from_map(map).map(|_| ()),
         "aggregate" => AggregateConfig::from_map(map).map(|_| ()),
+        "over" => OverConfig::from_map(map).map(|_| ()),
+        "winning-bids" => WinningBidsConfig::from_map(map).map(|_| ()),
         _ => Ok(()),
     }
 }
@@ -1495,5 +1641,58 @@ mod tests {
         assert_eq!(c.format, FileFormat::Json);
         let e = FileSinkConfig::from_map(&m(&[("path", "/o"), ("format", "xml")])).unwrap_err();
         assert!(e.field == "format" && e.message.contains("text, csv, json or parquet"), "{e:?}");
+    }
+
+    #[test]
+    fn over_and_winning_bids_configs_name_the_field_at_fault() {
+        use crate::schema::Column;
+        let input = vec![
+            Column::new("key", "binary", false),
+            Column::new("auction", "int64", true),
+            Column::new("price", "int64", true),
+            Column::new("name", "utf8", true),
+        ];
+        let c = OverConfig::from_map(&m(&[
+            ("aggregates", "AVG(price) AS avg_price, COUNT(*) AS n"),
+            ("rows_preceding", "9"),
+            ("ties_by", "auction"),
+        ]))
+        .unwrap();
+        assert_eq!((c.rows_preceding, c.ties_by.as_deref()), (Some(9), Some("auction")));
+        let names: Vec<String> = c.output(&input).unwrap().into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["auction", "price", "name", "avg_price", "n"]);
+        let unbounded = m(&[("aggregates", "SUM(price) AS s"), ("rows_preceding", "UNBOUNDED")]);
+        assert_eq!(OverConfig::from_map(&unbounded).unwrap().rows_preceding, None);
+        for (pairs, field) in [
+            (vec![("aggregates", "SUM(price) AS s")], "rows_preceding"),
+            (vec![("aggregates", "SUM(price) AS s"), ("rows_preceding", "-1")], "rows_preceding"),
+            (vec![("rows_preceding", "3")], "aggregates"),
+            (vec![("aggregates", "MEDIAN(price) AS s"), ("rows_preceding", "3")], "aggregates"),
+        ] {
+            assert_eq!(OverConfig::from_map(&m(&pairs)).unwrap_err().field, field, "{pairs:?}");
+        }
+        let bad_ties = OverConfig::from_map(&m(&[
+            ("aggregates", "SUM(price) AS s"),
+            ("rows_preceding", "1"),
+            ("ties_by", "name"),
+        ]));
+        assert_eq!(bad_ties.unwrap().output(&input).unwrap_err().field, "ties_by");
+        let not_int = OverConfig::from_map(&m(&[("aggregates", "SUM(name) AS s"), ("rows_preceding", "1")]));
+        assert_eq!(not_int.unwrap().output(&input).unwrap_err().field, "aggregates");
+
+        let auctions = vec![Column::new("seller", "int64", true), Column::new("expires", "timestamp_ms", true)];
+        let bids = vec![Column::new("price", "int64", true), Column::new("bidder", "int64", true)];
+        let w = WinningBidsConfig::from_map(&m(&[("closes", "expires"), ("by", "price")])).unwrap();
+        let names: Vec<String> = w.output(&auctions, &bids).unwrap().into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["key", "seller", "expires", "price", "bidder"]);
+        assert_eq!(WinningBidsConfig::from_map(&m(&[("by", "price")])).unwrap_err().field, "closes");
+        let e = WinningBidsConfig::from_map(&m(&[("closes", "seller"), ("by", "expires")])).unwrap();
+        assert_eq!(e.output(&auctions, &bids).unwrap_err().field, "by");
+        let e = WinningBidsConfig::from_map(&m(&[("closes", "price"), ("by", "price")])).unwrap();
+        assert_eq!(e.output(&auctions, &bids).unwrap_err().field, "closes");
+        assert_eq!(
+            validate_builtin_config("over", &m(&[("aggregates", "SUM(x) AS s")])).unwrap_err().field,
+            "rows_preceding"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! `aggregate`: SQL's `GROUP BY` over a stream, with updates (Flink's group aggregate). Per key, the row count,
-//! an accumulator per aggregate and the carried columns of its first row are one value in keyed state; every row
-//! updates them and, when the key's result changed, the change is emitted: `+I` for a key's first result, `-U`
+//! an accumulator per aggregate and the carried columns of its first row are one value in keyed state; each input
+//! batch is a mini-batch, as Flink's mini-batch aggregation: every key it touches is read once, updated by all its
+//! rows and written once, and when the key's result changed over the batch, the change is emitted: `+I` for a key's first result, `-U`
 //! of the previous and `+U` of the new one after, `-D` when all of a key's rows were retracted. An input with an
 //! `_op` column is a changelog: its `-U`/`-D` rows are taken back out (`COUNT`, `SUM`, `AVG`).
 
@@ -12,6 +13,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, Int8Type, TimestampMillisecondType};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use std::collections::HashMap;
 use std::sync::Arc;
 use weir_common::builtin::{AggregateConfig, AggregateFn};
 use weir_state::{StateId, StateKind};
@@ -87,6 +89,18 @@ pub struct Aggregate {
     plan: Option<(SchemaRef, Vec<usize>, Vec<Option<usize>>)>,
     value: Vec<u8>,
     changes: Changes,
+    /// The keys a batch touched, in first-touch order, and where each is in it.
+    touched: Vec<Touched>,
+    index: HashMap<Vec<u8>, usize>,
+}
+
+/// A key a batch touched: a row of it (to set it current again), its accumulator, its result before the batch
+/// and the event time of its last row.
+struct Touched {
+    row: usize,
+    acc: Acc,
+    before: Option<Vec<Option<i64>>>,
+    time: Option<i64>,
 }
 
 impl Aggregate {
@@ -101,6 +115,8 @@ impl Aggregate {
             plan: None,
             value: Vec::new(),
             changes: Changes::default(),
+            touched: Vec::new(),
+            index: HashMap::new(),
         }
     }
 
@@ -200,19 +216,36 @@ impl Operator for Aggregate {
         let state = self.state.ok_or_else(|| OperatorError::Other("aggregate used before initialize_state".into()))?;
         let n = self.fns.len();
         let backend = ctx.keyed()?;
+        // The batch is the mini-batch: each key's accumulator is read once, updated in memory by all its rows,
+        // and written once, and the key's change over the whole batch is emitted (Flink's mini-batch folding).
+        self.touched.clear();
+        self.index.clear();
         for i in 0..batch.num_rows() {
             let kind = match &ops {
                 Some(o) => RowKind::from_i8(o.value(i))
                     .ok_or_else(|| OperatorError::Other(format!("aggregate: unknown change {}", o.value(i))))?,
                 None => RowKind::Insert,
             };
-            set_current_key_of_row(backend, keys, groups, i);
-            let mut acc = match backend.get_value(state)? {
-                Some(bytes) => Acc::decode(bytes, n)?,
-                None if kind.retracts() => continue,
-                None => Acc { rows: 0, values: vec![(0, 0); n], carried: Vec::new() },
+            let key = keys.value(i);
+            let at = match self.index.get(key) {
+                Some(&at) => at,
+                None => {
+                    set_current_key_of_row(backend, keys, groups, i);
+                    let acc = match backend.get_value(state)? {
+                        Some(bytes) => Acc::decode(bytes, n)?,
+                        None => Acc { rows: 0, values: vec![(0, 0); n], carried: Vec::new() },
+                    };
+                    let before = acc.result(&self.fns);
+                    self.touched.push(Touched { row: i, acc, before, time: None });
+                    self.index.insert(key.to_vec(), self.touched.len() - 1);
+                    self.touched.len() - 1
+                }
             };
-            let before = acc.result(&self.fns);
+            let t = &mut self.touched[at];
+            let acc = &mut t.acc;
+            if acc.rows == 0 && kind.retracts() {
+                continue;
+            }
             let sign = if kind.retracts() { -1 } else { 1 };
             acc.rows += sign;
             for ((f, v), vals) in self.fns.iter().zip(acc.values.iter_mut()).zip(&ints) {
@@ -242,25 +275,31 @@ impl Operator for Aggregate {
             if acc.carried.is_empty() && !carry_cols.is_empty() {
                 encode_row(&carry_cols, i, &mut acc.carried);
             }
-            let after = acc.result(&self.fns);
-            let time = times.as_ref().and_then(|t| t.is_valid(i).then(|| t.value(i)));
-            let carried = acc.carried.clone();
-            match (before, after) {
-                (None, Some(new)) => self.push(RowKind::Insert, &new, &carried, time),
+            t.row = i;
+            t.time = times.as_ref().and_then(|t| t.is_valid(i).then(|| t.value(i)));
+        }
+        let mut touched = std::mem::take(&mut self.touched);
+        for t in touched.drain(..) {
+            let after = t.acc.result(&self.fns);
+            let carried = &t.acc.carried;
+            match (t.before, after) {
+                (None, Some(new)) => self.push(RowKind::Insert, &new, carried, t.time),
                 (Some(old), Some(new)) if old != new => {
-                    self.push(RowKind::UpdateBefore, &old, &carried, time);
-                    self.push(RowKind::UpdateAfter, &new, &carried, time);
+                    self.push(RowKind::UpdateBefore, &old, carried, t.time);
+                    self.push(RowKind::UpdateAfter, &new, carried, t.time);
                 }
-                (Some(old), None) => self.push(RowKind::Delete, &old, &carried, time),
+                (Some(old), None) => self.push(RowKind::Delete, &old, carried, t.time),
                 _ => {}
             }
-            if acc.rows > 0 {
-                acc.encode(&mut self.value);
+            set_current_key_of_row(backend, keys, groups, t.row);
+            if t.acc.rows > 0 {
+                t.acc.encode(&mut self.value);
                 backend.put_value(state, &self.value)?;
             } else {
                 backend.delete_value(state)?;
             }
         }
+        self.touched = touched;
         self.flush(out)
     }
 

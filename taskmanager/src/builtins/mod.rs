@@ -7,11 +7,13 @@ mod file_sink;
 pub(crate) mod join;
 mod keyed_count;
 mod nexmark;
+mod over;
 mod project;
 mod text;
 mod window_aggregate;
 mod window_join;
 mod window_top;
+mod winning_bids;
 
 pub use aggregate::Aggregate;
 pub use blackhole::Blackhole;
@@ -20,15 +22,18 @@ pub use file_sink::FileSink;
 pub use join::Join;
 pub use keyed_count::KeyedCount;
 pub use nexmark::{nexmark_schema, Nexmark};
+pub use over::Over;
 pub use project::{Filter, Project};
 pub use window_aggregate::{output_schema, window_aggregate, WindowAggregate};
 pub use window_join::WindowJoin;
 pub use window_top::WindowTop;
+pub use winning_bids::WinningBids;
 
 use crate::api::registry::{signed, Instance, Registry};
 use weir_common::builtin::{
     builtin_kinds, AggregateConfig, DatagenConfig, FileSinkConfig, FilterConfig, JoinConfig, KeyedCountConfig,
-    NexmarkConfig, ProjectConfig, WindowAggregateConfig, WindowJoinConfig, WindowTopConfig,
+    NexmarkConfig, OverConfig, ProjectConfig, WindowAggregateConfig, WindowJoinConfig, WindowTopConfig,
+    WinningBidsConfig,
 };
 use weir_state::signature::StateSignature;
 
@@ -87,6 +92,21 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
         "aggregate" => {
             StateSignature::keyed::<Vec<u8>>().value::<Vec<u8>>("aggregate").union::<String>("aggregate-columns")
         }
+        // Per key and event time (namespace), the rows waiting for the watermark; per key, the preceding rows'
+        // values or the running accumulators; the input's columns; the rows' timers.
+        "over" => StateSignature::keyed::<Vec<u8>>()
+            .list::<Vec<u8>>("over-rows")
+            .in_namespace::<i64>("over-rows")
+            .value::<Vec<u8>>("over-frame")
+            .union::<String>("over-columns")
+            .timers::<Vec<u8>>(),
+        // Per auction, the auction, its best bid and the bids that came before it; the inputs' columns; timers.
+        "winning-bids" => StateSignature::keyed::<Vec<u8>>()
+            .value::<Vec<u8>>("winning-bids-auction")
+            .value::<Vec<u8>>("winning-bids-best")
+            .list::<Vec<u8>>("winning-bids-early")
+            .union::<String>("winning-bids-columns")
+            .timers::<Vec<u8>>(),
         "file-sink" => StateSignature::unkeyed()
             .operator_list::<String>("pending-files")
             .operator_list::<String>("position")
@@ -137,6 +157,10 @@ pub fn register_all(r: &mut Registry) {
             "window-join" => {
                 r.register(info, |c| Ok(Instance::Operator(Box::new(WindowJoin::new(WindowJoinConfig::from_map(c)?)))))
             }
+            "over" => r.register(info, |c| Ok(Instance::Operator(Box::new(Over::new(OverConfig::from_map(c)?))))),
+            "winning-bids" => r.register(info, |c| {
+                Ok(Instance::Operator(Box::new(WinningBids::new(WinningBidsConfig::from_map(c)?))))
+            }),
             "window-top" => {
                 r.register(info, |c| Ok(Instance::Operator(Box::new(WindowTop::new(WindowTopConfig::from_map(c)?)))))
             }
@@ -148,6 +172,33 @@ pub fn register_all(r: &mut Registry) {
             _ => {}
         }
     }
+}
+
+/// The integers of column `name` of `batch` (32- or 64-bit integers, or millisecond timestamps); `who` names the
+/// operator in errors.
+pub(crate) fn int_column(
+    batch: &arrow_array::RecordBatch,
+    name: &str,
+    who: &str,
+) -> Result<Vec<Option<i64>>, crate::api::operator::OperatorError> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
+    use arrow_schema::{DataType, TimeUnit};
+    let col = batch
+        .column_by_name(name)
+        .ok_or_else(|| crate::api::operator::OperatorError::Other(format!("{who}: no column {name:?}")))?;
+    Ok(match col.data_type() {
+        DataType::Int64 => col.as_primitive::<Int64Type>().iter().collect(),
+        DataType::Int32 => col.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),
+        DataType::Timestamp(TimeUnit::Millisecond, None) => {
+            col.as_primitive::<TimestampMillisecondType>().iter().collect()
+        }
+        t => {
+            return Err(crate::api::operator::OperatorError::Other(format!(
+                "{who}: column {name:?} is {t}, not an integer"
+            )))
+        }
+    })
 }
 
 #[cfg(test)]

@@ -10,8 +10,6 @@ use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_cur
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::Arc;
@@ -115,16 +113,6 @@ impl WindowTop {
     }
 }
 
-/// The `by` column's values as integers.
-fn ranked_values(batch: &RecordBatch, by: &str) -> Result<Vec<Option<i64>>, OperatorError> {
-    let col = batch.column_by_name(by).ok_or_else(|| OperatorError::Other(format!("window-top: no column {by:?}")))?;
-    Ok(match col.data_type() {
-        DataType::Int64 => col.as_primitive::<Int64Type>().iter().collect(),
-        DataType::Int32 => col.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),
-        t => return Err(OperatorError::Other(format!("window-top: column {by:?} is {t}, not an integer"))),
-    })
-}
-
 impl Operator for WindowTop {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("window-top needs keyed state".into()))?;
@@ -145,7 +133,7 @@ impl Operator for WindowTop {
             self.output = None;
         }
         let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
-        let values = ranked_values(batch, &self.cfg.by)?;
+        let values = crate::builtins::int_column(batch, &self.cfg.by, "window-top")?;
         let times = event_times(batch)
             .ok_or_else(|| OperatorError::Other("window-top needs event time: its input has no timestamps".into()))?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));

@@ -1,0 +1,452 @@
+//! `over`: Flink's `OVER` aggregation on event time (`ROWS BETWEEN n PRECEDING AND CURRENT ROW`). Every row
+//! waits in keyed state, in a list per key and event time (namespace: the time), with an event-time timer at
+//! that time; when the watermark passes it, the rows of that time go out in order (arrival, or `ties_by`), each
+//! with the aggregates over it and the rows of its key before it. What the next row needs of those rows — the
+//! last `n` rows' aggregated values, or running accumulators for an unbounded frame — is one value per key.
+//!
+//! Rows fired by the timers of one watermark are gathered and emitted as one batch in `on_watermark`, which
+//! runs after the timers and before the watermark goes on.
+
+use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME, OP};
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
+use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
+use crate::api::timers::TimeDomain;
+use crate::builtins::int_column;
+use arrow_array::builder::{Int64Builder, TimestampMillisecondBuilder};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use weir_common::builtin::{AggregateFn, OverConfig};
+use weir_state::{ListState, StateDescriptor, StateId, StateKind};
+
+const ROWS: &str = "over-rows";
+const FRAME: &str = "over-frame";
+const COLUMNS_STATE: &str = "over-columns";
+const INPUT: &str = "input";
+/// Rows gathered before they are emitted anyway, within one watermark's timers.
+const EMIT_AT: usize = 4096;
+
+/// What the aggregates of a key's next row need of the rows before it.
+#[derive(Clone, Debug, PartialEq)]
+enum Frame {
+    /// The last rows' aggregated values, oldest first (at most the frame's preceding rows).
+    Bounded(VecDeque<Vec<Option<i64>>>),
+    /// Per aggregate, `(a, b)` as `aggregate`'s accumulators: count `a` rows; sum, avg `a` the sum and `b` the
+    /// values; min, max `a` the extreme and `b` the values.
+    Unbounded(Vec<(i64, i64)>),
+}
+
+impl Frame {
+    fn empty(preceding: Option<u64>, n: usize) -> Frame {
+        match preceding {
+            Some(_) => Frame::Bounded(VecDeque::new()),
+            None => Frame::Unbounded(vec![(0, 0); n]),
+        }
+    }
+
+    /// Adds a row's aggregated values and returns the aggregates over the frame that ends with it.
+    fn push(&mut self, fns: &[AggregateFn], preceding: Option<u64>, values: &[Option<i64>]) -> Vec<Option<i64>> {
+        match self {
+            Frame::Bounded(rows) => {
+                rows.push_back(values.to_vec());
+                let keep = preceding.unwrap_or(0).saturating_add(1) as usize;
+                while rows.len() > keep {
+                    rows.pop_front();
+                }
+                let result = fns
+                    .iter()
+                    .enumerate()
+                    .map(|(j, f)| {
+                        let vals = rows.iter().filter_map(|r| r[j]);
+                        match f {
+                            AggregateFn::Count => Some(rows.len() as i64),
+                            AggregateFn::Sum => vals.clone().next().map(|_| vals.fold(0i64, i64::wrapping_add)),
+                            AggregateFn::Avg => {
+                                let (sum, n) = vals.fold((0i64, 0i64), |(s, n), v| (s.wrapping_add(v), n + 1));
+                                (n > 0).then(|| sum / n)
+                            }
+                            AggregateFn::Min => vals.min(),
+                            AggregateFn::Max => vals.max(),
+                        }
+                    })
+                    .collect();
+                // Only the preceding rows are needed by the next row.
+                while rows.len() >= keep {
+                    rows.pop_front();
+                }
+                result
+            }
+            Frame::Unbounded(acc) => fns
+                .iter()
+                .zip(acc.iter_mut())
+                .zip(values)
+                .map(|((f, (a, b)), x)| {
+                    match (f, *x) {
+                        (AggregateFn::Count, _) => *a += 1,
+                        (_, None) => {}
+                        (AggregateFn::Sum | AggregateFn::Avg, Some(x)) => {
+                            *a = a.wrapping_add(x);
+                            *b += 1;
+                        }
+                        (AggregateFn::Min, Some(x)) => {
+                            *a = if *b == 0 { x } else { (*a).min(x) };
+                            *b += 1;
+                        }
+                        (AggregateFn::Max, Some(x)) => {
+                            *a = if *b == 0 { x } else { (*a).max(x) };
+                            *b += 1;
+                        }
+                    }
+                    match f {
+                        AggregateFn::Count => Some(*a),
+                        AggregateFn::Avg => (*b != 0).then(|| *a / *b),
+                        _ => (*b != 0).then_some(*a),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// As stored: a tag byte (0 bounded, 1 unbounded), then the bounded rows (`u32` count, each value a
+    /// presence byte and a little-endian `i64`) or the accumulators' pairs.
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        match self {
+            Frame::Bounded(rows) => {
+                out.push(0);
+                out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+                for v in rows.iter().flatten() {
+                    encode_value(*v, out);
+                }
+            }
+            Frame::Unbounded(acc) => {
+                out.push(1);
+                for (a, b) in acc {
+                    out.extend_from_slice(&a.to_le_bytes());
+                    out.extend_from_slice(&b.to_le_bytes());
+                }
+            }
+        }
+    }
+
+    fn decode(bytes: &[u8], n: usize) -> Result<Frame, OperatorError> {
+        let bad = || OperatorError::Other("over: a stored frame is corrupt (or of another frame's config)".into());
+        let mut b = bytes.get(1..).ok_or_else(bad)?;
+        let frame = match bytes[0] {
+            0 => {
+                let count = u32::from_le_bytes(take::<4>(&mut b).ok_or_else(bad)?) as usize;
+                let mut rows = VecDeque::with_capacity(count);
+                for _ in 0..count {
+                    rows.push_back((0..n).map(|_| decode_value(&mut b).ok_or_else(bad)).collect::<Result<_, _>>()?);
+                }
+                Frame::Bounded(rows)
+            }
+            1 => Frame::Unbounded(
+                (0..n)
+                    .map(|_| {
+                        let a = i64::from_le_bytes(take::<8>(&mut b).ok_or_else(bad)?);
+                        Ok((a, i64::from_le_bytes(take::<8>(&mut b).ok_or_else(bad)?)))
+                    })
+                    .collect::<Result<_, OperatorError>>()?,
+            ),
+            _ => return Err(bad()),
+        };
+        if !b.is_empty() {
+            return Err(bad());
+        }
+        Ok(frame)
+    }
+}
+
+fn encode_value(v: Option<i64>, out: &mut Vec<u8>) {
+    match v {
+        Some(x) => {
+            out.push(1);
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        None => out.push(0),
+    }
+}
+
+fn take<const N: usize>(b: &mut &[u8]) -> Option<[u8; N]> {
+    let (head, rest) = b.split_at_checked(N)?;
+    *b = rest;
+    head.try_into().ok()
+}
+
+fn decode_value(b: &mut &[u8]) -> Option<Option<i64>> {
+    match take::<1>(b)?[0] {
+        0 => Some(None),
+        _ => Some(Some(i64::from_le_bytes(take::<8>(b)?))),
+    }
+}
+
+/// Rows fired and not yet emitted.
+struct Fired {
+    rows: RowsBuilder,
+    values: Vec<Int64Builder>,
+    times: TimestampMillisecondBuilder,
+    len: usize,
+}
+
+/// The over operator.
+pub struct Over {
+    cfg: OverConfig,
+    fns: Vec<AggregateFn>,
+    rows: Option<ListState<Vec<u8>>>,
+    frame: Option<StateId>,
+    columns: KeptColumns,
+    row: Vec<u8>,
+    value: Vec<u8>,
+    fired: Option<Fired>,
+    output: Option<SchemaRef>,
+}
+
+impl Over {
+    /// An over aggregation with the given config.
+    pub fn new(cfg: OverConfig) -> Self {
+        let fns = cfg.aggregates.iter().map(|a| a.0).collect();
+        Over {
+            cfg,
+            fns,
+            rows: None,
+            frame: None,
+            columns: KeptColumns::default(),
+            row: Vec::new(),
+            value: Vec::new(),
+            fired: None,
+            output: None,
+        }
+    }
+
+    fn fired(&mut self) -> Result<&mut Fired, OperatorError> {
+        if self.fired.is_none() {
+            let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Other("over: no columns".into()))?;
+            self.fired = Some(Fired {
+                rows: RowsBuilder::new(kept)?,
+                values: self.fns.iter().map(|_| Int64Builder::new()).collect(),
+                times: TimestampMillisecondBuilder::new(),
+                len: 0,
+            });
+        }
+        self.fired.as_mut().ok_or_else(|| OperatorError::Other("over: no output".into()))
+    }
+
+    fn output_schema(&mut self) -> Result<SchemaRef, OperatorError> {
+        if let Some(s) = &self.output {
+            return Ok(s.clone());
+        }
+        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Other("over: no columns".into()))?;
+        let mut fields: Vec<Field> =
+            kept.fields().iter().filter(|f| f.name() != EVENT_TIME).map(|f| f.as_ref().clone()).collect();
+        for (f, _, name) in &self.cfg.aggregates {
+            fields.push(Field::new(name, DataType::Int64, *f != AggregateFn::Count));
+        }
+        fields.push(event_time_field());
+        let schema = Arc::new(Schema::new(fields));
+        self.output = Some(schema.clone());
+        Ok(schema)
+    }
+
+    fn emit(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        if self.fired.as_ref().is_none_or(|f| f.len == 0) {
+            return Ok(());
+        }
+        let schema = self.output_schema()?;
+        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Other("over: no columns".into()))?;
+        let f = self.fired()?;
+        let mut columns: Vec<ArrayRef> = f
+            .rows
+            .finish()
+            .into_iter()
+            .zip(kept.fields())
+            .filter(|(_, k)| k.name() != EVENT_TIME)
+            .map(|(c, _)| c)
+            .collect();
+        columns.extend(f.values.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        columns.push(Arc::new(f.times.finish()));
+        f.len = 0;
+        let batch = RecordBatch::try_new(schema, columns)
+            .map_err(|e| OperatorError::Other(format!("over: building the output: {e}")))?;
+        out.emit_batch(batch)
+    }
+}
+
+impl Operator for Over {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("over needs keyed state".into()))?;
+        self.rows = Some(ListState::register(&mut **keyed, StateDescriptor::new(ROWS).namespaced())?);
+        self.frame = Some(keyed.register_state(FRAME, StateKind::Value)?);
+        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
+        self.columns.restore(INPUT, &restored)
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        _out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        if batch.column_by_name(OP).is_some() {
+            return Err(OperatorError::Other(
+                "over takes rows that are only added; its input is an updating result (it has changes)".into(),
+            ));
+        }
+        let (idx, learned) = self.columns.of_batch("over's input", &batch.schema())?;
+        if learned {
+            (self.output, self.fired) = (None, None);
+        }
+        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
+        let values: Vec<Vec<Option<i64>>> = self
+            .cfg
+            .aggregates
+            .iter()
+            .map(|(_, c, _)| match c {
+                Some(c) => int_column(batch, c, "over"),
+                None => Ok(vec![None; batch.num_rows()]),
+            })
+            .collect::<Result<_, _>>()?;
+        let ties = self.cfg.ties_by.as_deref().map(|c| int_column(batch, c, "over")).transpose()?;
+        let times = event_times(batch)
+            .ok_or_else(|| OperatorError::Other("over needs event time: its input has no timestamps".into()))?;
+        let (keys, groups) = (keys(batch)?, key_groups(batch));
+        let list = self.rows.as_mut().ok_or_else(|| OperatorError::Other("over used before init".into()))?;
+        let watermark = ctx.current_watermark();
+        let mut timers = ctx.timers()?;
+        for i in 0..batch.num_rows() {
+            if !times.is_valid(i) || times.value(i) <= watermark {
+                // Without a time a row has no place in the order; at or behind the watermark it is late.
+                continue;
+            }
+            let t = times.value(i);
+            let backend = timers.keyed();
+            set_current_key_of_row(backend, keys, groups, i);
+            backend.set_current_namespace(&t.to_be_bytes());
+            self.row.clear();
+            self.row.extend_from_slice(&ties.as_ref().and_then(|v| v[i]).unwrap_or(i64::MIN).to_le_bytes());
+            for v in &values {
+                encode_value(v[i], &mut self.row);
+            }
+            encode_row(&own, i, &mut self.row);
+            list.add(backend, &self.row)?;
+            timers.register_event_time_timer(t)?;
+        }
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        timestamp: i64,
+        domain: TimeDomain,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        if domain != TimeDomain::EventTime {
+            return Err(OperatorError::Other("over sets no processing-time timers".into()));
+        }
+        let (Some(list), Some(frame_state)) = (self.rows.as_ref(), self.frame) else {
+            return Err(OperatorError::Other("over used before init".into()));
+        };
+        let backend = ctx.keyed()?;
+        let mut waiting: Vec<Vec<u8>> = Vec::new();
+        list.visit_encoded(backend, &mut |e| {
+            waiting.push(e.to_vec());
+            Ok(())
+        })?;
+        list.clear(backend)?;
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let n = self.fns.len();
+        if self.cfg.ties_by.is_some() {
+            // Stable: equal ties keep their arrival order.
+            waiting.sort_by_key(|r| r.get(..8).and_then(|b| b.try_into().ok()).map_or(i64::MIN, i64::from_le_bytes));
+        }
+        let mut frame = match backend.get_value(frame_state)? {
+            Some(bytes) => Frame::decode(bytes, n)?,
+            None => Frame::empty(self.cfg.rows_preceding, n),
+        };
+        let corrupt = || OperatorError::Other("over: a waiting row is corrupt".into());
+        let (fns, preceding) = (self.fns.clone(), self.cfg.rows_preceding);
+        let mut values = Vec::with_capacity(n);
+        for r in &waiting {
+            let mut b = r.get(8..).ok_or_else(corrupt)?;
+            values.clear();
+            for _ in 0..n {
+                values.push(decode_value(&mut b).ok_or_else(corrupt)?);
+            }
+            let result = frame.push(&fns, preceding, &values);
+            let f = self.fired()?;
+            f.rows.push(b)?;
+            for (builder, v) in f.values.iter_mut().zip(result) {
+                builder.append_option(v);
+            }
+            f.times.append_value(timestamp);
+            f.len += 1;
+        }
+        frame.encode(&mut self.value);
+        ctx.keyed()?.put_value(frame_state, &self.value)?;
+        if self.fired.as_ref().is_some_and(|f| f.len >= EMIT_AT) {
+            self.emit(out)?;
+        }
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        _watermark: i64,
+        _ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.emit(out)
+    }
+
+    fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        self.emit(out)
+    }
+
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
+        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
+        list.clear();
+        list.extend(self.columns.element(INPUT));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bounded_frame_keeps_the_preceding_rows_and_an_unbounded_one_runs() {
+        let fns = [AggregateFn::Avg, AggregateFn::Count, AggregateFn::Max, AggregateFn::Sum];
+        let mut f = Frame::empty(Some(2), 4);
+        let mut got = Vec::new();
+        for x in [Some(10), None, Some(20), Some(7), Some(1)] {
+            got.push(f.push(&fns, Some(2), &[x, x, x, x]));
+        }
+        // Frames: [10], [10, -], [10, -, 20], [-, 20, 7], [20, 7, 1].
+        assert_eq!(got[0], vec![Some(10), Some(1), Some(10), Some(10)]);
+        assert_eq!(got[1], vec![Some(10), Some(2), Some(10), Some(10)]);
+        assert_eq!(got[2], vec![Some(15), Some(3), Some(20), Some(30)]);
+        assert_eq!(got[3], vec![Some(13), Some(3), Some(20), Some(27)], "AVG rounds toward zero");
+        assert_eq!(got[4], vec![Some(9), Some(3), Some(20), Some(28)]);
+        let mut bytes = Vec::new();
+        f.encode(&mut bytes);
+        assert_eq!(Frame::decode(&bytes, 4).unwrap(), f);
+        assert!(matches!(&f, Frame::Bounded(rows) if rows.len() == 2), "only the preceding rows are kept");
+        assert!(Frame::decode(&bytes[..bytes.len() - 1], 4).is_err());
+
+        let mut u = Frame::empty(None, 4);
+        for x in [Some(4), None, Some(9)] {
+            got.push(u.push(&fns, None, &[x, x, x, x]));
+        }
+        assert_eq!(got.last().unwrap(), &vec![Some(6), Some(3), Some(9), Some(13)]);
+        u.encode(&mut bytes);
+        assert_eq!(Frame::decode(&bytes, 4).unwrap(), u);
+        let mut none = Frame::empty(Some(0), 1);
+        assert_eq!(none.push(&[AggregateFn::Min], Some(0), &[None]), vec![None]);
+        assert_eq!(none.push(&[AggregateFn::Min], Some(0), &[Some(3)]), vec![Some(3)]);
+    }
+}

@@ -1,0 +1,369 @@
+//! `winning-bids`: Nexmark's winning bids (q6's first step, query-specific). Auctions (first input) and bids
+//! (second), keyed by auction. Per key, the auction — its own event time, its closing time and its row —, and
+//! the highest bid so far that came while it was open, are one value each; a bid costs one or two reads and, when
+//! it leads, one write. An event-time timer at the closing time emits the auction and its winning bid (gathered
+//! per watermark, emitted in `on_watermark`) and clears the key.
+//!
+//! Bids can come before their auction (parallel sources, or a split that runs ahead): they wait in a list, with a
+//! timer at their own time. When the auction comes they are judged; a bid whose auction has not come by the time
+//! the watermark passes it never counts (the auction, opened no later than the bid, would have come) and goes.
+
+use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
+use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
+use crate::api::timers::TimeDomain;
+use crate::builtins::int_column;
+use crate::builtins::join::Plan;
+use arrow_array::builder::{BinaryBuilder, TimestampMillisecondBuilder};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::SchemaRef;
+use std::sync::Arc;
+use weir_common::builtin::{JoinConfig, WinningBidsConfig};
+use weir_state::{ListState, StateId, StateKind};
+
+const AUCTION: &str = "winning-bids-auction";
+const BEST: &str = "winning-bids-best";
+const EARLY: &str = "winning-bids-early";
+const COLUMNS_STATE: &str = "winning-bids-columns";
+const SIDE_NAMES: [&str; 2] = ["first", "second"];
+/// Winners gathered before they are emitted anyway, within one watermark's timers.
+const EMIT_AT: usize = 4096;
+
+/// Two little-endian `i64`s, then a stored row: an auction (opens, closes) or a bid (`by`, time).
+fn pair(bytes: &[u8]) -> Result<(i64, i64, &[u8]), OperatorError> {
+    let bad = || OperatorError::Other("winning-bids: a stored row is corrupt".into());
+    let a = bytes.get(..8).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes).ok_or_else(bad)?;
+    let b = bytes.get(8..16).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes).ok_or_else(bad)?;
+    Ok((a, b, &bytes[16..]))
+}
+
+fn write_pair(a: i64, b: i64, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&a.to_le_bytes());
+    out.extend_from_slice(&b.to_le_bytes());
+}
+
+/// Whether a bid `(by, time)` beats the best so far: a higher `by`, or an equal one made earlier.
+fn beats(by: i64, time: i64, best: Option<(i64, i64)>) -> bool {
+    best.is_none_or(|(b, t)| by > b || (by == b && time < t))
+}
+
+/// Winners fired and not yet emitted.
+struct Fired {
+    keys: BinaryBuilder,
+    auctions: RowsBuilder,
+    bids: RowsBuilder,
+    times: TimestampMillisecondBuilder,
+    len: usize,
+}
+
+/// The winning-bids operator.
+pub struct WinningBids {
+    cfg: WinningBidsConfig,
+    auction: Option<StateId>,
+    best: Option<StateId>,
+    early: Option<ListState<Vec<u8>>>,
+    columns: [KeptColumns; 2],
+    plan: Option<Plan>,
+    fired: Option<Fired>,
+    row: Vec<u8>,
+}
+
+impl WinningBids {
+    /// A winning-bids operator with the given config.
+    pub fn new(cfg: WinningBidsConfig) -> Self {
+        WinningBids {
+            cfg,
+            auction: None,
+            best: None,
+            early: None,
+            columns: Default::default(),
+            plan: None,
+            fired: None,
+            row: Vec::new(),
+        }
+    }
+
+    fn states(&mut self) -> Result<(StateId, StateId, &mut ListState<Vec<u8>>), OperatorError> {
+        match (self.auction, self.best, self.early.as_mut()) {
+            (Some(a), Some(b), Some(e)) => Ok((a, b, e)),
+            _ => Err(OperatorError::Other("winning-bids used before initialize_state".into())),
+        }
+    }
+
+    fn schemas(&self) -> Result<(SchemaRef, SchemaRef), OperatorError> {
+        match (&self.columns[0].stored, &self.columns[1].stored) {
+            (Some(a), Some(b)) => Ok((a.clone(), b.clone())),
+            _ => Err(OperatorError::Other("winning-bids: a winner before both inputs' columns are known".into())),
+        }
+    }
+
+    fn auctions(&mut self, batch: &RecordBatch, ctx: &mut ProcessContext<'_>) -> Result<(), OperatorError> {
+        let (idx, learned) = self.columns[0].of_batch("the auctions (first input)", &batch.schema())?;
+        if learned {
+            (self.plan, self.fired) = (None, None);
+        }
+        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
+        let closes = int_column(batch, &self.cfg.closes, "winning-bids")?;
+        let times = event_times(batch)
+            .ok_or_else(|| OperatorError::Other("winning-bids needs event time: its input has no timestamps".into()))?;
+        let (keys, groups) = (keys(batch)?, key_groups(batch));
+        let mut row = std::mem::take(&mut self.row);
+        let (auction, best, early) = self.states()?;
+        let mut timers = ctx.timers()?;
+        let mut waiting: Vec<Vec<u8>> = Vec::new();
+        for (i, closes) in closes.into_iter().enumerate() {
+            let (Some(closes), true) = (closes, times.is_valid(i)) else { continue };
+            let opens = times.value(i);
+            let backend = timers.keyed();
+            set_current_key_of_row(backend, keys, groups, i);
+            write_pair(opens, closes, &mut row);
+            encode_row(&own, i, &mut row);
+            backend.put_value(auction, &row)?;
+            timers.register_event_time_timer(closes)?;
+            // Bids that came first: the best of those made while the auction was open.
+            let backend = timers.keyed();
+            waiting.clear();
+            early.visit_encoded(backend, &mut |e| {
+                waiting.push(e.to_vec());
+                Ok(())
+            })?;
+            if waiting.is_empty() {
+                continue;
+            }
+            early.clear(backend)?;
+            let mut lead: Option<(i64, i64, &[u8])> = match backend.get_value(best)? {
+                Some(b) => Some(pair(b).map(|(by, t, _)| (by, t, &[][..]))?),
+                None => None,
+            };
+            let mut changed = false;
+            for w in &waiting {
+                let (time, by, _) = pair(w)?;
+                if (opens..=closes).contains(&time) && beats(by, time, lead.map(|(b, t, _)| (b, t))) {
+                    lead = Some((by, time, w.as_slice()));
+                    changed = true;
+                }
+            }
+            if let (true, Some((by, time, w))) = (changed, lead) {
+                write_pair(by, time, &mut row);
+                row.extend_from_slice(&w[16..]);
+                backend.put_value(best, &row)?;
+            }
+        }
+        self.row = row;
+        Ok(())
+    }
+
+    fn bids(&mut self, batch: &RecordBatch, ctx: &mut ProcessContext<'_>) -> Result<(), OperatorError> {
+        let (idx, learned) = self.columns[1].of_batch("the bids (second input)", &batch.schema())?;
+        if learned {
+            (self.plan, self.fired) = (None, None);
+        }
+        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
+        let by = int_column(batch, &self.cfg.by, "winning-bids")?;
+        let times = event_times(batch)
+            .ok_or_else(|| OperatorError::Other("winning-bids needs event time: its input has no timestamps".into()))?;
+        let (keys, groups) = (keys(batch)?, key_groups(batch));
+        let mut row = std::mem::take(&mut self.row);
+        let (auction, best, early) = self.states()?;
+        let watermark = ctx.current_watermark();
+        let mut timers = ctx.timers()?;
+        for (i, by) in by.into_iter().enumerate() {
+            let (Some(by), true) = (by, times.is_valid(i)) else { continue };
+            let time = times.value(i);
+            let backend = timers.keyed();
+            set_current_key_of_row(backend, keys, groups, i);
+            let open = match backend.get_value(auction)? {
+                Some(a) => {
+                    let (opens, closes, _) = pair(a)?;
+                    Some((opens..=closes).contains(&time))
+                }
+                None => None,
+            };
+            match open {
+                Some(false) => {}
+                Some(true) => {
+                    let lead = match backend.get_value(best)? {
+                        Some(b) => Some(pair(b).map(|(b, t, _)| (b, t))?),
+                        None => None,
+                    };
+                    if beats(by, time, lead) {
+                        write_pair(by, time, &mut row);
+                        encode_row(&own, i, &mut row);
+                        backend.put_value(best, &row)?;
+                    }
+                }
+                None if time <= watermark => {}
+                None => {
+                    write_pair(time, by, &mut row);
+                    encode_row(&own, i, &mut row);
+                    early.add(backend, &row)?;
+                    timers.register_event_time_timer(time)?;
+                }
+            }
+        }
+        self.row = row;
+        Ok(())
+    }
+
+    fn emit(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        let Some(f) = self.fired.as_mut().filter(|f| f.len > 0) else { return Ok(()) };
+        let Some(plan) = &self.plan else { return Err(OperatorError::Other("winning-bids: no plan".into())) };
+        let (a, b) = (self.columns[0].stored.clone(), self.columns[1].stored.clone());
+        let (Some(a), Some(b)) = (a, b) else { return Err(OperatorError::Other("winning-bids: no columns".into())) };
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(f.keys.finish())];
+        for (cols, schema) in [(f.auctions.finish(), &a), (f.bids.finish(), &b)] {
+            columns
+                .extend(cols.into_iter().zip(schema.fields()).filter(|(_, k)| k.name() != EVENT_TIME).map(|(c, _)| c));
+        }
+        columns.push(Arc::new(f.times.finish()));
+        f.len = 0;
+        let batch = RecordBatch::try_new(plan.joined.clone(), columns)
+            .map_err(|e| OperatorError::Other(format!("winning-bids: building the output: {e}")))?;
+        out.emit_batch(batch)
+    }
+}
+
+impl Operator for WinningBids {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("winning-bids needs keyed state".into()))?;
+        self.auction = Some(keyed.register_state(AUCTION, StateKind::Value)?);
+        self.best = Some(keyed.register_state(BEST, StateKind::Value)?);
+        self.early = Some(ListState::register(&mut **keyed, EARLY)?);
+        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
+        for (c, name) in self.columns.iter_mut().zip(SIDE_NAMES) {
+            c.restore(name, &restored)?;
+        }
+        Ok(())
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        _out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.auctions(batch, ctx)
+    }
+
+    fn process_second_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        _out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.bids(batch, ctx)
+    }
+
+    fn on_timer(
+        &mut self,
+        timestamp: i64,
+        domain: TimeDomain,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        if domain != TimeDomain::EventTime {
+            return Err(OperatorError::Other("winning-bids sets no processing-time timers".into()));
+        }
+        let (auction, best, early) = self.states()?;
+        let backend = ctx.keyed()?;
+        let closes = match backend.get_value(auction)? {
+            Some(a) => Some(pair(a)?.1),
+            None => None,
+        };
+        match closes {
+            // The timer of a bid that came early, whose auction has come since: nothing to do.
+            Some(c) if c != timestamp => return Ok(()),
+            Some(_) => {}
+            None => {
+                // Bids that came early and whose auction has not come by their own time never count.
+                let mut kept = Vec::new();
+                early.visit_encoded(backend, &mut |e| {
+                    kept.push(e.to_vec());
+                    Ok(())
+                })?;
+                let mut later = Vec::with_capacity(kept.len());
+                for k in kept {
+                    if pair(&k)?.0 > timestamp {
+                        later.push(k);
+                    }
+                }
+                early.clear(backend)?;
+                for k in &later {
+                    early.add(backend, k)?;
+                }
+                return Ok(());
+            }
+        }
+        let winner = backend.get_value(best)?.map(<[u8]>::to_vec);
+        let auction_row = backend.get_value(auction)?.map(<[u8]>::to_vec);
+        let key = backend.current_key_and_namespace().0.to_vec();
+        backend.delete_value(auction)?;
+        backend.delete_value(best)?;
+        early.clear(backend)?;
+        let (Some(winner), Some(auction_row)) = (winner, auction_row) else { return Ok(()) };
+        if self.plan.is_none() {
+            let (a, b) = self.schemas()?;
+            self.plan = Some(Plan::new(&JoinConfig { select: None, condition: None }, &a, &b, &[])?);
+        }
+        if self.fired.is_none() {
+            let (a, b) = self.schemas()?;
+            self.fired = Some(Fired {
+                keys: BinaryBuilder::new(),
+                auctions: RowsBuilder::new(a)?,
+                bids: RowsBuilder::new(b)?,
+                times: TimestampMillisecondBuilder::new(),
+                len: 0,
+            });
+        }
+        let Some(f) = self.fired.as_mut() else { unreachable!("made above") };
+        f.keys.append_value(&key);
+        f.auctions.push(pair(&auction_row)?.2)?;
+        f.bids.push(pair(&winner)?.2)?;
+        f.times.append_value(timestamp);
+        f.len += 1;
+        if f.len >= EMIT_AT {
+            self.emit(out)?;
+        }
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        _watermark: i64,
+        _ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.emit(out)
+    }
+
+    fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        self.emit(out)
+    }
+
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
+        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
+        list.clear();
+        list.extend(self.columns.iter().zip(SIDE_NAMES).filter_map(|(c, name)| c.element(name)));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_higher_bid_wins_and_of_equal_ones_the_earlier() {
+        assert!(beats(5, 10, None));
+        assert!(beats(6, 10, Some((5, 1))));
+        assert!(!beats(4, 1, Some((5, 10))));
+        assert!(beats(5, 9, Some((5, 10))), "equal price, earlier bid");
+        assert!(!beats(5, 10, Some((5, 10))), "equal price and time: the first to arrive stays");
+        let mut row = Vec::new();
+        write_pair(-3, 7, &mut row);
+        row.extend_from_slice(b"xy");
+        assert_eq!(pair(&row).unwrap(), (-3, 7, &b"xy"[..]));
+        assert!(pair(&row[..15]).is_err());
+    }
+}
