@@ -215,6 +215,20 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             output: crate::schema::OutputSchema::FromConfig,
         },
         KindInfo {
+            kind: "interval-join".into(),
+            role: Role::TwoInput,
+            keyed: true,
+            version: v.clone(),
+            states: vec![
+                ("interval-join-first".into(), "list".into(), "rows of the first input per time bucket".into()),
+                ("interval-join-second".into(), "list".into(), "rows of the second input per time bucket".into()),
+                ("interval-join-columns".into(), "union".into(), "each input's columns".into()),
+            ],
+            signature: None,
+            input_columns: vec![crate::schema::key_column()],
+            output: crate::schema::OutputSchema::FromConfig,
+        },
+        KindInfo {
             kind: "over".into(),
             role: Role::Operator,
             keyed: true,
@@ -1199,6 +1213,48 @@ impl OverConfig {
     }
 }
 
+/// Config of the `interval-join` kind (Flink's interval join): the inner join of two inputs keyed alike where
+/// the second row's event time minus the first's is within `lower_ms` and `upper_ms`, both included (`b.t BETWEEN
+/// a.t + lower AND a.t + upper`). Each row waits in keyed state until the watermark passes the last time a row of
+/// the other input could match it; rows late on arrival (behind the watermark) are dropped, as Flink does. `where`
+/// and `select` as for `join`; a joined row's event time is the later of the two.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IntervalJoinConfig {
+    /// The least the second row's time may exceed the first's, ms (negative: precede it).
+    pub lower_ms: i64,
+    /// The most, ms.
+    pub upper_ms: i64,
+    /// `where` and `select`.
+    pub join: JoinConfig,
+}
+
+impl IntervalJoinConfig {
+    /// Reads and checks an interval-join config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["lower_ms", "upper_ms", "select", "where"])?;
+        // Beyond a year either way a row would wait in state for ever, in effect (and bucket arithmetic nears overflow).
+        const LIMIT: i64 = 86_400_000 * 365;
+        let bound = |field: &str| -> Result<i64, ConfigFieldError> {
+            let text = r.string(field).ok_or_else(|| field_err(field, "is required (ms, may be negative)"))?;
+            match text.trim().replace('_', "").parse::<i64>() {
+                Ok(v) if (-LIMIT..=LIMIT).contains(&v) => Ok(v),
+                Ok(_) => Err(field_err(field, "must be within a year either way")),
+                Err(_) => Err(field_err(field, format!("expected an integer (ms), got {}", crate::text::echo(&text)))),
+            }
+        };
+        let (lower_ms, upper_ms) = (bound("lower_ms")?, bound("upper_ms")?);
+        if lower_ms > upper_ms {
+            return Err(field_err("upper_ms", format!("must not be below lower_ms ({lower_ms})")));
+        }
+        let rest: BTreeMap<String, String> = map
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "select" | "where"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Ok(IntervalJoinConfig { lower_ms, upper_ms, join: JoinConfig::from_map(&rest)? })
+    }
+}
+
 /// Config of the `winning-bids` kind (Nexmark's winning bids, q6's first step): two inputs keyed alike,
 /// auctions first and bids second. A bid counts for its key's auction when its event time is within the
 /// auction's own event time and the auction's `closes` (a timestamp column of the first input), both ends
@@ -1416,6 +1472,10 @@ pub fn derived_output(
             let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
             Some(WinningBidsConfig::from_map(map).and_then(|c| c.output(first, second)))
         }
+        "interval-join" => {
+            let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
+            Some(IntervalJoinConfig::from_map(map).and_then(|c| c.join.output(first, second)))
+        }
         "window-join" => {
             let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
             Some(
@@ -1448,7 +1508,7 @@ pub fn side_outputs(kind: &str, map: &BTreeMap<String, String>) -> Option<Vec<&'
             _ => vec![],
         }),
         "datagen" | "nexmark" | "file-sink" | "keyed-count" | "blackhole" | "filter" | "project" | "join"
-        | "window-top" | "window-join" | "aggregate" | "over" | "winning-bids" => Some(vec![]),
+        | "window-top" | "window-join" | "aggregate" | "over" | "winning-bids" | "interval-join" => Some(vec![]),
         _ => None,
     }
 }
@@ -1473,6 +1533,7 @@ pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Re
         "aggregate" => AggregateConfig::from_map(map).map(|_| ()),
         "over" => OverConfig::from_map(map).map(|_| ()),
         "winning-bids" => WinningBidsConfig::from_map(map).map(|_| ()),
+        "interval-join" => IntervalJoinConfig::from_map(map).map(|_| ()),
         _ => Ok(()),
     }
 }
@@ -1694,5 +1755,22 @@ mod tests {
             validate_builtin_config("over", &m(&[("aggregates", "SUM(x) AS s")])).unwrap_err().field,
             "rows_preceding"
         );
+    }
+
+    #[test]
+    fn interval_join_bounds() {
+        let c = IntervalJoinConfig::from_map(&m(&[("lower_ms", "-2_000"), ("upper_ms", "1000"), ("where", "a > 1")]))
+            .unwrap();
+        assert_eq!((c.lower_ms, c.upper_ms), (-2000, 1000));
+        assert!(c.join.condition.is_some());
+        for (pairs, field) in [
+            (vec![("upper_ms", "1")], "lower_ms"),
+            (vec![("lower_ms", "5"), ("upper_ms", "4")], "upper_ms"),
+            (vec![("lower_ms", "x"), ("upper_ms", "4")], "lower_ms"),
+            (vec![("lower_ms", "0"), ("upper_ms", "99999999999999")], "upper_ms"),
+            (vec![("lower_ms", "0"), ("upper_ms", "1"), ("window", "{}")], "window"),
+        ] {
+            assert_eq!(IntervalJoinConfig::from_map(&m(&pairs)).unwrap_err().field, field, "{pairs:?}");
+        }
     }
 }

@@ -14,7 +14,7 @@ use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
 use crate::expr::eval::{columns_of, compile, Compiled};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
-use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMillisecondArray, UInt32Array};
+use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 use weir_common::builtin::JoinConfig;
@@ -130,10 +130,8 @@ pub struct Join {
     sides: [Side; 2],
     plan: Option<Plan>,
     row: Vec<u8>,
-    /// Pairs found in the batch being processed: its row and the other side's stored row.
-    pair_rows: Vec<u32>,
-    other_rows: Vec<u8>,
-    other_ends: Vec<usize>,
+    /// Pairs found in the batch being processed.
+    pairs: Pairs,
 }
 
 fn state_err(e: weir_state::StateError) -> OperatorError {
@@ -143,15 +141,7 @@ fn state_err(e: weir_state::StateError) -> OperatorError {
 impl Join {
     /// A join with the given config.
     pub fn new(cfg: JoinConfig) -> Self {
-        Join {
-            cfg,
-            sides: Default::default(),
-            plan: None,
-            row: Vec::new(),
-            pair_rows: Vec::new(),
-            other_rows: Vec::new(),
-            other_ends: Vec::new(),
-        }
+        Join { cfg, sides: Default::default(), plan: None, row: Vec::new(), pairs: Pairs::default() }
     }
 
     fn plan(&self) -> Result<Plan, OperatorError> {
@@ -189,54 +179,95 @@ impl Join {
         let (Some(my_rows), Some(their_rows)) = (mine.rows.as_mut(), theirs.rows.as_ref()) else {
             return Err(OperatorError::Other("join used before initialize_state".into()));
         };
-        self.pair_rows.clear();
-        self.other_rows.clear();
-        self.other_ends.clear();
+        self.pairs.clear();
         for i in 0..batch.num_rows() {
             set_current_key_of_row(backend, keys, groups, i);
             self.row.clear();
             encode_row(&own, i, &mut self.row);
             my_rows.add(backend, &self.row).map_err(state_err)?;
-            let (pairs, rows, ends) = (&mut self.pair_rows, &mut self.other_rows, &mut self.other_ends);
+            let pairs = &mut self.pairs;
             their_rows
                 .visit_encoded(backend, &mut |e| {
-                    pairs.push(i as u32);
-                    rows.extend_from_slice(e);
-                    ends.push(rows.len());
+                    pairs.push(i as u32, e);
                     Ok(())
                 })
                 .map_err(state_err)?;
         }
-        if self.pair_rows.is_empty() {
+        if self.pairs.is_empty() {
             return Ok(());
         }
-        let their_schema = theirs
-            .columns
-            .stored
-            .clone()
-            .ok_or_else(|| OperatorError::Other("stored rows of an input whose columns are unknown".into()))?;
-        let mut builder = RowsBuilder::new(their_schema.clone())?;
-        let mut start = 0;
-        for &end in &self.other_ends {
-            builder.push(&self.other_rows[start..end])?;
-            start = end;
-        }
-        let theirs_cols = builder.finish();
-        let picks = UInt32Array::from(std::mem::take(&mut self.pair_rows));
-        let take = |a: &ArrayRef| arrow_select::take::take(a.as_ref(), &picks, None);
-        let mine_cols: Vec<ArrayRef> =
-            own.iter().map(take).collect::<Result<_, _>>().map_err(|e| OperatorError::Other(e.to_string()))?;
-        let key = take(&(Arc::new(keys.clone()) as ArrayRef)).map_err(|e| OperatorError::Other(e.to_string()))?;
-        self.pair_rows = picks.into_parts().1.into_inner().into_vec().unwrap_or_default();
-        let my_schema = mine.columns.stored.clone().unwrap_or_else(|| their_schema.clone());
-        let (first, first_schema, second, second_schema) = match s {
-            0 => (&mine_cols, &my_schema, &theirs_cols, &their_schema),
-            _ => (&theirs_cols, &their_schema, &mine_cols, &my_schema),
+        let (Some(a), Some(b)) = (self.sides[0].columns.stored.clone(), self.sides[1].columns.stored.clone()) else {
+            return Err(OperatorError::Other("stored rows of an input whose columns are unknown".into()));
         };
         if self.plan.is_none() {
             self.plan = Some(self.plan()?);
         }
         let Some(plan) = &self.plan else { unreachable!("planned above") };
+        match self.pairs.joined(plan, s, keys, &own, [&a, &b])? {
+            Some(result) => out.emit_batch(result),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The pairs found while a batch of one input is processed: the batch's row and the other input's stored row
+/// (as `api::stored_rows` writes it), and the joined rows they make.
+#[derive(Default)]
+pub(crate) struct Pairs {
+    rows: Vec<u32>,
+    other: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Pairs {
+    /// Forgets the pairs (keeping the buffers).
+    pub(crate) fn clear(&mut self) {
+        self.rows.clear();
+        self.other.clear();
+        self.ends.clear();
+    }
+
+    /// Adds the pair of the batch's row `row` and the other input's stored row `other`.
+    pub(crate) fn push(&mut self, row: u32, other: &[u8]) {
+        self.rows.push(row);
+        self.other.extend_from_slice(other);
+        self.ends.push(self.other.len());
+    }
+
+    /// Whether there is no pair.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The output of the pairs of a batch of input `s` (its `keys` and kept columns `own`), both inputs' kept
+    /// columns being `schemas`: the joined rows (the key, the first input's columns, the second's, the later
+    /// event time) through `plan`.
+    pub(crate) fn joined(
+        &mut self,
+        plan: &Plan,
+        s: usize,
+        keys: &BinaryArray,
+        own: &[ArrayRef],
+        schemas: [&SchemaRef; 2],
+    ) -> Result<Option<RecordBatch>, OperatorError> {
+        let (my_schema, their_schema) = (schemas[s], schemas[1 - s]);
+        let mut builder = RowsBuilder::new(their_schema.clone())?;
+        let mut start = 0;
+        for &end in &self.ends {
+            builder.push(&self.other[start..end])?;
+            start = end;
+        }
+        let theirs_cols = builder.finish();
+        let picks = UInt32Array::from(std::mem::take(&mut self.rows));
+        let take = |a: &ArrayRef| arrow_select::take::take(a.as_ref(), &picks, None);
+        let mine_cols: Vec<ArrayRef> =
+            own.iter().map(take).collect::<Result<_, _>>().map_err(|e| OperatorError::Other(e.to_string()))?;
+        let key = take(&(Arc::new(keys.clone()) as ArrayRef)).map_err(|e| OperatorError::Other(e.to_string()))?;
+        self.rows = picks.into_parts().1.into_inner().into_vec().unwrap_or_default();
+        let (first, first_schema, second, second_schema) = match s {
+            0 => (&mine_cols, my_schema, &theirs_cols, their_schema),
+            _ => (&theirs_cols, their_schema, &mine_cols, my_schema),
+        };
         let mut columns = vec![key];
         let mut times: Vec<&TimestampMillisecondArray> = Vec::with_capacity(2);
         for (cols, schema) in [(first, first_schema), (second, second_schema)] {
@@ -251,10 +282,7 @@ impl Join {
         columns.push(Arc::new(later(&times)));
         let joined = RecordBatch::try_new(plan.joined.clone(), columns)
             .map_err(|e| OperatorError::Other(format!("building joined rows: {e}")))?;
-        match plan.apply(joined)? {
-            Some(result) => out.emit_batch(result),
-            None => Ok(()),
-        }
+        plan.apply(joined)
     }
 }
 

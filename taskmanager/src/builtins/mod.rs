@@ -4,6 +4,7 @@ mod aggregate;
 mod blackhole;
 mod datagen;
 mod file_sink;
+mod interval_join;
 pub(crate) mod join;
 mod keyed_count;
 mod nexmark;
@@ -19,6 +20,7 @@ pub use aggregate::Aggregate;
 pub use blackhole::Blackhole;
 pub use datagen::Datagen;
 pub use file_sink::FileSink;
+pub use interval_join::IntervalJoin;
 pub use join::Join;
 pub use keyed_count::KeyedCount;
 pub use nexmark::{nexmark_schema, Nexmark};
@@ -31,9 +33,9 @@ pub use winning_bids::WinningBids;
 
 use crate::api::registry::{signed, Instance, Registry};
 use weir_common::builtin::{
-    builtin_kinds, AggregateConfig, DatagenConfig, FileSinkConfig, FilterConfig, JoinConfig, KeyedCountConfig,
-    NexmarkConfig, OverConfig, ProjectConfig, WindowAggregateConfig, WindowJoinConfig, WindowTopConfig,
-    WinningBidsConfig,
+    builtin_kinds, AggregateConfig, DatagenConfig, FileSinkConfig, FilterConfig, IntervalJoinConfig, JoinConfig,
+    KeyedCountConfig, NexmarkConfig, OverConfig, ProjectConfig, WindowAggregateConfig, WindowJoinConfig,
+    WindowTopConfig, WinningBidsConfig,
 };
 use weir_state::signature::StateSignature;
 
@@ -92,6 +94,15 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
         "aggregate" => {
             StateSignature::keyed::<Vec<u8>>().value::<Vec<u8>>("aggregate").union::<String>("aggregate-columns")
         }
+        // Per input and time bucket (namespace: the input's byte and the bucket), each input's rows with their
+        // times; the inputs' columns; a cleanup timer per input and bucket.
+        "interval-join" => StateSignature::keyed::<Vec<u8>>()
+            .list::<Vec<u8>>("interval-join-first")
+            .in_namespace::<Vec<u8>>("interval-join-first")
+            .list::<Vec<u8>>("interval-join-second")
+            .in_namespace::<Vec<u8>>("interval-join-second")
+            .union::<String>("interval-join-columns")
+            .timers::<Vec<u8>>(),
         // Per key and event time (namespace), the rows waiting for the watermark; per key, the preceding rows'
         // values or the running accumulators; the input's columns; the rows' timers.
         "over" => StateSignature::keyed::<Vec<u8>>()
@@ -157,6 +168,9 @@ pub fn register_all(r: &mut Registry) {
             "window-join" => {
                 r.register(info, |c| Ok(Instance::Operator(Box::new(WindowJoin::new(WindowJoinConfig::from_map(c)?)))))
             }
+            "interval-join" => r.register(info, |c| {
+                Ok(Instance::Operator(Box::new(IntervalJoin::new(IntervalJoinConfig::from_map(c)?))))
+            }),
             "over" => r.register(info, |c| Ok(Instance::Operator(Box::new(Over::new(OverConfig::from_map(c)?))))),
             "winning-bids" => r.register(info, |c| {
                 Ok(Instance::Operator(Box::new(WinningBids::new(WinningBidsConfig::from_map(c)?))))

@@ -1,0 +1,262 @@
+//! `interval-join`: Flink's interval join. Two inputs keyed alike; a first row at `t` joins the second rows of its
+//! key at `t + lower ..= t + upper`. Each row is stored in its input's list for its key and time bucket (namespace:
+//! the input and the bucket, `upper − lower + 1` ms wide, so a row's matches lie in at most two buckets of the
+//! other input), each element its event time and the row; a row joins the other input's rows in range as it
+//! arrives, so each pair is emitted once, by whichever row came second. A timer per input and bucket clears the
+//! bucket once the watermark is past the last time a row of the other input could match any row in it. `where`
+//! and `select` apply as in `join` (`join::Plan`, `join::Pairs`).
+
+use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
+use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
+use crate::api::stored_rows::{encode_row, KeptColumns};
+use crate::api::timers::TimeDomain;
+use crate::builtins::join::{Pairs, Plan};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use weir_common::builtin::IntervalJoinConfig;
+use weir_state::{ListState, StateDescriptor};
+
+const COLUMNS_STATE: &str = "interval-join-columns";
+const SIDE_NAMES: [&str; 2] = ["first", "second"];
+const STATES: [&str; 2] = ["interval-join-first", "interval-join-second"];
+
+/// The bucket arithmetic of one config: pure, so it is tested on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Buckets {
+    lower: i64,
+    upper: i64,
+    width: i64,
+}
+
+impl Buckets {
+    fn new(lower: i64, upper: i64) -> Self {
+        Buckets { lower, upper, width: (upper - lower + 1).max(1) }
+    }
+
+    fn of(&self, t: i64) -> i64 {
+        t.div_euclid(self.width)
+    }
+
+    /// The times of input `s`'s rows that a row of the other input at `t` matches.
+    fn matching(&self, s: usize, t: i64) -> std::ops::RangeInclusive<i64> {
+        match s {
+            // The other input is the second: its row at `t` matches first rows at `t − upper ..= t − lower`.
+            0 => t.saturating_sub(self.upper)..=t.saturating_sub(self.lower),
+            _ => t.saturating_add(self.lower)..=t.saturating_add(self.upper),
+        }
+    }
+
+    /// When input `s`'s bucket `b` can go: once the watermark reaches it, every row still to come of the other
+    /// input is later than the watermark, so past the last time that matches a row of the bucket.
+    fn cleanup(&self, s: usize, b: i64) -> i64 {
+        let last = b.saturating_mul(self.width).saturating_add(self.width - 1);
+        match s {
+            // A first row at `last` matches second rows up to `last + upper`.
+            0 => last.saturating_add(self.upper).saturating_add(1),
+            // A second row at `last` matches first rows up to `last − lower`.
+            _ => last.saturating_sub(self.lower).saturating_add(1),
+        }
+    }
+}
+
+/// The namespace of input `s`'s bucket `b`.
+fn namespace(s: usize, b: i64) -> [u8; 9] {
+    let mut n = [0u8; 9];
+    n[0] = s as u8;
+    n[1..].copy_from_slice(&b.to_be_bytes());
+    n
+}
+
+/// The interval-join operator.
+pub struct IntervalJoin {
+    cfg: IntervalJoinConfig,
+    buckets: Buckets,
+    rows: [Option<ListState<Vec<u8>>>; 2],
+    columns: [KeptColumns; 2],
+    plan: Option<Plan>,
+    pairs: Pairs,
+    row: Vec<u8>,
+}
+
+impl IntervalJoin {
+    /// An interval join with the given config.
+    pub fn new(cfg: IntervalJoinConfig) -> Self {
+        let buckets = Buckets::new(cfg.lower_ms, cfg.upper_ms);
+        IntervalJoin {
+            cfg,
+            buckets,
+            rows: [None, None],
+            columns: Default::default(),
+            plan: None,
+            pairs: Pairs::default(),
+            row: Vec::new(),
+        }
+    }
+
+    fn process(
+        &mut self,
+        s: usize,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let what = format!("the {} input", SIDE_NAMES[s]);
+        let (idx, learned) = self.columns[s].of_batch(&what, &batch.schema())?;
+        if learned {
+            self.plan = None;
+        }
+        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
+        let times = event_times(batch).ok_or_else(|| {
+            OperatorError::Other("interval-join needs event time: its input has no timestamps".into())
+        })?;
+        let (keys, groups) = (keys(batch)?, key_groups(batch));
+        let watermark = ctx.current_watermark();
+        let buckets = self.buckets;
+        let [first, second] = &mut self.rows;
+        let (Some(first), Some(second)) = (first.as_mut(), second.as_mut()) else {
+            return Err(OperatorError::Other("interval-join used before initialize_state".into()));
+        };
+        let (mine, theirs) = if s == 0 { (first, &*second) } else { (second, &*first) };
+        let mut timers = ctx.timers()?;
+        self.pairs.clear();
+        for i in 0..batch.num_rows() {
+            if !times.is_valid(i) || times.value(i) < watermark {
+                // No time, no interval; behind the watermark it is late (its matches may be gone).
+                continue;
+            }
+            let t = times.value(i);
+            let backend = timers.keyed();
+            set_current_key_of_row(backend, keys, groups, i);
+            let b = buckets.of(t);
+            backend.set_current_namespace(&namespace(s, b));
+            self.row.clear();
+            self.row.extend_from_slice(&t.to_le_bytes());
+            encode_row(&own, i, &mut self.row);
+            mine.add(backend, &self.row)?;
+            timers.register_event_time_timer(buckets.cleanup(s, b))?;
+            let range = buckets.matching(1 - s, t);
+            let backend = timers.keyed();
+            let pairs = &mut self.pairs;
+            for ob in buckets.of(*range.start())..=buckets.of(*range.end()) {
+                backend.set_current_namespace(&namespace(1 - s, ob));
+                theirs.visit_encoded(backend, &mut |e| {
+                    let ot = e.get(..8).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes);
+                    if ot.is_some_and(|ot| range.contains(&ot)) {
+                        pairs.push(i as u32, &e[8..]);
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+        if self.pairs.is_empty() {
+            return Ok(());
+        }
+        let (Some(a), Some(b)) = (self.columns[0].stored.clone(), self.columns[1].stored.clone()) else {
+            return Err(OperatorError::Other("stored rows of an input whose columns are unknown".into()));
+        };
+        if self.plan.is_none() {
+            self.plan = Some(Plan::new(&self.cfg.join, &a, &b, &[])?);
+        }
+        let Some(plan) = &self.plan else { unreachable!("planned above") };
+        match self.pairs.joined(plan, s, keys, &own, [&a, &b])? {
+            Some(result) => out.emit_batch(result),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Operator for IntervalJoin {
+    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("interval-join needs keyed state".into()))?;
+        for (slot, name) in self.rows.iter_mut().zip(STATES) {
+            *slot = Some(ListState::register(&mut **keyed, StateDescriptor::new(name).namespaced())?);
+        }
+        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
+        for (c, name) in self.columns.iter_mut().zip(SIDE_NAMES) {
+            c.restore(name, &restored)?;
+        }
+        Ok(())
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.process(0, batch, ctx, out)
+    }
+
+    fn process_second_batch(
+        &mut self,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.process(1, batch, ctx, out)
+    }
+
+    fn on_timer(
+        &mut self,
+        _timestamp: i64,
+        domain: TimeDomain,
+        ctx: &mut ProcessContext<'_>,
+        _out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        if domain != TimeDomain::EventTime {
+            return Err(OperatorError::Other("interval-join sets no processing-time timers".into()));
+        }
+        let backend = ctx.keyed()?;
+        // The timer's namespace names the input and the bucket to clear.
+        let s = match backend.current_key_and_namespace().1.first() {
+            Some(0) => 0,
+            Some(1) => 1,
+            _ => return Err(OperatorError::Other("interval-join: a timer of an unknown bucket".into())),
+        };
+        let list =
+            self.rows[s].as_mut().ok_or_else(|| OperatorError::Other("interval-join used before init".into()))?;
+        list.clear(backend)?;
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
+        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
+        list.clear();
+        list.extend(self.columns.iter().zip(SIDE_NAMES).filter_map(|(c, name)| c.element(name)));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Brute force: every time of input `s` that some row of the other input at `t` matches is in `matching`,
+    /// within the buckets probed, and no bucket is cleared while a row of the other input could still match.
+    #[test]
+    fn buckets_cover_every_match_and_clear_after_the_last() {
+        for (lower, upper) in [(0, 0), (-3, 2), (1, 5), (-7, -2), (0, 10)] {
+            let k = Buckets::new(lower, upper);
+            for t in -30..30i64 {
+                for u in -60..60i64 {
+                    // A first row at `t`, a second at `u`.
+                    let pair = (lower..=upper).contains(&(u - t));
+                    assert_eq!(k.matching(1, t).contains(&u), pair, "{lower} {upper}: first {t}, second {u}");
+                    assert_eq!(k.matching(0, u).contains(&t), pair, "{lower} {upper}: second {u}, first {t}");
+                    if pair {
+                        // The row that comes second, not late, finds the other one's bucket still there: the
+                        // watermark is at most its own time.
+                        assert!(k.cleanup(0, k.of(t)) > u, "first bucket of {t} cleared before {u} came");
+                        assert!(k.cleanup(1, k.of(u)) > t, "second bucket of {u} cleared before {t} came");
+                    }
+                }
+                let r = k.matching(1, t);
+                assert!(k.of(*r.end()) - k.of(*r.start()) <= 1, "at most two buckets");
+            }
+            // Cleared no later than needed: past the bucket's last match plus one.
+            let b = k.of(4);
+            let last = b * k.width + k.width - 1;
+            assert_eq!(k.cleanup(0, b), last + upper + 1);
+            assert_eq!(k.cleanup(1, b), last - lower + 1);
+        }
+    }
+}
