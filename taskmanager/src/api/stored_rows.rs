@@ -145,6 +145,32 @@ impl KeptColumns {
     }
 }
 
+/// Restores the kept columns of each input (`(name, columns)`) from union operator state `state`, as
+/// [`snapshot_kept`] wrote them.
+pub fn restore_kept(
+    store: &mut weir_state::OperatorStateStore,
+    state: &str,
+    inputs: &mut [(&str, &mut KeptColumns)],
+) -> Result<(), OperatorError> {
+    let restored = store.union_list_state(state)?.clone();
+    for (name, columns) in inputs.iter_mut() {
+        columns.restore(name, &restored)?;
+    }
+    Ok(())
+}
+
+/// Writes the kept columns of each input (`(name, columns)`) into union operator state `state`, for a checkpoint.
+pub fn snapshot_kept(
+    store: &mut weir_state::OperatorStateStore,
+    state: &str,
+    inputs: &[(&str, &KeptColumns)],
+) -> Result<(), OperatorError> {
+    let list = store.union_list_state(state)?;
+    list.clear();
+    list.extend(inputs.iter().filter_map(|(name, columns)| columns.element(name)));
+    Ok(())
+}
+
 /// Appends row `row` of `columns` to `out`.
 pub fn encode_row(columns: &[ArrayRef], row: usize, out: &mut Vec<u8>) {
     for col in columns {

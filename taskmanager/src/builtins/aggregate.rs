@@ -7,7 +7,7 @@
 
 use crate::api::batch::{event_time_field, key_groups, keys, set_current_key_of_row, RowKind, EVENT_TIME, OP};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
+use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use arrow_array::builder::{Int64Builder, Int8Builder, TimestampMillisecondBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, Int8Type, TimestampMillisecondType};
@@ -182,8 +182,7 @@ impl Operator for Aggregate {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("aggregate needs keyed state".into()))?;
         self.state = Some(keyed.register_state(STATE, StateKind::Value)?);
-        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
-        self.columns.restore(CARRIED, &restored)
+        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(CARRIED, &mut self.columns)])
     }
 
     fn process_batch(
@@ -304,10 +303,7 @@ impl Operator for Aggregate {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
-        list.clear();
-        list.extend(self.columns.element(CARRIED));
-        Ok(())
+        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(CARRIED, &self.columns)])
     }
 }
 

@@ -8,7 +8,7 @@
 
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, KeptColumns};
+use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns};
 use crate::api::timers::TimeDomain;
 use crate::builtins::join::{Pairs, Plan};
 use arrow_array::{Array, ArrayRef, RecordBatch};
@@ -170,11 +170,8 @@ impl Operator for IntervalJoin {
         for (slot, name) in self.rows.iter_mut().zip(STATES) {
             *slot = Some(ListState::register(&mut **keyed, StateDescriptor::new(name).namespaced())?);
         }
-        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
-        for (c, name) in self.columns.iter_mut().zip(SIDE_NAMES) {
-            c.restore(name, &restored)?;
-        }
-        Ok(())
+        let [a, b] = &mut self.columns;
+        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
     }
 
     fn process_batch(
@@ -219,10 +216,8 @@ impl Operator for IntervalJoin {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
-        list.clear();
-        list.extend(self.columns.iter().zip(SIDE_NAMES).filter_map(|(c, name)| c.element(name)));
-        Ok(())
+        let [a, b] = &self.columns;
+        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
     }
 }
 

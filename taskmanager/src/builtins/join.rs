@@ -10,7 +10,7 @@
 
 use crate::api::batch::{key_groups, keys, set_current_key_of_row, EVENT_TIME, KEY};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
+use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::expr::eval::{columns_of, compile, Compiled};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
@@ -298,11 +298,12 @@ impl Operator for Join {
         for (side, name) in self.sides.iter_mut().zip(STATES) {
             side.rows = Some(ListState::register(&mut **keyed, name)?);
         }
-        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
-        for (side, name) in self.sides.iter_mut().zip(SIDE_NAMES) {
-            side.columns.restore(name, &restored)?;
-        }
-        Ok(())
+        let [a, b] = &mut self.sides;
+        restore_kept(
+            ctx.operator_state,
+            COLUMNS_STATE,
+            &mut [(SIDE_NAMES[0], &mut a.columns), (SIDE_NAMES[1], &mut b.columns)],
+        )
     }
 
     fn process_batch(
@@ -324,10 +325,8 @@ impl Operator for Join {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
-        list.clear();
-        list.extend(self.sides.iter().zip(SIDE_NAMES).filter_map(|(side, name)| side.columns.element(name)));
-        Ok(())
+        let [a, b] = &self.sides;
+        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], &a.columns), (SIDE_NAMES[1], &b.columns)])
     }
 }
 

@@ -9,7 +9,7 @@
 
 use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME, OP};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
+use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
 use crate::builtins::int_column;
 use arrow_array::builder::{Int64Builder, TimestampMillisecondBuilder};
@@ -278,8 +278,7 @@ impl Operator for Over {
         let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("over needs keyed state".into()))?;
         self.rows = Some(ListState::register(&mut **keyed, StateDescriptor::new(ROWS).namespaced())?);
         self.frame = Some(keyed.register_state(FRAME, StateKind::Value)?);
-        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
-        self.columns.restore(INPUT, &restored)
+        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(INPUT, &mut self.columns)])
     }
 
     fn process_batch(
@@ -407,10 +406,7 @@ impl Operator for Over {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
-        list.clear();
-        list.extend(self.columns.element(INPUT));
-        Ok(())
+        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(INPUT, &self.columns)])
     }
 }
 

@@ -8,7 +8,7 @@
 
 use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
+use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
 use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -118,8 +118,7 @@ impl Operator for WindowTop {
         let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("window-top needs keyed state".into()))?;
         let ns = StateOptions::default().namespaced();
         self.state = Some(keyed.register_state_with_options(STATE, StateKind::Value, &ns)?);
-        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
-        self.columns.restore(INPUT, &restored)
+        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(INPUT, &mut self.columns)])
     }
 
     fn process_batch(
@@ -217,10 +216,7 @@ impl Operator for WindowTop {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
-        list.clear();
-        list.extend(self.columns.element(INPUT));
-        Ok(())
+        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(INPUT, &self.columns)])
     }
 }
 

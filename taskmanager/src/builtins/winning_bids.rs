@@ -10,7 +10,7 @@
 
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, KeptColumns, RowsBuilder};
+use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
 use crate::builtins::int_column;
 use crate::builtins::join::Plan;
@@ -230,11 +230,8 @@ impl Operator for WinningBids {
         self.auction = Some(keyed.register_state(AUCTION, StateKind::Value)?);
         self.best = Some(keyed.register_state(BEST, StateKind::Value)?);
         self.early = Some(ListState::register(&mut **keyed, EARLY)?);
-        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?.clone();
-        for (c, name) in self.columns.iter_mut().zip(SIDE_NAMES) {
-            c.restore(name, &restored)?;
-        }
-        Ok(())
+        let [a, b] = &mut self.columns;
+        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
     }
 
     fn process_batch(
@@ -342,10 +339,8 @@ impl Operator for WinningBids {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let list = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
-        list.clear();
-        list.extend(self.columns.iter().zip(SIDE_NAMES).filter_map(|(c, name)| c.element(name)));
-        Ok(())
+        let [a, b] = &self.columns;
+        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
     }
 }
 
