@@ -992,6 +992,16 @@ impl JoinConfig {
         Ok(JoinConfig { select, condition })
     }
 
+    /// The `select` and `where` of a kind's config that has other fields too (checked by that kind).
+    pub fn of_fields(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let rest: BTreeMap<String, String> = map
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "select" | "where"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Self::from_map(&rest)
+    }
+
     /// The columns of a joined row: the key, then each side's own columns (the runtime's `_` columns and the
     /// sides' `key` aside), or the field at fault when a name is on both sides.
     pub fn joined_columns(
@@ -1105,6 +1115,32 @@ impl AggregateConfig {
     }
 }
 
+/// Integer column types.
+const INTEGERS: &[&str] = &["int64", "int32"];
+/// Column types a time can be read from (milliseconds).
+const TIMES: &[&str] = &["timestamp_ms", "int64"];
+
+/// Checks that `input` (`side` names it) has a column `name` of one of `types`, naming `field` when not.
+fn check_column(
+    input: &[crate::schema::Column],
+    name: &str,
+    types: &[&str],
+    field: &str,
+    side: &str,
+) -> Result<(), ConfigFieldError> {
+    let what = if types == TIMES { "a timestamp" } else { "an integer" };
+    match input.iter().find(|c| c.name == name) {
+        Some(c) if types.contains(&c.data_type.as_str()) => Ok(()),
+        Some(c) => Err(field_err(field, format!("column {name:?} is {}, not {what}", c.data_type))),
+        None => Err(field_err(field, format!("no column {name:?} in {side}"))),
+    }
+}
+
+/// An input's own columns: all but the key and the runtime's (`_…`).
+fn own_columns(input: &[crate::schema::Column]) -> Vec<crate::schema::Column> {
+    input.iter().filter(|c| c.name != "key" && !c.name.starts_with('_')).cloned().collect()
+}
+
 /// Reads `aggregates` text: `COUNT(*) AS n, MAX(price) AS top, …`.
 fn parse_aggregates(text: Option<String>) -> Result<Vec<(AggregateFn, Option<String>, String)>, ConfigFieldError> {
     let text = text.ok_or_else(|| field_err("aggregates", "is required: `COUNT(*) AS n, MAX(price) AS top, …`"))?;
@@ -1149,13 +1185,7 @@ fn aggregate_columns(
     let mut out = Vec::new();
     for (f, column, name) in aggregates {
         if let Some(c) = column {
-            match input.iter().find(|i| &i.name == c) {
-                Some(i) if i.data_type == "int64" || i.data_type == "int32" => {}
-                Some(i) => {
-                    return Err(field_err("aggregates", format!("column {c:?} is {}, not an integer", i.data_type)))
-                }
-                None => return Err(field_err("aggregates", format!("no column {c:?} in the input"))),
-            }
+            check_column(input, c, INTEGERS, "aggregates", "the input")?;
         }
         out.push(crate::schema::Column::new(name, "int64", *f != AggregateFn::Count));
     }
@@ -1197,16 +1227,9 @@ impl OverConfig {
     /// aggregates.
     pub fn output(&self, input: &[crate::schema::Column]) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
         if let Some(t) = &self.ties_by {
-            match input.iter().find(|c| &c.name == t) {
-                Some(c) if c.data_type == "int64" || c.data_type == "int32" => {}
-                Some(c) => {
-                    return Err(field_err("ties_by", format!("column {t:?} is {}, not an integer", c.data_type)))
-                }
-                None => return Err(field_err("ties_by", format!("no column {t:?} in the input"))),
-            }
+            check_column(input, t, INTEGERS, "ties_by", "the input")?;
         }
-        let mut out: Vec<crate::schema::Column> =
-            input.iter().filter(|c| c.name != "key" && !c.name.starts_with('_')).cloned().collect();
+        let mut out = own_columns(input);
         out.extend(aggregate_columns(&self.aggregates, input)?);
         crate::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e))?;
         Ok(out)
@@ -1246,12 +1269,7 @@ impl IntervalJoinConfig {
         if lower_ms > upper_ms {
             return Err(field_err("upper_ms", format!("must not be below lower_ms ({lower_ms})")));
         }
-        let rest: BTreeMap<String, String> = map
-            .iter()
-            .filter(|(k, _)| matches!(k.as_str(), "select" | "where"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        Ok(IntervalJoinConfig { lower_ms, upper_ms, join: JoinConfig::from_map(&rest)? })
+        Ok(IntervalJoinConfig { lower_ms, upper_ms, join: JoinConfig::of_fields(map)? })
     }
 }
 
@@ -1285,18 +1303,8 @@ impl WinningBidsConfig {
         first: &[crate::schema::Column],
         second: &[crate::schema::Column],
     ) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
-        match first.iter().find(|c| c.name == self.closes) {
-            Some(c) if c.data_type == "timestamp_ms" || c.data_type == "int64" => {}
-            Some(c) => {
-                return Err(field_err("closes", format!("column {:?} is {}, not a timestamp", c.name, c.data_type)))
-            }
-            None => return Err(field_err("closes", format!("no column {:?} in the first input", self.closes))),
-        }
-        match second.iter().find(|c| c.name == self.by) {
-            Some(c) if c.data_type == "int64" || c.data_type == "int32" => {}
-            Some(c) => return Err(field_err("by", format!("column {:?} is {}, not an integer", c.name, c.data_type))),
-            None => return Err(field_err("by", format!("no column {:?} in the second input", self.by))),
-        }
+        check_column(first, &self.closes, TIMES, "closes", "the first input")?;
+        check_column(second, &self.by, INTEGERS, "by", "the second input")?;
         JoinConfig::joined_columns(first, second)
     }
 }
@@ -1339,12 +1347,7 @@ impl WindowJoinConfig {
                 return Err(field_err("distinct", format!("expected true or false, got {}", crate::text::echo(other))))
             }
         };
-        let rest: BTreeMap<String, String> = map
-            .iter()
-            .filter(|(k, _)| matches!(k.as_str(), "select" | "where"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        Ok(WindowJoinConfig { size_ms, join: JoinConfig::from_map(&rest)?, distinct })
+        Ok(WindowJoinConfig { size_ms, join: JoinConfig::of_fields(map)?, distinct })
     }
 
     /// The window columns a joined row has after both inputs' columns.
@@ -1396,13 +1399,8 @@ impl WindowTopConfig {
     /// `window_start` and `window_end`.
     pub fn output(&self, input: &[crate::schema::Column]) -> Result<Vec<crate::schema::Column>, ConfigFieldError> {
         use crate::schema::Column;
-        match input.iter().find(|c| c.name == self.by) {
-            Some(c) if c.data_type == "int64" || c.data_type == "int32" => {}
-            Some(c) => return Err(field_err("by", format!("column {:?} is {}, not an integer", c.name, c.data_type))),
-            None => return Err(field_err("by", format!("no column {:?} in the input", self.by))),
-        }
-        let mut out: Vec<Column> =
-            input.iter().filter(|c| c.name != "key" && !c.name.starts_with('_')).cloned().collect();
+        check_column(input, &self.by, INTEGERS, "by", "the input")?;
+        let mut out = own_columns(input);
         out.push(Column::new("window_start", "timestamp_ms", false));
         out.push(Column::new("window_end", "timestamp_ms", false));
         crate::schema::validate_columns(&out)
@@ -1454,6 +1452,7 @@ pub fn derived_output(
     inputs: &[Vec<crate::schema::Column>],
 ) -> Option<Result<Vec<crate::schema::Column>, ConfigFieldError>> {
     let first = inputs.first().map(Vec::as_slice).unwrap_or_default();
+    let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
     match kind {
         "project" => Some(ProjectConfig::from_map(map).and_then(|c| c.output(first))),
         "filter" => Some(
@@ -1461,28 +1460,16 @@ pub fn derived_output(
                 .and_then(|c| check_condition(&c.condition, first, "where"))
                 .map(|_| first.to_vec()),
         ),
-        "join" => {
-            let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
-            Some(JoinConfig::from_map(map).and_then(|c| c.output(first, second)))
-        }
+        "join" => Some(JoinConfig::from_map(map).and_then(|c| c.output(first, second))),
         "window-top" => Some(WindowTopConfig::from_map(map).and_then(|c| c.output(first))),
         "aggregate" => Some(AggregateConfig::from_map(map).and_then(|c| c.output(first))),
         "over" => Some(OverConfig::from_map(map).and_then(|c| c.output(first))),
-        "winning-bids" => {
-            let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
-            Some(WinningBidsConfig::from_map(map).and_then(|c| c.output(first, second)))
-        }
-        "interval-join" => {
-            let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
-            Some(IntervalJoinConfig::from_map(map).and_then(|c| c.join.output(first, second)))
-        }
-        "window-join" => {
-            let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
-            Some(
-                WindowJoinConfig::from_map(map)
-                    .and_then(|c| c.join.output_with(first, second, &WindowJoinConfig::window_columns())),
-            )
-        }
+        "winning-bids" => Some(WinningBidsConfig::from_map(map).and_then(|c| c.output(first, second))),
+        "interval-join" => Some(IntervalJoinConfig::from_map(map).and_then(|c| c.join.output(first, second))),
+        "window-join" => Some(
+            WindowJoinConfig::from_map(map)
+                .and_then(|c| c.join.output_with(first, second, &WindowJoinConfig::window_columns())),
+        ),
         _ => None,
     }
 }

@@ -5,7 +5,7 @@
 //! timestamps, 128-bit decimals), or a 4-byte length and the bytes (strings, binary). The schema is not in the
 //! row: whoever stores rows keeps the schema beside them ([`columns_text`] is a stable form of it to keep).
 
-use crate::api::batch::{KEY, KEY_GROUP};
+use crate::api::batch::{EVENT_TIME, KEY, KEY_GROUP};
 use crate::api::error::OperatorError;
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, BooleanBuilder, Decimal128Builder, Float64Builder, Int32Builder, Int64Builder,
@@ -305,6 +305,12 @@ impl RowsBuilder {
     /// The columns of the rows pushed since the last call.
     pub fn finish(&mut self) -> Vec<ArrayRef> {
         self.builders.iter_mut().map(|b| b.finish()).collect()
+    }
+
+    /// The columns of the rows pushed since the last call, but the event time (an output puts its own last).
+    pub fn finish_without_event_time(&mut self) -> Vec<ArrayRef> {
+        let columns = self.finish();
+        columns.into_iter().zip(self.schema.fields()).filter(|(_, f)| f.name() != EVENT_TIME).map(|(c, _)| c).collect()
     }
 
     /// The rows pushed since the last call, as a batch.

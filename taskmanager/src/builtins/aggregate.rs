@@ -32,17 +32,27 @@ struct Acc {
 }
 
 impl Acc {
-    fn decode(bytes: &[u8], n: usize) -> Result<Acc, OperatorError> {
+    /// Reads a stored value into `self`, reusing its buffers.
+    fn decode_into(&mut self, bytes: &[u8], n: usize) -> Result<(), OperatorError> {
         let need = 8 + 16 * n;
         if bytes.len() < need {
             return Err(OperatorError::Other("aggregate: a stored accumulator is corrupt".into()));
         }
         let int = |at: usize| i64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
-        Ok(Acc {
-            rows: int(0),
-            values: (0..n).map(|i| (int(8 + 16 * i), int(16 + 16 * i))).collect(),
-            carried: bytes[need..].to_vec(),
-        })
+        self.rows = int(0);
+        self.values.clear();
+        self.values.extend((0..n).map(|i| (int(8 + 16 * i), int(16 + 16 * i))));
+        self.carried.clear();
+        self.carried.extend_from_slice(&bytes[need..]);
+        Ok(())
+    }
+
+    /// Makes `self` the accumulator of a key without rows, reusing its buffers.
+    fn reset(&mut self, n: usize) {
+        self.rows = 0;
+        self.values.clear();
+        self.values.resize(n, (0, 0));
+        self.carried.clear();
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
@@ -55,18 +65,51 @@ impl Acc {
         out.extend_from_slice(&self.carried);
     }
 
-    /// The result: one value per aggregate (`None` where no value was seen), or `None` when the key has no row.
-    fn result(&self, fns: &[AggregateFn]) -> Option<Vec<Option<i64>>> {
-        (self.rows > 0).then(|| {
-            fns.iter()
-                .zip(&self.values)
-                .map(|(f, &(a, b))| match f {
-                    AggregateFn::Count => Some(a),
-                    AggregateFn::Avg => (b != 0).then(|| a / b),
-                    _ => (b != 0).then_some(a),
-                })
-                .collect()
-        })
+    /// The result into `out`, one value per aggregate (`None` where no value was seen); false when the key has
+    /// no row (and so no result).
+    fn result_into(&self, fns: &[AggregateFn], out: &mut Vec<Option<i64>>) -> bool {
+        out.clear();
+        out.extend(fns.iter().zip(&self.values).map(|(f, acc)| finish(*f, *acc)));
+        self.rows > 0
+    }
+}
+
+/// Adds (`sign` 1) or takes back (`sign` −1) a row's value `x` in aggregate `f`'s accumulator `(a, b)` — count:
+/// `a` rows; sum, avg: `a` the sum and `b` the values; min, max: `a` the extreme and `b` the values (min and max
+/// cannot take a value back).
+pub(crate) fn accumulate(f: AggregateFn, acc: &mut (i64, i64), x: Option<i64>, sign: i64) -> Result<(), OperatorError> {
+    let (a, b) = acc;
+    match (f, x) {
+        (AggregateFn::Count, _) => *a += sign,
+        (_, None) => {}
+        (AggregateFn::Sum | AggregateFn::Avg, Some(x)) => {
+            *a = a.wrapping_add(sign * x);
+            *b += sign;
+        }
+        (AggregateFn::Min | AggregateFn::Max, Some(_)) if sign < 0 => {
+            return Err(OperatorError::Other(
+                "aggregate: MIN and MAX cannot take back a retracted row (their input updates)".into(),
+            ))
+        }
+        (AggregateFn::Min, Some(x)) => {
+            *a = if *b == 0 { x } else { (*a).min(x) };
+            *b += 1;
+        }
+        (AggregateFn::Max, Some(x)) => {
+            *a = if *b == 0 { x } else { (*a).max(x) };
+            *b += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Aggregate `f`'s result from its accumulator (see [`accumulate`]): `None` where no value was seen, an average
+/// rounded toward zero.
+pub(crate) fn finish(f: AggregateFn, (a, b): (i64, i64)) -> Option<i64> {
+    match f {
+        AggregateFn::Count => Some(a),
+        AggregateFn::Avg => (b != 0).then(|| a / b),
+        _ => (b != 0).then_some(a),
     }
 }
 
@@ -89,17 +132,21 @@ pub struct Aggregate {
     plan: Option<(SchemaRef, Vec<usize>, Vec<Option<usize>>)>,
     value: Vec<u8>,
     changes: Changes,
-    /// The keys a batch touched, in first-touch order, and where each is in it.
+    /// The keys a batch touched, in first-touch order (the first `used` entries; the rest are buffers to reuse).
     touched: Vec<Touched>,
-    index: HashMap<Vec<u8>, usize>,
+    used: usize,
+    /// A key's result after the batch.
+    after: Vec<Option<i64>>,
 }
 
 /// A key a batch touched: a row of it (to set it current again), its accumulator, its result before the batch
-/// and the event time of its last row.
+/// (`had`: whether it had one) and the event time of its last row.
+#[derive(Default)]
 struct Touched {
     row: usize,
     acc: Acc,
-    before: Option<Vec<Option<i64>>>,
+    before: Vec<Option<i64>>,
+    had: bool,
     time: Option<i64>,
 }
 
@@ -116,7 +163,8 @@ impl Aggregate {
             value: Vec::new(),
             changes: Changes::default(),
             touched: Vec::new(),
-            index: HashMap::new(),
+            used: 0,
+            after: Vec::new(),
         }
     }
 
@@ -217,88 +265,66 @@ impl Operator for Aggregate {
         let backend = ctx.keyed()?;
         // The batch is the mini-batch: each key's accumulator is read once, updated in memory by all its rows,
         // and written once, and the key's change over the whole batch is emitted (Flink's mini-batch folding).
-        self.touched.clear();
-        self.index.clear();
+        self.used = 0;
+        let mut index: HashMap<&[u8], usize> = HashMap::new();
         for i in 0..batch.num_rows() {
             let kind = match &ops {
                 Some(o) => RowKind::from_i8(o.value(i))
                     .ok_or_else(|| OperatorError::Other(format!("aggregate: unknown change {}", o.value(i))))?,
                 None => RowKind::Insert,
             };
-            let key = keys.value(i);
-            let at = match self.index.get(key) {
-                Some(&at) => at,
-                None => {
-                    set_current_key_of_row(backend, keys, groups, i);
-                    let acc = match backend.get_value(state)? {
-                        Some(bytes) => Acc::decode(bytes, n)?,
-                        None => Acc { rows: 0, values: vec![(0, 0); n], carried: Vec::new() },
-                    };
-                    let before = acc.result(&self.fns);
-                    self.touched.push(Touched { row: i, acc, before, time: None });
-                    self.index.insert(key.to_vec(), self.touched.len() - 1);
-                    self.touched.len() - 1
+            let at = *index.entry(keys.value(i)).or_insert(self.used);
+            if at == self.used {
+                if self.touched.len() == self.used {
+                    self.touched.push(Touched::default());
                 }
-            };
+                let t = &mut self.touched[at];
+                set_current_key_of_row(backend, keys, groups, i);
+                match backend.get_value(state)? {
+                    Some(bytes) => t.acc.decode_into(bytes, n)?,
+                    None => t.acc.reset(n),
+                }
+                t.had = t.acc.result_into(&self.fns, &mut t.before);
+                self.used += 1;
+            }
             let t = &mut self.touched[at];
-            let acc = &mut t.acc;
-            if acc.rows == 0 && kind.retracts() {
+            if t.acc.rows == 0 && kind.retracts() {
                 continue;
             }
             let sign = if kind.retracts() { -1 } else { 1 };
-            acc.rows += sign;
-            for ((f, v), vals) in self.fns.iter().zip(acc.values.iter_mut()).zip(&ints) {
-                let x = vals.as_ref().and_then(|v| v[i]);
-                match (f, x) {
-                    (AggregateFn::Count, _) => v.0 += sign,
-                    (_, None) => {}
-                    (AggregateFn::Sum | AggregateFn::Avg, Some(x)) => {
-                        v.0 = v.0.wrapping_add(sign * x);
-                        v.1 += sign;
-                    }
-                    (AggregateFn::Min | AggregateFn::Max, Some(_)) if sign < 0 => {
-                        return Err(OperatorError::Other(
-                            "aggregate: MIN and MAX cannot take back a retracted row (their input updates)".into(),
-                        ))
-                    }
-                    (AggregateFn::Min, Some(x)) => {
-                        v.0 = if v.1 == 0 { x } else { v.0.min(x) };
-                        v.1 += 1;
-                    }
-                    (AggregateFn::Max, Some(x)) => {
-                        v.0 = if v.1 == 0 { x } else { v.0.max(x) };
-                        v.1 += 1;
-                    }
-                }
+            t.acc.rows += sign;
+            for ((f, v), vals) in self.fns.iter().zip(t.acc.values.iter_mut()).zip(&ints) {
+                accumulate(*f, v, vals.as_ref().and_then(|v| v[i]), sign)?;
             }
-            if acc.carried.is_empty() && !carry_cols.is_empty() {
-                encode_row(&carry_cols, i, &mut acc.carried);
+            if t.acc.carried.is_empty() && !carry_cols.is_empty() {
+                encode_row(&carry_cols, i, &mut t.acc.carried);
             }
             t.row = i;
             t.time = times.as_ref().and_then(|t| t.is_valid(i).then(|| t.value(i)));
         }
-        let mut touched = std::mem::take(&mut self.touched);
-        for t in touched.drain(..) {
-            let after = t.acc.result(&self.fns);
+        let (touched, mut after) = (std::mem::take(&mut self.touched), std::mem::take(&mut self.after));
+        for t in &touched[..self.used] {
+            let has = t.acc.result_into(&self.fns, &mut after);
             let carried = &t.acc.carried;
-            match (t.before, after) {
-                (None, Some(new)) => self.push(RowKind::Insert, &new, carried, t.time),
-                (Some(old), Some(new)) if old != new => {
-                    self.push(RowKind::UpdateBefore, &old, carried, t.time);
-                    self.push(RowKind::UpdateAfter, &new, carried, t.time);
+            match (t.had, has) {
+                (false, false) => continue, // a retraction of a key that has nothing: no state to write
+                (false, true) => self.push(RowKind::Insert, &after, carried, t.time),
+                (true, true) if t.before != after => {
+                    self.push(RowKind::UpdateBefore, &t.before, carried, t.time);
+                    self.push(RowKind::UpdateAfter, &after, carried, t.time);
                 }
-                (Some(old), None) => self.push(RowKind::Delete, &old, carried, t.time),
+                (true, false) => self.push(RowKind::Delete, &t.before, carried, t.time),
                 _ => {}
             }
             set_current_key_of_row(backend, keys, groups, t.row);
-            if t.acc.rows > 0 {
+            if has {
                 t.acc.encode(&mut self.value);
                 backend.put_value(state, &self.value)?;
             } else {
                 backend.delete_value(state)?;
             }
         }
-        self.touched = touched;
+        (self.touched, self.after) = (touched, after);
         self.flush(out)
     }
 
@@ -310,6 +336,19 @@ impl Operator for Aggregate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Acc {
+        fn result(&self, fns: &[AggregateFn]) -> Option<Vec<Option<i64>>> {
+            let mut out = Vec::new();
+            self.result_into(fns, &mut out).then_some(out)
+        }
+
+        fn decode(bytes: &[u8], n: usize) -> Result<Acc, OperatorError> {
+            let mut acc = Acc::default();
+            acc.decode_into(bytes, n)?;
+            Ok(acc)
+        }
+    }
 
     #[test]
     fn results_follow_inserts_and_retractions() {

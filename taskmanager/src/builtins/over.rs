@@ -11,6 +11,7 @@ use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_cur
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
+use crate::builtins::aggregate::{accumulate, finish};
 use crate::builtins::int_column;
 use arrow_array::builder::{Int64Builder, TimestampMillisecondBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
@@ -30,10 +31,10 @@ const EMIT_AT: usize = 4096;
 /// What the aggregates of a key's next row need of the rows before it.
 #[derive(Clone, Debug, PartialEq)]
 enum Frame {
-    /// The last rows' aggregated values, oldest first (at most the frame's preceding rows).
-    Bounded(VecDeque<Vec<Option<i64>>>),
-    /// Per aggregate, `(a, b)` as `aggregate`'s accumulators: count `a` rows; sum, avg `a` the sum and `b` the
-    /// values; min, max `a` the extreme and `b` the values.
+    /// The last rows' aggregated values, oldest first, one value per aggregate and row (at most the frame's
+    /// preceding rows).
+    Bounded(VecDeque<Option<i64>>),
+    /// Per aggregate its running accumulator, as `aggregate`'s (`aggregate::accumulate`).
     Unbounded(Vec<(i64, i64)>),
 }
 
@@ -45,78 +46,65 @@ impl Frame {
         }
     }
 
-    /// Adds a row's aggregated values and returns the aggregates over the frame that ends with it.
-    fn push(&mut self, fns: &[AggregateFn], preceding: Option<u64>, values: &[Option<i64>]) -> Vec<Option<i64>> {
+    /// Makes `self` the frame of a key without rows, reusing its buffers.
+    fn reset(&mut self, n: usize) {
+        match self {
+            Frame::Bounded(rows) => rows.clear(),
+            Frame::Unbounded(acc) => {
+                acc.clear();
+                acc.resize(n, (0, 0));
+            }
+        }
+    }
+
+    /// Adds a row's aggregated values and writes into `out` the aggregates over the frame that ends with it.
+    fn push(
+        &mut self,
+        fns: &[AggregateFn],
+        preceding: Option<u64>,
+        values: &[Option<i64>],
+        out: &mut Vec<Option<i64>>,
+    ) {
+        let n = fns.len();
+        out.clear();
         match self {
             Frame::Bounded(rows) => {
-                rows.push_back(values.to_vec());
-                let keep = preceding.unwrap_or(0).saturating_add(1) as usize;
+                rows.extend(values);
+                let keep = preceding.unwrap_or(0).saturating_add(1) as usize * n;
                 while rows.len() > keep {
                     rows.pop_front();
                 }
-                let result = fns
-                    .iter()
-                    .enumerate()
-                    .map(|(j, f)| {
-                        let vals = rows.iter().filter_map(|r| r[j]);
-                        match f {
-                            AggregateFn::Count => Some(rows.len() as i64),
-                            AggregateFn::Sum => vals.clone().next().map(|_| vals.fold(0i64, i64::wrapping_add)),
-                            AggregateFn::Avg => {
-                                let (sum, n) = vals.fold((0i64, 0i64), |(s, n), v| (s.wrapping_add(v), n + 1));
-                                (n > 0).then(|| sum / n)
-                            }
-                            AggregateFn::Min => vals.min(),
-                            AggregateFn::Max => vals.max(),
-                        }
-                    })
-                    .collect();
+                for (j, f) in fns.iter().enumerate() {
+                    let mut acc = (0, 0);
+                    for x in rows.iter().skip(j).step_by(n.max(1)) {
+                        // Adding never fails: only taking a value back out of MIN or MAX does.
+                        let _ = accumulate(*f, &mut acc, *x, 1);
+                    }
+                    out.push(finish(*f, acc));
+                }
                 // Only the preceding rows are needed by the next row.
-                while rows.len() >= keep {
+                while rows.len() + n > keep {
                     rows.pop_front();
                 }
-                result
             }
-            Frame::Unbounded(acc) => fns
-                .iter()
-                .zip(acc.iter_mut())
-                .zip(values)
-                .map(|((f, (a, b)), x)| {
-                    match (f, *x) {
-                        (AggregateFn::Count, _) => *a += 1,
-                        (_, None) => {}
-                        (AggregateFn::Sum | AggregateFn::Avg, Some(x)) => {
-                            *a = a.wrapping_add(x);
-                            *b += 1;
-                        }
-                        (AggregateFn::Min, Some(x)) => {
-                            *a = if *b == 0 { x } else { (*a).min(x) };
-                            *b += 1;
-                        }
-                        (AggregateFn::Max, Some(x)) => {
-                            *a = if *b == 0 { x } else { (*a).max(x) };
-                            *b += 1;
-                        }
-                    }
-                    match f {
-                        AggregateFn::Count => Some(*a),
-                        AggregateFn::Avg => (*b != 0).then(|| *a / *b),
-                        _ => (*b != 0).then_some(*a),
-                    }
-                })
-                .collect(),
+            Frame::Unbounded(acc) => {
+                for ((f, acc), x) in fns.iter().zip(acc.iter_mut()).zip(values) {
+                    let _ = accumulate(*f, acc, *x, 1);
+                    out.push(finish(*f, *acc));
+                }
+            }
         }
     }
 
     /// As stored: a tag byte (0 bounded, 1 unbounded), then the bounded rows (`u32` count, each value a
     /// presence byte and a little-endian `i64`) or the accumulators' pairs.
-    fn encode(&self, out: &mut Vec<u8>) {
+    fn encode(&self, n: usize, out: &mut Vec<u8>) {
         out.clear();
         match self {
             Frame::Bounded(rows) => {
                 out.push(0);
-                out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
-                for v in rows.iter().flatten() {
+                out.extend_from_slice(&((rows.len() / n.max(1)) as u32).to_le_bytes());
+                for v in rows {
                     encode_value(*v, out);
                 }
             }
@@ -130,32 +118,31 @@ impl Frame {
         }
     }
 
-    fn decode(bytes: &[u8], n: usize) -> Result<Frame, OperatorError> {
+    /// Reads a stored frame of `n` aggregates into `self`, reusing its buffers.
+    fn decode_into(&mut self, bytes: &[u8], n: usize) -> Result<(), OperatorError> {
         let bad = || OperatorError::Other("over: a stored frame is corrupt (or of another frame's config)".into());
         let mut b = bytes.get(1..).ok_or_else(bad)?;
-        let frame = match bytes[0] {
-            0 => {
+        match (bytes[0], &mut *self) {
+            (0, Frame::Bounded(rows)) => {
                 let count = u32::from_le_bytes(take::<4>(&mut b).ok_or_else(bad)?) as usize;
-                let mut rows = VecDeque::with_capacity(count);
-                for _ in 0..count {
-                    rows.push_back((0..n).map(|_| decode_value(&mut b).ok_or_else(bad)).collect::<Result<_, _>>()?);
+                rows.clear();
+                for _ in 0..count * n {
+                    rows.push_back(decode_value(&mut b).ok_or_else(bad)?);
                 }
-                Frame::Bounded(rows)
             }
-            1 => Frame::Unbounded(
-                (0..n)
-                    .map(|_| {
-                        let a = i64::from_le_bytes(take::<8>(&mut b).ok_or_else(bad)?);
-                        Ok((a, i64::from_le_bytes(take::<8>(&mut b).ok_or_else(bad)?)))
-                    })
-                    .collect::<Result<_, OperatorError>>()?,
-            ),
+            (1, Frame::Unbounded(acc)) => {
+                acc.clear();
+                for _ in 0..n {
+                    let a = i64::from_le_bytes(take::<8>(&mut b).ok_or_else(bad)?);
+                    acc.push((a, i64::from_le_bytes(take::<8>(&mut b).ok_or_else(bad)?)));
+                }
+            }
             _ => return Err(bad()),
-        };
+        }
         if !b.is_empty() {
             return Err(bad());
         }
-        Ok(frame)
+        Ok(())
     }
 }
 
@@ -201,6 +188,13 @@ pub struct Over {
     value: Vec<u8>,
     fired: Option<Fired>,
     output: Option<SchemaRef>,
+    /// A timer's rows, read from state: their bytes one after another, and each one's tie and span.
+    waiting: Vec<u8>,
+    spans: Vec<(i64, usize, usize)>,
+    /// The key's frame, a row's aggregated values and its aggregates (buffers reused from row to row).
+    frame_buf: Option<Frame>,
+    values: Vec<Option<i64>>,
+    result: Vec<Option<i64>>,
 }
 
 impl Over {
@@ -217,6 +211,11 @@ impl Over {
             value: Vec::new(),
             fired: None,
             output: None,
+            waiting: Vec::new(),
+            spans: Vec::new(),
+            frame_buf: None,
+            values: Vec::new(),
+            result: Vec::new(),
         }
     }
 
@@ -254,16 +253,8 @@ impl Over {
             return Ok(());
         }
         let schema = self.output_schema()?;
-        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Other("over: no columns".into()))?;
         let f = self.fired()?;
-        let mut columns: Vec<ArrayRef> = f
-            .rows
-            .finish()
-            .into_iter()
-            .zip(kept.fields())
-            .filter(|(_, k)| k.name() != EVENT_TIME)
-            .map(|(c, _)| c)
-            .collect();
+        let mut columns = f.rows.finish_without_event_time();
         columns.extend(f.values.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
         columns.push(Arc::new(f.times.finish()));
         f.len = 0;
@@ -348,44 +339,51 @@ impl Operator for Over {
             return Err(OperatorError::Other("over used before init".into()));
         };
         let backend = ctx.keyed()?;
-        let mut waiting: Vec<Vec<u8>> = Vec::new();
+        let (waiting, spans) = (&mut self.waiting, &mut self.spans);
+        waiting.clear();
+        spans.clear();
         list.visit_encoded(backend, &mut |e| {
-            waiting.push(e.to_vec());
+            let tie = e.get(..8).and_then(|b| b.try_into().ok()).map_or(i64::MIN, i64::from_le_bytes);
+            spans.push((tie, waiting.len(), waiting.len() + e.len()));
+            waiting.extend_from_slice(e);
             Ok(())
         })?;
         list.clear(backend)?;
-        if waiting.is_empty() {
+        if spans.is_empty() {
             return Ok(());
         }
-        let n = self.fns.len();
         if self.cfg.ties_by.is_some() {
             // Stable: equal ties keep their arrival order.
-            waiting.sort_by_key(|r| r.get(..8).and_then(|b| b.try_into().ok()).map_or(i64::MIN, i64::from_le_bytes));
+            spans.sort_by_key(|&(tie, _, _)| tie);
         }
-        let mut frame = match backend.get_value(frame_state)? {
-            Some(bytes) => Frame::decode(bytes, n)?,
-            None => Frame::empty(self.cfg.rows_preceding, n),
+        let n = self.fns.len();
+        let frame = self.frame_buf.get_or_insert_with(|| Frame::empty(self.cfg.rows_preceding, n));
+        match backend.get_value(frame_state)? {
+            Some(bytes) => frame.decode_into(bytes, n)?,
+            None => frame.reset(n),
+        }
+        self.fired()?;
+        let Over { cfg, fns, fired: Some(f), frame_buf: Some(frame), waiting, spans, values, result, value, .. } = self
+        else {
+            unreachable!("made above")
         };
         let corrupt = || OperatorError::Other("over: a waiting row is corrupt".into());
-        let (fns, preceding) = (self.fns.clone(), self.cfg.rows_preceding);
-        let mut values = Vec::with_capacity(n);
-        for r in &waiting {
-            let mut b = r.get(8..).ok_or_else(corrupt)?;
+        for &(_, start, end) in spans.iter() {
+            let mut b = waiting.get(start + 8..end).ok_or_else(corrupt)?;
             values.clear();
             for _ in 0..n {
                 values.push(decode_value(&mut b).ok_or_else(corrupt)?);
             }
-            let result = frame.push(&fns, preceding, &values);
-            let f = self.fired()?;
+            frame.push(fns, cfg.rows_preceding, values, result);
             f.rows.push(b)?;
-            for (builder, v) in f.values.iter_mut().zip(result) {
-                builder.append_option(v);
+            for (builder, v) in f.values.iter_mut().zip(result.iter()) {
+                builder.append_option(*v);
             }
             f.times.append_value(timestamp);
             f.len += 1;
         }
-        frame.encode(&mut self.value);
-        ctx.keyed()?.put_value(frame_state, &self.value)?;
+        frame.encode(n, value);
+        ctx.keyed()?.put_value(frame_state, value)?;
         if self.fired.as_ref().is_some_and(|f| f.len >= EMIT_AT) {
             self.emit(out)?;
         }
@@ -414,13 +412,32 @@ impl Operator for Over {
 mod tests {
     use super::*;
 
+    impl Frame {
+        fn push_row(
+            &mut self,
+            fns: &[AggregateFn],
+            preceding: Option<u64>,
+            values: &[Option<i64>],
+        ) -> Vec<Option<i64>> {
+            let mut out = Vec::new();
+            self.push(fns, preceding, values, &mut out);
+            out
+        }
+
+        fn decode(bytes: &[u8], n: usize, preceding: Option<u64>) -> Result<Frame, OperatorError> {
+            let mut f = Frame::empty(preceding, n);
+            f.decode_into(bytes, n)?;
+            Ok(f)
+        }
+    }
+
     #[test]
     fn a_bounded_frame_keeps_the_preceding_rows_and_an_unbounded_one_runs() {
         let fns = [AggregateFn::Avg, AggregateFn::Count, AggregateFn::Max, AggregateFn::Sum];
         let mut f = Frame::empty(Some(2), 4);
         let mut got = Vec::new();
         for x in [Some(10), None, Some(20), Some(7), Some(1)] {
-            got.push(f.push(&fns, Some(2), &[x, x, x, x]));
+            got.push(f.push_row(&fns, Some(2), &[x, x, x, x]));
         }
         // Frames: [10], [10, -], [10, -, 20], [-, 20, 7], [20, 7, 1].
         assert_eq!(got[0], vec![Some(10), Some(1), Some(10), Some(10)]);
@@ -429,20 +446,20 @@ mod tests {
         assert_eq!(got[3], vec![Some(13), Some(3), Some(20), Some(27)], "AVG rounds toward zero");
         assert_eq!(got[4], vec![Some(9), Some(3), Some(20), Some(28)]);
         let mut bytes = Vec::new();
-        f.encode(&mut bytes);
-        assert_eq!(Frame::decode(&bytes, 4).unwrap(), f);
-        assert!(matches!(&f, Frame::Bounded(rows) if rows.len() == 2), "only the preceding rows are kept");
-        assert!(Frame::decode(&bytes[..bytes.len() - 1], 4).is_err());
+        f.encode(4, &mut bytes);
+        assert_eq!(Frame::decode(&bytes, 4, Some(2)).unwrap(), f);
+        assert!(matches!(&f, Frame::Bounded(rows) if rows.len() == 2 * 4), "only the preceding rows are kept");
+        assert!(Frame::decode(&bytes[..bytes.len() - 1], 4, Some(2)).is_err());
 
         let mut u = Frame::empty(None, 4);
         for x in [Some(4), None, Some(9)] {
-            got.push(u.push(&fns, None, &[x, x, x, x]));
+            got.push(u.push_row(&fns, None, &[x, x, x, x]));
         }
         assert_eq!(got.last().unwrap(), &vec![Some(6), Some(3), Some(9), Some(13)]);
-        u.encode(&mut bytes);
-        assert_eq!(Frame::decode(&bytes, 4).unwrap(), u);
+        u.encode(4, &mut bytes);
+        assert_eq!(Frame::decode(&bytes, 4, None).unwrap(), u);
         let mut none = Frame::empty(Some(0), 1);
-        assert_eq!(none.push(&[AggregateFn::Min], Some(0), &[None]), vec![None]);
-        assert_eq!(none.push(&[AggregateFn::Min], Some(0), &[Some(3)]), vec![Some(3)]);
+        assert_eq!(none.push_row(&[AggregateFn::Min], Some(0), &[None]), vec![None]);
+        assert_eq!(none.push_row(&[AggregateFn::Min], Some(0), &[Some(3)]), vec![Some(3)]);
     }
 }

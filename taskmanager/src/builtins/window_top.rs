@@ -200,13 +200,7 @@ impl Operator for WindowTop {
         }
         let n = ranked.rows.len();
         let (end, size) = (timestamp + 1, self.cfg.size_ms as i64);
-        let mut columns: Vec<ArrayRef> = builder
-            .finish()
-            .into_iter()
-            .zip(kept.fields())
-            .filter(|(_, f)| f.name() != EVENT_TIME)
-            .map(|(c, _)| c)
-            .collect();
+        let mut columns: Vec<ArrayRef> = builder.finish_without_event_time();
         columns.push(Arc::new(TimestampMillisecondArray::from(vec![end - size; n])));
         columns.push(Arc::new(TimestampMillisecondArray::from(vec![end; n])));
         columns.push(Arc::new(TimestampMillisecondArray::from(vec![timestamp; n])));

@@ -8,7 +8,7 @@
 //! timer at their own time. When the auction comes they are judged; a bid whose auction has not come by the time
 //! the watermark passes it never counts (the auction, opened no later than the bid, would have come) and goes.
 
-use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
+use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
@@ -43,6 +43,10 @@ fn write_pair(a: i64, b: i64, out: &mut Vec<u8>) {
     out.extend_from_slice(&b.to_le_bytes());
 }
 
+fn not_ready() -> OperatorError {
+    OperatorError::Other("winning-bids used before initialize_state".into())
+}
+
 /// Whether a bid `(by, time)` beats the best so far: a higher `by`, or an equal one made earlier.
 fn beats(by: i64, time: i64, best: Option<(i64, i64)>) -> bool {
     best.is_none_or(|(b, t)| by > b || (by == b && time < t))
@@ -60,13 +64,23 @@ struct Fired {
 /// The winning-bids operator.
 pub struct WinningBids {
     cfg: WinningBidsConfig,
-    auction: Option<StateId>,
-    best: Option<StateId>,
-    early: Option<ListState<Vec<u8>>>,
+    states: Option<States>,
     columns: [KeptColumns; 2],
     plan: Option<Plan>,
     fired: Option<Fired>,
+    /// Buffers reused from row to row: a row being stored, and a timer's auction and winning bid.
     row: Vec<u8>,
+    auction_row: Vec<u8>,
+    winner_row: Vec<u8>,
+    /// Bids read back from the early list.
+    waiting: Vec<Vec<u8>>,
+}
+
+/// The keyed states, once registered.
+struct States {
+    auction: StateId,
+    best: StateId,
+    early: ListState<Vec<u8>>,
 }
 
 impl WinningBids {
@@ -74,20 +88,14 @@ impl WinningBids {
     pub fn new(cfg: WinningBidsConfig) -> Self {
         WinningBids {
             cfg,
-            auction: None,
-            best: None,
-            early: None,
+            states: None,
             columns: Default::default(),
             plan: None,
             fired: None,
             row: Vec::new(),
-        }
-    }
-
-    fn states(&mut self) -> Result<(StateId, StateId, &mut ListState<Vec<u8>>), OperatorError> {
-        match (self.auction, self.best, self.early.as_mut()) {
-            (Some(a), Some(b), Some(e)) => Ok((a, b, e)),
-            _ => Err(OperatorError::Other("winning-bids used before initialize_state".into())),
+            auction_row: Vec::new(),
+            winner_row: Vec::new(),
+            waiting: Vec::new(),
         }
     }
 
@@ -108,18 +116,17 @@ impl WinningBids {
         let times = event_times(batch)
             .ok_or_else(|| OperatorError::Other("winning-bids needs event time: its input has no timestamps".into()))?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let mut row = std::mem::take(&mut self.row);
-        let (auction, best, early) = self.states()?;
+        let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
+        let (auction, best, row, waiting) = (*auction, *best, &mut self.row, &mut self.waiting);
         let mut timers = ctx.timers()?;
-        let mut waiting: Vec<Vec<u8>> = Vec::new();
         for (i, closes) in closes.into_iter().enumerate() {
             let (Some(closes), true) = (closes, times.is_valid(i)) else { continue };
             let opens = times.value(i);
             let backend = timers.keyed();
             set_current_key_of_row(backend, keys, groups, i);
-            write_pair(opens, closes, &mut row);
-            encode_row(&own, i, &mut row);
-            backend.put_value(auction, &row)?;
+            write_pair(opens, closes, row);
+            encode_row(&own, i, row);
+            backend.put_value(auction, row)?;
             timers.register_event_time_timer(closes)?;
             // Bids that came first: the best of those made while the auction was open.
             let backend = timers.keyed();
@@ -137,7 +144,7 @@ impl WinningBids {
                 None => None,
             };
             let mut changed = false;
-            for w in &waiting {
+            for w in waiting.iter() {
                 let (time, by, _) = pair(w)?;
                 if (opens..=closes).contains(&time) && beats(by, time, lead.map(|(b, t, _)| (b, t))) {
                     lead = Some((by, time, w.as_slice()));
@@ -145,12 +152,11 @@ impl WinningBids {
                 }
             }
             if let (true, Some((by, time, w))) = (changed, lead) {
-                write_pair(by, time, &mut row);
+                write_pair(by, time, row);
                 row.extend_from_slice(&w[16..]);
-                backend.put_value(best, &row)?;
+                backend.put_value(best, row)?;
             }
         }
-        self.row = row;
         Ok(())
     }
 
@@ -164,8 +170,8 @@ impl WinningBids {
         let times = event_times(batch)
             .ok_or_else(|| OperatorError::Other("winning-bids needs event time: its input has no timestamps".into()))?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let mut row = std::mem::take(&mut self.row);
-        let (auction, best, early) = self.states()?;
+        let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
+        let (auction, best, row) = (*auction, *best, &mut self.row);
         let watermark = ctx.current_watermark();
         let mut timers = ctx.timers()?;
         for (i, by) in by.into_iter().enumerate() {
@@ -188,34 +194,29 @@ impl WinningBids {
                         None => None,
                     };
                     if beats(by, time, lead) {
-                        write_pair(by, time, &mut row);
-                        encode_row(&own, i, &mut row);
-                        backend.put_value(best, &row)?;
+                        write_pair(by, time, row);
+                        encode_row(&own, i, row);
+                        backend.put_value(best, row)?;
                     }
                 }
                 None if time <= watermark => {}
                 None => {
-                    write_pair(time, by, &mut row);
-                    encode_row(&own, i, &mut row);
-                    early.add(backend, &row)?;
+                    write_pair(time, by, row);
+                    encode_row(&own, i, row);
+                    early.add(backend, row)?;
                     timers.register_event_time_timer(time)?;
                 }
             }
         }
-        self.row = row;
         Ok(())
     }
 
     fn emit(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
         let Some(f) = self.fired.as_mut().filter(|f| f.len > 0) else { return Ok(()) };
         let Some(plan) = &self.plan else { return Err(OperatorError::Other("winning-bids: no plan".into())) };
-        let (a, b) = (self.columns[0].stored.clone(), self.columns[1].stored.clone());
-        let (Some(a), Some(b)) = (a, b) else { return Err(OperatorError::Other("winning-bids: no columns".into())) };
         let mut columns: Vec<ArrayRef> = vec![Arc::new(f.keys.finish())];
-        for (cols, schema) in [(f.auctions.finish(), &a), (f.bids.finish(), &b)] {
-            columns
-                .extend(cols.into_iter().zip(schema.fields()).filter(|(_, k)| k.name() != EVENT_TIME).map(|(c, _)| c));
-        }
+        columns.extend(f.auctions.finish_without_event_time());
+        columns.extend(f.bids.finish_without_event_time());
         columns.push(Arc::new(f.times.finish()));
         f.len = 0;
         let batch = RecordBatch::try_new(plan.joined.clone(), columns)
@@ -227,9 +228,11 @@ impl WinningBids {
 impl Operator for WinningBids {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("winning-bids needs keyed state".into()))?;
-        self.auction = Some(keyed.register_state(AUCTION, StateKind::Value)?);
-        self.best = Some(keyed.register_state(BEST, StateKind::Value)?);
-        self.early = Some(ListState::register(&mut **keyed, EARLY)?);
+        self.states = Some(States {
+            auction: keyed.register_state(AUCTION, StateKind::Value)?,
+            best: keyed.register_state(BEST, StateKind::Value)?,
+            early: ListState::register(&mut **keyed, EARLY)?,
+        });
         let [a, b] = &mut self.columns;
         restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
     }
@@ -262,10 +265,14 @@ impl Operator for WinningBids {
         if domain != TimeDomain::EventTime {
             return Err(OperatorError::Other("winning-bids sets no processing-time timers".into()));
         }
-        let (auction, best, early) = self.states()?;
+        let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
         let backend = ctx.keyed()?;
-        let closes = match backend.get_value(auction)? {
-            Some(a) => Some(pair(a)?.1),
+        self.auction_row.clear();
+        let closes = match backend.get_value(*auction)? {
+            Some(a) => {
+                self.auction_row.extend_from_slice(a);
+                Some(pair(a)?.1)
+            }
             None => None,
         };
         match closes {
@@ -274,31 +281,38 @@ impl Operator for WinningBids {
             Some(_) => {}
             None => {
                 // Bids that came early and whose auction has not come by their own time never count.
-                let mut kept = Vec::new();
+                let later = &mut self.waiting;
+                later.clear();
+                let mut corrupt = None;
                 early.visit_encoded(backend, &mut |e| {
-                    kept.push(e.to_vec());
+                    match pair(e) {
+                        Ok((time, _, _)) if time > timestamp => later.push(e.to_vec()),
+                        Ok(_) => {}
+                        Err(err) => corrupt = Some(err),
+                    }
                     Ok(())
                 })?;
-                let mut later = Vec::with_capacity(kept.len());
-                for k in kept {
-                    if pair(&k)?.0 > timestamp {
-                        later.push(k);
-                    }
+                if let Some(err) = corrupt {
+                    return Err(err);
                 }
-                early.clear(backend)?;
-                for k in &later {
-                    early.add(backend, k)?;
-                }
+                early.update(backend, later)?;
                 return Ok(());
             }
         }
-        let winner = backend.get_value(best)?.map(<[u8]>::to_vec);
-        let auction_row = backend.get_value(auction)?.map(<[u8]>::to_vec);
-        let key = backend.current_key_and_namespace().0.to_vec();
-        backend.delete_value(auction)?;
-        backend.delete_value(best)?;
+        self.winner_row.clear();
+        let won = match backend.get_value(*best)? {
+            Some(w) => {
+                self.winner_row.extend_from_slice(w);
+                true
+            }
+            None => false,
+        };
+        backend.delete_value(*auction)?;
+        backend.delete_value(*best)?;
         early.clear(backend)?;
-        let (Some(winner), Some(auction_row)) = (winner, auction_row) else { return Ok(()) };
+        if !won {
+            return Ok(());
+        }
         if self.plan.is_none() {
             let (a, b) = self.schemas()?;
             self.plan = Some(Plan::new(&JoinConfig { select: None, condition: None }, &a, &b, &[])?);
@@ -314,9 +328,9 @@ impl Operator for WinningBids {
             });
         }
         let Some(f) = self.fired.as_mut() else { unreachable!("made above") };
-        f.keys.append_value(&key);
-        f.auctions.push(pair(&auction_row)?.2)?;
-        f.bids.push(pair(&winner)?.2)?;
+        f.keys.append_value(ctx.keyed()?.current_key_and_namespace().0);
+        f.auctions.push(pair(&self.auction_row)?.2)?;
+        f.bids.push(pair(&self.winner_row)?.2)?;
         f.times.append_value(timestamp);
         f.len += 1;
         if f.len >= EMIT_AT {
