@@ -3,7 +3,7 @@
 //! | handle | per key | operations |
 //! |---|---|---|
 //! | [`ValueState<T>`] | one `T` | `value`, `update`, `clear`, `for_each` (all keys) |
-//! | [`ListState<T>`] | a list of `T` | `get`, `add`, `add_all`, `update`, `clear` |
+//! | [`ListState<T>`] | a list of `T` | `get`, `add`, `add_all`, `add_all_encoded`, `update`, `clear` |
 //! | [`MapState<K, V>`] | a map `K → V`, one row per entry | `get`, `put`, `remove`, `contains`, `is_empty`, `entries`, `keys`, `for_each`, `clear` |
 //! | [`ReducingState<T>`] | one `T`, folded by a reduce function | `get`, `add`, `clear` |
 //! | [`AggregatingState<In, Acc, Out>`] | one `Acc` of an [`AggregateFunction`] | `get`, `add`, `clear` |
@@ -235,13 +235,18 @@ impl<T: StateCodec> ListState<T> {
     where
         T: 'a,
     {
+        self.frame_all(ts, values, |v, out| v.encode(out));
+    }
+
+    /// Frames each item (`write` puts its encoding after the TTL timestamp) into `scratch`.
+    fn frame_all<I>(&mut self, ts: Option<u64>, items: impl IntoIterator<Item = I>, write: impl Fn(I, &mut Vec<u8>)) {
         self.scratch.clear();
-        for v in values {
+        for item in items {
             self.elem.clear();
             if let Some(ts) = ts {
                 self.elem.extend_from_slice(&ts.to_be_bytes());
             }
-            v.encode(&mut self.elem);
+            write(item, &mut self.elem);
             encode_list_element(&self.elem, &mut self.scratch);
         }
     }
@@ -264,6 +269,21 @@ impl<T: StateCodec> ListState<T> {
     {
         let ts = self.ttl.map(|_| backend.now_ms());
         self.encode_all(ts, values);
+        if self.scratch.is_empty() {
+            return Ok(());
+        }
+        backend.append_list(self.id, &self.scratch)
+    }
+
+    /// Appends elements given as their encoded bytes (what [`StateCodec::encode`] writes), in one write: rows
+    /// gathered per key from a batch go in without a decode.
+    pub fn add_all_encoded<'a>(
+        &mut self,
+        backend: &mut dyn KeyedStateBackend,
+        encoded: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<(), StateError> {
+        let ts = self.ttl.map(|_| backend.now_ms());
+        self.frame_all(ts, encoded, |e, out| out.extend_from_slice(e));
         if self.scratch.is_empty() {
             return Ok(());
         }

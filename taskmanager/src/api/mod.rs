@@ -6,6 +6,7 @@
 //! state ([`stored_rows`]).
 
 pub mod batch;
+pub mod by_key;
 pub mod commit;
 pub mod error;
 pub mod operator;

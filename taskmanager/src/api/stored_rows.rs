@@ -206,6 +206,61 @@ pub fn encode_row(columns: &[ArrayRef], row: usize, out: &mut Vec<u8>) {
     }
 }
 
+/// Encoded rows one after another in one buffer (no allocation per row): rows of a batch on their way into
+/// state, or rows read out of it.
+#[derive(Default)]
+pub struct EncodedRows {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl EncodedRows {
+    /// Forgets the rows, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// Appends row `row` of `columns`, encoded.
+    pub fn push_row(&mut self, columns: &[ArrayRef], row: usize) {
+        encode_row(columns, row, &mut self.bytes);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Appends an encoded row.
+    pub fn push(&mut self, encoded: &[u8]) {
+        self.bytes.extend_from_slice(encoded);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Keeps the first `n` rows.
+    pub fn truncate(&mut self, n: usize) {
+        self.ends.truncate(n);
+        self.bytes.truncate(self.ends.last().copied().unwrap_or(0));
+    }
+
+    /// How many rows there are.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there is no row.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Row `i`.
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    /// The rows, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+}
+
 /// Builds columns of a schema from stored rows.
 pub struct RowsBuilder {
     schema: SchemaRef,

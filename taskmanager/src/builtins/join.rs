@@ -9,8 +9,9 @@
 //! a job whose inputs now have other columns is refused with both column lists instead of misreading rows.
 
 use crate::api::batch::{key_groups, keys, set_current_key_of_row, EVENT_TIME, KEY};
+use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
+use crate::api::stored_rows::{restore_kept, snapshot_kept, EncodedRows, KeptColumns, RowsBuilder};
 use crate::expr::eval::{columns_of, compile, Compiled};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
@@ -101,11 +102,31 @@ impl Plan {
 
     /// The output of joined rows (of [`Plan::joined`]): those the condition keeps, with the selected columns.
     pub(crate) fn apply(&self, joined: RecordBatch) -> Result<Option<RecordBatch>, OperatorError> {
+        self.apply_tracking(joined, None)
+    }
+
+    /// As [`Plan::apply`], and `origin` (if given) gets the joined row each output row comes from.
+    pub(crate) fn apply_tracking(
+        &self,
+        joined: RecordBatch,
+        origin: Option<&mut Vec<u32>>,
+    ) -> Result<Option<RecordBatch>, OperatorError> {
         let joined = match &self.condition {
-            None => joined,
+            None => {
+                if let Some(o) = origin {
+                    o.clear();
+                    o.extend(0..joined.num_rows() as u32);
+                }
+                joined
+            }
             Some(c) => {
                 let mask = c.eval_array(&joined)?;
-                arrow_select::filter::filter_record_batch(&joined, mask.as_boolean())
+                let mask = mask.as_boolean();
+                if let Some(o) = origin {
+                    o.clear();
+                    o.extend((0..mask.len()).filter(|&i| mask.is_valid(i) && mask.value(i)).map(|i| i as u32));
+                }
+                arrow_select::filter::filter_record_batch(&joined, mask)
                     .map_err(|e| OperatorError::Other(format!("filtering joined rows: {e}")))?
             }
         };
@@ -129,7 +150,13 @@ pub struct Join {
     cfg: JoinConfig,
     sides: [Side; 2],
     plan: Option<Plan>,
-    row: Vec<u8>,
+    /// The batch's rows of one key, encoded.
+    mine: EncodedRows,
+    /// The batch's rows grouped by key.
+    by_key: RowsByKey,
+    /// The other input's rows of the batch's keys, and each key's range of them.
+    theirs: EncodedRows,
+    spans: Vec<(usize, usize)>,
     /// Pairs found in the batch being processed.
     pairs: Pairs,
 }
@@ -141,7 +168,16 @@ fn state_err(e: weir_state::StateError) -> OperatorError {
 impl Join {
     /// A join with the given config.
     pub fn new(cfg: JoinConfig) -> Self {
-        Join { cfg, sides: Default::default(), plan: None, row: Vec::new(), pairs: Pairs::default() }
+        Join {
+            cfg,
+            sides: Default::default(),
+            plan: None,
+            mine: EncodedRows::default(),
+            by_key: RowsByKey::default(),
+            theirs: EncodedRows::default(),
+            spans: Vec::new(),
+            pairs: Pairs::default(),
+        }
     }
 
     fn plan(&self) -> Result<Plan, OperatorError> {
@@ -179,19 +215,37 @@ impl Join {
         let (Some(my_rows), Some(their_rows)) = (mine.rows.as_mut(), theirs.rows.as_ref()) else {
             return Err(OperatorError::Other("join used before initialize_state".into()));
         };
-        self.pairs.clear();
-        for i in 0..batch.num_rows() {
-            set_current_key_of_row(backend, keys, groups, i);
-            self.row.clear();
-            encode_row(&own, i, &mut self.row);
-            my_rows.add(backend, &self.row).map_err(state_err)?;
-            let pairs = &mut self.pairs;
+        // Per key, once: the batch's rows go into my list in one write, and the other input's rows are read once
+        // (into `theirs`, `spans` marking each key's rows in it).
+        self.by_key.group(keys, |_| Some(0));
+        self.theirs.clear();
+        self.spans.clear();
+        for g in 0..self.by_key.len() {
+            let rows = self.by_key.rows(g);
+            set_current_key_of_row(backend, keys, groups, rows[0] as usize);
+            self.mine.clear();
+            for &i in rows {
+                self.mine.push_row(&own, i as usize);
+            }
+            my_rows.add_all_encoded(backend, self.mine.iter()).map_err(state_err)?;
+            let first = self.theirs.len();
+            let theirs = &mut self.theirs;
             their_rows
                 .visit_encoded(backend, &mut |e| {
-                    pairs.push(i as u32, e);
+                    theirs.push(e);
                     Ok(())
                 })
                 .map_err(state_err)?;
+            self.spans.push((first, self.theirs.len()));
+        }
+        // Pairs in batch order, as row-by-row processing finds them.
+        self.pairs.clear();
+        for i in 0..batch.num_rows() {
+            let Some(g) = self.by_key.group_of(i) else { continue };
+            let (from, to) = self.spans[g];
+            for e in from..to {
+                self.pairs.push(i as u32, self.theirs.get(e));
+            }
         }
         if self.pairs.is_empty() {
             return Ok(());
@@ -215,8 +269,7 @@ impl Join {
 #[derive(Default)]
 pub(crate) struct Pairs {
     rows: Vec<u32>,
-    other: Vec<u8>,
-    ends: Vec<usize>,
+    other: EncodedRows,
 }
 
 impl Pairs {
@@ -224,14 +277,12 @@ impl Pairs {
     pub(crate) fn clear(&mut self) {
         self.rows.clear();
         self.other.clear();
-        self.ends.clear();
     }
 
     /// Adds the pair of the batch's row `row` and the other input's stored row `other`.
     pub(crate) fn push(&mut self, row: u32, other: &[u8]) {
         self.rows.push(row);
-        self.other.extend_from_slice(other);
-        self.ends.push(self.other.len());
+        self.other.push(other);
     }
 
     /// Whether there is no pair.
@@ -252,10 +303,8 @@ impl Pairs {
     ) -> Result<Option<RecordBatch>, OperatorError> {
         let (my_schema, their_schema) = (schemas[s], schemas[1 - s]);
         let mut builder = RowsBuilder::new(their_schema.clone())?;
-        let mut start = 0;
-        for &end in &self.ends {
-            builder.push(&self.other[start..end])?;
-            start = end;
+        for other in self.other.iter() {
+            builder.push(other)?;
         }
         let theirs_cols = builder.finish();
         let picks = UInt32Array::from(std::mem::take(&mut self.rows));
@@ -426,6 +475,22 @@ mod tests {
         // A later auction of key 1 meets ann, the one of key 3 meets bob; a_id 9 fails the condition.
         let more = side(&[3, 1, 1], "a_id", Arc::new(Int64Array::from(vec![30, 12, 9])), &[8, 2, 9]);
         assert_eq!(h.push(&mut join, 0, more)?, vec!["1,12,ann@6", "3,30,bob@8"]);
+        Ok(())
+    }
+
+    #[test]
+    fn rows_of_one_key_in_a_batch_are_each_stored_and_each_joined() -> Result<(), OperatorError> {
+        let mut h = Harness::new();
+        let mut join = h.open(&[], false)?;
+        let persons = side(&[5, 6, 5], "name", Arc::new(StringArray::from(vec!["ann", "bob", "cy"])), &[1, 2, 3]);
+        assert!(h.push(&mut join, 1, persons)?.is_empty());
+        let auctions = side(&[5, 5, 6, 5], "a_id", Arc::new(Int64Array::from(vec![1, 2, 3, 4])), &[4, 5, 6, 7]);
+        let got = h.push(&mut join, 0, auctions)?;
+        let want = ["5,1,ann@4", "5,1,cy@4", "5,2,ann@5", "5,2,cy@5", "5,4,ann@7", "5,4,cy@7", "6,3,bob@6"];
+        assert_eq!(got, want);
+        // All three auctions of key 5 were stored: a later person meets each.
+        let later = side(&[5], "name", Arc::new(StringArray::from(vec!["di"])), &[0]);
+        assert_eq!(h.push(&mut join, 1, later)?, vec!["5,1,di@4", "5,2,di@5", "5,4,di@7"]);
         Ok(())
     }
 

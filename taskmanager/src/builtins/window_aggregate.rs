@@ -9,6 +9,7 @@
 //! and timers — is keyed state: checkpointed, restored and rescaled by key group.
 
 use crate::api::batch::{event_times, key_groups, keys, EVENT_TIME, KEY};
+use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use crate::api::timers::{TimeDomain, Timers};
 use crate::window::accumulate::{Acc, AccResult, Running};
@@ -307,6 +308,8 @@ pub struct WindowAggregate {
     key: Vec<u8>,
     bytes: Vec<u8>,
     late_rows: Vec<u32>,
+    /// The batch's on-time rows grouped by key and slice.
+    by_key: RowsByKey,
 }
 
 impl WindowAggregate {
@@ -329,6 +332,7 @@ impl WindowAggregate {
             key: Vec::new(),
             bytes: Vec::new(),
             late_rows: Vec::new(),
+            by_key: RowsByKey::default(),
         }
     }
 
@@ -458,14 +462,15 @@ impl WindowAggregate {
         Ok(())
     }
 
-    /// A record of `value` at `ts` for the current key (tumbling or sliding).
-    fn add_sliced(&mut self, t: &mut Timers<'_>, sl: &Slicing, ts: i64, value: i64) -> Result<bool, OperatorError> {
-        let watermark = t.current_watermark();
-        let slice = sl.slice_start(ts);
-        if sl.is_late(slice, watermark) {
-            return Ok(false);
-        }
-        let mut acc = Acc::of(self.cfg.aggregate, value);
+    /// Adds `acc` to the current key's accumulator of the slice at `slice` (not late), setting the timer of its
+    /// first unfired window if the slice is new.
+    fn fold_into_slice(
+        &mut self,
+        t: &mut Timers<'_>,
+        sl: &Slicing,
+        slice: i64,
+        mut acc: Acc,
+    ) -> Result<(), OperatorError> {
         let existed = match self.read_acc(t.keyed(), slice)? {
             Some(old) => {
                 acc.merge(&old);
@@ -476,10 +481,21 @@ impl WindowAggregate {
         self.write_acc(t.keyed(), slice, &acc)?;
         if !existed {
             // Later windows' timers follow from each firing; a new slice needs its first unfired window's.
-            if let Some(end) = sl.next_unfired(slice, watermark) {
+            if let Some(end) = sl.next_unfired(slice, t.current_watermark()) {
                 Self::set_timer(t, FIRE, end - 1)?;
             }
         }
+        Ok(())
+    }
+
+    /// A record of `value` at `ts` for the current key (tumbling or sliding).
+    fn add_sliced(&mut self, t: &mut Timers<'_>, sl: &Slicing, ts: i64, value: i64) -> Result<bool, OperatorError> {
+        let watermark = t.current_watermark();
+        let slice = sl.slice_start(ts);
+        if sl.is_late(slice, watermark) {
+            return Ok(false);
+        }
+        self.fold_into_slice(t, sl, slice, Acc::of(self.cfg.aggregate, value))?;
         if sl.first_end(slice) - 1 <= watermark {
             self.add_to_run(t, sl, slice, value)?;
         }
@@ -600,7 +616,34 @@ impl Operator for WindowAggregate {
         let kind = self.kind;
         let mut t = ctx.timers()?;
         self.late_rows.clear();
+        // Rows whose slice no window has fired yet only add to its accumulator, which is the same for the
+        // batch's rows of that key and slice added one by one or folded first: each such group is one read and
+        // one write. Rows of other slices (late, or re-firing windows) go one by one below.
+        self.by_key.clear();
+        if let Some(sl) = &slicing {
+            let watermark = t.current_watermark();
+            self.by_key.group(key_col, |i| {
+                if !times.is_valid(i) || values.is_some_and(|v| v.is_null(i)) {
+                    return None;
+                }
+                let slice = sl.slice_start(times.value(i));
+                (sl.first_end(slice) - 1 > watermark).then_some(slice)
+            });
+            for g in 0..self.by_key.len() {
+                let rows = self.by_key.rows(g);
+                let agg = self.cfg.aggregate;
+                let mut acc = Acc::of(agg, values.map_or(0, |v| v.value(rows[0] as usize)));
+                for &i in &rows[1..] {
+                    acc.merge(&Acc::of(agg, values.map_or(0, |v| v.value(i as usize))));
+                }
+                set_row_key(t.keyed(), key_col, groups, rows[0] as usize, &mut self.key);
+                self.fold_into_slice(&mut t, sl, self.by_key.part(g), acc)?;
+            }
+        }
         for i in 0..batch.num_rows() {
+            if self.by_key.group_of(i).is_some() {
+                continue;
+            }
             if !times.is_valid(i) {
                 return Err(OperatorError::Other(
                     "window-aggregate needs event time: a record has no timestamp".into(),

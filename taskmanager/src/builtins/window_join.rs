@@ -1,13 +1,16 @@
 //! `window-join`: the inner join of two inputs keyed alike within tumbling windows (Flink's window join). Each
-//! row goes into its side's list for its key and window (namespace: the window's end) and sets an event-time
-//! timer at `end − 1`; when it fires, every row of the first side is joined with every row of the second, the
-//! joined rows get `window_start`, `window_end` and event time `end − 1`, `where` and `select` apply
-//! (`join::Plan`), `distinct` keeps each output row once, and both lists are cleared. The inputs' columns are
-//! kept beside the rows in union operator state, as the join does.
+//! row goes into its side's list for its key and window (namespace: the window's end; one write and one timer
+//! per key and window of a batch) and sets an event-time timer at `end − 1`; when it fires, every row of the
+//! first side is paired with every row of the second and both lists are cleared. The pairs of all windows a
+//! watermark fires are emitted as one batch in `on_watermark`: the joined rows get `window_start`,
+//! `window_end` and event time `end − 1`, `where` and `select` apply (`join::Plan`), and `distinct` keeps each
+//! output row once per window. The inputs' columns are kept beside the rows in union operator state, as the
+//! join does.
 
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
+use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
+use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, EncodedRows, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
 use crate::builtins::join::Plan;
 use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
@@ -27,13 +30,39 @@ pub struct WindowJoin {
     rows: [Option<ListState<Vec<u8>>>; 2],
     columns: [KeptColumns; 2],
     plan: Option<Plan>,
-    row: Vec<u8>,
+    /// The batch's rows grouped by key and window end, and one group's rows encoded.
+    by_key: RowsByKey,
+    mine: EncodedRows,
+    /// What the timers of one watermark fired, emitted as one batch in `on_watermark`.
+    fired: Fired,
+}
+
+/// The windows fired by the timers of one watermark: both sides' rows of each, and their pairs.
+#[derive(Default)]
+struct Fired {
+    /// Each side's rows of every fired window.
+    sides: [EncodedRows; 2],
+    /// Each fired window's key and end.
+    keys: EncodedRows,
+    ends: Vec<i64>,
+    /// Each pair: its first side's row, its second side's, its window.
+    pairs: [Vec<u32>; 3],
+    /// The joined row each output row comes from (reused).
+    origin: Vec<u32>,
 }
 
 impl WindowJoin {
     /// A window join with the given config.
     pub fn new(cfg: WindowJoinConfig) -> Self {
-        WindowJoin { cfg, rows: [None, None], columns: Default::default(), plan: None, row: Vec::new() }
+        WindowJoin {
+            cfg,
+            rows: [None, None],
+            columns: Default::default(),
+            plan: None,
+            by_key: RowsByKey::default(),
+            mine: EncodedRows::default(),
+            fired: Fired::default(),
+        }
     }
 
     fn process(&mut self, s: usize, batch: &RecordBatch, ctx: &mut ProcessContext<'_>) -> Result<(), OperatorError> {
@@ -50,23 +79,94 @@ impl WindowJoin {
         let size = self.cfg.size_ms as i64;
         let list = self.rows[s].as_mut().ok_or_else(|| OperatorError::Other("window-join used before init".into()))?;
         let mut timers = ctx.timers()?;
-        for i in 0..batch.num_rows() {
-            if !times.is_valid(i) {
-                continue;
-            }
-            let end = times.value(i).div_euclid(size) * size + size;
-            if end - 1 <= watermark {
-                continue;
-            }
+        // Rows of no window (no time) and of windows already fired (behind the watermark) are dropped; the others
+        // go into their key's and window's list, one write and one timer per key and window in the batch.
+        self.by_key.group(keys, |i| {
+            let end = times.is_valid(i).then(|| times.value(i).div_euclid(size) * size + size)?;
+            (end - 1 > watermark).then_some(end)
+        });
+        for g in 0..self.by_key.len() {
+            let rows = self.by_key.rows(g);
+            let end = self.by_key.part(g);
             let backend = timers.keyed();
-            set_current_key_of_row(backend, keys, groups, i);
+            set_current_key_of_row(backend, keys, groups, rows[0] as usize);
             backend.set_current_namespace(&end.to_be_bytes());
-            self.row.clear();
-            encode_row(&own, i, &mut self.row);
-            list.add(backend, &self.row)?;
+            self.mine.clear();
+            for &i in rows {
+                self.mine.push_row(&own, i as usize);
+            }
+            list.add_all_encoded(backend, self.mine.iter())?;
             timers.register_event_time_timer(end - 1)?;
         }
         Ok(())
+    }
+
+    /// The joined rows of the windows fired since the last call, as one batch.
+    fn emit(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        let f = &mut self.fired;
+        if f.pairs[0].is_empty() {
+            f.clear();
+            return Ok(());
+        }
+        let (Some(a), Some(b)) = (self.columns[0].stored.clone(), self.columns[1].stored.clone()) else {
+            return Err(OperatorError::Other("window-join: stored rows of an input whose columns are unknown".into()));
+        };
+        if self.plan.is_none() {
+            let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+            let extra = [Field::new("window_start", ts.clone(), false), Field::new("window_end", ts, false)];
+            self.plan = Some(Plan::new(&self.cfg.join, &a, &b, &extra)?);
+        }
+        let Some(plan) = &self.plan else { unreachable!("planned above") };
+        let take = |cols: &[ArrayRef], picks: &[u32]| -> Result<Vec<ArrayRef>, OperatorError> {
+            let picks = UInt32Array::from(picks.to_vec());
+            cols.iter()
+                .map(|c| arrow_select::take::take(c.as_ref(), &picks, None))
+                .collect::<Result<_, _>>()
+                .map_err(|e| OperatorError::Other(e.to_string()))
+        };
+        let decode = |schema: &SchemaRef, rows: &EncodedRows| -> Result<Vec<ArrayRef>, OperatorError> {
+            let mut b = RowsBuilder::new(schema.clone())?;
+            for r in rows.iter() {
+                b.push(r)?;
+            }
+            Ok(b.finish())
+        };
+        let first = take(&decode(&a, &f.sides[0])?, &f.pairs[0])?;
+        let second = take(&decode(&b, &f.sides[1])?, &f.pairs[1])?;
+        let window = &f.pairs[2];
+        let key: ArrayRef = Arc::new(BinaryArray::from_iter_values(window.iter().map(|&w| f.keys.get(w as usize))));
+        let mut columns = vec![key];
+        for (cols, schema) in [(&first, &a), (&second, &b)] {
+            columns.extend(
+                cols.iter().zip(schema.fields()).filter(|(_, f)| f.name() != EVENT_TIME).map(|(c, _)| c.clone()),
+            );
+        }
+        let size = self.cfg.size_ms as i64;
+        let end = |w: &u32| f.ends[*w as usize];
+        columns.push(Arc::new(window.iter().map(|w| end(w) - size).map(Some).collect::<TimestampMillisecondArray>()));
+        columns.push(Arc::new(window.iter().map(|w| Some(end(w))).collect::<TimestampMillisecondArray>()));
+        columns.push(Arc::new(window.iter().map(|w| Some(end(w) - 1)).collect::<TimestampMillisecondArray>()));
+        let joined = RecordBatch::try_new(plan.joined.clone(), columns)
+            .map_err(|e| OperatorError::Other(format!("window-join: building joined rows: {e}")))?;
+        let result = plan.apply_tracking(joined, Some(&mut f.origin))?;
+        let result = match result {
+            Some(r) if self.cfg.distinct => Some(distinct(&r, |row| window[f.origin[row] as usize])?),
+            other => other,
+        };
+        f.clear();
+        match result {
+            Some(r) => out.emit_batch(r),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Fired {
+    fn clear(&mut self) {
+        self.sides.iter_mut().for_each(EncodedRows::clear);
+        self.keys.clear();
+        self.ends.clear();
+        self.pairs.iter_mut().for_each(Vec::clear);
     }
 }
 
@@ -103,66 +203,54 @@ impl Operator for WindowJoin {
         timestamp: i64,
         domain: TimeDomain,
         ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
+        _out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if domain != TimeDomain::EventTime {
             return Err(OperatorError::Other("window-join sets no processing-time timers".into()));
         }
         let backend = ctx.keyed()?;
-        let mut sides: [Vec<Vec<u8>>; 2] = [Vec::new(), Vec::new()];
-        for (rows, list) in sides.iter_mut().zip(&self.rows) {
+        let f = &mut self.fired;
+        let from = [f.sides[0].len(), f.sides[1].len()];
+        for (rows, list) in f.sides.iter_mut().zip(&self.rows) {
             let list = list.as_ref().ok_or_else(|| OperatorError::Other("window-join used before init".into()))?;
             list.visit_encoded(backend, &mut |e| {
-                rows.push(e.to_vec());
+                rows.push(e);
                 Ok(())
             })?;
             list.clear(backend)?;
         }
-        if sides.iter().any(Vec::is_empty) {
+        let to = [f.sides[0].len(), f.sides[1].len()];
+        if from[0] == to[0] || from[1] == to[1] {
+            // No pair: forget the one side's rows.
+            f.sides[0].truncate(from[0]);
+            f.sides[1].truncate(from[1]);
             return Ok(());
         }
-        let key = backend.current_key_and_namespace().0.to_vec();
-        let (Some(a), Some(b)) = (self.columns[0].stored.clone(), self.columns[1].stored.clone()) else {
-            return Err(OperatorError::Other("window-join: stored rows of an input whose columns are unknown".into()));
-        };
-        if self.plan.is_none() {
-            let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
-            let extra = [Field::new("window_start", ts.clone(), false), Field::new("window_end", ts, false)];
-            self.plan = Some(Plan::new(&self.cfg.join, &a, &b, &extra)?);
-        }
-        let Some(plan) = &self.plan else { unreachable!("planned above") };
-        // Every pair: the first side's rows, each repeated for every row of the second.
-        let (n, m) = (sides[0].len(), sides[1].len());
-        let decode = |schema: &SchemaRef, rows: &[Vec<u8>], picks: Vec<u32>| -> Result<Vec<ArrayRef>, OperatorError> {
-            let mut b = RowsBuilder::new(schema.clone())?;
-            for r in rows {
-                b.push(r)?;
+        let w = f.ends.len() as u32;
+        f.keys.push(backend.current_key_and_namespace().0);
+        f.ends.push(timestamp + 1);
+        // Every pair: the first side's rows, each with every row of the second.
+        for i in from[0]..to[0] {
+            for j in from[1]..to[1] {
+                f.pairs[0].push(i as u32);
+                f.pairs[1].push(j as u32);
+                f.pairs[2].push(w);
             }
-            let picks = UInt32Array::from(picks);
-            b.finish()
-                .iter()
-                .map(|c| arrow_select::take::take(c.as_ref(), &picks, None))
-                .collect::<Result<_, _>>()
-                .map_err(|e| OperatorError::Other(e.to_string()))
-        };
-        let first = decode(&a, &sides[0], (0..n * m).map(|p| (p / m) as u32).collect())?;
-        let second = decode(&b, &sides[1], (0..n * m).map(|p| (p % m) as u32).collect())?;
-        let rows = n * m;
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(BinaryArray::from_iter_values(std::iter::repeat_n(&key, rows)))];
-        for (cols, schema) in [(&first, &a), (&second, &b)] {
-            columns.extend(
-                cols.iter().zip(schema.fields()).filter(|(_, f)| f.name() != EVENT_TIME).map(|(c, _)| c.clone()),
-            );
         }
-        let (end, size) = (timestamp + 1, self.cfg.size_ms as i64);
-        columns.push(Arc::new(TimestampMillisecondArray::from(vec![end - size; rows])));
-        columns.push(Arc::new(TimestampMillisecondArray::from(vec![end; rows])));
-        columns.push(Arc::new(TimestampMillisecondArray::from(vec![timestamp; rows])));
-        let joined = RecordBatch::try_new(plan.joined.clone(), columns)
-            .map_err(|e| OperatorError::Other(format!("window-join: building joined rows: {e}")))?;
-        let Some(result) = plan.apply(joined)? else { return Ok(()) };
-        let result = if self.cfg.distinct { distinct(&result)? } else { result };
-        out.emit_batch(result)
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        _watermark: i64,
+        _ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.emit(out)
+    }
+
+    fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        self.emit(out)
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
@@ -171,13 +259,15 @@ impl Operator for WindowJoin {
     }
 }
 
-/// The batch's distinct rows (by every column), first occurrences in order.
-fn distinct(batch: &RecordBatch) -> Result<RecordBatch, OperatorError> {
+/// The batch's distinct rows within each window (by every column; `window_of(row)` tells a row's window),
+/// first occurrences in order.
+fn distinct(batch: &RecordBatch, window_of: impl Fn(usize) -> u32) -> Result<RecordBatch, OperatorError> {
     let mut seen = HashSet::new();
     let mut keep = Vec::new();
     let mut row = Vec::new();
     for i in 0..batch.num_rows() {
         row.clear();
+        row.extend_from_slice(&window_of(i).to_le_bytes());
         encode_row(batch.columns(), i, &mut row);
         if seen.insert(row.clone()) {
             keep.push(i as u32);
@@ -188,4 +278,94 @@ fn distinct(batch: &RecordBatch) -> Result<RecordBatch, OperatorError> {
     }
     arrow_select::take::take_record_batch(batch, &UInt32Array::from(keep))
         .map_err(|e| OperatorError::Other(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::batch::KEY;
+    use crate::api::operator::RuntimeInfo;
+    use crate::api::timers::TimerSlot;
+    use arrow_array::cast::AsArray;
+    use arrow_array::StringArray;
+    use std::collections::BTreeMap;
+    use weir_common::spec::StateBackend;
+    use weir_state::{open_keyed_backend, OperatorStateStore};
+
+    fn side(keys: &[u8], column: &str, names: &[&str], times: &[i64]) -> RecordBatch {
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (KEY, Arc::new(BinaryArray::from_iter_values(keys.iter().map(std::slice::from_ref)))),
+            (column, Arc::new(StringArray::from(names.to_vec()))),
+            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(times.to_vec()))),
+        ];
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    #[test]
+    fn windows_fired_by_one_watermark_are_distinct_each_and_late_rows_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let info = RuntimeInfo::for_test(0, 1);
+        let mut b = open_keyed_backend(
+            StateBackend::Rocksdb,
+            dir.path(),
+            info.max_parallelism,
+            info.key_group_range,
+            None,
+            &Default::default(),
+        )
+        .unwrap();
+        let map: BTreeMap<String, String> =
+            [("window", r#"{"tumbling_ms": 10}"#), ("select", "name"), ("distinct", "true")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let mut op = WindowJoin::new(WindowJoinConfig::from_map(&map).unwrap());
+        let mut store = OperatorStateStore::new();
+        op.initialize_state(&mut InitContext {
+            info: &info,
+            restored: false,
+            operator_state: &mut store,
+            keyed: Some(&mut *b),
+        })
+        .unwrap();
+        let mut slot = TimerSlot::default();
+        let mut got = Vec::new();
+        let mut wm = i64::MIN;
+        // Keys 1 and 2 meet in window [0, 10), key 1 twice (one output row for the window); key 3's second-side row
+        // is in the next window; key 1's rows at 2 and 3 arrive after the watermark passed their window: dropped.
+        let steps: Vec<(usize, Option<RecordBatch>, i64)> = vec![
+            (0, Some(side(&[1, 2, 3], "name", &["x", "x", "y"], &[1, 2, 3])), wm),
+            (1, Some(side(&[1, 1, 2, 3], "nick", &["a", "b", "c", "d"], &[4, 5, 6, 12])), wm),
+            (0, None, 9),
+            (0, Some(side(&[1], "name", &["z"], &[2])), 9),
+            (1, Some(side(&[1], "nick", &["w"], &[3])), 9),
+            (0, None, i64::MAX),
+        ];
+        for (s, batch, w) in steps {
+            let mut sink = |batch: RecordBatch| {
+                let names = batch.column_by_name("name").unwrap().as_string::<i32>();
+                got.push((0..batch.num_rows()).map(|i| names.value(i).to_string()).collect::<Vec<_>>());
+                Ok(())
+            };
+            let mut out = Collector::new(&mut sink);
+            if let Some(batch) = batch {
+                let mut ctx = ProcessContext::new(&info, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
+                match s {
+                    0 => op.process_batch(&batch, &mut ctx, &mut out).unwrap(),
+                    _ => op.process_second_batch(&batch, &mut ctx, &mut out).unwrap(),
+                }
+            }
+            if w > wm {
+                wm = w;
+                while let Some(ts) = slot.get().and_then(|t| t.pop_due(&mut *b, TimeDomain::EventTime, wm).unwrap()) {
+                    let mut ctx = ProcessContext::new(&info, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
+                    op.on_timer(ts, TimeDomain::EventTime, &mut ctx, &mut out).unwrap();
+                }
+                let mut ctx = ProcessContext::new(&info, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
+                op.on_watermark(wm, &mut ctx, &mut out).unwrap();
+            }
+            out.flush().unwrap();
+        }
+        assert_eq!(got, vec![vec!["x".to_string(), "x".to_string()]], "one batch: key 1's row once, key 2's once");
+    }
 }
