@@ -52,7 +52,7 @@
 //! whose every element expired (a partly expired list is trimmed when it is read: RocksDB's filter API here can
 //! only keep or drop a row); it reads the clock once per 1000 rows.
 
-use crate::cache::{Cached, RowCache};
+use crate::cache::{Cached, StateCache};
 use crate::error::StateError;
 use crate::import::{self, SstFile};
 use crate::ingest::{self, Background};
@@ -153,7 +153,7 @@ struct RocksState {
     /// Whether rows are scoped to namespaces (see [`RowKeyBuilder::key`]).
     namespaced: bool,
     /// Value rows (value kinds), or the byte length of touched lists (list kind, clean rows only).
-    cache: RowCache,
+    cache: StateCache,
     /// Timer states: how many timers the state holds (column family and `pending`), once counted (counted on
     /// first need after a restore, then kept by every add and removal).
     timers: std::cell::Cell<Option<u64>>,
@@ -1048,7 +1048,7 @@ impl KeyedStateBackend for RocksDbBackend {
             kind,
             ttl,
             namespaced,
-            cache: RowCache::default(),
+            cache: StateCache::for_rows(namespaced),
             // A new state has no timers; a restored one is counted when first asked (or was already).
             timers: std::cell::Cell::new(match stored {
                 None => (kind == StateKind::Timers).then_some(0),
