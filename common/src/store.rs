@@ -121,6 +121,8 @@ pub struct Store {
     inner: Arc<dyn ObjectStore>,
     root: String,
     url: String,
+    /// The directory of a `file://` store: [`Store::put_file`] links or copies into it in the kernel.
+    local_dir: Option<std::path::PathBuf>,
 }
 
 /// Options for opening an S3 store (anything not given comes from the `AWS_*` environment).
@@ -161,6 +163,10 @@ impl Store {
     fn open_with(url: &str, opts: &StoreOptions, create: bool) -> Result<Store, StoreError> {
         let bad = |reason: String| StoreError::InvalidUrl { url: url.to_string(), reason };
         let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        let local_dir = match parsed.scheme() {
+            "file" => parsed.to_file_path().ok(),
+            _ => None,
+        };
         let (inner, root): (Arc<dyn ObjectStore>, String) = match parsed.scheme() {
             "file" => {
                 let dir = parsed.to_file_path().map_err(|_| bad("not an absolute local path".into()))?;
@@ -209,7 +215,7 @@ impl Store {
             }
             other => return Err(bad(format!("unsupported scheme {other:?} (use file://, s3:// or memory://)"))),
         };
-        Ok(Store { inner, root, url: url.to_string() })
+        Ok(Store { inner, root, url: url.to_string(), local_dir })
     }
 
     /// Checks that the store takes writes: writes a marker, reads it back and deletes it, all within
@@ -303,8 +309,14 @@ impl Store {
         }
     }
 
-    /// Uploads a local file.
+    /// Uploads a local file. Into a `file://` store the file is hard-linked (copied in the kernel if the store is
+    /// on another file system) under a staging name and renamed, as `object_store` writes: a checkpoint's
+    /// files are written once and never changed, and reading hundreds of MB into memory only to write them
+    /// back took a tenth of Nexmark q4's CPU at 20M events.
     pub async fn put_file(&self, rel: &str, local: &std::path::Path) -> Result<u64, StoreError> {
+        if let Some(dir) = &self.local_dir {
+            return self.link_file(dir, rel, local).await;
+        }
         let data = tokio::fs::read(local).await.map_err(|e| StoreError::Io {
             url: self.url.clone(),
             op: "read local file for",
@@ -313,6 +325,37 @@ impl Store {
         })?;
         let len = data.len() as u64;
         self.put(rel, Bytes::from(data)).await?;
+        Ok(len)
+    }
+
+    async fn link_file(&self, dir: &std::path::Path, rel: &str, local: &std::path::Path) -> Result<u64, StoreError> {
+        self.fault("store-put", "put", rel).await?;
+        let io = |op: &'static str, e: std::io::Error| StoreError::Io {
+            url: self.url.clone(),
+            op,
+            path: rel.to_string(),
+            source: Box::new(object_store::Error::Generic { store: "LocalFileSystem", source: Box::new(e) }),
+        };
+        // The object path, checked as object_store checks it (no `..`, no empty parts).
+        let path = ObjPath::parse(rel).map_err(|e| self.io("put", rel, e.into()))?;
+        let dest = path.parts().fold(dir.to_path_buf(), |d, part| d.join(part.as_ref()));
+        if let Some(parent) = dest.parent() {
+            tokio::fs::create_dir_all(parent).await.map_err(|e| io("create the directory for", e))?;
+        }
+        // `#` marks a staging file, which object_store's listing skips.
+        static STAGING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = STAGING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut staging = dest.clone().into_os_string();
+        staging.push(format!("#{}-{n}", std::process::id()));
+        let staging = std::path::PathBuf::from(staging);
+        let len = match tokio::fs::hard_link(local, &staging).await {
+            Ok(()) => tokio::fs::metadata(&staging).await.map_err(|e| io("read the size of", e))?.len(),
+            Err(_) => tokio::fs::copy(local, &staging).await.map_err(|e| io("copy local file for", e))?,
+        };
+        if let Err(e) = tokio::fs::rename(&staging, &dest).await {
+            let _ = tokio::fs::remove_file(&staging).await;
+            return Err(io("rename into", e));
+        }
         Ok(len)
     }
 
@@ -426,6 +469,27 @@ mod tests {
         s.delete_dir("a").await.unwrap();
         assert!(matches!(s.get("a/b/c").await, Err(StoreError::NotFound(_))));
         assert!(Store::open("ftp://x/y", &StoreOptions::default()).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_file_put_into_a_file_store_is_a_copy_that_outlives_the_original() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&format!("file://{}/root", dir.path().display()), &StoreOptions::default()).unwrap();
+        let local = dir.path().join("sst");
+        std::fs::write(&local, b"rows").unwrap();
+        assert_eq!(s.put_file("chk/1/sst", &local).await.unwrap(), 4);
+        // Written once, then the original goes (a snapshot directory is deleted after its upload).
+        std::fs::remove_file(&local).unwrap();
+        assert_eq!(&s.get("chk/1/sst").await.unwrap()[..], b"rows");
+        assert_eq!(s.list("chk").await.unwrap(), vec!["chk/1/sst".to_string()], "no staging file is left");
+        // Replacing an object, as put does.
+        std::fs::write(&local, b"other").unwrap();
+        assert_eq!(s.put_file("chk/1/sst", &local).await.unwrap(), 5);
+        assert_eq!(&s.get("chk/1/sst").await.unwrap()[..], b"other");
+        assert!(s.put_file("../escape", &local).await.is_err(), "a path out of the store is refused");
+        assert!(!dir.path().join("escape").exists());
+        let missing = s.put_file("chk/2/sst", &dir.path().join("absent")).await.unwrap_err();
+        assert!(missing.to_string().contains("chk/2/sst"), "{missing}");
     }
 
     #[tokio::test]

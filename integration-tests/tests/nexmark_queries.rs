@@ -1,7 +1,7 @@
 //! The Nexmark queries of `bench/nexmark/` on a real cluster give Flink's results, row for row, over the same
 //! stream (`bench/nexmark/expected/`; q6, which Flink refuses, the result computed from the generator): every
-//! query once, then q3 (a join, state on both sides) and q6 (timers, over-aggregation) through a task manager
-//! SIGKILLed mid-run and through a stop with savepoint and a restore at another parallelism.
+//! query once, then every query that keeps state through a task manager SIGKILLed mid-run and through a stop
+//! with savepoint and a restore at another parallelism.
 
 use anyhow::Context;
 use std::time::Duration;
@@ -27,11 +27,22 @@ fn every_query_gives_flinks_result() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// q3: a join, rows of both sides in state; q4: a join and two aggregations with updates; q8: a window join.
 #[test]
-fn results_hold_through_a_kill_and_a_rescale() -> anyhow::Result<()> {
+fn joins_hold_through_a_kill_and_a_rescale() -> anyhow::Result<()> {
+    through_a_kill_and_a_rescale(&["q3", "q4", "q8"])
+}
+
+/// q5: sliding windows, then a top-1 per window; q6: timers, rows waiting for the watermark and a frame per
+/// seller; q7: tumbling windows joined back; q11: session windows.
+#[test]
+fn windows_hold_through_a_kill_and_a_rescale() -> anyhow::Result<()> {
+    through_a_kill_and_a_rescale(&["q5", "q6", "q7", "q11"])
+}
+
+fn through_a_kill_and_a_rescale(queries: &[&str]) -> anyhow::Result<()> {
     let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
-    // q3: a join, rows of both sides in state; q6: timers, rows waiting for the watermark and a frame per seller.
-    for q in ["q3", "q6"] {
+    for &q in queries {
         // A task manager killed mid-run: the restored job's committed output is the same.
         let out = cluster.output_dir(&format!("{q}-kill"))?;
         let mut run = QueryRun::new(q);

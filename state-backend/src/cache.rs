@@ -256,6 +256,21 @@ impl<const K: usize> RowCache<K> {
         *self = RowCache { hasher: self.hasher.clone(), ..Default::default() };
     }
 
+    /// Forgets the rows known to be absent (deleted, or read as absent), keeping the others: they are what the
+    /// next reads want, where a window's cleaned-up slices are not. Call after [`RowCache::drain_dirty`] (a
+    /// deletion not written yet would be lost).
+    pub fn retain_present(&mut self) {
+        let mut kept = RowCache { hasher: self.hasher.clone(), ..Default::default() };
+        let live = self.metas.iter().filter(|m| m.val_len != NONE).count();
+        kept.metas.reserve_exact(live);
+        for m in &self.metas {
+            if let Some(v) = m.value(&self.arena) {
+                kept.set(m.key(&self.arena), Some(v), m.dirty);
+            }
+        }
+        *self = kept;
+    }
+
     /// Number of cached rows.
     pub fn len(&self) -> usize {
         self.metas.len()
@@ -344,6 +359,11 @@ impl StateCache {
         each!(self, c => c.clear())
     }
 
+    /// [`RowCache::retain_present`].
+    pub fn retain_present(&mut self) {
+        each!(self, c => c.retain_present())
+    }
+
     /// [`RowCache::memory_bytes`].
     pub fn memory_bytes(&self) -> usize {
         each!(self, c => c.memory_bytes())
@@ -425,6 +445,31 @@ mod tests {
         c.clear();
         assert!(c.is_empty());
         assert_eq!(c.get(b"a"), Cached::Miss);
+    }
+
+    #[test]
+    fn retaining_present_rows_forgets_absent_ones_and_keeps_the_rest_as_they_were() {
+        for namespaced in [false, true] {
+            let mut c = StateCache::for_rows(namespaced);
+            let long = vec![7u8; 40];
+            c.put(b"live", b"1");
+            c.put(&long, &[9; 30]);
+            c.insert_clean(b"read-absent", None);
+            c.put(b"gone", b"2");
+            c.delete(b"gone");
+            c.drain_dirty(|_, _| {});
+            c.put(b"dirty", b"3");
+            let before = c.memory_bytes();
+            c.retain_present();
+            assert_eq!(c.get(b"live"), Cached::Hit(Some(&b"1"[..])));
+            assert_eq!(c.get(&long), Cached::Hit(Some(&[9u8; 30][..])));
+            assert_eq!(c.get(b"read-absent"), Cached::Miss);
+            assert_eq!(c.get(b"gone"), Cached::Miss);
+            let mut dirty = Vec::new();
+            c.drain_dirty(|k, v| dirty.push((k.to_vec(), v.map(<[u8]>::to_vec))));
+            assert_eq!(dirty, vec![(b"dirty".to_vec(), Some(b"3".to_vec()))], "a dirty row stays dirty");
+            assert!(c.memory_bytes() <= before);
+        }
     }
 
     #[test]

@@ -998,14 +998,25 @@ impl RocksDbBackend {
         self.db.iterator_cf_opt(cf, ro, IteratorMode::From(prefix, Direction::Forward))
     }
 
-    /// Flushes and empties the cache when a new row would not fit its budget.
+    /// Flushes the cache when a new row would not fit its budget, then forgets the rows known to be absent; if
+    /// the rows left still take half the budget, it forgets them all. A window's state is mostly rows deleted
+    /// when their window was cleaned up: emptying the whole cache each time it filled with those made every
+    /// live slice a RocksDB read again (q5 at 20M events: 59 MB of cached rows of which 2 MB were live).
     fn make_room(&mut self, state: StateId) -> Result<(), StateError> {
         let ns = self.states[state.0].namespaced;
         // The budget check is a few additions; the hash lookup only happens once the cache is full.
         if self.cache_bytes() > self.opts.cache_bytes
             && matches!(self.states[state.0].cache.get(self.row.key(ns)), Cached::Miss)
         {
-            self.flush(true)?;
+            self.flush(false)?;
+            for st in &mut self.states {
+                st.cache.retain_present();
+            }
+            if self.cache_bytes() > self.opts.cache_bytes / 2 {
+                for st in &mut self.states {
+                    st.cache.clear();
+                }
+            }
         }
         Ok(())
     }

@@ -72,7 +72,7 @@ impl Default for TmConfig {
             s3_allow_http: false,
             log_json: false,
             state_cache_mb: 64,
-            rocksdb_write_buffer_mb: 8,
+            rocksdb_write_buffer_mb: 64,
             rocksdb_block_cache_mb: 16,
             metrics_bind: String::new(),
             clock_file: None,
@@ -153,7 +153,7 @@ pub struct Flags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_cache_mb: Option<u64>,
-    /// MiB of RocksDB memtable per column family [default: 8].
+    /// MiB of RocksDB memtable per column family [default: 64, as Flink].
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rocksdb_write_buffer_mb: Option<u64>,
