@@ -756,7 +756,7 @@ mod tests {
     use crate::api::batch::{batch_of, event_times, keys};
     use crate::api::operator::RuntimeInfo;
     use crate::api::record::Record;
-    use crate::api::timers::TimerSlot;
+    use crate::api::timers::{advance_watermark, TimerSlot};
     use crate::window::operator::{Listing, ProcessWindowFunction};
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
@@ -861,13 +861,7 @@ mod tests {
                 }
                 Ev::Watermark(w) if w > wm => {
                     wm = w;
-                    while let Some(ts) = slot.get().and_then(|s| s.pop_due(&mut *b, TimeDomain::EventTime, wm).unwrap())
-                    {
-                        let mut ctx = ProcessContext::new(&i, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
-                        op.on_timer(ts, TimeDomain::EventTime, &mut ctx, &mut out).unwrap();
-                    }
-                    let mut ctx = ProcessContext::new(&i, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
-                    op.on_watermark(wm, &mut ctx, &mut out).unwrap();
+                    advance_watermark(&mut *op, &i, &mut *b, &mut slot, wm, &mut out).unwrap();
                 }
                 Ev::Watermark(_) => {}
                 Ev::Clock(now) => {

@@ -285,7 +285,7 @@ mod tests {
     use super::*;
     use crate::api::batch::KEY;
     use crate::api::operator::RuntimeInfo;
-    use crate::api::timers::TimerSlot;
+    use crate::api::timers::{advance_watermark, TimerSlot};
     use arrow_array::cast::AsArray;
     use arrow_array::StringArray;
     use std::collections::BTreeMap;
@@ -357,12 +357,7 @@ mod tests {
             }
             if w > wm {
                 wm = w;
-                while let Some(ts) = slot.get().and_then(|t| t.pop_due(&mut *b, TimeDomain::EventTime, wm).unwrap()) {
-                    let mut ctx = ProcessContext::new(&info, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
-                    op.on_timer(ts, TimeDomain::EventTime, &mut ctx, &mut out).unwrap();
-                }
-                let mut ctx = ProcessContext::new(&info, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
-                op.on_watermark(wm, &mut ctx, &mut out).unwrap();
+                advance_watermark(&mut op, &info, &mut *b, &mut slot, wm, &mut out).unwrap();
             }
             out.flush().unwrap();
         }
