@@ -349,7 +349,20 @@ impl Store {
         staging.push(format!("#{}-{n}", std::process::id()));
         let staging = std::path::PathBuf::from(staging);
         let len = match tokio::fs::hard_link(local, &staging).await {
-            Ok(()) => tokio::fs::metadata(&staging).await.map_err(|e| io("read the size of", e))?.len(),
+            // The modification time is the upload's, as for a written object: the job manager's sweep keeps
+            // files younger than any checkpoint in flight, and a link would carry the original's (minutes old
+            // for a RocksDB file). The file is written once, so nothing else reads its time.
+            Ok(()) => {
+                let linked = staging.clone();
+                tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
+                    let f = std::fs::File::open(&linked)?;
+                    f.set_modified(std::time::SystemTime::now())?;
+                    Ok(f.metadata()?.len())
+                })
+                .await
+                .map_err(|e| io("link", std::io::Error::other(e)))?
+                .map_err(|e| io("touch the link of", e))?
+            }
             Err(_) => tokio::fs::copy(local, &staging).await.map_err(|e| io("copy local file for", e))?,
         };
         if let Err(e) = tokio::fs::rename(&staging, &dest).await {
@@ -477,7 +490,12 @@ mod tests {
         let s = Store::open(&format!("file://{}/root", dir.path().display()), &StoreOptions::default()).unwrap();
         let local = dir.path().join("sst");
         std::fs::write(&local, b"rows").unwrap();
+        // A file written an hour ago is uploaded now: its object is as new as the upload (the sweep's age).
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options().write(true).open(&local).unwrap().set_modified(hour_ago).unwrap();
         assert_eq!(s.put_file("chk/1/sst", &local).await.unwrap(), 4);
+        let listed = s.list_with_modified("chk").await.unwrap();
+        assert!(listed[0].1 + 60_000 > crate::now_ms(), "modified at {} ms, now {}", listed[0].1, crate::now_ms());
         // Written once, then the original goes (a snapshot directory is deleted after its upload).
         std::fs::remove_file(&local).unwrap();
         assert_eq!(&s.get("chk/1/sst").await.unwrap()[..], b"rows");
