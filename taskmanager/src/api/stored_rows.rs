@@ -259,6 +259,15 @@ impl EncodedRows {
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
         (0..self.len()).map(|i| self.get(i))
     }
+
+    /// The rows as columns of `schema` (the kept columns they were stored with).
+    pub fn decode(&self, schema: &SchemaRef) -> Result<Vec<ArrayRef>, OperatorError> {
+        let mut b = RowsBuilder::new(schema.clone())?;
+        for r in self.iter() {
+            b.push(r)?;
+        }
+        Ok(b.finish())
+    }
 }
 
 /// Builds columns of a schema from stored rows.

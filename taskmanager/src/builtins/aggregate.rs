@@ -6,6 +6,7 @@
 //! `_op` column is a changelog: its `-U`/`-D` rows are taken back out (`COUNT`, `SUM`, `AVG`).
 
 use crate::api::batch::{event_time_field, key_groups, keys, set_current_key_of_row, RowKind, EVENT_TIME, OP};
+use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use arrow_array::builder::{Int64Builder, Int8Builder, TimestampMillisecondBuilder};
@@ -13,7 +14,6 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, Int8Type, TimestampMillisecondType};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use std::collections::HashMap;
 use std::sync::Arc;
 use weir_common::builtin::{AggregateConfig, AggregateFn};
 use weir_state::{StateId, StateKind};
@@ -132,18 +132,18 @@ pub struct Aggregate {
     plan: Option<(SchemaRef, Vec<usize>, Vec<Option<usize>>)>,
     value: Vec<u8>,
     changes: Changes,
-    /// The keys a batch touched, in first-touch order (the first `used` entries; the rest are buffers to reuse).
+    /// The batch's rows grouped by key, in first-touch order.
+    by_key: RowsByKey,
+    /// Each key of `by_key`, by its group (entries past the batch's keys are buffers to reuse).
     touched: Vec<Touched>,
-    used: usize,
     /// A key's result after the batch.
     after: Vec<Option<i64>>,
 }
 
-/// A key a batch touched: a row of it (to set it current again), its accumulator, its result before the batch
-/// (`had`: whether it had one) and the event time of its last row.
+/// A key a batch touched: its accumulator, its result before the batch (`had`: whether it had one) and the
+/// event time of its last row.
 #[derive(Default)]
 struct Touched {
-    row: usize,
     acc: Acc,
     before: Vec<Option<i64>>,
     had: bool,
@@ -162,8 +162,8 @@ impl Aggregate {
             plan: None,
             value: Vec::new(),
             changes: Changes::default(),
+            by_key: RowsByKey::default(),
             touched: Vec::new(),
-            used: 0,
             after: Vec::new(),
         }
     }
@@ -265,45 +265,42 @@ impl Operator for Aggregate {
         let backend = ctx.keyed()?;
         // The batch is the mini-batch: each key's accumulator is read once, updated in memory by all its rows,
         // and written once, and the key's change over the whole batch is emitted (Flink's mini-batch folding).
-        self.used = 0;
-        let mut index: HashMap<&[u8], usize> = HashMap::new();
-        for i in 0..batch.num_rows() {
-            let kind = match &ops {
-                Some(o) => RowKind::from_i8(o.value(i))
-                    .ok_or_else(|| OperatorError::Other(format!("aggregate: unknown change {}", o.value(i))))?,
-                None => RowKind::Insert,
-            };
-            let at = *index.entry(keys.value(i)).or_insert(self.used);
-            if at == self.used {
-                if self.touched.len() == self.used {
-                    self.touched.push(Touched::default());
+        self.by_key.group(keys, |_| Some(0));
+        for g in 0..self.by_key.len() {
+            let rows = self.by_key.rows(g);
+            if self.touched.len() == g {
+                self.touched.push(Touched::default());
+            }
+            let t = &mut self.touched[g];
+            set_current_key_of_row(backend, keys, groups, rows[0] as usize);
+            match backend.get_value(state)? {
+                Some(bytes) => t.acc.decode_into(bytes, n)?,
+                None => t.acc.reset(n),
+            }
+            t.had = t.acc.result_into(&self.fns, &mut t.before);
+            for &i in rows {
+                let i = i as usize;
+                let kind = match &ops {
+                    Some(o) => RowKind::from_i8(o.value(i))
+                        .ok_or_else(|| OperatorError::Other(format!("aggregate: unknown change {}", o.value(i))))?,
+                    None => RowKind::Insert,
+                };
+                if t.acc.rows == 0 && kind.retracts() {
+                    continue;
                 }
-                let t = &mut self.touched[at];
-                set_current_key_of_row(backend, keys, groups, i);
-                match backend.get_value(state)? {
-                    Some(bytes) => t.acc.decode_into(bytes, n)?,
-                    None => t.acc.reset(n),
+                let sign = if kind.retracts() { -1 } else { 1 };
+                t.acc.rows += sign;
+                for ((f, v), vals) in self.fns.iter().zip(t.acc.values.iter_mut()).zip(&ints) {
+                    accumulate(*f, v, vals.as_ref().and_then(|v| v[i]), sign)?;
                 }
-                t.had = t.acc.result_into(&self.fns, &mut t.before);
-                self.used += 1;
+                if t.acc.carried.is_empty() && !carry_cols.is_empty() {
+                    encode_row(&carry_cols, i, &mut t.acc.carried);
+                }
+                t.time = times.as_ref().and_then(|t| t.is_valid(i).then(|| t.value(i)));
             }
-            let t = &mut self.touched[at];
-            if t.acc.rows == 0 && kind.retracts() {
-                continue;
-            }
-            let sign = if kind.retracts() { -1 } else { 1 };
-            t.acc.rows += sign;
-            for ((f, v), vals) in self.fns.iter().zip(t.acc.values.iter_mut()).zip(&ints) {
-                accumulate(*f, v, vals.as_ref().and_then(|v| v[i]), sign)?;
-            }
-            if t.acc.carried.is_empty() && !carry_cols.is_empty() {
-                encode_row(&carry_cols, i, &mut t.acc.carried);
-            }
-            t.row = i;
-            t.time = times.as_ref().and_then(|t| t.is_valid(i).then(|| t.value(i)));
         }
         let (touched, mut after) = (std::mem::take(&mut self.touched), std::mem::take(&mut self.after));
-        for t in &touched[..self.used] {
+        for (g, t) in touched[..self.by_key.len()].iter().enumerate() {
             let has = t.acc.result_into(&self.fns, &mut after);
             let carried = &t.acc.carried;
             match (t.had, has) {
@@ -316,7 +313,7 @@ impl Operator for Aggregate {
                 (true, false) => self.push(RowKind::Delete, &t.before, carried, t.time),
                 _ => {}
             }
-            set_current_key_of_row(backend, keys, groups, t.row);
+            set_current_key_of_row(backend, keys, groups, self.by_key.rows(g)[0] as usize);
             if has {
                 t.acc.encode(&mut self.value);
                 backend.put_value(state, &self.value)?;

@@ -141,7 +141,8 @@ impl IntervalJoin {
                 theirs.visit_encoded(backend, &mut |e| {
                     let ot = e.get(..8).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes);
                     if ot.is_some_and(|ot| range.contains(&ot)) {
-                        pairs.push(i as u32, &e[8..]);
+                        let other = pairs.store(&e[8..]);
+                        pairs.push(i as u32, other);
                     }
                     Ok(())
                 })?;

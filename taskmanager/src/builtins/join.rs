@@ -11,7 +11,7 @@
 use crate::api::batch::{key_groups, keys, set_current_key_of_row, EVENT_TIME, KEY};
 use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{restore_kept, snapshot_kept, EncodedRows, KeptColumns, RowsBuilder};
+use crate::api::stored_rows::{restore_kept, snapshot_kept, EncodedRows, KeptColumns};
 use crate::expr::eval::{columns_of, compile, Compiled};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
@@ -154,9 +154,8 @@ pub struct Join {
     mine: EncodedRows,
     /// The batch's rows grouped by key.
     by_key: RowsByKey,
-    /// The other input's rows of the batch's keys, and each key's range of them.
-    theirs: EncodedRows,
-    spans: Vec<(usize, usize)>,
+    /// Each key's range of the other input's rows kept in `pairs`.
+    spans: Vec<(u32, u32)>,
     /// Pairs found in the batch being processed.
     pairs: Pairs,
 }
@@ -174,7 +173,6 @@ impl Join {
             plan: None,
             mine: EncodedRows::default(),
             by_key: RowsByKey::default(),
-            theirs: EncodedRows::default(),
             spans: Vec::new(),
             pairs: Pairs::default(),
         }
@@ -216,9 +214,9 @@ impl Join {
             return Err(OperatorError::Other("join used before initialize_state".into()));
         };
         // Per key, once: the batch's rows go into my list in one write, and the other input's rows are read once
-        // (into `theirs`, `spans` marking each key's rows in it).
+        // (kept in `pairs`, `spans` marking each key's rows there).
         self.by_key.group(keys, |_| Some(0));
-        self.theirs.clear();
+        self.pairs.clear();
         self.spans.clear();
         for g in 0..self.by_key.len() {
             let rows = self.by_key.rows(g);
@@ -228,23 +226,22 @@ impl Join {
                 self.mine.push_row(&own, i as usize);
             }
             my_rows.add_all_encoded(backend, self.mine.iter()).map_err(state_err)?;
-            let first = self.theirs.len();
-            let theirs = &mut self.theirs;
+            let first = self.pairs.stored() as u32;
+            let pairs = &mut self.pairs;
             their_rows
                 .visit_encoded(backend, &mut |e| {
-                    theirs.push(e);
+                    pairs.store(e);
                     Ok(())
                 })
                 .map_err(state_err)?;
-            self.spans.push((first, self.theirs.len()));
+            self.spans.push((first, self.pairs.stored() as u32));
         }
         // Pairs in batch order, as row-by-row processing finds them.
-        self.pairs.clear();
         for i in 0..batch.num_rows() {
             let Some(g) = self.by_key.group_of(i) else { continue };
             let (from, to) = self.spans[g];
             for e in from..to {
-                self.pairs.push(i as u32, self.theirs.get(e));
+                self.pairs.push(i as u32, e);
             }
         }
         if self.pairs.is_empty() {
@@ -264,25 +261,39 @@ impl Join {
     }
 }
 
-/// The pairs found while a batch of one input is processed: the batch's row and the other input's stored row
-/// (as `api::stored_rows` writes it), and the joined rows they make.
+/// The pairs found while a batch of one input is processed: the batch's row and one of the other input's stored
+/// rows (as `api::stored_rows` writes them, each kept once however many pairs it is in), and the joined rows
+/// they make.
 #[derive(Default)]
 pub(crate) struct Pairs {
     rows: Vec<u32>,
-    other: EncodedRows,
+    others: Vec<u32>,
+    stored: EncodedRows,
 }
 
 impl Pairs {
     /// Forgets the pairs (keeping the buffers).
     pub(crate) fn clear(&mut self) {
         self.rows.clear();
-        self.other.clear();
+        self.others.clear();
+        self.stored.clear();
     }
 
-    /// Adds the pair of the batch's row `row` and the other input's stored row `other`.
-    pub(crate) fn push(&mut self, row: u32, other: &[u8]) {
+    /// Keeps a stored row of the other input; returns its number for [`Pairs::push`].
+    pub(crate) fn store(&mut self, other: &[u8]) -> u32 {
+        self.stored.push(other);
+        self.stored.len() as u32 - 1
+    }
+
+    /// How many stored rows are kept.
+    pub(crate) fn stored(&self) -> usize {
+        self.stored.len()
+    }
+
+    /// Adds the pair of the batch's row `row` and the kept stored row number `other`.
+    pub(crate) fn push(&mut self, row: u32, other: u32) {
         self.rows.push(row);
-        self.other.push(other);
+        self.others.push(other);
     }
 
     /// Whether there is no pair.
@@ -302,16 +313,20 @@ impl Pairs {
         schemas: [&SchemaRef; 2],
     ) -> Result<Option<RecordBatch>, OperatorError> {
         let (my_schema, their_schema) = (schemas[s], schemas[1 - s]);
-        let mut builder = RowsBuilder::new(their_schema.clone())?;
-        for other in self.other.iter() {
-            builder.push(other)?;
-        }
-        let theirs_cols = builder.finish();
+        let err = |e: arrow_schema::ArrowError| OperatorError::Other(e.to_string());
+        // Each stored row decoded once, then repeated for its pairs.
+        let stored = self.stored.decode(their_schema)?;
+        let others = UInt32Array::from(std::mem::take(&mut self.others));
+        let theirs_cols: Vec<ArrayRef> = stored
+            .iter()
+            .map(|c| arrow_select::take::take(c.as_ref(), &others, None))
+            .collect::<Result<_, _>>()
+            .map_err(err)?;
+        self.others = others.into_parts().1.into_inner().into_vec().unwrap_or_default();
         let picks = UInt32Array::from(std::mem::take(&mut self.rows));
         let take = |a: &ArrayRef| arrow_select::take::take(a.as_ref(), &picks, None);
-        let mine_cols: Vec<ArrayRef> =
-            own.iter().map(take).collect::<Result<_, _>>().map_err(|e| OperatorError::Other(e.to_string()))?;
-        let key = take(&(Arc::new(keys.clone()) as ArrayRef)).map_err(|e| OperatorError::Other(e.to_string()))?;
+        let mine_cols: Vec<ArrayRef> = own.iter().map(take).collect::<Result<_, _>>().map_err(err)?;
+        let key = take(&(Arc::new(keys.clone()) as ArrayRef)).map_err(err)?;
         self.rows = picks.into_parts().1.into_inner().into_vec().unwrap_or_default();
         let (first, first_schema, second, second_schema) = match s {
             0 => (&mine_cols, my_schema, &theirs_cols, their_schema),

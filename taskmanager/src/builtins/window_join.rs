@@ -10,11 +10,11 @@
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
 use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, EncodedRows, KeptColumns, RowsBuilder};
+use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, EncodedRows, KeptColumns};
 use crate::api::timers::TimeDomain;
 use crate::builtins::join::Plan;
 use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
-use arrow_schema::{DataType, Field, SchemaRef, TimeUnit};
+use arrow_schema::{DataType, Field, TimeUnit};
 use std::collections::HashSet;
 use std::sync::Arc;
 use weir_common::builtin::WindowJoinConfig;
@@ -124,15 +124,8 @@ impl WindowJoin {
                 .collect::<Result<_, _>>()
                 .map_err(|e| OperatorError::Other(e.to_string()))
         };
-        let decode = |schema: &SchemaRef, rows: &EncodedRows| -> Result<Vec<ArrayRef>, OperatorError> {
-            let mut b = RowsBuilder::new(schema.clone())?;
-            for r in rows.iter() {
-                b.push(r)?;
-            }
-            Ok(b.finish())
-        };
-        let first = take(&decode(&a, &f.sides[0])?, &f.pairs[0])?;
-        let second = take(&decode(&b, &f.sides[1])?, &f.pairs[1])?;
+        let first = take(&f.sides[0].decode(&a)?, &f.pairs[0])?;
+        let second = take(&f.sides[1].decode(&b)?, &f.pairs[1])?;
         let window = &f.pairs[2];
         let key: ArrayRef = Arc::new(BinaryArray::from_iter_values(window.iter().map(|&w| f.keys.get(w as usize))));
         let mut columns = vec![key];
@@ -262,17 +255,17 @@ impl Operator for WindowJoin {
 /// The batch's distinct rows within each window (by every column; `window_of(row)` tells a row's window),
 /// first occurrences in order.
 fn distinct(batch: &RecordBatch, window_of: impl Fn(usize) -> u32) -> Result<RecordBatch, OperatorError> {
-    let mut seen = HashSet::new();
-    let mut keep = Vec::new();
+    // Every row encoded into one buffer first, so the set borrows them instead of owning a copy of each.
+    let mut rows = EncodedRows::default();
     let mut row = Vec::new();
     for i in 0..batch.num_rows() {
         row.clear();
         row.extend_from_slice(&window_of(i).to_le_bytes());
         encode_row(batch.columns(), i, &mut row);
-        if seen.insert(row.clone()) {
-            keep.push(i as u32);
-        }
+        rows.push(&row);
     }
+    let mut seen = HashSet::with_capacity(rows.len());
+    let keep: Vec<u32> = (0..rows.len()).filter(|&i| seen.insert(rows.get(i))).map(|i| i as u32).collect();
     if keep.len() == batch.num_rows() {
         return Ok(batch.clone());
     }
