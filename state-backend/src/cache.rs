@@ -26,6 +26,13 @@ const INLINE_KEY: usize = 12;
 const INLINE_NAMESPACED_KEY: usize = 27;
 /// Longest value held in the entry.
 const INLINE_VALUE: usize = 8;
+/// Flag: the row was written since the last flush.
+const DIRTY: u8 = 1;
+/// Flag: RocksDB may hold the row (with a value). A row that does not have it is deleted by forgetting it:
+/// no tombstone, and no entry left behind for a window slice that is gone.
+const STORED: u8 = 2;
+/// Flags of a slot on the free list (no row).
+const FREE: u8 = 4;
 
 /// One cached row (36 bytes with `K` = 12): a key or value too long for the entry leaves its offset in the
 /// arena where the inline bytes would be.
@@ -37,7 +44,8 @@ struct Meta<const K: usize> {
     /// Bytes reserved for the value in the arena, so a value that does not grow is overwritten in place; or
     /// [`INLINE`].
     val_cap: u32,
-    dirty: bool,
+    /// [`DIRTY`] and [`STORED`], or [`FREE`] for a slot on the free list.
+    flags: u8,
     /// The key, or for a longer one its offset in the arena (first 4 bytes).
     key: [u8; K],
     /// The value, or for one in the arena its offset there (first 4 bytes).
@@ -52,6 +60,10 @@ fn offset_in(bytes: &[u8]) -> usize {
 }
 
 impl<const K: usize> Meta<K> {
+    fn dirty(&self) -> bool {
+        self.flags & DIRTY != 0
+    }
+
     fn key<'a>(&'a self, arena: &'a [u8]) -> &'a [u8] {
         match self.key_len as usize {
             n if n <= K => &self.key[..n],
@@ -100,13 +112,21 @@ pub enum Cached<'a> {
 pub struct RowCache<const K: usize = INLINE_KEY> {
     index: HashTable<u32>,
     metas: Vec<Meta<K>>,
+    /// Slots of `metas` whose rows were forgotten, for new rows to reuse.
+    free: Vec<u32>,
     arena: Vec<u8>,
     hasher: hashbrown::DefaultHashBuilder,
 }
 
 impl<const K: usize> Default for RowCache<K> {
     fn default() -> Self {
-        RowCache { index: HashTable::new(), metas: Vec::new(), arena: Vec::new(), hasher: Default::default() }
+        RowCache {
+            index: HashTable::new(),
+            metas: Vec::new(),
+            free: Vec::new(),
+            arena: Vec::new(),
+            hasher: Default::default(),
+        }
     }
 }
 
@@ -134,7 +154,8 @@ impl<const K: usize> RowCache<K> {
         off
     }
 
-    fn set(&mut self, key: &[u8], value: Option<&[u8]>, dirty: bool) {
+    /// Sets a row's value; `flags` are added to an existing row's, and are a new row's.
+    fn set(&mut self, key: &[u8], value: Option<&[u8]>, flags: u8) {
         match self.find(key) {
             Some(i) => {
                 let m = self.metas[i as usize];
@@ -164,14 +185,14 @@ impl<const K: usize> RowCache<K> {
                     }
                     (None, None) => {}
                 }
-                m.dirty |= dirty;
+                m.flags |= flags;
             }
             None => {
                 let mut m = Meta {
                     key_len: key.len() as u32,
                     val_len: NONE,
                     val_cap: 0,
-                    dirty,
+                    flags,
                     key: [0; K],
                     value: [0; INLINE_VALUE],
                 };
@@ -189,8 +210,16 @@ impl<const K: usize> RowCache<K> {
                         m.val_cap = v.len() as u32;
                     }
                 }
-                let i = self.metas.len() as u32;
-                self.metas.push(m);
+                let i = match self.free.pop() {
+                    Some(i) => {
+                        self.metas[i as usize] = m;
+                        i
+                    }
+                    None => {
+                        self.metas.push(m);
+                        self.metas.len() as u32 - 1
+                    }
+                };
                 let h = self.hasher.hash_one(key);
                 let (metas, arena, hasher) = (&self.metas, &self.arena, &self.hasher);
                 self.index.insert_unique(h, i, |&j| hasher.hash_one(Self::key_of(metas, arena, j)));
@@ -200,38 +229,64 @@ impl<const K: usize> RowCache<K> {
 
     /// Caches a row as read from RocksDB (clean).
     pub fn insert_clean(&mut self, key: &[u8], value: Option<&[u8]>) {
-        self.set(key, value, false);
+        self.set(key, value, if value.is_some() { STORED } else { 0 });
     }
 
-    /// Writes a row (dirty until the next [`RowCache::drain_dirty`]).
-    pub fn put(&mut self, key: &[u8], value: &[u8]) {
-        self.set(key, Some(value), true);
+    /// Writes a row (dirty until the next [`RowCache::drain_dirty`]). `complete`: the cache holds every row
+    /// RocksDB holds, so a row it does not hold is absent there.
+    pub fn put(&mut self, key: &[u8], value: &[u8], complete: bool) {
+        self.set(key, Some(value), if complete { DIRTY } else { DIRTY | STORED });
     }
 
-    /// Deletes a row (a dirty tombstone until the next [`RowCache::drain_dirty`]). A row read from RocksDB as
-    /// absent (clean, no value) stays as it is: RocksDB has nothing to delete, so no tombstone is written (a
-    /// window's empty slices are deleted as often as they are read).
-    pub fn delete(&mut self, key: &[u8]) {
-        if let Some(i) = self.find(key) {
-            let m = &self.metas[i as usize];
-            if !m.dirty && m.val_len == NONE {
-                return;
-            }
+    /// Forgets row `i`: its slot goes to the free list (its bytes in the arena, if any, until the next
+    /// rebuild).
+    fn forget(&mut self, i: u32, hash: u64) {
+        if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
+            entry.remove();
         }
-        self.set(key, None, true);
+        let m = &mut self.metas[i as usize];
+        m.flags = FREE;
+        m.val_len = NONE;
+        self.free.push(i);
+    }
+
+    /// Deletes a row (a dirty tombstone until the next [`RowCache::drain_dirty`]). A row RocksDB does not hold
+    /// (read as absent, or written only since) needs no tombstone: it becomes a clean absent row, or with
+    /// `complete` (as for [`RowCache::put`]) it is forgotten, so that a window's slices, deleted as soon as
+    /// their last window fires, leave nothing behind.
+    pub fn delete(&mut self, key: &[u8], complete: bool) {
+        let h = self.hasher.hash_one(key);
+        match self.index.find(h, |&i| Self::key_of(&self.metas, &self.arena, i) == key).copied() {
+            Some(i) if self.metas[i as usize].flags & STORED == 0 => match complete {
+                true => self.forget(i, h),
+                false => {
+                    let m = &mut self.metas[i as usize];
+                    m.val_len = NONE;
+                    m.flags = 0;
+                }
+            },
+            Some(_) => self.set(key, None, DIRTY),
+            None if complete => {}
+            None => self.set(key, None, DIRTY | STORED),
+        }
+    }
+
+    /// Marks a row clean once written: RocksDB now holds it, or (written as a tombstone) no longer does.
+    fn written(m: &mut Meta<K>) {
+        m.flags = if m.val_len == NONE { 0 } else { STORED };
     }
 
     /// Calls `f(key, value)` for every dirty row (`None` = delete) and marks them clean.
     pub fn drain_dirty(&mut self, mut f: impl FnMut(&[u8], Option<&[u8]>)) {
-        for m in self.metas.iter_mut().filter(|m| m.dirty) {
+        for m in self.metas.iter_mut().filter(|m| m.dirty()) {
             f(m.key(&self.arena), m.value(&self.arena));
-            m.dirty = false;
+            Self::written(m);
         }
     }
 
     /// The dirty rows (as indexes for [`RowCache::row`]), sorted by key.
     pub fn dirty_sorted(&self) -> Vec<u32> {
-        let mut rows: Vec<u32> = (0..self.metas.len() as u32).filter(|&i| self.metas[i as usize].dirty).collect();
+        let mut rows: Vec<u32> = (0..self.metas.len() as u32).filter(|&i| self.metas[i as usize].dirty()).collect();
         rows.sort_unstable_by(|&a, &b| {
             Self::key_of(&self.metas, &self.arena, a).cmp(Self::key_of(&self.metas, &self.arena, b))
         });
@@ -247,7 +302,7 @@ impl<const K: usize> RowCache<K> {
     /// Marks rows clean (once they are written).
     pub fn mark_clean(&mut self, rows: &[u32]) {
         for &i in rows {
-            self.metas[i as usize].dirty = false;
+            Self::written(&mut self.metas[i as usize]);
         }
     }
 
@@ -265,7 +320,7 @@ impl<const K: usize> RowCache<K> {
         kept.metas.reserve_exact(live);
         for m in &self.metas {
             if let Some(v) = m.value(&self.arena) {
-                kept.set(m.key(&self.arena), Some(v), m.dirty);
+                kept.set(m.key(&self.arena), Some(v), m.flags);
             }
         }
         *self = kept;
@@ -273,12 +328,12 @@ impl<const K: usize> RowCache<K> {
 
     /// Number of cached rows.
     pub fn len(&self) -> usize {
-        self.metas.len()
+        self.metas.len() - self.free.len()
     }
 
     /// Whether no row is cached.
     pub fn is_empty(&self) -> bool {
-        self.metas.is_empty()
+        self.len() == 0
     }
 
     /// Bytes the cache holds, including spare capacity.
@@ -325,13 +380,13 @@ impl StateCache {
     }
 
     /// [`RowCache::put`].
-    pub fn put(&mut self, key: &[u8], value: &[u8]) {
-        each!(self, c => c.put(key, value))
+    pub fn put(&mut self, key: &[u8], value: &[u8], complete: bool) {
+        each!(self, c => c.put(key, value, complete))
     }
 
     /// [`RowCache::delete`].
-    pub fn delete(&mut self, key: &[u8]) {
-        each!(self, c => c.delete(key))
+    pub fn delete(&mut self, key: &[u8], complete: bool) {
+        each!(self, c => c.delete(key, complete))
     }
 
     /// [`RowCache::drain_dirty`].
@@ -378,12 +433,12 @@ mod tests {
     fn deleting_a_row_read_as_absent_writes_no_tombstone() {
         let mut c = RowCache::<INLINE_KEY>::default();
         c.insert_clean(b"gone", None);
-        c.delete(b"gone");
-        c.delete(b"never read");
+        c.delete(b"gone", false);
+        c.delete(b"never read", false);
         c.insert_clean(b"kept", Some(b"v"));
-        c.delete(b"kept");
-        c.put(b"written", b"v");
-        c.delete(b"written");
+        c.delete(b"kept", false);
+        c.put(b"written", b"v", false);
+        c.delete(b"written", false);
         let mut dirty = Vec::new();
         c.drain_dirty(|k, v| dirty.push((k.to_vec(), v.is_some())));
         dirty.sort();
@@ -394,7 +449,7 @@ mod tests {
         );
         assert_eq!(c.get(b"gone"), Cached::Hit(None));
         // Once flushed, a tombstone is clean and absent: deleting it again writes nothing.
-        c.delete(b"kept");
+        c.delete(b"kept", false);
         let mut again = 0;
         c.drain_dirty(|_, _| again += 1);
         assert_eq!(again, 0);
@@ -406,24 +461,24 @@ mod tests {
         assert_eq!(c.get(b"a"), Cached::Miss);
         c.insert_clean(b"a", None);
         assert_eq!(c.get(b"a"), Cached::Hit(None));
-        c.put(b"a", b"12345678");
-        c.put(b"a", b"1234"); // shrinks in place
+        c.put(b"a", b"12345678", false);
+        c.put(b"a", b"1234", false); // shrinks in place
         c.insert_clean(b"b", Some(b"x"));
-        c.put(b"b", b"longer value"); // grows: moves
+        c.put(b"b", b"longer value", false); // grows: moves
         c.insert_clean(b"c", Some(b"keep"));
-        c.delete(b"c");
+        c.delete(b"c", false);
         // Long keys and values live in the arena, and a value moves between the entry and the arena as it
         // grows and shrinks.
         let long_key = b"a key longer than twelve bytes";
-        c.put(long_key, b"short");
-        c.put(long_key, b"a value longer than eight");
+        c.put(long_key, b"short", false);
+        c.put(long_key, b"a value longer than eight", false);
         assert_eq!(c.get(long_key), Cached::Hit(Some(&b"a value longer than eight"[..])));
-        c.put(long_key, b"tiny");
+        c.put(long_key, b"tiny", false);
         assert_eq!(c.get(long_key), Cached::Hit(Some(&b"tiny"[..])));
-        c.put(long_key, b"long again, long again");
-        c.delete(long_key);
+        c.put(long_key, b"long again, long again", false);
+        c.delete(long_key, false);
         assert_eq!(c.get(long_key), Cached::Hit(None));
-        c.put(long_key, b"back");
+        c.put(long_key, b"back", false);
         assert_eq!(c.get(b"a"), Cached::Hit(Some(&b"1234"[..])));
         assert_eq!(c.get(b"b"), Cached::Hit(Some(&b"longer value"[..])));
         let mut dirty = Vec::new();
@@ -452,13 +507,13 @@ mod tests {
         for namespaced in [false, true] {
             let mut c = StateCache::for_rows(namespaced);
             let long = vec![7u8; 40];
-            c.put(b"live", b"1");
-            c.put(&long, &[9; 30]);
+            c.put(b"live", b"1", false);
+            c.put(&long, &[9; 30], false);
             c.insert_clean(b"read-absent", None);
-            c.put(b"gone", b"2");
-            c.delete(b"gone");
+            c.put(b"gone", b"2", false);
+            c.delete(b"gone", false);
             c.drain_dirty(|_, _| {});
-            c.put(b"dirty", b"3");
+            c.put(b"dirty", b"3", false);
             let before = c.memory_bytes();
             c.retain_present();
             assert_eq!(c.get(b"live"), Cached::Hit(Some(&b"1"[..])));
@@ -475,10 +530,10 @@ mod tests {
     #[test]
     fn dirty_rows_sorted_then_marked_clean() {
         let mut c = RowCache::<INLINE_KEY>::default();
-        c.put(b"c", b"3");
+        c.put(b"c", b"3", false);
         c.insert_clean(b"b", Some(b"2"));
-        c.put(b"a", b"1");
-        c.delete(b"d");
+        c.put(b"a", b"1", false);
+        c.delete(b"d", false);
         let rows = c.dirty_sorted();
         let seen: Vec<_> = rows.iter().map(|&i| c.row(i)).collect();
         assert_eq!(seen, [(&b"a"[..], Some(&b"1"[..])), (&b"c"[..], Some(&b"3"[..])), (&b"d"[..], None)]);
@@ -512,7 +567,7 @@ mod tests {
             let value: Vec<u8> = vec![step as u8; next(20) as usize];
             match next(4) {
                 0 => {
-                    c.delete(&key);
+                    c.delete(&key, false);
                     model.insert(key.clone(), None);
                     dirty.insert(key, None);
                 }
@@ -521,7 +576,7 @@ mod tests {
                     model.insert(key, Some(value));
                 }
                 _ => {
-                    c.put(&key, &value);
+                    c.put(&key, &value, false);
                     model.insert(key.clone(), Some(value.clone()));
                     dirty.insert(key, Some(value));
                 }
@@ -537,11 +592,76 @@ mod tests {
         assert_eq!(drained, dirty);
     }
 
+    /// A complete cache (every row RocksDB holds is cached) against a store it is flushed into: reads agree
+    /// with a map (a miss is an absent row), the store ends up with exactly the live rows, and no tombstone is
+    /// ever written for a row the store does not hold; forgotten rows' slots are reused.
+    #[test]
+    fn a_complete_cache_forgets_unstored_rows_and_writes_no_needless_tombstone() {
+        for namespaced in [false, true] {
+            complete_cache_agrees_with_a_store(StateCache::for_rows(namespaced));
+        }
+    }
+
+    fn complete_cache_agrees_with_a_store(mut c: StateCache) {
+        use std::collections::BTreeMap;
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut store: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = |n: u64| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) % n
+        };
+        let flush = |c: &mut StateCache, store: &mut BTreeMap<Vec<u8>, Vec<u8>>| {
+            c.drain_dirty(|k, v| match v {
+                Some(v) => {
+                    store.insert(k.to_vec(), v.to_vec());
+                }
+                None => assert!(store.remove(k).is_some(), "a tombstone for {k:?}, which the store does not hold"),
+            });
+        };
+        let mut peak = 0;
+        for step in 0..50_000u64 {
+            let key: Vec<u8> = vec![(next(200)) as u8; next(36) as usize];
+            let value: Vec<u8> = vec![step as u8; next(20) as usize];
+            match next(60) {
+                0 => {
+                    flush(&mut c, &mut store);
+                    if next(2) == 0 {
+                        c.retain_present();
+                    }
+                }
+                1..=20 => {
+                    c.delete(&key, true);
+                    model.remove(&key);
+                }
+                21..=40 => {
+                    c.put(&key, &value, true);
+                    model.insert(key.clone(), value);
+                }
+                _ => {
+                    if c.get(&key) == Cached::Miss {
+                        c.insert_clean(&key, None);
+                    }
+                }
+            }
+            let got = match c.get(&key) {
+                Cached::Miss => None,
+                Cached::Hit(v) => v,
+            };
+            assert_eq!(got, model.get(&key).map(Vec::as_slice), "step {step}, key {key:?}");
+            peak = peak.max(each!(&c, r => r.metas.len()));
+        }
+        flush(&mut c, &mut store);
+        assert_eq!(store, model, "the store holds exactly the live rows");
+        // 200 key bytes times 36 lengths: slots of forgotten rows are reused, so the entries stay near that.
+        assert!(peak <= 200 * 36, "{peak} entries for at most 7200 distinct keys");
+    }
+
     #[test]
     fn many_rows_survive_index_growth() {
         let mut c = RowCache::<INLINE_KEY>::default();
         for i in 0u64..100_000 {
-            c.put(&i.to_be_bytes(), &(i * 3).to_be_bytes());
+            c.put(&i.to_be_bytes(), &(i * 3).to_be_bytes(), false);
         }
         for i in (0u64..100_000).step_by(997) {
             assert_eq!(c.get(&i.to_be_bytes()), Cached::Hit(Some(&(i * 3).to_be_bytes()[..])));

@@ -154,6 +154,11 @@ struct RocksState {
     namespaced: bool,
     /// Value rows (value kinds), or the byte length of touched lists (list kind, clean rows only).
     cache: StateCache,
+    /// Value kinds: whether every row the column family holds is also in `cache`, so that a cache miss is a
+    /// row known to be absent and needs no RocksDB read. True for a state new to this database (not restored
+    /// or imported) until its cache drops a row that may be present; a window's new slices are then not read
+    /// from RocksDB at all (Nexmark q5 at 20M events spent a fifth of its window tasks in such reads).
+    complete: bool,
     /// Timer states: how many timers the state holds (column family and `pending`), once counted (counted on
     /// first need after a restore, then kept by every add and removal).
     timers: std::cell::Cell<Option<u64>>,
@@ -793,7 +798,12 @@ impl RocksDbBackend {
     }
 
     /// Ingests an SST file (moved into the database) into `state`'s column family.
-    pub(crate) fn ingest_state_file(&self, state: &str, path: &Path) -> Result<(), StateError> {
+    pub(crate) fn ingest_state_file(&mut self, state: &str, path: &Path) -> Result<(), StateError> {
+        // Rows that bypass the cache: once the state is registered, its cached rows (and `complete`) would
+        // hide them. Imports ingest before any state is registered, so this flush is for safety, not speed.
+        if self.states.iter().any(|s| s.name == state) {
+            self.flush(true)?;
+        }
         ingest::ingest(&self.db, &Self::cf_name(state), path)
     }
 
@@ -908,6 +918,7 @@ impl RocksDbBackend {
         if clear {
             for st in &mut self.states {
                 st.cache.clear();
+                st.complete = false;
             }
         }
         Ok(())
@@ -1015,6 +1026,7 @@ impl RocksDbBackend {
             if self.cache_bytes() > self.opts.cache_bytes / 2 {
                 for st in &mut self.states {
                     st.cache.clear();
+                    st.complete = false;
                 }
             }
         }
@@ -1060,6 +1072,7 @@ impl KeyedStateBackend for RocksDbBackend {
             ttl,
             namespaced,
             cache: StateCache::for_rows(namespaced),
+            complete: stored.is_none(),
             // A new state has no timers; a restored one is counted when first asked (or was already).
             timers: std::cell::Cell::new(match stored {
                 None => (kind == StateKind::Timers).then_some(0),
@@ -1100,9 +1113,13 @@ impl KeyedStateBackend for RocksDbBackend {
         if matches!(self.states[state.0].cache.get(self.row.key(ns)), Cached::Miss) {
             self.make_room(state)?;
             let st = &mut self.states[state.0];
-            let cf = state_cf(&self.db, st)?;
-            let value = self.db.get_pinned_cf(cf, self.row.key(ns))?;
-            st.cache.insert_clean(self.row.key(ns), value.as_deref());
+            if st.complete {
+                st.cache.insert_clean(self.row.key(ns), None);
+            } else {
+                let cf = state_cf(&self.db, st)?;
+                let value = self.db.get_pinned_cf(cf, self.row.key(ns))?;
+                st.cache.insert_clean(self.row.key(ns), value.as_deref());
+            }
         }
         match self.states[state.0].cache.get(self.row.key(ns)) {
             Cached::Hit(v) => Ok(v),
@@ -1119,7 +1136,8 @@ impl KeyedStateBackend for RocksDbBackend {
         }
         // A write needs no read: the row is cached dirty and reaches RocksDB at the next flush.
         self.make_room(state)?;
-        self.states[state.0].cache.put(self.row.key(ns), value);
+        let st = &mut self.states[state.0];
+        st.cache.put(self.row.key(ns), value, st.complete);
         Ok(())
     }
 
@@ -1127,7 +1145,8 @@ impl KeyedStateBackend for RocksDbBackend {
         let ns = self.states[state.0].namespaced;
         self.check(state, "delete_value", StateKind::is_value_row)?;
         self.make_room(state)?;
-        self.states[state.0].cache.delete(self.row.key(ns));
+        let st = &mut self.states[state.0];
+        st.cache.delete(self.row.key(ns), st.complete);
         Ok(())
     }
 
@@ -1611,6 +1630,29 @@ mod tests {
         assert!(answered > 900, "the filter answered {answered} of 1000 reads of absent rows");
         b.set_current_key(&7u64.to_be_bytes());
         assert_eq!(b.get_value(id).unwrap(), Some(&7u64.to_le_bytes()[..]));
+    }
+
+    #[test]
+    fn a_new_state_reads_no_absent_row_from_rocksdb_until_rows_bypass_its_cache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let mut b = RocksDbBackend::open(&tmp.path().join("a"), 128, range, None, Default::default()).unwrap();
+        let id = b.register_state("v", StateKind::Value).unwrap();
+        // A row put behind the cache's back (no real path does this) shows that a miss is not read.
+        b.set_current_key(&3u64.to_be_bytes());
+        let hidden = b.row.key(false).to_vec();
+        b.db.put_cf(b.db.cf_handle("state.v").unwrap(), &hidden, b"hidden").unwrap();
+        assert_eq!(b.get_value(id).unwrap(), None, "every row of a new state is in its cache: nothing to read");
+        // A row ingested into the column family is not in the cache (which knows it as absent): reads must go
+        // to RocksDB from then on.
+        b.set_current_key(&7u64.to_be_bytes());
+        assert_eq!(b.get_value(id).unwrap(), None);
+        let key = b.row.key(false).to_vec();
+        let sst = tmp.path().join("row.sst");
+        ingest::write_sst(&sst, std::iter::once((&key[..], Some(&b"ingested"[..])))).unwrap();
+        b.ingest_state_file("v", &sst).unwrap();
+        b.set_current_key(&7u64.to_be_bytes());
+        assert_eq!(b.get_value(id).unwrap(), Some(&b"ingested"[..]));
     }
 
     #[test]
