@@ -913,7 +913,8 @@ impl RocksDbBackend {
                 let _ = std::fs::remove_file(&path);
                 self.write_rows(&cf, rows.iter().map(|&r| st.cache.row(r)))?;
             }
-            self.states[i].cache.mark_clean(&rows);
+            let st = &mut self.states[i];
+            st.cache.mark_clean(&rows, st.complete);
         }
         if clear {
             for st in &mut self.states {
@@ -1113,13 +1114,15 @@ impl KeyedStateBackend for RocksDbBackend {
         if matches!(self.states[state.0].cache.get(self.row.key(ns)), Cached::Miss) {
             self.make_room(state)?;
             let st = &mut self.states[state.0];
+            // A miss in a complete cache is an absent row: nothing to read, and nothing to cache either (a
+            // window reads the slices of each window it fires, and one already cleaned up must not come back
+            // as an entry that nothing deletes).
             if st.complete {
-                st.cache.insert_clean(self.row.key(ns), None);
-            } else {
-                let cf = state_cf(&self.db, st)?;
-                let value = self.db.get_pinned_cf(cf, self.row.key(ns))?;
-                st.cache.insert_clean(self.row.key(ns), value.as_deref());
+                return Ok(None);
             }
+            let cf = state_cf(&self.db, st)?;
+            let value = self.db.get_pinned_cf(cf, self.row.key(ns))?;
+            st.cache.insert_clean(self.row.key(ns), value.as_deref());
         }
         match self.states[state.0].cache.get(self.row.key(ns)) {
             Cached::Hit(v) => Ok(v),
@@ -1460,7 +1463,8 @@ impl KeyedStateBackend for RocksDbBackend {
         let mut frozen = Vec::new();
         for st in &mut self.states {
             let mut rows = ingest::FrozenRows::new(st.cf.clone());
-            st.cache.drain_dirty(|k, v| rows.push(k, v));
+            let complete = st.complete;
+            st.cache.drain_dirty(|k, v| rows.push(k, v), complete);
             if !rows.is_empty() {
                 frozen.push(rows);
             }
@@ -1643,6 +1647,11 @@ mod tests {
         let hidden = b.row.key(false).to_vec();
         b.db.put_cf(b.db.cf_handle("state.v").unwrap(), &hidden, b"hidden").unwrap();
         assert_eq!(b.get_value(id).unwrap(), None, "every row of a new state is in its cache: nothing to read");
+        for k in 100..200u64 {
+            b.set_current_key(&k.to_be_bytes());
+            assert_eq!(b.get_value(id).unwrap(), None);
+        }
+        assert!(b.states[id.0].cache.is_empty(), "a read of an absent row leaves no entry behind");
         // A row ingested into the column family is not in the cache (which knows it as absent): reads must go
         // to RocksDB from then on.
         b.set_current_key(&7u64.to_be_bytes());
