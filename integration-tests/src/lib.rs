@@ -8,6 +8,8 @@
 //! - [`job`]: [`CountJob`], the `datagen` → `keyed-count` → sink job of every scenario, as a spec file.
 //! - [`output`]: reads what a `file-sink` committed and compares it with the datagen formula.
 //! - [`s3`]: [`S3Server`], moto's S3 server on a loopback port, and [`S3Endpoint`], how processes reach it.
+//! - [`kafka`]: [`kafka::KafkaBroker`], Tansu (a Kafka-compatible broker) on a loopback port, with a client to
+//!   create topics, produce and read them back.
 //! - [`proxy`]: [`TcpProxy`], a loopback proxy a test can take down and bring back up.
 //! - [`lock`]: [`lock::ClusterLock`], which every cluster holds so that two never run at once, whichever test
 //!   runner.
@@ -25,6 +27,7 @@ pub mod audit;
 pub mod cluster;
 pub mod ha;
 pub mod job;
+pub mod kafka;
 pub mod lock;
 pub mod netns;
 pub mod nexmark;
