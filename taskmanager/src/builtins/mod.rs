@@ -6,6 +6,7 @@ mod datagen;
 mod file_sink;
 mod interval_join;
 pub(crate) mod join;
+pub mod kafka;
 mod keyed_count;
 mod nexmark;
 mod over;

@@ -1,0 +1,145 @@
+//! A Kafka source's splits are its topics' partitions. Each subtask reads the partitions [`owner`] gives it, and
+//! the offset of each one's next record is operator state: a *union* list, so that on restore every subtask sees
+//! every partition's position and keeps its own ([`owned`]) — whatever the old parallelism was, and without a
+//! coordinator, as Flink's `FlinkKafkaConsumer` did. A partition no position names (new since the checkpoint, or
+//! never read) starts where the config's `start` says.
+
+use crate::api::operator::OperatorError;
+
+/// A partition of a topic and the offset of its next record.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PartitionPosition {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// Offset of the next record to read.
+    pub next: i64,
+}
+
+/// Java's `String.hashCode` (over UTF-16 code units, wrapping), which Flink's assignment starts from.
+fn java_hash(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The subtask of `parallelism` that reads `topic`'s `partition`: Flink's `KafkaSourceEnumerator` rule, a
+/// topic's partitions dealt round-robin from a subtask that depends on the topic, so partitions of several
+/// topics spread evenly and a partition added later has an owner without asking anyone.
+pub fn owner(topic: &str, partition: i32, parallelism: u32) -> u32 {
+    let p = i64::from(parallelism.max(1));
+    let start = (i64::from(java_hash(topic).wrapping_mul(31)) & 0x7FFF_FFFF) % p;
+    ((start + i64::from(partition)) % p) as u32
+}
+
+/// The positions among `all` (every subtask's, from union state) that subtask `subtask` of `parallelism` reads;
+/// a partition named twice is read from the earlier offset.
+pub fn owned(all: Vec<PartitionPosition>, subtask: u32, parallelism: u32) -> Vec<PartitionPosition> {
+    let mut mine: Vec<_> = all.into_iter().filter(|p| owner(&p.topic, p.partition, parallelism) == subtask).collect();
+    mine.sort();
+    mine.dedup_by(|a, b| a.topic == b.topic && a.partition == b.partition);
+    mine
+}
+
+/// One position as a state element: the topic's length (u16, little-endian) and bytes, the partition (i32) and
+/// the next offset (i64).
+pub fn encode_positions(positions: &[PartitionPosition]) -> Vec<Vec<u8>> {
+    positions
+        .iter()
+        .map(|p| {
+            let mut e = Vec::with_capacity(2 + p.topic.len() + 12);
+            e.extend_from_slice(&(p.topic.len() as u16).to_le_bytes());
+            e.extend_from_slice(p.topic.as_bytes());
+            e.extend_from_slice(&p.partition.to_le_bytes());
+            e.extend_from_slice(&p.next.to_le_bytes());
+            e
+        })
+        .collect()
+}
+
+/// The positions a union list state holds; a malformed element is an error naming the source `uid`.
+pub fn decode_positions(elements: &[Vec<u8>], uid: &str) -> Result<Vec<PartitionPosition>, OperatorError> {
+    let corrupt = |why: &str| OperatorError::Other(format!("kafka source {uid:?}: corrupt partition state: {why}"));
+    elements
+        .iter()
+        .map(|e| {
+            let (len, rest) = e.split_first_chunk::<2>().ok_or_else(|| corrupt("an element shorter than 2 bytes"))?;
+            let len = usize::from(u16::from_le_bytes(*len));
+            if rest.len() != len + 12 {
+                return Err(corrupt(&format!("an element of {} bytes for a topic name of {len}", e.len())));
+            }
+            let (topic, rest) = rest.split_at(len);
+            let topic = std::str::from_utf8(topic).map_err(|_| corrupt("a topic name that is not UTF-8"))?;
+            let (partition, next) = rest.split_at(4);
+            let partition = i32::from_le_bytes(partition.try_into().map_err(|_| corrupt("no partition"))?);
+            let next = i64::from_le_bytes(next.try_into().map_err(|_| corrupt("no offset"))?);
+            if partition < 0 || next < 0 {
+                return Err(corrupt(&format!("partition {partition} at offset {next}")));
+            }
+            Ok(PartitionPosition { topic: topic.to_string(), partition, next })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pos(topic: &str, partition: i32, next: i64) -> PartitionPosition {
+        PartitionPosition { topic: topic.into(), partition, next }
+    }
+
+    #[test]
+    fn owners_follow_flinks_rule() {
+        // Java: "events".hashCode() = -1291329255; * 31, & 0x7FFFFFFF = 770982407; mod 4 = 3.
+        assert_eq!(java_hash("events"), -1291329255);
+        assert_eq!((0..6).map(|p| owner("events", p, 4)).collect::<Vec<_>>(), vec![3, 0, 1, 2, 3, 0]);
+        // Non-ASCII names hash their UTF-16 units: "é" is one unit, 0xE9.
+        assert_eq!(java_hash("é"), 0xE9);
+        assert_eq!(owner("anything", 7, 1), 0);
+    }
+
+    #[test]
+    fn every_partition_has_exactly_one_owner_at_any_parallelism() {
+        for parallelism in 1..=7u32 {
+            let all: Vec<_> = ["a", "events", "clicks-2026"]
+                .iter()
+                .flat_map(|t| (0..13).map(move |p| pos(t, p, i64::from(p) * 10)))
+                .collect();
+            let mut seen: Vec<_> = (0..parallelism).flat_map(|s| owned(all.clone(), s, parallelism)).collect();
+            seen.sort();
+            let mut want = all.clone();
+            want.sort();
+            assert_eq!(seen, want, "parallelism {parallelism}");
+            // Spread evenly: with 39 partitions no subtask has more than its share plus one per topic.
+            for s in 0..parallelism {
+                let n = owned(all.clone(), s, parallelism).len() as u32;
+                assert!(n <= 39 / parallelism + 3, "subtask {s} of {parallelism} owns {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn positions_round_trip_and_corrupt_elements_are_refused() {
+        let positions = vec![pos("events", 0, 0), pos("é-topic", 3, i64::MAX), pos("", 1, 7)];
+        let elements = encode_positions(&positions);
+        assert_eq!(decode_positions(&elements, "src").unwrap(), positions);
+        let mut short = elements[0].clone();
+        short.pop();
+        let mut negative = encode_positions(&[pos("t", 0, 0)]);
+        negative[0][3..7].copy_from_slice(&(-1i32).to_le_bytes());
+        for (bad, says) in
+            [(vec![vec![1u8]], "shorter"), (vec![short], "bytes for a topic"), (negative, "partition -1")]
+        {
+            let e = decode_positions(&bad, "src").unwrap_err().to_string();
+            assert!(e.contains("kafka source \"src\"") && e.contains(says), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_duplicated_position_is_kept_once() {
+        // Should union state hold a partition twice, it is read once, from the earlier offset (records again,
+        // rather than records lost).
+        let mine = owned(vec![pos("t", 0, 9), pos("t", 0, 5)], 0, 1);
+        assert_eq!(mine, vec![pos("t", 0, 5)]);
+    }
+}
