@@ -1,11 +1,12 @@
 //! A Kafka-compatible broker for tests: Tansu (the prebuilt binary `scripts/setup.sh` installs into
 //! `$WEIR_TOOLS/bin/tansu`, memory storage) on a free loopback port, and a client of it for what a test
-//! produces and reads (librdkafka, the client Weir's Kafka kinds use).
+//! produces and reads (librdkafka, through the `rdkafka` crate).
 //!
 //! Tansu 0.6.0 keeps topics in memory: a restarted broker has none. Prefer assigning partitions to subscribing
-//! (a consumer-group join takes about 24 s on Tansu). Its high watermark counts a batch of several records as
-//! one (after a batch of 3 records on 10 it answered 12, measured here), so the test producer sends every
-//! record as a batch of its own, and [`KafkaBroker::read_all`] reads on until the partitions go quiet. The
+//! (a consumer-group join takes about 24 s on Tansu). Its high watermark is the last batch's first offset + 1,
+//! short by n − 1 after a batch of n records (measured here: 13 single records, then a batch of 3, answered
+//! 14), so the test producer sends every record as a batch of its own, and [`KafkaBroker::read_all`] reads on
+//! until the partitions go quiet. The
 //! broker runs `--silent` (it traces every request); `WEIR_TANSU_LOG=1` keeps its log.
 
 use crate::process::{free_port, Process};
