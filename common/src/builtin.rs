@@ -110,6 +110,16 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             output: crate::schema::OutputSchema::Columns(crate::schema::key_value("int64")),
         },
         KindInfo {
+            kind: "kafka".into(),
+            role: Role::Source,
+            keyed: false,
+            version: v.clone(),
+            states: vec![("offsets".into(), "union".into(), "(String, i32, i64, i64)".into())],
+            signature: None,
+            input_columns: vec![],
+            output: crate::schema::OutputSchema::Columns(crate::schema::key_value("binary")),
+        },
+        KindInfo {
             kind: "nexmark".into(),
             role: Role::Source,
             keyed: false,
@@ -1494,7 +1504,7 @@ pub fn side_outputs(kind: &str, map: &BTreeMap<String, String>) -> Option<Vec<&'
             Ok(c) if c.late == LateRecords::SideOutput => vec![LATE_TAG],
             _ => vec![],
         }),
-        "datagen" | "nexmark" | "file-sink" | "keyed-count" | "blackhole" | "filter" | "project" | "join"
+        "datagen" | "nexmark" | "kafka" | "file-sink" | "keyed-count" | "blackhole" | "filter" | "project" | "join"
         | "window-top" | "window-join" | "aggregate" | "over" | "winning-bids" | "interval-join" => Some(vec![]),
         _ => None,
     }
@@ -1508,6 +1518,7 @@ pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Re
     match kind {
         "datagen" => DatagenConfig::from_map(map).map(|_| ()),
         "nexmark" => NexmarkConfig::from_map(map).map(|_| ()),
+        "kafka" => crate::kafka::KafkaSourceConfig::from_map(map).map(|_| ()),
         "file-sink" => FileSinkConfig::from_map(map).map(|_| ()),
         "keyed-count" => KeyedCountConfig::from_map(map).map(|_| ()),
         "window-aggregate" => WindowAggregateConfig::from_map(map).map(|_| ()),

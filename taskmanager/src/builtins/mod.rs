@@ -45,6 +45,8 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
     Some(match kind {
         // A split's id and next index.
         "datagen" | "nexmark" => StateSignature::unkeyed().operator_list::<(u32, u64)>("splits"),
+        // Every partition's topic, number, next offset and end (−1: none), given whole to every subtask.
+        "kafka" => StateSignature::unkeyed().union::<(String, i32, i64, i64)>(kafka::STATE),
         // Keys are the records' raw key bytes.
         "keyed-count" => StateSignature::keyed::<Vec<u8>>().value::<u64>("count"),
         // `<checkpoint>\t<file>` lines, `<attempt>-<seq>`, and lines already written.
@@ -145,6 +147,10 @@ pub fn register_all(r: &mut Registry) {
             "datagen" => r.register(info, |c| {
                 let cfg = DatagenConfig::from_map(c)?;
                 Ok(Instance::Source(Box::new(Datagen::new(cfg))))
+            }),
+            "kafka" => r.register(info, |c| {
+                let cfg = weir_common::kafka::KafkaSourceConfig::from_map(c)?;
+                Ok(Instance::Source(Box::new(kafka::KafkaSource::new(cfg))))
             }),
             "nexmark" => r.register(info, |c| {
                 let cfg = NexmarkConfig::from_map(c)?;

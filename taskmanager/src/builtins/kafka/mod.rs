@@ -1,6 +1,8 @@
-//! Kafka: the partitions a `kafka` source reads as its splits (`partitions.rs`: which subtask reads which
-//! partition, and where each stands, kept in union list state).
+//! Kafka: the `kafka` source (`source.rs`), and the partitions it reads as its splits (`partitions.rs`: which
+//! subtask reads which partition, and where each stands, kept in union list state).
 
 mod partitions;
+mod source;
 
 pub use partitions::{decode_positions, encode_positions, owned, owner, PartitionPosition};
+pub use source::{KafkaSource, STATE};

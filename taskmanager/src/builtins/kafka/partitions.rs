@@ -6,7 +6,10 @@
 
 use crate::api::operator::OperatorError;
 
-/// A partition of a topic and the offset of its next record.
+/// Bytes of an element after the topic: partition, next offset, end.
+const FIXED: usize = 4 + 8 + 8;
+
+/// A partition of a topic, the offset of its next record and, for a bounded source, where it ends.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PartitionPosition {
     /// The topic.
@@ -15,6 +18,9 @@ pub struct PartitionPosition {
     pub partition: i32,
     /// Offset of the next record to read.
     pub next: i64,
+    /// Bounded sources: the offset it stops before (its end when first read, kept so that a restore stops at the
+    /// same place); `None`: read on.
+    pub end: Option<i64>,
 }
 
 /// Java's `String.hashCode` (over UTF-16 code units, wrapping), which Flink's assignment starts from.
@@ -40,17 +46,18 @@ pub fn owned(all: Vec<PartitionPosition>, subtask: u32, parallelism: u32) -> Vec
     mine
 }
 
-/// One position as a state element: the topic's length (u16, little-endian) and bytes, the partition (i32) and
-/// the next offset (i64).
+/// One position as a state element: the topic's length (u16, little-endian) and bytes, the partition (i32), the
+/// next offset (i64) and the end (i64, −1: none).
 pub fn encode_positions(positions: &[PartitionPosition]) -> Vec<Vec<u8>> {
     positions
         .iter()
         .map(|p| {
-            let mut e = Vec::with_capacity(2 + p.topic.len() + 12);
+            let mut e = Vec::with_capacity(2 + p.topic.len() + FIXED);
             e.extend_from_slice(&(p.topic.len() as u16).to_le_bytes());
             e.extend_from_slice(p.topic.as_bytes());
             e.extend_from_slice(&p.partition.to_le_bytes());
             e.extend_from_slice(&p.next.to_le_bytes());
+            e.extend_from_slice(&p.end.unwrap_or(-1).to_le_bytes());
             e
         })
         .collect()
@@ -64,18 +71,20 @@ pub fn decode_positions(elements: &[Vec<u8>], uid: &str) -> Result<Vec<Partition
         .map(|e| {
             let (len, rest) = e.split_first_chunk::<2>().ok_or_else(|| corrupt("an element shorter than 2 bytes"))?;
             let len = usize::from(u16::from_le_bytes(*len));
-            if rest.len() != len + 12 {
+            if rest.len() != len + FIXED {
                 return Err(corrupt(&format!("an element of {} bytes for a topic name of {len}", e.len())));
             }
             let (topic, rest) = rest.split_at(len);
             let topic = std::str::from_utf8(topic).map_err(|_| corrupt("a topic name that is not UTF-8"))?;
-            let (partition, next) = rest.split_at(4);
+            let (partition, rest) = rest.split_at(4);
+            let (next, end) = rest.split_at(8);
             let partition = i32::from_le_bytes(partition.try_into().map_err(|_| corrupt("no partition"))?);
             let next = i64::from_le_bytes(next.try_into().map_err(|_| corrupt("no offset"))?);
-            if partition < 0 || next < 0 {
-                return Err(corrupt(&format!("partition {partition} at offset {next}")));
+            let end = i64::from_le_bytes(end.try_into().map_err(|_| corrupt("no end"))?);
+            if partition < 0 || next < 0 || end < -1 {
+                return Err(corrupt(&format!("partition {partition} at offset {next}, end {end}")));
             }
-            Ok(PartitionPosition { topic: topic.to_string(), partition, next })
+            Ok(PartitionPosition { topic: topic.to_string(), partition, next, end: (end >= 0).then_some(end) })
         })
         .collect()
 }
@@ -85,7 +94,7 @@ mod tests {
     use super::*;
 
     fn pos(topic: &str, partition: i32, next: i64) -> PartitionPosition {
-        PartitionPosition { topic: topic.into(), partition, next }
+        PartitionPosition { topic: topic.into(), partition, next, end: None }
     }
 
     #[test]
@@ -120,7 +129,8 @@ mod tests {
 
     #[test]
     fn positions_round_trip_and_corrupt_elements_are_refused() {
-        let positions = vec![pos("events", 0, 0), pos("é-topic", 3, i64::MAX), pos("", 1, 7)];
+        let bounded = PartitionPosition { end: Some(40), ..pos("b", 2, 30) };
+        let positions = vec![pos("events", 0, 0), pos("é-topic", 3, i64::MAX), pos("", 1, 7), bounded];
         let elements = encode_positions(&positions);
         assert_eq!(decode_positions(&elements, "src").unwrap(), positions);
         let mut short = elements[0].clone();
