@@ -2,6 +2,8 @@
 //! that read its topics with the `kafka` source.
 //!
 //! - A bounded 4-partition topic counted by key at parallelism 2: every record counted once.
+//! - An unbounded one, half its records produced before a task manager is SIGKILLed after a checkpoint and half
+//!   after: every running count `key,i` committed exactly once (the source resumes at the checkpoint's offsets).
 //! - A spec naming two starting points is refused at submission, naming the operator and the field.
 //!
 //! Build the binaries first: `cargo build --release --workspace --bins`.
@@ -10,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
 use weir_integration_tests::kafka::{KafkaBroker, ToProduce};
-use weir_integration_tests::{read_sink_output, Cluster, ClusterOptions, JobState};
+use weir_integration_tests::{read_sink_lines, read_sink_output, wait_until, Cluster, ClusterOptions, JobState};
 
 /// `kafka` (bounded, from the earliest offsets) → `keyed-count` → `file-sink`.
 fn count_spec(name: &str, broker: &KafkaBroker, topic: &str, out: &Path, start: &str) -> String {
@@ -49,6 +51,56 @@ fn a_bounded_topic_is_counted_exactly() -> Result<()> {
     let counts = read_sink_output(&out).context("reading the counts")?;
     let want: std::collections::HashMap<u64, u64> = (0..40).map(|k| (k, 20)).collect();
     assert_eq!(counts, want, "every record counted once");
+    cluster.stop();
+    Ok(())
+}
+
+#[test]
+fn an_unbounded_topic_is_counted_exactly_once_through_a_taskmanager_kill() -> Result<()> {
+    use rand::SeedableRng;
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("events", 4)?;
+    let keys: Vec<[u8; 8]> = (0..800u64).map(|i| (i % 40).to_be_bytes()).collect();
+    let records: Vec<ToProduce<'_>> =
+        keys.iter().enumerate().map(|(i, k)| ((i % 4) as i32, Some(&k[..]), &b"1"[..])).collect();
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
+    let out = cluster.output_dir("counts")?;
+    let spec = format!(
+        "name: kafka-kill\n\
+         parallelism: 2\n\
+         checkpointing: {{ interval_ms: 300 }}\n\
+         restart: {{ strategy: fixed-delay, attempts: 20, delay_ms: 200 }}\n\
+         operators:\n  \
+           - {{ uid: events, kind: kafka, config: {{ bootstrap_servers: {bootstrap:?}, topics: [events] }} }}\n  \
+           - {{ uid: counts, kind: keyed-count, input: events, config: {{ emit: updates }} }}\n  \
+           - {{ uid: out, kind: file-sink, input: counts, config: {{ path: {out:?} }} }}\n",
+        bootstrap = broker.bootstrap(),
+    );
+    let id = cluster.submit(&spec)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    broker.produce("events", &records[..400])?;
+    let before = cluster.wait_for_checkpoint_after(&id, 0, Duration::from_secs(30))?;
+    let before = cluster.wait_for_checkpoint_after(&id, before.id, Duration::from_secs(30))?;
+    let victim = cluster.kill_random_busy_taskmanager(&mut rand::rngs::StdRng::seed_from_u64(7))?;
+    eprintln!("killed tm-{victim} after checkpoint {}", before.id);
+    cluster.start_taskmanager()?;
+    broker.produce("events", &records[400..])?;
+    // Every key has 20 records: its running counts 1 … 20, each committed once.
+    let lines = wait_until("for every running count to be committed", Duration::from_secs(90), || {
+        let lines = read_sink_lines(&out)?;
+        Ok((lines.lines.len() >= 800).then_some(lines))
+    })?;
+    let mut by_key: std::collections::BTreeMap<u64, Vec<u64>> = std::collections::BTreeMap::new();
+    for (key, count, _, _) in &lines.lines {
+        by_key.entry(*key).or_default().push(*count);
+    }
+    for (key, counts) in &mut by_key {
+        counts.sort_unstable();
+        assert_eq!(*counts, (1..=20).collect::<Vec<u64>>(), "key {key}: its running counts, each once");
+    }
+    assert_eq!(by_key.len(), 40);
+    let job = cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    assert!(job.restarts >= 1, "the kill forced no restart: {job:?}");
     cluster.stop();
     Ok(())
 }
