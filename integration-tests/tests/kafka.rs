@@ -4,6 +4,8 @@
 //! - A bounded 4-partition topic counted by key at parallelism 2: every record counted once.
 //! - An unbounded one, half its records produced before a task manager is SIGKILLed after a checkpoint and half
 //!   after: every running count `key,i` committed exactly once (the source resumes at the checkpoint's offsets).
+//! - Rescaled 2 → 3 → 1 through stop-with-savepoint, records produced in between: every running count
+//!   committed exactly once over the three jobs' outputs (the partitions' offsets move with the union state).
 //! - A spec naming two starting points is refused at submission, naming the operator and the field.
 //!
 //! Build the binaries first: `cargo build --release --workspace --bins`.
@@ -101,6 +103,78 @@ fn an_unbounded_topic_is_counted_exactly_once_through_a_taskmanager_kill() -> Re
     assert_eq!(by_key.len(), 40);
     let job = cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
     assert!(job.restarts >= 1, "the kill forced no restart: {job:?}");
+    cluster.stop();
+    Ok(())
+}
+
+/// Unbounded `kafka` → `keyed-count` (running counts) → `file-sink`, at `p`.
+fn updates_spec(name: &str, broker: &KafkaBroker, p: u32, out: &Path) -> String {
+    format!(
+        "name: {name}\n\
+         parallelism: {p}\n\
+         checkpointing: {{ interval_ms: 300 }}\n\
+         restart: {{ strategy: fixed-delay, attempts: 20, delay_ms: 200 }}\n\
+         operators:\n  \
+           - {{ uid: events, kind: kafka, config: {{ bootstrap_servers: {bootstrap:?}, topics: [events] }} }}\n  \
+           - {{ uid: counts, kind: keyed-count, input: events, config: {{ emit: updates }} }}\n  \
+           - {{ uid: out, kind: file-sink, input: counts, parallelism: 1, config: {{ path: {out:?} }} }}\n",
+        bootstrap = broker.bootstrap(),
+    )
+}
+
+/// Each key's running counts committed under `dirs`, sorted.
+fn running_counts(dirs: &[&Path]) -> Result<std::collections::BTreeMap<u64, Vec<u64>>> {
+    let mut by_key: std::collections::BTreeMap<u64, Vec<u64>> = std::collections::BTreeMap::new();
+    for dir in dirs {
+        for (key, count, _, _) in read_sink_lines(dir)?.lines {
+            by_key.entry(key).or_default().push(count);
+        }
+    }
+    by_key.values_mut().for_each(|c| c.sort_unstable());
+    Ok(by_key)
+}
+
+#[test]
+fn rescaling_2_3_1_through_savepoints_counts_every_record_once() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("events", 4)?;
+    let keys: Vec<[u8; 8]> = (0..800u64).map(|i| (i % 40).to_be_bytes()).collect();
+    let records: Vec<ToProduce<'_>> =
+        keys.iter().enumerate().map(|(i, k)| ((i % 4) as i32, Some(&k[..]), &b"1"[..])).collect();
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
+    let outs: Vec<_> = ["p2", "p3", "p1"].iter().map(|n| cluster.output_dir(n)).collect::<Result<_>>()?;
+    let chunks = [&records[..300], &records[300..600], &records[600..]];
+    let mut savepoint: Option<String> = None;
+    let mut last = String::new();
+    for (i, p) in [2u32, 3, 1].into_iter().enumerate() {
+        let spec = updates_spec(&format!("kafka-rescale-{p}"), &broker, p, &outs[i]);
+        let id = match &savepoint {
+            None => cluster.submit(&spec)?,
+            Some(sp) => cluster.submit_from(&spec, sp, "no-claim", false)?,
+        };
+        cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+        broker.produce("events", chunks[i])?;
+        // Everything produced so far is committed before the next stop (a stop would commit it too; waiting
+        // makes each job read some of the records).
+        let want: usize = chunks[..=i].iter().map(|c| c.len()).sum();
+        let dirs: Vec<&Path> = outs[..=i].iter().map(|d| d.as_path()).collect();
+        wait_until("for the records so far to be counted", Duration::from_secs(60), || {
+            let n: usize = running_counts(&dirs)?.values().map(Vec::len).sum();
+            Ok((n >= want).then_some(()))
+        })?;
+        if i < 2 {
+            savepoint = Some(cluster.stop_with_savepoint(&id, false, "canonical")?);
+        } else {
+            last = id;
+        }
+    }
+    let dirs: Vec<&Path> = outs.iter().map(|d| d.as_path()).collect();
+    let by_key = running_counts(&dirs)?;
+    assert_eq!(by_key.len(), 40);
+    for (key, counts) in &by_key {
+        assert_eq!(*counts, (1..=20).collect::<Vec<u64>>(), "key {key}: its running counts, each once");
+    }
+    cluster.cancel(&last)?;
     cluster.stop();
     Ok(())
 }
