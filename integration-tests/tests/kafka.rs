@@ -6,6 +6,8 @@
 //!   after: every running count `key,i` committed exactly once (the source resumes at the checkpoint's offsets).
 //! - Rescaled 2 → 3 → 1 through stop-with-savepoint, records produced in between: every running count
 //!   committed exactly once over the three jobs' outputs (the partitions' offsets move with the union state).
+//! - A broker that is not there, and a topic that does not exist: the job fails (no restarts) within a bounded
+//!   wait, with an error naming the source, the brokers and what was missing.
 //! - A spec naming two starting points is refused at submission, naming the operator and the field.
 //!
 //! Build the binaries first: `cargo build --release --workspace --bins`.
@@ -175,6 +177,33 @@ fn rescaling_2_3_1_through_savepoints_counts_every_record_once() -> Result<()> {
         assert_eq!(*counts, (1..=20).collect::<Vec<u64>>(), "key {key}: its running counts, each once");
     }
     cluster.cancel(&last)?;
+    cluster.stop();
+    Ok(())
+}
+
+/// Submits a one-source job reading `topic` from `bootstrap` without restarts, and returns its failure.
+fn failure_of(cluster: &mut Cluster, name: &str, bootstrap: &str, topic: &str) -> Result<String> {
+    let spec = format!(
+        "name: {name}\n\
+         restart: {{ strategy: none }}\n\
+         operators:\n  \
+           - {{ uid: events, kind: kafka, config: {{ bootstrap_servers: {bootstrap:?}, topics: [{topic}] }} }}\n  \
+           - {{ uid: out, kind: blackhole, input: events }}\n"
+    );
+    let id = cluster.submit(&spec)?;
+    let job = cluster.wait_for_state(&id, &[JobState::Failed], Duration::from_secs(60))?;
+    Ok(job.failure)
+}
+
+#[test]
+fn a_missing_broker_or_topic_fails_the_job_with_a_clear_error() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 2))?;
+    let nowhere = format!("127.0.0.1:{}", weir_integration_tests::process::free_port()?);
+    let err = failure_of(&mut cluster, "kafka-no-broker", &nowhere, "events")?;
+    assert!(err.contains("kafka source \"events\"") && err.contains(&nowhere) && err.contains("metadata"), "{err}");
+    let err = failure_of(&mut cluster, "kafka-no-topic", &broker.bootstrap(), "absent")?;
+    assert!(err.contains("topic \"absent\" does not exist") && err.contains(&broker.bootstrap()), "{err}");
     cluster.stop();
     Ok(())
 }
