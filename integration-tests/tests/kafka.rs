@@ -18,6 +18,16 @@ use std::time::Duration;
 use weir_integration_tests::kafka::{KafkaBroker, ToProduce};
 use weir_integration_tests::{read_sink_lines, read_sink_output, wait_until, Cluster, ClusterOptions, JobState};
 
+/// The keys of `n` records: record i has key i mod 40 (8 bytes, big-endian: the sink writes it as that number).
+fn keys(n: u64) -> Vec<[u8; 8]> {
+    (0..n).map(|i| (i % 40).to_be_bytes()).collect()
+}
+
+/// Records with these keys and value `1`, record i in partition i mod 4 (of topic `events`).
+fn records(keys: &[[u8; 8]]) -> Vec<ToProduce<'_>> {
+    keys.iter().enumerate().map(|(i, k)| ((i % 4) as i32, Some(&k[..]), &b"1"[..])).collect()
+}
+
 /// `kafka` (bounded, from the earliest offsets) → `keyed-count` → `file-sink`.
 fn count_spec(name: &str, broker: &KafkaBroker, topic: &str, out: &Path, start: &str) -> String {
     format!(
@@ -39,9 +49,8 @@ fn a_bounded_topic_is_counted_exactly() -> Result<()> {
     broker.create_topic("events", 4)?;
     // Record i has key i mod 40 (8 bytes, big-endian: the sink writes it as that number) and goes to partition
     // i mod 4, so each partition holds ten keys 20 times. (Tansu takes about 4 ms a record sent alone.)
-    let keys: Vec<[u8; 8]> = (0..800u64).map(|i| (i % 40).to_be_bytes()).collect();
-    let records: Vec<ToProduce<'_>> =
-        keys.iter().enumerate().map(|(i, k)| ((i % 4) as i32, Some(&k[..]), &b"1"[..])).collect();
+    let keys = keys(800);
+    let records = records(&keys);
     broker.produce("events", &records)?;
 
     let mut cluster = Cluster::start(ClusterOptions::new(1, 2))?;
@@ -64,9 +73,8 @@ fn an_unbounded_topic_is_counted_exactly_once_through_a_taskmanager_kill() -> Re
     use rand::SeedableRng;
     let broker = KafkaBroker::start()?;
     broker.create_topic("events", 4)?;
-    let keys: Vec<[u8; 8]> = (0..800u64).map(|i| (i % 40).to_be_bytes()).collect();
-    let records: Vec<ToProduce<'_>> =
-        keys.iter().enumerate().map(|(i, k)| ((i % 4) as i32, Some(&k[..]), &b"1"[..])).collect();
+    let keys = keys(800);
+    let records = records(&keys);
     let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
     let out = cluster.output_dir("counts")?;
     let spec = format!(
@@ -90,16 +98,11 @@ fn an_unbounded_topic_is_counted_exactly_once_through_a_taskmanager_kill() -> Re
     cluster.start_taskmanager()?;
     broker.produce("events", &records[400..])?;
     // Every key has 20 records: its running counts 1 … 20, each committed once.
-    let lines = wait_until("for every running count to be committed", Duration::from_secs(90), || {
-        let lines = read_sink_lines(&out)?;
-        Ok((lines.lines.len() >= 800).then_some(lines))
+    let by_key = wait_until("for every running count to be committed", Duration::from_secs(90), || {
+        let by_key = running_counts(&[&out])?;
+        Ok((by_key.values().map(Vec::len).sum::<usize>() >= 800).then_some(by_key))
     })?;
-    let mut by_key: std::collections::BTreeMap<u64, Vec<u64>> = std::collections::BTreeMap::new();
-    for (key, count, _, _) in &lines.lines {
-        by_key.entry(*key).or_default().push(*count);
-    }
-    for (key, counts) in &mut by_key {
-        counts.sort_unstable();
+    for (key, counts) in &by_key {
         assert_eq!(*counts, (1..=20).collect::<Vec<u64>>(), "key {key}: its running counts, each once");
     }
     assert_eq!(by_key.len(), 40);
@@ -140,9 +143,8 @@ fn running_counts(dirs: &[&Path]) -> Result<std::collections::BTreeMap<u64, Vec<
 fn rescaling_2_3_1_through_savepoints_counts_every_record_once() -> Result<()> {
     let broker = KafkaBroker::start()?;
     broker.create_topic("events", 4)?;
-    let keys: Vec<[u8; 8]> = (0..800u64).map(|i| (i % 40).to_be_bytes()).collect();
-    let records: Vec<ToProduce<'_>> =
-        keys.iter().enumerate().map(|(i, k)| ((i % 4) as i32, Some(&k[..]), &b"1"[..])).collect();
+    let keys = keys(800);
+    let records = records(&keys);
     let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
     let outs: Vec<_> = ["p2", "p3", "p1"].iter().map(|n| cluster.output_dir(n)).collect::<Result<_>>()?;
     let chunks = [&records[..300], &records[300..600], &records[600..]];
