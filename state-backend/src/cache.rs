@@ -116,6 +116,10 @@ pub struct RowCache<const K: usize = INLINE_KEY> {
     free: Vec<u32>,
     arena: Vec<u8>,
     hasher: hashbrown::DefaultHashBuilder,
+    /// Whether every row RocksDB holds is cached, so that a row not cached is absent there: true for a state
+    /// new to its database until [`RowCache::evict_all`] drops rows RocksDB may hold. A complete cache's miss
+    /// needs no RocksDB read, and its rows RocksDB does not hold are forgotten when deleted.
+    complete: bool,
 }
 
 impl<const K: usize> Default for RowCache<K> {
@@ -126,6 +130,7 @@ impl<const K: usize> Default for RowCache<K> {
             free: Vec::new(),
             arena: Vec::new(),
             hasher: Default::default(),
+            complete: false,
         }
     }
 }
@@ -136,8 +141,18 @@ impl<const K: usize> RowCache<K> {
     }
 
     fn find(&self, key: &[u8]) -> Option<u32> {
+        self.find_hashed(key).1
+    }
+
+    /// The key's hash and its row, if cached.
+    fn find_hashed(&self, key: &[u8]) -> (u64, Option<u32>) {
         let h = self.hasher.hash_one(key);
-        self.index.find(h, |&i| Self::key_of(&self.metas, &self.arena, i) == key).copied()
+        (h, self.index.find(h, |&i| Self::key_of(&self.metas, &self.arena, i) == key).copied())
+    }
+
+    /// Whether every row RocksDB holds is cached (a miss is an absent row).
+    pub fn is_complete(&self) -> bool {
+        self.complete
     }
 
     /// The cached value of a row.
@@ -232,10 +247,10 @@ impl<const K: usize> RowCache<K> {
         self.set(key, value, if value.is_some() { STORED } else { 0 });
     }
 
-    /// Writes a row (dirty until the next [`RowCache::drain_dirty`]). `complete`: the cache holds every row
-    /// RocksDB holds, so a row it does not hold is absent there.
-    pub fn put(&mut self, key: &[u8], value: &[u8], complete: bool) {
-        self.set(key, Some(value), if complete { DIRTY } else { DIRTY | STORED });
+    /// Writes a row (dirty until the next [`RowCache::drain_dirty`]). A new row of a complete cache is one
+    /// RocksDB does not hold.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.set(key, Some(value), if self.complete { DIRTY } else { DIRTY | STORED });
     }
 
     /// Forgets row `i`: its slot goes to the free list (its bytes in the arena, if any, until the next
@@ -251,13 +266,13 @@ impl<const K: usize> RowCache<K> {
     }
 
     /// Deletes a row (a dirty tombstone until the next [`RowCache::drain_dirty`]). A row RocksDB does not hold
-    /// (read as absent, or written only since) needs no tombstone: it becomes a clean absent row, or with
-    /// `complete` (as for [`RowCache::put`]) it is forgotten, so that a window's slices, deleted as soon as
-    /// their last window fires, leave nothing behind.
-    pub fn delete(&mut self, key: &[u8], complete: bool) {
-        let h = self.hasher.hash_one(key);
-        match self.index.find(h, |&i| Self::key_of(&self.metas, &self.arena, i) == key).copied() {
-            Some(i) if self.metas[i as usize].flags & STORED == 0 => match complete {
+    /// (read as absent, or written only since) needs no tombstone: it becomes a clean absent row, or in a
+    /// complete cache it is forgotten, so that a window's slices, deleted as soon as their last window fires,
+    /// leave nothing behind.
+    pub fn delete(&mut self, key: &[u8]) {
+        let complete = self.complete;
+        match self.find_hashed(key) {
+            (h, Some(i)) if self.metas[i as usize].flags & STORED == 0 => match complete {
                 true => self.forget(i, h),
                 false => {
                     let m = &mut self.metas[i as usize];
@@ -265,36 +280,34 @@ impl<const K: usize> RowCache<K> {
                     m.flags = 0;
                 }
             },
-            Some(_) => self.set(key, None, DIRTY),
-            None if complete => {}
-            None => self.set(key, None, DIRTY | STORED),
+            (_, Some(_)) => self.set(key, None, DIRTY),
+            (_, None) if complete => {}
+            (_, None) => self.set(key, None, DIRTY | STORED),
         }
     }
 
     /// Marks row `i` clean once written: RocksDB now holds it, or (written as a tombstone) no longer does; a
-    /// tombstone is then forgotten if the cache is `complete` (as for [`RowCache::put`]), where a miss says
-    /// as much.
-    fn written(&mut self, i: u32, complete: bool) {
+    /// tombstone is then forgotten if the cache is complete, where a miss says as much.
+    fn written(&mut self, i: u32) {
         let m = &mut self.metas[i as usize];
         if m.val_len != NONE {
             m.flags = STORED;
             return;
         }
         m.flags = 0;
-        if complete {
+        if self.complete {
             let h = self.hasher.hash_one(self.metas[i as usize].key(&self.arena));
             self.forget(i, h);
         }
     }
 
-    /// Calls `f(key, value)` for every dirty row (`None` = delete) and marks them clean (`complete`: as for
-    /// [`RowCache::put`]).
-    pub fn drain_dirty(&mut self, mut f: impl FnMut(&[u8], Option<&[u8]>), complete: bool) {
+    /// Calls `f(key, value)` for every dirty row (`None` = delete) and marks them clean.
+    pub fn drain_dirty(&mut self, mut f: impl FnMut(&[u8], Option<&[u8]>)) {
         for i in 0..self.metas.len() as u32 {
             let m = &self.metas[i as usize];
             if m.dirty() {
                 f(m.key(&self.arena), m.value(&self.arena));
-                self.written(i, complete);
+                self.written(i);
             }
         }
     }
@@ -315,14 +328,21 @@ impl<const K: usize> RowCache<K> {
     }
 
     /// Marks rows clean (once they are written).
-    pub fn mark_clean(&mut self, rows: &[u32], complete: bool) {
+    pub fn mark_clean(&mut self, rows: &[u32]) {
         for &i in rows {
-            self.written(i, complete);
+            self.written(i);
         }
     }
 
-    /// Forgets every row (call after [`RowCache::drain_dirty`]).
+    /// Forgets every row, which RocksDB no longer holds either (the state was cleared): a complete cache stays
+    /// complete.
     pub fn clear(&mut self) {
+        *self = RowCache { hasher: self.hasher.clone(), complete: self.complete, ..Default::default() };
+    }
+
+    /// Forgets every row (call after [`RowCache::drain_dirty`]): RocksDB holds those that were written, so the
+    /// cache is no longer complete.
+    pub fn evict_all(&mut self) {
         *self = RowCache { hasher: self.hasher.clone(), ..Default::default() };
     }
 
@@ -330,7 +350,7 @@ impl<const K: usize> RowCache<K> {
     /// next reads want, where a window's cleaned-up slices are not. Call after [`RowCache::drain_dirty`] (a
     /// deletion not written yet would be lost).
     pub fn retain_present(&mut self) {
-        let mut kept = RowCache { hasher: self.hasher.clone(), ..Default::default() };
+        let mut kept = RowCache { hasher: self.hasher.clone(), complete: self.complete, ..Default::default() };
         let live = self.metas.iter().filter(|m| m.val_len != NONE).count();
         kept.metas.reserve_exact(live);
         for m in &self.metas {
@@ -376,12 +396,18 @@ macro_rules! each {
 }
 
 impl StateCache {
-    /// An empty cache for a state's rows (`namespaced`: scoped to namespaces).
-    pub fn for_rows(namespaced: bool) -> Self {
+    /// An empty cache for a state's rows (`namespaced`: scoped to namespaces; `complete`: a state new to its
+    /// database, which holds none of its rows).
+    pub fn for_rows(namespaced: bool, complete: bool) -> Self {
         match namespaced {
-            false => StateCache::Plain(RowCache::default()),
-            true => StateCache::Namespaced(RowCache::default()),
+            false => StateCache::Plain(RowCache { complete, ..Default::default() }),
+            true => StateCache::Namespaced(RowCache { complete, ..Default::default() }),
         }
+    }
+
+    /// [`RowCache::is_complete`].
+    pub fn is_complete(&self) -> bool {
+        each!(self, c => c.is_complete())
     }
 
     /// [`RowCache::get`].
@@ -395,18 +421,18 @@ impl StateCache {
     }
 
     /// [`RowCache::put`].
-    pub fn put(&mut self, key: &[u8], value: &[u8], complete: bool) {
-        each!(self, c => c.put(key, value, complete))
+    pub fn put(&mut self, key: &[u8], value: &[u8]) {
+        each!(self, c => c.put(key, value))
     }
 
     /// [`RowCache::delete`].
-    pub fn delete(&mut self, key: &[u8], complete: bool) {
-        each!(self, c => c.delete(key, complete))
+    pub fn delete(&mut self, key: &[u8]) {
+        each!(self, c => c.delete(key))
     }
 
     /// [`RowCache::drain_dirty`].
-    pub fn drain_dirty(&mut self, f: impl FnMut(&[u8], Option<&[u8]>), complete: bool) {
-        each!(self, c => c.drain_dirty(f, complete))
+    pub fn drain_dirty(&mut self, f: impl FnMut(&[u8], Option<&[u8]>)) {
+        each!(self, c => c.drain_dirty(f))
     }
 
     /// [`RowCache::dirty_sorted`].
@@ -420,13 +446,18 @@ impl StateCache {
     }
 
     /// [`RowCache::mark_clean`].
-    pub fn mark_clean(&mut self, rows: &[u32], complete: bool) {
-        each!(self, c => c.mark_clean(rows, complete))
+    pub fn mark_clean(&mut self, rows: &[u32]) {
+        each!(self, c => c.mark_clean(rows))
     }
 
     /// [`RowCache::clear`].
     pub fn clear(&mut self) {
         each!(self, c => c.clear())
+    }
+
+    /// [`RowCache::evict_all`].
+    pub fn evict_all(&mut self) {
+        each!(self, c => c.evict_all())
     }
 
     /// [`RowCache::retain_present`].
@@ -458,14 +489,14 @@ mod tests {
     fn deleting_a_row_read_as_absent_writes_no_tombstone() {
         let mut c = RowCache::<INLINE_KEY>::default();
         c.insert_clean(b"gone", None);
-        c.delete(b"gone", false);
-        c.delete(b"never read", false);
+        c.delete(b"gone");
+        c.delete(b"never read");
         c.insert_clean(b"kept", Some(b"v"));
-        c.delete(b"kept", false);
-        c.put(b"written", b"v", false);
-        c.delete(b"written", false);
+        c.delete(b"kept");
+        c.put(b"written", b"v");
+        c.delete(b"written");
         let mut dirty = Vec::new();
-        c.drain_dirty(|k, v| dirty.push((k.to_vec(), v.is_some())), false);
+        c.drain_dirty(|k, v| dirty.push((k.to_vec(), v.is_some())));
         dirty.sort();
         assert_eq!(
             dirty,
@@ -474,9 +505,9 @@ mod tests {
         );
         assert_eq!(c.get(b"gone"), Cached::Hit(None));
         // Once flushed, a tombstone is clean and absent: deleting it again writes nothing.
-        c.delete(b"kept", false);
+        c.delete(b"kept");
         let mut again = 0;
-        c.drain_dirty(|_, _| again += 1, false);
+        c.drain_dirty(|_, _| again += 1);
         assert_eq!(again, 0);
     }
 
@@ -486,28 +517,28 @@ mod tests {
         assert_eq!(c.get(b"a"), Cached::Miss);
         c.insert_clean(b"a", None);
         assert_eq!(c.get(b"a"), Cached::Hit(None));
-        c.put(b"a", b"12345678", false);
-        c.put(b"a", b"1234", false); // shrinks in place
+        c.put(b"a", b"12345678");
+        c.put(b"a", b"1234"); // shrinks in place
         c.insert_clean(b"b", Some(b"x"));
-        c.put(b"b", b"longer value", false); // grows: moves
+        c.put(b"b", b"longer value"); // grows: moves
         c.insert_clean(b"c", Some(b"keep"));
-        c.delete(b"c", false);
+        c.delete(b"c");
         // Long keys and values live in the arena, and a value moves between the entry and the arena as it
         // grows and shrinks.
         let long_key = b"a key longer than twelve bytes";
-        c.put(long_key, b"short", false);
-        c.put(long_key, b"a value longer than eight", false);
+        c.put(long_key, b"short");
+        c.put(long_key, b"a value longer than eight");
         assert_eq!(c.get(long_key), Cached::Hit(Some(&b"a value longer than eight"[..])));
-        c.put(long_key, b"tiny", false);
+        c.put(long_key, b"tiny");
         assert_eq!(c.get(long_key), Cached::Hit(Some(&b"tiny"[..])));
-        c.put(long_key, b"long again, long again", false);
-        c.delete(long_key, false);
+        c.put(long_key, b"long again, long again");
+        c.delete(long_key);
         assert_eq!(c.get(long_key), Cached::Hit(None));
-        c.put(long_key, b"back", false);
+        c.put(long_key, b"back");
         assert_eq!(c.get(b"a"), Cached::Hit(Some(&b"1234"[..])));
         assert_eq!(c.get(b"b"), Cached::Hit(Some(&b"longer value"[..])));
         let mut dirty = Vec::new();
-        c.drain_dirty(|k, v| dirty.push((k.to_vec(), v.map(|v| v.to_vec()))), false);
+        c.drain_dirty(|k, v| dirty.push((k.to_vec(), v.map(|v| v.to_vec()))));
         dirty.sort();
         assert_eq!(
             dirty,
@@ -519,7 +550,7 @@ mod tests {
             ]
         );
         let mut again = 0;
-        c.drain_dirty(|_, _| again += 1, false);
+        c.drain_dirty(|_, _| again += 1);
         assert_eq!(again, 0, "drained rows are clean");
         assert_eq!(c.len(), 4);
         c.clear();
@@ -530,15 +561,15 @@ mod tests {
     #[test]
     fn retaining_present_rows_forgets_absent_ones_and_keeps_the_rest_as_they_were() {
         for namespaced in [false, true] {
-            let mut c = StateCache::for_rows(namespaced);
+            let mut c = StateCache::for_rows(namespaced, false);
             let long = vec![7u8; 40];
-            c.put(b"live", b"1", false);
-            c.put(&long, &[9; 30], false);
+            c.put(b"live", b"1");
+            c.put(&long, &[9; 30]);
             c.insert_clean(b"read-absent", None);
-            c.put(b"gone", b"2", false);
-            c.delete(b"gone", false);
-            c.drain_dirty(|_, _| {}, false);
-            c.put(b"dirty", b"3", false);
+            c.put(b"gone", b"2");
+            c.delete(b"gone");
+            c.drain_dirty(|_, _| {});
+            c.put(b"dirty", b"3");
             let before = c.memory_bytes();
             c.retain_present();
             assert_eq!(c.get(b"live"), Cached::Hit(Some(&b"1"[..])));
@@ -546,7 +577,7 @@ mod tests {
             assert_eq!(c.get(b"read-absent"), Cached::Miss);
             assert_eq!(c.get(b"gone"), Cached::Miss);
             let mut dirty = Vec::new();
-            c.drain_dirty(|k, v| dirty.push((k.to_vec(), v.map(<[u8]>::to_vec))), false);
+            c.drain_dirty(|k, v| dirty.push((k.to_vec(), v.map(<[u8]>::to_vec))));
             assert_eq!(dirty, vec![(b"dirty".to_vec(), Some(b"3".to_vec()))], "a dirty row stays dirty");
             assert!(c.memory_bytes() <= before);
         }
@@ -555,14 +586,14 @@ mod tests {
     #[test]
     fn dirty_rows_sorted_then_marked_clean() {
         let mut c = RowCache::<INLINE_KEY>::default();
-        c.put(b"c", b"3", false);
+        c.put(b"c", b"3");
         c.insert_clean(b"b", Some(b"2"));
-        c.put(b"a", b"1", false);
-        c.delete(b"d", false);
+        c.put(b"a", b"1");
+        c.delete(b"d");
         let rows = c.dirty_sorted();
         let seen: Vec<_> = rows.iter().map(|&i| c.row(i)).collect();
         assert_eq!(seen, [(&b"a"[..], Some(&b"1"[..])), (&b"c"[..], Some(&b"3"[..])), (&b"d"[..], None)]);
-        c.mark_clean(&rows, false);
+        c.mark_clean(&rows);
         assert!(c.dirty_sorted().is_empty());
         assert_eq!(c.get(b"c"), Cached::Hit(Some(&b"3"[..])));
     }
@@ -572,7 +603,7 @@ mod tests {
     #[test]
     fn agrees_with_a_map_across_inline_and_arena_rows() {
         for namespaced in [false, true] {
-            agrees_with_a_map(StateCache::for_rows(namespaced));
+            agrees_with_a_map(StateCache::for_rows(namespaced, false));
         }
     }
 
@@ -592,7 +623,7 @@ mod tests {
             let value: Vec<u8> = vec![step as u8; next(20) as usize];
             match next(4) {
                 0 => {
-                    c.delete(&key, false);
+                    c.delete(&key);
                     model.insert(key.clone(), None);
                     dirty.insert(key, None);
                 }
@@ -601,7 +632,7 @@ mod tests {
                     model.insert(key, Some(value));
                 }
                 _ => {
-                    c.put(&key, &value, false);
+                    c.put(&key, &value);
                     model.insert(key.clone(), Some(value.clone()));
                     dirty.insert(key, Some(value));
                 }
@@ -611,12 +642,9 @@ mod tests {
             assert_eq!(c.get(k), Cached::Hit(v.as_deref()), "key {k:?}");
         }
         let mut drained = BTreeMap::new();
-        c.drain_dirty(
-            |k, v| {
-                drained.insert(k.to_vec(), v.map(|v| v.to_vec()));
-            },
-            false,
-        );
+        c.drain_dirty(|k, v| {
+            drained.insert(k.to_vec(), v.map(|v| v.to_vec()));
+        });
         assert_eq!(drained, dirty);
     }
 
@@ -626,7 +654,7 @@ mod tests {
     #[test]
     fn a_complete_cache_forgets_unstored_rows_and_writes_no_needless_tombstone() {
         for namespaced in [false, true] {
-            complete_cache_agrees_with_a_store(StateCache::for_rows(namespaced));
+            complete_cache_agrees_with_a_store(StateCache::for_rows(namespaced, true));
         }
     }
 
@@ -648,14 +676,14 @@ mod tests {
                 None => assert!(store.remove(k).is_some(), "a tombstone for {k:?}, which the store does not hold"),
             };
             if drain {
-                c.drain_dirty(write, true);
+                c.drain_dirty(write);
             } else {
                 let rows = c.dirty_sorted();
                 for &r in &rows {
                     let (k, v) = c.row(r);
                     write(k, v);
                 }
-                c.mark_clean(&rows, true);
+                c.mark_clean(&rows);
             }
         };
         let mut peak = 0;
@@ -670,11 +698,11 @@ mod tests {
                     }
                 }
                 1..=20 => {
-                    c.delete(&key, true);
+                    c.delete(&key);
                     model.remove(&key);
                 }
                 21..=40 => {
-                    c.put(&key, &value, true);
+                    c.put(&key, &value);
                     model.insert(key.clone(), value);
                 }
                 _ => {}
@@ -698,7 +726,7 @@ mod tests {
     fn many_rows_survive_index_growth() {
         let mut c = RowCache::<INLINE_KEY>::default();
         for i in 0u64..100_000 {
-            c.put(&i.to_be_bytes(), &(i * 3).to_be_bytes(), false);
+            c.put(&i.to_be_bytes(), &(i * 3).to_be_bytes());
         }
         for i in (0u64..100_000).step_by(997) {
             assert_eq!(c.get(&i.to_be_bytes()), Cached::Hit(Some(&(i * 3).to_be_bytes()[..])));

@@ -152,13 +152,10 @@ struct RocksState {
     ttl: Option<StateTtlConfig>,
     /// Whether rows are scoped to namespaces (see [`RowKeyBuilder::key`]).
     namespaced: bool,
-    /// Value rows (value kinds), or the byte length of touched lists (list kind, clean rows only).
+    /// Value rows (value kinds), or the byte length of touched lists (list kind, clean rows only). A new
+    /// state's cache starts complete (`RowCache::is_complete`): a window's new slices are then not read from
+    /// RocksDB at all (Nexmark q5 at 20M events spent a fifth of its window tasks in such reads).
     cache: StateCache,
-    /// Value kinds: whether every row the column family holds is also in `cache`, so that a cache miss is a
-    /// row known to be absent and needs no RocksDB read. True for a state new to this database (not restored
-    /// or imported) until its cache drops a row that may be present; a window's new slices are then not read
-    /// from RocksDB at all (Nexmark q5 at 20M events spent a fifth of its window tasks in such reads).
-    complete: bool,
     /// Timer states: how many timers the state holds (column family and `pending`), once counted (counted on
     /// first need after a restore, then kept by every add and removal).
     timers: std::cell::Cell<Option<u64>>,
@@ -799,8 +796,8 @@ impl RocksDbBackend {
 
     /// Ingests an SST file (moved into the database) into `state`'s column family.
     pub(crate) fn ingest_state_file(&mut self, state: &str, path: &Path) -> Result<(), StateError> {
-        // Rows that bypass the cache: once the state is registered, its cached rows (and `complete`) would
-        // hide them. Imports ingest before any state is registered, so this flush is for safety, not speed.
+        // Rows that bypass the cache: once the state is registered, its cached rows (and its completeness)
+        // would hide them. Imports ingest before any state is registered, so this flush is for safety, not speed.
         if self.states.iter().any(|s| s.name == state) {
             self.flush(true)?;
         }
@@ -913,13 +910,11 @@ impl RocksDbBackend {
                 let _ = std::fs::remove_file(&path);
                 self.write_rows(&cf, rows.iter().map(|&r| st.cache.row(r)))?;
             }
-            let st = &mut self.states[i];
-            st.cache.mark_clean(&rows, st.complete);
+            self.states[i].cache.mark_clean(&rows);
         }
         if clear {
             for st in &mut self.states {
-                st.cache.clear();
-                st.complete = false;
+                st.cache.evict_all();
             }
         }
         Ok(())
@@ -1026,8 +1021,7 @@ impl RocksDbBackend {
             }
             if self.cache_bytes() > self.opts.cache_bytes / 2 {
                 for st in &mut self.states {
-                    st.cache.clear();
-                    st.complete = false;
+                    st.cache.evict_all();
                 }
             }
         }
@@ -1072,8 +1066,7 @@ impl KeyedStateBackend for RocksDbBackend {
             kind,
             ttl,
             namespaced,
-            cache: StateCache::for_rows(namespaced),
-            complete: stored.is_none(),
+            cache: StateCache::for_rows(namespaced, stored.is_none()),
             // A new state has no timers; a restored one is counted when first asked (or was already).
             timers: std::cell::Cell::new(match stored {
                 None => (kind == StateKind::Timers).then_some(0),
@@ -1112,14 +1105,14 @@ impl KeyedStateBackend for RocksDbBackend {
         let ns = self.states[state.0].namespaced;
         self.check(state, "get_value", StateKind::is_value_row)?;
         if matches!(self.states[state.0].cache.get(self.row.key(ns)), Cached::Miss) {
-            self.make_room(state)?;
-            let st = &mut self.states[state.0];
             // A miss in a complete cache is an absent row: nothing to read, and nothing to cache either (a
             // window reads the slices of each window it fires, and one already cleaned up must not come back
-            // as an entry that nothing deletes).
-            if st.complete {
+            // as an entry that nothing deletes) — so no room to make.
+            if self.states[state.0].cache.is_complete() {
                 return Ok(None);
             }
+            self.make_room(state)?;
+            let st = &mut self.states[state.0];
             let cf = state_cf(&self.db, st)?;
             let value = self.db.get_pinned_cf(cf, self.row.key(ns))?;
             st.cache.insert_clean(self.row.key(ns), value.as_deref());
@@ -1139,8 +1132,7 @@ impl KeyedStateBackend for RocksDbBackend {
         }
         // A write needs no read: the row is cached dirty and reaches RocksDB at the next flush.
         self.make_room(state)?;
-        let st = &mut self.states[state.0];
-        st.cache.put(self.row.key(ns), value, st.complete);
+        self.states[state.0].cache.put(self.row.key(ns), value);
         Ok(())
     }
 
@@ -1148,8 +1140,7 @@ impl KeyedStateBackend for RocksDbBackend {
         let ns = self.states[state.0].namespaced;
         self.check(state, "delete_value", StateKind::is_value_row)?;
         self.make_room(state)?;
-        let st = &mut self.states[state.0];
-        st.cache.delete(self.row.key(ns), st.complete);
+        self.states[state.0].cache.delete(self.row.key(ns));
         Ok(())
     }
 
@@ -1463,8 +1454,7 @@ impl KeyedStateBackend for RocksDbBackend {
         let mut frozen = Vec::new();
         for st in &mut self.states {
             let mut rows = ingest::FrozenRows::new(st.cf.clone());
-            let complete = st.complete;
-            st.cache.drain_dirty(|k, v| rows.push(k, v), complete);
+            st.cache.drain_dirty(|k, v| rows.push(k, v));
             if !rows.is_empty() {
                 frozen.push(rows);
             }

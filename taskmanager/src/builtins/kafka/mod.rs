@@ -4,5 +4,4 @@
 mod partitions;
 mod source;
 
-pub use partitions::{decode_positions, encode_positions, owned, owner, PartitionPosition};
 pub use source::{KafkaSource, STATE};

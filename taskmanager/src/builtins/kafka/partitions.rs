@@ -48,19 +48,14 @@ pub fn owned(all: Vec<PartitionPosition>, subtask: u32, parallelism: u32) -> Vec
 
 /// One position as a state element: the topic's length (u16, little-endian) and bytes, the partition (i32), the
 /// next offset (i64) and the end (i64, −1: none).
-pub fn encode_positions(positions: &[PartitionPosition]) -> Vec<Vec<u8>> {
-    positions
-        .iter()
-        .map(|p| {
-            let mut e = Vec::with_capacity(2 + p.topic.len() + FIXED);
-            e.extend_from_slice(&(p.topic.len() as u16).to_le_bytes());
-            e.extend_from_slice(p.topic.as_bytes());
-            e.extend_from_slice(&p.partition.to_le_bytes());
-            e.extend_from_slice(&p.next.to_le_bytes());
-            e.extend_from_slice(&p.end.unwrap_or(-1).to_le_bytes());
-            e
-        })
-        .collect()
+pub fn encode_position(p: &PartitionPosition) -> Vec<u8> {
+    let mut e = Vec::with_capacity(2 + p.topic.len() + FIXED);
+    e.extend_from_slice(&(p.topic.len() as u16).to_le_bytes());
+    e.extend_from_slice(p.topic.as_bytes());
+    e.extend_from_slice(&p.partition.to_le_bytes());
+    e.extend_from_slice(&p.next.to_le_bytes());
+    e.extend_from_slice(&p.end.unwrap_or(-1).to_le_bytes());
+    e
 }
 
 /// The positions a union list state holds; a malformed element is an error naming the source `uid`.
@@ -131,11 +126,11 @@ mod tests {
     fn positions_round_trip_and_corrupt_elements_are_refused() {
         let bounded = PartitionPosition { end: Some(40), ..pos("b", 2, 30) };
         let positions = vec![pos("events", 0, 0), pos("é-topic", 3, i64::MAX), pos("", 1, 7), bounded];
-        let elements = encode_positions(&positions);
+        let elements: Vec<_> = positions.iter().map(encode_position).collect();
         assert_eq!(decode_positions(&elements, "src").unwrap(), positions);
         let mut short = elements[0].clone();
         short.pop();
-        let mut negative = encode_positions(&[pos("t", 0, 0)]);
+        let mut negative = vec![encode_position(&pos("t", 0, 0))];
         negative[0][3..7].copy_from_slice(&(-1i32).to_le_bytes());
         for (bad, says) in
             [(vec![vec![1u8]], "shorter"), (vec![short], "bytes for a topic"), (negative, "partition -1")]

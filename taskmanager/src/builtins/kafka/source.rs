@@ -8,7 +8,7 @@
 //! until the job restarts (discovery is not built yet). Offsets go back to the consumer group when a checkpoint
 //! completes, for monitoring only.
 
-use super::partitions::{decode_positions, encode_positions, owned, owner, PartitionPosition};
+use super::partitions::{decode_positions, encode_position, owned, owner, PartitionPosition};
 use crate::api::batch::{key_value_schema, ValueType};
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
 use arrow_array::builder::{BinaryBuilder, TimestampMillisecondBuilder};
@@ -67,8 +67,8 @@ impl KafkaSource {
         OperatorError::Other(format!("kafka source {:?} ({}): {what}", self.uid, self.cfg.bootstrap_servers))
     }
 
-    /// Where a partition no state names starts.
-    fn start_of(&self, consumer: &BaseConsumer, topic: &str, partition: i32) -> Result<i64, OperatorError> {
+    /// Where a partition no state names starts, and its end now (its high watermark).
+    fn start_of(&self, consumer: &BaseConsumer, topic: &str, partition: i32) -> Result<(i64, i64), OperatorError> {
         let (low, high) = consumer
             .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
             .map_err(|e| self.err(format!("offsets of {topic}/{partition}: {e}")))?;
@@ -76,7 +76,7 @@ impl KafkaSource {
             Offset::Offset(n) if n >= 0 => Some(n),
             _ => None,
         };
-        Ok(match &self.cfg.start {
+        let next = match &self.cfg.start {
             KafkaStart::Earliest => low,
             KafkaStart::Latest => high,
             KafkaStart::Offsets(offsets) => {
@@ -99,7 +99,8 @@ impl KafkaSource {
                     .map_err(|e| self.err(format!("offset of {topic}/{partition} at {ts}: {e}")))?;
                 found.find_partition(topic, partition).and_then(|e| at(e.offset())).unwrap_or(high)
             }
-        })
+        };
+        Ok((next, high))
     }
 }
 
@@ -131,17 +132,8 @@ impl Source for KafkaSource {
                 let position = match restored.iter().find(|r| &r.topic == topic && r.partition == partition) {
                     Some(r) => r.clone(),
                     None => {
-                        let next = self.start_of(&consumer, topic, partition)?;
-                        let end = match self.cfg.bounded {
-                            false => None,
-                            true => Some(
-                                consumer
-                                    .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
-                                    .map_err(|e| self.err(format!("end of {topic}/{partition}: {e}")))?
-                                    .1
-                                    .max(next),
-                            ),
-                        };
+                        let (next, high) = self.start_of(&consumer, topic, partition)?;
+                        let end = self.cfg.bounded.then_some(high.max(next));
                         PartitionPosition { topic: topic.clone(), partition, next, end }
                     }
                 };
@@ -173,16 +165,15 @@ impl Source for KafkaSource {
         let mut rows = 0;
         while rows < max {
             let Some(message) = consumer.poll(Duration::ZERO) else { break };
-            let m = message.map_err(|e| {
-                OperatorError::Other(format!(
-                    "kafka source {:?} ({}): reading: {e}",
-                    self.uid, self.cfg.bootstrap_servers
-                ))
-            })?;
-            let Some(split) =
-                self.parts.iter().position(|p| p.position.partition == m.partition() && p.position.topic == m.topic())
-            else {
-                continue;
+            let m = message.map_err(|e| self.err(format!("reading: {e}")))?;
+            // Records come in runs of one partition: the previous record's is checked first.
+            let is = |p: &Part| p.position.partition == m.partition() && p.position.topic == m.topic();
+            let split = match runs.last() {
+                Some(&(s, _)) if is(&self.parts[s as usize]) => s as usize,
+                _ => match self.parts.iter().position(is) {
+                    Some(s) => s,
+                    None => continue,
+                },
             };
             let part = &mut self.parts[split];
             // After a seek the client may still hand over records it had fetched: they were read already.
@@ -228,10 +219,9 @@ impl Source for KafkaSource {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let positions: Vec<PartitionPosition> = self.parts.iter().map(|p| p.position.clone()).collect();
         let list = ctx.operator_state.union_list_state(STATE)?;
         list.clear();
-        list.extend(encode_positions(&positions));
+        list.extend(self.parts.iter().map(|p| encode_position(&p.position)));
         Ok(())
     }
 
