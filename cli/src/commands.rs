@@ -135,6 +135,19 @@ pub async fn cluster(settings: &Settings) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `weir health`: whether the health service at `address` says `service` is SERVING (exit 0) or not (exit 1).
+pub async fn health(address: &str, service: &str) -> Result<ExitCode, CliError> {
+    let what = if service.is_empty() { "the process" } else { service };
+    match weir_common::health::check(address, service, std::time::Duration::from_secs(3)).await {
+        Ok(true) => {
+            println!("{address}: {what} is serving");
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(false) => Err(CliError::Failed(format!("{address}: {what} is not serving"))),
+        Err(e) => Err(CliError::Failed(e)),
+    }
+}
+
 /// Reads and parses a spec file and applies `--parallelism`.
 pub fn load_spec(args: &SubmitArgs) -> Result<pb::JobSpec, CliError> {
     let path = args.spec.display();
@@ -145,7 +158,26 @@ pub fn load_spec(args: &SubmitArgs) -> Result<pb::JobSpec, CliError> {
     if let Some(p) = args.parallelism {
         spec.parallelism = Some(p);
     }
+    let dir = args.spec.parent().unwrap_or(std::path::Path::new("."));
+    inline_schema_files(&mut spec, dir).map_err(|e| CliError::Spec(format!("invalid job spec {path}: {e}")))?;
     Ok(spec)
+}
+
+/// Replaces each operator's `avro_schema_file` (a path relative to the spec's directory, e.g. the `.avsc` a
+/// schema registry holds) by the file's text as `avro_schema`: the job manager and task managers get the schema
+/// itself, not a path on the submitting machine.
+fn inline_schema_files(spec: &mut pb::JobSpec, dir: &std::path::Path) -> Result<(), String> {
+    for op in &mut spec.operators {
+        let Some(file) = op.config.remove("avro_schema_file") else { continue };
+        let at = |e: String| format!("operator {:?}: avro_schema_file: {e}", op.uid);
+        if op.config.contains_key("avro_schema") {
+            return Err(at("give avro_schema or avro_schema_file, not both".into()));
+        }
+        let path = dir.join(file.trim());
+        let text = std::fs::read_to_string(&path).map_err(|e| at(format!("cannot read {}: {e}", path.display())))?;
+        op.config.insert("avro_schema".into(), text);
+    }
+    Ok(())
 }
 
 async fn submit(settings: &Settings, args: SubmitArgs) -> Result<ExitCode, CliError> {
@@ -235,4 +267,32 @@ fn emit<J: Serialize>(settings: &Settings, text: impl FnOnce() -> String, json: 
 pub fn print_stdout(s: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_with(config: &[(&str, &str)]) -> pb::JobSpec {
+        let mut op = pb::OperatorSpec { uid: "bids".into(), kind: "kafka".into(), ..Default::default() };
+        op.config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        pb::JobSpec { operators: vec![op], ..Default::default() }
+    }
+
+    #[test]
+    fn an_avro_schema_file_is_read_beside_the_spec_and_sent_as_the_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("bid.avsc"), r#"{"type": "record"}"#).unwrap();
+        let mut spec = spec_with(&[("avro_schema_file", "bid.avsc")]);
+        inline_schema_files(&mut spec, dir.path()).unwrap();
+        let config = &spec.operators[0].config;
+        assert_eq!(config.get("avro_schema").map(String::as_str), Some(r#"{"type": "record"}"#));
+        assert!(!config.contains_key("avro_schema_file"));
+
+        let mut missing = spec_with(&[("avro_schema_file", "nope.avsc")]);
+        let e = inline_schema_files(&mut missing, dir.path()).unwrap_err();
+        assert!(e.contains("operator \"bids\": avro_schema_file: cannot read") && e.contains("nope.avsc"), "{e}");
+        let mut both = spec_with(&[("avro_schema_file", "bid.avsc"), ("avro_schema", "{}")]);
+        assert!(inline_schema_files(&mut both, dir.path()).unwrap_err().contains("not both"));
+    }
 }

@@ -26,12 +26,14 @@ use std::process::ExitCode;
 
 /// Runs one parsed command line; the error carries the message and exit code for `main`.
 pub async fn run(cli: args::Cli) -> Result<ExitCode, CliError> {
-    let settings = settings::Settings::resolve(&cli.global)?;
+    let settings = || settings::Settings::resolve(&cli.global);
     match cli.command {
-        args::Command::Job(cmd) => commands::job(&settings, cmd).await,
-        args::Command::Checkpoints { id } => commands::checkpoints(&settings, &id).await,
-        args::Command::Savepoint(cmd) => commands::savepoint(&settings, cmd).await,
-        args::Command::Cluster => commands::cluster(&settings).await,
-        args::Command::Local(local) => local::run(&settings, local).await,
+        args::Command::Job(cmd) => commands::job(&settings()?, cmd).await,
+        args::Command::Checkpoints { id } => commands::checkpoints(&settings()?, &id).await,
+        args::Command::Savepoint(cmd) => commands::savepoint(&settings()?, cmd).await,
+        args::Command::Cluster => commands::cluster(&settings()?).await,
+        args::Command::Local(local) => local::run(&settings()?, local).await,
+        // A probe inside a container: no config, no job manager, one bounded question.
+        args::Command::Health { address, service } => commands::health(&address, &service).await,
     }
 }

@@ -117,7 +117,7 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             states: vec![("offsets".into(), "union".into(), "(String, i32, i64, i64)".into())],
             signature: None,
             input_columns: vec![],
-            output: crate::schema::OutputSchema::Columns(crate::schema::key_value("binary")),
+            output: crate::schema::OutputSchema::FromConfig,
         },
         KindInfo {
             kind: "nexmark".into(),
@@ -273,6 +273,16 @@ pub fn builtin_kinds() -> Vec<KindInfo> {
             keyed: false,
             version: v.clone(),
             states: vec![("pending-files".into(), "operator-list".into(), "PendingFile".into())],
+            signature: None,
+            input_columns: vec![],
+            output: Default::default(),
+        },
+        KindInfo {
+            kind: "kafka-sink".into(),
+            role: Role::Sink,
+            keyed: false,
+            version: v.clone(),
+            states: vec![("kafka-sink-transactions".into(), "union".into(), "String".into())],
             signature: None,
             input_columns: vec![],
             output: Default::default(),
@@ -1464,6 +1474,7 @@ pub fn derived_output(
     let first = inputs.first().map(Vec::as_slice).unwrap_or_default();
     let second = inputs.get(1).map(Vec::as_slice).unwrap_or_default();
     match kind {
+        "kafka" => Some(crate::kafka::KafkaSourceConfig::from_map(map).map(|c| c.output_columns())),
         "project" => Some(ProjectConfig::from_map(map).and_then(|c| c.output(first))),
         "filter" => Some(
             FilterConfig::from_map(map)
@@ -1504,8 +1515,9 @@ pub fn side_outputs(kind: &str, map: &BTreeMap<String, String>) -> Option<Vec<&'
             Ok(c) if c.late == LateRecords::SideOutput => vec![LATE_TAG],
             _ => vec![],
         }),
-        "datagen" | "nexmark" | "kafka" | "file-sink" | "keyed-count" | "blackhole" | "filter" | "project" | "join"
-        | "window-top" | "window-join" | "aggregate" | "over" | "winning-bids" | "interval-join" => Some(vec![]),
+        "datagen" | "nexmark" | "kafka" | "kafka-sink" | "file-sink" | "keyed-count" | "blackhole" | "filter"
+        | "project" | "join" | "window-top" | "window-join" | "aggregate" | "over" | "winning-bids"
+        | "interval-join" => Some(vec![]),
         _ => None,
     }
 }
@@ -1520,6 +1532,7 @@ pub fn validate_builtin_config(kind: &str, map: &BTreeMap<String, String>) -> Re
         "nexmark" => NexmarkConfig::from_map(map).map(|_| ()),
         "kafka" => crate::kafka::KafkaSourceConfig::from_map(map).map(|_| ()),
         "file-sink" => FileSinkConfig::from_map(map).map(|_| ()),
+        "kafka-sink" => crate::kafka::KafkaSinkConfig::from_map(map).map(|_| ()),
         "keyed-count" => KeyedCountConfig::from_map(map).map(|_| ()),
         "window-aggregate" => WindowAggregateConfig::from_map(map).map(|_| ()),
         "blackhole" => ConfigReader::new(map, &[]).map(|_| ()),

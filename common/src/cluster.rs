@@ -54,7 +54,7 @@ pub fn parse_addresses(list: &str) -> Result<Vec<String>, String> {
     let addrs: Vec<String> =
         list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.trim_end_matches('/').to_string()).collect();
     if addrs.is_empty() {
-        return Err("no job manager address given".into());
+        return Err("no job manager address given (`jobmanager`, WEIR_JOBMANAGER or --jobmanager)".into());
     }
     for a in &addrs {
         if !a.starts_with("http://") && !a.starts_with("https://") {
@@ -67,6 +67,10 @@ pub fn parse_addresses(list: &str) -> Result<Vec<String>, String> {
 struct LinkState {
     addresses: Vec<String>,
     current: usize,
+    /// How many of `addresses` were given (the rest are leaders learnt of).
+    given: usize,
+    /// The given address the link last followed a standby's hint from.
+    hinted_from: usize,
     channels: HashMap<String, SecureChannel>,
 }
 
@@ -86,7 +90,13 @@ impl JmLink {
             return Err("no job manager address given".into());
         }
         let link = JmLink {
-            state: Arc::new(Mutex::new(LinkState { addresses, current: 0, channels: HashMap::new() })),
+            state: Arc::new(Mutex::new(LinkState {
+                given: addresses.len(),
+                addresses,
+                current: 0,
+                hinted_from: 0,
+                channels: HashMap::new(),
+            })),
             security,
             timeout,
         };
@@ -123,8 +133,10 @@ impl JmLink {
     }
 
     /// Learns from a failed call: a standby's answer moves the link to the leader it names; an unreachable
-    /// job manager (or a standby that knows no leader) moves it to the next address. Returns whether the
-    /// address changed, i.e. whether trying again at once may help.
+    /// job manager (or a standby that knows no leader) moves it to the next address. A leader named by a hint
+    /// that cannot be reached (a name only the job managers' network resolves, seen from outside it) moves the
+    /// link on to the given address after the one that gave the hint, so that every given address is tried.
+    /// Returns whether the address changed, i.e. whether trying again at once may help.
     pub fn observe(&self, status: &Status) -> bool {
         let mut s = self.state.lock();
         if let Some(leader) = leader_of(status) {
@@ -137,6 +149,9 @@ impl JmLink {
                 }
             };
             let changed = index != s.current;
+            if s.current < s.given {
+                s.hinted_from = s.current;
+            }
             if changed {
                 tracing::info!(leader = %leader, "following the job manager leader");
             }
@@ -145,7 +160,8 @@ impl JmLink {
         }
         let unreachable = timed_out(status) || status.code() == tonic::Code::Unavailable;
         if unreachable && s.addresses.len() > 1 {
-            s.current = (s.current + 1) % s.addresses.len();
+            s.current =
+                if s.current >= s.given { (s.hinted_from + 1) % s.given } else { (s.current + 1) % s.addresses.len() };
             return true;
         }
         false
@@ -193,5 +209,12 @@ mod tests {
         assert!(!link.observe(&not_leader(Some("http://127.0.0.1:3"))), "already there");
         assert!(!link.observe(&Status::invalid_argument("bad")), "an answer is not a reason to move");
         assert_eq!(link.addresses().len(), 3);
+        // The learnt leader cannot be reached (from outside its network): on to the given address after the one
+        // that gave the hint, not back to it.
+        assert!(link.observe(&Status::unavailable("dns error")));
+        assert_eq!(link.current(), "http://127.0.0.1:1");
+        assert!(link.observe(&not_leader(Some("http://127.0.0.1:3"))));
+        assert!(link.observe(&Status::unavailable("dns error")));
+        assert_eq!(link.current(), "http://127.0.0.1:2", "the other given address is tried");
     }
 }

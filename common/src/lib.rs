@@ -16,7 +16,7 @@
 //! - [`cluster`]: finding the leading job manager (a standby's answer, the addresses a process follows).
 //! - [`security`]: TLS files, the cluster secret and client tokens, and the checks that admit members and clients.
 //! - [`config`]: layered config loading (defaults < TOML file < `WEIR_*` env < flags).
-//! - [`telemetry`]: tracing setup; [`metrics`]: the Prometheus endpoint.
+//! - [`telemetry`]: tracing setup; [`metrics`]: the Prometheus endpoint; [`health`]: the gRPC health service.
 //! - [`text`]: a user's values quoted, and cut short, in error messages.
 
 pub mod builtin;
@@ -27,6 +27,7 @@ pub mod datagen;
 pub mod descriptor;
 pub mod expr;
 pub mod fault;
+pub mod health;
 pub mod ids;
 pub mod kafka;
 pub mod keygroup;

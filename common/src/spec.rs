@@ -576,6 +576,15 @@ fn check_schemas(
                     format!("kind {:?} works its columns out from its config", op.kind),
                 ))
             }
+            (Some(OutputSchema::FromConfig), None) if operators[i].input.is_none() => {
+                // A source: its columns follow from its config alone.
+                let config: BTreeMap<String, String> = op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                match crate::builtin::derived_output(&op.kind, &config, &[]) {
+                    None => None,
+                    Some(Ok(columns)) => Some(columns),
+                    Some(Err(e)) => return Err(op_err(&op.uid, &format!("config.{}", e.field), e.message)),
+                }
+            }
             (Some(OutputSchema::FromConfig), None) => {
                 let first = reads(i, spec, operators, kinds, memo)?;
                 let second = match operators[i].second_input {

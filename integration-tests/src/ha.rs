@@ -549,8 +549,14 @@ impl HaCluster {
 
     /// Writes the job's spec into the cluster's directory, submits it with `weir job submit` and returns its id.
     pub fn submit(&self, job: &crate::CountJob) -> Result<String> {
-        let spec = self.dir().join(format!("{}.yaml", job.name));
-        std::fs::write(&spec, job.yaml())?;
+        self.submit_yaml(&job.name, &job.yaml())
+    }
+
+    /// Writes `yaml` as `<name>.yaml` into the cluster's directory, submits it with `weir job submit` and returns
+    /// the job's id.
+    pub fn submit_yaml(&self, name: &str, yaml: &str) -> Result<String> {
+        let spec = self.dir().join(format!("{name}.yaml"));
+        std::fs::write(&spec, yaml)?;
         let out = self.cli_json(&["job", "submit", &spec.display().to_string()])?;
         out["id"].as_str().map(str::to_string).ok_or_else(|| anyhow!("weir job submit printed no id: {out}"))
     }

@@ -10,11 +10,12 @@
 //! broker runs `--silent` (it traces every request); `WEIR_TANSU_LOG=1` keeps its log.
 
 use crate::process::{free_port, Process};
+use crate::proxy::TcpProxy;
 use crate::s3::tools_dir;
 use anyhow::{anyhow, bail, Context, Result};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use std::net::SocketAddr;
@@ -33,6 +34,10 @@ pub struct KafkaRecord {
     pub key: Option<Vec<u8>>,
     /// Its value (`None`: a tombstone).
     pub value: Option<Vec<u8>>,
+    /// Its headers, in order.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// Its timestamp, ms since the epoch.
+    pub timestamp: i64,
 }
 
 /// A record for [`KafkaBroker::produce`]: its partition, key and value.
@@ -41,7 +46,9 @@ pub type ToProduce<'a> = (i32, Option<&'a [u8]>, &'a [u8]);
 /// A Tansu broker on a free loopback port, killed when dropped.
 pub struct KafkaBroker {
     process: Process,
+    /// Where clients connect: the broker, or the proxy in front of it.
     addr: SocketAddr,
+    proxy: Option<TcpProxy>,
     _logs: tempfile::TempDir,
 }
 
@@ -53,6 +60,17 @@ pub fn tansu_bin() -> PathBuf {
 impl KafkaBroker {
     /// Starts Tansu and waits until it answers a metadata request.
     pub fn start() -> Result<KafkaBroker> {
+        KafkaBroker::start_with(false)
+    }
+
+    /// Starts Tansu behind a [`TcpProxy`] that it advertises as its address, so that every client connects
+    /// through the proxy: taking the proxy down is a broker outage that loses nothing (a restarted Tansu with
+    /// memory storage would have lost its topics).
+    pub fn start_behind_proxy() -> Result<KafkaBroker> {
+        KafkaBroker::start_with(true)
+    }
+
+    fn start_with(proxied: bool) -> Result<KafkaBroker> {
         let bin = tansu_bin();
         if !bin.is_file() {
             bail!("{} not found: run scripts/setup.sh first (it installs tansu)", bin.display());
@@ -62,18 +80,21 @@ impl KafkaBroker {
         for _ in 0..3 {
             let logs = tempfile::Builder::new().prefix("weir-tansu-").tempdir()?;
             let port = free_port()?;
-            let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-            let url = format!("tcp://{addr}");
+            let listen: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+            let proxy = if proxied { Some(TcpProxy::start(listen)?) } else { None };
+            let addr = proxy.as_ref().map_or(listen, TcpProxy::addr);
+            let url = format!("tcp://{listen}");
+            let advertised = format!("tcp://{addr}");
             let mut cmd = Command::new(&bin);
             cmd.arg("broker");
             // Tansu traces every request (60 000 lines for this module's test): silent unless asked for.
             if std::env::var_os("WEIR_TANSU_LOG").is_none() {
                 cmd.arg("--silent");
             }
-            cmd.args(["--listener-url", &url, "--advertised-listener-url", &url])
+            cmd.args(["--listener-url", &url, "--advertised-listener-url", &advertised])
                 .args(["--storage-engine", "memory://tansu/"]);
             let process = Process::spawn("tansu", cmd, &logs.path().join("tansu.log"))?;
-            let mut broker = KafkaBroker { process, addr, _logs: logs };
+            let mut broker = KafkaBroker { process, addr, proxy, _logs: logs };
             match broker.wait_ready(Duration::from_secs(30)) {
                 Ok(()) => return Ok(broker),
                 Err(e) => last_err = Some(e),
@@ -104,9 +125,14 @@ impl KafkaBroker {
         self.addr.to_string()
     }
 
-    /// The broker's address.
+    /// The broker's address (the proxy's, for a broker behind one).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The proxy every client reaches the broker through, if it was started behind one.
+    pub fn proxy(&self) -> Option<&TcpProxy> {
+        self.proxy.as_ref()
     }
 
     /// The last lines of the broker's log.
@@ -156,11 +182,26 @@ impl KafkaBroker {
 
     /// Produces `(partition, key, value)` records, in order per partition, and waits until all are acknowledged.
     pub fn produce(&self, topic: &str, records: &[ToProduce<'_>]) -> Result<()> {
+        self.produce_at(topic, records, None)
+    }
+
+    /// [`KafkaBroker::produce`] with record `i`'s timestamp `timestamps[i]` (ms since the epoch) instead of now.
+    pub fn produce_timed(&self, topic: &str, records: &[ToProduce<'_>], timestamps: &[i64]) -> Result<()> {
+        if timestamps.len() != records.len() {
+            bail!("{} records, {} timestamps", records.len(), timestamps.len());
+        }
+        self.produce_at(topic, records, Some(timestamps))
+    }
+
+    fn produce_at(&self, topic: &str, records: &[ToProduce<'_>], timestamps: Option<&[i64]>) -> Result<()> {
         let producer = self.producer()?;
-        for (partition, key, value) in records {
+        for (i, (partition, key, value)) in records.iter().enumerate() {
             let mut r = BaseRecord::<[u8], [u8]>::to(topic).partition(*partition).payload(*value);
             if let Some(k) = key {
                 r = r.key(*k);
+            }
+            if let Some(ts) = timestamps {
+                r = r.timestamp(ts[i]);
             }
             let mut pending = r;
             // A full local queue drains as deliveries are polled.
@@ -221,10 +262,157 @@ impl KafkaBroker {
                 offset: m.offset(),
                 key: m.key().map(<[u8]>::to_vec),
                 value: m.payload().map(<[u8]>::to_vec),
+                headers: m
+                    .headers()
+                    .map(|hs| hs.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec))).collect())
+                    .unwrap_or_default(),
+                timestamp: m.timestamp().to_millis().unwrap_or(-1),
             });
         }
         out.sort_by_key(|r| (r.partition, r.offset));
         Ok(out)
+    }
+}
+
+/// What a `read_committed` consumer sees of a topic (see [`KafkaBroker::read_committed`]).
+#[derive(Debug, Default)]
+pub struct Committed {
+    /// The records of committed transactions and those written outside any transaction, by partition and offset.
+    pub records: Vec<KafkaRecord>,
+    /// Records of transactions that were aborted.
+    pub aborted: usize,
+    /// Records of transactions with no marker yet (open: invisible until they end).
+    pub open: usize,
+    /// Transactions (producer id, epoch) still open, by partition.
+    pub open_transactions: Vec<(i32, i64, i16)>,
+}
+
+impl KafkaBroker {
+    /// The records of `topic`'s partitions `0..partitions` a `read_committed` consumer would see (see
+    /// [`CommittedReader`]), read from the start.
+    pub fn read_committed(&self, topic: &str, partitions: i32) -> Result<Committed> {
+        let mut reader = CommittedReader::new(self, topic, partitions)?;
+        let records = reader.poll()?;
+        Ok(reader.summary(records))
+    }
+}
+
+/// Per producer (id, epoch), the records of its open transaction on one partition.
+type OpenTransactions = std::collections::HashMap<(i64, i16), Vec<KafkaRecord>>;
+
+/// A `read_committed` reading of a topic, decided by the test itself from the log's control batches: Tansu
+/// 0.6.0 hides open transactions from `read_committed` fetches but does not list aborted ones, so a Kafka client
+/// would see aborted records. Each partition is fetched raw (`read_uncommitted`, with the control batches) from
+/// where the last poll stopped until a fetch returns nothing; a transactional record belongs to its producer's
+/// open transaction on that partition until a COMMIT marker (visible) or an ABORT marker (dropped) of that
+/// producer ends it.
+pub struct CommittedReader {
+    conn: weir_common::kafka::wire::Connection,
+    topic: String,
+    /// Per partition: the next offset to fetch, and per producer the records of its open transaction.
+    partitions: Vec<(i64, OpenTransactions)>,
+    aborted: usize,
+}
+
+impl CommittedReader {
+    /// A reader of `topic`'s partitions `0..partitions` from their start.
+    pub fn new(broker: &KafkaBroker, topic: &str, partitions: i32) -> Result<CommittedReader> {
+        let conn = weir_common::kafka::wire::Connection::connect(&broker.bootstrap(), Duration::from_secs(10))?;
+        let partitions = (0..partitions).map(|_| (0, Default::default())).collect();
+        Ok(CommittedReader { conn, topic: topic.to_string(), partitions, aborted: 0 })
+    }
+
+    /// The records that became visible since the last poll, by partition and offset.
+    pub fn poll(&mut self) -> Result<Vec<KafkaRecord>> {
+        use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+        use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+        use kafka_protocol::protocol::StrBytes;
+        use kafka_protocol::records::RecordBatchDecoder;
+        let topic = self.topic.clone();
+        let mut out = Vec::new();
+        for (partition, (offset, open)) in self.partitions.iter_mut().enumerate() {
+            let partition = partition as i32;
+            loop {
+                let req = FetchRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    // Tansu answers nothing at all to a fetch that may not wait.
+                    .with_max_wait_ms(50)
+                    .with_min_bytes(0)
+                    .with_max_bytes(64 << 20)
+                    .with_isolation_level(0)
+                    .with_topics(vec![FetchTopic::default()
+                        .with_topic(TopicName(StrBytes::from_string(topic.clone())))
+                        .with_partitions(vec![FetchPartition::default()
+                            .with_partition(partition)
+                            .with_fetch_offset(*offset)
+                            .with_partition_max_bytes(64 << 20)])]);
+                let resp = self.conn.send("Fetch", 11, &req)?;
+                let data = resp
+                    .responses
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .find(|p| p.partition_index == partition)
+                    .ok_or_else(|| anyhow!("fetch of {topic}/{partition}: no answer for the partition"))?;
+                weir_common::kafka::wire::check("Fetch", data.error_code)?;
+                let Some(mut bytes) = data.records.clone().filter(|b| !b.is_empty()) else { break };
+                let sets = RecordBatchDecoder::decode_all(&mut bytes)
+                    .map_err(|e| anyhow!("decoding {topic}/{partition} at {offset}: {e}"))?;
+                let mut last = *offset - 1;
+                for r in sets.into_iter().flat_map(|s| s.records) {
+                    last = last.max(r.offset);
+                    if r.offset < *offset {
+                        continue;
+                    }
+                    let producer = (r.producer_id, r.producer_epoch);
+                    if r.control {
+                        // A control record's key: version (i16), then type (i16): 0 abort, 1 commit.
+                        let kind = r.key.as_ref().filter(|k| k.len() >= 4).map(|k| i16::from_be_bytes([k[2], k[3]]));
+                        let records = open.remove(&producer).unwrap_or_default();
+                        match kind {
+                            Some(1) => out.extend(records),
+                            Some(0) => self.aborted += records.len(),
+                            other => bail!("{topic}/{partition} offset {}: control record of type {other:?}", r.offset),
+                        }
+                        continue;
+                    }
+                    let record = KafkaRecord {
+                        partition,
+                        offset: r.offset,
+                        key: r.key.map(|k| k.to_vec()),
+                        value: r.value.map(|v| v.to_vec()),
+                        headers: r
+                            .headers
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.as_ref().map(|v| v.to_vec())))
+                            .collect(),
+                        timestamp: r.timestamp,
+                    };
+                    if r.transactional {
+                        open.entry(producer).or_default().push(record);
+                    } else {
+                        out.push(record);
+                    }
+                }
+                if last < *offset {
+                    break;
+                }
+                *offset = last + 1;
+            }
+        }
+        out.sort_by_key(|r| (r.partition, r.offset));
+        Ok(out)
+    }
+
+    /// `records` with what is aborted and still open so far.
+    pub fn summary(&self, records: Vec<KafkaRecord>) -> Committed {
+        let mut c = Committed { records, aborted: self.aborted, ..Default::default() };
+        for (partition, (_, open)) in self.partitions.iter().enumerate() {
+            for ((producer, epoch), records) in open {
+                c.open += records.len();
+                c.open_transactions.push((partition as i32, *producer, *epoch));
+            }
+        }
+        c
     }
 }
 
@@ -263,5 +451,42 @@ mod tests {
         let got = broker.read_all("t", 3).unwrap();
         let tail: Vec<_> = got.iter().filter(|r| r.partition == 0).skip(10).map(|r| r.value.clone().unwrap()).collect();
         assert_eq!(tail, (0..5).map(|i| format!("b{i}").into_bytes()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_read_committed_check_sees_committed_and_plain_records_only() {
+        let broker = KafkaBroker::start().unwrap();
+        broker.create_topic("t", 2).unwrap();
+        broker.produce("t", &[(0, None, &b"plain"[..])]).unwrap();
+        let txn = |id: &str| -> BaseProducer {
+            let p: BaseProducer = ClientConfig::new()
+                .set("bootstrap.servers", broker.bootstrap())
+                .set("transactional.id", id)
+                .create()
+                .unwrap();
+            p.init_transactions(Duration::from_secs(10)).unwrap();
+            p.begin_transaction().unwrap();
+            p
+        };
+        let send = |p: &BaseProducer, part: i32, v: &str| {
+            p.send(BaseRecord::<[u8], [u8]>::to("t").partition(part).key(b"k").payload(v.as_bytes())).unwrap()
+        };
+        let committed = txn("c");
+        let aborted = txn("a");
+        let open = txn("o");
+        send(&committed, 0, "c1");
+        send(&aborted, 0, "a1");
+        send(&committed, 1, "c2");
+        send(&aborted, 1, "a2");
+        send(&open, 1, "o1");
+        open.flush(Duration::from_secs(10)).unwrap();
+        aborted.flush(Duration::from_secs(10)).unwrap();
+        aborted.abort_transaction(Duration::from_secs(10)).unwrap();
+        committed.commit_transaction(Duration::from_secs(10)).unwrap();
+        let read = broker.read_committed("t", 2).unwrap();
+        let values: Vec<_> =
+            read.records.iter().map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap()).collect();
+        assert_eq!(values, ["plain", "c1", "c2"], "{read:?}");
+        assert_eq!((read.aborted, read.open, read.open_transactions.len()), (2, 1, 1), "{read:?}");
     }
 }

@@ -25,6 +25,7 @@
 
 pub mod audit;
 pub mod cluster;
+pub mod containers;
 pub mod ha;
 pub mod job;
 pub mod kafka;

@@ -15,7 +15,7 @@
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
-use weir_integration_tests::kafka::{KafkaBroker, ToProduce};
+use weir_integration_tests::kafka::{Committed, KafkaBroker, ToProduce};
 use weir_integration_tests::{read_sink_lines, read_sink_output, wait_until, Cluster, ClusterOptions, JobState};
 
 /// The keys of `n` records: record i has key i mod 40 (8 bytes, big-endian: the sink writes it as that number).
@@ -221,6 +221,625 @@ fn a_spec_naming_two_starting_points_is_refused() -> Result<()> {
         Err(e) => format!("{e:#}"),
     };
     assert!(err.contains("events") && err.contains("start") && err.contains("exactly one"), "{err}");
+    cluster.stop();
+    Ok(())
+}
+
+/// Unbounded `kafka` (topic `events`) → `keyed-count` (running counts) → exactly-once `kafka-sink` (topic
+/// `counts`), at `p`.
+fn kafka_to_kafka_spec(name: &str, broker: &KafkaBroker, p: u32) -> String {
+    format!(
+        "name: {name}\n\
+         parallelism: {p}\n\
+         checkpointing: {{ interval_ms: 300 }}\n\
+         restart: {{ strategy: fixed-delay, attempts: 20, delay_ms: 200 }}\n\
+         operators:\n  \
+           - {{ uid: events, kind: kafka, config: {{ bootstrap_servers: {bootstrap:?}, topics: [events] }} }}\n  \
+           - {{ uid: counts, kind: keyed-count, input: events, config: {{ emit: updates }} }}\n  \
+           - {{ uid: out, kind: kafka-sink, input: counts, config: {{ bootstrap_servers: {bootstrap:?}, \
+                topic: counts, delivery: exactly-once, transactional_id_prefix: kc }} }}\n",
+        bootstrap = broker.bootstrap(),
+    )
+}
+
+/// Each key's running counts a `read_committed` reader sees in topic `counts` (values `key,count`), sorted; and
+/// what it read.
+fn committed_counts(broker: &KafkaBroker) -> Result<(std::collections::BTreeMap<u64, Vec<u64>>, Committed)> {
+    let read = broker.read_committed("counts", 4)?;
+    let mut by_key: std::collections::BTreeMap<u64, Vec<u64>> = std::collections::BTreeMap::new();
+    for r in &read.records {
+        let line = std::str::from_utf8(r.value.as_deref().unwrap_or_default())?;
+        let (k, c) = line.split_once(',').with_context(|| format!("record value {line:?}"))?;
+        // The record key is the row's key text: the line's first field.
+        assert_eq!(r.key.as_deref(), Some(k.as_bytes()), "the key of {line:?}");
+        by_key.entry(k.parse()?).or_default().push(c.parse()?);
+    }
+    by_key.values_mut().for_each(|c| c.sort_unstable());
+    Ok((by_key, read))
+}
+
+/// Waits until `counts` holds `n` committed running counts, then checks that each key's are `1 ..= per_key`,
+/// once each, and that no transaction is left open.
+fn expect_every_count_once(broker: &KafkaBroker, n: usize, per_key: u64) -> Result<Committed> {
+    let (by_key, read) = wait_until("for every running count to be committed", Duration::from_secs(90), || {
+        let (by_key, read) = committed_counts(broker)?;
+        Ok((read.records.len() >= n).then_some((by_key, read)))
+    })?;
+    for (key, counts) in &by_key {
+        assert_eq!(*counts, (1..=per_key).collect::<Vec<u64>>(), "key {key}: its running counts, each once");
+    }
+    assert_eq!(read.records.len(), n, "no record committed twice");
+    assert_eq!(read.open, 0, "records of transactions left open: {:?}", read.open_transactions);
+    Ok(read)
+}
+
+#[test]
+fn kafka_to_kafka_is_exactly_once_through_three_taskmanager_kills() -> Result<()> {
+    use rand::SeedableRng;
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("events", 4)?;
+    broker.create_topic("counts", 4)?;
+    let keys = keys(800);
+    let records = records(&keys);
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
+    let id = cluster.submit(&kafka_to_kafka_spec("kafka-eo-kills", &broker, 2))?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut last = 0;
+    for (i, chunk) in records.chunks(200).enumerate() {
+        broker.produce("events", chunk)?;
+        if i < 3 {
+            // A kill after a checkpoint that holds some of the chunk, with transactions open and pending.
+            last = cluster.wait_for_checkpoint_after(&id, last, Duration::from_secs(60))?.id;
+            let victim = cluster.kill_random_busy_taskmanager(&mut rng)?;
+            eprintln!("killed tm-{victim} after checkpoint {last}");
+            cluster.start_taskmanager()?;
+            cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
+        }
+    }
+    let read = expect_every_count_once(&broker, 800, 20)?;
+    eprintln!("{} records committed, {} aborted", read.records.len(), read.aborted);
+    let job = cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    assert!(job.restarts >= 3, "three kills, {} restarts", job.restarts);
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+#[test]
+fn a_kill_between_checkpoint_completion_and_the_commit_is_committed_by_the_restore() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("events", 4)?;
+    broker.create_topic("counts", 4)?;
+    let keys = keys(800);
+    let records = records(&keys);
+    // The only task manager ends (as a SIGKILL would) at the fifth commit it makes: its checkpoint completed,
+    // its transaction flushed and listed in the checkpoint, and not committed.
+    let mut cluster = Cluster::start(ClusterOptions::new(0, 4))?;
+    cluster.start_taskmanager_with_env(&[("WEIR_FAILPOINTS".into(), "sink-commit=4*off->return(exit)".into())])?;
+    let id = cluster.submit(&kafka_to_kafka_spec("kafka-eo-commit", &broker, 2))?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    broker.produce("events", &records[..400])?;
+    wait_until("for the task manager to end at a commit", Duration::from_secs(60), || {
+        Ok(cluster.live_taskmanagers().is_empty().then_some(()))
+    })?;
+    cluster.start_taskmanager()?;
+    broker.produce("events", &records[400..])?;
+    expect_every_count_once(&broker, 800, 20)?;
+    let logs = cluster.all_logs();
+    assert!(logs.contains("committed a transaction of the restored checkpoint"), "no commit on restore in the logs");
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+#[test]
+fn transactions_a_failed_run_began_after_its_last_checkpoint_are_aborted_by_the_restore() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("events", 4)?;
+    broker.create_topic("counts", 4)?;
+    let keys = keys(800);
+    let records = records(&keys);
+    // At parallelism 1 a checkpoint uploads two tasks' snapshots (the source; the count and the sink, chained):
+    // two checkpoints complete, then every upload fails. The sink still flushes a transaction at each barrier and
+    // begins the next under a new id: the failed run leaves transactions with records open under ids past the
+    // ones its last completed checkpoint knows.
+    let mut cluster = Cluster::start(ClusterOptions::new(0, 4))?;
+    cluster.start_taskmanager_with_env(&[("WEIR_FAILPOINTS".into(), "task-upload=4*off->return(error)".into())])?;
+    let spec = kafka_to_kafka_spec("kafka-eo-fence", &broker, 1)
+        .replace("interval_ms: 300 }", "interval_ms: 300, tolerable_failures: 1000 }");
+    let id = cluster.submit(&spec)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    cluster.wait_for_checkpoints(&id, 2, Duration::from_secs(30))?;
+    broker.produce("events", &records[..400])?;
+    wait_until("for checkpoints to fail while records flow", Duration::from_secs(30), || {
+        Ok((cluster.job(&id)?.checkpoints_failed >= 6).then_some(()))
+    })?;
+    let open = broker.read_committed("counts", 4)?.open_transactions.len();
+    assert!(open >= 2, "the failed run left {open} transactions open");
+    cluster.kill_taskmanager(0)?;
+    cluster.start_taskmanager()?;
+    // Restored from the second checkpoint: every record counted again, committed at the restored run's first
+    // checkpoint, and nothing of the failed run left open then (a restored run that only reused the ids its
+    // checkpoint knows would abort the failed run's transactions one checkpoint at a time).
+    let read = expect_every_count_once(&broker, 400, 10)?;
+    eprintln!("{} records committed, {} aborted", read.records.len(), read.aborted);
+    assert!(cluster.all_logs().contains("fenced the transactional ids"), "no fencing in the logs");
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+#[test]
+fn kafka_to_kafka_rescaled_2_3_1_through_savepoints_is_exactly_once() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("events", 4)?;
+    broker.create_topic("counts", 4)?;
+    let keys = keys(800);
+    let records = records(&keys);
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
+    let chunks = [&records[..300], &records[300..600], &records[600..]];
+    let mut savepoint: Option<String> = None;
+    let mut last = String::new();
+    for (i, p) in [2u32, 3, 1].into_iter().enumerate() {
+        let spec = kafka_to_kafka_spec(&format!("kafka-eo-rescale-{p}"), &broker, p);
+        let id = match &savepoint {
+            None => cluster.submit(&spec)?,
+            Some(sp) => cluster.submit_from(&spec, sp, "no-claim", false)?,
+        };
+        cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+        broker.produce("events", chunks[i])?;
+        // Some records committed by this job's own checkpoints before the stop commits the rest.
+        let some: usize = chunks[..i].iter().map(|c| c.len()).sum::<usize>() + 100;
+        wait_until("for this job to commit some records", Duration::from_secs(60), || {
+            Ok((broker.read_committed("counts", 4)?.records.len() >= some).then_some(()))
+        })?;
+        if i < 2 {
+            savepoint = Some(cluster.stop_with_savepoint(&id, false, "canonical")?);
+        } else {
+            last = id;
+        }
+    }
+    // Every running count once over the three jobs, and no transaction of any of them left open (the 3 → 1
+    // restore fenced the ids of old subtasks 1 and 2; a scale-up's new subtask started at ids never used).
+    let read = expect_every_count_once(&broker, 800, 20)?;
+    eprintln!("{} records committed, {} aborted", read.records.len(), read.aborted);
+    cluster.cancel(&last)?;
+    cluster.stop();
+    Ok(())
+}
+
+#[test]
+fn at_least_once_loses_nothing_through_a_taskmanager_kill() -> Result<()> {
+    use rand::SeedableRng;
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("events", 4)?;
+    broker.create_topic("counts", 4)?;
+    let keys = keys(800);
+    let records = records(&keys);
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
+    let spec = kafka_to_kafka_spec("kafka-alo", &broker, 2)
+        .replace("delivery: exactly-once, transactional_id_prefix: kc", "delivery: at-least-once");
+    let id = cluster.submit(&spec)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    broker.produce("events", &records[..400])?;
+    let done = cluster.wait_for_checkpoint_after(&id, 0, Duration::from_secs(30))?;
+    cluster.wait_for_checkpoint_after(&id, done.id, Duration::from_secs(30))?;
+    cluster.kill_random_busy_taskmanager(&mut rand::rngs::StdRng::seed_from_u64(5))?;
+    cluster.start_taskmanager()?;
+    broker.produce("events", &records[400..])?;
+    // Every running count at least once (a replay writes some again), none in a transaction.
+    let by_key = wait_until("for every running count to be written", Duration::from_secs(90), || {
+        let (by_key, read) = committed_counts(&broker)?;
+        let mut distinct = by_key.clone();
+        distinct.values_mut().for_each(|c| c.dedup());
+        let complete = distinct.len() == 40 && distinct.values().all(|c| *c == (1..=20).collect::<Vec<u64>>());
+        Ok(complete.then_some((by_key, read)))
+    })?;
+    let (by_key, read) = by_key;
+    assert_eq!((read.aborted, read.open), (0, 0), "an at-least-once sink writes no transaction");
+    let written: usize = by_key.values().map(Vec::len).sum();
+    eprintln!("{written} records written for 800 running counts");
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+#[test]
+fn a_sink_to_a_missing_topic_fails_and_an_exactly_once_sink_needs_a_prefix() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("events", 1)?;
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 2))?;
+    let spec = |sink: &str| {
+        format!(
+            "name: kafka-sink-bad\n\
+             restart: {{ strategy: none }}\n\
+             operators:\n  \
+               - {{ uid: events, kind: kafka, config: {{ bootstrap_servers: {b:?}, topics: [events] }} }}\n  \
+               - {{ uid: out, kind: kafka-sink, input: events, config: {{ bootstrap_servers: {b:?}, {sink} }} }}\n",
+            b = broker.bootstrap()
+        )
+    };
+    let id = cluster.submit(&spec("topic: absent"))?;
+    let job = cluster.wait_for_state(&id, &[JobState::Failed], Duration::from_secs(60))?;
+    assert!(
+        job.failure.contains("kafka-sink \"out\"") && job.failure.contains("topic \"absent\" does not exist"),
+        "{}",
+        job.failure
+    );
+    let err = match cluster.submit(&spec("topic: counts, delivery: exactly-once")) {
+        Ok(id) => bail!("job {id} was accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("out") && err.contains("transactional_id_prefix") && err.contains("required"), "{err}");
+    cluster.stop();
+    Ok(())
+}
+
+#[test]
+fn kafka_to_kafka_is_exactly_once_through_a_jobmanager_failover() -> Result<()> {
+    use weir_integration_tests::ha::{HaCluster, HaOptions};
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("events", 4)?;
+    broker.create_topic("counts", 4)?;
+    let keys = keys(800);
+    let records = records(&keys);
+    let mut c = HaCluster::start(HaOptions { jobmanagers: 2, taskmanagers: 2, slots: 4, ..Default::default() })?;
+    let id = c.submit_yaml("kafka-eo-ha", &kafka_to_kafka_spec("kafka-eo-ha", &broker, 2))?;
+    c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
+    broker.produce("events", &records[..400])?;
+    let before = wait_until("for two checkpoints", Duration::from_secs(60), || {
+        let j = c.job(&id)?;
+        Ok((j["checkpoints_completed"].as_u64().unwrap_or(0) >= 2).then_some(j))
+    })?;
+    let leader = c.wait_for_leader(Duration::from_secs(30))?;
+    c.kill_jobmanager(leader);
+    let attempt = before["attempt"].as_u64().unwrap_or(0);
+    wait_until("for the job to run again under a new leader", Duration::from_secs(60), || {
+        let Ok(j) = c.job(&id) else { return Ok(None) };
+        Ok((j["attempt"].as_u64().unwrap_or(0) > attempt && j["state"] == "RUNNING").then_some(()))
+    })?;
+    broker.produce("events", &records[400..])?;
+    let read = expect_every_count_once(&broker, 800, 20)?;
+    eprintln!("{} records committed, {} aborted", read.records.len(), read.aborted);
+    c.stop();
+    Ok(())
+}
+
+#[test]
+fn kafka_to_kafka_is_exactly_once_through_a_broker_outage() -> Result<()> {
+    let broker = KafkaBroker::start_behind_proxy()?;
+    broker.create_topic("events", 4)?;
+    broker.create_topic("counts", 4)?;
+    let keys = keys(800);
+    let records = records(&keys);
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
+    let id = cluster.submit(&kafka_to_kafka_spec("kafka-eo-outage", &broker, 2))?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    broker.produce("events", &records[..400])?;
+    let done = cluster.wait_for_checkpoint_after(&id, 0, Duration::from_secs(30))?;
+    cluster.wait_for_checkpoint_after(&id, done.id, Duration::from_secs(30))?;
+    // The broker goes away (every connection reset, new ones refused) until the job has failed over at least
+    // once, then comes back with everything it had.
+    let proxy = broker.proxy().context("a broker behind a proxy")?;
+    proxy.down();
+    wait_until("for the outage to fail the job over", Duration::from_secs(60), || {
+        Ok((cluster.job(&id)?.restarts >= 1).then_some(()))
+    })?;
+    std::thread::sleep(Duration::from_secs(2));
+    proxy.up();
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
+    broker.produce("events", &records[400..])?;
+    let read = expect_every_count_once(&broker, 800, 20)?;
+    let job = cluster.job(&id)?;
+    eprintln!("{} records committed, {} aborted, {} restarts", read.records.len(), read.aborted, job.restarts);
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+/// The lines of the files committed under `dir` (the hidden in-progress ones left out).
+fn committed_lines(dir: &Path) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        lines.extend(std::fs::read_to_string(entry.path())?.lines().map(str::to_string));
+    }
+    lines.sort();
+    Ok(lines)
+}
+
+#[test]
+fn an_idle_partition_and_a_subtask_without_partitions_do_not_hold_back_a_window() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("clicks", 3)?;
+    // Partitions 0 and 1 carry records 10 ms apart from t = 1000 to 2990, then one at t = 10 000 each, which moves
+    // their watermarks past both windows; partition 2 never has a record. Four source subtasks for three
+    // partitions: one owns none.
+    let keys = keys(5);
+    let mut records = Vec::new();
+    let mut times = Vec::new();
+    for partition in 0..2 {
+        for i in 0..200usize {
+            records.push((partition, Some(&keys[i % 5][..]), &b"1"[..]));
+            times.push(1_000 + 10 * i as i64);
+        }
+        records.push((partition, Some(&keys[0][..]), &b"1"[..]));
+        times.push(10_000);
+    }
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 8))?;
+    let out = cluster.output_dir("windows")?;
+    let spec = format!(
+        "name: kafka-idle\n\
+         parallelism: 4\n\
+         checkpointing: {{ interval_ms: 300 }}\n\
+         operators:\n  \
+           - uid: clicks\n    \
+             kind: kafka\n    \
+             config: {{ bootstrap_servers: {bootstrap:?}, topics: [clicks] }}\n    \
+             watermarks: {{ max_out_of_orderness_ms: 0, idle_timeout_ms: 500, auto_watermark_interval_ms: 50 }}\n  \
+           - {{ uid: windows, kind: window-aggregate, input: clicks, config: {{ window: {{ tumbling_ms: 1000 }} }} }}\n  \
+           - {{ uid: out, kind: file-sink, input: windows, parallelism: 1, config: {{ path: {out:?} }} }}\n",
+        bootstrap = broker.bootstrap(),
+    );
+    let id = cluster.submit(&spec)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    broker.produce_timed("clicks", &records, &times)?;
+    // Each window holds 100 records of each of the two partitions: 40 of each key.
+    let want: Vec<String> =
+        (0..5).flat_map(|k| [format!("{k},1000,2000,40"), format!("{k},2000,3000,40")]).collect::<Vec<_>>();
+    let mut want = want;
+    want.sort();
+    let got = wait_until("for both windows to fire", Duration::from_secs(60), || {
+        let got = committed_lines(&out)?;
+        Ok((got.len() >= want.len()).then_some(got))
+    })?;
+    assert_eq!(got, want);
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+#[test]
+fn a_topic_created_while_running_is_discovered_and_read() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("events-a", 2)?;
+    let keys = keys(400);
+    let records: Vec<ToProduce<'_>> =
+        keys.iter().enumerate().map(|(i, k)| ((i % 2) as i32, Some(&k[..]), &b"1"[..])).collect();
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 4))?;
+    let out = cluster.output_dir("counts")?;
+    let spec = updates_spec("kafka-discovery", &broker, 2, &out)
+        .replace("topics: [events]", "topic_pattern: \"events-.*\", discovery_interval_ms: 500");
+    let id = cluster.submit(&spec)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    broker.produce("events-a", &records[..200])?;
+    broker.create_topic("events-b", 2)?;
+    broker.produce("events-b", &records[200..])?;
+    // Every key has 10 records, half in each topic: its running counts 1 … 10, each once.
+    let by_key = wait_until("for the new topic's records to be counted", Duration::from_secs(60), || {
+        let by_key = running_counts(&[&out])?;
+        Ok((by_key.values().map(Vec::len).sum::<usize>() >= 400).then_some(by_key))
+    })?;
+    assert_eq!(by_key.len(), 40);
+    for (key, counts) in &by_key {
+        assert_eq!(*counts, (1..=10).collect::<Vec<u64>>(), "key {key}");
+    }
+    assert!(cluster.all_logs().contains("reading newly discovered partitions"));
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+/// `kafka` (bounded, JSON orders) → `file-sink`, malformed records failing the job or sent to `orders-dlq`.
+fn json_spec(name: &str, broker: &KafkaBroker, out: &Path, dead_letter: bool) -> String {
+    let malformed = if dead_letter { ", on_malformed: dead-letter, dead_letter_topic: orders-dlq" } else { "" };
+    format!(
+        "name: {name}\n\
+         parallelism: 2\n\
+         checkpointing: {{ interval_ms: 300 }}\n\
+         restart: {{ strategy: none }}\n\
+         operators:\n  \
+           - {{ uid: orders, kind: kafka, config: {{ bootstrap_servers: {b:?}, topics: [orders], bounded: true, \
+                format: json, schema: [{{ name: user, type: utf8 }}, {{ name: amount, type: int64, nullable: true }}]\
+                {malformed} }} }}\n  \
+           - {{ uid: out, kind: file-sink, input: orders, config: {{ path: {out:?} }} }}\n",
+        b = broker.bootstrap(),
+    )
+}
+
+#[test]
+fn malformed_json_records_go_to_the_dead_letter_topic_or_fail_the_job() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("orders", 2)?;
+    broker.create_topic("orders-dlq", 1)?;
+    // 60 orders, every tenth of them malformed in one of three ways.
+    let mut values = Vec::new();
+    for i in 0..60u64 {
+        values.push(match i % 30 {
+            9 => b"{not json".to_vec(),
+            19 => br#"{"amount": 3}"#.to_vec(), // `user` is not nullable
+            29 => format!(r#"{{"user": "u{i}", "amount": "lots"}}"#).into_bytes(),
+            _ => format!(r#"{{"user": "u{i}", "amount": {i}, "note": "ignored"}}"#).into_bytes(),
+        });
+    }
+    let keys = keys(60);
+    let records: Vec<ToProduce<'_>> =
+        values.iter().enumerate().map(|(i, v)| ((i % 2) as i32, Some(&keys[i][..]), v.as_slice())).collect();
+    broker.produce("orders", &records)?;
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 4))?;
+
+    let out = cluster.output_dir("dead-letter")?;
+    let id = cluster.submit(&json_spec("kafka-json-dlq", &broker, &out, true))?;
+    let job = cluster.wait_for_state(&id, &[JobState::Finished, JobState::Failed], Duration::from_secs(60))?;
+    assert_eq!(weir_integration_tests::job_state(&job), Some(JobState::Finished), "{}", job.failure);
+    // The 54 good orders as rows `key,user,amount`; the 6 malformed ones in the dead-letter topic, as they were.
+    let mut want: Vec<String> =
+        (0..60u64).filter(|i| ![9, 19, 29].contains(&(i % 30))).map(|i| format!("{},u{i},{i}", i % 40)).collect();
+    want.sort();
+    assert_eq!(committed_lines(&out)?, want);
+    let dead: Vec<Vec<u8>> = broker.read_all("orders-dlq", 1)?.into_iter().filter_map(|r| r.value).collect();
+    let mut want_dead: Vec<Vec<u8>> =
+        (0..60usize).filter(|i| [9, 19, 29].contains(&(i % 30))).map(|i| values[i].clone()).collect();
+    let mut dead_sorted = dead.clone();
+    dead_sorted.sort();
+    want_dead.sort();
+    assert_eq!(dead_sorted, want_dead, "the malformed records, as they were");
+    assert!(cluster.all_logs().contains("malformed records sent to the dead-letter topic"));
+
+    let out = cluster.output_dir("fail")?;
+    let id = cluster.submit(&json_spec("kafka-json-fail", &broker, &out, false))?;
+    let job = cluster.wait_for_state(&id, &[JobState::Finished, JobState::Failed], Duration::from_secs(60))?;
+    assert_eq!(weir_integration_tests::job_state(&job), Some(JobState::Failed));
+    assert!(
+        job.failure.contains("kafka source \"orders\"") && job.failure.contains("malformed record in orders/"),
+        "{}",
+        job.failure
+    );
+    // Nothing but good orders was committed before the failure.
+    for line in committed_lines(&out)? {
+        assert!(want.contains(&line), "committed {line:?}");
+    }
+    cluster.stop();
+    Ok(())
+}
+
+const BID: &str = r#"{"type": "record", "name": "Bid", "fields": [{"name": "user", "type": "string"}, {"name": "amount", "type": ["null", "long"]}, {"name": "at", "type": "long"}]}"#;
+const PLACED: &str = r#"{"type": "record", "name": "Placed", "fields": [{"name": "user", "type": "string"}, {"name": "amount", "type": ["null", "long"]}, {"name": "at", "type": "long"}, {"name": "partition", "type": "int"}, {"name": "offset", "type": "long"}]}"#;
+
+/// Bid `i` as the Confluent wire format frames it under schema id `id`, written by `apache-avro`.
+fn confluent_bid(i: i64, id: u32) -> Vec<u8> {
+    use apache_avro::types::Value;
+    let schema = apache_avro::Schema::parse_str(BID).expect("the schema");
+    let amount = if i % 5 == 0 {
+        Value::Union(0, Box::new(Value::Null))
+    } else {
+        Value::Union(1, Box::new(Value::Long(i * 10)))
+    };
+    let bid = Value::Record(vec![
+        ("user".into(), Value::String(format!("u{}", i % 7))),
+        ("amount".into(), amount),
+        ("at".into(), Value::Long(1_700_000_000_000 + i * 1000)),
+    ]);
+    let mut framed = vec![0];
+    framed.extend_from_slice(&id.to_be_bytes());
+    framed.extend(apache_avro::to_avro_datum(&schema, bid).expect("encoding a bid"));
+    framed
+}
+
+#[test]
+fn avro_records_with_metadata_and_event_time_go_through_kafka_with_keys_and_headers() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    for (topic, partitions) in [("bids", 2), ("placed", 2), ("bids-dlq", 1)] {
+        broker.create_topic(topic, partitions)?;
+    }
+    // 40 bids (Confluent-framed Avro, schema id 7) over two partitions; bid 13 is garbage and bid 27 was
+    // written under another schema id: both go to the dead-letter topic.
+    let values: Vec<Vec<u8>> = (0..40i64)
+        .map(|i| match i {
+            13 => b"\x00\x00\x00\x00\x07\xff\xff".to_vec(),
+            27 => confluent_bid(i, 8),
+            _ => confluent_bid(i, 7),
+        })
+        .collect();
+    let records: Vec<ToProduce<'_>> =
+        values.iter().enumerate().map(|(i, v)| ((i % 2) as i32, None, v.as_slice())).collect();
+    broker.produce("bids", &records)?;
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 2))?;
+    let b = broker.bootstrap();
+    // Bids → placed: Avro in (with partition and offset, event time from `at`), Avro out (keyed by user, the
+    // origin in headers), exactly once.
+    let spec = format!(
+        "name: avro-in-out\nparallelism: 2\ncheckpointing: {{ interval_ms: 300 }}\nrestart: {{ strategy: none }}\n\
+         operators:\n  \
+           - {{ uid: bids, kind: kafka, config: {{ bootstrap_servers: {b:?}, topics: [bids], bounded: true, \
+                format: avro, avro_wire: confluent, avro_schema_id: 7, avro_schema: {BID:?}, \
+                metadata: [partition, offset], timestamp_field: at, \
+                on_malformed: dead-letter, dead_letter_topic: bids-dlq }} }}\n  \
+           - {{ uid: out, kind: kafka-sink, input: bids, config: {{ bootstrap_servers: {b:?}, topic: placed, \
+                format: avro, avro_schema: {PLACED:?}, key_field: user, headers: [partition, offset], \
+                delivery: exactly-once, transactional_id_prefix: avro-test }} }}\n"
+    );
+    let id = cluster.submit(&spec)?;
+    let job = cluster.wait_for_state(&id, &[JobState::Finished, JobState::Failed], Duration::from_secs(60))?;
+    assert_eq!(weir_integration_tests::job_state(&job), Some(JobState::Finished), "{}", job.failure);
+
+    let placed = broker.read_committed("placed", 2)?;
+    assert_eq!((placed.open, placed.aborted), (0, 0));
+    let schema = apache_avro::Schema::parse_str(PLACED)?;
+    let mut seen = std::collections::BTreeMap::new();
+    for r in &placed.records {
+        let value = r.value.as_deref().context("a placed bid without value")?;
+        let decoded = apache_avro::from_avro_datum(&schema, &mut &value[..], None)?;
+        let apache_avro::types::Value::Record(fields) = decoded else { bail!("not a record: {decoded:?}") };
+        let get = |n: &str| fields.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+        use apache_avro::types::Value;
+        let (Some(Value::String(user)), Some(Value::Long(at)), Some(Value::Int(p)), Some(Value::Long(o))) =
+            (get("user"), get("at"), get("partition"), get("offset"))
+        else {
+            bail!("unexpected fields {fields:?}")
+        };
+        // The input's offset o in partition p was bid i = 2·o + p.
+        let i = 2 * o + i64::from(p);
+        assert_eq!(user, format!("u{}", i % 7));
+        assert_eq!(at, 1_700_000_000_000 + i * 1000);
+        let amount = match get("amount") {
+            Some(Value::Union(_, v)) => match *v {
+                Value::Long(a) => Some(a),
+                _ => None,
+            },
+            other => bail!("amount {other:?}"),
+        };
+        assert_eq!(amount, (i % 5 != 0).then_some(i * 10), "bid {i}");
+        assert_eq!(r.key.as_deref(), Some(user.as_bytes()), "keyed by user");
+        let headers: Vec<(String, Option<Vec<u8>>)> = vec![
+            ("partition".into(), Some(p.to_string().into_bytes())),
+            ("offset".into(), Some(o.to_string().into_bytes())),
+        ];
+        assert_eq!(r.headers, headers);
+        assert_eq!(r.timestamp, at, "event time (from `at`) is the record's timestamp");
+        assert!(seen.insert(i, ()).is_none(), "bid {i} twice");
+    }
+    let want: Vec<i64> = (0..40).filter(|i| *i != 13 && *i != 27).collect();
+    assert_eq!(seen.into_keys().collect::<Vec<_>>(), want, "every good bid once");
+    let dead = broker.read_all("bids-dlq", 1)?;
+    let mut dead_values: Vec<Vec<u8>> = dead.iter().filter_map(|r| r.value.clone()).collect();
+    dead_values.sort();
+    let mut want_dead = vec![values[13].clone(), values[27].clone()];
+    want_dead.sort();
+    assert_eq!(dead_values, want_dead);
+    let errors: Vec<String> = dead
+        .iter()
+        .flat_map(|r| r.headers.iter().filter(|(k, _)| k == "weir.error"))
+        .map(|(_, v)| String::from_utf8_lossy(v.as_deref().unwrap_or_default()).into_owned())
+        .collect();
+    assert!(errors.iter().any(|e| e.contains("schema id 8, not 7")), "{errors:?}");
+
+    // Placed → file: the headers and the Kafka timestamp as metadata columns.
+    let out = cluster.output_dir("placed")?;
+    let spec = format!(
+        "name: avro-read-back\nparallelism: 1\ncheckpointing: {{ interval_ms: 300 }}\nrestart: {{ strategy: none }}\n\
+         operators:\n  \
+           - {{ uid: placed, kind: kafka, config: {{ bootstrap_servers: {b:?}, topics: [placed], bounded: true, \
+                format: avro, avro_schema: {PLACED:?}, metadata: [headers, timestamp, topic] }} }}\n  \
+           - {{ uid: out, kind: file-sink, input: placed, config: {{ path: {out:?}, format: json }} }}\n"
+    );
+    let id = cluster.submit(&spec)?;
+    let job = cluster.wait_for_state(&id, &[JobState::Finished, JobState::Failed], Duration::from_secs(60))?;
+    assert_eq!(weir_integration_tests::job_state(&job), Some(JobState::Finished), "{}", job.failure);
+    let lines = committed_lines(&out)?;
+    assert_eq!(lines.len(), 38);
+    for line in &lines {
+        let row: serde_json::Value = serde_json::from_str(line)?;
+        let headers: serde_json::Value = serde_json::from_str(row["headers"].as_str().context("headers text")?)?;
+        assert_eq!(headers["partition"], row["partition"].to_string(), "{line}");
+        assert_eq!(headers["offset"], row["offset"].to_string(), "{line}");
+        assert_eq!(row["timestamp"], row["at"], "{line}");
+        assert_eq!(row["topic"], "placed", "{line}");
+    }
     cluster.stop();
     Ok(())
 }

@@ -31,6 +31,7 @@ const OWN_KEYS: &[&str] = &[
     "auth_token_file",
     "insecure_members",
     "metrics_bind",
+    "health_bind",
 ];
 
 /// Every key of [`JobManagerConfig`], also read from `WEIR_<KEY>` environment variables.
@@ -97,6 +98,9 @@ pub struct JobManagerConfig {
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); absent = no metrics.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_bind: Option<String>,
+    /// Address of the gRPC health service (`grpc.health.v1`, plain text, for probes); absent = none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_bind: Option<String>,
 }
 
 impl Default for JobManagerConfig {
@@ -124,6 +128,7 @@ impl Default for JobManagerConfig {
             auth_token_file: None,
             insecure_members: false,
             metrics_bind: None,
+            health_bind: None,
         }
     }
 }
@@ -407,6 +412,10 @@ pub struct Cli {
     #[arg(long, value_name = "HOST:PORT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_bind: Option<String>,
+    /// Serve the gRPC health service (plain text, for container and Kubernetes probes) at ADDR [default: off]
+    #[arg(long, value_name = "HOST:PORT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_bind: Option<String>,
 }
 
 impl Cli {

@@ -46,7 +46,24 @@ fn main() -> ExitCode {
                 }
             }
         }
-        let result = if config.ha == "etcd" { serve_ha(config, listener).await } else { serve(config, listener).await };
+        let health = match &config.health_bind {
+            Some(addr) => match weir_common::health::start(addr).await {
+                Ok((address, health)) => {
+                    tracing::info!(%address, "serving the gRPC health service");
+                    Some(health)
+                }
+                Err(e) => {
+                    eprintln!("weir-jobmanager: {e}");
+                    return ExitCode::from(2);
+                }
+            },
+            None => None,
+        };
+        let result = if config.ha == "etcd" {
+            serve_ha(config, listener, health).await
+        } else {
+            serve(config, listener, health).await
+        };
         match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(Failure::Start(e)) => {
@@ -79,19 +96,41 @@ fn listening(
     stdout.flush().context("writing to stdout")
 }
 
-async fn serve(config: weir_jobmanager::JobManagerConfig, listener: tokio::net::TcpListener) -> Result<(), Failure> {
+/// Keeps the health service's readiness up to date: `weir.ready` is SERVING while this job manager leads, which
+/// tells operators and scripts which one does (a standby serves too: it answers with the leader's address).
+fn report_readiness(health: Option<weir_common::health::Health>, gate: Gate) {
+    let Some(health) = health else { return };
+    tokio::spawn(async move {
+        loop {
+            health.set_ready(gate.get().is_ok()).await;
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    });
+}
+
+async fn serve(
+    config: weir_jobmanager::JobManagerConfig,
+    listener: tokio::net::TcpListener,
+    health: Option<weir_common::health::Health>,
+) -> Result<(), Failure> {
     let jm = JobManager::start(config.clone()).await.map_err(|e| Failure::Start(e.into()))?;
     // The handlers are installed before the address is printed: whoever reads that line may send SIGTERM at
     // once, and it must stop the job manager, not kill it.
     let shutdown = shutdown_signal().map_err(Failure::Start)?;
     listening(&config, &listener, "").map_err(Failure::Start)?;
-    let result = weir_jobmanager::serve(Gate::fixed(jm.clone()), &config, listener, shutdown).await;
+    let gate = Gate::fixed(jm.clone());
+    report_readiness(health, gate.clone());
+    let result = weir_jobmanager::serve(gate, &config, listener, shutdown).await;
     jm.shutdown().await;
     result.context("serving").map_err(Failure::Serve)
 }
 
 /// HA: serves as a standby at once (pointing callers to the leader), campaigns, and leads when elected.
-async fn serve_ha(config: weir_jobmanager::JobManagerConfig, listener: tokio::net::TcpListener) -> Result<(), Failure> {
+async fn serve_ha(
+    config: weir_jobmanager::JobManagerConfig,
+    listener: tokio::net::TcpListener,
+    health: Option<weir_common::health::Health>,
+) -> Result<(), Failure> {
     let start = Failure::Start;
     let endpoints = config.etcd_endpoint_list().map_err(|e| start(e.into()))?;
     let address = config.client_address().map_err(|e| start(e.into()))?;
@@ -109,6 +148,7 @@ async fn serve_ha(config: weir_jobmanager::JobManagerConfig, listener: tokio::ne
     listening(&config, &listener, " (standby until elected)").map_err(Failure::Start)?;
     let (leader_tx, leader_rx) = tokio::sync::watch::channel(None);
     let gate = Gate::standby(leader_rx);
+    report_readiness(health, gate.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let ha =
         tokio::spawn(weir_jobmanager::leader::run(config.clone(), etcd, address, leader_tx, gate.clone(), stop_rx));

@@ -49,6 +49,9 @@ pub struct TmConfig {
     pub rocksdb_block_cache_mb: u64,
     /// Address of the Prometheus metrics endpoint (`GET /metrics`); empty = no metrics.
     pub metrics_bind: String,
+    /// Address of the gRPC health service (`grpc.health.v1`, plain text, for probes); empty = none. Ready once
+    /// registered with a job manager.
+    pub health_bind: String,
     /// Read processing time from this file (milliseconds since the epoch, as text) instead of the system clock:
     /// for tests that move time by hand.
     pub clock_file: Option<PathBuf>,
@@ -75,6 +78,7 @@ impl Default for TmConfig {
             rocksdb_write_buffer_mb: 64,
             rocksdb_block_cache_mb: 16,
             metrics_bind: String::new(),
+            health_bind: String::new(),
             clock_file: None,
             security: SecurityFlags::default(),
         }
@@ -97,6 +101,7 @@ const KEYS: &[&str] = &[
     "rocksdb_write_buffer_mb",
     "rocksdb_block_cache_mb",
     "metrics_bind",
+    "health_bind",
     "clock_file",
 ];
 
@@ -165,6 +170,10 @@ pub struct Flags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_bind: Option<String>,
+    /// Serve the gRPC health service (plain text, for container and Kubernetes probes) at this address.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_bind: Option<String>,
     /// Read processing time from this file (ms since the epoch, as text) instead of the system clock (tests).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -226,6 +235,9 @@ pub fn load_config(flags: &Flags) -> Result<TmConfig, ProcessError> {
     address("data_bind", &cfg.data_bind)?;
     if !cfg.metrics_bind.is_empty() {
         address("metrics_bind", &cfg.metrics_bind)?;
+    }
+    if !cfg.health_bind.is_empty() {
+        address("health_bind", &cfg.health_bind)?;
     }
     Ok(cfg)
 }
@@ -329,6 +341,17 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> Result<(), ProcessError> 
         ),
     };
     let registration = tokio::spawn(tm.clone().run_registration(jm, shutdown_rx));
+    if !cfg.health_bind.is_empty() {
+        let (address, health) = weir_common::health::start(&cfg.health_bind).await.map_err(ProcessError::Start)?;
+        tracing::info!(%address, "serving the gRPC health service");
+        let tm = tm.clone();
+        tokio::spawn(async move {
+            loop {
+                health.set_ready(tm.is_registered()).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+    }
 
     // Installed before the address is printed: whoever reads that line may send SIGTERM at once.
     let signal = wait_for_signal();

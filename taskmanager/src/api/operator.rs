@@ -397,7 +397,8 @@ pub trait Source: Send {
     /// Restores or initializes the source's position.
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError>;
     /// How many splits this subtask reads, once its state is initialized: each holds the watermark back until
-    /// it has records, is idle or has finished.
+    /// it has records, is idle or has finished. It may grow while the source runs (splits discovered later: the
+    /// Kafka source's new partitions), never shrink; a subtask with none is idle.
     fn splits(&self) -> u32 {
         1
     }

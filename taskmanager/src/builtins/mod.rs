@@ -121,6 +121,7 @@ pub fn signature(kind: &str) -> Option<StateSignature> {
             .list::<Vec<u8>>("winning-bids-early")
             .union::<String>("winning-bids-columns")
             .timers::<Vec<u8>>(),
+        "kafka-sink" => StateSignature::unkeyed().union::<String>(kafka::SINK_STATE),
         "file-sink" => StateSignature::unkeyed()
             .operator_list::<String>("pending-files")
             .operator_list::<String>("position")
@@ -151,6 +152,10 @@ pub fn register_all(r: &mut Registry) {
             "kafka" => r.register(info, |c| {
                 let cfg = weir_common::kafka::KafkaSourceConfig::from_map(c)?;
                 Ok(Instance::Source(Box::new(kafka::KafkaSource::new(cfg))))
+            }),
+            "kafka-sink" => r.register(info, |c| {
+                let cfg = weir_common::kafka::KafkaSinkConfig::from_map(c)?;
+                Ok(Instance::Operator(Box::new(kafka::KafkaSink::new(cfg))))
             }),
             "nexmark" => r.register(info, |c| {
                 let cfg = NexmarkConfig::from_map(c)?;

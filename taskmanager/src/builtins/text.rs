@@ -186,7 +186,7 @@ fn writable(t: &DataType) -> bool {
 
 /// Writes the (valid) value at `row` as text: numbers in decimal, timestamps and dates as epoch milliseconds,
 /// a key as [`write_key_text`], other bytes as UTF-8 (lossy). Returns whether the value is text (JSON quotes it).
-fn write_cell(col: &dyn Array, row: usize, is_key: bool, out: &mut String) -> bool {
+pub(crate) fn write_cell(col: &dyn Array, row: usize, is_key: bool, out: &mut String) -> bool {
     use DataType::*;
     macro_rules! num {
         ($t:ty) => {{
@@ -290,7 +290,7 @@ fn push_csv(s: &str, out: &mut String) {
 }
 
 /// Appends `s` as a JSON string (quotes, `"` and `\\` escaped, control characters as `\\uXXXX`).
-fn push_json_string(s: &str, out: &mut String) {
+pub(crate) fn push_json_string(s: &str, out: &mut String) {
     out.push('"');
     for c in s.chars() {
         match c {

@@ -194,6 +194,11 @@ impl TaskManager {
         }
     }
 
+    /// Whether it has registered with a job manager (its readiness; it stays ready while it re-registers).
+    pub fn is_registered(&self) -> bool {
+        self.session.lock().is_some()
+    }
+
     /// Registers with the (leading) job manager and heartbeats until `shutdown` fires; re-registers (cancelling
     /// all tasks) whenever the job manager asks, restarted, or another leader took over.
     pub async fn run_registration(self: Arc<Self>, jm: JmLink, mut shutdown: tokio::sync::watch::Receiver<bool>) {

@@ -69,6 +69,13 @@ impl SourceTime {
         Ok(())
     }
 
+    /// The source now reads `splits` splits: those beyond the ones it had get generators of their own.
+    pub(super) fn grow_to(&mut self, splits: usize) {
+        if splits > self.watermarks.splits() {
+            self.watermarks.add_splits(splits);
+        }
+    }
+
     /// The task spent `d` pushing records downstream: the idleness clock does not count it.
     pub(super) fn blocked_for(&mut self, d: Duration) {
         self.blocked += d;

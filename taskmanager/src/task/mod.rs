@@ -334,7 +334,8 @@ impl Task {
                 Head::Operator(_) => return Err(TaskError::Other("chain head is not a source".into())),
             };
             let (chunks, finished) = batch.take();
-            if let Some(time) = &mut self.source_time {
+            if let (Some(time), Head::Source(s)) = (&mut self.source_time, &self.ops[0].head) {
+                time.grow_to(s.splits() as usize);
                 time.observe(&chunks, finished).map_err(TaskError::Other)?;
             } else {
                 drop(finished);

@@ -106,8 +106,11 @@ impl SplitWatermarks {
 /// A source's watermarks: one generator per split, combined by a valve.
 #[derive(Clone, Debug)]
 pub struct SourceWatermarks {
+    strategy: WatermarkStrategy,
     splits: Vec<SplitWatermarks>,
     valve: WatermarkValve,
+    /// A source without splits has said it is idle.
+    idle_without_splits: bool,
 }
 
 impl SourceWatermarks {
@@ -115,8 +118,20 @@ impl SourceWatermarks {
     /// it never goes below).
     pub fn new(strategy: &WatermarkStrategy, splits: usize, floor: i64) -> Self {
         SourceWatermarks {
+            strategy: *strategy,
             splits: vec![SplitWatermarks::new(strategy); splits],
             valve: WatermarkValve::restored(splits, floor),
+            idle_without_splits: false,
+        }
+    }
+
+    /// The source reads `splits` splits now (more than before): each new one holds the watermark back, as a new
+    /// split does in Flink, until it has records of its own, is idle or has finished. The watermark never goes
+    /// back.
+    pub fn add_splits(&mut self, splits: usize) {
+        while self.splits.len() < splits {
+            self.splits.push(SplitWatermarks::new(&self.strategy));
+            self.valve.add_input();
         }
     }
 
@@ -143,7 +158,16 @@ impl SourceWatermarks {
     /// At a periodic emit (`now_ms` on a clock that stops while the source is blocked): what the source sends
     /// downstream, in the order [`WatermarkOutput::in_order`] gives.
     pub fn on_periodic_emit(&mut self, now_ms: u64) -> WatermarkOutput {
-        let status_before = self.valve.status();
+        if self.splits.is_empty() {
+            // Nothing to read (a Kafka subtask that owns no partition): idle, as Flink's combined status of no
+            // outputs, so that it never holds a downstream watermark back.
+            let became = !std::mem::replace(&mut self.idle_without_splits, true);
+            return WatermarkOutput { watermark: None, status: became.then_some(WatermarkStatus::Idle) };
+        }
+        let mut status_before = self.valve.status();
+        if std::mem::take(&mut self.idle_without_splits) {
+            status_before = WatermarkStatus::Idle;
+        }
         let mut watermark = None;
         for (i, split) in self.splits.iter_mut().enumerate() {
             let out = match split.on_periodic_emit(now_ms) {
@@ -275,5 +299,24 @@ mod tests {
         assert!(src.on_periodic_emit(0).is_empty());
         src.on_event(0, 6_000);
         assert_eq!(src.on_periodic_emit(200).watermark, Some(5_989));
+    }
+
+    #[test]
+    fn a_source_without_splits_is_idle_and_a_split_found_later_holds_the_watermark_until_it_catches_up() {
+        let mut src = SourceWatermarks::new(&strategy(0, None), 0, MIN_WATERMARK);
+        assert_eq!(src.on_periodic_emit(0), WatermarkOutput { watermark: None, status: Some(Idle) });
+        assert!(src.on_periodic_emit(200).is_empty(), "idle once, not at every emit");
+        // A partition is discovered: the source is active again, its watermark led by the new split.
+        src.add_splits(1);
+        src.on_event(0, 500);
+        assert_eq!(src.on_periodic_emit(400), WatermarkOutput { watermark: Some(499), status: Some(Active) });
+        // A second one, behind: the watermark holds (never goes back) until the new split passes it.
+        src.add_splits(2);
+        src.on_event(0, 900);
+        src.on_event(1, 300);
+        assert!(src.on_periodic_emit(600).watermark.is_none());
+        src.on_event(1, 1_000);
+        assert_eq!(src.on_periodic_emit(800).watermark, Some(899));
+        assert_eq!(src.splits(), 2);
     }
 }

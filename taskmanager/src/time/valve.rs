@@ -42,6 +42,13 @@ impl WatermarkValve {
         }
     }
 
+    /// A new input, active and without a watermark: it holds the combined watermark where it is (never back)
+    /// until its own catches up.
+    pub fn add_input(&mut self) {
+        self.inputs.push(Input { watermark: MIN_WATERMARK, active: true, aligned: true });
+        self.status = WatermarkStatus::Active;
+    }
+
     /// The last watermark emitted (or the floor).
     pub fn current(&self) -> i64 {
         self.last_output

@@ -23,19 +23,7 @@ pub struct PartitionPosition {
     pub end: Option<i64>,
 }
 
-/// Java's `String.hashCode` (over UTF-16 code units, wrapping), which Flink's assignment starts from.
-fn java_hash(s: &str) -> i32 {
-    s.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
-}
-
-/// The subtask of `parallelism` that reads `topic`'s `partition`: Flink's `KafkaSourceEnumerator` rule, a
-/// topic's partitions dealt round-robin from a subtask that depends on the topic, so partitions of several
-/// topics spread evenly and a partition added later has an owner without asking anyone.
-pub fn owner(topic: &str, partition: i32, parallelism: u32) -> u32 {
-    let p = i64::from(parallelism.max(1));
-    let start = (i64::from(java_hash(topic).wrapping_mul(31)) & 0x7FFF_FFFF) % p;
-    ((start + i64::from(partition)) % p) as u32
-}
+pub use weir_common::kafka::partition_owner as owner;
 
 /// The positions among `all` (every subtask's, from union state) that subtask `subtask` of `parallelism` reads;
 /// a partition named twice is read from the earlier offset.
@@ -95,10 +83,8 @@ mod tests {
     #[test]
     fn owners_follow_flinks_rule() {
         // Java: "events".hashCode() = -1291329255; * 31, & 0x7FFFFFFF = 770982407; mod 4 = 3.
-        assert_eq!(java_hash("events"), -1291329255);
         assert_eq!((0..6).map(|p| owner("events", p, 4)).collect::<Vec<_>>(), vec![3, 0, 1, 2, 3, 0]);
         // Non-ASCII names hash their UTF-16 units: "é" is one unit, 0xE9.
-        assert_eq!(java_hash("é"), 0xE9);
         assert_eq!(owner("anything", 7, 1), 0);
     }
 
