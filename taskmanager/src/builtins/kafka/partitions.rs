@@ -34,6 +34,27 @@ pub fn owned(all: Vec<PartitionPosition>, subtask: u32, parallelism: u32) -> Vec
     mine
 }
 
+/// The partitions of `topics` (each a name and its partition count, from the broker's metadata) that subtask
+/// `subtask` of `parallelism` owns and that `reading` does not name: all it owns at start, and at each discovery
+/// the partitions of a topic grown in place or of a new one, which are the same to this rule.
+pub fn unread(
+    topics: &[(String, usize)],
+    reading: &[&PartitionPosition],
+    subtask: u32,
+    parallelism: u32,
+) -> Vec<(String, i32)> {
+    let mut found = Vec::new();
+    for (topic, count) in topics {
+        for partition in 0..i32::try_from(*count).unwrap_or(i32::MAX) {
+            let read = reading.iter().any(|p| p.topic == *topic && p.partition == partition);
+            if !read && owner(topic, partition, parallelism) == subtask {
+                found.push((topic.clone(), partition));
+            }
+        }
+    }
+    found
+}
+
 /// One position as a state element: the topic's length (u16, little-endian) and bytes, the partition (i32), the
 /// next offset (i64) and the end (i64, −1: none).
 pub fn encode_position(p: &PartitionPosition) -> Vec<u8> {
@@ -106,6 +127,47 @@ mod tests {
                 assert!(n <= 39 / parallelism + 3, "subtask {s} of {parallelism} owns {n}");
             }
         }
+    }
+
+    #[test]
+    fn discovery_adds_the_owned_partitions_of_a_grown_topic_and_of_a_new_one() {
+        let sizes = |a: usize, b: usize| {
+            let mut t = vec![("a".to_string(), a)];
+            if b > 0 {
+                t.push(("b".to_string(), b));
+            }
+            t
+        };
+        for parallelism in 1..=4 {
+            // Every subtask at start, then each growth: together they add every partition once.
+            let mut reading: Vec<Vec<PartitionPosition>> = vec![Vec::new(); parallelism as usize];
+            for (a, b) in [(2, 0), (3, 0), (3, 2), (5, 3)] {
+                let mut added = Vec::new();
+                for subtask in 0..parallelism {
+                    let mine = &mut reading[subtask as usize];
+                    let new = unread(&sizes(a, b), &mine.iter().collect::<Vec<_>>(), subtask, parallelism);
+                    for (topic, partition) in &new {
+                        assert_eq!(owner(topic, *partition, parallelism), subtask);
+                        mine.push(pos(topic, *partition, 0));
+                    }
+                    added.extend(new);
+                }
+                added.sort();
+                let total: usize = reading.iter().map(Vec::len).sum();
+                assert_eq!(total, a + b, "parallelism {parallelism}, sizes {a} {b}");
+                let mut all: Vec<(String, i32)> =
+                    reading.iter().flatten().map(|p| (p.topic.clone(), p.partition)).collect();
+                all.sort();
+                all.dedup();
+                assert_eq!(all.len(), a + b, "a partition read twice at parallelism {parallelism}");
+                assert!(!added.is_empty());
+            }
+        }
+        // What a subtask reads is never added again, and a topic grown from 2 to 3 adds partition 2 only.
+        let reading = [pos("a", 0, 7), pos("a", 1, 9)];
+        let refs: Vec<&PartitionPosition> = reading.iter().collect();
+        assert_eq!(unread(&sizes(3, 0), &refs, 0, 1), vec![("a".to_string(), 2)]);
+        assert!(unread(&sizes(2, 0), &refs, 0, 1).is_empty());
     }
 
     #[test]

@@ -18,7 +18,7 @@
 
 use super::avro::AvroRows;
 use super::json::{arrow_type, Decoded, JsonRows};
-use super::partitions::{decode_positions, encode_position, owned, owner, PartitionPosition};
+use super::partitions::{decode_positions, encode_position, owned, unread, PartitionPosition};
 use super::sink::SinkContext;
 use crate::api::batch::{event_time_field, KEY, VALUE};
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
@@ -260,22 +260,18 @@ impl KafkaSource {
         Ok((next, high))
     }
 
-    /// The partitions of the topics read that this subtask owns, by topic and partition. A named topic that does
-    /// not exist is an error at start (`strict`) and skipped later; a pattern that matches nothing is not.
-    fn owned_partitions(&self, consumer: &BaseConsumer, strict: bool) -> Result<Vec<(String, i32)>, OperatorError> {
+    /// The topics this source reads and their partition counts, from the broker's metadata. `strict`: a named topic
+    /// that does not exist is an error (at start; discovery waits for it instead); a pattern that matches nothing
+    /// is not.
+    fn topic_sizes(&self, consumer: &BaseConsumer, strict: bool) -> Result<Vec<(String, usize)>, OperatorError> {
         let mut found = Vec::new();
-        let mut add = |topic: &str, partitions: usize| {
-            for partition in (0..partitions as i32).filter(|&p| owner(topic, p, self.parallelism) == self.subtask) {
-                found.push((topic.to_string(), partition));
-            }
-        };
         match &self.pattern {
             Some(pattern) => {
                 let md = consumer
                     .fetch_metadata(None, REQUEST_TIMEOUT)
                     .map_err(|e| self.err(format!("metadata of the topics: {e}")))?;
                 for t in md.topics().iter().filter(|t| t.error().is_none() && pattern.is_match(t.name())) {
-                    add(t.name(), t.partitions().len());
+                    found.push((t.name().to_string(), t.partitions().len()));
                 }
             }
             None => {
@@ -285,7 +281,7 @@ impl KafkaSource {
                         .map_err(|e| self.err(format!("metadata of topic {topic:?}: {e}")))?;
                     match md.topics().iter().find(|t| t.name() == topic) {
                         Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
-                            add(topic, t.partitions().len())
+                            found.push((topic.clone(), t.partitions().len()))
                         }
                         _ if strict => return Err(self.err(format!("topic {topic:?} does not exist"))),
                         _ => {}
@@ -423,19 +419,18 @@ impl KafkaSource {
     /// earliest record. A failed look is logged and tried again at the next interval.
     fn discover(&mut self) -> Result<(), OperatorError> {
         let Some(consumer) = self.consumer.as_ref() else { return Ok(()) };
-        let owned = match self.owned_partitions(consumer, false) {
-            Ok(owned) => owned,
+        let sizes = match self.topic_sizes(consumer, false) {
+            Ok(sizes) => sizes,
             Err(e) => {
                 tracing::warn!(uid = %self.uid, error = %e, "partition discovery failed; trying again later");
                 return Ok(());
             }
         };
+        let reading: Vec<&PartitionPosition> = self.parts.iter().map(|p| &p.position).collect();
+        let new = unread(&sizes, &reading, self.subtask, self.parallelism);
         let mut tpl = TopicPartitionList::new();
         let mut added = Vec::new();
-        for (topic, partition) in owned {
-            if self.parts.iter().any(|p| p.position.topic == topic && p.position.partition == partition) {
-                continue;
-            }
+        for (topic, partition) in new {
             let (low, _) = consumer
                 .fetch_watermarks(&topic, partition, REQUEST_TIMEOUT)
                 .map_err(|e| self.err(format!("offsets of {topic}/{partition}: {e}")))?;
@@ -518,7 +513,7 @@ impl Source for KafkaSource {
             .create()
             .map_err(|e| self.err(format!("a consumer: {e}")))?;
         let mut parts = Vec::new();
-        for (topic, partition) in self.owned_partitions(&consumer, true)? {
+        for (topic, partition) in unread(&self.topic_sizes(&consumer, true)?, &[], self.subtask, self.parallelism) {
             let position = match restored.iter().find(|r| r.topic == topic && r.partition == partition) {
                 Some(r) => r.clone(),
                 None => {
