@@ -245,6 +245,17 @@ impl ComposeCluster {
         bail!("no job manager is ready (leading)")
     }
 
+    /// Stops a service's container as a rolling upgrade does: SIGTERM, and an error (with the logs) if it needed
+    /// the SIGKILL that follows after podman's default grace period of 10 s.
+    pub fn stop_container(&self, service: &str) -> Result<()> {
+        let name = self.container(service);
+        let out = podman(&["stop", "--time", "10", &name], Duration::from_secs(60))?;
+        if !out.status.success() || out.stderr.contains("resorting to SIGKILL") {
+            bail!("podman stop {name}: it did not stop on SIGTERM within 10 s: {out}\n{}", self.logs());
+        }
+        Ok(())
+    }
+
     /// Starts again (on the current images) whatever containers of the cluster are missing, and waits until it
     /// is ready: how a rolling upgrade brings the recreated containers up.
     pub fn recreate(&self) -> Result<()> {

@@ -182,6 +182,8 @@ pub struct HaCluster {
     jobmanagers: Vec<(String, Option<Process>)>,
     /// Each job manager's metrics address, with [`HaOptions::metrics`].
     metrics: Vec<Option<String>>,
+    /// Each job manager's health-service address, with [`HaOptions::health`].
+    health: Vec<Option<String>>,
     taskmanagers: Vec<Process>,
     jm_args: Vec<String>,
     /// Data-plane address of each task manager.
@@ -238,6 +240,8 @@ pub struct HaOptions {
     pub first_jm_store_proxy: bool,
     /// Every job manager serves Prometheus metrics on a port of its own ([`HaCluster::metrics`]).
     pub metrics: bool,
+    /// Every job manager serves the gRPC health service on a port of its own ([`HaCluster::ready`]).
+    pub health: bool,
     /// etcd serves clients over TLS with these files (the job managers need TLS flags of the same CA).
     pub etcd_tls: Option<crate::pki::MemberFiles>,
 }
@@ -258,6 +262,7 @@ impl Default for HaOptions {
             first_jm_etcd_proxy: false,
             first_jm_store_proxy: false,
             metrics: false,
+            health: false,
             etcd_tls: None,
         }
     }
@@ -309,6 +314,7 @@ impl HaCluster {
             etcd,
             jobmanagers: Vec::new(),
             metrics: Vec::new(),
+            health: Vec::new(),
             taskmanagers: Vec::new(),
             jm_args,
             data_addresses: Vec::new(),
@@ -330,6 +336,8 @@ impl HaCluster {
             cluster.jobmanagers.push((format!("127.0.0.1:{port}"), None));
             let metrics = if options.metrics { Some(format!("127.0.0.1:{}", free_port()?)) } else { None };
             cluster.metrics.push(metrics);
+            let health = if options.health { Some(format!("127.0.0.1:{}", free_port()?)) } else { None };
+            cluster.health.push(health);
         }
         if options.first_jm_etcd_proxy {
             let endpoints = cluster.etcd.endpoints();
@@ -408,6 +416,9 @@ impl HaCluster {
             }
             if let Some(m) = &self.metrics[i] {
                 cmd.arg("--metrics-bind").arg(m);
+            }
+            if let Some(h) = &self.health[i] {
+                cmd.arg("--health-bind").arg(h);
             }
             let mut p = Process::spawn(&format!("jobmanager-{i}"), cmd, &log)?;
             match p.wait_for_stdout(START_TIMEOUT, |l| l.starts_with("weir-jobmanager listening on").then_some(())) {
@@ -512,6 +523,20 @@ impl HaCluster {
         let mut text = String::new();
         s.read_to_string(&mut text)?;
         Ok(text)
+    }
+
+    /// Whether job manager `i` says it is ready (`weir health ADDR --service weir.ready` exits 0), with
+    /// [`HaOptions::health`]: a job manager is ready while it leads.
+    pub fn ready(&self, i: usize) -> Result<bool> {
+        let addr = self.health[i].as_ref().ok_or_else(|| anyhow!("job manager {i} serves no health service"))?;
+        let mut cmd = Command::new(binary("weir")?);
+        cmd.args(["health", addr, "--service", "weir.ready"]);
+        let out = run_with_timeout(cmd, Duration::from_secs(10))?;
+        match out.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => bail!("weir health {addr}: {out}"),
+        }
     }
 
     /// SIGKILLs job manager `i`.

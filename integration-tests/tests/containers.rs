@@ -145,7 +145,8 @@ fn the_compose_cluster_keeps_output_exact_through_kills_a_split_and_a_rolling_up
     build_images()?;
     let weir_services = ["jobmanager1", "jobmanager2", "taskmanager1", "taskmanager2", "taskmanager3"];
     for s in weir_services {
-        podman_ok(&["rm", "--force", &c.container(s)], Duration::from_secs(60))?;
+        c.stop_container(s)?;
+        podman_ok(&["rm", &c.container(s)], Duration::from_secs(60))?;
     }
     c.recreate()?;
     let id = c.submit(&job.yaml(), Some(&savepoint))?;

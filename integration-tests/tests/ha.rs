@@ -1,13 +1,14 @@
-//! High availability with a real etcd: three job managers elect a leader; the leader is SIGKILLed three
-//! times while an `emit: updates` job runs, each time a standby takes over and the job continues from its
-//! latest checkpoint, and the committed output is exact. Also: a paused leader (SIGSTOP: alive but cut off
-//! from etcd and everyone) is replaced within the lease TTL, and when it resumes its delayed messages are
-//! refused and it completes no checkpoint; a leader cut off from etcd only (a proxy that stops forwarding)
-//! stops coordinating and its held-back notifications are refused by the task managers, and the two
-//! leaders never complete the same checkpoint; etcd of three members survives losing one, and losing all
-//! of them loses nothing; a leader whose checkpoint store hangs resigns; etcd unreachable at start-up,
-//! conflicting cluster ids.
+//! High availability with a real etcd: three job managers elect a leader; the leader is SIGKILLed three times while
+//! an `emit: updates` job runs, each time a standby takes over and the job continues from its latest checkpoint,
+//! the committed output is exact, and readiness (`weir.ready`) follows the leader. Also: a paused leader (SIGSTOP:
+//! alive but cut off from etcd and everyone) is replaced within the lease TTL, and when it resumes its delayed
+//! messages are refused and it completes no checkpoint; a leader cut off from etcd only (a proxy that stops
+//! forwarding) stops coordinating and its held-back notifications are refused by the task managers, and the two
+//! leaders never complete the same checkpoint; etcd of three members survives losing one, and losing all of them
+//! loses nothing; a leader whose checkpoint store hangs resigns; etcd unreachable at start-up, conflicting cluster
+//! ids.
 
+use anyhow::Context;
 use std::time::{Duration, Instant};
 use weir_integration_tests::ha::{EtcdCluster, HaCluster, HaOptions};
 use weir_integration_tests::process::{free_port, run_with_timeout};
@@ -15,7 +16,7 @@ use weir_integration_tests::{binary, scenario_seed, verify_job_output, wait_unti
 
 #[test]
 fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
-    let mut c = HaCluster::start(HaOptions::default())?;
+    let mut c = HaCluster::start(HaOptions { health: true, ..HaOptions::default() })?;
     let (job, id, out) = updates_job(&c, "ha-failover", 1_200_000, 50_000, 40_000)?;
     c.wait_for_state(&id, "RUNNING", Duration::from_secs(60))?;
     let mut recoveries = Vec::new();
@@ -41,6 +42,12 @@ fn leader_killed_three_times_the_job_continues_exactly() -> anyhow::Result<()> {
         recoveries.push(killed.elapsed());
         let new_leader = c.wait_for_leader(Duration::from_secs(30))?;
         assert_ne!(new_leader, leader, "the killed job manager cannot lead");
+        // Readiness (what container health checks and Kubernetes probes ask) follows leadership: the new leader
+        // is ready, the standby is not (it is updated every 500 ms).
+        let standby = (0..3).find(|&i| i != leader && i != new_leader).context("three job managers")?;
+        wait_until("for readiness to follow the leader", Duration::from_secs(10), || {
+            Ok((c.ready(new_leader)? && !c.ready(standby)?).then_some(()))
+        })?;
         assert!(
             resumed["last_completed_checkpoint"].as_u64() >= before["last_completed_checkpoint"].as_u64(),
             "the new leader forgot checkpoints: {before} then {resumed}"

@@ -363,11 +363,17 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> Result<(), ProcessError> 
     tracing::info!("shutting down: cancelling tasks");
     let _ = shutdown_tx.send(true);
     let canceled = tm.cancel_where(|_, _| true).await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), registration).await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    // One budget for both, well inside the 10 s a container runtime or Kubernetes gives before SIGKILL: the
+    // gRPC server's graceful stop waits for the job manager's open connection, so it takes all of it.
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_BUDGET;
+    let _ = tokio::time::timeout_at(deadline, registration).await;
+    let _ = tokio::time::timeout_at(deadline, server).await;
     tracing::info!(canceled_tasks = canceled, "task manager stopped");
     Ok(())
 }
+
+/// How long a stopping task manager waits for its registration loop and its gRPC server to end.
+const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
 
 /// A future that resolves on SIGTERM or Ctrl-C; the SIGTERM handler is installed when this is called.
 fn wait_for_signal() -> impl std::future::Future<Output = ()> {
