@@ -11,7 +11,7 @@
 //!   fails it; the task-manager Deployment runs under `podman kube play` and registers with a job manager.
 
 use anyhow::{bail, Context, Result};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weir_integration_tests::containers::{
     build_images, podman, podman_available, podman_ok, repo_root, ComposeCluster,
 };
@@ -77,23 +77,37 @@ fn the_image_runs_as_weir_and_refuses_a_missing_jobmanager_or_an_unreadable_secr
     Ok(())
 }
 
-/// The task managers (compose services) that run tasks now.
+/// The task managers (compose services) that run tasks, once some do (within 30 s: a job manager's view of its
+/// task managers' slots lags their deployments by a heartbeat).
 fn busy_taskmanagers(c: &ComposeCluster) -> Result<Vec<String>> {
-    let cluster = c.weir_json(&["cluster"])?;
-    let tms = cluster["task_managers"].as_array().context("task_managers")?;
-    Ok(tms
-        .iter()
-        .filter(|tm| tm["free_slots"].as_u64() < tm["slots"].as_u64())
-        .filter_map(|tm| tm["id"].as_str().map(str::to_string))
-        .collect())
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let cluster = c.weir_json(&["cluster"])?;
+        let tms = cluster["task_managers"].as_array().context("task_managers")?;
+        let busy: Vec<String> = tms
+            .iter()
+            .filter(|tm| tm["free_slots"].as_u64() < tm["slots"].as_u64())
+            .filter_map(|tm| tm["id"].as_str().map(str::to_string))
+            .collect();
+        if !busy.is_empty() {
+            return Ok(busy);
+        }
+        if Instant::now() >= deadline {
+            bail!("no task manager runs a task: {cluster}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 fn attempt(job: &serde_json::Value) -> u64 {
     job["attempt"].as_u64().unwrap_or(0)
 }
 
-fn checkpointed_in(job: &serde_json::Value, after: u64) -> bool {
-    job["state"] == "RUNNING" && attempt(job) > after && job["last_completed_checkpoint"].as_u64().is_some()
+/// Whether `job` runs a later attempt than `before` and has completed a checkpoint since: recovered, its tasks
+/// deployed (a restored job is RUNNING, with its last checkpoint, before its tasks are placed).
+fn checkpointed_since(job: &serde_json::Value, before: &serde_json::Value) -> bool {
+    let last = |j: &serde_json::Value| j["last_completed_checkpoint"].as_u64();
+    job["state"] == "RUNNING" && attempt(job) > attempt(before) && last(job).is_some() && last(job) > last(before)
 }
 
 #[test]
@@ -110,25 +124,25 @@ fn the_compose_cluster_keeps_output_exact_through_kills_a_split_and_a_rolling_up
     let out = std::path::Path::new("/var/lib/weir/out/kills");
     let job = CountJob::bounded("kills", 1_500_000, 5_000, 7).rate(40_000).checkpoint_every_ms(1000).into_files(out);
     let id = c.submit(&job.yaml(), None)?;
-    let first = c.wait_job(&id, long, "a first checkpoint", |j| checkpointed_in(j, 0))?;
+    let first = c.wait_job(&id, long, "a first checkpoint", |j| checkpointed_since(j, &serde_json::Value::Null))?;
 
     let leader = c.leader()?;
     podman_ok(&["kill", "--signal", "KILL", &c.container(&leader)], Duration::from_secs(30))?;
-    let after_jm = c.wait_job(&id, long, "recovery from the leader's loss", |j| checkpointed_in(j, attempt(&first)))?;
+    let after_jm = c.wait_job(&id, long, "recovery from the leader's loss", |j| checkpointed_since(j, &first))?;
     podman_ok(&["start", &c.container(&leader)], Duration::from_secs(60))?;
 
     let busy = busy_taskmanagers(&c)?;
     let victim = busy.first().context("no task manager runs a task")?.clone();
     podman_ok(&["kill", "--signal", "KILL", &c.container(&victim)], Duration::from_secs(30))?;
     let after_tm =
-        c.wait_job(&id, long, "recovery from a task manager's loss", |j| checkpointed_in(j, attempt(&after_jm)))?;
+        c.wait_job(&id, long, "recovery from a task manager's loss", |j| checkpointed_since(j, &after_jm))?;
     podman_ok(&["start", &c.container(&victim)], Duration::from_secs(60))?;
 
     let busy = busy_taskmanagers(&c)?;
     let cut = busy.first().context("no task manager runs a task")?.clone();
     let network = format!("{}_weir", c.project);
     podman_ok(&["network", "disconnect", &network, &c.container(&cut)], Duration::from_secs(30))?;
-    c.wait_job(&id, long, "recovery from a split", |j| checkpointed_in(j, attempt(&after_tm)))?;
+    c.wait_job(&id, long, "recovery from a split", |j| checkpointed_since(j, &after_tm))?;
     podman_ok(&["network", "connect", "--alias", &cut, &network, &c.container(&cut)], Duration::from_secs(30))?;
 
     c.wait_job(&id, Duration::from_secs(180), "the end of input", |j| j["state"] == "FINISHED")?;
@@ -138,7 +152,7 @@ fn the_compose_cluster_keeps_output_exact_through_kills_a_split_and_a_rolling_up
     let out = std::path::Path::new("/var/lib/weir/out/upgrade");
     let job = CountJob::bounded("upgrade", 600_000, 5_000, 11).rate(30_000).checkpoint_every_ms(1000).into_files(out);
     let id = c.submit(&job.yaml(), None)?;
-    c.wait_job(&id, long, "a first checkpoint", |j| checkpointed_in(j, 0))?;
+    c.wait_job(&id, long, "a first checkpoint", |j| checkpointed_since(j, &serde_json::Value::Null))?;
     let stopped = c.weir_json(&["job", "stop", &id, "--savepoint"])?;
     let savepoint = stopped["savepoint"].as_str().context("no savepoint URL")?.to_string();
     c.wait_job(&id, long, "the stop", |j| j["state"] == "FINISHED")?;
