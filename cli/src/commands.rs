@@ -148,19 +148,35 @@ pub async fn health(address: &str, service: &str) -> Result<ExitCode, CliError> 
     }
 }
 
-/// Reads and parses a spec file and applies `--parallelism`.
+/// Reads and parses a spec file and applies `--parallelism`. The file is read only up to the size limit of a
+/// spec (`/dev/zero` is refused, not read until memory runs out), and the spec's limits are checked here, so that
+/// a value over them is refused by name instead of by gRPC's message size.
 pub fn load_spec(args: &SubmitArgs) -> Result<pb::JobSpec, CliError> {
     let path = args.spec.display();
-    let text =
-        std::fs::read_to_string(&args.spec).map_err(|e| CliError::Spec(format!("cannot read job spec {path}: {e}")))?;
-    let mut spec = weir_common::spec::parse_spec_text(&text)
-        .map_err(|e| CliError::Spec(format!("invalid job spec {path}: {e}")))?;
+    let text = read_bounded(&args.spec, weir_common::spec::MAX_SPEC_BYTES, "the limit of a spec (1 MiB)")
+        .map_err(|e| CliError::Spec(format!("cannot read job spec {path}: {e}")))?;
+    let invalid = |e: String| CliError::Spec(format!("invalid job spec {path}: {e}"));
+    let mut spec = weir_common::spec::parse_spec_text(&text).map_err(|e| invalid(e.to_string()))?;
     if let Some(p) = args.parallelism {
         spec.parallelism = Some(p);
     }
     let dir = args.spec.parent().unwrap_or(std::path::Path::new("."));
-    inline_schema_files(&mut spec, dir).map_err(|e| CliError::Spec(format!("invalid job spec {path}: {e}")))?;
+    inline_schema_files(&mut spec, dir).map_err(invalid)?;
+    weir_common::spec::check_limits(&spec).map_err(|e| invalid(e.to_string()))?;
     Ok(spec)
+}
+
+/// The text of the file at `path`, refused if it is longer than `limit` bytes (only `limit + 1` are read);
+/// `what` names the limit in the error.
+fn read_bounded(path: &std::path::Path, limit: usize, what: &str) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(limit as u64 + 1).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    if bytes.len() > limit {
+        return Err(format!("it is over {limit} bytes, {what}"));
+    }
+    String::from_utf8(bytes).map_err(|e| format!("it is not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
 }
 
 /// Replaces each operator's `avro_schema_file` (a path relative to the spec's directory, e.g. the `.avsc` a
@@ -174,7 +190,9 @@ fn inline_schema_files(spec: &mut pb::JobSpec, dir: &std::path::Path) -> Result<
             return Err(at("give avro_schema or avro_schema_file, not both".into()));
         }
         let path = dir.join(file.trim());
-        let text = std::fs::read_to_string(&path).map_err(|e| at(format!("cannot read {}: {e}", path.display())))?;
+        let limit = weir_common::spec::MAX_CONFIG_VALUE_BYTES;
+        let text = read_bounded(&path, limit, "the limit of a config value (64 KiB)")
+            .map_err(|e| at(format!("cannot read {}: {e}", path.display())))?;
         op.config.insert("avro_schema".into(), text);
     }
     Ok(())

@@ -8,7 +8,8 @@
 //! - [`render`]: one function per output shape and format (JSON and text for jobs, checkpoints, the cluster)
 //!   plus the duration, size and time formatting they use.
 //! - [`progress`]: a progress line on stderr (updated in place on a terminal, a line per change otherwise).
-//! - [`commands`]: `job submit|list|status|cancel`, `checkpoints`, `cluster`.
+//! - [`commands`]: `job submit|list|status|cancel|stop|delete`, `savepoint trigger|inspect|dispose|check`,
+//!   `checkpoints`, `cluster`, `health`.
 //! - [`local`]: `weir local`, which starts a job manager and task managers as child processes.
 
 pub mod args;

@@ -379,6 +379,51 @@ fn one() -> u64 {
     1
 }
 
+/// Most splits a numbered source (`datagen`, `nexmark`) is cut into: each split is a position a subtask keeps in
+/// memory and in operator list state, and 4,294,967,295 of them once grew a task manager past 19 GB for a job of
+/// 1,000 records. Splits are the unit a source rescales by; more than the largest max parallelism (32,768) buys
+/// nothing.
+pub const MAX_SPLITS: u64 = 65_536;
+
+fn check_splits(splits: u64) -> Result<u32, ConfigFieldError> {
+    match splits {
+        1..=MAX_SPLITS => Ok(splits as u32),
+        _ => Err(field_err("splits", format!("must be between 1 and {MAX_SPLITS}, not {splits}"))),
+    }
+}
+
+/// Longest event time between two records of a `datagen` split (a year: a longer step is a unit mistake).
+const MAX_STEP_MS: u64 = 366 * 24 * 3600 * 1000;
+
+/// Why `datagen`'s timestamps would leave the event-time range (`watermarks::check_event_time`), if they would:
+/// the first record's less the largest disorder, and (for a bounded source) the last of the longest split.
+fn check_event_time_range(t: &EventTimeConfig, count: Option<u64>, splits: u32) -> Result<(), String> {
+    use crate::watermarks::{check_event_time, MIN_TIMESTAMP_MS};
+    check_event_time(t.start_ms).map_err(|e| format!("start_ms: {e}"))?;
+    if t.step_ms > MAX_STEP_MS {
+        return Err(format!("step_ms of {} ms is over a year: a unit mistake?", t.step_ms));
+    }
+    let earliest = i128::from(t.start_ms) - i128::from(t.max_disorder_ms);
+    if earliest < i128::from(MIN_TIMESTAMP_MS) {
+        return Err(format!(
+            "start_ms {} less max_disorder_ms {} is before {MIN_TIMESTAMP_MS} (0001-01-01)",
+            t.start_ms, t.max_disorder_ms
+        ));
+    }
+    if let Some(count) = count.filter(|c| *c > 0) {
+        let longest = count.div_ceil(u64::from(splits));
+        let last = i128::from(t.start_ms) + i128::from(longest - 1) * i128::from(t.step_ms);
+        let last = i64::try_from(last).unwrap_or(i64::MAX);
+        check_event_time(last).map_err(|e| {
+            format!(
+                "the last of {longest} records of a split, {} ms apart from start_ms {}: {e}",
+                t.step_ms, t.start_ms
+            )
+        })?;
+    }
+    Ok(())
+}
+
 /// Config of the `datagen` source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DatagenConfig {
@@ -417,18 +462,17 @@ impl DatagenConfig {
         if keys == 0 {
             return Err(field_err("keys", "must be at least 1"));
         }
-        let splits = r.u64("splits")?.unwrap_or(128);
-        // Each split is one element of operator list state; the job manager's guards, not a fixed cap here,
-        // keep large split lists safe (their offsets travel by reference beyond the inline limit).
-        if splits == 0 || splits > u32::MAX as u64 {
-            return Err(field_err("splits", "must be between 1 and 4294967295"));
+        let splits = check_splits(r.u64("splits")?.unwrap_or(128))?;
+        let count = r.u64("count")?;
+        if let Some(t) = &event_time {
+            check_event_time_range(t, count, splits).map_err(|e| field_err("event_time", e))?;
         }
         Ok(DatagenConfig {
-            count: r.u64("count")?,
+            count,
             keys,
             seed: r.u64("seed")?.unwrap_or(0),
             rate_per_sec: r.u64("rate_per_sec")?.unwrap_or(0),
-            splits: splits as u32,
+            splits,
             event_time,
         })
     }
@@ -520,10 +564,7 @@ impl NexmarkConfig {
         if tps == 0 {
             return Err(field_err("tps", "must be at least 1 event per second of event time"));
         }
-        let splits = r.u64("splits")?.unwrap_or(128);
-        if splits == 0 || splits > u32::MAX as u64 {
-            return Err(field_err("splits", "must be between 1 and 4294967295"));
-        }
+        let splits = check_splits(r.u64("splits")?.unwrap_or(128))?;
         let d = crate::nexmark::Params::default();
         let ratio = |f: &str, default: u32| -> Result<u32, ConfigFieldError> {
             Ok(r.u64(f)?.map_or(default, |v| v.min(u32::MAX as u64) as u32))
@@ -541,7 +582,7 @@ impl NexmarkConfig {
             events,
             tps,
             rate_per_sec: r.u64("rate_per_sec")?.unwrap_or(0),
-            splits: splits as u32,
+            splits,
             block: r.u64("block")?.unwrap_or(0),
             params,
         })
@@ -679,6 +720,18 @@ pub enum WindowShape {
 /// Longest window or gap accepted: a year (a larger one is a unit mistake).
 const MAX_WINDOW_MS: u64 = 366 * 24 * 3600 * 1000;
 
+/// Most slices a sliding window is kept in (`sliding_ms / gcd(sliding_ms, slide_ms)`): a firing reads each of its
+/// window's slices, so a slide that does not divide the size (a year sliding by a year less 1 ms: 3·10¹⁰ slices)
+/// would make one firing run for hours. A day sliding by 10 s is 8,640.
+pub const MAX_SLICES_PER_WINDOW: u64 = 10_000;
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 impl WindowSpec {
     /// The shape, or why the spec names none or several.
     pub fn shape(&self) -> Result<WindowShape, String> {
@@ -698,6 +751,16 @@ impl WindowSpec {
                 if slide_ms > size_ms {
                     return Err(format!(
                         "slide_ms {slide_ms} is longer than sliding_ms {size_ms}: records would fall between windows"
+                    ));
+                }
+                let slices = size_ms / gcd(size_ms, slide_ms);
+                if slices > MAX_SLICES_PER_WINDOW {
+                    return Err(format!(
+                        "a window of sliding_ms {size_ms} that slides by slide_ms {slide_ms} is kept as {slices} \
+                         slices of {} ms each (sliding_ms / gcd(sliding_ms, slide_ms)), and every firing combines \
+                         them all: at most {MAX_SLICES_PER_WINDOW} slices per window (make slide_ms divide \
+                         sliding_ms, or slide further)",
+                        gcd(size_ms, slide_ms)
                     ));
                 }
                 WindowShape::Sliding { size_ms, slide_ms }
@@ -973,7 +1036,7 @@ impl ProjectConfig {
             for p in parts {
                 let (t, _) = type_of(p, input).map_err(|e| field_err("key", e.0))?;
                 if matches!(t, Type::Null | Type::Float64) {
-                    return Err(field_err("key", format!("a key cannot be {}", t.column_type())));
+                    return Err(field_err("key", format!("a key cannot be {}", t.name())));
                 }
             }
             out.push(crate::schema::key_column());
@@ -1460,7 +1523,7 @@ pub fn check_condition(
 ) -> Result<(), ConfigFieldError> {
     match crate::expr::type_of(c, input).map_err(|e| field_err(field, e.0))? {
         (crate::expr::Type::Bool | crate::expr::Type::Null, _) => Ok(()),
-        (t, _) => Err(field_err(field, format!("must be a condition (true or false), not {}", t.column_type()))),
+        (t, _) => Err(field_err(field, format!("must be a condition (true or false), not {}", t.name()))),
     }
 }
 
@@ -1491,6 +1554,53 @@ pub fn derived_output(
             WindowJoinConfig::from_map(map)
                 .and_then(|c| c.join.output_with(first, second, &WindowJoinConfig::window_columns())),
         ),
+        _ => None,
+    }
+}
+
+/// Checks the input columns a built-in kind's config names against what its input emits (`input`): the field a
+/// window aggregate sums, a Kafka sink's `key_field`, `headers` and Avro fields. `None` for kinds whose config
+/// names no input column (or that are not built in). Checked at submission, so that a misspelt column is refused
+/// before anything runs instead of failing a task at its first batch.
+pub fn check_input(
+    kind: &str,
+    map: &BTreeMap<String, String>,
+    input: &[crate::schema::Column],
+) -> Option<Result<(), ConfigFieldError>> {
+    let names = || input.iter().map(|c| format!("{}: {}", c.name, c.data_type)).collect::<Vec<_>>().join(", ");
+    let column = |field: &str, name: &str, types: &[&str]| -> Result<(), ConfigFieldError> {
+        match input.iter().find(|c| c.name == name) {
+            None => Err(field_err(
+                field,
+                format!("no input column {} (the input has {})", crate::text::echo(name), names()),
+            )),
+            Some(c) if !types.is_empty() && !types.contains(&c.data_type.as_str()) => Err(field_err(
+                field,
+                format!("input column {:?} is {}, not {}", c.name, c.data_type, types.join(" or ")),
+            )),
+            Some(_) => Ok(()),
+        }
+    };
+    match kind {
+        "window-aggregate" => Some(WindowAggregateConfig::from_map(map).and_then(|c| match c.aggregate {
+            WindowAggregate::Count => Ok(()),
+            _ => column("field", &c.field, &["int64"]),
+        })),
+        "kafka-sink" => Some(crate::kafka::KafkaSinkConfig::from_map(map).and_then(|c| {
+            if let Some(k) = &c.key_field {
+                column("key_field", k, &[])?;
+            }
+            for h in &c.headers {
+                column("headers", h, &[])?;
+            }
+            if let crate::kafka::SinkFormat::Avro { schema, .. } = &c.format {
+                for f in &schema.fields {
+                    column("avro_schema", &f.name, &[f.kind.column_type()])
+                        .map_err(|e| field_err("avro_schema", format!("field {:?}: {}", f.name, e.message)))?;
+                }
+            }
+            Ok(())
+        })),
         _ => None,
     }
 }
@@ -1583,6 +1693,26 @@ mod tests {
     }
 
     #[test]
+    fn datagen_event_time_stays_inside_the_years_1_to_9999() {
+        let cfg = |et: &str, count: &str| DatagenConfig::from_map(&m(&[("event_time", et), ("count", count)]));
+        // The probe's inputs: the ends of i64 as a start, and a step of 2^64 - 1.
+        for (et, says) in [
+            (r#"{"start_ms": 9223372036854775807}"#, "start_ms"),
+            (r#"{"start_ms": -9223372036854775808}"#, "start_ms"),
+            (r#"{"step_ms": 18446744073709551615}"#, "over a year"),
+            (r#"{"start_ms": -62135596800000, "max_disorder_ms": 1}"#, "0001-01-01"),
+            (r#"{"start_ms": 253402300799000, "step_ms": 1000}"#, "last of 8 records"),
+        ] {
+            let e = cfg(et, "1000").unwrap_err();
+            assert_eq!(e.field, "event_time", "{et}: {e}");
+            assert!(e.message.contains(says), "{et}: {e}");
+        }
+        cfg(r#"{"start_ms": 253402300799000, "step_ms": 142}"#, "1000").unwrap();
+        // Unbounded: the source itself refuses a timestamp past the range when it gets there.
+        DatagenConfig::from_map(&m(&[("event_time", r#"{"start_ms": 253402300799000, "step_ms": 1000}"#)])).unwrap();
+    }
+
+    #[test]
     fn datagen_defaults_and_errors() {
         let c = DatagenConfig::from_map(&m(&[("count", "10"), ("keys", "5")])).unwrap();
         assert_eq!(c.count, Some(10));
@@ -1611,6 +1741,10 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(c.window, WindowShape::Sliding { size_ms: 60000, slide_ms: 100 });
+        // A day sliding by 10 s (8,640 slices) and 10,000 slices exactly are sane.
+        for window in [r#"{"sliding_ms": 86400000, "slide_ms": 10000}"#, r#"{"sliding_ms": 10000, "slide_ms": 1}"#] {
+            WindowAggregateConfig::from_map(&m(&[("window", window)])).unwrap();
+        }
         assert_eq!(
             (c.offset_ms, c.aggregate, c.late, c.allowed_lateness_ms),
             (50, WindowAggregate::Avg, LateRecords::Drop, 500)
@@ -1640,6 +1774,13 @@ mod tests {
             (vec![("window", r#"{"tumbling_ms": 10, "session_gap_ms": 5}"#)], "window", "exactly one"),
             (vec![("window", r#"{"sliding_ms": 10}"#)], "window", "needs slide_ms"),
             (vec![("window", r#"{"sliding_ms": 10, "slide_ms": 20}"#)], "window", "longer than"),
+            // The probe's runaway: a year sliding by a year less 1 ms is 3·10¹⁰ slices of 1 ms.
+            (
+                vec![("window", r#"{"sliding_ms": 31536000000, "slide_ms": 31535999999}"#)],
+                "window",
+                "31536000000 slices of 1 ms each",
+            ),
+            (vec![("window", r#"{"sliding_ms": 10001, "slide_ms": 1}"#)], "window", "at most 10000 slices"),
             (vec![("window", r#"{"tumbling_ms": 0}"#)], "window", "positive"),
             (vec![("window", r#"{"tumbling_ms": 10, "offset_ms": 10}"#)], "window", "smaller than"),
             (vec![("window", r#"{"session_gap_ms": 10, "offset_ms": 1}"#)], "window", "no offset"),

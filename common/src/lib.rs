@@ -3,14 +3,18 @@
 //! - [`ids`]: newtypes for every id and counter that crosses a module boundary.
 //! - [`keygroup`]: key-group arithmetic (Flink's `KeyGroupRangeAssignment`, with murmur3 over key bytes).
 //! - [`spec`]: the job spec as users write it (YAML/JSON), its protobuf form and its validation.
-//! - [`builtin`]: the built-in operator kinds and their typed configs; [`kafka`]: the Kafka source's config.
+//! - [`builtin`]: the built-in operator kinds and their typed configs; [`kafka`]: the configs of the Kafka source
+//!   and sink (with Avro record schemas) and a small client of the Kafka wire protocol.
+//! - [`schema`]: declared record schemas, the columns a kind needs and emits, checked on every edge at submission.
+//! - [`nexmark`]: the Nexmark event generator, event for event the one Flink's side of the race reads.
 //! - [`watermarks`]: a source's watermark strategy (the spec's `watermarks:`) and its validation.
 //! - [`expr`]: the expression language of `filter` and `project` (parsing and typing).
 //! - [`datagen`]: the datagen record formula, shared by the source and by output verification.
 //! - [`checkpoint`]: checkpoint metadata and the one place that builds object-store paths.
 //! - [`serializer`]: serializer snapshots (recorded per state in checkpoint metadata), their resolution against a
 //!   new serializer and the Avro migration of stored values.
-//! - [`descriptor`]: what the job manager sends a task manager to deploy one subtask.
+//! - [`descriptor`]: what the job manager sends a task manager to deploy one subtask; [`wire`]: the protobuf
+//!   forms of checkpoint handles and restore descriptors.
 //! - [`store`]: object stores from URLs (`file://`, `s3://`, `memory://`).
 //! - [`fault`]: failpoints on the control path, armed by `WEIR_FAILPOINTS` in tests.
 //! - [`cluster`]: finding the leading job manager (a standby's answer, the addresses a process follows).

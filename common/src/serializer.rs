@@ -475,7 +475,7 @@ fn resolve_protobuf(old: &SerializerSnapshot, new: &SerializerSnapshot) -> Resol
         (Err(e), _) | (_, Err(e)) => return Resolution::Incompatible(e),
     };
     // Protobuf reads old bytes by field number: added and removed fields need no rewrite.
-    match compare_messages(&old_m, &new_m, &mut HashSet::new()) {
+    match compare_messages(&old_m, &new_m, &mut HashSet::new(), 0) {
         Err(why) => Resolution::Incompatible(why),
         Ok(()) => Resolution::AsIs,
     }
@@ -497,12 +497,24 @@ fn field_type(f: &FieldDescriptor) -> String {
     }
 }
 
-/// Checks that every field number both messages use keeps its type and cardinality (nested messages too).
+/// Deepest nesting of message fields compared: the descriptors come from checkpoint metadata, and a chain of
+/// a hundred thousand message types must not exhaust the job manager's stack.
+const MAX_MESSAGE_NESTING: usize = 100;
+
+/// Checks that every field number both messages use keeps its type and cardinality (nested messages too, at
+/// most [`MAX_MESSAGE_NESTING`] deep).
 fn compare_messages(
     old: &MessageDescriptor,
     new: &MessageDescriptor,
     seen: &mut HashSet<(String, String)>,
+    depth: usize,
 ) -> Result<(), String> {
+    if depth > MAX_MESSAGE_NESTING {
+        return Err(format!(
+            "{} nests messages more than {MAX_MESSAGE_NESTING} deep: too deep to compare",
+            old.full_name()
+        ));
+    }
     if !seen.insert((old.full_name().to_string(), new.full_name().to_string())) {
         return Ok(());
     }
@@ -528,7 +540,7 @@ fn compare_messages(
             }
         };
         if let Some((om, nm)) = nested {
-            compare_messages(&om, &nm, seen)?;
+            compare_messages(&om, &nm, seen, depth + 1)?;
         }
     }
     Ok(())

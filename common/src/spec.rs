@@ -165,10 +165,70 @@ pub struct OperatorFile {
     pub schema: Option<Vec<crate::schema::Column>>,
 }
 
-/// Parses a spec file (YAML, of which JSON is a subset) into its protobuf form.
+/// Deepest nesting of `[ ]` and `{ }` a spec file may have. The YAML parser's time grows with the square of it
+/// (a 200 KB spec of nothing but brackets took 40 s to refuse), so it is counted first, in one pass.
+pub const MAX_SPEC_NESTING: usize = 64;
+
+/// Parses a spec file (YAML, of which JSON is a subset) into its protobuf form. A leading byte-order mark is
+/// skipped (editors on Windows write one); an error quotes at most the start of any value.
 pub fn parse_spec_text(text: &str) -> Result<pb::JobSpec, SpecError> {
-    let file: JobSpecFile = serde_yaml::from_str(text).map_err(|e| SpecError::Malformed(e.to_string()))?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let depth = flow_nesting(text, MAX_SPEC_NESTING);
+    if depth > MAX_SPEC_NESTING {
+        return Err(SpecError::Malformed(format!(
+            "the spec nests [ ] and {{ }} more than {MAX_SPEC_NESTING} levels deep, the limit"
+        )));
+    }
+    let file: JobSpecFile =
+        serde_yaml::from_str(text).map_err(|e| SpecError::Malformed(crate::text::cut_message(&e.to_string())))?;
     file_to_proto(file)
+}
+
+/// How deep YAML flow collections (`[ ]`, `{ }`) nest in `text`, outside quotes and comments; counting stops
+/// once past `limit`. A quote opens only where a scalar can start (`it's` is no quote), as in YAML.
+fn flow_nesting(text: &str, limit: usize) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut chars = text.chars().peekable();
+    let mut prev = '\n';
+    while let Some(c) = chars.next() {
+        match c {
+            '#' if prev.is_whitespace() => {
+                // A comment, to the end of its line.
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+                prev = '\n';
+                continue;
+            }
+            '"' | '\'' if prev.is_whitespace() || matches!(prev, ':' | ',' | '[' | '{' | '-' | '?') => {
+                while let Some(q) = chars.next() {
+                    match q {
+                        '\\' if c == '"' => {
+                            chars.next();
+                        }
+                        '\'' if c == '\'' && chars.peek() == Some(&'\'') => {
+                            chars.next();
+                        }
+                        q if q == c => break,
+                        _ => {}
+                    }
+                }
+            }
+            '[' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                if deepest > limit {
+                    return deepest;
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        prev = c;
+    }
+    deepest
 }
 
 /// Converts the file form to the protobuf form sent to the job manager.
@@ -631,8 +691,12 @@ fn check_schemas(
     fn listed(columns: &[Column]) -> String {
         columns.iter().map(|c| format!("{}: {}", c.name, c.data_type)).collect::<Vec<_>>().join(", ")
     }
-    for (i, op) in operators.iter().enumerate() {
+    // Inputs first, so that `emits` finds every input's columns already worked out and never recurses
+    // further than an edge: a chain of 1,024 operators written last-first must not nest 1,024 calls.
+    for i in inputs_first(operators) {
         emits(i, spec, operators, kinds, &mut emitted)?;
+    }
+    for (i, op) in operators.iter().enumerate() {
         let Some(info) = kinds.get(spec.operators[i].kind.as_str()) else { continue };
         let mut needed = info.input_columns.clone();
         if op.keyed && !needed.iter().any(|c| c.name == "key") {
@@ -646,6 +710,13 @@ fn check_schemas(
             Some(u) => Some((u, emits(u, spec, operators, kinds, &mut emitted)?)),
             None => None,
         };
+        if let Some((_, Some(available))) = &first {
+            let config: BTreeMap<String, String> =
+                spec.operators[i].config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            if let Some(Err(e)) = crate::builtin::check_input(&spec.operators[i].kind, &config, available) {
+                return Err(op_err(&spec.operators[i].uid, &format!("config.{}", e.field), e.message));
+            }
+        }
         for (u, available) in first.into_iter().chain(second) {
             let Some(available) = available else { continue };
             check_edge(&spec.operators[u], &spec.operators[i], &needed, &available)?;
@@ -1018,6 +1089,37 @@ fn first_in_cycle(operators: &[ResolvedOperator]) -> Option<usize> {
     None
 }
 
+/// The operators in an order that puts each after its inputs (the graph has no cycle: `first_in_cycle` ran).
+fn inputs_first(operators: &[ResolvedOperator]) -> Vec<usize> {
+    let inputs = |i: usize| operators[i].input.into_iter().chain(operators[i].second_input);
+    let mut seen = vec![false; operators.len()];
+    let mut order = Vec::with_capacity(operators.len());
+    for start in 0..operators.len() {
+        if seen[start] {
+            continue;
+        }
+        seen[start] = true;
+        // (operator, how many of its inputs were walked): a walk without recursion.
+        let mut stack = vec![(start, 0usize)];
+        while let Some(top) = stack.last_mut() {
+            let (i, k) = *top;
+            top.1 += 1;
+            match inputs(i).nth(k) {
+                None => {
+                    order.push(i);
+                    stack.pop();
+                }
+                Some(u) if !seen[u] => {
+                    seen[u] = true;
+                    stack.push((u, 0));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    order
+}
+
 /// Checkpoint settings with defaults; every value that would be silently useless is refused.
 fn resolve_checkpointing(c: &pb::CheckpointConfig) -> Result<CheckpointSettings, SpecError> {
     let interval_ms = match c.interval_ms {
@@ -1056,10 +1158,15 @@ fn resolve_checkpointing(c: &pb::CheckpointConfig) -> Result<CheckpointSettings,
     })
 }
 
+/// The restart strategy a spec gets when it names none: exponential delay (Flink's default since 1.19 for a
+/// job with checkpoints; Weir uses it for every job), from 1 s up to 1 min, so a job that fails at once backs off
+/// instead of restarting every second forever.
+pub const DEFAULT_RESTART_STRATEGY: &str = "exponential-delay";
+
 /// The restart strategy with Flink's defaults; a setting the chosen strategy does not use is refused
 /// rather than ignored.
 fn resolve_restart(r: &pb::RestartConfig) -> Result<RestartSettings, SpecError> {
-    let strategy = if r.strategy.is_empty() { "fixed-delay" } else { r.strategy.as_str() };
+    let strategy = if r.strategy.is_empty() { DEFAULT_RESTART_STRATEGY } else { r.strategy.as_str() };
     let takes: &[&str] = match strategy {
         "fixed-delay" => &["attempts", "delay_ms"],
         "exponential-delay" => {
@@ -1273,6 +1380,18 @@ operators:
         assert_eq!(job.checkpointing.interval_ms, Some(1000));
         assert_eq!(job.checkpointing.timeout_ms, 600_000);
         assert_eq!(job.operators[0].config["count"], "1000000");
+        // No restart strategy named: exponential delay from 1 s to 1 min, as Flink's default since 1.19.
+        assert_eq!(
+            job.restart,
+            RestartSettings::ExponentialDelay {
+                attempts: u32::MAX,
+                initial_delay_ms: 1000,
+                max_delay_ms: 60_000,
+                multiplier: 1.5,
+                reset_backoff_threshold_ms: DEFAULT_RESET_BACKOFF_THRESHOLD_MS,
+                jitter_factor: 0.1,
+            }
+        );
     }
 
     #[test]
@@ -1322,6 +1441,52 @@ operators:
 
     fn err_of(text: &str) -> String {
         resolve_text(text).unwrap_err().to_string()
+    }
+
+    /// The columns a config names are checked against the input at submission (a misspelt `field` once failed
+    /// the job at its first batch, with the cause only in a task manager's log).
+    #[test]
+    fn columns_a_config_names_must_be_in_the_input() {
+        let window = |config: &str| {
+            DEMO.replace(
+                "kind: keyed-count, input: events }",
+                &format!(
+                    "kind: window-aggregate, input: events, config: {{ window: {{ tumbling_ms: 10 }}, {config} }} }}"
+                ),
+            )
+            .replace("seed: 1 } }", "seed: 1, event_time: {} } }")
+        };
+        resolve_text(&window("aggregate: sum")).unwrap();
+        resolve_text(&window("aggregate: count, field: nope")).unwrap();
+        let e = err_of(&window("aggregate: sum, field: nope"));
+        assert!(
+            e.contains("\"counts\"") && e.contains("config.field") && e.contains("no input column \"nope\""),
+            "{e}"
+        );
+        let e = err_of(&window("aggregate: max, field: key"));
+        assert!(e.contains("config.field") && e.contains("\"key\" is binary, not int64"), "{e}");
+
+        let sink = |config: &str| {
+            DEMO.replace(
+                "kind: file-sink, input: counts, parallelism: 1, config: { path: /tmp/out } }",
+                &format!(
+                    "kind: kafka-sink, input: counts, config: {{ bootstrap_servers: 'b:9092', topic: t, {config} }} }}"
+                ),
+            )
+        };
+        resolve_text(&sink("key_field: value, headers: [key]")).unwrap();
+        let e = err_of(&sink("key_field: user"));
+        assert!(e.contains("\"out\"") && e.contains("config.key_field") && e.contains("\"user\""), "{e}");
+        let e = err_of(&sink("headers: [value, region]"));
+        assert!(e.contains("config.headers") && e.contains("\"region\""), "{e}");
+        let avro = |fields: &str| {
+            sink(&format!(r#"format: avro, avro_schema: '{{"type": "record", "name": "C", "fields": [{fields}]}}'"#))
+        };
+        resolve_text(&avro(r#"{"name": "value", "type": "long"}, {"name": "key", "type": "bytes"}"#)).unwrap();
+        let e = err_of(&avro(r#"{"name": "count", "type": "long"}"#));
+        assert!(e.contains("config.avro_schema") && e.contains("field \"count\""), "{e}");
+        let e = err_of(&avro(r#"{"name": "value", "type": "string"}"#));
+        assert!(e.contains("config.avro_schema") && e.contains("int64, not utf8"), "{e}");
     }
 
     #[test]
@@ -1542,6 +1707,55 @@ operators:
             });
         }
         pb::JobSpec { name: "chain".into(), operators, ..Default::default() }
+    }
+
+    /// The job manager resolves specs on threads of 2 MiB: the longest chain there may be, written last operator
+    /// first (so that working out each one's columns meets its input unworked), resolves on a small stack.
+    #[test]
+    fn the_longest_chain_written_backwards_resolves_on_a_small_stack() {
+        let mut spec = chain(MAX_OPERATORS);
+        spec.operators.reverse();
+        let job = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || resolve(&spec, &builtin_kinds()).map(|j| j.operators.len()))
+            .unwrap()
+            .join()
+            .expect("resolving overflowed a small stack");
+        assert_eq!(job.unwrap(), MAX_OPERATORS);
+    }
+
+    /// Hostile spec files: deep nesting is refused at once, a byte-order mark is no error, and an error quotes
+    /// little of a long value.
+    #[test]
+    fn hostile_spec_files_are_refused_quickly_and_echo_little() {
+        let deep = [
+            ("a flow list", format!("name: x\noperators: {}{}", "[".repeat(100_000), "]".repeat(100_000))),
+            ("a flow map", format!("name: x\noperators: [{}1{}]", "{a: ".repeat(50_000), "}".repeat(50_000))),
+            ("JSON", format!("{{\"name\": \"x\", \"operators\": {}{}}}", "[".repeat(100_000), "]".repeat(100_000))),
+        ];
+        for (what, text) in deep {
+            let began = std::time::Instant::now();
+            let e = parse_spec_text(&text).unwrap_err().to_string();
+            assert!(began.elapsed() < std::time::Duration::from_secs(1), "{what}: {:?}", began.elapsed());
+            assert!(e.contains("more than 64 levels"), "{what}: {e}");
+        }
+        // Block nesting (one more space per level: 200 KB holds ~630 levels) is the YAML parser's to refuse.
+        let mut block = String::from("name: x\noperators:\n");
+        for level in 0..600 {
+            block.push_str(&format!("{}a:\n", " ".repeat(level + 1)));
+        }
+        let began = std::time::Instant::now();
+        assert!(parse_spec_text(&block).is_err());
+        assert!(began.elapsed() < std::time::Duration::from_secs(2), "block nesting: {:?}", began.elapsed());
+        // Brackets inside quotes and comments do not count.
+        let quoted = format!("name: '{}'  # {}\noperators: []\n", "[".repeat(100), "{".repeat(100));
+        assert_eq!(parse_spec_text(&quoted).unwrap().name, "[".repeat(100));
+        assert!(parse_spec_text("name: it's [ok]\noperators: []\n").is_ok());
+        // A byte-order mark, as some editors write.
+        assert_eq!(parse_spec_text("\u{feff}name: bom\noperators: []\n").unwrap().name, "bom");
+        // A one-line spec of 200 KB: the error quotes its start only.
+        let e = parse_spec_text(&format!("name: x\noperators: \"{}\"", "o".repeat(200_000))).unwrap_err().to_string();
+        assert!(e.len() < 400, "{} bytes: {}", e.len(), &e[..200]);
     }
 
     #[test]

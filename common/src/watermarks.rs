@@ -12,6 +12,24 @@ pub const DEFAULT_AUTO_WATERMARK_INTERVAL_MS: u64 = 200;
 /// The longest idle timeout or emit interval a spec may declare (1 day).
 pub const MAX_WATERMARK_DURATION_MS: u64 = 24 * 3600 * 1000;
 
+/// The earliest event time a record may carry, 0001-01-01T00:00:00Z (SQL's `TIMESTAMP` range): windows, timers
+/// and watermarks add sizes, gaps and bounds of up to a year or so to event times, which cannot overflow inside
+/// this range. A source refuses a record outside it instead of letting arithmetic wrap.
+pub const MIN_TIMESTAMP_MS: i64 = -62_135_596_800_000;
+/// The latest event time a record may carry, 9999-12-31T23:59:59.999Z.
+pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
+/// Why an event time is outside what Weir handles, if it is.
+pub fn check_event_time(ms: i64) -> Result<(), String> {
+    if (MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&ms) {
+        return Ok(());
+    }
+    Err(format!(
+        "event time {ms} ms is outside the range windows and timers handle: {MIN_TIMESTAMP_MS} (0001-01-01) to \
+         {MAX_TIMESTAMP_MS} (9999-12-31)"
+    ))
+}
+
 /// How far event time is behind processing time: `now_ms − watermark`, or none before the first watermark
 /// (`i64::MIN`) and after the last (`i64::MAX`, the input ended).
 pub fn lag_ms(now_ms: i64, watermark: i64) -> Option<i64> {

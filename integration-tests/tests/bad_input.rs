@@ -29,6 +29,26 @@ operators:
   - { uid: out, kind: blackhole, input: counts, parallelism: 1 }
 ";
 
+/// [`GOOD`] with a `filter` of condition `condition` between the source and the count.
+fn filter(condition: &str) -> String {
+    GOOD.replace(
+        "  - { uid: counts, kind: keyed-count, input: events }",
+        &format!(
+            "  - {{ uid: filtered, kind: filter, input: events, config: {{ where: \"{condition}\" }} }}\n  \
+             - {{ uid: counts, kind: keyed-count, input: filtered }}"
+        ),
+    )
+}
+
+/// [`GOOD`] with a `project` of select list `select` after the source, into the sink.
+fn select(select: &str) -> String {
+    GOOD.replace(
+        "  - { uid: counts, kind: keyed-count, input: events }",
+        &format!("  - {{ uid: selected, kind: project, input: events, config: {{ select: \"{select}\" }} }}"),
+    )
+    .replace("input: counts, parallelism: 1", "input: selected, parallelism: 1")
+}
+
 /// [`GOOD`] with one more job-level line (a `checkpointing:` or `restart:` block).
 fn with_job_field(line: &str) -> String {
     GOOD.replace("parallelism: 2\n", &format!("parallelism: 2\n{line}\n"))
@@ -259,6 +279,93 @@ operators:
             name: "parallelism 0",
             spec: GOOD.replace("parallelism: 2\n", "parallelism: 0\n"),
             mentions: &[&["parallelism"], &["at least 1"]],
+        },
+        // The hostile-input probe's specs: each once crashed a process, ran for hours or grew without bound.
+        BadSpec {
+            name: "a where of 1,300 nested parentheses",
+            spec: filter(&format!("{}value > 1{}", "(".repeat(1_300), ")".repeat(1_300))),
+            mentions: &[&["filtered"], &["where"], &["levels deep"]],
+        },
+        BadSpec {
+            name: "NOT 16,000 times",
+            spec: filter(&format!("{}value > 1", "NOT ".repeat(16_000))),
+            mentions: &[&["filtered"], &["where"], &["levels deep"]],
+        },
+        BadSpec {
+            name: "a minus 20,000 times",
+            spec: filter(&format!("{}value > 1", "- ".repeat(20_000))),
+            mentions: &[&["filtered"], &["where"], &["levels deep"]],
+        },
+        BadSpec {
+            name: "a flat sum of 16,000 terms",
+            spec: filter(&format!("value{} > 1", " + 1".repeat(16_000))),
+            mentions: &[&["filtered"], &["where"], &["levels deep"]],
+        },
+        BadSpec {
+            name: "a select of 2,500 terms",
+            spec: select(&format!("value{} AS x", " + 1".repeat(2_500))),
+            mentions: &[&["selected"], &["select"], &["levels deep"]],
+        },
+        BadSpec {
+            name: "a key that is NULL",
+            spec: select("value").replace("select: \"value\" }", "select: \"value\", key: \"NULL\" }"),
+            mentions: &[&["selected"], &["key"], &["cannot be null"]],
+        },
+        BadSpec {
+            name: "a sliding window of a year sliding by a year less 1 ms",
+            spec: GOOD
+                .replace(
+                    "kind: keyed-count, input: events }",
+                    "kind: window-aggregate, input: events, config: { window: { sliding_ms: 31536000000, \
+                     slide_ms: 31535999999 } } }",
+                )
+                .replace("seed: 1 } }", "seed: 1, event_time: { step_ms: 1 } } }"),
+            mentions: &[&["counts"], &["window"], &["slices"], &["10000"]],
+        },
+        BadSpec {
+            name: "datagen of 4294967295 splits",
+            spec: GOOD.replace("seed: 1 }", "seed: 1, splits: 4294967295 }"),
+            mentions: &[&["events"], &["splits"], &["65536"]],
+        },
+        BadSpec {
+            name: "nexmark of 4294967295 splits",
+            spec: nexmark("splits: 4294967295"),
+            mentions: &[&["events"], &["splits"], &["65536"]],
+        },
+        BadSpec {
+            name: "a sum over a column that does not exist",
+            spec: GOOD
+                .replace(
+                    "kind: keyed-count, input: events }",
+                    "kind: window-aggregate, input: events, config: { window: { tumbling_ms: 10 }, aggregate: sum, \
+                     field: price } }",
+                )
+                .replace("seed: 1 } }", "seed: 1, event_time: { step_ms: 1 } } }"),
+            mentions: &[&["counts"], &["config.field"], &["price"]],
+        },
+        BadSpec {
+            name: "datagen starting at the end of time",
+            spec: GOOD.replace("seed: 1 } }", "seed: 1, event_time: { start_ms: 9223372036854775807 } } }"),
+            mentions: &[&["events"], &["event_time"], &["9999-12-31"]],
+        },
+        BadSpec {
+            name: "datagen starting at the beginning of time",
+            spec: GOOD.replace("seed: 1 } }", "seed: 1, event_time: { start_ms: -9223372036854775808 } } }"),
+            mentions: &[&["events"], &["event_time"], &["0001-01-01"]],
+        },
+        BadSpec {
+            name: "datagen stepping 2^64 - 1 ms",
+            spec: GOOD.replace("seed: 1 } }", "seed: 1, event_time: { step_ms: 18446744073709551615 } } }"),
+            mentions: &[&["events"], &["event_time"], &["step_ms"]],
+        },
+        BadSpec {
+            name: "a kafka sink keyed by a column that does not exist",
+            spec: GOOD.replace(
+                "uid: out, kind: blackhole, input: counts, parallelism: 1",
+                "uid: out, kind: kafka-sink, input: counts, parallelism: 1, config: { bootstrap_servers: \
+                 '127.0.0.1:9', topic: t, key_field: user }",
+            ),
+            mentions: &[&["out"], &["config.key_field"], &["user"]],
         },
         BadSpec {
             name: "malformed YAML",
@@ -497,6 +604,211 @@ fn oversized_specs_are_refused_at_once_and_the_running_job_is_untouched() -> any
     assert!(out["deleted_files"].as_u64().unwrap_or(0) > 0, "{out}");
     assert!(!gone_dir.exists(), "{} is left", gone_dir.display());
     assert!(cluster.jobs()?.is_empty());
+    cluster.stop();
+    Ok(())
+}
+
+/// Every committed line under `dir` (files whose names do not start with a dot, in any folder).
+fn committed_lines(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut lines = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let path = entry?.path();
+            if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.')) {
+                continue;
+            }
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                lines.extend(std::fs::read_to_string(&path)?.lines().map(str::to_string));
+            }
+        }
+    }
+    Ok(lines)
+}
+
+/// CPU seconds a process has used (user and system), from `/proc`.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command (which may hold spaces) start after its closing parenthesis.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11).unwrap_or(&"0").parse::<u64>()? + fields.get(12).unwrap_or(&"0").parse::<u64>()?;
+    Ok(ticks as f64 / 100.0)
+}
+
+/// The hostile-input probe's inputs that once took processes down, fed to a cluster with a job running: the job
+/// manager refuses deep expressions by name (it once overflowed its stack), every task manager stays up, the
+/// expressions it accepts run (as deep as allowed, NULL arithmetic), and the running job never notices.
+#[test]
+fn hostile_specs_are_refused_or_run_and_the_running_job_is_unharmed() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 2))?;
+    let steady = weir_integration_tests::CountJob::unbounded("steady", 1_000, 3)
+        .rate(20_000)
+        .checkpoint_every_ms(200)
+        .into_blackhole();
+    let id = cluster.submit(&steady.yaml())?;
+    let before = cluster.wait_for_checkpoints(&id, 2, Duration::from_secs(60))?;
+
+    // Straight to the job manager (no CLI in between): refused by name, at once, and it lives on.
+    let deep = [
+        ("20,000 parentheses", filter(&format!("{}value > 1{}", "(".repeat(20_000), ")".repeat(20_000)))),
+        ("NOT 16,000 times", filter(&format!("{}value > 1", "NOT ".repeat(16_000)))),
+        ("a sum of 16,000 terms", filter(&format!("value{} > 1", " + 1".repeat(16_000)))),
+        ("a select of 2,500 terms", select(&format!("value{} AS x", " + 1".repeat(2_500)))),
+    ];
+    for (what, spec) in deep {
+        let took = refused_quickly(&mut cluster, what, weir_common::spec::parse_spec_text(&spec)?, &["levels deep"]);
+        assert!(took < Duration::from_secs(2), "{what}: {took:?}");
+        assert!(cluster.jobmanager_is_running(), "the job manager died on {what}");
+    }
+
+    // What it accepts runs, on every task manager: a sum as deep as the limit, and arithmetic on NULL (which
+    // once panicked the task); a filter on NULL passes nothing.
+    let out = cluster.output_dir("accepted")?;
+    let nothing = cluster.output_dir("nothing")?;
+    let accepted = format!(
+        "name: accepted\nparallelism: 2\nrestart: {{ strategy: none }}\ncheckpointing: {{ interval_ms: 200 }}\n\
+         operators:\n\
+         \x20 - {{ uid: events, kind: datagen, config: {{ count: 1000, keys: 10, seed: 1 }} }}\n\
+         \x20 - {{ uid: deep, kind: project, input: events, config: {{ select: \"value{} AS deep, NULL / NULL AS a, \
+         NULL % NULL AS b, MOD(NULL, NULL) AS c, -NULL AS d\", where: \"NULL OR value > 0\" }} }}\n\
+         \x20 - {{ uid: out, kind: file-sink, input: deep, config: {{ path: {} }} }}\n\
+         \x20 - {{ uid: none, kind: filter, input: events, config: {{ where: \"NULL\" }} }}\n\
+         \x20 - {{ uid: sink-none, kind: file-sink, input: none, config: {{ path: {} }} }}\n",
+        " + 1".repeat(255),
+        out.display(),
+        nothing.display()
+    );
+    let accepted_id = cluster.submit(&accepted)?;
+    let info =
+        cluster.wait_for_state(&accepted_id, &[weir_integration_tests::JobState::Finished], Duration::from_secs(60))?;
+    assert_eq!(info.restarts, 0, "{info:?}");
+    let lines = committed_lines(&out)?;
+    assert_eq!(lines.len(), 1000);
+    assert!(lines.iter().all(|l| l == "256,,,,"), "{:?}", &lines[..3]);
+    assert!(committed_lines(&nothing)?.is_empty());
+    assert_eq!(cluster.live_taskmanagers().len(), 2, "a task manager died");
+
+    // The running job never noticed.
+    let after = cluster.wait_for_checkpoint_after(
+        &id,
+        before.last_completed_checkpoint.unwrap_or(0) + 2,
+        Duration::from_secs(30),
+    )?;
+    assert_eq!(after.status(), weir_proto::CheckpointStatus::Completed);
+    let info = cluster.job(&id)?;
+    assert_eq!((info.restarts, info.attempt), (before.restarts, before.attempt), "{info:?}");
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+/// Hostile spec files to the CLI: it reads no more than a spec may hold, refuses deep nesting at once, reads past
+/// a byte-order mark, names the limits, and quotes little of what it refuses.
+#[test]
+fn the_cli_refuses_hostile_spec_files_quickly_naming_the_limit() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 1))?;
+    let dir = cluster.output_dir("specs")?;
+    let submit =
+        |name: &str, text: Option<&str>| -> anyhow::Result<(weir_integration_tests::CommandOutput, Duration)> {
+            let path = match text {
+                Some(t) => {
+                    let p = dir.join(name);
+                    write_file(&p, t)?;
+                    p
+                }
+                None => std::path::PathBuf::from(name),
+            };
+            let began = std::time::Instant::now();
+            let out = cluster.cli(&["job", "submit", path.to_str().unwrap_or_default()])?;
+            Ok((out, began.elapsed()))
+        };
+    let nested = format!("{{\"name\": \"x\", \"operators\": {}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+    let big_value = GOOD.replace("seed: 1 }", &format!("seed: 1, note: \"{}\" }}", "v".repeat(100_000)));
+    let one_line = format!("name: x\noperators: \"{}\"", "o".repeat(200_000));
+    let cases: Vec<(&str, Option<String>, &[&str])> = vec![
+        ("/dev/zero", None, &["1048576", "limit of a spec"]),
+        ("huge.yaml", Some(format!("name: x\n# {}\noperators: []\n", "c".repeat(50 << 20))), &["1048576"]),
+        ("nested.json", Some(nested), &["64 levels"]),
+        ("big-value.yaml", Some(big_value), &["config.note", "65536"]),
+        ("one-line.yaml", Some(one_line), &["invalid type"]),
+        ("bom.yaml", Some(format!("\u{feff}{}", GOOD.replace("keys: 10", "keys: 0"))), &["keys"]),
+    ];
+    for (name, text, mentions) in cases {
+        let (out, took) = submit(name, text.as_deref())?;
+        let error = out.stderr.lines().find(|l| l.starts_with("error:")).unwrap_or_default().to_string();
+        assert_eq!(out.code(), Some(2), "{name}: {out}");
+        for m in mentions {
+            assert!(error.contains(m), "{name}: {m:?} not in {error}");
+        }
+        assert!(error.len() < 1024, "{name}: the error is {} bytes", error.len());
+        assert!(took < Duration::from_secs(5), "{name}: took {took:?}");
+        assert!(!error.contains("missing field `operators`"), "{name}: {error}");
+    }
+    assert!(cluster.jobs()?.is_empty());
+    cluster.stop();
+    Ok(())
+}
+
+/// A window job whose firing runs for hours (10,000 slices per window, each of 11,000 windows of a key fired at
+/// the end of input) is canceled: its task stops within seconds, not after the firing (a canceled task once
+/// spun on for minutes). And a job that fails at once, with the default restart strategy, backs off (1 s, 1.5 s,
+/// 2.25 s, …) and names its own failure, not the broken connections of its neighbours.
+#[test]
+fn a_canceled_firing_stops_and_a_failing_job_backs_off_naming_its_own_cause() -> anyhow::Result<()> {
+    use weir_integration_tests::JobState;
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 2))?;
+    let spinning = "name: spinning\nparallelism: 2\nstate_backend: heap\noperators:\n\
+        \x20 - { uid: events, kind: datagen, config: { count: 200000, keys: 1000, seed: 1, event_time: { step_ms: 1 } } }\n\
+        \x20 - { uid: windows, kind: window-aggregate, input: events, config: { window: { sliding_ms: 10000, slide_ms: 1 } } }\n\
+        \x20 - { uid: out, kind: blackhole, input: windows }\n";
+    let id = cluster.submit(spinning)?;
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+    let pids: Vec<u32> = (0..2).filter_map(|i| cluster.taskmanager_pid(i)).collect();
+    let cpu = |pids: &[u32]| -> anyhow::Result<f64> { pids.iter().map(|p| cpu_seconds(*p)).sum() };
+    // Firing: the task managers burn CPU (the 200,000 records take a fraction of a second).
+    let start = cpu(&pids)?;
+    weir_integration_tests::wait_until("for the windows to fire", Duration::from_secs(30), || {
+        Ok((cpu(&pids)? - start > 3.0).then_some(()))
+    })?;
+    cluster.cancel(&id)?;
+    cluster.wait_for_state(&id, &[JobState::Canceled], Duration::from_secs(10))?;
+    // Within a few seconds of the cancel the task threads have stopped: the task managers idle.
+    let idle = weir_integration_tests::wait_until("for the task managers to idle", Duration::from_secs(10), || {
+        let before = cpu(&pids)?;
+        std::thread::sleep(Duration::from_secs(2));
+        let used = cpu(&pids)? - before;
+        Ok((used < 0.5).then_some(used))
+    })?;
+    eprintln!("after the cancel: {idle:.2} CPU seconds in 2 s");
+    assert!(cluster.all_logs().contains("task canceled"));
+
+    // A source that fails at once (its event time passes the year 9999 at its second record): the default
+    // restart strategy backs off, and the failure reason is the source's own error.
+    let poison = "name: poison\nparallelism: 2\noperators:\n\
+        \x20 - { uid: events, kind: datagen, config: { keys: 10, seed: 1, splits: 2, event_time: { start_ms: 253402300799000, step_ms: 1000 } } }\n\
+        \x20 - { uid: counts, kind: keyed-count, input: events }\n\
+        \x20 - { uid: out, kind: blackhole, input: counts }\n";
+    let poison_id = cluster.submit(poison)?;
+    let info = weir_integration_tests::wait_until("for three restarts", Duration::from_secs(60), || {
+        let info = cluster.job(&poison_id)?;
+        Ok((info.restarts >= 3).then_some(info))
+    })?;
+    assert!(info.failure.contains("event time") && info.failure.contains("9999-12-31"), "{}", info.failure);
+    assert!(info.failure.contains("\"events\""), "the source is named: {}", info.failure);
+    let delays: Vec<u64> = cluster
+        .jobmanager_log()?
+        .lines()
+        .filter(|l| l.contains(&poison_id) && l.contains("job restarts after the delay"))
+        .filter_map(|l| l.split("delay_ms=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(delays.len() >= 3, "{delays:?}");
+    // 1 s, 1.5 s, 2.25 s, each moved by up to 10 %: growing, never back below the first.
+    assert!((900..=1100).contains(&delays[0]), "{delays:?}");
+    assert!(delays.windows(2).all(|w| w[1] > w[0]), "{delays:?}");
+    cluster.cancel(&poison_id)?;
     cluster.stop();
     Ok(())
 }

@@ -1,5 +1,8 @@
 //! The Nexmark queries of `bench/nexmark/` on a real cluster give Flink's results, row for row, over the same
-//! stream (`bench/nexmark/expected/`; q6, which Flink refuses, the result computed from the generator): every
+//! stream (`bench/nexmark/expected/`), all but q6: Flink refuses q6's SQL, so its result is checked against a
+//! reference computed from the generator (`reference_q6`) under Weir's reading of q6, the original Nexmark
+//! definition (the average of each seller's last 10 closed auctions, in the order they closed), which is not the
+//! Flink port's SQL text (eleven rows ordered by the winning bid's time; see `bench/nexmark/q6.yaml`). Every
 //! query once, then every query that keeps state through a task manager SIGKILLed mid-run and through a stop
 //! with savepoint and a restore at another parallelism.
 
@@ -8,8 +11,9 @@ use std::time::Duration;
 use weir_integration_tests::nexmark::{check_result, QueryRun, QUERIES};
 use weir_integration_tests::{Cluster, ClusterOptions, JobState};
 
+/// Every query's result over the same stream: Flink's, row for row; q6's, the generator-computed reference.
 #[test]
-fn every_query_gives_flinks_result() -> anyhow::Result<()> {
+fn every_query_gives_flinks_result_and_q6_its_reference() -> anyhow::Result<()> {
     let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
     let mut jobs = Vec::new();
     for q in QUERIES {

@@ -211,11 +211,21 @@ fn tokens_and_the_cluster_secret_keep_strangers_out() -> anyhow::Result<()> {
     assert_eq!(out.code(), Some(0), "{}", out.stderr);
 
     // A task manager without the secret cannot register; one with a client token is no member either.
+    // Its refusal is waited for (a fixed sleep would pass a registration that is merely slow).
     let outsider = c.start_taskmanager(&[])?;
-    std::thread::sleep(Duration::from_secs(3));
+    let outsider_log = c.dir().join("logs").join(format!("taskmanager-{outsider}.log"));
+    let refused = weir_integration_tests::wait_until(
+        "for the task manager without the secret to say it was refused",
+        Duration::from_secs(20),
+        || {
+            let log = std::fs::read_to_string(&outsider_log)?;
+            Ok(log.lines().find(|l| l.contains("did not accept this task manager's registration")).map(str::to_string))
+        },
+    )?;
+    assert!(refused.contains("cluster secret"), "why: {refused}");
     let tms = c.cli_json(&["cluster"])?["task_managers"].as_array().map_or(0, |a| a.len());
     assert_eq!(tms, 2, "the task manager without the secret registered");
-    let log = std::fs::read_to_string(c.dir().join("logs").join(format!("taskmanager-{outsider}.log")))?;
+    let log = std::fs::read_to_string(&outsider_log)?;
     assert!(!log.contains("registered with job manager"), "{log}");
 
     // A valid client token opens none of the internal RPCs, of the job manager or of a task manager.

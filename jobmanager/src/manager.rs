@@ -14,7 +14,7 @@ use crate::job::mailbox::JobView;
 use crate::job::record::{InitialRestore, JobRecord};
 use crate::job::store::{EtcdJobStore, JobStore, LocalJobStore};
 use crate::job::SavepointRequest;
-use crate::job::{JobActor, JobEvent, ReportedTask};
+use crate::job::{JobActor, JobEvent, ReportedTask, TaskError};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -494,7 +494,7 @@ impl JobManager {
                 attempt: task.attempt,
                 task: task.task,
                 state,
-                error: status.error.clone(),
+                error: TaskError { text: status.error.clone(), caused_by_peer: status.caused_by_peer },
                 watermark: status.watermark,
             });
         }
@@ -505,7 +505,8 @@ impl JobManager {
     }
 
     /// Routes a task's state report to its job (reports for unknown jobs are dropped).
-    pub fn task_state(&self, tm_id: &str, task: TaskAddress, state: pb::TaskState, error: String) {
+    pub fn task_state(&self, tm_id: &str, task: TaskAddress, state: pb::TaskState, text: String, caused_by_peer: bool) {
+        let error = TaskError { text, caused_by_peer };
         self.route(
             &task.job_id,
             JobEvent::TaskState { tm_id: tm_id.to_string(), attempt: task.attempt, task: task.task, state, error },

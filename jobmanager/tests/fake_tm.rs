@@ -84,7 +84,7 @@ impl FakeTm {
         {
             let mut s = self.state.lock();
             let status =
-                pb::TaskStatus { task: Some(task_ref(d)), state: state as i32, error: String::new(), watermark: None };
+                pb::TaskStatus { task: Some(task_ref(d)), state: state as i32, watermark: None, ..Default::default() };
             s.statuses.insert((d.attempt.0, d.vertex.0, d.subtask.0), status);
             if s.lose_reports.contains(&state) {
                 return;
@@ -94,7 +94,7 @@ impl FakeTm {
             tm_id: self.id.clone(),
             task: Some(task_ref(d)),
             state: state as i32,
-            error: String::new(),
+            ..Default::default()
         };
         self.jm().update_task_state(req).await.expect("update task state");
     }
@@ -509,19 +509,31 @@ async fn failover_restores_and_jm_restart_resumes() {
     let job_id = JobId(id.clone());
     wait_job(&client, &id, "for 2 checkpoints", |j| j.last_completed_checkpoint >= Some(2)).await;
 
-    // A task fails: the job restarts with the next attempt, restored from the latest checkpoint.
+    // A task fails: the job restarts with the next attempt, restored from the latest checkpoint. Its neighbour,
+    // whose connection to it broke, is heard first; the failing task's own error, heard next, is the cause.
     let failing = fake.current_tasks().into_iter().find(|d| d.vertex.0 == 1).unwrap();
+    let neighbour = fake.current_tasks().into_iter().find(|d| d.vertex.0 == 0).unwrap();
+    let broken = pb::UpdateTaskStateRequest {
+        tm_id: "tm-b".into(),
+        task: Some(task_ref(&neighbour)),
+        state: pb::TaskState::Failed as i32,
+        error: "data connection to counts: Connection reset by peer".into(),
+        caused_by_peer: true,
+    };
     let failed = pb::UpdateTaskStateRequest {
         tm_id: "tm-b".into(),
         task: Some(task_ref(&failing)),
         state: pb::TaskState::Failed as i32,
         error: "boom".into(),
+        caused_by_peer: false,
     };
+    fake.jm().update_task_state(broken).await.unwrap();
     fake.jm().update_task_state(failed.clone()).await.unwrap();
     let info =
         wait_job(&client, &id, "for attempt 2 RUNNING", |j| j.attempt == 2 && j.state() == pb::JobState::Running).await;
     assert_eq!(info.restarts, 1);
     assert!(info.failure.contains("boom") && info.failure.contains("counts subtask"), "{}", info.failure);
+    assert!(!info.failure.contains("reset by peer"), "{}", info.failure);
     assert!(fake.state.lock().cancels.iter().any(|c| c.job_id == id && c.up_to_attempt == 1));
     let restored = fake.current_tasks();
     assert_eq!(restored.len(), 5);

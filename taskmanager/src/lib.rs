@@ -2,8 +2,10 @@
 //!
 //! - [`api`]: what an operator author programs against (operator traits, records, the kind registry, commit
 //!   helpers); `examples/` and users' own task-manager binaries import only this and [`builtins`].
-//! - [`builtins`]: `datagen`, `keyed-count`, `file-sink`, `blackhole`, written against [`api`]; [`builtins::registry`]
-//!   is a registry holding them.
+//! - [`builtins`]: the 17 built-in kinds, written against [`api`]: sources `datagen`, `nexmark` and `kafka`;
+//!   `keyed-count`, `filter`, `project`, `aggregate`, `over`, `window-aggregate`, `window-top`, `join`,
+//!   `interval-join`, `window-join` and `winning-bids`; sinks `file-sink`, `kafka-sink` and `blackhole`.
+//!   [`builtins::registry`] is a registry holding them.
 //! - [`task`]: one subtask's thread: the run loop, setup (planned by `plan_setup`) and restore, the snapshot
 //!   and its upload (planned by `plan_upload`), output edges and chaining, barrier alignment, its errors.
 //! - [`expr`]: expressions over records (`filter`, `project`): compiled per schema, evaluated a column at a
@@ -12,8 +14,9 @@
 //!   channels with credit-based flow control.
 //! - [`time`]: event time: watermark generation per source split, and the valve that combines the watermarks
 //!   and idleness of several inputs (pure state machines the task loop drives).
-//! - [`window`]: window assignment, slices and session merging as arithmetic (the window operator on timers
-//!   is issue 20's).
+//! - [`window`]: window assignment, slices and session merging as arithmetic, triggers and accumulators, and
+//!   the general window operator on keyed timers and namespaced state that user kinds build on
+//!   (`window-aggregate` runs its event-time windows on a path of its own in [`builtins`]).
 //! - [`control`]: the gRPC service the job manager calls, registration and heartbeats.
 //! - [`report`]: the ordered reports of task states and checkpoint acknowledgements to the job manager,
 //!   below the tasks that send them.

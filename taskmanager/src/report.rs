@@ -136,8 +136,13 @@ impl Reporter {
                 let id = (t.job_id.clone(), t.attempt, t.vertex, t.subtask);
                 let mut latest = self.latest.lock();
                 let watermark = latest.get(&id).and_then(|(s, _)| s.watermark);
-                let status =
-                    pb::TaskStatus { task: Some(t.clone()), state: s.state, error: s.error.clone(), watermark };
+                let status = pb::TaskStatus {
+                    task: Some(t.clone()),
+                    state: s.state,
+                    error: s.error.clone(),
+                    watermark,
+                    caused_by_peer: s.caused_by_peer,
+                };
                 latest.insert(id, (status, Instant::now()));
             }
         }
@@ -146,11 +151,17 @@ impl Reporter {
 
     /// Queues a task's state change.
     pub fn state(&self, task: &pb::TaskRef, state: pb::TaskState, error: String) {
+        self.state_caused(task, state, error, false);
+    }
+
+    /// Queues a task's state change, saying whether a peer's failure caused it.
+    pub fn state_caused(&self, task: &pb::TaskRef, state: pb::TaskState, error: String, caused_by_peer: bool) {
         self.send(Report::State(pb::UpdateTaskStateRequest {
             tm_id: self.tm_id.clone(),
             task: Some(task.clone()),
             state: state as i32,
             error,
+            caused_by_peer,
         }));
     }
 
@@ -240,6 +251,7 @@ mod tests {
             task: Some(pb::TaskRef { job_id: "j".into(), attempt: 1, vertex: 0, subtask: task }),
             state: state as i32,
             error: String::new(),
+            caused_by_peer: false,
         })
     }
 

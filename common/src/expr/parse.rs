@@ -1,6 +1,12 @@
 //! Text to expressions: a hand-written tokenizer and a precedence-climbing parser (SQL's precedence: `OR` <
 //! `AND` < `NOT` < comparisons, `IS NULL`, `IN`, `BETWEEN` < `+ -` < `* / %` < unary minus). Keywords are
 //! case-insensitive; a column name is an identifier or a double-quoted name.
+//!
+//! Everything downstream (typing, compiling, evaluating, dropping) walks the tree recursively, so the parser
+//! refuses a tree deeper than [`MAX_EXPR_DEPTH`]: it counts the depth of what it builds (a chain `a + b + …`
+//! is one level per term) and stops at the limit before building further. The parser itself recurses once per
+//! parenthesis, `NOT`, `-` and function call it is inside, through a few frames each, so those nest at most
+//! [`MAX_EXPR_NESTING`] deep; chains it reads in a loop.
 
 use super::{BinaryOp, Expr, Function, Literal, UnaryOp};
 
@@ -15,6 +21,15 @@ pub struct ParseError {
     /// The text (cut short when long).
     pub text: String,
 }
+
+/// The deepest expression tree accepted: each operator, `NOT`, `-` and function call is a level, and a chain
+/// `a + b + c` is a level per term. Typing and evaluation recurse once per level; a task's thread and the job
+/// manager's threads have stack for many times this.
+pub const MAX_EXPR_DEPTH: usize = 256;
+
+/// The deepest nesting of parentheses, `NOT`, `-` and function calls accepted: the parser recurses through
+/// several frames for each, and stays within a fraction of a 2 MiB thread's stack at this depth.
+pub const MAX_EXPR_NESTING: usize = 64;
 
 /// One item of a select list: an expression and the name of the column it makes.
 #[derive(Clone, Debug, PartialEq)]
@@ -106,6 +121,22 @@ struct Parser<'t> {
     toks: Vec<(Tok, usize)>,
     pos: usize,
     text: &'t str,
+    /// Levels the parser is inside (parentheses, `NOT`, `-`, arguments): bounds its own recursion.
+    nesting: usize,
+}
+
+/// An expression and the depth of its tree.
+type Deep = (Expr, usize);
+
+fn too_deep() -> String {
+    format!(
+        "the expression is more than {MAX_EXPR_DEPTH} levels deep (each operator, NOT, - and function call is a \
+         level, and a chain `a + b + …` a level per term)"
+    )
+}
+
+fn too_nested() -> String {
+    format!("the expression nests parentheses, NOT, - and function calls more than {MAX_EXPR_NESTING} levels deep")
 }
 
 impl Parser<'_> {
@@ -134,6 +165,39 @@ impl Parser<'_> {
         yes
     }
 
+    /// Goes one level further in, refusing to go past the nesting limit.
+    fn enter(&mut self) -> Result<(), ParseError> {
+        if self.nesting >= MAX_EXPR_NESTING {
+            return Err(self.err(too_nested()));
+        }
+        self.nesting += 1;
+        Ok(())
+    }
+
+    fn leave(&mut self) {
+        self.nesting -= 1;
+    }
+
+    /// A node of depth `depth` (its deepest child's + 1), unless that is past the limit.
+    fn node(&self, e: Expr, depth: usize) -> Result<Deep, ParseError> {
+        if depth > MAX_EXPR_DEPTH {
+            return Err(self.err(too_deep()));
+        }
+        Ok((e, depth))
+    }
+
+    fn binary(&self, op: BinaryOp, (a, da): Deep, (b, db): Deep) -> Result<Deep, ParseError> {
+        self.node(Expr::Binary(op, Box::new(a), Box::new(b)), da.max(db) + 1)
+    }
+
+    /// `parse` one level further in.
+    fn inside<T>(&mut self, parse: impl FnOnce(&mut Self) -> Result<T, ParseError>) -> Result<T, ParseError> {
+        self.enter()?;
+        let r = parse(self);
+        self.leave();
+        r
+    }
+
     fn expect_sym(&mut self, sym: &str) -> Result<(), ParseError> {
         if self.eat_sym(sym) {
             Ok(())
@@ -142,30 +206,33 @@ impl Parser<'_> {
         }
     }
 
-    fn or(&mut self) -> Result<Expr, ParseError> {
+    fn or(&mut self) -> Result<Deep, ParseError> {
         let mut e = self.and()?;
         while self.eat_keyword("OR") {
-            e = Expr::Binary(BinaryOp::Or, Box::new(e), Box::new(self.and()?));
+            let b = self.and()?;
+            e = self.binary(BinaryOp::Or, e, b)?;
         }
         Ok(e)
     }
 
-    fn and(&mut self) -> Result<Expr, ParseError> {
+    fn and(&mut self) -> Result<Deep, ParseError> {
         let mut e = self.not()?;
         while self.eat_keyword("AND") {
-            e = Expr::Binary(BinaryOp::And, Box::new(e), Box::new(self.not()?));
+            let b = self.not()?;
+            e = self.binary(BinaryOp::And, e, b)?;
         }
         Ok(e)
     }
 
-    fn not(&mut self) -> Result<Expr, ParseError> {
+    fn not(&mut self) -> Result<Deep, ParseError> {
         if self.eat_keyword("NOT") {
-            return Ok(Expr::Unary(UnaryOp::Not, Box::new(self.not()?)));
+            let (x, d) = self.inside(Self::not)?;
+            return self.node(Expr::Unary(UnaryOp::Not, Box::new(x)), d + 1);
         }
         self.comparison()
     }
 
-    fn comparison(&mut self) -> Result<Expr, ParseError> {
+    fn comparison(&mut self) -> Result<Deep, ParseError> {
         let e = self.additive()?;
         const OPS: [(&str, BinaryOp); 7] = [
             ("=", BinaryOp::Eq),
@@ -178,15 +245,17 @@ impl Parser<'_> {
         ];
         for (sym, op) in OPS {
             if self.eat_sym(sym) {
-                return Ok(Expr::Binary(op, Box::new(e), Box::new(self.additive()?)));
+                let b = self.additive()?;
+                return self.binary(op, e, b);
             }
         }
+        let (e, depth) = e;
         if self.eat_keyword("IS") {
             let negated = self.eat_keyword("NOT");
             if !self.eat_keyword("NULL") {
                 return Err(self.err("expected NULL after IS"));
             }
-            return Ok(Expr::IsNull { expr: Box::new(e), negated });
+            return self.node(Expr::IsNull { expr: Box::new(e), negated }, depth + 1);
         }
         let negated = self.eat_keyword("NOT");
         if self.eat_keyword("IN") {
@@ -196,7 +265,7 @@ impl Parser<'_> {
                 list.push(self.literal()?);
             }
             self.expect_sym(")")?;
-            return Ok(Expr::InList { expr: Box::new(e), list, negated });
+            return self.node(Expr::InList { expr: Box::new(e), list, negated }, depth + 1);
         }
         if self.eat_keyword("BETWEEN") {
             // `x BETWEEN a AND b` is `x >= a AND x <= b` (x is evaluated twice; it has no side effects).
@@ -205,20 +274,18 @@ impl Parser<'_> {
                 return Err(self.err("expected AND in BETWEEN … AND …"));
             }
             let high = self.additive()?;
-            let both = Expr::Binary(
-                BinaryOp::And,
-                Box::new(Expr::Binary(BinaryOp::GtEq, Box::new(e.clone()), Box::new(low))),
-                Box::new(Expr::Binary(BinaryOp::LtEq, Box::new(e), Box::new(high))),
-            );
-            return Ok(if negated { Expr::Unary(UnaryOp::Not, Box::new(both)) } else { both });
+            let ge = self.binary(BinaryOp::GtEq, (e.clone(), depth), low)?;
+            let le = self.binary(BinaryOp::LtEq, (e, depth), high)?;
+            let both = self.binary(BinaryOp::And, ge, le)?;
+            return if negated { self.node(Expr::Unary(UnaryOp::Not, Box::new(both.0)), both.1 + 1) } else { Ok(both) };
         }
         if negated {
             return Err(self.err("expected IN or BETWEEN after NOT"));
         }
-        Ok(e)
+        Ok((e, depth))
     }
 
-    fn additive(&mut self) -> Result<Expr, ParseError> {
+    fn additive(&mut self) -> Result<Deep, ParseError> {
         let mut e = self.multiplicative()?;
         loop {
             let op = if self.eat_sym("+") {
@@ -228,11 +295,12 @@ impl Parser<'_> {
             } else {
                 return Ok(e);
             };
-            e = Expr::Binary(op, Box::new(e), Box::new(self.multiplicative()?));
+            let b = self.multiplicative()?;
+            e = self.binary(op, e, b)?;
         }
     }
 
-    fn multiplicative(&mut self) -> Result<Expr, ParseError> {
+    fn multiplicative(&mut self) -> Result<Deep, ParseError> {
         let mut e = self.unary()?;
         loop {
             let op = if self.eat_sym("*") {
@@ -244,27 +312,29 @@ impl Parser<'_> {
             } else {
                 return Ok(e);
             };
-            e = Expr::Binary(op, Box::new(e), Box::new(self.unary()?));
+            let b = self.unary()?;
+            e = self.binary(op, e, b)?;
         }
     }
 
-    fn unary(&mut self) -> Result<Expr, ParseError> {
+    fn unary(&mut self) -> Result<Deep, ParseError> {
         if self.eat_sym("-") {
-            return Ok(match self.unary()? {
-                Expr::Literal(Literal::Int(v)) => Expr::Literal(Literal::Int(-v)),
+            let (x, d) = self.inside(Self::unary)?;
+            return match x {
+                Expr::Literal(Literal::Int(v)) => Ok((Expr::Literal(Literal::Int(-v)), d)),
                 Expr::Literal(Literal::Decimal { unscaled, precision, scale }) => {
-                    Expr::Literal(Literal::Decimal { unscaled: -unscaled, precision, scale })
+                    Ok((Expr::Literal(Literal::Decimal { unscaled: -unscaled, precision, scale }), d))
                 }
-                Expr::Literal(Literal::Float(v)) => Expr::Literal(Literal::Float(-v)),
-                e => Expr::Unary(UnaryOp::Neg, Box::new(e)),
-            });
+                Expr::Literal(Literal::Float(v)) => Ok((Expr::Literal(Literal::Float(-v)), d)),
+                e => self.node(Expr::Unary(UnaryOp::Neg, Box::new(e)), d + 1),
+            };
         }
         self.primary()
     }
 
-    fn primary(&mut self) -> Result<Expr, ParseError> {
+    fn primary(&mut self) -> Result<Deep, ParseError> {
         if self.eat_sym("(") {
-            let e = self.or()?;
+            let e = self.inside(Self::or)?;
             self.expect_sym(")")?;
             return Ok(e);
         }
@@ -274,11 +344,13 @@ impl Parser<'_> {
                     && self.toks.get(self.pos + 1).map(|t| &t.0) == Some(&Tok::Sym("(")) =>
             {
                 self.pos += 2;
-                let a = self.or()?;
-                self.expect_sym(",")?;
-                let b = self.or()?;
+                let (a, b) = self.inside(|p| {
+                    let a = p.or()?;
+                    p.expect_sym(",")?;
+                    Ok((a, p.or()?))
+                })?;
                 self.expect_sym(")")?;
-                Ok(Expr::Binary(BinaryOp::Rem, Box::new(a), Box::new(b)))
+                self.binary(BinaryOp::Rem, a, b)
             }
             Some(Tok::Ident(w)) if is_reserved(&w) && !is_literal_word(&w) => {
                 Err(self.err(format!("unexpected keyword {w}")))
@@ -286,27 +358,31 @@ impl Parser<'_> {
             Some(Tok::Ident(w)) if !is_literal_word(&w) => {
                 self.pos += 1;
                 if !self.eat_sym("(") {
-                    return Ok(Expr::Column(w));
+                    return Ok((Expr::Column(w), 1));
                 }
                 let Some((function, arity)) = Function::named(&w) else {
                     self.pos -= 1;
                     return Err(self.err(format!("unknown function {w:?} (known: MOD, KEY_INT)")));
                 };
-                let mut args = vec![self.or()?];
-                while self.eat_sym(",") {
-                    args.push(self.or()?);
-                }
+                let args = self.inside(|p| {
+                    let mut args = vec![p.or()?];
+                    while p.eat_sym(",") {
+                        args.push(p.or()?);
+                    }
+                    Ok(args)
+                })?;
                 self.expect_sym(")")?;
                 if args.len() != arity {
                     return Err(self.err(format!("{} takes {arity} argument(s), not {}", function.name(), args.len())));
                 }
-                Ok(Expr::Call(function, args))
+                let depth = args.iter().map(|(_, d)| *d).max().unwrap_or(0) + 1;
+                self.node(Expr::Call(function, args.into_iter().map(|(a, _)| a).collect()), depth)
             }
             Some(Tok::Quoted(name)) => {
                 self.pos += 1;
-                Ok(Expr::Column(name))
+                Ok((Expr::Column(name), 1))
             }
-            _ => Ok(Expr::Literal(self.literal()?)),
+            _ => Ok((Expr::Literal(self.literal()?), 1)),
         }
     }
 
@@ -367,11 +443,11 @@ fn number(text: &str) -> Option<Literal> {
 
 /// Parses one expression.
 pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
-    let mut p = Parser { toks: tokenize(text)?, pos: 0, text };
+    let mut p = Parser { toks: tokenize(text)?, pos: 0, text, nesting: 0 };
     if p.toks.is_empty() {
         return Err(p.err("the expression is empty"));
     }
-    let e = p.or()?;
+    let (e, _) = p.or()?;
     if p.pos < p.toks.len() {
         return Err(p.err("unexpected text after the expression"));
     }
@@ -380,10 +456,10 @@ pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
 
 /// Parses a comma-separated list of expressions (a key: `bid_auction` or `a, b`).
 pub fn parse_list(text: &str) -> Result<Vec<Expr>, ParseError> {
-    let mut p = Parser { toks: tokenize(text)?, pos: 0, text };
-    let mut out = vec![p.or()?];
+    let mut p = Parser { toks: tokenize(text)?, pos: 0, text, nesting: 0 };
+    let mut out = vec![p.or()?.0];
     while p.eat_sym(",") {
-        out.push(p.or()?);
+        out.push(p.or()?.0);
     }
     if p.pos < p.toks.len() {
         return Err(p.err("expected a comma or the end of the list"));
@@ -393,13 +469,13 @@ pub fn parse_list(text: &str) -> Result<Vec<Expr>, ParseError> {
 
 /// Parses a select list: `*` or `expr [AS name]`, comma-separated.
 pub fn parse_select(text: &str) -> Result<Vec<SelectItem>, ParseError> {
-    let mut p = Parser { toks: tokenize(text)?, pos: 0, text };
+    let mut p = Parser { toks: tokenize(text)?, pos: 0, text, nesting: 0 };
     let mut out = Vec::new();
     loop {
         if p.eat_sym("*") {
             out.push(SelectItem::Star);
         } else {
-            let expr = p.or()?;
+            let (expr, _) = p.or()?;
             let name = if p.eat_keyword("AS") {
                 match p.peek().cloned() {
                     Some(Tok::Ident(n) | Tok::Quoted(n)) => {
@@ -493,5 +569,82 @@ mod tests {
         assert!(parse_expr("").is_err());
         assert!(parse_expr("a b").unwrap_err().message.contains("after the expression"));
         assert_eq!(parse_list("a, b % 2").unwrap().len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod depth_tests {
+    use super::*;
+
+    /// The shapes a hostile input nests (parentheses, NOT, minus, function arguments) `n` deep.
+    fn nested(n: usize) -> Vec<(&'static str, String)> {
+        vec![
+            ("parentheses", format!("{}a{}", "(".repeat(n), ")".repeat(n))),
+            ("NOT", format!("{}a", "NOT ".repeat(n))),
+            ("minus", format!("{}a", "- ".repeat(n))),
+            ("MOD", format!("{}a{}", "MOD(".repeat(n), ", 2)".repeat(n))),
+        ]
+    }
+
+    /// The chains a hostile input makes `n` terms long (read in a loop, each term a level of the tree).
+    fn chains(n: usize) -> Vec<(&'static str, String)> {
+        vec![
+            ("sum", format!("a{}", " + 1".repeat(n))),
+            ("AND", format!("a{}", " AND a".repeat(n))),
+            ("comparisons in parentheses", format!("a = 1{}", " OR (a = 1)".repeat(n))),
+        ]
+    }
+
+    fn depth(e: &Expr) -> usize {
+        match e {
+            Expr::Column(_) | Expr::Literal(_) => 1,
+            Expr::Unary(_, x) | Expr::IsNull { expr: x, .. } | Expr::InList { expr: x, .. } => depth(x) + 1,
+            Expr::Binary(_, a, b) => depth(a).max(depth(b)) + 1,
+            Expr::Call(_, args) => args.iter().map(depth).max().unwrap_or(0) + 1,
+        }
+    }
+
+    /// Runs `f` on a thread with a small stack: parsing at the limit must fit in far less than any thread has.
+    fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new().stack_size(512 * 1024).spawn(f).unwrap().join().unwrap()
+    }
+
+    #[test]
+    fn trees_up_to_the_limits_parse_and_deeper_ones_are_refused_by_name() {
+        on_small_stack(|| {
+            // The deepest accepted of each shape is at the limit; one more level is refused.
+            for (shape, text) in nested(MAX_EXPR_NESTING) {
+                parse_expr(&text).unwrap_or_else(|e| panic!("{shape}: {e}"));
+            }
+            for (shape, text) in nested(MAX_EXPR_NESTING + 1) {
+                let e = parse_expr(&text).expect_err(shape);
+                assert!(e.message.contains("more than 64 levels deep"), "{shape}: {e}");
+            }
+            for (shape, text) in chains(MAX_EXPR_DEPTH - 3) {
+                let e = parse_expr(&text).unwrap_or_else(|e| panic!("{shape}: {e}"));
+                assert!((MAX_EXPR_DEPTH - 2..=MAX_EXPR_DEPTH).contains(&depth(&e)), "{shape}: depth {}", depth(&e));
+            }
+            for (shape, text) in chains(MAX_EXPR_DEPTH) {
+                let e = parse_expr(&text).expect_err(shape);
+                assert!(e.message.contains("more than 256 levels deep"), "{shape}: {e}");
+            }
+        });
+    }
+
+    #[test]
+    fn hostile_depths_are_refused_quickly_without_exhausting_the_stack() {
+        // The probe's inputs: 1,300 parentheses, NOT x16,000, - x20,000, a flat sum of 16,000 terms.
+        on_small_stack(|| {
+            for (shape, text) in nested(20_000).into_iter().chain(chains(16_000)) {
+                let began = std::time::Instant::now();
+                let e = parse_expr(&text).expect_err(shape);
+                assert!(e.message.contains("levels deep"), "{shape}: {e}");
+                assert!(e.text.len() < 200, "{shape}: the error echoes {} bytes", e.text.len());
+                assert!(began.elapsed() < std::time::Duration::from_secs(1), "{shape}: {:?}", began.elapsed());
+            }
+            let list = format!("a, {}", ["b + 1"; 5].join(" + "));
+            assert_eq!(parse_list(&list).unwrap().len(), 2);
+            assert!(parse_select(&format!("{} AS x", "-".repeat(10_000) + "a")).is_err());
+        });
     }
 }

@@ -66,6 +66,14 @@ impl Type {
         }
     }
 
+    /// Its name in an error message: a column type, or `NULL` for a bare `NULL`.
+    pub fn name(self) -> String {
+        match self {
+            Type::Null => "NULL".into(),
+            t => t.column_type(),
+        }
+    }
+
     fn is_numeric(self) -> bool {
         matches!(self, Type::Null | Type::Int32 | Type::Int64 | Type::Float64 | Type::Decimal(..))
     }
@@ -118,7 +126,7 @@ pub fn operand_type(op: BinaryOp, a: Type, b: Type) -> Result<Type, TypeError> {
     let name = op_name(op);
     if op.is_arithmetic() || (op.is_comparison() && a.is_numeric() && b.is_numeric()) {
         if !a.is_numeric() || !b.is_numeric() {
-            return err(format!("{name} needs numbers, not {} and {}", a.column_type(), b.column_type()));
+            return err(format!("{name} needs numbers, not {} and {}", a.name(), b.name()));
         }
         return Ok(match (a, b) {
             (Float64, _) | (_, Float64) => Float64,
@@ -138,21 +146,25 @@ pub fn operand_type(op: BinaryOp, a: Type, b: Type) -> Result<Type, TypeError> {
         return match (a, b) {
             (Null, t) | (t, Null) => Ok(t),
             (x, y) if x == y => Ok(x),
-            _ => err(format!("cannot compare {} with {}", a.column_type(), b.column_type())),
+            _ => err(format!("cannot compare {} with {}", a.name(), b.name())),
         };
     }
     // AND, OR
     match (a, b) {
         (Bool | Null, Bool | Null) => Ok(Bool),
-        _ => err(format!("{name} needs booleans, not {} and {}", a.column_type(), b.column_type())),
+        _ => err(format!("{name} needs booleans, not {} and {}", a.name(), b.name())),
     }
 }
 
-/// The type of `a op b`.
+/// The type of `a op b`. Arithmetic on nothing but `NULL`s is an `int64` that is always null (SQL's meaning:
+/// the result of any arithmetic with a null is null).
 pub fn binary_type(op: BinaryOp, a: Type, b: Type) -> Result<Type, TypeError> {
     let operands = operand_type(op, a, b)?;
     if !op.is_arithmetic() {
         return Ok(Type::Bool);
+    }
+    if operands == Type::Null {
+        return Ok(Type::Int64);
     }
     if let Type::Decimal(..) = operands {
         let (Some((p1, s1)), Some((p2, s2))) = (a.as_decimal(), b.as_decimal()) else {
@@ -207,16 +219,15 @@ pub fn type_of(e: &Expr, columns: &[Column]) -> Result<(Type, bool), TypeError> 
             }
         }
         Expr::Literal(l) => Ok((literal_type(l), *l == Literal::Null)),
-        Expr::Unary(UnaryOp::Neg, x) => {
-            let (t, n) = type_of(x, columns)?;
-            if !t.is_numeric() {
-                return err(format!("- needs a number, not {}", t.column_type()));
-            }
-            Ok((t, n))
-        }
+        Expr::Unary(UnaryOp::Neg, x) => match type_of(x, columns)? {
+            // `-NULL` is a null number, as arithmetic on nothing but NULLs.
+            (Type::Null, _) => Ok((Type::Int64, true)),
+            (t, n) if t.is_numeric() => Ok((t, n)),
+            (t, _) => err(format!("- needs a number, not {}", t.name())),
+        },
         Expr::Unary(UnaryOp::Not, x) => match type_of(x, columns)? {
             (Type::Bool | Type::Null, n) => Ok((Type::Bool, n)),
-            (t, _) => err(format!("NOT needs a boolean, not {}", t.column_type())),
+            (t, _) => err(format!("NOT needs a boolean, not {}", t.name())),
         },
         Expr::Binary(op, a, b) => {
             let (ta, na) = type_of(a, columns)?;
@@ -227,7 +238,7 @@ pub fn type_of(e: &Expr, columns: &[Column]) -> Result<(Type, bool), TypeError> 
         }
         Expr::Call(Function::KeyInt, args) => match args.first().map(|a| type_of(a, columns)).transpose()? {
             Some((Type::Binary, _)) => Ok((Type::Int64, true)),
-            Some((t, _)) => err(format!("KEY_INT needs a key (binary), not {}", t.column_type())),
+            Some((t, _)) => err(format!("KEY_INT needs a key (binary), not {}", t.name())),
             None => err("KEY_INT needs an argument"),
         },
         Expr::IsNull { expr, .. } => {
@@ -292,5 +303,35 @@ mod tests {
         assert!(t("price / 0.5").unwrap_err().0.contains("not supported"));
         assert!(t("NOT price").unwrap_err().0.contains("NOT needs a boolean"));
         assert!(t("kind IN ('a')").unwrap_err().0.contains("cannot compare"));
+    }
+
+    /// The job manager types what the parser accepts on its own threads (2 MiB): at the depth limit, typing
+    /// fits in a quarter of that.
+    #[test]
+    fn typing_at_the_depth_limit_fits_a_small_stack() {
+        std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(|| {
+                let (n, m) = (crate::expr::parse::MAX_EXPR_DEPTH - 1, crate::expr::parse::MAX_EXPR_NESTING);
+                assert_eq!(t(&format!("price{}", " + 1".repeat(n))).unwrap(), (Type::Int64, true));
+                assert_eq!(t(&format!("{}price > 1", "NOT ".repeat(m))).unwrap(), (Type::Bool, true));
+                assert_eq!(t(&format!("{}price{}", "(".repeat(m), ")".repeat(m))).unwrap(), (Type::Int64, true));
+                let mixed = format!("({}price{})", "(price + ".repeat(m - 1), ")".repeat(m - 1));
+                assert_eq!(t(&mixed).unwrap(), (Type::Int64, true));
+            })
+            .unwrap()
+            .join()
+            .expect("typing at the depth limit overflows a small stack");
+    }
+
+    #[test]
+    fn null_has_sql_meaning_and_its_own_name() {
+        assert_eq!(t("NULL / NULL").unwrap(), (Type::Int64, true));
+        assert_eq!(t("MOD(NULL, NULL)").unwrap(), (Type::Int64, true));
+        assert_eq!(t("-NULL").unwrap(), (Type::Int64, true));
+        assert_eq!(t("NULL + 1.5").unwrap().0, Type::Decimal(21, 1));
+        assert_eq!(t("NOT NULL").unwrap(), (Type::Bool, true));
+        assert!(t("KEY_INT(NULL)").unwrap_err().0.contains("not NULL"));
+        assert!(t("NULL AND 1").unwrap_err().0.contains("not NULL and int64"));
     }
 }

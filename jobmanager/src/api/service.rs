@@ -156,7 +156,7 @@ impl JobManagerInternal for JobManagerService {
         let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
         let state = pb::TaskState::try_from(req.state)
             .map_err(|_| Status::invalid_argument(format!("unknown task state {}", req.state)))?;
-        self.jm()?.task_state(&req.tm_id, task, state, req.error);
+        self.jm()?.task_state(&req.tm_id, task, state, req.error, req.caused_by_peer);
         Ok(Response::new(pb::UpdateTaskStateResponse {}))
     }
 

@@ -21,7 +21,7 @@ use crate::job::deploy::{
 };
 use crate::job::descriptors::{build_descriptors, DeployPlan, RestorePlan};
 use crate::job::lifecycle::{transition, JobState, RestartDecision};
-use crate::job::mailbox::{JobEvent, JobHandle, JobView, SavepointRequest};
+use crate::job::mailbox::{JobEvent, JobHandle, JobView, SavepointRequest, TaskError};
 use crate::job::record::JobRecord;
 use bytes::Bytes;
 use futures::future::join_all;
@@ -189,7 +189,20 @@ pub(crate) struct JobActor {
     /// When this job manager took the (recovered) job over: until its first redeployment runs, for the resume
     /// metric.
     takeover: Option<std::time::Instant>,
+    /// The job failed over (or failed) on a task whose data connection broke: a failure of that attempt that
+    /// is its own, reported until the deadline, replaces this cause in the job's failure reason.
+    provisional_cause: Option<ProvisionalCause>,
 }
+
+/// A failure reason that a task's own failure, arriving later, replaces (see `JobActor::provisional_cause`).
+struct ProvisionalCause {
+    attempt: AttemptNumber,
+    cause: String,
+    until_ms: u64,
+}
+
+/// How long after a failover on a broken connection the job waits to hear the failure that broke it.
+const PROVISIONAL_CAUSE_MS: u64 = 5_000;
 
 impl JobActor {
     /// Starts the coordinator of a job; `recovered` jobs were read from the job store at start-up.
@@ -213,6 +226,7 @@ impl JobActor {
             draining: None,
             stopping_until_ms: None,
             takeover: recovered.then(std::time::Instant::now),
+            provisional_cause: None,
         };
         let task = tokio::spawn(actor.run(rx, shutdown, recovered));
         JobHandle { tx, view, task: Some(task) }
@@ -234,7 +248,9 @@ impl JobActor {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            if *shutdown.borrow() || self.record.state.is_terminal() {
+            // A failed job still listens a moment for the failure that caused the one it failed on.
+            let listening = self.provisional_cause.as_ref().is_some_and(|p| now_ms() < p.until_ms);
+            if *shutdown.borrow() || (self.record.state.is_terminal() && !listening) {
                 break;
             }
             tokio::select! {
@@ -486,10 +502,18 @@ impl JobActor {
         attempt: AttemptNumber,
         task: TaskKey,
         state: pb::TaskState,
-        error_text: String,
+        error: TaskError,
     ) {
         let job_id = self.record.id.clone();
         let name = describe_task(&self.record.job, &self.graph, task);
+        let error_text = error.text;
+        if state == pb::TaskState::Failed && !error.caused_by_peer {
+            let cause = format!("task {name} failed on task manager {tm_id}: {error_text}");
+            if self.replace_provisional_cause(attempt, &cause, now_ms()) {
+                let _ = self.persist().await;
+                return;
+            }
+        }
         let Some(dep) = self.deployment.as_mut() else {
             debug!(job_id = %job_id, attempt = attempt.0, task = %name, "dropping the state report of a task that is not deployed");
             return;
@@ -533,7 +557,13 @@ impl JobActor {
             }
             pb::TaskState::Failed => {
                 let cause = format!("task {name} failed on task manager {tm_id}: {error_text}");
-                self.failover(cause).await;
+                let provisional = error.caused_by_peer.then_some(attempt);
+                self.failover(cause.clone()).await;
+                self.provisional_cause = provisional.map(|attempt| ProvisionalCause {
+                    attempt,
+                    cause,
+                    until_ms: now_ms() + PROVISIONAL_CAUSE_MS,
+                });
             }
             pb::TaskState::Canceled => {
                 let cause = format!("task {name} was canceled on task manager {tm_id} without being asked to");
@@ -799,6 +829,18 @@ impl JobActor {
             }
         }
         let _ = self.persist().await;
+    }
+
+    /// Puts `cause`, a task's own failure in `attempt`, in place of the provisional cause the job failed over on
+    /// (a neighbour's broken connection), if that is pending for the same attempt. Whether it did.
+    fn replace_provisional_cause(&mut self, attempt: AttemptNumber, cause: &str, now: u64) -> bool {
+        let Some(p) = self.provisional_cause.take_if(|p| p.attempt == attempt && now < p.until_ms) else {
+            return false;
+        };
+        self.record.failure = self.record.failure.replacen(&p.cause, cause, 1);
+        info!(job_id = %self.record.id, attempt = attempt.0, cause = %cause, replaced = %p.cause,
+            "the failure that broke the connection was heard: it is the job's failure reason");
+        true
     }
 
     /// A failure that no restart can fix.

@@ -17,7 +17,7 @@ use weir_proto as pb;
 #[derive(Debug)]
 pub(crate) enum JobEvent {
     /// A task reported a state.
-    TaskState { tm_id: String, attempt: AttemptNumber, task: TaskKey, state: pb::TaskState, error: String },
+    TaskState { tm_id: String, attempt: AttemptNumber, task: TaskKey, state: pb::TaskState, error: TaskError },
     /// A heartbeat named the latest state of some of the job's tasks on a task manager.
     Reconcile { tm_id: String, tasks: Vec<ReportedTask> },
     /// A task acknowledged a checkpoint.
@@ -43,13 +43,21 @@ pub(crate) struct SavepointRequest {
     pub(crate) reply: oneshot::Sender<Result<pb::SavepointResponse, JobRequestError>>,
 }
 
+/// What a task that failed said of its failure.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TaskError {
+    pub(crate) text: String,
+    /// Its data connection broke: another task's failure, not its own, is the cause.
+    pub(crate) caused_by_peer: bool,
+}
+
 /// A task's latest state as a heartbeat carries it.
 #[derive(Debug)]
 pub(crate) struct ReportedTask {
     pub(crate) attempt: AttemptNumber,
     pub(crate) task: TaskKey,
     pub(crate) state: pb::TaskState,
-    pub(crate) error: String,
+    pub(crate) error: TaskError,
     /// The task's event-time watermark, once it has one.
     pub(crate) watermark: Option<i64>,
 }

@@ -16,4 +16,4 @@ pub mod record;
 pub mod store;
 
 pub(crate) use actor::JobActor;
-pub(crate) use mailbox::{JobEvent, ReportedTask, SavepointRequest};
+pub(crate) use mailbox::{JobEvent, ReportedTask, SavepointRequest, TaskError};

@@ -120,8 +120,8 @@ impl Plan {
                 joined
             }
             Some(c) => {
-                let mask = c.eval_array(&joined)?;
-                let mask = mask.as_boolean();
+                let mask = c.eval_condition(&joined)?;
+                let mask = &mask;
                 if let Some(o) = origin {
                     o.clear();
                     o.extend((0..mask.len()).filter(|&i| mask.is_valid(i) && mask.value(i)).map(|i| i as u32));

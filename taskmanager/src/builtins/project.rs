@@ -8,7 +8,6 @@ use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext};
 use crate::expr::eval::{arrow_type, columns_of, compile, Compiled};
 use crate::expr::key::encode_keys;
 use arrow_array::builder::BinaryBuilder;
-use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
@@ -47,8 +46,8 @@ fn condition_for<'c>(
 }
 
 fn keep(batch: &RecordBatch, cond: &Compiled) -> Result<Option<RecordBatch>, OperatorError> {
-    let mask = cond.eval_array(batch)?;
-    let mask = mask.as_boolean();
+    let mask = cond.eval_condition(batch)?;
+    let mask = &mask;
     if mask.null_count() == 0 && mask.true_count() == batch.num_rows() {
         return Ok(Some(batch.clone()));
     }
@@ -200,8 +199,8 @@ impl Operator for Project {
         let narrow = match &plan.condition {
             None => narrow,
             Some(c) => {
-                let mask = c.eval_array(batch)?;
-                let mask = mask.as_boolean();
+                let mask = c.eval_condition(batch)?;
+                let mask = &mask;
                 if mask.true_count() == 0 {
                     return Ok(());
                 }
@@ -237,6 +236,7 @@ mod tests {
     use crate::api::batch::{keys, with_key_group};
     use crate::api::operator::RuntimeInfo;
     use crate::builtins::text::LineWriter;
+    use arrow_array::cast::AsArray;
     use arrow_array::{Int32Array, Int64Array, StringArray, TimestampMillisecondArray, UInt16Array};
     use std::collections::BTreeMap;
     use weir_common::builtin::FileFormat;

@@ -123,11 +123,16 @@ pub fn compile(e: &Expr, schema: &Schema, columns: &[Column]) -> Result<Compiled
             Node::Column(schema.index_of(name).map_err(|_| OperatorError::Other(format!("no column {name:?}")))?)
         }
         Expr::Literal(l) => Node::Literal(literal_array(l)?),
-        Expr::Unary(UnaryOp::Neg, x) => Node::Neg(Box::new(compile(x, schema, columns)?)),
+        // `-NULL` negates a null int64 (`type_of`): Arrow has no arithmetic on its null type.
+        Expr::Unary(UnaryOp::Neg, x) => Node::Neg(Box::new(cast(compile(x, schema, columns)?, ty))),
         Expr::Unary(UnaryOp::Not, x) => Node::Not(Box::new(cast(compile(x, schema, columns)?, Type::Bool))),
         Expr::Binary(op, a, b) => {
             let (a, b) = (compile(a, schema, columns)?, compile(b, schema, columns)?);
-            let operands = operand_type(*op, a.ty, b.ty).map_err(|e| OperatorError::Other(e.0))?;
+            let operands = match operand_type(*op, a.ty, b.ty).map_err(|e| OperatorError::Other(e.0))? {
+                // NULL against NULL: compared or computed as null int64s (Arrow's null type has no kernels).
+                Type::Null => Type::Int64,
+                t => t,
+            };
             match op {
                 BinaryOp::And | BinaryOp::Or => {
                     Node::Logic(*op, Box::new(cast(a, Type::Bool)), Box::new(cast(b, Type::Bool)))
@@ -154,6 +159,9 @@ pub fn compile(e: &Expr, schema: &Schema, columns: &[Column]) -> Result<Compiled
             let mut target = x.ty;
             for l in list {
                 target = common_comparison_type(target, literal_type(l));
+            }
+            if target == Type::Null {
+                target = Type::Int64;
             }
             for l in list {
                 let c = Compiled { node: Node::Literal(literal_array(l)?), ty: literal_type(l) };
@@ -357,6 +365,9 @@ impl Compiled {
             })?,
             Node::InList(c, items, negated) => {
                 let x = c.eval(batch)?;
+                // A constant tested against constants is one value for every row, as any scalar.
+                let scalar = matches!(x, Value::Scalar(_));
+                let rows = if scalar { 1 } else { rows };
                 let mut any: Option<BooleanArray> = None;
                 for item in items {
                     let v = item.eval(batch)?;
@@ -369,9 +380,22 @@ impl Compiled {
                 }
                 let any = any.unwrap_or_else(|| BooleanArray::from(vec![false; rows]));
                 let r = if *negated { arrow_arith::boolean::not(&any).map_err(arrow_err)? } else { any };
-                Value::Array(Arc::new(r))
+                if scalar {
+                    Value::Scalar(Arc::new(r))
+                } else {
+                    Value::Array(Arc::new(r))
+                }
             }
         })
+    }
+
+    /// Its value over `batch` as a mask of the rows for which it holds (null where unknown, which a filter drops):
+    /// a condition's value. A bare `NULL` holds for no row.
+    pub fn eval_condition(&self, batch: &RecordBatch) -> Result<BooleanArray, OperatorError> {
+        if self.ty == Type::Null {
+            return Ok(BooleanArray::new_null(batch.num_rows()));
+        }
+        booleans(self.eval(batch)?, batch.num_rows())
     }
 
     /// Its value over `batch` as a column of the batch's length.
@@ -463,5 +487,103 @@ mod tests {
         assert_eq!(bools(run("NOT (kind <> 2)")), vec![Some(true), Some(false), Some(true), Some(false)]);
         assert_eq!(bools(run("1 = 1")), vec![Some(true); 4]);
         assert_eq!(bools(run("price * 1e0 >= 200")), vec![Some(true), None, Some(true), Some(false)]);
+    }
+
+    /// Every expression of up to two operators over every kind of operand: whatever the job manager accepts
+    /// (`type_of` is `Ok`) compiles and evaluates without a panic (NULL arithmetic once panicked Arrow's kernels).
+    #[test]
+    fn every_expression_that_type_checks_evaluates_without_panicking() {
+        let atoms = ["NULL", "1", "2.5", "1e0", "'a'", "TRUE", "kind", "price", "state", "at"];
+        let mut operands: Vec<String> = atoms.iter().map(|a| a.to_string()).collect();
+        for a in atoms {
+            for form in ["-{}", "NOT {}", "{} IS NULL", "{} IN (NULL, 1)", "{} IN (NULL)", "KEY_INT({})", "({} % {})"] {
+                operands.push(form.replace("{}", a));
+            }
+        }
+        let ops = ["+", "-", "*", "/", "%", "=", "<>", "<", "<=", ">", ">=", "AND", "OR"];
+        let b = batch();
+        let cols = columns_of(&b.schema());
+        let (mut accepted, mut refused) = (0, 0);
+        let mut check = |text: String| {
+            let Ok(e) = parse_expr(&text) else { return };
+            let Ok((ty, _)) = weir_common::expr::type_of(&e, &cols) else {
+                refused += 1;
+                return;
+            };
+            accepted += 1;
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let c = compile(&e, &b.schema(), &cols).map_err(|e| e.to_string())?;
+                let a = c.eval_array(&b).map_err(|e| e.to_string())?;
+                assert_eq!(a.len(), b.num_rows());
+                if matches!(ty, Type::Bool | Type::Null) {
+                    c.eval_condition(&b).map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(())
+            }));
+            match outcome {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => panic!("{text:?} type-checks but fails: {e}"),
+                Err(_) => panic!("{text:?} type-checks but panics"),
+            }
+        };
+        for x in &operands {
+            check(x.clone());
+            for op in ops {
+                for y in &operands {
+                    check(format!("{x} {op} {y}"));
+                }
+            }
+        }
+        assert!(accepted > 5_000 && refused > 10_000, "accepted {accepted}, refused {refused}");
+    }
+
+    #[test]
+    fn null_arithmetic_is_null_and_a_null_condition_holds_for_no_row() {
+        for text in ["NULL / NULL", "NULL % NULL", "MOD(NULL, NULL)", "-NULL", "NULL + 1", "-(NULL * NULL)"] {
+            let a = run(text);
+            assert_eq!((a.data_type(), a.null_count()), (&DataType::Int64, 4), "{text}");
+        }
+        let b = batch();
+        let cols = columns_of(&b.schema());
+        for text in ["NULL", "NULL AND TRUE", "NULL = NULL", "NOT NULL", "NULL IN (NULL)"] {
+            let c = compile(&parse_expr(text).unwrap(), &b.schema(), &cols).unwrap();
+            let mask = c.eval_condition(&b).unwrap();
+            assert_eq!((mask.len(), mask.true_count()), (4, 0), "{text}");
+        }
+    }
+
+    /// An expression as deep as the parser allows compiles and evaluates on an eighth of a task thread's stack.
+    #[test]
+    fn expressions_at_the_depth_limit_fit_in_a_fraction_of_a_task_stack() {
+        let stack = crate::task::TASK_STACK_BYTES / 8;
+        std::thread::Builder::new()
+            .stack_size(stack)
+            .spawn(|| {
+                let n = weir_common::expr::parse::MAX_EXPR_DEPTH - 1;
+                let m = weir_common::expr::parse::MAX_EXPR_NESTING;
+                let b = batch();
+                let cols = columns_of(&b.schema());
+                for text in [
+                    format!("price{}", " + 1".repeat(n)),
+                    format!("price{}", " * 1".repeat(n)),
+                    format!("{}price", "- ".repeat(m)),
+                    format!("{}kind = 2", "NOT ".repeat(m)),
+                    format!("{}price{}", "MOD(".repeat(m), ", 7)".repeat(m)),
+                    format!("{}price{}", "(".repeat(m), ")".repeat(m)),
+                    format!("kind = 2{}", " OR kind = 2".repeat(n - 2)),
+                    format!("({}price{}){}", "(price + ".repeat(m - 1), ")".repeat(m - 1), " - 1".repeat(n - m - 1)),
+                ] {
+                    let e = parse_expr(&text).unwrap_or_else(|e| panic!("{e}"));
+                    let c = compile(&e, &b.schema(), &cols).unwrap();
+                    assert_eq!(c.eval_array(&b).unwrap().len(), 4);
+                }
+                assert_eq!(
+                    run(&format!("price{}", " + 1".repeat(n))).as_primitive::<Int64Type>().value(0),
+                    200 + n as i64
+                );
+            })
+            .unwrap()
+            .join()
+            .expect("evaluating at the depth limit overflows a small stack");
     }
 }

@@ -100,6 +100,14 @@ pub enum NetError {
     Canceled,
 }
 
+impl NetError {
+    /// Whether the error is what a peer's failure looks like from here: its connection broke, went silent or
+    /// never came (a task that fails closes its channels, and its neighbours fail with one of these).
+    pub fn is_peer_failure(&self) -> bool {
+        matches!(self, NetError::Io { .. } | NetError::Lost { .. } | NetError::Timeout { .. } | NetError::Protocol(_))
+    }
+}
+
 /// Identifies the consumer end of a channel: one subtask of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ChannelKey {

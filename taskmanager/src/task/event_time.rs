@@ -8,6 +8,16 @@ use crate::time::WatermarkOutput;
 use arrow_array::Array;
 use std::time::{Duration, Instant};
 
+/// Why a batch a source emitted carries an event time outside `weir_common::watermarks::check_event_time`'s range,
+/// if one does: every derived time (window bounds, timers, watermarks) stays far from `i64`'s ends after this.
+pub(super) fn check_event_times(batch: &arrow_array::RecordBatch) -> Result<(), String> {
+    let Some(times) = event_times(batch) else { return Ok(()) };
+    for t in [arrow_arith::aggregate::min(times), arrow_arith::aggregate::max(times)].into_iter().flatten() {
+        weir_common::watermarks::check_event_time(t)?;
+    }
+    Ok(())
+}
+
 /// A source task's watermark generation: its splits' generators, the periodic emit, and a clock that stands
 /// still while the task is blocked handing records downstream, so a back-pressured split never looks idle
 /// (Flink's pausable relative clock).
@@ -132,5 +142,17 @@ mod tests {
         let e = time.observe(&[chunk(&records[..1], &[(2, 1)])], []).unwrap_err();
         assert!(e.contains("split 2") && e.contains("2 splits"), "{e}");
         assert!(time.observe(&[chunk(&records[..1], &[(0, 2)])], []).is_err(), "runs longer than the records");
+    }
+
+    #[test]
+    fn event_times_past_year_9999_or_before_year_1_are_refused_naming_the_time() {
+        use weir_common::watermarks::{MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS};
+        let ok = chunk(&[Some(MIN_TIMESTAMP_MS), None, Some(MAX_TIMESTAMP_MS)], &[(0, 3)]);
+        check_event_times(&ok.batch).unwrap();
+        for t in [i64::MIN, MIN_TIMESTAMP_MS - 1, MAX_TIMESTAMP_MS + 1, i64::MAX] {
+            let bad = chunk(&[Some(0), Some(t)], &[(0, 2)]);
+            let e = check_event_times(&bad.batch).unwrap_err();
+            assert!(e.contains(&t.to_string()) && e.contains("9999-12-31"), "{e}");
+        }
     }
 }

@@ -18,7 +18,8 @@ use error::{in_operator, TaskError};
 use event_time::SourceTime;
 use incremental::Incremental;
 use output::{
-    advance_watermark, chain_out, deliver, keyed_mut, op_context, push_chain_from, ChainOp, Head, OutputEdge,
+    advance_watermark, chain_out, deliver, keyed_mut, op_context, push_chain_from, CancelSignal, ChainOp, Head,
+    OutputEdge,
 };
 use output::{fire_processing_timers, until_processing_timer};
 
@@ -137,6 +138,12 @@ fn unless_canceled<T, E: Into<TaskError>>(
     })
 }
 
+/// The stack of a task thread. Operators recurse over expressions as deep as the parser allows
+/// (`weir_common::expr::parse::MAX_EXPR_DEPTH`), which a unit test evaluates on an eighth of this; a stack
+/// overflow aborts the whole task manager, so this is set, not left to the platform's default (2 MiB for a
+/// Rust thread). Only the pages a task touches are ever committed.
+pub const TASK_STACK_BYTES: usize = 8 << 20;
+
 /// Starts a task on its own thread.
 pub fn spawn(desc: TaskDescriptor, env: Arc<TaskEnv>) -> Result<TaskHandle, String> {
     let (tx, rx) = mpsc::channel(256);
@@ -147,12 +154,25 @@ pub fn spawn(desc: TaskDescriptor, env: Arc<TaskEnv>) -> Result<TaskHandle, Stri
     let events = tx.clone();
     std::thread::Builder::new()
         .name(name)
+        .stack_size(TASK_STACK_BYTES)
         .spawn(move || {
             run(desc, env, rx, events, cancel_rx);
             let _ = done_tx.send(true);
         })
         .map_err(|e| format!("cannot start task thread: {e}"))?;
     Ok(TaskHandle { attempt, events: tx, done: done_rx, cancel: cancel_tx })
+}
+
+/// What a task that ended reports: its state, its error, and whether a peer's failure caused it (its data
+/// connection broke or timed out). An error while canceled is the cancel's doing (an interrupted send, say):
+/// the task was canceled.
+fn ending(result: &Result<Exit, TaskError>, canceled: bool) -> (pb::TaskState, String, bool) {
+    match result {
+        Ok(Exit::Finished) => (pb::TaskState::Finished, String::new(), false),
+        Ok(Exit::Canceled) | Err(TaskError::Canceled) => (pb::TaskState::Canceled, String::new(), false),
+        Err(e) if canceled => (pb::TaskState::Canceled, e.to_string(), false),
+        Err(e) => (pb::TaskState::Failed, e.to_string(), matches!(e, TaskError::Net(n) if n.is_peer_failure())),
+    }
 }
 
 /// Metric labels of a task.
@@ -192,11 +212,26 @@ fn run(
     let span = tracing::info_span!("task", job_id = %desc.job_id, attempt = desc.attempt.0, vertex = desc.vertex.0, subtask = desc.subtask.0);
     let _guard = span.enter();
     let report_state = |state: pb::TaskState, error: String| env.reporter.state(&tref, state, error);
+    // How the task ended is reported while it still holds its channels: neighbours whose connections break when
+    // it lets go fail too, and the job manager should hear this task's own error first.
+    let report_end = |result: &Result<Exit, TaskError>| {
+        let (state, error, caused_by_peer) = ending(result, *cancel_seen.borrow());
+        match state {
+            pb::TaskState::Failed => tracing::warn!(error = %error, caused_by_peer, "task failed"),
+            pb::TaskState::Finished => tracing::info!("task finished"),
+            _ => tracing::info!(error = %error, "task canceled"),
+        }
+        env.reporter.state_caused(&tref, state, error, caused_by_peer);
+    };
+    let mut reported = false;
     // A panic in an operator (user code included) fails the task like an error, so the job fails over.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         Task::setup(desc, env.clone(), rx, events, work_dir.clone(), &key, cancel).and_then(|mut t| {
             report_state(pb::TaskState::Running, String::new());
-            t.run()
+            let result = t.run();
+            report_end(&result);
+            reported = true;
+            result
         })
     }))
     .unwrap_or_else(|panic| {
@@ -208,23 +243,8 @@ fn run(
         Err(TaskError::Other(format!("task panicked: {msg}")))
     });
     env.data_server.unregister(&key);
-    match result {
-        Ok(Exit::Finished) => {
-            tracing::info!("task finished");
-            report_state(pb::TaskState::Finished, String::new());
-        }
-        Ok(Exit::Canceled) | Err(TaskError::Canceled) => {
-            tracing::info!("task canceled");
-            report_state(pb::TaskState::Canceled, String::new());
-        }
-        Err(e) if *cancel_seen.borrow() => {
-            tracing::info!(error = %e, "task canceled");
-            report_state(pb::TaskState::Canceled, String::new());
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "task failed");
-            report_state(pb::TaskState::Failed, e.to_string());
-        }
+    if !reported {
+        report_end(&result);
     }
     let _ = std::fs::remove_dir_all(&work_dir);
 }
@@ -334,6 +354,10 @@ impl Task {
                 Head::Operator(_) => return Err(TaskError::Other("chain head is not a source".into())),
             };
             let (chunks, finished) = batch.take();
+            for chunk in &chunks {
+                event_time::check_event_times(&chunk.batch)
+                    .map_err(|e| TaskError::Other(format!("source {:?}: {e}", self.ops[0].info.uid)))?;
+            }
             if let (Some(time), Head::Source(s)) = (&mut self.source_time, &self.ops[0].head) {
                 time.grow_to(s.splits() as usize);
                 time.observe(&chunks, finished).map_err(TaskError::Other)?;

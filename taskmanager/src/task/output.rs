@@ -40,6 +40,24 @@ pub(super) struct ChainOp {
     pub(super) feeds: Vec<usize>,
     /// The output edges its main output goes to (indexes in the task's outputs).
     pub(super) edges: Vec<usize>,
+    /// Whether the task has been canceled: a long run of timers stops at the next one.
+    pub(super) canceled: CancelSignal,
+}
+
+/// A task's cancel signal as its thread reads it between timers: one atomic load (a `watch` receiver's
+/// `has_changed`; the only value ever sent is `true`), no lock.
+#[derive(Clone)]
+pub(super) struct CancelSignal(tokio::sync::watch::Receiver<bool>);
+
+impl CancelSignal {
+    pub(super) fn new(cancel: tokio::sync::watch::Receiver<bool>) -> Self {
+        CancelSignal(cancel)
+    }
+
+    /// Whether the task was asked to stop.
+    pub(super) fn is_set(&self) -> bool {
+        matches!(self.0.has_changed(), Ok(true))
+    }
 }
 
 /// Runs `batch` through the operators of `chain` from its head (each one's output feeding the operators it
@@ -185,7 +203,7 @@ pub(super) fn fire_timers(
     domain: TimeDomain,
     time: i64,
 ) -> Result<u64, TaskError> {
-    let ChainOp { info, head, keyed, timers, watermark, feeds, edges, .. } = op;
+    let ChainOp { info, head, keyed, timers, watermark, feeds, edges, canceled, .. } = op;
     let (Head::Operator(o), Some(backend)) = (head, keyed.as_mut()) else { return Ok(0) };
     if timers.get().and_then(|s| s.next_timestamp(domain)).is_none_or(|next| next > time) {
         return Ok(0);
@@ -197,6 +215,10 @@ pub(super) fn fire_timers(
         Some(service) => service.pop_due(backend.as_mut(), domain, time)?,
         None => None,
     } {
+        // A watermark can make millions of timers due at once: a canceled task stops between two of them.
+        if canceled.is_set() {
+            return Err(TaskError::Canceled);
+        }
         fired += 1;
         let mut ctx = ProcessContext::new(info, Some(backend.as_mut())).at_watermark(*watermark).with_timers(timers);
         o.on_timer(ts, domain, &mut ctx, &mut out).map_err(|e| in_operator(&info.uid, e))?;
@@ -544,7 +566,58 @@ mod tests {
             late_records: metrics::Counter::noop(),
             feeds: Vec::new(),
             edges: Vec::new(),
+            canceled: CancelSignal::new(tokio::sync::watch::channel(false).1),
         }
+    }
+
+    /// A watermark that makes thousands of timers due: a cancel sent while they fire stops the task at the next
+    /// one (a canceled task once spun through a firing for minutes).
+    #[test]
+    fn a_cancel_stops_a_long_run_of_timers_at_the_next_one() {
+        /// Cancels its own task at its 100th timer.
+        struct CancelsAt100(tokio::sync::watch::Sender<bool>, StdArc<Mutex<u32>>);
+        impl Operator for CancelsAt100 {
+            fn process_batch(
+                &mut self,
+                batch: &RecordBatch,
+                ctx: &mut ProcessContext<'_>,
+                _: &mut Collector<'_>,
+            ) -> Result<(), OperatorError> {
+                for r in records(batch)? {
+                    ctx.keyed()?.set_current_key(&r.key);
+                    ctx.timers()?.register_event_time_timer(r.timestamp.unwrap_or_default())?;
+                }
+                Ok(())
+            }
+
+            fn on_timer(
+                &mut self,
+                _: i64,
+                _: TimeDomain,
+                _: &mut ProcessContext<'_>,
+                _: &mut Collector<'_>,
+            ) -> Result<(), OperatorError> {
+                let mut fired = self.1.lock().unwrap();
+                *fired += 1;
+                if *fired == 100 {
+                    self.0.send(true).unwrap();
+                }
+                Ok(())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let backend =
+            open_keyed_backend(StateBackend::Heap, dir.path(), 128, range, None, &Default::default()).unwrap();
+        let (cancel, canceled) = tokio::sync::watch::channel(false);
+        let fired = StdArc::new(Mutex::new(0));
+        let mut chain = vec![op("spin", Box::new(CancelsAt100(cancel, fired.clone())), Some(backend))];
+        chain[0].canceled = CancelSignal::new(canceled);
+        let input: Vec<Record> = (0..10_000u32).map(|k| Record::new_i64(&k.to_be_bytes(), 0).at(5)).collect();
+        push_chain(&mut chain, &mut [], batch_of(&input).unwrap()).unwrap();
+        let e = advance_watermark(&mut chain, &mut [], 10, true).unwrap_err();
+        assert!(matches!(e, TaskError::Canceled), "{e}");
+        assert_eq!(*fired.lock().unwrap(), 100, "no timer fires after the cancel");
     }
 
     #[test]

@@ -115,6 +115,7 @@ impl Task {
                 late_records,
                 feeds: Vec::new(),
                 edges: Vec::new(),
+                canceled: CancelSignal::new(cancel.clone()),
             });
         }
         // Who feeds whom in the chain: an operator reads the one its descriptor names (the one before it, for a
