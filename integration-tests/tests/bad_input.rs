@@ -325,12 +325,12 @@ operators:
         BadSpec {
             name: "datagen of 4294967295 splits",
             spec: GOOD.replace("seed: 1 }", "seed: 1, splits: 4294967295 }"),
-            mentions: &[&["events"], &["splits"], &["65536"]],
+            mentions: &[&["events"], &["splits"], &["10000000"]],
         },
         BadSpec {
             name: "nexmark of 4294967295 splits",
             spec: nexmark("splits: 4294967295"),
-            mentions: &[&["events"], &["splits"], &["65536"]],
+            mentions: &[&["events"], &["splits"], &["10000000"]],
         },
         BadSpec {
             name: "a sum over a column that does not exist",

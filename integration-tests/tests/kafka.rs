@@ -9,13 +9,20 @@
 //! - A broker that is not there, and a topic that does not exist: the job fails (no restarts) within a bounded
 //!   wait, with an error naming the source, the brokers and what was missing.
 //! - A spec naming two starting points is refused at submission, naming the operator and the field.
+//! - Kafka to Kafka exactly once (a `read_committed` reading): every running count committed once through task
+//!   manager kills, a job-manager failover, a broker outage and rescaling; read again two checkpoints later and
+//!   after the job ended, nothing more. A crash between a checkpoint's completion and its commit leaves the
+//!   checkpoint's transactions open with records no committed read sees, and the restore commits them.
+//! - Event time: an idle partition and a subtask without partitions hold no window back; one subtask over two
+//!   partitions 30 s apart holds its watermark at the slower one (none of its records late), and lets a partition
+//!   that is idle go.
 //!
 //! Build the binaries first: `cargo build --release --workspace --bins`.
 
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
-use weir_integration_tests::kafka::{Committed, KafkaBroker, ToProduce};
+use weir_integration_tests::kafka::{Committed, CommittedReader, KafkaBroker, ToProduce};
 use weir_integration_tests::{read_sink_lines, read_sink_output, wait_until, Cluster, ClusterOptions, JobState};
 
 /// The keys of `n` records: record i has key i mod 40 (8 bytes, big-endian: the sink writes it as that number).
@@ -259,8 +266,15 @@ fn committed_counts(broker: &KafkaBroker) -> Result<(std::collections::BTreeMap<
 }
 
 /// Waits until `counts` holds `n` committed running counts, then checks that each key's are `1 ..= per_key`,
-/// once each, and that no transaction is left open.
-fn expect_every_count_once(broker: &KafkaBroker, n: usize, per_key: u64) -> Result<Committed> {
+/// once each, and that no transaction is left open. It reads as soon as there are `n`: a duplicate committed
+/// later would pass that, so once `two_more_checkpoints` has waited for two more completed checkpoints it reads
+/// again and requires the same records. Returns the second reading.
+fn expect_every_count_once(
+    broker: &KafkaBroker,
+    n: usize,
+    per_key: u64,
+    two_more_checkpoints: impl FnOnce() -> Result<()>,
+) -> Result<Committed> {
     let (by_key, read) = wait_until("for every running count to be committed", Duration::from_secs(90), || {
         let (by_key, read) = committed_counts(broker)?;
         Ok((read.records.len() >= n).then_some((by_key, read)))
@@ -270,7 +284,48 @@ fn expect_every_count_once(broker: &KafkaBroker, n: usize, per_key: u64) -> Resu
     }
     assert_eq!(read.records.len(), n, "no record committed twice");
     assert_eq!(read.open, 0, "records of transactions left open: {:?}", read.open_transactions);
-    Ok(read)
+    two_more_checkpoints()?;
+    let again = expect_no_change(broker, &read, "two checkpoints later")?;
+    assert_eq!(again.open, 0, "records of transactions left open: {:?}", again.open_transactions);
+    Ok(again)
+}
+
+/// Waits for two more checkpoints of job `id` to complete than have completed now.
+fn two_more_checkpoints(cluster: &mut Cluster, id: &str) -> Result<()> {
+    let done = cluster.job(id)?.checkpoints_completed;
+    cluster.wait_for_checkpoints(id, done + 2, Duration::from_secs(30))?;
+    Ok(())
+}
+
+/// Reads `counts` again and requires exactly the committed records of `before` (`when`: for the message).
+fn expect_no_change(broker: &KafkaBroker, before: &Committed, when: &str) -> Result<Committed> {
+    let (_, now) = committed_counts(broker)?;
+    if now.records != before.records {
+        let value = |r: &weir_integration_tests::kafka::KafkaRecord| {
+            format!("{}@{}: {}", r.partition, r.offset, String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()))
+        };
+        let added: Vec<String> = now.records.iter().filter(|r| !before.records.contains(r)).map(value).collect();
+        let gone: Vec<String> = before.records.iter().filter(|r| !now.records.contains(r)).map(value).collect();
+        panic!(
+            "the committed records changed {when}: {} then, {} now; committed since: {added:?}; gone: {gone:?}",
+            before.records.len(),
+            now.records.len()
+        );
+    }
+    Ok(now)
+}
+
+/// Cancels job `id`, waits until it has ended, and requires the committed records of `before` in `counts`.
+fn cancel_and_expect_no_change(
+    cluster: &mut Cluster,
+    id: &str,
+    broker: &KafkaBroker,
+    before: &Committed,
+) -> Result<()> {
+    cluster.cancel(id)?;
+    cluster.wait_for_state(id, &[JobState::Canceled], Duration::from_secs(30))?;
+    expect_no_change(broker, before, "after the job ended")?;
+    Ok(())
 }
 
 #[test]
@@ -297,11 +352,11 @@ fn kafka_to_kafka_is_exactly_once_through_three_taskmanager_kills() -> Result<()
             cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
         }
     }
-    let read = expect_every_count_once(&broker, 800, 20)?;
+    let read = expect_every_count_once(&broker, 800, 20, || two_more_checkpoints(&mut cluster, &id))?;
     eprintln!("{} records committed, {} aborted", read.records.len(), read.aborted);
     let job = cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
     assert!(job.restarts >= 3, "three kills, {} restarts", job.restarts);
-    cluster.cancel(&id)?;
+    cancel_and_expect_no_change(&mut cluster, &id, &broker, &read)?;
     cluster.stop();
     Ok(())
 }
@@ -311,24 +366,62 @@ fn a_kill_between_checkpoint_completion_and_the_commit_is_committed_by_the_resto
     let broker = KafkaBroker::start()?;
     broker.create_topic("events", 4)?;
     broker.create_topic("counts", 4)?;
-    let keys = keys(800);
-    let records = records(&keys);
-    // The only task manager ends (as a SIGKILL would) at the fifth commit it makes: its checkpoint completed,
-    // its transaction flushed and listed in the checkpoint, and not committed.
+    // Rounds of 40 records, one of each key (key k in partition k mod 4).
+    let keys = keys(40);
+    let round: Vec<ToProduce<'_>> = records(&keys);
+    // The only task manager ends (as a SIGKILL would) at the fifth commit it makes (the third checkpoint's, its
+    // two subtasks committing one each): that checkpoint completed, its transaction flushed and listed in it, and
+    // not committed. Records flow, round after round, until then: every checkpoint's transactions hold some, the
+    // interrupted one's too (a first checkpoint's may be empty: its barrier can pass before the source has read).
     let mut cluster = Cluster::start(ClusterOptions::new(0, 4))?;
     cluster.start_taskmanager_with_env(&[("WEIR_FAILPOINTS".into(), "sink-commit=4*off->return(exit)".into())])?;
     let id = cluster.submit(&kafka_to_kafka_spec("kafka-eo-commit", &broker, 2))?;
     cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
-    broker.produce("events", &records[..400])?;
+    let mut rounds = 0u64;
     wait_until("for the task manager to end at a commit", Duration::from_secs(60), || {
-        Ok(cluster.live_taskmanagers().is_empty().then_some(()))
+        if cluster.live_taskmanagers().is_empty() {
+            return Ok(Some(()));
+        }
+        // A round half produced would spoil the count: no retry.
+        broker.produce("events", &round).map_err(|e| weir_integration_tests::Fatal(format!("{e:#}")))?;
+        rounds += 1;
+        Ok(None)
     })?;
+    // The interrupted transactions are open and hold records, which neither a read_committed reading nor the
+    // broker's own read_committed fetch sees.
+    let mut reader = CommittedReader::new(&broker, "counts", 4)?;
+    let visible = reader.poll()?;
+    let open = reader.open_records();
+    let at_crash = reader.summary(visible);
+    assert!(at_crash.open > 0, "no records in open transactions at the crash: {at_crash:?}");
+    let fetched = broker.fetch_read_committed("counts", 4)?;
+    let seen: Vec<_> = open.iter().filter(|r| fetched.contains(&(r.partition, r.offset))).collect();
+    assert!(seen.is_empty(), "the broker hands records of open transactions to read_committed: {seen:?}");
+    eprintln!(
+        "{} rounds produced; at the crash {} records committed, {} open in {:?}",
+        rounds,
+        at_crash.records.len(),
+        at_crash.open,
+        at_crash.open_transactions
+    );
+
     cluster.start_taskmanager()?;
-    broker.produce("events", &records[400..])?;
-    expect_every_count_once(&broker, 800, 20)?;
+    for _ in 0..10 {
+        broker.produce("events", &round)?;
+    }
+    let per_key = rounds + 10;
+    let read =
+        expect_every_count_once(&broker, 40 * per_key as usize, per_key, || two_more_checkpoints(&mut cluster, &id))?;
+    // The restore committed the interrupted transactions: records open at the crash are visible now (those of the
+    // transactions begun after the checkpoint were aborted).
+    let committed: std::collections::BTreeSet<(i32, i64)> =
+        read.records.iter().map(|r| (r.partition, r.offset)).collect();
+    let now_visible = open.iter().filter(|r| committed.contains(&(r.partition, r.offset))).count();
+    eprintln!("{now_visible} of the {} records open at the crash committed by the restore", open.len());
+    assert!(now_visible > 0, "none of the {} records open at the crash was committed by the restore", open.len());
     let logs = cluster.all_logs();
     assert!(logs.contains("committed a transaction of the restored checkpoint"), "no commit on restore in the logs");
-    cluster.cancel(&id)?;
+    cancel_and_expect_no_change(&mut cluster, &id, &broker, &read)?;
     cluster.stop();
     Ok(())
 }
@@ -362,10 +455,10 @@ fn transactions_a_failed_run_began_after_its_last_checkpoint_are_aborted_by_the_
     // Restored from the second checkpoint: every record counted again, committed at the restored run's first
     // checkpoint, and nothing of the failed run left open then (a restored run that only reused the ids its
     // checkpoint knows would abort the failed run's transactions one checkpoint at a time).
-    let read = expect_every_count_once(&broker, 400, 10)?;
+    let read = expect_every_count_once(&broker, 400, 10, || two_more_checkpoints(&mut cluster, &id))?;
     eprintln!("{} records committed, {} aborted", read.records.len(), read.aborted);
     assert!(cluster.all_logs().contains("fenced the transactional ids"), "no fencing in the logs");
-    cluster.cancel(&id)?;
+    cancel_and_expect_no_change(&mut cluster, &id, &broker, &read)?;
     cluster.stop();
     Ok(())
 }
@@ -402,9 +495,9 @@ fn kafka_to_kafka_rescaled_2_3_1_through_savepoints_is_exactly_once() -> Result<
     }
     // Every running count once over the three jobs, and no transaction of any of them left open (the 3 → 1
     // restore fenced the ids of old subtasks 1 and 2; a scale-up's new subtask started at ids never used).
-    let read = expect_every_count_once(&broker, 800, 20)?;
+    let read = expect_every_count_once(&broker, 800, 20, || two_more_checkpoints(&mut cluster, &last))?;
     eprintln!("{} records committed, {} aborted", read.records.len(), read.aborted);
-    cluster.cancel(&last)?;
+    cancel_and_expect_no_change(&mut cluster, &last, &broker, &read)?;
     cluster.stop();
     Ok(())
 }
@@ -500,8 +593,18 @@ fn kafka_to_kafka_is_exactly_once_through_a_jobmanager_failover() -> Result<()> 
         Ok((j["attempt"].as_u64().unwrap_or(0) > attempt && j["state"] == "RUNNING").then_some(()))
     })?;
     broker.produce("events", &records[400..])?;
-    let read = expect_every_count_once(&broker, 800, 20)?;
+    let two_more_checkpoints = || {
+        let done = c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0);
+        wait_until("for two more checkpoints", Duration::from_secs(30), || {
+            Ok((c.job(&id)?["checkpoints_completed"].as_u64().unwrap_or(0) >= done + 2).then_some(()))
+        })
+    };
+    let read = expect_every_count_once(&broker, 800, 20, two_more_checkpoints)?;
     eprintln!("{} records committed, {} aborted", read.records.len(), read.aborted);
+    let cancel = c.cli(&["job", "cancel", &id])?;
+    anyhow::ensure!(cancel.code() == Some(0), "weir job cancel: {cancel}");
+    c.wait_for_state(&id, "CANCELED", Duration::from_secs(30))?;
+    expect_no_change(&broker, &read, "after the job ended")?;
     c.stop();
     Ok(())
 }
@@ -530,10 +633,10 @@ fn kafka_to_kafka_is_exactly_once_through_a_broker_outage() -> Result<()> {
     proxy.up();
     cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
     broker.produce("events", &records[400..])?;
-    let read = expect_every_count_once(&broker, 800, 20)?;
+    let read = expect_every_count_once(&broker, 800, 20, || two_more_checkpoints(&mut cluster, &id))?;
     let job = cluster.job(&id)?;
     eprintln!("{} records committed, {} aborted, {} restarts", read.records.len(), read.aborted, job.restarts);
-    cluster.cancel(&id)?;
+    cancel_and_expect_no_change(&mut cluster, &id, &broker, &read)?;
     cluster.stop();
     Ok(())
 }
@@ -599,6 +702,110 @@ fn an_idle_partition_and_a_subtask_without_partitions_do_not_hold_back_a_window(
     })?;
     assert_eq!(got, want);
     cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+/// `kafka` (unbounded, topic `topic`, event time the Kafka timestamp, `watermarks`) → `window-aggregate` (1 s
+/// tumbling counts) → `file-sink`, all at parallelism 1: one source subtask reads every partition.
+fn window_spec(name: &str, broker: &KafkaBroker, topic: &str, watermarks: &str, out: &Path) -> String {
+    format!(
+        "name: {name}\n\
+         parallelism: 1\n\
+         checkpointing: {{ interval_ms: 300 }}\n\
+         restart: {{ strategy: none }}\n\
+         operators:\n  \
+           - uid: events\n    \
+             kind: kafka\n    \
+             config: {{ bootstrap_servers: {bootstrap:?}, topics: [{topic}] }}\n    \
+             watermarks: {watermarks}\n  \
+           - {{ uid: windows, kind: window-aggregate, input: events, config: {{ window: {{ tumbling_ms: 1000 }} }} }}\n  \
+           - {{ uid: out, kind: file-sink, input: windows, config: {{ path: {out:?} }} }}\n",
+        bootstrap = broker.bootstrap(),
+    )
+}
+
+/// Waits until the files committed under `dir` hold a line that starts with `last` (a window's row: the last to
+/// fire), then returns their lines, sorted.
+fn lines_once_committed(dir: &Path, last: &str) -> Result<Vec<String>> {
+    wait_until(&format!("for a row {last}… to be committed"), Duration::from_secs(30), || {
+        let got = committed_lines(dir)?;
+        Ok(got.iter().any(|l| l.starts_with(last)).then_some(got))
+    })
+    .with_context(|| format!("committed: {:?}", committed_lines(dir).unwrap_or_default()))
+}
+
+#[test]
+fn one_subtask_holds_its_watermark_at_its_slowest_partition_and_lets_an_idle_one_go() -> Result<()> {
+    let broker = KafkaBroker::start()?;
+    broker.create_topic("skewed", 2)?;
+    broker.create_topic("half-idle", 2)?;
+    let keys = keys(2);
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 8))?;
+    // Two jobs side by side, each with one source subtask over two partitions.
+    // Skewed: partition 1 runs 30 s ahead of partition 0, no idleness. Only a subtask watermark that is the
+    // minimum over its partitions leaves partition 0's records on time; the maximum would make them late.
+    let skewed_out = cluster.output_dir("skewed")?;
+    let skewed = cluster.submit(&window_spec(
+        "kafka-skewed",
+        &broker,
+        "skewed",
+        "{ max_out_of_orderness_ms: 0, auto_watermark_interval_ms: 50 }",
+        &skewed_out,
+    ))?;
+    // Half idle: partition 1 never has a record; with an idle timeout it stops holding the watermark back.
+    let idle_out = cluster.output_dir("half-idle")?;
+    let idle = cluster.submit(&window_spec(
+        "kafka-half-idle",
+        &broker,
+        "half-idle",
+        "{ max_out_of_orderness_ms: 0, idle_timeout_ms: 500, auto_watermark_interval_ms: 50 }",
+        &idle_out,
+    ))?;
+    // Both sources read (their tasks run, their partitions are assigned) before records arrive, so that records
+    // arrive a few at a time and the watermark is emitted between them.
+    for id in [&skewed, &idle] {
+        cluster.wait_for_checkpoints(id, 1, Duration::from_secs(30))?;
+    }
+    // Round r: partition 1 at 31 000 + 100·r, then partition 0 at 1000 + 100·r, key r mod 2; then one record each
+    // (partition 0 at 100 000, partition 1 at 130 000) moves both partitions' watermarks past every window.
+    let mut records: Vec<ToProduce<'_>> = Vec::new();
+    let mut times = Vec::new();
+    for r in 0..100usize {
+        for (partition, start) in [(1, 31_000), (0, 1_000)] {
+            records.push((partition, Some(&keys[r % 2][..]), &b"1"[..]));
+            times.push(start + 100 * r as i64);
+        }
+    }
+    records.extend([(0, Some(&keys[0][..]), &b"1"[..]), (1, Some(&keys[0][..]), &b"1"[..])]);
+    times.extend([100_000, 130_000]);
+    broker.produce_timed("skewed", &records, &times)?;
+    // Partition 0 of "half-idle": 200 records 10 ms apart from t = 1000, then one at 10 000.
+    let mut idle_records: Vec<ToProduce<'_>> = Vec::new();
+    let mut idle_times = Vec::new();
+    for i in 0..200usize {
+        idle_records.push((0, Some(&keys[i % 2][..]), &b"1"[..]));
+        idle_times.push(1_000 + 10 * i as i64);
+    }
+    idle_records.push((0, Some(&keys[0][..]), &b"1"[..]));
+    idle_times.push(10_000);
+    broker.produce_timed("half-idle", &idle_records, &idle_times)?;
+
+    // Every window of both partitions complete: ten records, five of each key. (The watermark, 99 999, fires no
+    // window of the last two records.)
+    let mut want: Vec<String> = (0..10i64)
+        .flat_map(|w| [1_000 + 1_000 * w, 31_000 + 1_000 * w])
+        .flat_map(|start| (0..2).map(move |k| format!("{k},{start},{},5", start + 1_000)))
+        .collect();
+    want.sort();
+    assert_eq!(lines_once_committed(&skewed_out, "1,40000,41000,")?, want, "the skewed topic's windows");
+    // Both windows of partition 0 fire, 50 records of each key each, although partition 1 never had a record.
+    let mut want: Vec<String> =
+        [1_000, 2_000].iter().flat_map(|s| (0..2).map(move |k| format!("{k},{s},{},50", s + 1_000))).collect();
+    want.sort();
+    assert_eq!(lines_once_committed(&idle_out, "1,2000,3000,")?, want, "the half-idle topic's windows");
+    cluster.cancel(&skewed)?;
+    cluster.cancel(&idle)?;
     cluster.stop();
     Ok(())
 }
