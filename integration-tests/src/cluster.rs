@@ -819,3 +819,59 @@ impl fmt::Display for RpcError {
 }
 
 impl std::error::Error for RpcError {}
+
+/// The `restore_path` of every `restored keyed state` line in `logs` (task-manager logs) of operator `uid` of
+/// job `job_id`: one per restored subtask and attempt, in log order — `open`, `import`, `import+copy`, `copy`,
+/// `load` or `empty` (`weir_state::rescale::RestorePath`).
+pub fn restore_paths_in(logs: &str, job_id: &str, uid: &str) -> Vec<String> {
+    logs.lines()
+        .filter(|l| l.contains("restored keyed state"))
+        .filter(|l| log_field(l, "job_id") == Some(job_id) && log_field(l, "uid") == Some(uid))
+        .filter_map(|l| log_field(l, "restore_path").map(str::to_string))
+        .collect()
+}
+
+/// The value of field `name` in a log line (`name=value` or `name="value"`, the name not part of a longer one).
+fn log_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let pattern = format!("{name}=");
+    let mut from = 0;
+    while let Some(at) = line[from..].find(&pattern).map(|i| from + i) {
+        from = at + pattern.len();
+        let before = line[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+            continue;
+        }
+        let rest = &line[from..];
+        return Some(match rest.strip_prefix('"') {
+            Some(quoted) => quoted.split('"').next().unwrap_or_default(),
+            None => rest.split(|c: char| c.is_whitespace() || c == '}' || c == ',').next().unwrap_or_default(),
+        });
+    }
+    None
+}
+
+impl Cluster {
+    /// [`restore_paths_in`] the logs of every process of the cluster.
+    pub fn restore_paths(&self, job_id: &str, uid: &str) -> Vec<String> {
+        restore_paths_in(&self.all_logs(), job_id, uid)
+    }
+}
+
+#[cfg(test)]
+mod restore_path_tests {
+    use super::*;
+
+    #[test]
+    fn restore_paths_are_read_per_job_and_operator() {
+        let logs = "\
+2026-01-01T00:00:00Z  INFO task: weir_taskmanager::task::restore: restored keyed state uid=\"counts\" backend=\"rocksdb\" restore_path=\"import\" sources=4 job_id=j1 attempt=1 vertex=1 subtask=0
+2026-01-01T00:00:00Z  INFO task{job_id=j1 attempt=1}: weir_taskmanager::task::restore: restored keyed state uid=\"counts\" restore_path=\"open\"
+2026-01-01T00:00:00Z  INFO task: restored keyed state uid=\"counts2\" restore_path=\"copy\" job_id=j1
+2026-01-01T00:00:00Z  INFO task: restored keyed state uid=\"counts\" restore_path=\"copy\" job_id=j2
+2026-01-01T00:00:00Z  INFO task: restored keyed state uid=\"counts\" restore_path=\"import+copy\" other_job_id=j2 job_id=j1
+";
+        assert_eq!(restore_paths_in(logs, "j1", "counts"), ["import", "open", "import+copy"]);
+        assert_eq!(restore_paths_in(logs, "j2", "counts"), ["copy"]);
+        assert!(restore_paths_in(logs, "j3", "counts").is_empty());
+    }
+}

@@ -161,3 +161,44 @@ pub fn spec(name: &str, backend: &str, p: u32, count: u64, keys: u64, rate: u64,
     }
     s
 }
+
+/// [`records`] of a datagen whose timestamps are moved back by up to `max_disorder_ms` (instead of
+/// [`DISORDER_MS`]), as `(key, timestamp)`.
+pub fn records_with_disorder(count: u64, keys: u64, max_disorder_ms: u64) -> Vec<(u64, i64)> {
+    let t = EventTimeConfig { start_ms: START_MS, step_ms: 1, max_disorder_ms, wall_clock: false };
+    let mut out = Vec::with_capacity(count as usize);
+    for j in 0..SPLITS {
+        let (start, end) = split_range(j, SPLITS, Some(count));
+        for i in start..end {
+            out.push((key_of(SEED, i, keys), timestamp_of(&t, SEED, i, i - start)));
+        }
+    }
+    out
+}
+
+/// A window of a key: `(key, window_start, window_end)`.
+pub type KeyWindow = (u64, i64, i64);
+
+/// The committed values of each window, `(key, start, end) → (first, last)`, when every window's rows are a
+/// count's first firing and its late re-firings (`allowed_lateness_ms`): consecutive counts `first, first + 1, …,
+/// last`, each committed once. A count committed twice, or one missing between two committed ones (a re-firing
+/// lost, or one record counted without its own re-firing), is an error naming the window.
+pub fn firing_runs(rows: &[(u64, i64, i64, u64)]) -> anyhow::Result<BTreeMap<KeyWindow, (u64, u64)>> {
+    let mut values: BTreeMap<KeyWindow, Vec<u64>> = BTreeMap::new();
+    for &(k, s, e, v) in rows {
+        values.entry((k, s, e)).or_default().push(v);
+    }
+    let mut runs = BTreeMap::new();
+    for (w, mut v) in values {
+        v.sort_unstable();
+        if v[0] == 0 {
+            bail!("window {w:?} fired with a count of 0");
+        }
+        if let Some(pair) = v.windows(2).find(|p| p[1] != p[0] + 1) {
+            let (a, b) = (pair[0], pair[1]);
+            bail!("window {w:?}: committed counts {v:?} are not a first firing and a re-firing per record ({a}, {b})");
+        }
+        runs.insert(w, (v[0], v[v.len() - 1]));
+    }
+    Ok(runs)
+}

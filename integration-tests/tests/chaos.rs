@@ -263,6 +263,15 @@ fn run(seed: u64) -> anyhow::Result<()> {
     for (shape, dir) in &sinks {
         windows::check_rows(&format!("seed {seed}: windows {shape:?}"), dir, &windows::expected(*shape, &recs))?;
     }
+    // Every task manager killed (at least one, checked above) ran tasks of one job or the other, so the two
+    // restarted at least once between them.
+    assert!(
+        done.restarts + windows_done.restarts >= 1,
+        "seed {seed}: {} task managers killed but no restart: {}; {}",
+        tally.tm_kills,
+        describe_job(&done),
+        describe_job(&windows_done)
+    );
     wait_for_no_orphaned_shared_files_in(&endpoint.store()?, &id, Duration::from_secs(30))
         .map_err(|e| e.context(format!("seed {seed}")))?;
     eprintln!("chaos: seed {seed}: output exact after {} restarts; {tally:?}", done.restarts);

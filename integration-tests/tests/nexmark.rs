@@ -85,7 +85,8 @@ fn the_nexmark_source_emits_the_generators_stream_exactly_once_through_a_taskman
     let victim = *busy.first().context("no busy task manager")?;
     cluster.kill_taskmanager(victim)?;
     cluster.start_taskmanager()?;
-    cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(120))?;
+    let done = cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(120))?;
+    anyhow::ensure!(done.restarts >= 1, "the kill did not restart the job: {done:?}");
     let got = written(&out)?;
     let (mut g, mut e) = (Generator::new(DEFAULT_TPS), Event::default());
     let mut want = BTreeMap::new();

@@ -8,6 +8,13 @@
 //! step before it handed its state over: a source that started again from the beginning, or counts that
 //! started again from zero, would commit some `key,i` twice, and a source that skipped records would leave a
 //! gap. (With `emit: end` the last step alone, restored from nothing, would produce the same final counts.)
+//!
+//! Each restored step also checks how the counter's state came back, as the task managers log it per subtask
+//! (`restore_path`, [`expected_restore_paths`]): a RocksDB subtask whose key groups were one old subtask's opens
+//! its snapshot; one whose key groups were several old subtasks' merges their native snapshots, importing their
+//! SST files (copying the rows of states an earlier rescale cut with range deletes); the heap loads. The chain
+//! from heap through a canonical savepoint is the one whose 4 → 1 step imports every file: its 4 snapshots were
+//! built by ingestion, never cut.
 
 use std::time::Duration;
 use weir_integration_tests::{job_state, verify_job_output, Cluster, ClusterOptions, CountJob, JobState};
@@ -34,6 +41,7 @@ fn step(parallelism: u32, backend: &'static str, savepoint_format: &'static str)
 fn chain(cluster: &mut Cluster, job: &CountJob, steps: &[Step]) -> anyhow::Result<Vec<String>> {
     let mut savepoint: Option<String> = None;
     let mut savepoints = Vec::new();
+    let mut fresh = true;
     for (i, s) in steps.iter().enumerate() {
         let mut j = job.clone().parallelism(s.parallelism).sink_parallelism(s.sink_parallelism);
         j.state_backend = s.backend.to_string();
@@ -48,10 +56,18 @@ fn chain(cluster: &mut Cluster, job: &CountJob, steps: &[Step]) -> anyhow::Resul
         if i + 1 == steps.len() {
             let done = cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(120))?;
             assert!(done.restored_from.contains("savepoint"), "the last step restored: {done:?}");
+            if i > 0 {
+                check_restore_paths(cluster, &id, &steps[i - 1], s, fresh)?;
+            }
             break;
         }
         std::thread::sleep(Duration::from_millis(1200));
         let url = cluster.stop_with_savepoint(&id, false, s.savepoint_format)?;
+        if i > 0 {
+            check_restore_paths(cluster, &id, &steps[i - 1], s, fresh)?;
+        }
+        // This step's snapshots hold no range deletion unless it restored a native RocksDB snapshot.
+        fresh = i == 0 || steps[i - 1].savepoint_format == "canonical";
         eprintln!("step {i}: parallelism {} on {} stopped with savepoint {url}", s.parallelism, s.backend);
         let job_after = cluster.job(&id)?;
         assert_eq!(job_state(&job_after), Some(JobState::Finished), "{job_after:?}");
@@ -59,6 +75,44 @@ fn chain(cluster: &mut Cluster, job: &CountJob, steps: &[Step]) -> anyhow::Resul
         savepoints.push(url);
     }
     Ok(savepoints)
+}
+
+/// The restore paths a subtask of step `to` may log, restored from the savepoint that ended step `from`, and
+/// those of which at least one subtask must take one. Heap state is loaded; RocksDB state from a canonical
+/// savepoint is copied in. From a native one, a subtask whose key groups were one old subtask's opens that
+/// snapshot (cut to its range by range deletes); key-group ranges of `p` subtasks nest in those of `q` when `p`
+/// is a multiple of `q` (Flink's ranges of 128 key groups), so exactly when it is not, some subtask's key groups
+/// were several old subtasks', whose snapshots it merges: by importing their SST files when no range deletion
+/// is in them (`fresh`: step `from` did not restore a native snapshot, so nothing cut it), else copying the rows
+/// of the states an earlier cut left range deletions in (all of them or some: compactions drop such deletions).
+fn expected_restore_paths(from: &Step, to: &Step, fresh: bool) -> (&'static [&'static str], &'static [&'static str]) {
+    match (to.backend, from.savepoint_format) {
+        ("heap", _) => (&["load"], &["load"]),
+        (_, "canonical") => (&["copy"], &["copy"]),
+        _ if to.parallelism.is_multiple_of(from.parallelism) => (&["open"], &["open"]),
+        _ if fresh => (&["open", "import"], &["import"]),
+        _ => (&["open", "import", "import+copy", "copy"], &["import", "import+copy", "copy"]),
+    }
+}
+
+/// Fails unless every subtask of the counter of job `id` (step `to`, restored from step `from`, `fresh` as in
+/// [`expected_restore_paths`]) logged how it restored its state, each by a path that allows.
+fn check_restore_paths(cluster: &Cluster, id: &str, from: &Step, to: &Step, fresh: bool) -> anyhow::Result<()> {
+    let paths = cluster.restore_paths(id, "counts");
+    let (allowed, needed) = expected_restore_paths(from, to, fresh);
+    let step = format!("{} at {} -> {} at {}", from.backend, from.parallelism, to.backend, to.parallelism);
+    eprintln!("{step}: counts restored by {paths:?}");
+    anyhow::ensure!(
+        paths.len() == to.parallelism as usize,
+        "{step}: {} restore lines of counts for {} subtasks: {paths:?}",
+        paths.len(),
+        to.parallelism
+    );
+    anyhow::ensure!(
+        paths.iter().all(|p| allowed.contains(&p.as_str())) && paths.iter().any(|p| needed.contains(&p.as_str())),
+        "{step}: counts restored by {paths:?}; expected only {allowed:?}, one at least of {needed:?}"
+    );
+    Ok(())
 }
 
 fn golden(steps: [Step; 4]) -> anyhow::Result<()> {

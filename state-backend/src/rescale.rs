@@ -206,6 +206,93 @@ pub fn open_keyed_backend_from(
     sources: Vec<RestoreSource>,
     rocks: &RocksOptions,
 ) -> Result<Box<dyn KeyedStateBackend>, StateError> {
+    open_keyed_backend_reporting(kind, work_dir, max_parallelism, range, sources, rocks).map(|(b, _)| b)
+}
+
+/// How a keyed backend got its restored rows: what [`open_keyed_backend_reporting`] reports and the task
+/// manager logs (`restore_path`) for each restored operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestorePath {
+    /// No snapshot held any of the backend's key groups: it starts empty.
+    Empty,
+    /// One native RocksDB snapshot moved into place and opened (rows outside the range cut by range deletes).
+    Open,
+    /// Several native RocksDB snapshots merged by importing every state's SST files whole.
+    Import,
+    /// Several native RocksDB snapshots merged by import, with some state's rows copied (an import could not
+    /// carry it exactly: range deletions from an earlier clip, say).
+    ImportAndCopy,
+    /// Rows copied through SST files into RocksDB: heap or canonical snapshots, or native ones none of whose
+    /// files could be imported.
+    Copy,
+    /// Rows read into the heap backend.
+    Load,
+}
+
+impl RestorePath {
+    /// The name logged: `empty`, `open`, `import`, `import+copy`, `copy` or `load`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RestorePath::Empty => "empty",
+            RestorePath::Open => "open",
+            RestorePath::Import => "import",
+            RestorePath::ImportAndCopy => "import+copy",
+            RestorePath::Copy => "copy",
+            RestorePath::Load => "load",
+        }
+    }
+
+    /// The path of a restore into the heap backend (`heap`) or RocksDB from `natives` native RocksDB snapshots and
+    /// `others` heap or canonical ones (those overlapping the range), having imported `imported_files` SST files
+    /// and copied `copied_states` states of the native snapshots.
+    pub fn of(heap: bool, natives: usize, others: usize, imported_files: usize, copied_states: usize) -> Self {
+        if natives + others == 0 {
+            return RestorePath::Empty;
+        }
+        if heap {
+            return RestorePath::Load;
+        }
+        let copied = others > 0 || copied_states > 0;
+        // Several native snapshots go through the import; with nothing copied it is an import even if every
+        // state was empty (no file to import).
+        let imported = natives > 1 && (imported_files > 0 || !copied);
+        match (imported, copied) {
+            (true, false) => RestorePath::Import,
+            (true, true) => RestorePath::ImportAndCopy,
+            (false, true) => RestorePath::Copy,
+            (false, false) => RestorePath::Open,
+        }
+    }
+}
+
+impl std::fmt::Display for RestorePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a restore did: its path, the snapshots it read, the SST files it imported and the states it copied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// How the rows got there.
+    pub path: RestorePath,
+    /// Snapshots overlapping the range (others were skipped).
+    pub sources: usize,
+    /// SST files imported whole.
+    pub imported_files: usize,
+    /// States of native snapshots whose rows were copied instead.
+    pub copied_states: usize,
+}
+
+/// [`open_keyed_backend_from`], also saying how the backend was restored.
+pub fn open_keyed_backend_reporting(
+    kind: StateBackend,
+    work_dir: &Path,
+    max_parallelism: u32,
+    range: KeyGroupRange,
+    sources: Vec<RestoreSource>,
+    rocks: &RocksOptions,
+) -> Result<(Box<dyn KeyedStateBackend>, RestoreReport), StateError> {
     let started = Instant::now();
     let count = sources.len();
     let mut overlapping = Vec::with_capacity(sources.len());
@@ -216,23 +303,28 @@ pub fn open_keyed_backend_from(
                 "skipping a snapshot that holds none of the backend's key groups"),
         }
     }
-    let backend: Box<dyn KeyedStateBackend> = match kind {
+    let natives = overlapping.iter().filter(|s| s.format == SnapshotFormat::Rocksdb).count();
+    let others = overlapping.len() - natives;
+    let heap = kind == StateBackend::Heap;
+    let (backend, (imported_files, copied_states)): (Box<dyn KeyedStateBackend>, _) = match kind {
         StateBackend::Rocksdb | StateBackend::Unspecified => {
-            Box::new(restore_rocksdb(work_dir, max_parallelism, range, overlapping, rocks)?)
+            let (db, counts) = restore_rocksdb(work_dir, max_parallelism, range, overlapping, rocks)?;
+            (Box::new(db), counts)
         }
         StateBackend::Heap => {
             let mut b = restore_heap(max_parallelism, range, &overlapping)?;
             if let Some(clock) = &rocks.clock {
                 b.set_clock(clock.clone());
             }
-            Box::new(b)
+            (Box::new(b), (0, 0))
         }
     };
     if count > 1 {
         tracing::info!(backend = backend.kind(), range = ?range, sources = count,
             ms = started.elapsed().as_millis() as u64, "restored keyed state from several snapshots");
     }
-    Ok(backend)
+    let path = RestorePath::of(heap, natives, others, imported_files, copied_states);
+    Ok((backend, RestoreReport { path, sources: natives + others, imported_files, copied_states }))
 }
 
 /// The heap backend holding the rows of `sources` in `range`.
@@ -297,14 +389,15 @@ impl Drop for Scratch {
     }
 }
 
-/// The RocksDB backend holding the rows of `sources` (all overlapping `range`) in `range`.
+/// The RocksDB backend holding the rows of `sources` (all overlapping `range`) in `range`, with the SST files it
+/// imported and the states of native snapshots it copied.
 pub(crate) fn restore_rocksdb(
     work_dir: &Path,
     max_parallelism: u32,
     range: KeyGroupRange,
     sources: Vec<RestoreSource>,
     rocks: &RocksOptions,
-) -> Result<RocksDbBackend, StateError> {
+) -> Result<(RocksDbBackend, (usize, usize)), StateError> {
     let (mut natives, others): (Vec<_>, Vec<_>) =
         sources.into_iter().partition(|s| s.format == SnapshotFormat::Rocksdb);
     let mut declared = Declarations::default();
@@ -312,16 +405,16 @@ pub(crate) fn restore_rocksdb(
     // Removed when this returns (also on failure).
     let _scratch =
         if natives.len() > 1 || !others.is_empty() { Some(Scratch::create(scratch_dir.clone())?) } else { None };
-    let mut db = if natives.len() > 1 {
+    let (mut db, counts) = if natives.len() > 1 {
         import_rocksdb(work_dir, &scratch_dir, max_parallelism, range, natives, &mut declared, rocks)?
     } else if let Some(base) = natives.pop() {
         let db = RocksDbBackend::open(work_dir, max_parallelism, range, Some(&base.dir), rocks.clone())?;
         if base.key_group_range != range {
             db.clip(range)?;
         }
-        db
+        (db, (0, 0))
     } else {
-        RocksDbBackend::open(work_dir, max_parallelism, range, None, rocks.clone())?
+        (RocksDbBackend::open(work_dir, max_parallelism, range, None, rocks.clone())?, (0, 0))
     };
     for (i, source) in others.iter().enumerate() {
         let started = Instant::now();
@@ -329,7 +422,7 @@ pub(crate) fn restore_rocksdb(
         tracing::debug!(dir = %source.dir.display(), format = %source.format, rows,
             ms = started.elapsed().as_millis() as u64, "merged a snapshot into the restored database");
     }
-    Ok(db)
+    Ok((db, counts))
 }
 
 /// The RocksDB backend holding the rows of the native RocksDB snapshots `natives` in `range`, built in
@@ -339,6 +432,7 @@ pub(crate) fn restore_rocksdb(
 /// whole into a new database when that is exact — its rows all in SST files, no range deletion, every file within
 /// the snapshot's key-group range (so files of different snapshots never overlap) —, else its rows within
 /// `range` are copied through an SST file. Rows outside `range` that came along are then cut with range deletes.
+/// Returns the backend, the SST files imported and the states copied.
 fn import_rocksdb(
     work_dir: &Path,
     scratch: &Path,
@@ -347,7 +441,7 @@ fn import_rocksdb(
     natives: Vec<RestoreSource>,
     declared: &mut Declarations,
     rocks: &RocksOptions,
-) -> Result<RocksDbBackend, StateError> {
+) -> Result<(RocksDbBackend, (usize, usize)), StateError> {
     let started = Instant::now();
     let row = RowKeyBuilder::new(max_parallelism);
     let mut opened = BTreeMap::new();
@@ -411,17 +505,18 @@ fn import_rocksdb(
     if cut {
         db.clip(range)?;
     }
+    let imported_files = imports.values().map(Vec::len).sum::<usize>();
     #[cfg(test)]
-    LAST_IMPORT.with(|c| c.set((imports.values().map(Vec::len).sum(), copies.len())));
+    LAST_IMPORT.with(|c| c.set((imported_files, copies.len())));
     tracing::debug!(
         snapshots = natives.len(),
-        imported_files = imports.values().map(Vec::len).sum::<usize>(),
+        imported_files,
         copied_states = copies.len(),
         copied_rows = copied,
         ms = started.elapsed().as_millis() as u64,
         "merged native RocksDB snapshots"
     );
-    Ok(db)
+    Ok((db, (imported_files, copies.len())))
 }
 
 #[cfg(test)]
@@ -809,8 +904,9 @@ mod tests {
             }
             let work = dir.join(format!("w{j}"));
             let natives = sources.iter().filter(|s| s.format == SnapshotFormat::Rocksdb).count();
+            let others = sources.len() - natives;
             LAST_IMPORT.with(|c| c.set((0, 0)));
-            let mut b = open_keyed_backend_from(target, &work, m, range, sources, &rocks)
+            let (mut b, report) = open_keyed_backend_reporting(target, &work, m, range, sources, &rocks)
                 .unwrap_or_else(|e| panic!("{what}: subtask {j}: {e}"));
             let (imported, copied) = LAST_IMPORT.with(|c| c.get());
             if natives > 1 {
@@ -821,7 +917,19 @@ mod tests {
                     ),
                     true => assert!(copied > 0, "{what}: subtask {j}: clipped snapshots are copied, not imported"),
                 }
+                assert_eq!((report.imported_files, report.copied_states), (imported, copied), "{what}: {report:?}");
             }
+            // The path reported (and logged by the task manager) is the one taken.
+            let path_ok = match (target, natives, others) {
+                (StateBackend::Heap, _, _) => report.path == RestorePath::Load,
+                (_, 0, 0) => report.path == RestorePath::Empty,
+                (_, 1, 0) => report.path == RestorePath::Open,
+                (_, _, 1..) => report.path == RestorePath::Copy || report.path == RestorePath::ImportAndCopy,
+                (_, _, 0) if copy_expected => matches!(report.path, RestorePath::ImportAndCopy | RestorePath::Copy),
+                (_, _, 0) => report.path == RestorePath::Import,
+            };
+            assert!(path_ok, "{what}: subtask {j}: {natives} native and {others} other sources: {report:?}");
+            assert_eq!(report.sources, natives + others, "{what}: {report:?}");
             assert!(!work.join("rescale").exists(), "{what}: scratch space is removed");
             let (records, rows) = b.stored();
             assert_eq!(records, stored.0, "{what}: subtask {j} knows every state as declared");
@@ -1116,7 +1224,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new(T0));
         let rocks = RocksOptions { clock: Some(clock.clone()), ..rocks_options() };
         let all = KeyGroupRange { start: 0, end: m - 1 };
-        let mut db = restore_rocksdb(&tmp.path().join("w"), m, all, vec![base, merged], &rocks).unwrap();
+        let mut db = restore_rocksdb(&tmp.path().join("w"), m, all, vec![base, merged], &rocks).unwrap().0;
         let rows = keys_of(halves[1]).count();
         assert!(rows > 100);
         db.compact_state("t");
@@ -1201,5 +1309,38 @@ mod tests {
         }
         let e = SnapshotFormat::from_name("native").unwrap_err().to_string();
         assert!(e.contains("\"native\"") && e.contains("canonical"), "{e}");
+    }
+
+    /// The restore path follows from the sources and what the import did: one native snapshot is opened,
+    /// several are imported (and copied where an import cannot carry a state), other formats are copied into
+    /// RocksDB and loaded into the heap.
+    #[test]
+    fn restore_paths_are_named_by_what_the_restore_did() {
+        use RestorePath::*;
+        // (heap, natives, others, imported files, copied states) -> path
+        let cases = [
+            ((false, 0, 0, 0, 0), Empty),
+            ((true, 0, 0, 0, 0), Empty),
+            ((true, 0, 2, 0, 0), Load),
+            ((true, 1, 0, 0, 0), Load),
+            ((false, 1, 0, 0, 0), Open),
+            ((false, 3, 0, 12, 0), Import),
+            ((false, 3, 0, 0, 0), Import),
+            ((false, 3, 0, 5, 2), ImportAndCopy),
+            ((false, 3, 0, 0, 4), Copy),
+            ((false, 0, 2, 0, 0), Copy),
+            ((false, 1, 1, 0, 0), Copy),
+            ((false, 2, 1, 7, 0), ImportAndCopy),
+        ];
+        for ((heap, natives, others, files, copied), want) in cases {
+            assert_eq!(
+                RestorePath::of(heap, natives, others, files, copied),
+                want,
+                "{heap} {natives} {others} {files} {copied}"
+            );
+        }
+        let names: BTreeSet<&str> = [Empty, Open, Import, ImportAndCopy, Copy, Load].iter().map(|p| p.name()).collect();
+        assert_eq!(names.len(), 6, "every path has a name of its own");
+        assert_eq!(Import.to_string(), "import");
     }
 }

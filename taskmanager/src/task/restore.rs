@@ -144,7 +144,8 @@ pub fn open_keyed(
         let format = SnapshotFormat::of_handle(h.backend)?;
         sources.push(RestoreSource { dir, format, key_group_range: h.key_group_range });
     }
-    let backend = weir_state::open_keyed_backend_from(
+    let started = std::time::Instant::now();
+    let (backend, report) = weir_state::rescale::open_keyed_backend_reporting(
         target.kind,
         target.state_dir,
         target.max_parallelism,
@@ -152,7 +153,25 @@ pub fn open_keyed(
         sources,
         target.rocks,
     )?;
+    tracing::info!(
+        uid = uid_of_state_dir(target.state_dir),
+        backend = backend.kind(),
+        range = ?target.range,
+        restore_path = report.path.name(),
+        sources = report.sources,
+        imported_files = report.imported_files,
+        copied_states = report.copied_states,
+        ms = started.elapsed().as_millis() as u64,
+        "restored keyed state"
+    );
     Ok(RestoredKeyed { backend, reusable })
+}
+
+/// The operator uid of a task's keyed state directory (`state-<uid>`, as the task lays it out), or the
+/// directory's name if it is not of that form.
+fn uid_of_state_dir(dir: &Path) -> &str {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    name.strip_prefix("state-").unwrap_or(name)
 }
 
 /// Migrates, before the operator opens, every restored keyed state whose serializer changed in a way that needs
@@ -201,6 +220,13 @@ mod tests {
     use weir_state::{open_keyed_backend, ValueState};
 
     const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
+
+    #[test]
+    fn the_restore_log_names_the_operator_of_its_state_directory() {
+        assert_eq!(uid_of_state_dir(Path::new("/d/tasks/j-a1-v2-s0/state-win0")), "win0");
+        assert_eq!(uid_of_state_dir(Path::new("/d/other")), "other");
+        assert_eq!(uid_of_state_dir(Path::new("/")), "");
+    }
 
     fn avro(json: &str) -> SerializerSnapshot {
         SerializerSnapshot::avro(&apache_avro::Schema::parse_str(json).unwrap())
