@@ -48,7 +48,7 @@ if [ ! -f "$dir/secrets/member.crt" ]; then
 fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-# Started again in the same directory (a rolling upgrade), the cluster keeps its ports.
+# Started again in the same directory (an upgrade that recreates the containers), the cluster keeps its ports.
 if [ -f "$dir/cluster.env" ]; then set -a; . "$dir/cluster.env"; set +a; fi
 export WEIR_SECRETS="$dir/secrets" WEIR_OUT="$dir/out"
 export WEIR_JM1_PORT="${WEIR_JM1_PORT:-$(free_port)}" WEIR_JM2_PORT="${WEIR_JM2_PORT:-$(free_port)}"

@@ -10,6 +10,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir/target}"
 export WEIR_BIN_DIR="$CARGO_TARGET_DIR/release"
 # Errors of the tests carry their own context; keep anyhow from appending a backtrace to each.
 export RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}"
+# setup.sh has installed every tool the tests use: a test that would skip outside this script for want of one
+# (podman or kubectl in tests/containers.rs) fails here instead.
+export WEIR_REQUIRE_TOOLS=1
 
 cargo build --release --workspace --bins
 

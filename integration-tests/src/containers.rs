@@ -245,7 +245,7 @@ impl ComposeCluster {
         bail!("no job manager is ready (leading)")
     }
 
-    /// Stops a service's container as a rolling upgrade does: SIGTERM, and an error (with the logs) if it needed
+    /// Stops a service's container as an upgrade does: SIGTERM, and an error (with the logs) if it needed
     /// the SIGKILL that follows after podman's default grace period of 10 s.
     pub fn stop_container(&self, service: &str) -> Result<()> {
         let name = self.container(service);
@@ -257,7 +257,7 @@ impl ComposeCluster {
     }
 
     /// Starts again (on the current images) whatever containers of the cluster are missing, and waits until it
-    /// is ready: how a rolling upgrade brings the recreated containers up.
+    /// is ready: how an upgrade brings the recreated containers up.
     pub fn recreate(&self) -> Result<()> {
         let mut cmd = Command::new(repo_root().join("scripts/cluster-up.sh"));
         cmd.env("WEIR_CLUSTER_DIR", self.dir.path())
