@@ -420,6 +420,20 @@ fn a_client_token_without_member_authentication_is_refused_at_start() -> anyhow:
         out.stderr
     );
     assert_eq!(out.stderr.trim().lines().count(), 1, "one line: {}", out.stderr);
+    // A token file it cannot read: it says so and exits before serving anything (it once served its health
+    // service first, so a crash-looping job manager passed probes).
+    let secret = write(files.path(), "secret", SECRET)?;
+    let missing = files.path().join("no-such-token");
+    let mut cmd = std::process::Command::new(binary("weir-jobmanager")?);
+    cmd.args(["--bind", "127.0.0.1:0", "--health-bind", "127.0.0.1:0", "--cluster-secret-file", &secret])
+        .arg("--auth-token-file")
+        .arg(&missing)
+        .arg("--data-dir")
+        .arg(files.path().join("jm"));
+    let out = run_with_timeout(cmd, Duration::from_secs(20))?;
+    assert_eq!(out.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("no-such-token"), "{}", out.stderr);
+    assert!(!out.stderr.contains("health") && !out.stdout.contains("listening"), "it served first: {out}");
     // On purpose: it starts, and says at warning level what it leaves open.
     let log = files.path().join("insecure.log");
     let mut p = weir_integration_tests::Process::spawn("insecure", jm(&["--insecure-members"])?, &log)?;

@@ -18,6 +18,12 @@ fn main() -> ExitCode {
         }
     };
     weir_common::telemetry::init(config.log_json);
+    // The credential files are read before anything is served: a job manager whose token or certificate cannot
+    // be read exits with the reason, instead of passing a health probe until it gets that far.
+    if let Err(e) = config.security().and_then(|_| config.client_token()) {
+        eprintln!("weir-jobmanager: {e}");
+        return ExitCode::from(2);
+    }
     if let Err(e) = weir_common::fault::arm_from_env() {
         eprintln!("weir-jobmanager: {e}");
         return ExitCode::from(2);
