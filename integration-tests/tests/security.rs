@@ -184,6 +184,14 @@ fn data_peer_over_tls_is_dropped(addr: &str, stranger: &Stranger) -> anyhow::Res
     })
 }
 
+/// Waits for the line in which a task manager (`who`, its log at `log`) says its registration was refused.
+fn refusal_line(log: &std::path::Path, who: &str) -> anyhow::Result<String> {
+    weir_integration_tests::wait_until(&format!("for {who} to say it was refused"), Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(log)?;
+        Ok(text.lines().find(|l| l.contains("did not accept this task manager's registration")).map(str::to_string))
+    })
+}
+
 #[test]
 fn tokens_and_the_cluster_secret_keep_strangers_out() -> anyhow::Result<()> {
     let files = tempfile::tempdir()?;
@@ -214,14 +222,7 @@ fn tokens_and_the_cluster_secret_keep_strangers_out() -> anyhow::Result<()> {
     // Its refusal is waited for (a fixed sleep would pass a registration that is merely slow).
     let outsider = c.start_taskmanager(&[])?;
     let outsider_log = c.dir().join("logs").join(format!("taskmanager-{outsider}.log"));
-    let refused = weir_integration_tests::wait_until(
-        "for the task manager without the secret to say it was refused",
-        Duration::from_secs(20),
-        || {
-            let log = std::fs::read_to_string(&outsider_log)?;
-            Ok(log.lines().find(|l| l.contains("did not accept this task manager's registration")).map(str::to_string))
-        },
-    )?;
+    let refused = refusal_line(&outsider_log, "the task manager without the secret")?;
     assert!(refused.contains("cluster secret"), "why: {refused}");
     let tms = c.cli_json(&["cluster"])?["task_managers"].as_array().map_or(0, |a| a.len());
     assert_eq!(tms, 2, "the task manager without the secret registered");
@@ -326,14 +327,7 @@ fn mutual_tls_admits_members_only() -> anyhow::Result<()> {
     // manager, and the job manager's own check is what refuses it): refused, and both sides say so.
     let rogue = c.start_taskmanager(&tls(&rogue_cert, &rogue_key, &ca))?;
     let rogue_log = c.dir().join("logs").join(format!("taskmanager-{rogue}.log"));
-    let refused = weir_integration_tests::wait_until(
-        "for the rogue task manager to say it was refused",
-        Duration::from_secs(20),
-        || {
-            let log = std::fs::read_to_string(&rogue_log)?;
-            Ok(log.lines().find(|l| l.contains("did not accept this task manager's registration")).map(str::to_string))
-        },
-    )?;
+    let refused = refusal_line(&rogue_log, "the rogue task manager")?;
     let tms = c.cli_json(&["cluster"])?["task_managers"].as_array().map_or(0, |a| a.len());
     assert_eq!(tms, 2, "the rogue task manager registered");
     let log = std::fs::read_to_string(&rogue_log)?;
