@@ -1617,6 +1617,71 @@ pub fn lacks_timestamps(kind: &str, map: &BTreeMap<String, String>) -> Option<St
     }
 }
 
+/// The built-in kinds' declarations as a catalog: what a task manager resolves specs with (a user's task
+/// manager adds its own kinds, whose configs it does not check here).
+#[derive(Clone, Debug)]
+pub struct BuiltinCatalog {
+    kinds: Vec<KindInfo>,
+}
+
+impl Default for BuiltinCatalog {
+    fn default() -> Self {
+        BuiltinCatalog { kinds: builtin_kinds() }
+    }
+}
+
+impl BuiltinCatalog {
+    /// The built-in kinds' checks over `kinds` (the built-in ones as a task manager reports them, and others).
+    pub fn over(kinds: Vec<KindInfo>) -> Self {
+        BuiltinCatalog { kinds }
+    }
+}
+
+impl crate::spec::KindCatalog for BuiltinCatalog {
+    fn info(&self, kind: &str) -> Option<&KindInfo> {
+        self.kinds.info(kind)
+    }
+
+    fn names(&self) -> Vec<&str> {
+        self.kinds.names()
+    }
+
+    fn check_config(&self, kind: &str, config: &BTreeMap<String, String>) -> Result<(), ConfigFieldError> {
+        validate_builtin_config(kind, config)
+    }
+
+    fn side_outputs(&self, kind: &str, config: &BTreeMap<String, String>) -> Option<crate::spec::SideOutputs> {
+        let tags = side_outputs(kind, config)?;
+        let elsewhere = match kind {
+            "window-aggregate" => vec![(LATE_TAG.to_string(), "set late: side-output in its config".to_string())],
+            _ => vec![],
+        };
+        Some(crate::spec::SideOutputs { tags: tags.into_iter().map(str::to_string).collect(), elsewhere })
+    }
+
+    fn lacks_timestamps(&self, kind: &str, config: &BTreeMap<String, String>) -> Option<String> {
+        lacks_timestamps(kind, config)
+    }
+
+    fn derived_output(
+        &self,
+        kind: &str,
+        config: &BTreeMap<String, String>,
+        inputs: &[Vec<crate::schema::Column>],
+    ) -> Option<Result<Vec<crate::schema::Column>, ConfigFieldError>> {
+        derived_output(kind, config, inputs)
+    }
+
+    fn check_input(
+        &self,
+        kind: &str,
+        config: &BTreeMap<String, String>,
+        input: &[crate::schema::Column],
+    ) -> Option<Result<(), ConfigFieldError>> {
+        check_input(kind, config, input)
+    }
+}
+
 /// The side outputs (by tag) a built-in kind with this config has; `None` for kinds that are not built in (their
 /// task manager knows).
 pub fn side_outputs(kind: &str, map: &BTreeMap<String, String>) -> Option<Vec<&'static str>> {

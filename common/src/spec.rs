@@ -1,8 +1,9 @@
 //! The job spec: the YAML/JSON file users write, its protobuf form, and validation into a [`ResolvedJob`]
 //! with every default applied. Validation names the operator and field of every problem.
 
-use crate::builtin::{validate_builtin_config, KindInfo, Role};
+use crate::builtin::{ConfigFieldError, KindInfo, Role};
 use crate::keygroup::{default_max_parallelism, UPPER_BOUND_MAX_PARALLELISM};
+use crate::schema::Column;
 pub use crate::text::echo;
 use crate::text::shortened;
 use crate::watermarks::{WatermarkStrategy, WatermarksFile};
@@ -34,6 +35,86 @@ pub enum SpecError {
         /// What is wrong.
         message: String,
     },
+}
+
+/// An operator's config as a spec gives it (nested values as JSON text).
+pub type OperatorConfig = BTreeMap<String, String>;
+
+/// A kind's side outputs over a config, and what to say when an operator reads one it does not have.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SideOutputs {
+    /// The tags of the side outputs the kind has with this config.
+    pub tags: Vec<String>,
+    /// Tags the kind has with another config, and how to get each (`late`: `set late: side-output in its
+    /// config`).
+    pub elsewhere: Vec<(String, String)>,
+}
+
+/// What resolving a spec knows of its operators' kinds. The job manager knows what task managers reported of
+/// their kinds (name, role, state): only [`KindCatalog::info`]. A task manager runs each kind's own declaration:
+/// it checks configs and works out columns, side outputs and event time, so that every check a kind declares
+/// runs before anything is deployed (the job manager asks a task manager to check a spec it accepted).
+pub trait KindCatalog: Sync {
+    /// What `kind` declares of itself, if the catalog knows the kind.
+    fn info(&self, kind: &str) -> Option<&KindInfo>;
+    /// The names of every kind it knows, sorted.
+    fn names(&self) -> Vec<&str>;
+    /// Checks an operator's config, naming the field at fault (nothing where it cannot run the declaration).
+    fn check_config(&self, _kind: &str, _config: &OperatorConfig) -> Result<(), ConfigFieldError> {
+        Ok(())
+    }
+    /// The side outputs an operator of `kind` has with `config` (`None`: not known here).
+    fn side_outputs(&self, _kind: &str, _config: &OperatorConfig) -> Option<SideOutputs> {
+        None
+    }
+    /// Why a source of `kind` with `config` emits no event timestamps, if it does not (`None` also where not
+    /// known here).
+    fn lacks_timestamps(&self, _kind: &str, _config: &OperatorConfig) -> Option<String> {
+        None
+    }
+    /// The columns an operator whose kind works them out from its config emits over `inputs` (`None`: not
+    /// known here).
+    fn derived_output(
+        &self,
+        _kind: &str,
+        _config: &OperatorConfig,
+        _inputs: &[Vec<Column>],
+    ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        None
+    }
+    /// Checks the input columns `config` names against what the input emits (`None`: nothing to check, or not
+    /// known here).
+    fn check_input(
+        &self,
+        _kind: &str,
+        _config: &OperatorConfig,
+        _input: &[Column],
+    ) -> Option<Result<(), ConfigFieldError>> {
+        None
+    }
+}
+
+/// Kinds as reported, and nothing more: what the job manager resolves with.
+impl KindCatalog for [KindInfo] {
+    fn info(&self, kind: &str) -> Option<&KindInfo> {
+        self.iter().find(|k| k.kind == kind)
+    }
+
+    fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.iter().map(|k| k.kind.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+impl KindCatalog for Vec<KindInfo> {
+    fn info(&self, kind: &str) -> Option<&KindInfo> {
+        self.as_slice().info(kind)
+    }
+
+    fn names(&self) -> Vec<&str> {
+        self.as_slice().names()
+    }
 }
 
 fn job_err(field: &str, message: impl Into<String>) -> SpecError {
@@ -591,19 +672,15 @@ fn valid_uid(uid: &str) -> bool {
 /// Checks the record schema of every edge: what an operator emits (declared by its kind, or by the spec's
 /// `schema:` for kinds that do not declare it) must have every column its consumer needs, of the same type.
 /// Edges whose producer's schema is unknown are not checked. The graph has no cycle.
-fn check_schemas(
-    spec: &pb::JobSpec,
-    operators: &[ResolvedOperator],
-    kinds: &HashMap<&str, &KindInfo>,
-) -> Result<(), SpecError> {
-    use crate::schema::{key_column, validate_columns, Column, OutputSchema};
+fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn KindCatalog) -> Result<(), SpecError> {
+    use crate::schema::{key_column, validate_columns, OutputSchema};
     // `operators` is in spec order, the same index is the operator as written.
     let mut emitted: Vec<Option<Option<Vec<Column>>>> = vec![None; operators.len()];
     fn emits(
         i: usize,
         spec: &pb::JobSpec,
         operators: &[ResolvedOperator],
-        kinds: &HashMap<&str, &KindInfo>,
+        kinds: &dyn KindCatalog,
         memo: &mut Vec<Option<Option<Vec<Column>>>>,
     ) -> Result<Option<Vec<Column>>, SpecError> {
         if let Some(known) = &memo[i] {
@@ -615,7 +692,7 @@ fn check_schemas(
         if let Some(columns) = &declared {
             validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e))?;
         }
-        let kind = kinds.get(op.kind.as_str()).map(|k| &k.output);
+        let kind = kinds.info(&op.kind).map(|k| &k.output);
         let out = match (kind, declared) {
             (Some(OutputSchema::Columns(c)), Some(d)) if *c != d => {
                 return Err(op_err(
@@ -639,7 +716,7 @@ fn check_schemas(
             (Some(OutputSchema::FromConfig), None) if operators[i].input.is_none() => {
                 // A source: its columns follow from its config alone.
                 let config: BTreeMap<String, String> = op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                match crate::builtin::derived_output(&op.kind, &config, &[]) {
+                match kinds.derived_output(&op.kind, &config, &[]) {
                     None => None,
                     Some(Ok(columns)) => Some(columns),
                     Some(Err(e)) => return Err(op_err(&op.uid, &format!("config.{}", e.field), e.message)),
@@ -661,7 +738,7 @@ fn check_schemas(
                     Some(inputs) => {
                         let config: BTreeMap<String, String> =
                             op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                        match crate::builtin::derived_output(&op.kind, &config, &inputs) {
+                        match kinds.derived_output(&op.kind, &config, &inputs) {
                             None => None,
                             Some(Ok(columns)) => Some(columns),
                             Some(Err(e)) => return Err(op_err(&op.uid, &format!("config.{}", e.field), e.message)),
@@ -679,7 +756,7 @@ fn check_schemas(
         i: usize,
         spec: &pb::JobSpec,
         operators: &[ResolvedOperator],
-        kinds: &HashMap<&str, &KindInfo>,
+        kinds: &dyn KindCatalog,
         memo: &mut Vec<Option<Option<Vec<Column>>>>,
     ) -> Result<Option<Vec<Column>>, SpecError> {
         match (operators[i].input, &operators[i].input_tag) {
@@ -697,7 +774,7 @@ fn check_schemas(
         emits(i, spec, operators, kinds, &mut emitted)?;
     }
     for (i, op) in operators.iter().enumerate() {
-        let Some(info) = kinds.get(spec.operators[i].kind.as_str()) else { continue };
+        let Some(info) = kinds.info(&spec.operators[i].kind) else { continue };
         let mut needed = info.input_columns.clone();
         if op.keyed && !needed.iter().any(|c| c.name == "key") {
             needed.push(key_column());
@@ -713,7 +790,7 @@ fn check_schemas(
         if let Some((_, Some(available))) = &first {
             let config: BTreeMap<String, String> =
                 spec.operators[i].config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            if let Some(Err(e)) = crate::builtin::check_input(&spec.operators[i].kind, &config, available) {
+            if let Some(Err(e)) = kinds.check_input(&spec.operators[i].kind, &config, available) {
                 return Err(op_err(&spec.operators[i].uid, &format!("config.{}", e.field), e.message));
             }
         }
@@ -766,8 +843,10 @@ fn parse_input<'a>(index: &HashMap<&str, usize>, input: &'a str) -> Option<(usiz
     (!tag.is_empty()).then_some((i, Some(tag)))
 }
 
-/// Validates a spec against the known operator kinds and applies defaults.
-pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, SpecError> {
+/// Validates a spec against the known operator kinds and applies defaults. With a catalog that runs the kinds'
+/// declarations (a task manager's), every check; with one that only knows what kinds reported (the job
+/// manager's), the checks of the spec's structure.
+pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJob, SpecError> {
     check_limits(spec)?;
     if spec.name.trim().is_empty() {
         return Err(job_err("name", "is required"));
@@ -791,7 +870,6 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         }
     };
 
-    let kind_map: HashMap<&str, &KindInfo> = kinds.iter().map(|k| (k.kind.as_str(), k)).collect();
     let mut index: HashMap<&str, usize> = HashMap::new();
     for (i, op) in spec.operators.iter().enumerate() {
         if !valid_uid(&op.uid) {
@@ -813,7 +891,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
             }
         }
         let config: BTreeMap<String, String> = at.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        if let Some(why) = crate::builtin::lacks_timestamps(&at.kind, &config) {
+        if let Some(why) = kinds.lacks_timestamps(&at.kind, &config) {
             return Err(op_err(
                 &op.uid,
                 "kind",
@@ -825,10 +903,9 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
     let mut max_op_parallelism = 0;
     let mut operators = Vec::with_capacity(spec.operators.len());
     for op in &spec.operators {
-        let info = kind_map.get(op.kind.as_str()).ok_or_else(|| {
-            let mut known: Vec<&str> = kind_map.keys().copied().collect();
-            known.sort();
-            op_err(&op.uid, "kind", format!("unknown operator kind {:?} (known: {})", op.kind, known.join(", ")))
+        let info = kinds.info(&op.kind).ok_or_else(|| {
+            let known = kinds.names().join(", ");
+            op_err(&op.uid, "kind", format!("unknown operator kind {:?} (known: {known})", op.kind))
         })?;
         let p = op.parallelism.unwrap_or(parallelism);
         if p == 0 {
@@ -836,7 +913,8 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         }
         max_op_parallelism = max_op_parallelism.max(p);
         let config: BTreeMap<String, String> = op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        validate_builtin_config(&op.kind, &config)
+        kinds
+            .check_config(&op.kind, &config)
             .map_err(|e| op_err(&op.uid, &format!("config.{}", e.field), e.message))?;
         let named: Vec<&str> = match (op.input.is_empty(), op.inputs.is_empty()) {
             (true, true) => vec![],
@@ -882,12 +960,12 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
         if let (Some(u), Some(tag)) = (input, &input_tag) {
             let up = &spec.operators[u];
             let up_config: BTreeMap<String, String> = up.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            if let Some(tags) = crate::builtin::side_outputs(&up.kind, &up_config) {
-                if !tags.contains(&tag.as_str()) {
-                    let why = match (up.kind.as_str(), tag.as_str()) {
-                        ("window-aggregate", "late") => "set late: side-output in its config".to_string(),
-                        _ if tags.is_empty() => format!("kind {:?} has no side outputs", up.kind),
-                        _ => format!("kind {:?} has side outputs {}", up.kind, tags.join(", ")),
+            if let Some(SideOutputs { tags, elsewhere }) = kinds.side_outputs(&up.kind, &up_config) {
+                if !tags.contains(tag) {
+                    let why = match elsewhere.into_iter().find(|(t, _)| t == tag) {
+                        Some((_, how)) => how,
+                        None if tags.is_empty() => format!("kind {:?} has no side outputs", up.kind),
+                        None => format!("kind {:?} has side outputs {}", up.kind, tags.join(", ")),
                     };
                     return Err(op_err(&op.uid, "input", format!("{:?} has no side output {tag:?}: {why}", up.uid)));
                 }
@@ -921,7 +999,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
                         format!("only a source generates watermarks, and {:?} is a {}", op.kind, info.role.as_str()),
                     ));
                 }
-                if let Some(why) = crate::builtin::lacks_timestamps(&op.kind, &config) {
+                if let Some(why) = kinds.lacks_timestamps(&op.kind, &config) {
                     return Err(op_err(
                         &op.uid,
                         "watermarks",
@@ -963,7 +1041,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &[KindInfo]) -> Result<ResolvedJob, Sp
     if let Some(i) = first_in_cycle(&operators) {
         return Err(op_err(&operators[i].uid, "input", "the inputs form a cycle"));
     }
-    check_schemas(spec, &operators, &kind_map)?;
+    check_schemas(spec, &operators, kinds)?;
 
     // Defaults and checks that need the whole graph.
     for i in 0..operators.len() {
@@ -1278,7 +1356,7 @@ operators:
 "#;
 
     fn resolve_text(text: &str) -> Result<ResolvedJob, SpecError> {
-        resolve(&parse_spec_text(text)?, &builtin_kinds())
+        resolve(&parse_spec_text(text)?, &crate::builtin::BuiltinCatalog::default())
     }
 
     #[test]
@@ -1410,10 +1488,16 @@ operators:
         // A protobuf spec with values this version does not know.
         let mut spec = parse_spec_text(DEMO).unwrap();
         spec.operators[1].partitioning = 99;
-        assert!(resolve(&spec, &builtin_kinds()).unwrap_err().to_string().contains("must be forward"));
+        assert!(resolve(&spec, &crate::builtin::BuiltinCatalog::default())
+            .unwrap_err()
+            .to_string()
+            .contains("must be forward"));
         let mut spec = parse_spec_text(DEMO).unwrap();
         spec.state_backend = 7;
-        assert!(resolve(&spec, &builtin_kinds()).unwrap_err().to_string().contains("unknown backend 7"));
+        assert!(resolve(&spec, &crate::builtin::BuiltinCatalog::default())
+            .unwrap_err()
+            .to_string()
+            .contains("unknown backend 7"));
     }
 
     #[test]
@@ -1435,7 +1519,9 @@ operators:
         assert_eq!(job.operators[2].input, Some(1), "inputs still name the spec's uid");
         assert_eq!(unstated_uid(&job.operators[1].uid), Some("counts"));
         assert_eq!(unstated_uid("counts"), None);
-        let e = resolve(&parse_spec_text(&stated).unwrap(), &builtin_kinds()).unwrap_err().to_string();
+        let e = resolve(&parse_spec_text(&stated).unwrap(), &crate::builtin::BuiltinCatalog::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("uid_stated") && e.contains("no state signature"), "{e}");
     }
 
@@ -1522,7 +1608,7 @@ operators:
         let spec = parse_spec_text(&timed).unwrap();
         let event_time: serde_json::Value = serde_json::from_str(&spec.operators[0].config["event_time"]).unwrap();
         assert_eq!(event_time, serde_json::json!({ "start_ms": 1000, "max_disorder_ms": 20 }));
-        let job = resolve(&spec, &builtin_kinds()).unwrap();
+        let job = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap();
         assert_eq!(
             job.operators[0].watermarks,
             Some(WatermarkStrategy {
@@ -1555,19 +1641,19 @@ operators:
         let timed = DEMO.replace("seed: 1 } }", "seed: 1, event_time: {} } }");
         let mut spec = parse_spec_text(&timed).unwrap();
         spec.operators[0].watermarks = Some(pb::WatermarkSpec { max_out_of_orderness_ms: -1, ..Default::default() });
-        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
         assert!(
             e.contains("\"events\"") && e.contains("watermarks.max_out_of_orderness_ms") && e.contains("negative"),
             "{e}"
         );
         spec.operators[0].watermarks = Some(pb::WatermarkSpec::default());
-        assert!(resolve(&spec, &builtin_kinds()).is_ok());
+        assert!(resolve(&spec, &crate::builtin::BuiltinCatalog::default()).is_ok());
         spec.operators[0].config.remove("event_time");
-        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
         assert!(e.contains("no event timestamps") && e.contains("event_time"), "{e}");
         spec.operators[0].config.insert("event_time".into(), "{}".into());
         spec.operators[1].watermarks = Some(pb::WatermarkSpec::default());
-        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
         assert!(e.contains("\"counts\"") && e.contains("only a source"), "{e}");
     }
 
@@ -1717,7 +1803,7 @@ operators:
         spec.operators.reverse();
         let job = std::thread::Builder::new()
             .stack_size(256 * 1024)
-            .spawn(move || resolve(&spec, &builtin_kinds()).map(|j| j.operators.len()))
+            .spawn(move || resolve(&spec, &crate::builtin::BuiltinCatalog::default()).map(|j| j.operators.len()))
             .unwrap()
             .join()
             .expect("resolving overflowed a small stack");
@@ -1768,9 +1854,12 @@ operators:
         let e = check_limits(&spec).unwrap_err().to_string();
         assert!(e.contains("\"spec\"") && e.contains("1048576"), "{e}");
 
-        let e = resolve(&chain(MAX_OPERATORS + 1), &builtin_kinds()).unwrap_err().to_string();
+        let e = resolve(&chain(MAX_OPERATORS + 1), &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
         assert!(e.contains("\"operators\"") && e.contains(&MAX_OPERATORS.to_string()), "{e}");
-        assert!(resolve(&chain(MAX_OPERATORS), &builtin_kinds()).is_ok(), "the limit itself is fine");
+        assert!(
+            resolve(&chain(MAX_OPERATORS), &crate::builtin::BuiltinCatalog::default()).is_ok(),
+            "the limit itself is fine"
+        );
 
         let mut spec = chain(2);
         spec.name = "n".repeat(MAX_NAME_BYTES + 1);
@@ -1789,21 +1878,21 @@ operators:
         // A uid under the byte limit but with characters a uid may not have: refused, echoing its start only.
         let mut spec = chain(2);
         spec.operators[1].uid = format!("{}!", "y".repeat(120));
-        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
         assert!(e.contains("… (121 bytes)") && !e.contains(&"y".repeat(100)), "{e}");
 
         // A value echoed by a config check is cut too.
         let mut spec = chain(2);
         spec.operators[0].config.insert("keys".into(), "z".repeat(10_000));
-        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
         assert!(e.contains("config.keys") && e.len() < 300, "{e}");
 
         let mut spec = chain(2);
         spec.parallelism = Some(0);
-        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
         assert!(e.contains("\"parallelism\"") && e.contains("at least 1"), "{e}");
         spec.parallelism = None;
-        assert_eq!(resolve(&spec, &builtin_kinds()).unwrap().parallelism, 1, "unset is 1");
+        assert_eq!(resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap().parallelism, 1, "unset is 1");
     }
 
     #[test]
@@ -1813,7 +1902,7 @@ operators:
         let mut spec = chain(MAX_OPERATORS);
         spec.operators[0].kind = "keyed-count".into();
         spec.operators[0].input = format!("op-{}", MAX_OPERATORS - 1);
-        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
         assert!(e.contains("\"op-0\"") && e.contains("cycle"), "{e}");
         // A side branch that runs into the cycle is named when it comes first.
         let mut ops = chain(4).operators;
@@ -1828,7 +1917,7 @@ operators:
             },
         );
         let spec = pb::JobSpec { name: "c".into(), operators: ops, ..Default::default() };
-        let e = resolve(&spec, &builtin_kinds()).unwrap_err().to_string();
+        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
         assert!(e.contains("\"side\"") && e.contains("cycle"), "{e}");
     }
 }

@@ -103,6 +103,10 @@ pub enum JobRequestError {
     /// The job cannot take a savepoint in its state.
     #[error("{0}")]
     NotRunning(String),
+    /// No task manager could check the spec's operators (none registered holds every kind of it, or none
+    /// answered): try again once one has registered.
+    #[error("{0}")]
+    NoChecker(String),
 }
 
 /// The longest message a refused request carries: far above any real one, and far below the message size a
@@ -137,6 +141,7 @@ impl From<JobRequestError> for tonic::Status {
             JobRequestError::SavepointUnavailable(_) => tonic::Status::unavailable(msg),
             JobRequestError::SavepointFailed(_) => tonic::Status::aborted(msg),
             JobRequestError::NotRunning(_) => tonic::Status::failed_precondition(msg),
+            JobRequestError::NoChecker(_) => tonic::Status::unavailable(msg),
         }
     }
 }

@@ -65,6 +65,8 @@ impl TaskAddress {
 const START_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The same when a job is submitted (shorter: a client waits).
 const SUBMIT_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a submission waits for a task manager that can check its spec to register.
+const CHECKER_WAIT: Duration = Duration::from_secs(10);
 
 /// The job manager: cheap to clone, every clone is the same instance.
 #[derive(Clone)]
@@ -278,13 +280,56 @@ impl JobManager {
             spec.max_parallelism = Some(savepoint::adopt_max_parallelism(explicit_max_parallelism, &sp.metadata));
         }
         let kinds = self.shared.registry.lock().kinds();
-        let job = tokio::task::spawn_blocking(move || resolve(&spec, &kinds))
+        let structure = spec.clone();
+        let job = tokio::task::spawn_blocking(move || resolve(&structure, &kinds))
             .await
             .map_err(|e| JobRequestError::InvalidSpec(format!("spec validation failed: {e}")))?
             .map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
+        self.check_on_a_taskmanager(&spec).await?;
         let limit = self.shared.config.union_state_fanout_limit;
         let verdicts = sp.map(|sp| savepoint::verdicts(sp, &job, explicit_max_parallelism, limit));
         Ok((job, verdicts))
+    }
+
+    /// Has a task manager that holds every kind of `spec` check it with the kinds' own declarations (configs,
+    /// columns, side outputs, event time): the job manager runs no kind's code. One is waited for a while (a
+    /// job manager that just started, or just took over, hears from its task managers within a heartbeat).
+    async fn check_on_a_taskmanager(&self, spec: &pb::JobSpec) -> Result<(), JobRequestError> {
+        let kinds: std::collections::BTreeSet<&str> = spec.operators.iter().map(|o| o.kind.as_str()).collect();
+        let deadline = tokio::time::Instant::now() + CHECKER_WAIT;
+        let mut last_error = None;
+        loop {
+            let checkers = self.shared.registry.lock().checkers(&kinds);
+            for address in checkers {
+                let request = pb::CheckSpecRequest { spec: Some(spec.clone()) };
+                let answer = match self.shared.clients.get(&address) {
+                    Ok(mut client) => client.check_spec(request).await,
+                    Err(e) => Err(e),
+                };
+                match answer {
+                    Ok(r) => {
+                        let error = r.into_inner().error;
+                        return if error.is_empty() { Ok(()) } else { Err(JobRequestError::InvalidSpec(error)) };
+                    }
+                    Err(e) => {
+                        warn!(taskmanager = %address, error = %e, "a task manager could not check a spec; trying another");
+                        last_error = Some(format!("{address}: {}", e.message()));
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let kinds: Vec<&str> = kinds.into_iter().collect();
+                return Err(JobRequestError::NoChecker(match last_error {
+                    Some(e) => format!("no task manager could check the spec (the last said {e}); try again"),
+                    None => format!(
+                        "no registered task manager holds every kind of the spec ({}): a spec is checked by a task \
+                         manager that offers its kinds; start one, or wait for it to register",
+                        kinds.join(", ")
+                    ),
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// `weir savepoint check`: what restoring a savepoint into a job spec would do, per operator and state,

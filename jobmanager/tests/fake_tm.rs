@@ -149,7 +149,21 @@ impl FakeTm {
             rpc_address: rpc_address.to_string(),
             data_address: "127.0.0.1:1".into(),
             slots: 2,
-            operator_kinds: vec![],
+            // The kinds of the tests' job, as a task manager reports them (it is asked to check specs of them).
+            operator_kinds: [
+                ("datagen", "source", false),
+                ("keyed-count", "operator", true),
+                ("file-sink", "sink", false),
+            ]
+            .into_iter()
+            .map(|(kind, role, keyed)| pb::OperatorKindInfo {
+                kind: kind.into(),
+                version: "1".into(),
+                role: role.into(),
+                keyed,
+                ..Default::default()
+            })
+            .collect(),
         };
         let resp = self.jm().register_task_manager(req).await.expect("register").into_inner();
         let mut s = self.state.lock();
@@ -190,6 +204,11 @@ impl TaskManagerApi for FakeTm {
 
     async fn end_input(&self, _: Request<pb::EndInputRequest>) -> Result<Response<pb::EndInputResponse>, Status> {
         Err(Status::unimplemented("the fake task manager runs no sources"))
+    }
+
+    /// The fake runs no kind's declaration: every spec the job manager accepted is fine by it.
+    async fn check_spec(&self, _: Request<pb::CheckSpecRequest>) -> Result<Response<pb::CheckSpecResponse>, Status> {
+        Ok(Response::new(pb::CheckSpecResponse::default()))
     }
 
     async fn trigger_checkpoint(

@@ -252,6 +252,15 @@ impl Registry {
         }
     }
 
+    /// The RPC addresses of the task managers that hold every kind of `kinds`, the one with most free slots
+    /// first: who can check a spec of those kinds.
+    pub fn checkers(&self, kinds: &std::collections::BTreeSet<&str>) -> Vec<String> {
+        let mut able: Vec<&TaskManagerEntry> =
+            self.tms.values().filter(|tm| kinds.iter().all(|k| tm.kinds.iter().any(|i| i.kind == *k))).collect();
+        able.sort_by_key(|tm| std::cmp::Reverse(tm.free_slots()));
+        able.into_iter().map(|tm| tm.rpc_address.clone()).collect()
+    }
+
     /// The built-in kinds merged with every kind the registered task managers reported (a task manager's
     /// description of a kind wins over the built-in one).
     pub fn kinds(&self) -> Vec<KindInfo> {

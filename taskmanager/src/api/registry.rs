@@ -5,7 +5,9 @@
 use crate::api::operator::{Operator, Source};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use weir_common::builtin::{KindInfo, KindSignature, Role};
+use weir_common::builtin::{BuiltinCatalog, ConfigFieldError, KindInfo, KindSignature, Role};
+use weir_common::schema::Column;
+use weir_common::spec::SideOutputs;
 use weir_state::signature::StateSignature;
 
 /// `info` with its kind's state signature, which the task manager reports at registration: checkpoints record
@@ -107,5 +109,47 @@ impl Registry {
     /// Every kind's description.
     pub fn kinds(&self) -> impl Iterator<Item = &KindInfo> {
         self.kinds.values().map(|(i, _)| i)
+    }
+}
+
+/// The kinds' declarations, as the task manager resolves a spec the job manager asks it to check: every check
+/// a kind declares runs here, where its code is.
+impl weir_common::spec::KindCatalog for Registry {
+    fn info(&self, kind: &str) -> Option<&KindInfo> {
+        Registry::info(self, kind)
+    }
+
+    fn names(&self) -> Vec<&str> {
+        self.kinds.keys().map(String::as_str).collect()
+    }
+
+    fn check_config(&self, kind: &str, config: &BTreeMap<String, String>) -> Result<(), ConfigFieldError> {
+        weir_common::builtin::validate_builtin_config(kind, config)
+    }
+
+    fn side_outputs(&self, kind: &str, config: &BTreeMap<String, String>) -> Option<SideOutputs> {
+        BuiltinCatalog::default().side_outputs(kind, config)
+    }
+
+    fn lacks_timestamps(&self, kind: &str, config: &BTreeMap<String, String>) -> Option<String> {
+        weir_common::builtin::lacks_timestamps(kind, config)
+    }
+
+    fn derived_output(
+        &self,
+        kind: &str,
+        config: &BTreeMap<String, String>,
+        inputs: &[Vec<Column>],
+    ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        weir_common::builtin::derived_output(kind, config, inputs)
+    }
+
+    fn check_input(
+        &self,
+        kind: &str,
+        config: &BTreeMap<String, String>,
+        input: &[Column],
+    ) -> Option<Result<(), ConfigFieldError>> {
+        weir_common::builtin::check_input(kind, config, input)
     }
 }

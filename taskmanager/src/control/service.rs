@@ -460,6 +460,20 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         }
         Ok(Response::new(pb::EndInputResponse { tasks }))
     }
+
+    async fn check_spec(&self, req: Request<pb::CheckSpecRequest>) -> Result<Response<pb::CheckSpecResponse>, Status> {
+        let spec = req.into_inner().spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
+        let env = self.0.env.clone();
+        // Off the runtime's workers: a large spec takes a while, and heartbeats must go on.
+        let error =
+            tokio::task::spawn_blocking(move || match weir_common::spec::resolve(&spec, env.registry.as_ref()) {
+                Ok(_) => String::new(),
+                Err(e) => e.to_string(),
+            })
+            .await
+            .map_err(|e| Status::internal(format!("checking the spec failed: {e}")))?;
+        Ok(Response::new(pb::CheckSpecResponse { error }))
+    }
 }
 
 /// A declared column as the job manager receives it.
