@@ -380,7 +380,6 @@ pub fn output_targets(partitioning: Partitioning, from: SubtaskIndex, to_p: u32)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builtin::builtin_kinds;
     use crate::spec::{parse_spec_text, resolve};
 
     /// A window's late records, read as `win.late`: the reader gets a vertex and a side edge of its own, and the
@@ -395,7 +394,7 @@ operators:
   - { uid: out, kind: file-sink, input: win, config: { path: /tmp/o } }
   - { uid: late, kind: file-sink, input: win.late, config: { path: /tmp/l } }
 "#;
-        let job = resolve(&parse_spec_text(text).unwrap(), &builtin_kinds()).unwrap();
+        let job = resolve(&parse_spec_text(text).unwrap(), &crate::spec::tests::test_kinds()).unwrap();
         assert_eq!((job.operators[3].input, job.operators[3].input_tag.as_deref()), (Some(1), Some("late")));
         assert_eq!(job.operators[2].input_tag, None);
         let g = ExecutionGraph::build(&job);
@@ -425,7 +424,7 @@ operators:
   - { uid: bh, kind: blackhole, input: cnt }
   - { uid: out, kind: file-sink, input: cnt, parallelism: 1, config: { path: /tmp/x } }
 "#;
-        let job = resolve(&parse_spec_text(text).unwrap(), &builtin_kinds()).unwrap();
+        let job = resolve(&parse_spec_text(text).unwrap(), &crate::spec::tests::test_kinds()).unwrap();
         let g = ExecutionGraph::build(&job);
         // cnt has two consumers: the forward one chains to it, the one of another parallelism does not.
         assert_eq!(g.vertices.len(), 3);
@@ -434,7 +433,7 @@ operators:
         assert_eq!(g.vertices[1].output_from, vec![0], "cnt's own output, not bh's");
         let text2 = text
             .replace("  - { uid: out, kind: file-sink, input: cnt, parallelism: 1, config: { path: /tmp/x } }\n", "");
-        let job2 = resolve(&parse_spec_text(&text2).unwrap(), &builtin_kinds()).unwrap();
+        let job2 = resolve(&parse_spec_text(&text2).unwrap(), &crate::spec::tests::test_kinds()).unwrap();
         let g2 = ExecutionGraph::build(&job2);
         assert_eq!(g2.vertices.len(), 2);
         assert_eq!(g2.vertices[1].operators, vec![1, 2]);

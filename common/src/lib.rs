@@ -3,6 +3,8 @@
 //! - [`ids`]: newtypes for every id and counter that crosses a module boundary.
 //! - [`keygroup`]: key-group arithmetic (Flink's `KeyGroupRangeAssignment`, with murmur3 over key bytes).
 //! - [`spec`]: the job spec as users write it (YAML/JSON), its protobuf form and its validation.
+//! - [`kind`]: what an operator kind declares of itself (name, role, state, columns), the config-field errors
+//!   every kind names its fields in, and the catalog a spec is resolved against.
 //! - [`builtin`]: the built-in operator kinds and their typed configs; [`kafka`]: the configs of the Kafka source
 //!   and sink (with Avro record schemas) and a small client of the Kafka wire protocol.
 //! - [`schema`]: declared record schemas, the columns a kind needs and emits, checked on every edge at submission.
@@ -35,6 +37,7 @@ pub mod health;
 pub mod ids;
 pub mod kafka;
 pub mod keygroup;
+pub mod kind;
 pub mod metrics;
 pub mod nexmark;
 pub mod schema;

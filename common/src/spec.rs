@@ -1,8 +1,9 @@
 //! The job spec: the YAML/JSON file users write, its protobuf form, and validation into a [`ResolvedJob`]
 //! with every default applied. Validation names the operator and field of every problem.
 
-use crate::builtin::{ConfigFieldError, KindInfo, Role};
 use crate::keygroup::{default_max_parallelism, UPPER_BOUND_MAX_PARALLELISM};
+use crate::kind::Role;
+pub use crate::kind::{KindCatalog, OperatorConfig, SideOutputs};
 use crate::schema::Column;
 pub use crate::text::echo;
 use crate::text::shortened;
@@ -35,86 +36,6 @@ pub enum SpecError {
         /// What is wrong.
         message: String,
     },
-}
-
-/// An operator's config as a spec gives it (nested values as JSON text).
-pub type OperatorConfig = BTreeMap<String, String>;
-
-/// A kind's side outputs over a config, and what to say when an operator reads one it does not have.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SideOutputs {
-    /// The tags of the side outputs the kind has with this config.
-    pub tags: Vec<String>,
-    /// Tags the kind has with another config, and how to get each (`late`: `set late: side-output in its
-    /// config`).
-    pub elsewhere: Vec<(String, String)>,
-}
-
-/// What resolving a spec knows of its operators' kinds. The job manager knows what task managers reported of
-/// their kinds (name, role, state): only [`KindCatalog::info`]. A task manager runs each kind's own declaration:
-/// it checks configs and works out columns, side outputs and event time, so that every check a kind declares
-/// runs before anything is deployed (the job manager asks a task manager to check a spec it accepted).
-pub trait KindCatalog: Sync {
-    /// What `kind` declares of itself, if the catalog knows the kind.
-    fn info(&self, kind: &str) -> Option<&KindInfo>;
-    /// The names of every kind it knows, sorted.
-    fn names(&self) -> Vec<&str>;
-    /// Checks an operator's config, naming the field at fault (nothing where it cannot run the declaration).
-    fn check_config(&self, _kind: &str, _config: &OperatorConfig) -> Result<(), ConfigFieldError> {
-        Ok(())
-    }
-    /// The side outputs an operator of `kind` has with `config` (`None`: not known here).
-    fn side_outputs(&self, _kind: &str, _config: &OperatorConfig) -> Option<SideOutputs> {
-        None
-    }
-    /// Why a source of `kind` with `config` emits no event timestamps, if it does not (`None` also where not
-    /// known here).
-    fn lacks_timestamps(&self, _kind: &str, _config: &OperatorConfig) -> Option<String> {
-        None
-    }
-    /// The columns an operator whose kind works them out from its config emits over `inputs` (`None`: not
-    /// known here).
-    fn derived_output(
-        &self,
-        _kind: &str,
-        _config: &OperatorConfig,
-        _inputs: &[Vec<Column>],
-    ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
-        None
-    }
-    /// Checks the input columns `config` names against what the input emits (`None`: nothing to check, or not
-    /// known here).
-    fn check_input(
-        &self,
-        _kind: &str,
-        _config: &OperatorConfig,
-        _input: &[Column],
-    ) -> Option<Result<(), ConfigFieldError>> {
-        None
-    }
-}
-
-/// Kinds as reported, and nothing more: what the job manager resolves with.
-impl KindCatalog for [KindInfo] {
-    fn info(&self, kind: &str) -> Option<&KindInfo> {
-        self.iter().find(|k| k.kind == kind)
-    }
-
-    fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.iter().map(|k| k.kind.as_str()).collect();
-        names.sort_unstable();
-        names
-    }
-}
-
-impl KindCatalog for Vec<KindInfo> {
-    fn info(&self, kind: &str) -> Option<&KindInfo> {
-        self.as_slice().info(kind)
-    }
-
-    fn names(&self) -> Vec<&str> {
-        self.as_slice().names()
-    }
 }
 
 fn job_err(field: &str, message: impl Into<String>) -> SpecError {
@@ -881,8 +802,9 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
         }
     }
 
-    // Windows need event time: a windowed operator fed by a built-in source without timestamps is refused.
-    for op in spec.operators.iter().filter(|o| o.kind == "window-aggregate") {
+    // Windows need event time: an operator of a kind that declares it needs event time, fed by a source
+    // without timestamps, is refused.
+    for op in spec.operators.iter().filter(|o| kinds.info(&o.kind).is_some_and(|k| k.needs_event_time)) {
         let mut at = op;
         for _ in 0..spec.operators.len() {
             match parse_input(&index, &at.input) {
@@ -895,7 +817,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
             return Err(op_err(
                 &op.uid,
                 "kind",
-                format!("window-aggregate needs event time, and its source {:?} has no timestamps: {why}", at.uid),
+                format!("{} needs event time, and its source {:?} has no timestamps: {why}", op.kind, at.uid),
             ));
         }
     }
@@ -1341,9 +1263,29 @@ fn resolve_restart(r: &pb::RestartConfig) -> Result<RestartSettings, SpecError> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::builtin::builtin_kinds;
+    /// What task managers report of the kinds these tests use: enough for the job manager's checks of a spec's
+    /// structure. The checks kinds declare themselves are tested with them, in the task manager.
+    pub(crate) fn test_kinds() -> Vec<KindInfo> {
+        use crate::schema::{key_column, key_value, OutputSchema};
+        let kind = |name: &str, role: Role, keyed: bool| KindInfo::new(name, role, keyed, "1");
+        vec![
+            kind("datagen", Role::Source, false).with_output(OutputSchema::Columns(key_value("int64"))),
+            kind("nexmark", Role::Source, false),
+            kind("keyed-count", Role::Operator, true)
+                .with_input(vec![key_column()])
+                .with_output(OutputSchema::Columns(key_value("int64"))),
+            kind("window-aggregate", Role::Operator, true).with_input(vec![key_column()]).on_event_time(),
+            kind("filter", Role::Operator, false).with_output(OutputSchema::FromConfig),
+            kind("project", Role::Operator, false).with_output(OutputSchema::FromConfig),
+            kind("join", Role::TwoInput, true).with_input(vec![key_column()]).with_output(OutputSchema::FromConfig),
+            kind("file-sink", Role::Sink, false),
+            kind("kafka-sink", Role::Sink, false),
+            kind("blackhole", Role::Sink, false),
+        ]
+    }
+    use crate::kind::KindInfo;
 
     const DEMO: &str = r#"
 name: demo
@@ -1356,96 +1298,7 @@ operators:
 "#;
 
     fn resolve_text(text: &str) -> Result<ResolvedJob, SpecError> {
-        resolve(&parse_spec_text(text)?, &crate::builtin::BuiltinCatalog::default())
-    }
-
-    #[test]
-    fn project_and_filter_columns_are_worked_out_and_checked_at_submission() {
-        let spec = |select: &str, key: &str, next: &str| {
-            format!(
-                "name: q\noperators:\n\
-                 - {{ uid: events, kind: nexmark, config: {{ events: 10 }} }}\n\
-                 - {{ uid: bids, kind: filter, input: events, config: {{ where: \"event_type = 2\" }} }}\n\
-                 - {{ uid: p, kind: project, input: bids, config: {{ select: \"{select}\"{key} }} }}\n\
-                 - {{ uid: next, kind: {next}, input: p }}\n"
-            )
-        };
-        // A keyed kind after a project that sets the key.
-        let ok = spec("bid_auction AS auction, 0.908 * bid_price AS price", ", key: bid_auction", "keyed-count");
-        resolve_text(&ok).unwrap();
-        let e = resolve_text(&spec("bid_auction AS auction", "", "keyed-count")).unwrap_err().to_string();
-        assert!(e.contains("\"next\"") && e.contains("needs column \"key\""), "{e}");
-        let e = resolve_text(&spec("bid_nope", "", "blackhole")).unwrap_err().to_string();
-        assert!(e.contains("\"p\"") && e.contains("config.select") && e.contains("no column \"bid_nope\""), "{e}");
-        let e = resolve_text(&spec("person_name + 1 AS x", "", "blackhole")).unwrap_err().to_string();
-        assert!(e.contains("config.select") && e.contains("needs numbers"), "{e}");
-        let e = resolve_text(&spec("*", ", key: bid_price * 1.5e0", "blackhole")).unwrap_err().to_string();
-        assert!(e.contains("config.key") && e.contains("float64"), "{e}");
-        let e = resolve_text(&spec("a AS", "", "blackhole")).unwrap_err().to_string();
-        assert!(e.contains("config.select") && e.contains("after AS"), "{e}");
-        let bad_where = spec("*", "", "blackhole").replace("event_type = 2", "event_type");
-        let e = resolve_text(&bad_where).unwrap_err().to_string();
-        assert!(e.contains("\"bids\"") && e.contains("config.where") && e.contains("must be a condition"), "{e}");
-        let e = resolve_text(&spec("*", "", "blackhole").replace("where:", "when:")).unwrap_err().to_string();
-        assert!(e.contains("config.when") && e.contains("unknown field"), "{e}");
-    }
-
-    #[test]
-    fn a_join_reads_two_inputs_and_says_what_is_wrong_with_them() {
-        let spec = |join: &str| {
-            format!(
-                "name: j\nparallelism: 2\noperators:\n\
-                 - {{ uid: events, kind: nexmark, config: {{ events: 10 }} }}\n\
-                 - {{ uid: a, kind: project, input: events, config: {{ select: auction_id AS a_id, key: auction_seller }} }}\n\
-                 - {{ uid: p, kind: project, input: events, config: {{ select: person_name AS name, key: person_id }} }}\n\
-                 - {{ uid: j, kind: join, {join} }}\n\
-                 - {{ uid: out, kind: blackhole, input: j }}\n"
-            )
-        };
-        let job = resolve_text(&spec("inputs: [a, p], config: { select: \"name, a_id\" }")).unwrap();
-        assert_eq!((job.operators[3].input, job.operators[3].second_input), (Some(1), Some(2)));
-        assert_eq!(job.operators[3].partitioning, Partitioning::KeyBy);
-        let g = crate::descriptor::ExecutionGraph::build(&job);
-        let join = g.vertices.iter().find(|v| v.operators[0] == 3).expect("the join's vertex");
-        // Both projects are chained to the source (a chain that fans out): one vertex feeds both inputs.
-        assert_eq!(
-            (join.input, join.second_input),
-            (
-                Some((crate::ids::VertexId(0), Partitioning::KeyBy)),
-                Some((crate::ids::VertexId(0), Partitioning::KeyBy))
-            )
-        );
-        assert_eq!(g.vertices[0].operators, vec![0, 1, 2]);
-        assert_eq!(
-            (g.vertices[0].output_from.clone(), g.vertices[0].output_to_input.clone()),
-            (vec![1, 2], vec![0, 1])
-        );
-        let refused = [
-            ("input: a", "joins two inputs"),
-            ("inputs: [a]", "joins two inputs"),
-            ("inputs: [a, a]", "different operators"),
-            ("inputs: [a, nope]", "no operator has uid \"nope\""),
-            ("input: a, inputs: [a, p]", "not both"),
-            ("inputs: [a, p, events]", "at most two"),
-            ("inputs: [a, p], config: { where: \"name\" }", "must be a condition"),
-            ("inputs: [a, p], config: { select: \"nope\" }", "no column \"nope\""),
-            ("inputs: [a, events]", "needs column \"key\""),
-        ];
-        for (join, why) in refused {
-            let e = resolve_text(&spec(join)).unwrap_err().to_string();
-            assert!(e.contains("\"j\"") && e.contains(why), "{join}: {e}");
-        }
-        let e =
-            resolve_text(&spec("inputs: [a, p]").replace("person_name AS name", "person_name AS a_id")).unwrap_err();
-        assert!(e.to_string().contains("both inputs have a column \"a_id\""), "{e}");
-        let e = resolve_text(
-            &spec("inputs: [a, p]").replace("kind: blackhole, input: j", "kind: blackhole, inputs: [a, p]"),
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("reads one input"), "{e}");
-        let cycle = spec("inputs: [a, out]")
-            .replace("kind: blackhole, input: j", "kind: project, input: j, config: { select: \"*\" }");
-        assert!(resolve_text(&cycle).unwrap_err().to_string().contains("cycle"));
+        resolve(&parse_spec_text(text)?, &test_kinds())
     }
 
     #[test]
@@ -1488,21 +1341,15 @@ operators:
         // A protobuf spec with values this version does not know.
         let mut spec = parse_spec_text(DEMO).unwrap();
         spec.operators[1].partitioning = 99;
-        assert!(resolve(&spec, &crate::builtin::BuiltinCatalog::default())
-            .unwrap_err()
-            .to_string()
-            .contains("must be forward"));
+        assert!(resolve(&spec, &test_kinds()).unwrap_err().to_string().contains("must be forward"));
         let mut spec = parse_spec_text(DEMO).unwrap();
         spec.state_backend = 7;
-        assert!(resolve(&spec, &crate::builtin::BuiltinCatalog::default())
-            .unwrap_err()
-            .to_string()
-            .contains("unknown backend 7"));
+        assert!(resolve(&spec, &test_kinds()).unwrap_err().to_string().contains("unknown backend 7"));
     }
 
     #[test]
     fn uid_stated_folds_the_state_signature_into_the_uid() {
-        let mut kinds = builtin_kinds();
+        let mut kinds = test_kinds();
         for k in &mut kinds {
             if k.kind == "keyed-count" {
                 k.signature = Some(crate::builtin::KindSignature {
@@ -1519,109 +1366,12 @@ operators:
         assert_eq!(job.operators[2].input, Some(1), "inputs still name the spec's uid");
         assert_eq!(unstated_uid(&job.operators[1].uid), Some("counts"));
         assert_eq!(unstated_uid("counts"), None);
-        let e = resolve(&parse_spec_text(&stated).unwrap(), &crate::builtin::BuiltinCatalog::default())
-            .unwrap_err()
-            .to_string();
+        let e = resolve(&parse_spec_text(&stated).unwrap(), &test_kinds()).unwrap_err().to_string();
         assert!(e.contains("uid_stated") && e.contains("no state signature"), "{e}");
     }
 
     fn err_of(text: &str) -> String {
         resolve_text(text).unwrap_err().to_string()
-    }
-
-    /// The columns a config names are checked against the input at submission (a misspelt `field` once failed
-    /// the job at its first batch, with the cause only in a task manager's log).
-    #[test]
-    fn columns_a_config_names_must_be_in_the_input() {
-        let window = |config: &str| {
-            DEMO.replace(
-                "kind: keyed-count, input: events }",
-                &format!(
-                    "kind: window-aggregate, input: events, config: {{ window: {{ tumbling_ms: 10 }}, {config} }} }}"
-                ),
-            )
-            .replace("seed: 1 } }", "seed: 1, event_time: {} } }")
-        };
-        resolve_text(&window("aggregate: sum")).unwrap();
-        resolve_text(&window("aggregate: count, field: nope")).unwrap();
-        let e = err_of(&window("aggregate: sum, field: nope"));
-        assert!(
-            e.contains("\"counts\"") && e.contains("config.field") && e.contains("no input column \"nope\""),
-            "{e}"
-        );
-        let e = err_of(&window("aggregate: max, field: key"));
-        assert!(e.contains("config.field") && e.contains("\"key\" is binary, not int64"), "{e}");
-
-        let sink = |config: &str| {
-            DEMO.replace(
-                "kind: file-sink, input: counts, parallelism: 1, config: { path: /tmp/out } }",
-                &format!(
-                    "kind: kafka-sink, input: counts, config: {{ bootstrap_servers: 'b:9092', topic: t, {config} }} }}"
-                ),
-            )
-        };
-        resolve_text(&sink("key_field: value, headers: [key]")).unwrap();
-        let e = err_of(&sink("key_field: user"));
-        assert!(e.contains("\"out\"") && e.contains("config.key_field") && e.contains("\"user\""), "{e}");
-        let e = err_of(&sink("headers: [value, region]"));
-        assert!(e.contains("config.headers") && e.contains("\"region\""), "{e}");
-        let avro = |fields: &str| {
-            sink(&format!(r#"format: avro, avro_schema: '{{"type": "record", "name": "C", "fields": [{fields}]}}'"#))
-        };
-        resolve_text(&avro(r#"{"name": "value", "type": "long"}, {"name": "key", "type": "bytes"}"#)).unwrap();
-        let e = err_of(&avro(r#"{"name": "count", "type": "long"}"#));
-        assert!(e.contains("config.avro_schema") && e.contains("field \"count\""), "{e}");
-        let e = err_of(&avro(r#"{"name": "value", "type": "string"}"#));
-        assert!(e.contains("config.avro_schema") && e.contains("int64, not utf8"), "{e}");
-    }
-
-    #[test]
-    fn side_outputs_are_read_as_uid_dot_tag_and_must_exist() {
-        let spec = |late: &str, input: &str| {
-            format!(
-                "name: s\noperators:\n  \
-                 - {{ uid: src, kind: datagen, config: {{ event_time: {{ start_ms: 0 }} }}, \
-                      watermarks: {{ max_out_of_orderness_ms: 5 }} }}\n  \
-                 - {{ uid: win, kind: window-aggregate, input: src, config: {{ window: {{ tumbling_ms: 10 }}, late: {late} }} }}\n  \
-                 - {{ uid: l, kind: file-sink, input: {input}, config: {{ path: /tmp/l }} }}\n"
-            )
-        };
-        let job = resolve_text(&spec("side-output", "win.late")).unwrap();
-        assert_eq!(job.operators[2].input_tag.as_deref(), Some("late"));
-        let e = err_of(&spec("drop", "win.late"));
-        assert!(e.contains("\"win\" has no side output \"late\"") && e.contains("late: side-output"), "{e}");
-        let e = err_of(&spec("side-output", "src.late"));
-        assert!(e.contains("kind \"datagen\" has no side outputs"), "{e}");
-        let e = err_of(&spec("side-output", "win.early"));
-        assert!(e.contains("has side outputs late"), "{e}");
-        let e = err_of(&spec("side-output", "nowhere.late"));
-        assert!(e.contains("no operator has uid \"nowhere.late\""), "{e}");
-    }
-
-    #[test]
-    fn nested_config_travels_as_json_and_watermarks_resolve() {
-        let timed = DEMO.replace(
-            "seed: 1 } }",
-            "seed: 1, event_time: { start_ms: 1000, max_disorder_ms: 20 } }, \
-             watermarks: { strategy: bounded-out-of-orderness, max_out_of_orderness_ms: 20, idle_timeout_ms: 500 } }",
-        );
-        let spec = parse_spec_text(&timed).unwrap();
-        let event_time: serde_json::Value = serde_json::from_str(&spec.operators[0].config["event_time"]).unwrap();
-        assert_eq!(event_time, serde_json::json!({ "start_ms": 1000, "max_disorder_ms": 20 }));
-        let job = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap();
-        assert_eq!(
-            job.operators[0].watermarks,
-            Some(WatermarkStrategy {
-                max_out_of_orderness_ms: 20,
-                idle_timeout_ms: Some(500),
-                auto_watermark_interval_ms: 200
-            })
-        );
-        assert_eq!(job.operators[1].watermarks, None);
-        // Lists travel the same way; a kind that expects a scalar says so.
-        let listed = DEMO.replace("keys: 10000", "keys: [1, 2]");
-        let e = err_of(&listed);
-        assert!(e.contains("config.keys") && e.contains("[1,2]"), "{e}");
     }
 
     #[test]
@@ -1634,48 +1384,6 @@ operators:
             let e = err_of(&with(bad));
             assert!(e.contains("linger_ms") && e.contains(bad), "{e}");
         }
-    }
-
-    #[test]
-    fn the_job_manager_checks_watermarks_on_the_wire_too() {
-        let timed = DEMO.replace("seed: 1 } }", "seed: 1, event_time: {} } }");
-        let mut spec = parse_spec_text(&timed).unwrap();
-        spec.operators[0].watermarks = Some(pb::WatermarkSpec { max_out_of_orderness_ms: -1, ..Default::default() });
-        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
-        assert!(
-            e.contains("\"events\"") && e.contains("watermarks.max_out_of_orderness_ms") && e.contains("negative"),
-            "{e}"
-        );
-        spec.operators[0].watermarks = Some(pb::WatermarkSpec::default());
-        assert!(resolve(&spec, &crate::builtin::BuiltinCatalog::default()).is_ok());
-        spec.operators[0].config.remove("event_time");
-        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
-        assert!(e.contains("no event timestamps") && e.contains("event_time"), "{e}");
-        spec.operators[0].config.insert("event_time".into(), "{}".into());
-        spec.operators[1].watermarks = Some(pb::WatermarkSpec::default());
-        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
-        assert!(e.contains("\"counts\"") && e.contains("only a source"), "{e}");
-    }
-
-    #[test]
-    fn bad_specs_name_the_problem() {
-        let unknown = DEMO.replace("kind: keyed-count", "kind: keyed-cuont");
-        assert!(err_of(&unknown).contains("operator \"counts\": field \"kind\": unknown operator kind \"keyed-cuont\""));
-        let missing = DEMO.replace("input: events", "input: evnts");
-        assert!(err_of(&missing).contains("operator \"counts\": field \"input\": no operator has uid \"evnts\""));
-        let no_input = DEMO.replace(", input: events", "");
-        assert!(err_of(&no_input).contains("operator \"counts\": field \"input\": missing"));
-        let dup = DEMO.replace("uid: out", "uid: counts");
-        assert!(err_of(&dup).contains("duplicate uid"));
-        let too_wide = DEMO
-            .replace("parallelism: 1,", "parallelism: 300,")
-            .replace("name: demo", "name: demo\nmax_parallelism: 128");
-        assert!(err_of(&too_wide)
-            .contains("operator \"out\": field \"parallelism\": 300 is above the job's max_parallelism 128"));
-        let zero_keys = DEMO.replace("keys: 10000", "keys: 0");
-        assert!(err_of(&zero_keys).contains("operator \"events\": field \"config.keys\": must be at least 1"));
-        assert!(err_of("name: x\noperators: [ {uid: a, kind: datagen").starts_with("malformed job spec"));
-        assert!(err_of("name: x\nbogus: 1\noperators: []").contains("unknown field `bogus`"));
     }
 
     #[test]
@@ -1803,7 +1511,7 @@ operators:
         spec.operators.reverse();
         let job = std::thread::Builder::new()
             .stack_size(256 * 1024)
-            .spawn(move || resolve(&spec, &crate::builtin::BuiltinCatalog::default()).map(|j| j.operators.len()))
+            .spawn(move || resolve(&spec, &test_kinds()).map(|j| j.operators.len()))
             .unwrap()
             .join()
             .expect("resolving overflowed a small stack");
@@ -1845,64 +1553,13 @@ operators:
     }
 
     #[test]
-    fn limits_are_refused_by_name_and_echo_little() {
-        // Every value within its limit, together too much.
-        let mut spec = chain(2);
-        for i in 0..20 {
-            spec.operators[0].config.insert(format!("k{i}"), "v".repeat(MAX_CONFIG_VALUE_BYTES));
-        }
-        let e = check_limits(&spec).unwrap_err().to_string();
-        assert!(e.contains("\"spec\"") && e.contains("1048576"), "{e}");
-
-        let e = resolve(&chain(MAX_OPERATORS + 1), &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
-        assert!(e.contains("\"operators\"") && e.contains(&MAX_OPERATORS.to_string()), "{e}");
-        assert!(
-            resolve(&chain(MAX_OPERATORS), &crate::builtin::BuiltinCatalog::default()).is_ok(),
-            "the limit itself is fine"
-        );
-
-        let mut spec = chain(2);
-        spec.name = "n".repeat(MAX_NAME_BYTES + 1);
-        let e = check_limits(&spec).unwrap_err().to_string();
-        assert!(e.contains("\"name\"") && e.len() < 200, "{e}");
-
-        let mut spec = chain(2);
-        spec.operators[0].config.insert("seed".into(), "9".repeat(MAX_CONFIG_VALUE_BYTES + 1));
-        let e = check_limits(&spec).unwrap_err().to_string();
-        assert!(e.contains("config.seed") && e.contains("65536") && e.len() < 200, "{e}");
-
-        let mut spec = chain(2);
-        spec.operators[1].uid = "x".repeat(5000);
-        let e = check_limits(&spec).unwrap_err().to_string();
-        assert!(e.contains("\"uid\"") && e.contains("5000 bytes") && e.len() < 300, "{e}");
-        // A uid under the byte limit but with characters a uid may not have: refused, echoing its start only.
-        let mut spec = chain(2);
-        spec.operators[1].uid = format!("{}!", "y".repeat(120));
-        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
-        assert!(e.contains("… (121 bytes)") && !e.contains(&"y".repeat(100)), "{e}");
-
-        // A value echoed by a config check is cut too.
-        let mut spec = chain(2);
-        spec.operators[0].config.insert("keys".into(), "z".repeat(10_000));
-        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
-        assert!(e.contains("config.keys") && e.len() < 300, "{e}");
-
-        let mut spec = chain(2);
-        spec.parallelism = Some(0);
-        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
-        assert!(e.contains("\"parallelism\"") && e.contains("at least 1"), "{e}");
-        spec.parallelism = None;
-        assert_eq!(resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap().parallelism, 1, "unset is 1");
-    }
-
-    #[test]
     fn a_cycle_at_the_end_of_a_long_chain_is_found_and_named() {
         // The chain's first operator is fed by its last: every operator is on the cycle; the first in spec
         // order is named (walking each once, not once per start).
         let mut spec = chain(MAX_OPERATORS);
         spec.operators[0].kind = "keyed-count".into();
         spec.operators[0].input = format!("op-{}", MAX_OPERATORS - 1);
-        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
+        let e = resolve(&spec, &test_kinds()).unwrap_err().to_string();
         assert!(e.contains("\"op-0\"") && e.contains("cycle"), "{e}");
         // A side branch that runs into the cycle is named when it comes first.
         let mut ops = chain(4).operators;
@@ -1917,7 +1574,7 @@ operators:
             },
         );
         let spec = pb::JobSpec { name: "c".into(), operators: ops, ..Default::default() };
-        let e = resolve(&spec, &crate::builtin::BuiltinCatalog::default()).unwrap_err().to_string();
+        let e = resolve(&spec, &test_kinds()).unwrap_err().to_string();
         assert!(e.contains("\"side\"") && e.contains("cycle"), "{e}");
     }
 }

@@ -71,6 +71,7 @@ const FILE_PREFIX: &str = "buffered";
 pub fn kind_info() -> KindInfo {
     KindInfo {
         signature: None,
+        needs_event_time: false,
         kind: KIND.into(),
         role: Role::Sink,
         keyed: false,

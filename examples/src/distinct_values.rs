@@ -50,6 +50,7 @@ pub fn kind_info() -> KindInfo {
     weir_taskmanager::api::registry::signed(
         KindInfo {
             signature: None,
+            needs_event_time: false,
             kind: KIND.into(),
             role: Role::Operator,
             keyed: true,

@@ -34,6 +34,7 @@ pub fn kind_info() -> KindInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         states: vec![(STATE.into(), "operator-list".into(), "(u32, u64)".into())],
         signature: None,
+        needs_event_time: false,
         input_columns: vec![],
         output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")),
     }

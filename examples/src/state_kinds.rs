@@ -37,6 +37,7 @@ pub fn kind_info() -> KindInfo {
     let s = |name: &str, kind: &str, ty: &str| (name.to_string(), kind.to_string(), ty.to_string());
     KindInfo {
         signature: None,
+        needs_event_time: false,
         kind: KIND.into(),
         role: Role::Operator,
         keyed: true,

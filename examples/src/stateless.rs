@@ -25,6 +25,7 @@ pub fn kind_info(kind: &str) -> KindInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         states: vec![],
         signature: None,
+        needs_event_time: false,
         input_columns: vec![],
         output: weir_common::schema::OutputSchema::SameAsInput,
     }

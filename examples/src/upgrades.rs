@@ -97,6 +97,7 @@ fn register<T: Tally, K: TypeSignature>(r: &mut Registry, kind: &'static str) {
         version: env!("CARGO_PKG_VERSION").into(),
         states: vec![(STATE.into(), "value".into(), std::any::type_name::<T>().into())],
         signature: None,
+        needs_event_time: false,
         input_columns: vec![],
         output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")),
     };

@@ -135,6 +135,7 @@ fn kind_info(kind: &str) -> KindInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         states: vec![("window-contents".into(), "value".into(), "per window".into())],
         signature: None,
+        needs_event_time: false,
         input_columns: vec![weir_common::schema::key_column()],
         output: Default::default(),
     }

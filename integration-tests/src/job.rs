@@ -205,26 +205,26 @@ impl CountJob {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_common::builtin::builtin_kinds;
     use weir_common::spec::{parse_spec_text, resolve};
+    use weir_taskmanager::builtins::registry;
 
     #[test]
     fn specs_parse_and_resolve() {
         let bounded =
             CountJob::bounded("b", 1000, 10, 1).rate(100).retain_checkpoints(3).into_files(Path::new("/tmp/o"));
-        let job = resolve(&parse_spec_text(&bounded.yaml()).unwrap(), &builtin_kinds()).unwrap();
+        let job = resolve(&parse_spec_text(&bounded.yaml()).unwrap(), &registry()).unwrap();
         assert_eq!(job.operators[0].config["count"], "1000");
         assert_eq!(job.operators[0].config["rate_per_sec"], "100");
         assert_eq!(job.operators[2].config["path"], "/tmp/o");
         assert_eq!(job.checkpointing.retained, 3);
         let unbounded = CountJob::unbounded("u", 10, 1).checkpoint_timeout_ms(3000).into_blackhole();
-        let job = resolve(&parse_spec_text(&unbounded.yaml()).unwrap(), &builtin_kinds()).unwrap();
+        let job = resolve(&parse_spec_text(&unbounded.yaml()).unwrap(), &registry()).unwrap();
         assert!(!job.operators[0].config.contains_key("count"));
         assert_eq!(job.checkpointing.timeout_ms, 3000);
         assert_eq!(job.operators[2].kind, "blackhole");
         assert!(job.operators[1].config.is_empty(), "emit: end is the default and not written");
         let updates = CountJob::bounded("u", 10, 1, 1).emit_updates();
-        let job = resolve(&parse_spec_text(&updates.yaml()).unwrap(), &builtin_kinds()).unwrap();
+        let job = resolve(&parse_spec_text(&updates.yaml()).unwrap(), &registry()).unwrap();
         assert_eq!(job.operators[1].config["emit"], "updates");
     }
 }

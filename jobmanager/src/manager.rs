@@ -279,6 +279,12 @@ impl JobManager {
         if let Some(sp) = sp {
             spec.max_parallelism = Some(savepoint::adopt_max_parallelism(explicit_max_parallelism, &sp.metadata));
         }
+        // Kinds are known from the task managers that registered: a job manager that just started, or just took
+        // over, waits for the first of them (they register within a heartbeat).
+        let deadline = tokio::time::Instant::now() + CHECKER_WAIT;
+        while self.shared.registry.lock().kinds().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let kinds = self.shared.registry.lock().kinds();
         let structure = spec.clone();
         let job = tokio::task::spawn_blocking(move || resolve(&structure, &kinds))

@@ -236,8 +236,8 @@ fn vertex_parallelism(graph: &ExecutionGraph, v: VertexId) -> u32 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use weir_common::builtin::builtin_kinds;
     use weir_common::checkpoint::{OperatorCheckpoint, OperatorSubtaskState, METADATA_FORMAT_VERSION};
+    use weir_common::kind::KindInfo;
     use weir_common::spec::{parse_spec_text, resolve, Partitioning};
 
     pub(crate) const DEMO: &str = r#"
@@ -252,7 +252,20 @@ operators:
 "#;
 
     pub(crate) fn demo_job() -> ResolvedJob {
-        resolve(&parse_spec_text(DEMO).unwrap(), &builtin_kinds()).unwrap()
+        resolve(&parse_spec_text(DEMO).unwrap(), &demo_kinds()).unwrap()
+    }
+
+    /// What a task manager holding the demo's kinds reports: the job manager knows no more.
+    pub(crate) fn demo_kinds() -> Vec<KindInfo> {
+        use weir_common::kind::Role;
+        use weir_common::schema::{key_column, key_value, OutputSchema};
+        vec![
+            KindInfo::new("datagen", Role::Source, false, "1").with_output(OutputSchema::Columns(key_value("int64"))),
+            KindInfo::new("keyed-count", Role::Operator, true, "1")
+                .with_input(vec![key_column()])
+                .with_output(OutputSchema::Columns(key_value("int64"))),
+            KindInfo::new("file-sink", Role::Sink, false, "1"),
+        ]
     }
 
     fn slots() -> Vec<SlotTarget> {

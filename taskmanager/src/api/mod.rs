@@ -1,7 +1,7 @@
 //! What an operator author programs against, and what `examples/` imports: the operator traits and their
 //! contexts ([`operator`]), the operator error ([`error`]), record batches and their known columns ([`batch`]), typed rows ([`rows`]), records
-//! as key/value rows ([`record`]), the kind registry a task-manager binary is built from
-//! ([`registry`]), the exactly-once commit helpers for sinks ([`commit`]), and split positions as operator state
+//! as key/value rows ([`record`]), operator kinds declared once ([`kind`]: name, state, typed config, columns,
+//! side outputs, constructor) and the registry a task-manager binary is built from ([`registry`]), the exactly-once commit helpers for sinks ([`commit`]), and split positions as operator state
 //! for sources ([`splits`]), timers for keyed operators ([`timers`]), and rows of any schema as bytes for keyed
 //! state ([`stored_rows`]).
 
@@ -9,6 +9,7 @@ pub mod batch;
 pub mod by_key;
 pub mod commit;
 pub mod error;
+pub mod kind;
 pub mod operator;
 pub mod record;
 pub mod registry;

@@ -2,12 +2,12 @@
 //! job manager can validate specs without running user code. Users build their own task-manager binary with
 //! extra kinds registered (as Flink users ship a jar).
 
+use crate::api::kind::{DynKind, FnKind, Kind};
 use crate::api::operator::{Operator, Source};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use weir_common::builtin::{BuiltinCatalog, ConfigFieldError, KindInfo, KindSignature, Role};
+use weir_common::kind::{ConfigFieldError, KindCatalog, KindInfo, KindSignature, Role, SideOutputs};
 use weir_common::schema::Column;
-use weir_common::spec::SideOutputs;
 use weir_state::signature::StateSignature;
 
 /// `info` with its kind's state signature, which the task manager reports at registration: checkpoints record
@@ -47,8 +47,8 @@ impl From<&str> for InvalidConfig {
     }
 }
 
-impl From<weir_common::builtin::ConfigFieldError> for InvalidConfig {
-    fn from(e: weir_common::builtin::ConfigFieldError) -> Self {
+impl From<ConfigFieldError> for InvalidConfig {
+    fn from(e: ConfigFieldError) -> Self {
         InvalidConfig(e.to_string())
     }
 }
@@ -67,12 +67,10 @@ pub enum BuildError {
     RoleMismatch(String),
 }
 
-type Factory = Arc<dyn Fn(&BTreeMap<String, String>) -> Result<Instance, InvalidConfig> + Send + Sync>;
-
-/// Kind name → description and factory.
+/// Kind name → description and declaration.
 #[derive(Clone, Default)]
 pub struct Registry {
-    kinds: BTreeMap<String, (KindInfo, Factory)>,
+    kinds: BTreeMap<String, (KindInfo, Arc<dyn DynKind>)>,
 }
 
 impl Registry {
@@ -81,19 +79,31 @@ impl Registry {
         Self::default()
     }
 
-    /// Registers a kind; `build` turns the spec's config into an instance or explains what is wrong.
+    /// Registers a kind under the name its [`KindInfo`] gives, with its state signature folded into the
+    /// description it reports.
+    pub fn add<K: Kind>(&mut self, kind: K) {
+        let info = match kind.signature() {
+            Some(sig) => signed(kind.info(), &sig),
+            None => kind.info(),
+        };
+        self.kinds.insert(info.kind.clone(), (info, Arc::new(kind)));
+    }
+
+    /// Registers a kind described by `info` whose factory `build` alone reads the config: it turns the spec's
+    /// config into an instance or explains what is wrong (when the kind is deployed; a [`Kind`] of its own also
+    /// checks specs before they run).
     pub fn register(
         &mut self,
         info: KindInfo,
         build: impl Fn(&BTreeMap<String, String>) -> Result<Instance, InvalidConfig> + Send + Sync + 'static,
     ) {
-        self.kinds.insert(info.kind.clone(), (info, Arc::new(build)));
+        self.kinds.insert(info.kind.clone(), (info.clone(), Arc::new(FnKind { info, build })));
     }
 
     /// Builds an instance of `kind`.
     pub fn build(&self, kind: &str, config: &BTreeMap<String, String>) -> Result<Instance, BuildError> {
-        let (info, f) = self.kinds.get(kind).ok_or_else(|| BuildError::UnknownKind(kind.to_string()))?;
-        let inst = f(config)?;
+        let (info, k) = self.kinds.get(kind).ok_or_else(|| BuildError::UnknownKind(kind.to_string()))?;
+        let inst = k.build(config)?;
         match (&inst, info.role) {
             (Instance::Source(_), Role::Source)
             | (Instance::Operator(_), Role::Operator | Role::TwoInput | Role::Sink) => Ok(inst),
@@ -110,11 +120,15 @@ impl Registry {
     pub fn kinds(&self) -> impl Iterator<Item = &KindInfo> {
         self.kinds.values().map(|(i, _)| i)
     }
+
+    fn declaration(&self, kind: &str) -> Option<&dyn DynKind> {
+        self.kinds.get(kind).map(|(_, k)| k.as_ref())
+    }
 }
 
 /// The kinds' declarations, as the task manager resolves a spec the job manager asks it to check: every check
 /// a kind declares runs here, where its code is.
-impl weir_common::spec::KindCatalog for Registry {
+impl KindCatalog for Registry {
     fn info(&self, kind: &str) -> Option<&KindInfo> {
         Registry::info(self, kind)
     }
@@ -124,15 +138,15 @@ impl weir_common::spec::KindCatalog for Registry {
     }
 
     fn check_config(&self, kind: &str, config: &BTreeMap<String, String>) -> Result<(), ConfigFieldError> {
-        weir_common::builtin::validate_builtin_config(kind, config)
+        self.declaration(kind).map_or(Ok(()), |k| k.check_config(config))
     }
 
     fn side_outputs(&self, kind: &str, config: &BTreeMap<String, String>) -> Option<SideOutputs> {
-        BuiltinCatalog::default().side_outputs(kind, config)
+        self.declaration(kind)?.side_outputs(config)
     }
 
     fn lacks_timestamps(&self, kind: &str, config: &BTreeMap<String, String>) -> Option<String> {
-        weir_common::builtin::lacks_timestamps(kind, config)
+        self.declaration(kind)?.lacks_timestamps(config)
     }
 
     fn derived_output(
@@ -141,7 +155,7 @@ impl weir_common::spec::KindCatalog for Registry {
         config: &BTreeMap<String, String>,
         inputs: &[Vec<Column>],
     ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
-        weir_common::builtin::derived_output(kind, config, inputs)
+        self.declaration(kind)?.output(config, inputs)
     }
 
     fn check_input(
@@ -150,6 +164,6 @@ impl weir_common::spec::KindCatalog for Registry {
         config: &BTreeMap<String, String>,
         input: &[Column],
     ) -> Option<Result<(), ConfigFieldError>> {
-        weir_common::builtin::check_input(kind, config, input)
+        Some(self.declaration(kind)?.check_input(config, input))
     }
 }

@@ -5,6 +5,7 @@
 //! of the previous and `+U` of the new one after, `-D` when all of a key's rows were retracted. An input with an
 //! `_op` column is a changelog: its `-U`/`-D` rows are taken back out (`COUNT`, `SUM`, `AVG`).
 
+use super::declare::*;
 use crate::api::batch::{event_time_field, key_groups, keys, set_current_key_of_row, RowKind, EVENT_TIME, OP};
 use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
@@ -327,6 +328,41 @@ impl Operator for Aggregate {
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
         snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(CARRIED, &self.columns)])
+    }
+}
+
+/// The `aggregate` kind: a running `GROUP BY` per key, emitting updates.
+pub struct AggregateKind;
+
+impl Kind for AggregateKind {
+    type Config = AggregateConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("aggregate", Role::Operator, true)
+            .with_states(&[("aggregate", "value", "rows, accumulators and carried columns")])
+            .with_input(vec![key_column()])
+            .with_output(OutputSchema::FromConfig)
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // Per key, the row count, accumulators and carried columns; the carried columns' types.
+        Some(StateSignature::keyed::<Vec<u8>>().value::<Vec<u8>>("aggregate").union::<String>("aggregate-columns"))
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<AggregateConfig, ConfigFieldError> {
+        AggregateConfig::from_map(config)
+    }
+
+    fn output(
+        &self,
+        config: &AggregateConfig,
+        inputs: &[Vec<Column>],
+    ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        Some(config.output(inputs.first().map(Vec::as_slice).unwrap_or_default()))
+    }
+
+    fn build(&self, config: AggregateConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(Aggregate::new(config))))
     }
 }
 

@@ -5,6 +5,7 @@
 //! that stamps records with the time they leave it (`datagen`'s `event_time: { wall_clock: true }`), the lag is
 //! the source-to-sink latency.
 
+use super::declare::*;
 use crate::api::batch::event_times;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use arrow_array::{Array, RecordBatch};
@@ -136,6 +137,25 @@ impl Operator for Blackhole {
                 p99_ms = self.lag.quantile(0.99), max_ms = self.lag.quantile(1.0), "lag behind the wall clock at the sink");
         }
         Ok(())
+    }
+}
+
+/// The `blackhole` kind: a sink that discards what it gets, for benchmarks.
+pub struct BlackholeKind;
+
+impl Kind for BlackholeKind {
+    type Config = ();
+
+    fn info(&self) -> KindInfo {
+        builtin_info("blackhole", Role::Sink, false)
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<(), ConfigFieldError> {
+        weir_common::kind::ConfigReader::new(config, &[]).map(|_| ())
+    }
+
+    fn build(&self, (): ()) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(Blackhole::default())))
     }
 }
 

@@ -6,6 +6,7 @@
 //! few records from each, so that every split moves through event time together and the per-split watermark
 //! (the minimum over splits) advances as the source does. Without it, splits are read one after the other.
 
+use super::declare::*;
 use crate::api::batch::{event_time_field, key_value_schema, ValueType};
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
 use crate::api::splits::{NumberedSplits, SplitLayout};
@@ -91,6 +92,36 @@ fn key_value_columns(keys: Vec<u8>, rows: usize, times: Vec<i64>) -> Result<Reco
     let columns: Vec<ArrayRef> = vec![Arc::new(keys), Arc::new(Int64Array::from_value(1, rows)), times];
     RecordBatch::try_new(key_value_schema(ValueType::I64), columns)
         .map_err(|e| OperatorError::Other(format!("datagen batch: {e}")))
+}
+
+/// The `datagen` kind (DESIGN §10): a deterministic keyed source, cut into splits that rescale.
+pub struct DatagenKind;
+
+impl Kind for DatagenKind {
+    type Config = DatagenConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("datagen", Role::Source, false)
+            .with_states(&[("splits", "operator-list", "(u32, u64)")])
+            .with_output(OutputSchema::Columns(key_value("int64")))
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // A split's id and next index.
+        Some(StateSignature::unkeyed().operator_list::<(u32, u64)>(STATE))
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<DatagenConfig, ConfigFieldError> {
+        DatagenConfig::from_map(config)
+    }
+
+    fn lacks_timestamps(&self, config: &DatagenConfig) -> Option<String> {
+        config.event_time.is_none().then(|| "datagen without config.event_time".into())
+    }
+
+    fn build(&self, config: DatagenConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Source(Box::new(Datagen::new(config))))
+    }
 }
 
 #[cfg(test)]

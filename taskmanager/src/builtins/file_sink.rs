@@ -25,6 +25,7 @@
 //! Parquet files are not lines: with `format: parquet` such a replay writes the rows of those newer files again
 //! (the normal restore, from the newest checkpoint, commits nothing twice in any format).
 
+use super::declare::*;
 use super::text::LineWriter;
 use crate::api::commit::{attempt_and_number, hidden_name, PendingFiles};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
@@ -324,6 +325,35 @@ impl Operator for FileSink {
 
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
         self.pending.commit_up_to(id.0)
+    }
+}
+
+/// The `file-sink` kind (DESIGN §10): exactly-once text files.
+pub struct FileSinkKind;
+
+impl Kind for FileSinkKind {
+    type Config = FileSinkConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("file-sink", Role::Sink, false).with_states(&[("pending-files", "operator-list", "PendingFile")])
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // `<checkpoint>\t<file>` lines, `<attempt>-<seq>`, and lines already written.
+        Some(
+            StateSignature::unkeyed()
+                .operator_list::<String>("pending-files")
+                .operator_list::<String>("position")
+                .operator_list::<Vec<u8>>("replayed-lines"),
+        )
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<FileSinkConfig, ConfigFieldError> {
+        FileSinkConfig::from_map(config)
+    }
+
+    fn build(&self, config: FileSinkConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(FileSink::new(config))))
     }
 }
 

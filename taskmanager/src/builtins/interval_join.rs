@@ -6,6 +6,7 @@
 //! bucket once the watermark is past the last time a row of the other input could match any row in it. `where`
 //! and `select` apply as in `join` (`join::Plan`, `join::Pairs`).
 
+use super::declare::*;
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns};
@@ -219,6 +220,55 @@ impl Operator for IntervalJoin {
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
         let [a, b] = &self.columns;
         snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
+    }
+}
+
+/// The `interval-join` kind: rows of two keyed inputs whose times lie within bounds of each other.
+pub struct IntervalJoinKind;
+
+impl Kind for IntervalJoinKind {
+    type Config = IntervalJoinConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("interval-join", Role::TwoInput, true)
+            .with_states(&[
+                ("interval-join-first", "list", "rows of the first input per time bucket"),
+                ("interval-join-second", "list", "rows of the second input per time bucket"),
+                ("interval-join-columns", "union", "each input's columns"),
+            ])
+            .with_input(vec![key_column()])
+            .with_output(OutputSchema::FromConfig)
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // Per input and time bucket (namespace: the input's byte and the bucket), each input's rows with their
+        // times; the inputs' columns; a cleanup timer per input and bucket.
+        Some(
+            StateSignature::keyed::<Vec<u8>>()
+                .list::<Vec<u8>>("interval-join-first")
+                .in_namespace::<Vec<u8>>("interval-join-first")
+                .list::<Vec<u8>>("interval-join-second")
+                .in_namespace::<Vec<u8>>("interval-join-second")
+                .union::<String>("interval-join-columns")
+                .timers::<Vec<u8>>(),
+        )
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<IntervalJoinConfig, ConfigFieldError> {
+        IntervalJoinConfig::from_map(config)
+    }
+
+    fn output(
+        &self,
+        config: &IntervalJoinConfig,
+        inputs: &[Vec<Column>],
+    ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        let (first, second) = super::join::two(inputs);
+        Some(config.join.output(first, second))
+    }
+
+    fn build(&self, config: IntervalJoinConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(IntervalJoin::new(config))))
     }
 }
 

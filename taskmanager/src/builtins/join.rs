@@ -8,6 +8,7 @@
 //! union operator state, so a restored subtask reads the other side's rows before that side sends a batch, and
 //! a job whose inputs now have other columns is refused with both column lists instead of misreading rows.
 
+use super::declare::*;
 use crate::api::batch::{key_groups, keys, set_current_key_of_row, EVENT_TIME, KEY};
 use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
@@ -392,6 +393,51 @@ impl Operator for Join {
         let [a, b] = &self.sides;
         snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], &a.columns), (SIDE_NAMES[1], &b.columns)])
     }
+}
+
+/// The `join` kind: a regular join of two keyed inputs, every row of each side kept.
+pub struct JoinKind;
+
+impl Kind for JoinKind {
+    type Config = JoinConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("join", Role::TwoInput, true)
+            .with_states(&[
+                ("join-first", "list", "rows of the first input"),
+                ("join-second", "list", "rows of the second input"),
+            ])
+            .with_input(vec![key_column()])
+            .with_output(OutputSchema::FromConfig)
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // Each input's rows (`api::stored_rows`) per key, and each input's columns.
+        Some(
+            StateSignature::keyed::<Vec<u8>>()
+                .list::<Vec<u8>>("join-first")
+                .list::<Vec<u8>>("join-second")
+                .union::<String>("join-columns"),
+        )
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<JoinConfig, ConfigFieldError> {
+        JoinConfig::from_map(config)
+    }
+
+    fn output(&self, config: &JoinConfig, inputs: &[Vec<Column>]) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        let (first, second) = two(inputs);
+        Some(config.output(first, second))
+    }
+
+    fn build(&self, config: JoinConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(Join::new(config))))
+    }
+}
+
+/// A two-input kind's inputs' columns (empty where not known).
+pub(crate) fn two(inputs: &[Vec<Column>]) -> (&[Column], &[Column]) {
+    (inputs.first().map(Vec::as_slice).unwrap_or_default(), inputs.get(1).map(Vec::as_slice).unwrap_or_default())
 }
 
 #[cfg(test)]

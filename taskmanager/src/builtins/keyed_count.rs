@@ -2,6 +2,7 @@
 //! (`emit: end`, the default) or as `(key, new count)` after every record (`emit: updates`, like a Flink
 //! `KeyedProcessFunction` emitting running counts).
 
+use super::declare::*;
 use crate::api::batch::KvRows;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use arrow_array::RecordBatch;
@@ -76,6 +77,33 @@ impl Operator for KeyedCount {
         }
         visited?;
         Ok(())
+    }
+}
+
+/// The `keyed-count` kind (DESIGN §10): a count per key.
+pub struct KeyedCountKind;
+
+impl Kind for KeyedCountKind {
+    type Config = KeyedCountConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("keyed-count", Role::Operator, true)
+            .with_states(&[("count", "value", "u64")])
+            .with_input(vec![key_column()])
+            .with_output(OutputSchema::Columns(key_value("int64")))
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // Keys are the records' raw key bytes.
+        Some(StateSignature::keyed::<Vec<u8>>().value::<u64>("count"))
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<KeyedCountConfig, ConfigFieldError> {
+        KeyedCountConfig::from_map(config)
+    }
+
+    fn build(&self, config: KeyedCountConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(KeyedCount::new(config))))
     }
 }
 

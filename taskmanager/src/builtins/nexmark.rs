@@ -7,6 +7,7 @@
 //! moves through event time together and the per-split watermark advances as the source does. Each event's
 //! event time is its `date_time`.
 
+use super::declare::*;
 use crate::api::batch::event_time_field;
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
 use crate::api::splits::{NumberedSplits, SplitLayout};
@@ -14,7 +15,7 @@ use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampM
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::{Arc, OnceLock};
-use weir_common::builtin::{NexmarkConfig, NEXMARK_FIELDS};
+use weir_common::builtin::{nexmark_columns, NexmarkConfig, NEXMARK_FIELDS};
 use weir_common::nexmark::{Event, EventKind, Generator};
 
 const STATE: &str = "splits";
@@ -188,6 +189,32 @@ impl Source for Nexmark {
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
         self.splits.snapshot(ctx, STATE)
+    }
+}
+
+/// The `nexmark` kind: the Nexmark event stream of persons, auctions and bids.
+pub struct NexmarkKind;
+
+impl Kind for NexmarkKind {
+    type Config = NexmarkConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("nexmark", Role::Source, false)
+            .with_states(&[("splits", "operator-list", "(u32, u64)")])
+            .with_output(OutputSchema::Columns(nexmark_columns()))
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // A split's id and next event number.
+        Some(StateSignature::unkeyed().operator_list::<(u32, u64)>("splits"))
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<NexmarkConfig, ConfigFieldError> {
+        NexmarkConfig::from_map(config)
+    }
+
+    fn build(&self, config: NexmarkConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Source(Box::new(Nexmark::new(config))))
     }
 }
 

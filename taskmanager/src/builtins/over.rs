@@ -7,6 +7,7 @@
 //! Rows fired by the timers of one watermark are gathered and emitted as one batch in `on_watermark`, which
 //! runs after the timers and before the watermark goes on.
 
+use super::declare::*;
 use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME, OP};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
@@ -405,6 +406,49 @@ impl Operator for Over {
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
         snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(INPUT, &self.columns)])
+    }
+}
+
+/// The `over` kind: aggregates over a frame of each row's preceding rows of its key (SQL's `OVER`).
+pub struct OverKind;
+
+impl Kind for OverKind {
+    type Config = OverConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("over", Role::Operator, true)
+            .with_states(&[
+                ("over-rows", "list", "rows waiting for the watermark, per event time"),
+                ("over-frame", "value", "the key's preceding rows or running accumulators"),
+                ("over-columns", "union", "the input's columns"),
+            ])
+            .with_input(vec![key_column()])
+            .with_output(OutputSchema::FromConfig)
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // Per key and event time (namespace), the rows waiting for the watermark; per key, the preceding rows'
+        // values or the running accumulators; the input's columns; the rows' timers.
+        Some(
+            StateSignature::keyed::<Vec<u8>>()
+                .list::<Vec<u8>>("over-rows")
+                .in_namespace::<i64>("over-rows")
+                .value::<Vec<u8>>("over-frame")
+                .union::<String>("over-columns")
+                .timers::<Vec<u8>>(),
+        )
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<OverConfig, ConfigFieldError> {
+        OverConfig::from_map(config)
+    }
+
+    fn output(&self, config: &OverConfig, inputs: &[Vec<Column>]) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        Some(config.output(inputs.first().map(Vec::as_slice).unwrap_or_default()))
+    }
+
+    fn build(&self, config: OverConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(Over::new(config))))
     }
 }
 

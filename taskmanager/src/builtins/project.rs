@@ -3,6 +3,7 @@
 //! rows' key from column values (`key: bid_auction`), so that a key-by edge after it routes by them. The event
 //! time goes through unchanged. Neither keeps state.
 
+use super::declare::*;
 use crate::api::batch::{EVENT_TIME, KEY, KEY_GROUP, OP};
 use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext};
 use crate::expr::eval::{arrow_type, columns_of, compile, Compiled};
@@ -227,6 +228,53 @@ impl Operator for Project {
         let batch = RecordBatch::try_new(plan.output.clone(), columns)
             .map_err(|e| OperatorError::Other(format!("building the projected batch: {e}")))?;
         out.emit_batch(batch)
+    }
+}
+
+/// The `filter` kind: the rows for which a condition holds (SQL's `WHERE`).
+pub struct FilterKind;
+
+impl Kind for FilterKind {
+    type Config = FilterConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("filter", Role::Operator, false).with_output(OutputSchema::FromConfig)
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<FilterConfig, ConfigFieldError> {
+        FilterConfig::from_map(config)
+    }
+
+    fn output(&self, config: &FilterConfig, inputs: &[Vec<Column>]) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        let first = inputs.first().map(Vec::as_slice).unwrap_or_default();
+        Some(check_condition(&config.condition, first, "where").map(|_| first.to_vec()))
+    }
+
+    fn build(&self, config: FilterConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(Filter::new(config))))
+    }
+}
+
+/// The `project` kind: `SELECT … WHERE …` over each batch, optionally keying the rows.
+pub struct ProjectKind;
+
+impl Kind for ProjectKind {
+    type Config = ProjectConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("project", Role::Operator, false).with_output(OutputSchema::FromConfig)
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<ProjectConfig, ConfigFieldError> {
+        ProjectConfig::from_map(config)
+    }
+
+    fn output(&self, config: &ProjectConfig, inputs: &[Vec<Column>]) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        Some(config.output(inputs.first().map(Vec::as_slice).unwrap_or_default()))
+    }
+
+    fn build(&self, config: ProjectConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(Project::new(config))))
     }
 }
 

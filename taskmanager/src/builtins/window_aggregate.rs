@@ -8,6 +8,7 @@
 //! Firing and cleanup are event-time timers in namespace `f` and `c`, so everything — accumulators, sessions
 //! and timers — is keyed state: checkpointed, restored and rescaled by key group.
 
+use super::declare::*;
 use crate::api::batch::{event_times, key_groups, keys, EVENT_TIME, KEY};
 use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
@@ -747,6 +748,80 @@ impl Operator for WindowAggregate {
     ) -> Result<(), OperatorError> {
         // What the timers of this watermark emitted goes out before the watermark.
         self.rows.flush(out)
+    }
+}
+
+/// The `window-aggregate` kind (DESIGN §10): count, sum, min, max or avg per key and window.
+pub struct WindowAggregateKind;
+
+impl Kind for WindowAggregateKind {
+    type Config = WindowAggregateConfig;
+
+    fn info(&self) -> KindInfo {
+        // The value is a float for `avg`, an integer otherwise: declared per job by the config, not here.
+        builtin_info("window-aggregate", Role::Operator, true)
+            .with_states(&[
+                ("window-<aggregate>", "value", "accumulator per window slice"),
+                ("window-contents", "value", "accumulator per slice (other triggers)"),
+                ("window-trigger", "value", "trigger state per window"),
+            ])
+            .with_input(vec![key_column()])
+            .on_event_time()
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // Accumulators per slice start (or session id), one state per aggregate; a key's open sessions; timers
+        // in namespace `f` (fire) or `c` (cleanup), or on the general window operator `w` (window) or `n` + the
+        // window's id (continuous firing).
+        Some(
+            StateSignature::keyed::<Vec<u8>>()
+                .value::<u64>("window-count")
+                .in_namespace::<i64>("window-count")
+                .value::<(i64, u64)>("window-sum")
+                .in_namespace::<i64>("window-sum")
+                .value::<i64>("window-min")
+                .in_namespace::<i64>("window-min")
+                .value::<i64>("window-max")
+                .in_namespace::<i64>("window-max")
+                .value::<(i64, u64)>("window-avg")
+                .in_namespace::<i64>("window-avg")
+                .value::<Vec<(i64, i64, i64)>>("window-sessions")
+                // The shared part of consecutive sliding windows (count, sum, avg): window end, sum, count.
+                .value::<(i64, i64, u64)>("window-run")
+                // Other triggers and global windows (the general window operator): an accumulator per slice,
+                // session or global window, and a trigger's state per window.
+                .value::<StoredAcc>("window-contents")
+                .in_namespace::<i64>("window-contents")
+                .value::<Vec<u8>>("window-trigger")
+                .in_namespace::<i64>("window-trigger")
+                .timers::<Vec<u8>>(),
+        )
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<WindowAggregateConfig, ConfigFieldError> {
+        WindowAggregateConfig::from_map(config)
+    }
+
+    fn side_outputs(&self, config: &WindowAggregateConfig) -> SideOutputs {
+        let tags = match config.late {
+            LateRecords::SideOutput => vec![crate::window::operator::LATE_TAG.to_string()],
+            LateRecords::Drop => vec![],
+        };
+        SideOutputs {
+            tags,
+            elsewhere: vec![(crate::window::operator::LATE_TAG.into(), "set late: side-output in its config".into())],
+        }
+    }
+
+    fn check_input(&self, config: &WindowAggregateConfig, input: &[Column]) -> Result<(), ConfigFieldError> {
+        match config.aggregate {
+            weir_common::builtin::WindowAggregate::Count => Ok(()),
+            _ => weir_common::kind::input_column(input, "field", &config.field, &["int64"]),
+        }
+    }
+
+    fn build(&self, config: WindowAggregateConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(window_aggregate(config)?))
     }
 }
 

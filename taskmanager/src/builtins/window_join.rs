@@ -7,6 +7,7 @@
 //! output row once per window. The inputs' columns are kept beside the rows in union operator state, as the
 //! join does.
 
+use super::declare::*;
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
 use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
@@ -271,6 +272,54 @@ fn distinct(batch: &RecordBatch, window_of: impl Fn(usize) -> u32) -> Result<Rec
     }
     arrow_select::take::take_record_batch(batch, &UInt32Array::from(keep))
         .map_err(|e| OperatorError::Other(e.to_string()))
+}
+
+/// The `window-join` kind: rows of two keyed inputs joined per window.
+pub struct WindowJoinKind;
+
+impl Kind for WindowJoinKind {
+    type Config = WindowJoinConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("window-join", Role::TwoInput, true)
+            .with_states(&[
+                ("window-join-first", "list", "rows of the first input per window"),
+                ("window-join-second", "list", "rows of the second input per window"),
+                ("window-join-columns", "union", "each input's columns"),
+            ])
+            .with_input(vec![key_column()])
+            .with_output(OutputSchema::FromConfig)
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // Per window (namespace: its end), each input's rows; the inputs' columns; the windows' timers.
+        Some(
+            StateSignature::keyed::<Vec<u8>>()
+                .list::<Vec<u8>>("window-join-first")
+                .in_namespace::<i64>("window-join-first")
+                .list::<Vec<u8>>("window-join-second")
+                .in_namespace::<i64>("window-join-second")
+                .union::<String>("window-join-columns")
+                .timers::<Vec<u8>>(),
+        )
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<WindowJoinConfig, ConfigFieldError> {
+        WindowJoinConfig::from_map(config)
+    }
+
+    fn output(
+        &self,
+        config: &WindowJoinConfig,
+        inputs: &[Vec<Column>],
+    ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        let (first, second) = super::join::two(inputs);
+        Some(config.join.output_with(first, second, &WindowJoinConfig::window_columns()))
+    }
+
+    fn build(&self, config: WindowJoinConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(WindowJoin::new(config))))
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! common case — a row below the window's best — costs one read. An event-time timer at `end − 1` per key and
 //! window fires it. The input's columns are kept beside the rows in union operator state.
 
+use super::declare::*;
 use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
@@ -211,6 +212,50 @@ impl Operator for WindowTop {
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
         snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(INPUT, &self.columns)])
+    }
+}
+
+/// The `window-top` kind: the top rows per key and window.
+pub struct WindowTopKind;
+
+impl Kind for WindowTopKind {
+    type Config = WindowTopConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("window-top", Role::Operator, true)
+            .with_states(&[
+                ("window-top", "value", "the ranked rows per window"),
+                ("window-top-columns", "union", "the input's columns"),
+            ])
+            .with_input(vec![key_column()])
+            .with_output(OutputSchema::FromConfig)
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // Per window (namespace: its end), the ranked rows; the input's columns; the windows' timers.
+        Some(
+            StateSignature::keyed::<Vec<u8>>()
+                .value::<Vec<u8>>("window-top")
+                .in_namespace::<i64>("window-top")
+                .union::<String>("window-top-columns")
+                .timers::<Vec<u8>>(),
+        )
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<WindowTopConfig, ConfigFieldError> {
+        WindowTopConfig::from_map(config)
+    }
+
+    fn output(
+        &self,
+        config: &WindowTopConfig,
+        inputs: &[Vec<Column>],
+    ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        Some(config.output(inputs.first().map(Vec::as_slice).unwrap_or_default()))
+    }
+
+    fn build(&self, config: WindowTopConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(WindowTop::new(config))))
     }
 }
 

@@ -8,6 +8,7 @@
 //! timer at their own time. When the auction comes they are judged; a bid whose auction has not come by the time
 //! the watermark passes it never counts (the auction, opened no later than the bid, would have come) and goes.
 
+use super::declare::*;
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
@@ -355,6 +356,54 @@ impl Operator for WinningBids {
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
         let [a, b] = &self.columns;
         snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
+    }
+}
+
+/// The `winning-bids` kind: each auction's highest bid made while it was open, at its close.
+pub struct WinningBidsKind;
+
+impl Kind for WinningBidsKind {
+    type Config = WinningBidsConfig;
+
+    fn info(&self) -> KindInfo {
+        builtin_info("winning-bids", Role::TwoInput, true)
+            .with_states(&[
+                ("winning-bids-auction", "value", "the open auction"),
+                ("winning-bids-best", "value", "its highest bid so far"),
+                ("winning-bids-early", "list", "bids that came before their auction"),
+                ("winning-bids-columns", "union", "each input's columns"),
+            ])
+            .with_input(vec![key_column()])
+            .with_output(OutputSchema::FromConfig)
+    }
+
+    fn signature(&self) -> Option<StateSignature> {
+        // Per auction, the auction, its best bid and the bids that came before it; the inputs' columns; timers.
+        Some(
+            StateSignature::keyed::<Vec<u8>>()
+                .value::<Vec<u8>>("winning-bids-auction")
+                .value::<Vec<u8>>("winning-bids-best")
+                .list::<Vec<u8>>("winning-bids-early")
+                .union::<String>("winning-bids-columns")
+                .timers::<Vec<u8>>(),
+        )
+    }
+
+    fn config(&self, config: &OperatorConfig) -> Result<WinningBidsConfig, ConfigFieldError> {
+        WinningBidsConfig::from_map(config)
+    }
+
+    fn output(
+        &self,
+        config: &WinningBidsConfig,
+        inputs: &[Vec<Column>],
+    ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        let (first, second) = super::join::two(inputs);
+        Some(config.output(first, second))
+    }
+
+    fn build(&self, config: WinningBidsConfig) -> Result<Instance, InvalidConfig> {
+        Ok(Instance::Operator(Box::new(WinningBids::new(config))))
     }
 }
 

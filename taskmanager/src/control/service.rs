@@ -106,6 +106,7 @@ impl TaskManager {
                 version: k.version.clone(),
                 role: k.role.as_str().to_string(),
                 keyed: k.keyed,
+                needs_event_time: k.needs_event_time,
                 state_signature: k.signature.as_ref().map(|s| s.fingerprint.clone()).unwrap_or_default(),
                 state_signature_text: k.signature.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
                 key_serializer: k.signature.as_ref().and_then(|s| s.key.as_ref()).map(Into::into),

@@ -406,7 +406,7 @@ pub fn aggregated_column<'a>(
 }
 
 /// The tag of a window operator's side output of late records.
-pub const LATE_TAG: &str = weir_common::builtin::LATE_TAG;
+pub const LATE_TAG: &str = "late";
 
 /// The counters of late records dropped and sent to the side output, for the operator of `ctx`.
 pub fn late_counters(ctx: &InitContext<'_>) -> (metrics::Counter, metrics::Counter) {

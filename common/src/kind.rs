@@ -1,0 +1,288 @@
+//! What an operator kind declares of itself, as both sides see it: the job manager knows kinds only from what
+//! task managers report ([`KindInfo`]: name, role, state, declared columns) and resolves a spec's structure with
+//! that ([`KindCatalog`] over reported kinds); a task manager runs each kind's own declaration (its typed config,
+//! its columns, side outputs and event time) and checks the rest. Config fields are named in every error
+//! ([`ConfigFieldError`]); [`ConfigReader`] reads a spec's config map for the kinds that parse one.
+
+use crate::schema::Column;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What an operator kind does in a job graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Produces records; has no input.
+    Source,
+    /// Consumes and produces records.
+    Operator,
+    /// Consumes the records of two inputs (both partitioned alike) and produces records: a join.
+    TwoInput,
+    /// Consumes records; has no output.
+    Sink,
+}
+
+impl Role {
+    /// The role's name as it appears on the wire.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Role::Source => "source",
+            Role::Operator => "operator",
+            Role::TwoInput => "two-input",
+            Role::Sink => "sink",
+        }
+    }
+
+    /// Parses a role name.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "source" => Some(Role::Source),
+            "operator" => Some(Role::Operator),
+            "two-input" => Some(Role::TwoInput),
+            "sink" => Some(Role::Sink),
+            _ => None,
+        }
+    }
+}
+
+/// What the job manager knows of an operator kind without running it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindInfo {
+    /// The kind's name in the registry.
+    pub kind: String,
+    /// Source, operator or sink.
+    pub role: Role,
+    /// Whether the kind keeps keyed state (its input is then partitioned by key).
+    pub keyed: bool,
+    /// The kind's version.
+    pub version: String,
+    /// Declared states: (name, state kind, type name).
+    pub states: Vec<(String, String, String)>,
+    /// The state signature the task manager computed for the kind (`weir_state::signature`), if it has state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<KindSignature>,
+    /// The columns it needs from its input (empty: any input; a keyed kind needs the key besides).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_columns: Vec<crate::schema::Column>,
+    /// What it emits.
+    #[serde(default)]
+    pub output: crate::schema::OutputSchema,
+    /// It works on event time (windows): a spec whose source emits no timestamps is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_event_time: bool,
+}
+
+impl KindInfo {
+    /// A kind named `kind` of `role`, keyed or not, at `version`, that declares nothing else yet.
+    pub fn new(kind: &str, role: Role, keyed: bool, version: &str) -> Self {
+        KindInfo {
+            kind: kind.to_string(),
+            role,
+            keyed,
+            version: version.to_string(),
+            states: Vec::new(),
+            signature: None,
+            input_columns: Vec::new(),
+            output: Default::default(),
+            needs_event_time: false,
+        }
+    }
+
+    /// The same kind declaring its states: (name, state kind, what it holds).
+    pub fn with_states(mut self, states: &[(&str, &str, &str)]) -> Self {
+        self.states = states.iter().map(|(n, k, t)| (n.to_string(), k.to_string(), t.to_string())).collect();
+        self
+    }
+
+    /// The same kind declaring that it works on event time.
+    pub fn on_event_time(mut self) -> Self {
+        self.needs_event_time = true;
+        self
+    }
+
+    /// The same kind declaring that it needs `columns` from its input.
+    pub fn with_input(mut self, columns: Vec<crate::schema::Column>) -> Self {
+        self.input_columns = columns;
+        self
+    }
+
+    /// The same kind declaring what it emits.
+    pub fn with_output(mut self, output: crate::schema::OutputSchema) -> Self {
+        self.output = output;
+        self
+    }
+}
+
+/// An operator kind's state signature as the job manager handles it: computed in the task manager (where the
+/// types live), recorded in checkpoints, compared on restore.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindSignature {
+    /// The stable fingerprint, 16 hex digits.
+    pub fingerprint: String,
+    /// The structure, one state per line (what a refused restore prints).
+    pub text: String,
+    /// The key's serializer (keyed kinds): keys are never migrated, so a restore into another one is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<crate::serializer::SerializerSnapshot>,
+    /// Each declared state's serializers: what a restore resolves state by state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<crate::serializer::StateSerializers>,
+}
+
+/// A problem with one field of an operator's config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config field {field:?}: {message}")]
+pub struct ConfigFieldError {
+    /// The offending field.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// Checks that the input column `name`, which config field `field` names, is among `input`'s columns and of one
+/// of `types` (any type when empty), naming the field and listing the columns otherwise.
+pub fn input_column(input: &[Column], field: &str, name: &str, types: &[&str]) -> Result<(), ConfigFieldError> {
+    match input.iter().find(|c| c.name == name) {
+        None => {
+            let names = input.iter().map(|c| format!("{}: {}", c.name, c.data_type)).collect::<Vec<_>>().join(", ");
+            Err(field_err(field, format!("no input column {} (the input has {names})", crate::text::echo(name))))
+        }
+        Some(c) if !types.is_empty() && !types.contains(&c.data_type.as_str()) => {
+            Err(field_err(field, format!("input column {:?} is {}, not {}", c.name, c.data_type, types.join(" or "))))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// A [`ConfigFieldError`] for `field`.
+pub fn field_err(field: &str, message: impl Into<String>) -> ConfigFieldError {
+    ConfigFieldError { field: field.to_string(), message: message.into() }
+}
+
+/// Reads an operator's config map field by field, refusing fields the kind does not know.
+pub struct ConfigReader<'a> {
+    map: &'a BTreeMap<String, String>,
+    allowed: &'static [&'static str],
+}
+
+impl<'a> ConfigReader<'a> {
+    /// A reader of `map` for a kind whose fields are `allowed`: any other field is refused, naming it.
+    pub fn new(map: &'a BTreeMap<String, String>, allowed: &'static [&'static str]) -> Result<Self, ConfigFieldError> {
+        if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            let known = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
+            return Err(field_err(unknown, format!("unknown field (known fields: {known})")));
+        }
+        Ok(ConfigReader { map, allowed })
+    }
+
+    /// An unsigned integer field (`_` separators allowed).
+    pub fn u64(&self, field: &str) -> Result<Option<u64>, ConfigFieldError> {
+        debug_assert!(self.allowed.contains(&field));
+        match self.map.get(field) {
+            None => Ok(None),
+            Some(s) => s.trim().replace('_', "").parse::<u64>().map(Some).map_err(|_| {
+                field_err(field, format!("expected a non-negative integer, got {}", crate::text::echo(s)))
+            }),
+        }
+    }
+
+    /// A text field.
+    pub fn string(&self, field: &str) -> Option<String> {
+        self.map.get(field).cloned()
+    }
+
+    /// A nested map (carried as JSON text) read into `T`.
+    pub fn nested<T: serde::de::DeserializeOwned>(
+        &self,
+        field: &str,
+        shape: &str,
+    ) -> Result<Option<T>, ConfigFieldError> {
+        debug_assert!(self.allowed.contains(&field));
+        match self.map.get(field) {
+            None => Ok(None),
+            Some(s) => {
+                serde_json::from_str(s).map(Some).map_err(|e| field_err(field, format!("expected {shape}: {e}")))
+            }
+        }
+    }
+}
+
+/// An operator's config as a spec gives it (nested values as JSON text).
+pub type OperatorConfig = BTreeMap<String, String>;
+
+/// A kind's side outputs over a config, and what to say when an operator reads one it does not have.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SideOutputs {
+    /// The tags of the side outputs the kind has with this config.
+    pub tags: Vec<String>,
+    /// Tags the kind has with another config, and how to get each (`late`: `set late: side-output in its
+    /// config`).
+    pub elsewhere: Vec<(String, String)>,
+}
+
+/// What resolving a spec knows of its operators' kinds. The job manager knows what task managers reported of
+/// their kinds (name, role, state): only [`KindCatalog::info`]. A task manager runs each kind's own declaration:
+/// it checks configs and works out columns, side outputs and event time, so that every check a kind declares
+/// runs before anything is deployed (the job manager asks a task manager to check a spec it accepted).
+pub trait KindCatalog: Sync {
+    /// What `kind` declares of itself, if the catalog knows the kind.
+    fn info(&self, kind: &str) -> Option<&KindInfo>;
+    /// The names of every kind it knows, sorted.
+    fn names(&self) -> Vec<&str>;
+    /// Checks an operator's config, naming the field at fault (nothing where it cannot run the declaration).
+    fn check_config(&self, _kind: &str, _config: &OperatorConfig) -> Result<(), ConfigFieldError> {
+        Ok(())
+    }
+    /// The side outputs an operator of `kind` has with `config` (`None`: not known here).
+    fn side_outputs(&self, _kind: &str, _config: &OperatorConfig) -> Option<SideOutputs> {
+        None
+    }
+    /// Why a source of `kind` with `config` emits no event timestamps, if it does not (`None` also where not
+    /// known here).
+    fn lacks_timestamps(&self, _kind: &str, _config: &OperatorConfig) -> Option<String> {
+        None
+    }
+    /// The columns an operator whose kind works them out from its config emits over `inputs` (`None`: not
+    /// known here).
+    fn derived_output(
+        &self,
+        _kind: &str,
+        _config: &OperatorConfig,
+        _inputs: &[Vec<Column>],
+    ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
+        None
+    }
+    /// Checks the input columns `config` names against what the input emits (`None`: nothing to check, or not
+    /// known here).
+    fn check_input(
+        &self,
+        _kind: &str,
+        _config: &OperatorConfig,
+        _input: &[Column],
+    ) -> Option<Result<(), ConfigFieldError>> {
+        None
+    }
+}
+
+/// Kinds as reported, and nothing more: what the job manager resolves with.
+impl KindCatalog for [KindInfo] {
+    fn info(&self, kind: &str) -> Option<&KindInfo> {
+        self.iter().find(|k| k.kind == kind)
+    }
+
+    fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.iter().map(|k| k.kind.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+impl KindCatalog for Vec<KindInfo> {
+    fn info(&self, kind: &str) -> Option<&KindInfo> {
+        self.as_slice().info(kind)
+    }
+
+    fn names(&self) -> Vec<&str> {
+        self.as_slice().names()
+    }
+}
