@@ -181,7 +181,7 @@ pub struct OperatorCheckpoint {
     /// The kind's state signature when the snapshot was taken (absent for kinds without one, and in
     /// checkpoints of earlier versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signature: Option<crate::builtin::KindSignature>,
+    pub signature: Option<crate::kind::KindSignature>,
 }
 
 /// The content of a checkpoint's `_metadata` file.

@@ -1,6 +1,33 @@
 //! The datagen record formula (DESIGN §10): record `i` has key `splitmix64(seed + i) mod keys`, keyed by its
 //! 8 big-endian bytes, and value 1. Shared by the source and by everything that verifies output.
 
+use serde::{Deserialize, Serialize};
+
+/// Event timestamps of `datagen` (DESIGN §10): within a split, the record at position `q` whose global index is
+/// `i` has timestamp `start_ms + q·step_ms − d(i)`, `d(i) = splitmix64(splitmix64(seed + i)) mod
+/// (max_disorder_ms + 1)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventTimeConfig {
+    /// Timestamp of each split's first record (before disorder), ms since the epoch.
+    #[serde(default)]
+    pub start_ms: i64,
+    /// Event time between consecutive records of a split, ms.
+    #[serde(default = "one")]
+    pub step_ms: u64,
+    /// Most a record's timestamp is moved back, ms.
+    #[serde(default)]
+    pub max_disorder_ms: u64,
+    /// Instead of the formula, the wall-clock time at which the record leaves the source (Flink's ingestion
+    /// time): what the latency benchmark measures from. The other fields must then be left out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wall_clock: bool,
+}
+
+fn one() -> u64 {
+    1
+}
+
 /// The splitmix64 mixing function, with wrapping 64-bit arithmetic.
 pub fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -15,7 +42,7 @@ pub fn key_of(seed: u64, i: u64, keys: u64) -> u64 {
 }
 
 /// The event timestamp of record `i`, at position `q` of its split (DESIGN §10).
-pub fn timestamp_of(t: &crate::builtin::EventTimeConfig, seed: u64, i: u64, q: u64) -> i64 {
+pub fn timestamp_of(t: &EventTimeConfig, seed: u64, i: u64, q: u64) -> i64 {
     let disorder = splitmix64(splitmix64(seed.wrapping_add(i))) % t.max_disorder_ms.saturating_add(1);
     t.start_ms.saturating_add(q.saturating_mul(t.step_ms).min(i64::MAX as u64) as i64).saturating_sub(disorder as i64)
 }

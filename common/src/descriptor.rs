@@ -81,7 +81,7 @@ impl ExecutionGraph {
                         && op.input_tag.is_none()
                         && op.second_input.is_none()
                         && job.operators[up].parallelism == op.parallelism
-                        && job.operators[up].role != crate::builtin::Role::Sink
+                        && job.operators[up].role != crate::kind::Role::Sink
                 }
                 None => false,
             }

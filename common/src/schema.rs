@@ -40,7 +40,7 @@ pub enum OutputSchema {
     Columns(Vec<Column>),
     /// The columns of its input, as they are (filters, pass-through).
     SameAsInput,
-    /// Worked out from its config and its input's columns (`crate::builtin::derived_output`: `project`,
+    /// Worked out from its config and its input's columns (the kind's declaration works them out: `project`,
     /// `filter`).
     FromConfig,
 }
@@ -66,9 +66,7 @@ pub fn validate_columns(columns: &[Column]) -> Result<(), String> {
         if c.name.starts_with('_') {
             return Err(format!("column {:?}: names starting with '_' are the runtime's", c.name));
         }
-        if !COLUMN_TYPES.contains(&c.data_type.as_str())
-            && crate::expr::typing::parse_decimal_type(&c.data_type).is_none()
-        {
+        if !COLUMN_TYPES.contains(&c.data_type.as_str()) && parse_decimal_type(&c.data_type).is_none() {
             return Err(format!(
                 "column {:?}: unknown type {:?} (known: {}, decimal(p,s))",
                 c.name,
@@ -113,6 +111,18 @@ pub fn first_mismatch(needed: &[Column], available: &[Column]) -> Option<Mismatc
         Some(a) if a.data_type != n.data_type => Some(Mismatch::Type { needed: n.clone(), found: a.data_type.clone() }),
         Some(_) => None,
     })
+}
+
+/// The largest decimal precision (Arrow's Decimal128).
+pub const MAX_DECIMAL_PRECISION: u8 = 38;
+
+/// `decimal(p,s)` as a precision (1 to 38) and a scale (0 to p).
+pub fn parse_decimal_type(t: &str) -> Option<(u8, i8)> {
+    let inner = t.strip_prefix("decimal(")?.strip_suffix(')')?;
+    let (p, s) = inner.split_once(',')?;
+    let (p, s): (u8, i8) = (p.trim().parse().ok()?, s.trim().parse().ok()?);
+    (1..=MAX_DECIMAL_PRECISION).contains(&p).then_some(())?;
+    (0..=p as i8).contains(&s).then_some((p, s))
 }
 
 #[cfg(test)]

@@ -469,7 +469,7 @@ pub struct ResolvedOperator {
     pub drop_state_on_change: bool,
     /// Its kind's state signature, as the task managers reported it at submission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signature: Option<crate::builtin::KindSignature>,
+    pub signature: Option<crate::kind::KindSignature>,
     /// Its uid is the spec's with the state signature folded in ([`stated_uid`]): the spec's `uid_stated: true`.
     #[serde(default)]
     pub uid_stated: bool,
@@ -1352,7 +1352,7 @@ operators:
         let mut kinds = test_kinds();
         for k in &mut kinds {
             if k.kind == "keyed-count" {
-                k.signature = Some(crate::builtin::KindSignature {
+                k.signature = Some(crate::kind::KindSignature {
                     fingerprint: "0123456789abcdef".into(),
                     text: "key: seq<u8>".into(),
                     key: None,

@@ -45,8 +45,8 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use weir_common::builtin::{KindInfo, Role};
 use weir_common::ids::CheckpointId;
+use weir_common::kind::{KindInfo, Role};
 use weir_taskmanager::api::commit::{hidden_name, PendingFiles};
 use weir_taskmanager::api::operator::{
     Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext,

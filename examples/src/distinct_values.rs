@@ -28,7 +28,7 @@
 use arrow_array::RecordBatch;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use weir_common::builtin::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role};
 use weir_state::signature::StateSignature;
 use weir_state::{KeyedStateBackend, MapState, StateDescriptor, StateError, StateTtlConfig, ValueState};
 use weir_taskmanager::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};

@@ -11,7 +11,7 @@
 use arrow_array::RecordBatch;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use weir_common::builtin::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role};
 use weir_taskmanager::api::operator::{
     Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext, Source, SourceOutput,
     SourceStatus,

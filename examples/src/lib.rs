@@ -85,7 +85,7 @@ fn common_registry() -> Registry {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
-    use weir_common::builtin::Role;
+    use weir_common::kind::Role;
 
     #[test]
     fn registry_has_builtins_and_the_buffering_sink() {

@@ -20,7 +20,7 @@
 
 use arrow_array::RecordBatch;
 use std::collections::{BTreeMap, BTreeSet};
-use weir_common::builtin::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role};
 use weir_state::{AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState};
 use weir_taskmanager::api::operator::{
     Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext,

@@ -7,7 +7,7 @@ use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch};
 use arrow_buffer::BooleanBuffer;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use weir_common::builtin::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role};
 use weir_taskmanager::api::batch::{keys, VALUE};
 use weir_taskmanager::api::operator::{Collector, Operator, OperatorError, ProcessContext};
 

@@ -13,7 +13,7 @@
 use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
-use weir_common::builtin::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role};
 use weir_state::signature::{StateSignature, TypeSignature};
 use weir_state::{Avro, Bincode, Protobuf, StateCodec, ValueState};
 use weir_taskmanager::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};

@@ -12,12 +12,13 @@ use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Int64Builder, TimestampM
 use arrow_array::{ArrayRef, RecordBatch};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use weir_common::builtin::{KindInfo, Role, WindowAggregate, WindowAggregateConfig, WindowShape, WindowTrigger};
+use weir_common::kind::{KindInfo, Role};
 use weir_state::signature::TypeSignature;
 use weir_state::StateCodec;
 use weir_taskmanager::api::operator::{Collector, OperatorError};
 use weir_taskmanager::api::registry::{signed, Instance, InvalidConfig, Registry};
 use weir_taskmanager::window::assign::{TimeWindow, WindowKind};
+use weir_taskmanager::window::config::{WindowAggregate, WindowAggregateConfig, WindowShape, WindowTrigger};
 use weir_taskmanager::window::operator::{
     Aggregating, Listing, ProcessWindowFunction, WindowAggregator, WindowOperator,
 };

@@ -1,7 +1,7 @@
 //! The job every scenario runs, written as a spec file: `datagen` → `keyed-count` → a sink.
 
 use std::path::{Path, PathBuf};
-pub use weir_common::builtin::KeyedCountEmit;
+pub use weir_taskmanager::builtins::keyed_count::KeyedCountEmit;
 
 /// Where the counts go.
 #[derive(Clone, Debug)]

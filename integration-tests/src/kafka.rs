@@ -307,7 +307,7 @@ type OpenTransactions = std::collections::HashMap<(i64, i16), Vec<KafkaRecord>>;
 /// open transaction on that partition until a COMMIT marker (visible) or an ABORT marker (dropped) of that
 /// producer ends it.
 pub struct CommittedReader {
-    conn: weir_common::kafka::wire::Connection,
+    conn: weir_taskmanager::builtins::kafka::wire::Connection,
     topic: String,
     /// Per partition: the next offset to fetch, and per producer the records of its open transaction.
     partitions: Vec<(i64, OpenTransactions)>,
@@ -317,7 +317,8 @@ pub struct CommittedReader {
 impl CommittedReader {
     /// A reader of `topic`'s partitions `0..partitions` from their start.
     pub fn new(broker: &KafkaBroker, topic: &str, partitions: i32) -> Result<CommittedReader> {
-        let conn = weir_common::kafka::wire::Connection::connect(&broker.bootstrap(), Duration::from_secs(10))?;
+        let conn =
+            weir_taskmanager::builtins::kafka::wire::Connection::connect(&broker.bootstrap(), Duration::from_secs(10))?;
         let partitions = (0..partitions).map(|_| (0, Default::default())).collect();
         Ok(CommittedReader { conn, topic: topic.to_string(), partitions, aborted: 0 })
     }
@@ -353,7 +354,7 @@ impl CommittedReader {
                     .flat_map(|t| &t.partitions)
                     .find(|p| p.partition_index == partition)
                     .ok_or_else(|| anyhow!("fetch of {topic}/{partition}: no answer for the partition"))?;
-                weir_common::kafka::wire::check("Fetch", data.error_code)?;
+                weir_taskmanager::builtins::kafka::wire::check("Fetch", data.error_code)?;
                 let Some(mut bytes) = data.records.clone().filter(|b| !b.is_empty()) else { break };
                 let sets = RecordBatchDecoder::decode_all(&mut bytes)
                     .map_err(|e| anyhow!("decoding {topic}/{partition} at {offset}: {e}"))?;
@@ -437,7 +438,8 @@ impl KafkaBroker {
         use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
         use kafka_protocol::protocol::StrBytes;
         use kafka_protocol::records::RecordBatchDecoder;
-        let mut conn = weir_common::kafka::wire::Connection::connect(&self.bootstrap(), Duration::from_secs(10))?;
+        let mut conn =
+            weir_taskmanager::builtins::kafka::wire::Connection::connect(&self.bootstrap(), Duration::from_secs(10))?;
         let mut out = Vec::new();
         for partition in 0..partitions {
             let mut offset = 0i64;
@@ -461,7 +463,7 @@ impl KafkaBroker {
                     .flat_map(|t| &t.partitions)
                     .find(|p| p.partition_index == partition)
                     .ok_or_else(|| anyhow!("fetch of {topic}/{partition}: no answer for the partition"))?;
-                weir_common::kafka::wire::check("Fetch", data.error_code)?;
+                weir_taskmanager::builtins::kafka::wire::check("Fetch", data.error_code)?;
                 let Some(mut bytes) = data.records.clone().filter(|b| !b.is_empty()) else { break };
                 let sets = RecordBatchDecoder::decode_all(&mut bytes)
                     .map_err(|e| anyhow!("decoding {topic}/{partition} at {offset}: {e}"))?;

@@ -142,7 +142,7 @@ pub fn digest(rows: &[String]) -> String {
 /// `seller,avg` per closed auction with a bid. Rows sorted by their bytes.
 pub fn reference_q6(events: u64, tps: u64) -> Vec<String> {
     use std::collections::{HashMap, VecDeque};
-    use weir_common::nexmark::{Event, EventKind, Generator};
+    use weir_taskmanager::builtins::nexmark::generator::{Event, EventKind, Generator};
     let mut g = Generator::new(tps);
     let mut e = Event::default();
     // auction id -> (opens, expires, seller); auction id -> best price.

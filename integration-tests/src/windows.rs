@@ -5,7 +5,7 @@
 use anyhow::{bail, Context};
 use std::collections::BTreeMap;
 use std::path::Path;
-use weir_common::builtin::EventTimeConfig;
+use weir_common::datagen::EventTimeConfig;
 use weir_common::datagen::{key_of, split_range, timestamp_of};
 
 /// The datagen seed of window jobs.

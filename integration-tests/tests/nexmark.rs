@@ -6,8 +6,8 @@ use anyhow::Context;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
-use weir_common::nexmark::{Event, Generator, DEFAULT_TPS};
 use weir_integration_tests::{Cluster, ClusterOptions, JobState};
+use weir_taskmanager::builtins::nexmark::generator::{Event, Generator, DEFAULT_TPS};
 
 const EVENTS: u64 = 30_000;
 

@@ -95,7 +95,7 @@ fn q6_reference_is_not_trivial() {
 /// join runs both ways round — auctions first, then bids first with the bounds mirrored — to probe from each side.
 #[test]
 fn interval_join_matches_a_brute_force_join() -> anyhow::Result<()> {
-    use weir_common::nexmark::{Event, EventKind, Generator};
+    use weir_taskmanager::builtins::nexmark::generator::{Event, EventKind, Generator};
     let (events, tps) = (200_000u64, 2_000u64);
     let mut g = Generator::new(tps);
     let mut e = Event::default();

@@ -454,7 +454,7 @@ fn windows(args: &Args, kind: &str) -> Result<()> {
     // Windows per key from the formula: a record in slide b (ts div slide) is in the windows ending at slides
     // b + 1 … b + size/slide; a key's windows are the union of those intervals.
     anyhow::ensure!(size % slide == 0, "--size-ms must be a multiple of --slide-ms");
-    let t = weir_common::builtin::EventTimeConfig {
+    let t = weir_common::datagen::EventTimeConfig {
         start_ms: 0,
         step_ms: p as u64,
         max_disorder_ms: 1000,

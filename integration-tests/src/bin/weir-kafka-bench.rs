@@ -174,7 +174,9 @@ fn consumers(broker: &KafkaBroker, args: &Args, pipe: Option<&str>) -> Result<f6
             .map(|subtask| {
                 s.spawn(move || -> Result<u64> {
                     let mine: Vec<i32> = (0..args.partitions)
-                        .filter(|&p| weir_common::kafka::partition_owner("in", p, args.parallelism) == subtask)
+                        .filter(|&p| {
+                            weir_taskmanager::builtins::kafka::partition_owner("in", p, args.parallelism) == subtask
+                        })
                         .collect();
                     read_to_end(bootstrap, "in", &mine, pipe)
                 })

@@ -911,7 +911,7 @@ mod tests {
 
     #[test]
     fn state_of_another_kind_or_signature_is_refused_or_dropped_with_permission() {
-        use weir_common::builtin::KindSignature;
+        use weir_common::kind::KindSignature;
         let sig =
             |f: &str, t: &str| Some(KindSignature { fingerprint: f.into(), text: t.into(), key: None, states: vec![] });
         let job = crate::job::descriptors::tests::demo_job();
@@ -965,7 +965,7 @@ mod tests {
     /// other states), refused (a changed key, map-key or namespace type), new.
     #[test]
     fn states_are_judged_one_by_one_from_their_serializers() {
-        use weir_common::builtin::KindSignature;
+        use weir_common::kind::KindSignature;
         use weir_common::serializer::{SerializerSnapshot as S, StateSerializers};
         let avro = |fields: &str| {
             S::avro(

@@ -6,6 +6,7 @@ use crate::api::operator::{InitContext, OperatorError, SnapshotContext, SourceOu
 use std::ops::Range;
 use std::time::{Duration, Instant};
 use weir_common::datagen::split_range;
+use weir_common::kind::{field_err, ConfigFieldError};
 
 /// Where one split of a source stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,6 +238,19 @@ impl NumberedSplits {
             }
         }
         (runs, budget)
+    }
+}
+
+/// Most splits a numbered source (`datagen`, `nexmark`) is cut into: each split is a position its subtask keeps
+/// in memory and writes into operator list state at every checkpoint (about 100 bytes in all), and 4,294,967,295
+/// of them once grew a task manager past 19 GB for a job of 1,000 records. Ten million (about 1 GB over the
+/// subtasks) still lets a test drive the job manager's operator-state guards with millions of list elements.
+pub const MAX_SPLITS: u64 = 10_000_000;
+
+pub(crate) fn check_splits(splits: u64) -> Result<u32, ConfigFieldError> {
+    match splits {
+        1..=MAX_SPLITS => Ok(splits as u32),
+        _ => Err(field_err("splits", format!("must be between 1 and {MAX_SPLITS}, not {splits}"))),
     }
 }
 

@@ -16,8 +16,148 @@ use arrow_array::types::{Int32Type, Int64Type, Int8Type, TimestampMillisecondTyp
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
-use weir_common::builtin::{AggregateConfig, AggregateFn};
+
 use weir_state::{StateId, StateKind};
+
+/// An aggregate function of the `aggregate` kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggregateFn {
+    /// `COUNT(*)`: rows.
+    Count,
+    /// `SUM(x)`.
+    Sum,
+    /// `MIN(x)` (its input must not retract rows).
+    Min,
+    /// `MAX(x)` (its input must not retract rows).
+    Max,
+    /// `AVG(x)`: the sum divided by the count, an integer rounded toward zero (SQL's `AVG` of a `BIGINT`).
+    Avg,
+}
+
+/// Config of the `aggregate` kind (SQL's `GROUP BY` on a stream, with updates): per key, `aggregates`
+/// (`COUNT(*) AS n, MAX(price) AS final, …` over integer columns) kept in keyed state and, after every row
+/// that changes them, emitted as a change — `+I` for a key's first result, then `-U` (the previous result) and
+/// `+U` (the new one) — so that the committed changes add up to the current result. `carry`: columns that
+/// are the same for every row of a key (a `GROUP BY a.id, a.category` keyed by id carries category), output
+/// first. An input that is itself a changelog (an `_op` column) is aggregated with its retractions (`COUNT`,
+/// `SUM`, `AVG`; `MIN` and `MAX` refuse retractions); a key whose rows are all retracted is deleted (`-D`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AggregateConfig {
+    /// The aggregates: function, input column (none for `COUNT(*)`), output name.
+    pub aggregates: Vec<(AggregateFn, Option<String>, String)>,
+    /// Carried columns.
+    pub carry: Vec<String>,
+}
+
+impl AggregateConfig {
+    /// Reads and checks an aggregate config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["aggregates", "carry"])?;
+        let aggregates = parse_aggregates(r.string("aggregates"))?;
+        let carry = r
+            .string("carry")
+            .map(|t| t.split(',').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect())
+            .unwrap_or_default();
+        Ok(AggregateConfig { aggregates, carry })
+    }
+
+    /// The columns it emits over rows of `input`: the carried ones, then the aggregates (integers).
+    pub fn output(
+        &self,
+        input: &[weir_common::schema::Column],
+    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        let mut out = Vec::new();
+        for c in &self.carry {
+            let col = input
+                .iter()
+                .find(|i| &i.name == c)
+                .ok_or_else(|| field_err("carry", format!("no column {c:?} in the input")))?;
+            out.push(col.clone());
+        }
+        out.extend(aggregate_columns(&self.aggregates, input)?);
+        weir_common::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e))?;
+        Ok(out)
+    }
+}
+
+/// Integer column types.
+pub(crate) const INTEGERS: &[&str] = &["int64", "int32"];
+/// Column types a time can be read from (milliseconds).
+pub(crate) const TIMES: &[&str] = &["timestamp_ms", "int64"];
+
+/// Checks that `input` (`side` names it) has a column `name` of one of `types`, naming `field` when not.
+pub(crate) fn check_column(
+    input: &[weir_common::schema::Column],
+    name: &str,
+    types: &[&str],
+    field: &str,
+    side: &str,
+) -> Result<(), ConfigFieldError> {
+    let what = if types == TIMES { "a timestamp" } else { "an integer" };
+    match input.iter().find(|c| c.name == name) {
+        Some(c) if types.contains(&c.data_type.as_str()) => Ok(()),
+        Some(c) => Err(field_err(field, format!("column {name:?} is {}, not {what}", c.data_type))),
+        None => Err(field_err(field, format!("no column {name:?} in {side}"))),
+    }
+}
+
+/// An input's own columns: all but the key and the runtime's (`_…`).
+pub(crate) fn own_columns(input: &[weir_common::schema::Column]) -> Vec<weir_common::schema::Column> {
+    input.iter().filter(|c| c.name != "key" && !c.name.starts_with('_')).cloned().collect()
+}
+
+/// Reads `aggregates` text: `COUNT(*) AS n, MAX(price) AS top, …`.
+pub(crate) fn parse_aggregates(
+    text: Option<String>,
+) -> Result<Vec<(AggregateFn, Option<String>, String)>, ConfigFieldError> {
+    let text = text.ok_or_else(|| field_err("aggregates", "is required: `COUNT(*) AS n, MAX(price) AS top, …`"))?;
+    let mut aggregates = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || {
+            field_err(
+                "aggregates",
+                format!("{part:?}: expected FUNCTION(column) AS name (COUNT(*), SUM, MIN, MAX, AVG)"),
+            )
+        };
+        let (call, name) = part.rsplit_once(" AS ").or_else(|| part.rsplit_once(" as ")).ok_or_else(bad)?;
+        let (f, arg) = call.trim().split_once('(').ok_or_else(bad)?;
+        let arg = arg.strip_suffix(')').ok_or_else(bad)?.trim();
+        let f = match f.trim().to_ascii_uppercase().as_str() {
+            "COUNT" => AggregateFn::Count,
+            "SUM" => AggregateFn::Sum,
+            "MIN" => AggregateFn::Min,
+            "MAX" => AggregateFn::Max,
+            "AVG" => AggregateFn::Avg,
+            _ => return Err(bad()),
+        };
+        let column = match (f, arg) {
+            (AggregateFn::Count, "*") => None,
+            (_, "*") | (_, "") => return Err(bad()),
+            (_, c) => Some(c.to_string()),
+        };
+        aggregates.push((f, column, name.trim().to_string()));
+    }
+    if aggregates.is_empty() {
+        return Err(field_err("aggregates", "needs at least one aggregate"));
+    }
+    Ok(aggregates)
+}
+
+/// The aggregate columns over rows of `input`: each aggregated column must be an integer; the results are
+/// integers, null where every value was null (never for a count).
+pub(crate) fn aggregate_columns(
+    aggregates: &[(AggregateFn, Option<String>, String)],
+    input: &[weir_common::schema::Column],
+) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+    let mut out = Vec::new();
+    for (f, column, name) in aggregates {
+        if let Some(c) = column {
+            check_column(input, c, INTEGERS, "aggregates", "the input")?;
+        }
+        out.push(weir_common::schema::Column::new(name, "int64", *f != AggregateFn::Count));
+    }
+    Ok(out)
+}
 
 const STATE: &str = "aggregate";
 const COLUMNS_STATE: &str = "aggregate-columns";

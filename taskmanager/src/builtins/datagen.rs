@@ -9,12 +9,100 @@
 use super::declare::*;
 use crate::api::batch::{event_time_field, key_value_schema, ValueType};
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
+use crate::api::splits::check_splits;
 use crate::api::splits::{NumberedSplits, SplitLayout};
 use arrow_array::{new_null_array, ArrayRef, BinaryArray, Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow_buffer::{Buffer, OffsetBuffer};
 use std::sync::Arc;
-use weir_common::builtin::DatagenConfig;
+use weir_common::datagen::EventTimeConfig;
+
 use weir_common::datagen::{key_of, timestamp_of};
+
+/// Longest event time between two records of a `datagen` split (a year: a longer step is a unit mistake).
+const MAX_STEP_MS: u64 = 366 * 24 * 3600 * 1000;
+
+/// Why `datagen`'s timestamps would leave the event-time range (`watermarks::check_event_time`), if they would:
+/// the first record's less the largest disorder, and (for a bounded source) the last of the longest split.
+fn check_event_time_range(t: &EventTimeConfig, count: Option<u64>, splits: u32) -> Result<(), String> {
+    use weir_common::watermarks::{check_event_time, MIN_TIMESTAMP_MS};
+    check_event_time(t.start_ms).map_err(|e| format!("start_ms: {e}"))?;
+    if t.step_ms > MAX_STEP_MS {
+        return Err(format!("step_ms of {} ms is over a year: a unit mistake?", t.step_ms));
+    }
+    let earliest = i128::from(t.start_ms) - i128::from(t.max_disorder_ms);
+    if earliest < i128::from(MIN_TIMESTAMP_MS) {
+        return Err(format!(
+            "start_ms {} less max_disorder_ms {} is before {MIN_TIMESTAMP_MS} (0001-01-01)",
+            t.start_ms, t.max_disorder_ms
+        ));
+    }
+    if let Some(count) = count.filter(|c| *c > 0) {
+        let longest = count.div_ceil(u64::from(splits));
+        let last = i128::from(t.start_ms) + i128::from(longest - 1) * i128::from(t.step_ms);
+        let last = i64::try_from(last).unwrap_or(i64::MAX);
+        check_event_time(last).map_err(|e| {
+            format!(
+                "the last of {longest} records of a split, {} ms apart from start_ms {}: {e}",
+                t.step_ms, t.start_ms
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Config of the `datagen` source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatagenConfig {
+    /// Number of records; `None` = unbounded.
+    pub count: Option<u64>,
+    /// Number of distinct keys (at least 1).
+    pub keys: u64,
+    /// Seed of the key formula.
+    pub seed: u64,
+    /// Records per second for the whole source; 0 = as fast as possible.
+    pub rate_per_sec: u64,
+    /// Number of splits the sequence is cut into.
+    pub splits: u32,
+    /// Event timestamps; `None`: records carry none.
+    pub event_time: Option<EventTimeConfig>,
+}
+
+impl DatagenConfig {
+    /// Reads and checks a datagen config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["count", "keys", "seed", "rate_per_sec", "splits", "event_time"])?;
+        let event_time: Option<EventTimeConfig> =
+            r.nested("event_time", "a map { start_ms, step_ms, max_disorder_ms }")?;
+        if let Some(t) = &event_time {
+            if t.max_disorder_ms > weir_common::watermarks::MAX_OUT_OF_ORDERNESS_MS {
+                return Err(field_err("event_time", "max_disorder_ms is over 7 days: a unit mistake?"));
+            }
+            if t.wall_clock && (t.start_ms, t.step_ms, t.max_disorder_ms) != (0, 1, 0) {
+                return Err(field_err(
+                    "event_time",
+                    "wall_clock takes the time of emission: no start_ms, step_ms or max_disorder_ms",
+                ));
+            }
+        }
+        let keys = r.u64("keys")?.unwrap_or(1000);
+        if keys == 0 {
+            return Err(field_err("keys", "must be at least 1"));
+        }
+        let splits = check_splits(r.u64("splits")?.unwrap_or(128))?;
+        let count = r.u64("count")?;
+        if let Some(t) = &event_time {
+            check_event_time_range(t, count, splits).map_err(|e| field_err("event_time", e))?;
+        }
+        Ok(DatagenConfig {
+            count,
+            keys,
+            seed: r.u64("seed")?.unwrap_or(0),
+            rate_per_sec: r.u64("rate_per_sec")?.unwrap_or(0),
+            splits,
+            event_time,
+        })
+    }
+}
 
 const STATE: &str = "splits";
 
@@ -171,7 +259,7 @@ mod tests {
 
     #[test]
     fn with_event_time_splits_are_read_in_turn_with_the_formulas_timestamps() -> Result<(), OperatorError> {
-        use weir_common::builtin::EventTimeConfig;
+        use weir_common::datagen::EventTimeConfig;
         let t = EventTimeConfig { start_ms: 1_000, step_ms: 10, max_disorder_ms: 0, wall_clock: false };
         let cfg = DatagenConfig { count: Some(100), keys: 7, seed: 5, rate_per_sec: 0, splits: 4, event_time: Some(t) };
         let mut store = OperatorStateStore::new();
@@ -213,5 +301,64 @@ mod tests {
             assert!((1_000 + q as i64 * 10 - 30..=1_000 + q as i64 * 10).contains(&ts), "{ts}");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::builtins::declare::config_map as m;
+
+    #[test]
+    fn datagen_event_time_stays_inside_the_years_1_to_9999() {
+        let cfg = |et: &str, count: &str| DatagenConfig::from_map(&m(&[("event_time", et), ("count", count)]));
+        // The probe's inputs: the ends of i64 as a start, and a step of 2^64 - 1.
+        for (et, says) in [
+            (r#"{"start_ms": 9223372036854775807}"#, "start_ms"),
+            (r#"{"start_ms": -9223372036854775808}"#, "start_ms"),
+            (r#"{"step_ms": 18446744073709551615}"#, "over a year"),
+            (r#"{"start_ms": -62135596800000, "max_disorder_ms": 1}"#, "0001-01-01"),
+            (r#"{"start_ms": 253402300799000, "step_ms": 1000}"#, "last of 8 records"),
+        ] {
+            let e = cfg(et, "1000").unwrap_err();
+            assert_eq!(e.field, "event_time", "{et}: {e}");
+            assert!(e.message.contains(says), "{et}: {e}");
+        }
+        cfg(r#"{"start_ms": 253402300799000, "step_ms": 142}"#, "1000").unwrap();
+        // Unbounded: the source itself refuses a timestamp past the range when it gets there.
+        DatagenConfig::from_map(&m(&[("event_time", r#"{"start_ms": 253402300799000, "step_ms": 1000}"#)])).unwrap();
+    }
+
+    #[test]
+    fn datagen_defaults_and_errors() {
+        let c = DatagenConfig::from_map(&m(&[("count", "10"), ("keys", "5")])).unwrap();
+        assert_eq!(c.count, Some(10));
+        assert_eq!(c.splits, 128);
+        let e = DatagenConfig::from_map(&m(&[("keys", "0")])).unwrap_err();
+        assert_eq!(e.field, "keys");
+        let e = DatagenConfig::from_map(&m(&[("kyes", "3")])).unwrap_err();
+        assert_eq!(e.field, "kyes");
+        let e = DatagenConfig::from_map(&m(&[("count", "-3")])).unwrap_err();
+        assert!(e.message.contains("non-negative"));
+    }
+
+    #[test]
+    fn datagen_event_time_is_a_nested_map() {
+        let c = DatagenConfig::from_map(&m(&[("event_time", r#"{"start_ms": 1000, "max_disorder_ms": 50}"#)])).unwrap();
+        assert_eq!(
+            c.event_time,
+            Some(EventTimeConfig { start_ms: 1000, step_ms: 1, max_disorder_ms: 50, wall_clock: false })
+        );
+        let wall = DatagenConfig::from_map(&m(&[("event_time", r#"{"wall_clock": true}"#)])).unwrap();
+        assert!(wall.event_time.is_some_and(|t| t.wall_clock));
+        let e = DatagenConfig::from_map(&m(&[("event_time", r#"{"wall_clock": true, "step_ms": 5}"#)])).unwrap_err();
+        assert!(e.message.contains("wall_clock"), "{e}");
+        assert_eq!(DatagenConfig::from_map(&m(&[])).unwrap().event_time, None);
+        for bad in [r#"{"start": 1}"#, "true", r#"{"step_ms": -1}"#, r#"{"max_disorder_ms": 604800001}"#] {
+            let e = DatagenConfig::from_map(&m(&[("event_time", bad)])).unwrap_err();
+            assert_eq!(e.field, "event_time", "{bad}: {e}");
+        }
+        assert!(DatagenConfig::from_map(&m(&[])).unwrap().event_time.is_none());
+        assert!(DatagenConfig::from_map(&m(&[("event_time", "{}")])).unwrap().event_time.is_some());
     }
 }

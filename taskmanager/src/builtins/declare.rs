@@ -3,11 +3,20 @@
 
 pub(crate) use crate::api::kind::Kind;
 pub(crate) use crate::api::registry::{Instance, InvalidConfig};
-pub(crate) use weir_common::kind::{ConfigFieldError, KindInfo, OperatorConfig, Role, SideOutputs};
+pub(crate) use std::collections::BTreeMap;
+pub(crate) use weir_common::kind::{
+    field_err, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, SideOutputs,
+};
 pub(crate) use weir_common::schema::{key_column, key_value, Column, OutputSchema};
 pub(crate) use weir_state::signature::StateSignature;
 
 /// The description of the built-in kind `kind`, at this build's version.
 pub(crate) fn builtin_info(kind: &str, role: Role, keyed: bool) -> KindInfo {
     KindInfo::new(kind, role, keyed, env!("CARGO_PKG_VERSION"))
+}
+
+/// A config map of `pairs`, as a spec gives it: what config tests read.
+#[cfg(test)]
+pub(crate) fn config_map(pairs: &[(&str, &str)]) -> OperatorConfig {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }

@@ -37,9 +37,56 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use weir_common::builtin::FileFormat;
-use weir_common::builtin::FileSinkConfig;
+
 use weir_common::ids::CheckpointId;
+
+/// Config of the `file-sink`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSinkConfig {
+    /// Directory the committed files appear in.
+    pub path: String,
+    /// How rows are written.
+    pub format: FileFormat,
+}
+
+/// How `file-sink` writes rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileFormat {
+    /// `key,value` lines for key/value rows; other rows as their columns in schema order, comma-separated,
+    /// RFC 4180 quoting where needed (DESIGN §10).
+    #[default]
+    Text,
+    /// RFC 4180 CSV with a header line of column names in every file.
+    Csv,
+    /// A JSON object per line, by column name.
+    Json,
+    /// Apache Parquet, a file per checkpoint (snappy-compressed).
+    Parquet,
+}
+
+impl FileSinkConfig {
+    /// Reads and checks a file-sink config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["path", "format"])?;
+        let path = r.string("path").unwrap_or_default();
+        if path.trim().is_empty() {
+            return Err(field_err("path", "is required (the directory to write committed files to)"));
+        }
+        let format = match r.string("format").as_deref().map(str::trim) {
+            None | Some("text") => FileFormat::Text,
+            Some("csv") => FileFormat::Csv,
+            Some("json") => FileFormat::Json,
+            Some("parquet") => FileFormat::Parquet,
+            Some(other) => {
+                return Err(field_err(
+                    "format",
+                    format!("expected text, csv, json or parquet, got {}", weir_common::text::echo(other)),
+                ))
+            }
+        };
+        Ok(FileSinkConfig { path, format })
+    }
+}
 
 const STATE: &str = "pending-files";
 /// One element, `<attempt>-<next file number>`: the files this subtask had created at the snapshot.
@@ -645,5 +692,20 @@ mod tests {
         lines.sort();
         assert_eq!(lines, ["10,1", "11,1", "20,1", "21,1"], "every line exactly once");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::builtins::declare::config_map as m;
+
+    #[test]
+    fn file_sink_needs_path() {
+        assert_eq!(FileSinkConfig::from_map(&m(&[])).unwrap_err().field, "path");
+        let c = FileSinkConfig::from_map(&m(&[("path", "/o"), ("format", "json")])).unwrap();
+        assert_eq!(c.format, FileFormat::Json);
+        let e = FileSinkConfig::from_map(&m(&[("path", "/o"), ("format", "xml")])).unwrap_err();
+        assert!(e.field == "format" && e.message.contains("text, csv, json or parquet"), "{e:?}");
     }
 }

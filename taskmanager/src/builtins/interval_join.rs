@@ -7,14 +7,54 @@
 //! and `select` apply as in `join` (`join::Plan`, `join::Pairs`).
 
 use super::declare::*;
+use super::join::JoinConfig;
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns};
 use crate::api::timers::TimeDomain;
 use crate::builtins::join::{Pairs, Plan};
 use arrow_array::{Array, ArrayRef, RecordBatch};
-use weir_common::builtin::IntervalJoinConfig;
+
 use weir_state::{ListState, StateDescriptor};
+
+/// Config of the `interval-join` kind (Flink's interval join): the inner join of two inputs keyed alike where
+/// the second row's event time minus the first's is within `lower_ms` and `upper_ms`, both included (`b.t BETWEEN
+/// a.t + lower AND a.t + upper`). Each row waits in keyed state until the watermark passes the last time a row of
+/// the other input could match it; rows late on arrival (behind the watermark) are dropped, as Flink does. `where`
+/// and `select` as for `join`; a joined row's event time is the later of the two.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IntervalJoinConfig {
+    /// The least the second row's time may exceed the first's, ms (negative: precede it).
+    pub lower_ms: i64,
+    /// The most, ms.
+    pub upper_ms: i64,
+    /// `where` and `select`.
+    pub join: JoinConfig,
+}
+
+impl IntervalJoinConfig {
+    /// Reads and checks an interval-join config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["lower_ms", "upper_ms", "select", "where"])?;
+        // Beyond a year either way a row would wait in state for ever, in effect (and bucket arithmetic nears overflow).
+        const LIMIT: i64 = 86_400_000 * 365;
+        let bound = |field: &str| -> Result<i64, ConfigFieldError> {
+            let text = r.string(field).ok_or_else(|| field_err(field, "is required (ms, may be negative)"))?;
+            match text.trim().replace('_', "").parse::<i64>() {
+                Ok(v) if (-LIMIT..=LIMIT).contains(&v) => Ok(v),
+                Ok(_) => Err(field_err(field, "must be within a year either way")),
+                Err(_) => {
+                    Err(field_err(field, format!("expected an integer (ms), got {}", weir_common::text::echo(&text))))
+                }
+            }
+        };
+        let (lower_ms, upper_ms) = (bound("lower_ms")?, bound("upper_ms")?);
+        if lower_ms > upper_ms {
+            return Err(field_err("upper_ms", format!("must not be below lower_ms ({lower_ms})")));
+        }
+        Ok(IntervalJoinConfig { lower_ms, upper_ms, join: JoinConfig::of_fields(map)? })
+    }
+}
 
 const COLUMNS_STATE: &str = "interval-join-columns";
 const SIDE_NAMES: [&str; 2] = ["first", "second"];
@@ -303,6 +343,29 @@ mod tests {
             let last = b * k.width + k.width - 1;
             assert_eq!(k.cleanup(0, b), last + upper + 1);
             assert_eq!(k.cleanup(1, b), last - lower + 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::builtins::declare::config_map as m;
+
+    #[test]
+    fn interval_join_bounds() {
+        let c = IntervalJoinConfig::from_map(&m(&[("lower_ms", "-2_000"), ("upper_ms", "1000"), ("where", "a > 1")]))
+            .unwrap();
+        assert_eq!((c.lower_ms, c.upper_ms), (-2000, 1000));
+        assert!(c.join.condition.is_some());
+        for (pairs, field) in [
+            (vec![("upper_ms", "1")], "lower_ms"),
+            (vec![("lower_ms", "5"), ("upper_ms", "4")], "upper_ms"),
+            (vec![("lower_ms", "x"), ("upper_ms", "4")], "lower_ms"),
+            (vec![("lower_ms", "0"), ("upper_ms", "99999999999999")], "upper_ms"),
+            (vec![("lower_ms", "0"), ("upper_ms", "1"), ("window", "{}")], "window"),
+        ] {
+            assert_eq!(IntervalJoinConfig::from_map(&m(&pairs)).unwrap_err().field, field, "{pairs:?}");
         }
     }
 }

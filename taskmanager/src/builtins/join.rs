@@ -2,7 +2,7 @@
 //! join of two append-only inputs). A row is stored in its side's list for its key, then joined with the other
 //! side's rows of that key; so each pair is emitted once, by whichever of its rows arrived second. A joined row
 //! is the key, the first input's columns, the second's, and the later of the two event times; `where` and
-//! `select` (`weir_common::builtin::JoinConfig`) then apply to it.
+//! `select` (`crate::builtins::join::JoinConfig`) then apply to it.
 //!
 //! Rows are stored with `api::stored_rows` (no schema inside); each side's columns are kept beside them in
 //! union operator state, so a restored subtask reads the other side's rows before that side sends a batch, and
@@ -19,9 +19,137 @@ use arrow_array::types::TimestampMillisecondType;
 use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
-use weir_common::builtin::JoinConfig;
-use weir_common::expr::SelectItem;
+
+use crate::expr::SelectItem;
 use weir_state::ListState;
+
+/// Config of the `join` kind: an inner join of two inputs keyed alike (each row's `key`), every row of each side
+/// kept in keyed state for ever (Flink's regular join), each new row joined with the other side's rows of its
+/// key. `where`: a condition over the joined row, whose columns are the key (`key`) and both sides' columns
+/// (their names must differ); `select`: the output columns (default: `key`, then the first side's columns,
+/// then the second's). A joined row's event time is the later of the two.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JoinConfig {
+    /// The output columns (`None`: all).
+    pub select: Option<Vec<crate::expr::SelectItem>>,
+    /// Joined rows where this is not true are dropped.
+    pub condition: Option<crate::expr::Expr>,
+}
+
+impl JoinConfig {
+    /// Reads and parses a join config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["select", "where"])?;
+        let select = match r.string("select") {
+            None => None,
+            Some(t) => Some(crate::expr::parse_select(&t).map_err(|e| field_err("select", e.to_string()))?),
+        };
+        let condition = match r.string("where") {
+            None => None,
+            Some(t) => Some(crate::expr::parse_expr(&t).map_err(|e| field_err("where", e.to_string()))?),
+        };
+        Ok(JoinConfig { select, condition })
+    }
+
+    /// The `select` and `where` of a kind's config that has other fields too (checked by that kind).
+    pub fn of_fields(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let rest: BTreeMap<String, String> = map
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "select" | "where"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Self::from_map(&rest)
+    }
+
+    /// The columns of a joined row: the key, then each side's own columns (the runtime's `_` columns and the
+    /// sides' `key` aside), or the field at fault when a name is on both sides.
+    pub fn joined_columns(
+        first: &[weir_common::schema::Column],
+        second: &[weir_common::schema::Column],
+    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        let own = |c: &&weir_common::schema::Column| c.name != "key" && !c.name.starts_with('_');
+        let mut out = vec![weir_common::schema::key_column()];
+        for c in first.iter().filter(own) {
+            if second.iter().any(|d| d.name == c.name) {
+                return Err(field_err(
+                    "inputs",
+                    format!(
+                        "both inputs have a column {:?}: rename it on one side (a project before the join)",
+                        c.name
+                    ),
+                ));
+            }
+            out.push(c.clone());
+        }
+        out.extend(second.iter().filter(own).cloned());
+        Ok(out)
+    }
+
+    /// The columns it emits over inputs of `first` and `second`, or the field at fault.
+    pub fn output(
+        &self,
+        first: &[weir_common::schema::Column],
+        second: &[weir_common::schema::Column],
+    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        self.output_with(first, second, &[])
+    }
+
+    /// [`JoinConfig::output`] with `extra` columns after both sides' (a window's start and end).
+    pub fn output_with(
+        &self,
+        first: &[weir_common::schema::Column],
+        second: &[weir_common::schema::Column],
+        extra: &[weir_common::schema::Column],
+    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        let mut second = second.to_vec();
+        second.extend(extra.iter().cloned());
+        let joined = Self::joined_columns(first, &second)?;
+        if let Some(c) = &self.condition {
+            check_condition(c, &joined, "where")?;
+        }
+        let out = match &self.select {
+            None => joined,
+            Some(items) => select_output(items, &joined, false)?,
+        };
+        weir_common::schema::validate_columns(&out).map_err(|e| field_err("select", e))?;
+        Ok(out)
+    }
+}
+
+/// The columns a select list makes over rows of `input` (`*`: every column but the runtime's, and but `key`
+/// when `drop_key`).
+pub(crate) fn select_output(
+    items: &[crate::expr::SelectItem],
+    input: &[weir_common::schema::Column],
+    drop_key: bool,
+) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+    use crate::expr::{type_of, SelectItem};
+    let mut out = Vec::new();
+    for item in items {
+        match item {
+            SelectItem::Star => out
+                .extend(input.iter().filter(|c| !(c.name.starts_with('_') || (drop_key && c.name == "key"))).cloned()),
+            SelectItem::Expr { expr, name } => {
+                let (t, nullable) =
+                    type_of(expr, input).map_err(|e| field_err("select", format!("{name}: {}", e.0)))?;
+                out.push(weir_common::schema::Column::new(name, &t.column_type(), nullable));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Checks that `c` is a condition (boolean) over `input`.
+pub fn check_condition(
+    c: &crate::expr::Expr,
+    input: &[weir_common::schema::Column],
+    field: &str,
+) -> Result<(), ConfigFieldError> {
+    match crate::expr::type_of(c, input).map_err(|e| field_err(field, e.0))? {
+        (crate::expr::Type::Bool | crate::expr::Type::Null, _) => Ok(()),
+        (t, _) => Err(field_err(field, format!("must be a condition (true or false), not {}", t.name()))),
+    }
+}
 
 /// Each side's columns, in union operator state: `<side>\t<columns_text>`.
 const COLUMNS_STATE: &str = "join-columns";
@@ -65,7 +193,7 @@ impl Plan {
         let columns = columns_of(&joined);
         let condition = match &cfg.condition {
             Some(c) => {
-                weir_common::builtin::check_condition(c, &columns, "where")
+                crate::builtins::join::check_condition(c, &columns, "where")
                     .map_err(|e| OperatorError::Other(format!("config.where: {}", e.message)))?;
                 Some(compile(c, &joined, &columns)?)
             }
@@ -77,17 +205,17 @@ impl Plan {
                 let mut exprs = Vec::new();
                 let mut out = Vec::new();
                 for item in items {
-                    let named: Vec<(weir_common::expr::Expr, String)> = match item {
+                    let named: Vec<(crate::expr::Expr, String)> = match item {
                         SelectItem::Star => joined
                             .fields()
                             .iter()
                             .filter(|f| !f.name().starts_with('_'))
-                            .map(|f| (weir_common::expr::Expr::Column(f.name().clone()), f.name().clone()))
+                            .map(|f| (crate::expr::Expr::Column(f.name().clone()), f.name().clone()))
                             .collect(),
                         SelectItem::Expr { expr, name } => vec![(expr.clone(), name.clone())],
                     };
                     for (e, name) in named {
-                        let (_, nullable) = weir_common::expr::type_of(&e, &columns)
+                        let (_, nullable) = crate::expr::type_of(&e, &columns)
                             .map_err(|err| OperatorError::Other(format!("config.select: {name}: {}", err.0)))?;
                         let c = compile(&e, &joined, &columns)?;
                         out.push(Field::new(&name, crate::expr::eval::arrow_type(c.ty), nullable));
@@ -512,7 +640,7 @@ mod tests {
             drop(out);
             let mut lines = Vec::new();
             for b in got {
-                let mut w = crate::builtins::text::LineWriter::new(&b, weir_common::builtin::FileFormat::Text)?;
+                let mut w = crate::builtins::text::LineWriter::new(&b, crate::builtins::file_sink::FileFormat::Text)?;
                 for row in 0..b.num_rows() {
                     let mut line = String::new();
                     w.write_row(&b, row, &mut line);

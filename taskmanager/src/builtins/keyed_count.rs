@@ -6,8 +6,43 @@ use super::declare::*;
 use crate::api::batch::KvRows;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use arrow_array::RecordBatch;
-use weir_common::builtin::{KeyedCountConfig, KeyedCountEmit};
+
 use weir_state::ValueState;
+
+/// When `keyed-count` emits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeyedCountEmit {
+    /// One `(key, count)` per key at end of input.
+    #[default]
+    End,
+    /// `(key, new count)` after every record, nothing at end of input.
+    Updates,
+}
+
+/// Config of `keyed-count`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyedCountConfig {
+    /// When counts are emitted.
+    pub emit: KeyedCountEmit,
+}
+
+impl KeyedCountConfig {
+    /// Reads and checks a keyed-count config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["emit"])?;
+        let emit = match r.string("emit").as_deref().map(str::trim) {
+            None | Some("end") => KeyedCountEmit::End,
+            Some("updates") => KeyedCountEmit::Updates,
+            Some(other) => {
+                return Err(field_err(
+                    "emit",
+                    format!("expected end or updates, got {}", weir_common::text::echo(other)),
+                ))
+            }
+        };
+        Ok(KeyedCountConfig { emit })
+    }
+}
 
 /// Counts records per key.
 #[derive(Default)]
@@ -208,5 +243,23 @@ mod tests {
         let err = r.build("keyed-count", &config).err().expect("unknown emit refused");
         let err = err.to_string();
         assert!(err.contains("emit") && err.contains("later"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::builtins::declare::config_map as m;
+
+    #[test]
+    fn keyed_count_emit() {
+        assert_eq!(KeyedCountConfig::from_map(&m(&[])).unwrap().emit, KeyedCountEmit::End);
+        assert_eq!(KeyedCountConfig::from_map(&m(&[("emit", "end")])).unwrap().emit, KeyedCountEmit::End);
+        assert_eq!(KeyedCountConfig::from_map(&m(&[("emit", "updates")])).unwrap().emit, KeyedCountEmit::Updates);
+        let e = KeyedCountConfig::from_map(&m(&[("emit", "always")])).unwrap_err();
+        assert_eq!(e.field, "emit");
+        assert!(e.message.contains("end or updates") && e.message.contains("always"), "{e}");
+        assert_eq!(KeyedCountConfig::from_map(&m(&[("emitt", "end")])).unwrap_err().field, "emitt");
+        assert_eq!(KeyedCountConfig::from_map(&m(&[("emit", "x")])).unwrap_err().field, "emit");
     }
 }

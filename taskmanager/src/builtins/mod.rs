@@ -1,23 +1,23 @@
 //! The built-in operator kinds of DESIGN §10, written against the same API users get.
 
-mod aggregate;
-mod blackhole;
-mod datagen;
-mod declare;
-mod file_sink;
-mod interval_join;
-pub(crate) mod join;
+pub mod aggregate;
+pub mod blackhole;
+pub mod datagen;
+pub(crate) mod declare;
+pub mod file_sink;
+pub mod interval_join;
+pub mod join;
 pub mod kafka;
-mod keyed_count;
-mod nexmark;
-mod over;
-mod project;
+pub mod keyed_count;
+pub mod nexmark;
+pub mod over;
+pub mod project;
 mod specs;
 mod text;
-mod window_aggregate;
-mod window_join;
-mod window_top;
-mod winning_bids;
+pub mod window_aggregate;
+pub mod window_join;
+pub mod window_top;
+pub mod winning_bids;
 
 pub use aggregate::Aggregate;
 pub use blackhole::Blackhole;

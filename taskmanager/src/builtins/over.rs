@@ -7,11 +7,13 @@
 //! Rows fired by the timers of one watermark are gathered and emitted as one batch in `on_watermark`, which
 //! runs after the timers and before the watermark goes on.
 
+use super::aggregate::{aggregate_columns, check_column, own_columns, parse_aggregates, INTEGERS};
 use super::declare::*;
 use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME, OP};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
+use crate::builtins::aggregate::AggregateFn;
 use crate::builtins::aggregate::{accumulate, finish};
 use crate::builtins::int_column;
 use arrow_array::builder::{Int64Builder, TimestampMillisecondBuilder};
@@ -19,8 +21,54 @@ use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use weir_common::builtin::{AggregateFn, OverConfig};
 use weir_state::{ListState, StateDescriptor, StateId, StateKind};
+
+/// Config of the `over` kind (Flink's `OVER` aggregation on event time, `ROWS BETWEEN n PRECEDING AND CURRENT
+/// ROW`): every input row, once the watermark passes its event time, with `aggregates` (as `aggregate`'s) over
+/// it and the `rows_preceding` rows of its key before it in event-time order (`unbounded`: all of them).
+/// Rows of equal event time go in arrival order, as in Flink, or in the order of the integer column `ties_by`
+/// (arrival order across parallel inputs is not repeatable). Rows late on arrival (at or behind the watermark)
+/// are dropped, as Flink does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverConfig {
+    /// The aggregates: function, input column (none for `COUNT(*)`), output name.
+    pub aggregates: Vec<(AggregateFn, Option<String>, String)>,
+    /// Rows before the current one in the frame (`None`: unbounded).
+    pub rows_preceding: Option<u64>,
+    /// The integer column that orders rows of equal event time.
+    pub ties_by: Option<String>,
+}
+
+impl OverConfig {
+    /// Reads and checks an over config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["aggregates", "rows_preceding", "ties_by"])?;
+        let aggregates = parse_aggregates(r.string("aggregates"))?;
+        let rows_preceding = match r.string("rows_preceding").as_deref().map(str::trim) {
+            None => {
+                return Err(field_err("rows_preceding", "is required: the rows before the current one, or unbounded"))
+            }
+            Some(t) if t.eq_ignore_ascii_case("unbounded") => None,
+            Some(_) => r.u64("rows_preceding")?,
+        };
+        Ok(OverConfig { aggregates, rows_preceding, ties_by: r.string("ties_by") })
+    }
+
+    /// The columns it emits over rows of `input`: the input's (but the key and the runtime's), then the
+    /// aggregates.
+    pub fn output(
+        &self,
+        input: &[weir_common::schema::Column],
+    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        if let Some(t) = &self.ties_by {
+            check_column(input, t, INTEGERS, "ties_by", "the input")?;
+        }
+        let mut out = own_columns(input);
+        out.extend(aggregate_columns(&self.aggregates, input)?);
+        weir_common::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e))?;
+        Ok(out)
+    }
+}
 
 const ROWS: &str = "over-rows";
 const FRAME: &str = "over-frame";
@@ -505,5 +553,62 @@ mod tests {
         let mut none = Frame::empty(Some(0), 1);
         assert_eq!(none.push_row(&[AggregateFn::Min], Some(0), &[None]), vec![None]);
         assert_eq!(none.push_row(&[AggregateFn::Min], Some(0), &[Some(3)]), vec![Some(3)]);
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::builtins::declare::config_map as m;
+
+    #[test]
+    fn over_and_winning_bids_configs_name_the_field_at_fault() {
+        use crate::builtins::winning_bids::WinningBidsConfig;
+        use weir_common::schema::Column;
+        let input = vec![
+            Column::new("key", "binary", false),
+            Column::new("auction", "int64", true),
+            Column::new("price", "int64", true),
+            Column::new("name", "utf8", true),
+        ];
+        let c = OverConfig::from_map(&m(&[
+            ("aggregates", "AVG(price) AS avg_price, COUNT(*) AS n"),
+            ("rows_preceding", "9"),
+            ("ties_by", "auction"),
+        ]))
+        .unwrap();
+        assert_eq!((c.rows_preceding, c.ties_by.as_deref()), (Some(9), Some("auction")));
+        let names: Vec<String> = c.output(&input).unwrap().into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["auction", "price", "name", "avg_price", "n"]);
+        let unbounded = m(&[("aggregates", "SUM(price) AS s"), ("rows_preceding", "UNBOUNDED")]);
+        assert_eq!(OverConfig::from_map(&unbounded).unwrap().rows_preceding, None);
+        for (pairs, field) in [
+            (vec![("aggregates", "SUM(price) AS s")], "rows_preceding"),
+            (vec![("aggregates", "SUM(price) AS s"), ("rows_preceding", "-1")], "rows_preceding"),
+            (vec![("rows_preceding", "3")], "aggregates"),
+            (vec![("aggregates", "MEDIAN(price) AS s"), ("rows_preceding", "3")], "aggregates"),
+        ] {
+            assert_eq!(OverConfig::from_map(&m(&pairs)).unwrap_err().field, field, "{pairs:?}");
+        }
+        let bad_ties = OverConfig::from_map(&m(&[
+            ("aggregates", "SUM(price) AS s"),
+            ("rows_preceding", "1"),
+            ("ties_by", "name"),
+        ]));
+        assert_eq!(bad_ties.unwrap().output(&input).unwrap_err().field, "ties_by");
+        let not_int = OverConfig::from_map(&m(&[("aggregates", "SUM(name) AS s"), ("rows_preceding", "1")]));
+        assert_eq!(not_int.unwrap().output(&input).unwrap_err().field, "aggregates");
+
+        let auctions = vec![Column::new("seller", "int64", true), Column::new("expires", "timestamp_ms", true)];
+        let bids = vec![Column::new("price", "int64", true), Column::new("bidder", "int64", true)];
+        let w = WinningBidsConfig::from_map(&m(&[("closes", "expires"), ("by", "price")])).unwrap();
+        let names: Vec<String> = w.output(&auctions, &bids).unwrap().into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["key", "seller", "expires", "price", "bidder"]);
+        assert_eq!(WinningBidsConfig::from_map(&m(&[("by", "price")])).unwrap_err().field, "closes");
+        let e = WinningBidsConfig::from_map(&m(&[("closes", "seller"), ("by", "expires")])).unwrap();
+        assert_eq!(e.output(&auctions, &bids).unwrap_err().field, "by");
+        let e = WinningBidsConfig::from_map(&m(&[("closes", "price"), ("by", "price")])).unwrap();
+        assert_eq!(e.output(&auctions, &bids).unwrap_err().field, "closes");
+        assert_eq!(OverConfig::from_map(&m(&[("aggregates", "SUM(x) AS s")])).unwrap_err().field, "rows_preceding");
     }
 }

@@ -1,21 +1,96 @@
 //! `filter` and `project`: a row-at-a-time SQL `WHERE` and `SELECT … [WHERE …]` over the input's columns (the
-//! expression language of `weir_common::expr`), a whole batch per kernel call. `project` can also set the
+//! expression language of `crate::expr`), a whole batch per kernel call. `project` can also set the
 //! rows' key from column values (`key: bid_auction`), so that a key-by edge after it routes by them. The event
 //! time goes through unchanged. Neither keeps state.
 
 use super::declare::*;
+use super::join::select_output;
 use crate::api::batch::{EVENT_TIME, KEY, KEY_GROUP, OP};
 use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext};
+use crate::builtins::join::check_condition;
 use crate::expr::eval::{arrow_type, columns_of, compile, Compiled};
 use crate::expr::key::encode_keys;
+use crate::expr::SelectItem;
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
-use weir_common::builtin::{check_condition, FilterConfig, ProjectConfig};
-use weir_common::expr::SelectItem;
 
-fn config_err(field: &str, e: weir_common::builtin::ConfigFieldError) -> OperatorError {
+/// Config of the `filter` kind: `where`, a boolean expression over the input's columns (`crate::expr`); a row
+/// passes where it is true (not where it is false or null, as in SQL).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FilterConfig {
+    /// The condition.
+    pub condition: crate::expr::Expr,
+}
+
+impl FilterConfig {
+    /// Reads and parses a filter config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["where"])?;
+        let text = r.string("where").ok_or_else(|| field_err("where", "is required: a condition over the columns"))?;
+        let condition = crate::expr::parse_expr(&text).map_err(|e| field_err("where", e.to_string()))?;
+        Ok(FilterConfig { condition })
+    }
+}
+
+/// Config of the `project` kind (a SQL `SELECT … WHERE …` over one row at a time): `select`, the output columns
+/// (`expr [AS name], …`, `*` for every input column); `where`, an optional condition applied first; `key`, an
+/// optional list of expressions whose values become the rows' key (the `key` column a key-by edge routes on
+/// and a keyed operator keys its state by).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProjectConfig {
+    /// The output columns.
+    pub select: Vec<crate::expr::SelectItem>,
+    /// Rows where this is not true are dropped.
+    pub condition: Option<crate::expr::Expr>,
+    /// The key's parts.
+    pub key: Option<Vec<crate::expr::Expr>>,
+}
+
+impl ProjectConfig {
+    /// Reads and parses a project config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["select", "where", "key"])?;
+        let text = r.string("select").ok_or_else(|| field_err("select", "is required: `expr [AS name], …` or `*`"))?;
+        let select = crate::expr::parse_select(&text).map_err(|e| field_err("select", e.to_string()))?;
+        let condition = match r.string("where") {
+            None => None,
+            Some(t) => Some(crate::expr::parse_expr(&t).map_err(|e| field_err("where", e.to_string()))?),
+        };
+        let key = match r.string("key") {
+            None => None,
+            Some(t) => Some(crate::expr::parse_list(&t).map_err(|e| field_err("key", e.to_string()))?),
+        };
+        Ok(ProjectConfig { select, condition, key })
+    }
+
+    /// The columns it emits over input rows of `input` (the key first when it sets one), or the field at fault.
+    pub fn output(
+        &self,
+        input: &[weir_common::schema::Column],
+    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        use crate::expr::{type_of, Type};
+        if let Some(c) = &self.condition {
+            check_condition(c, input, "where")?;
+        }
+        let mut out = Vec::new();
+        if let Some(parts) = &self.key {
+            for p in parts {
+                let (t, _) = type_of(p, input).map_err(|e| field_err("key", e.0))?;
+                if matches!(t, Type::Null | Type::Float64) {
+                    return Err(field_err("key", format!("a key cannot be {}", t.name())));
+                }
+            }
+            out.push(weir_common::schema::key_column());
+        }
+        out.extend(select_output(&self.select, input, self.key.is_some())?);
+        weir_common::schema::validate_columns(&out).map_err(|e| field_err("select", e))?;
+        Ok(out)
+    }
+}
+
+fn config_err(field: &str, e: weir_common::kind::ConfigFieldError) -> OperatorError {
     OperatorError::Other(format!("config.{field}: {}", e.message))
 }
 
@@ -35,7 +110,7 @@ impl Filter {
 /// The condition compiled for `schema`, compiled again only when the schema changes.
 fn condition_for<'c>(
     slot: &'c mut Option<(SchemaRef, Compiled)>,
-    cond: &weir_common::expr::Expr,
+    cond: &crate::expr::Expr,
     schema: &SchemaRef,
 ) -> Result<&'c Compiled, OperatorError> {
     if slot.as_ref().is_none_or(|(s, _)| s != schema) {
@@ -147,7 +222,7 @@ impl Project {
                         if n.starts_with('_') || (n == KEY && self.cfg.key.is_some()) {
                             continue;
                         }
-                        let e = weir_common::expr::Expr::Column(n.clone());
+                        let e = crate::expr::Expr::Column(n.clone());
                         select.push(compile(&e, &narrow, &narrow_columns)?);
                     }
                 }
@@ -157,8 +232,7 @@ impl Project {
         let mut fields: Vec<Field> = columns
             .iter()
             .map(|c| {
-                let t =
-                    weir_common::expr::Type::from_column_type(&c.data_type).map(arrow_type).unwrap_or(DataType::Binary);
+                let t = crate::expr::Type::from_column_type(&c.data_type).map(arrow_type).unwrap_or(DataType::Binary);
                 Field::new(&c.name, t, c.nullable)
             })
             .collect();
@@ -283,11 +357,11 @@ mod tests {
     use super::*;
     use crate::api::batch::{keys, with_key_group};
     use crate::api::operator::RuntimeInfo;
+    use crate::builtins::file_sink::FileFormat;
     use crate::builtins::text::LineWriter;
     use arrow_array::cast::AsArray;
     use arrow_array::{Int32Array, Int64Array, StringArray, TimestampMillisecondArray, UInt16Array};
     use std::collections::BTreeMap;
-    use weir_common::builtin::FileFormat;
 
     /// Three events of a nexmark-like stream, as a key-by edge delivers them (with a key-group column).
     fn events() -> RecordBatch {

@@ -5,13 +5,13 @@
 use crate::api::batch::{is_system_column, RowKind, KEY, OP, VALUE};
 use crate::api::operator::OperatorError;
 use crate::api::record::write_key_text;
+use crate::builtins::file_sink::FileFormat;
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use std::fmt::Write;
 use std::sync::Arc;
-use weir_common::builtin::FileFormat;
 
 /// Writes the rows of batches of one schema as lines.
 pub struct LineWriter {

@@ -15,6 +15,9 @@ use crate::api::operator::{Collector, InitContext, Operator, OperatorError, Proc
 use crate::api::timers::{TimeDomain, Timers};
 use crate::window::accumulate::{Acc, AccResult, Running};
 use crate::window::assign::{TimeWindow, WindowKind};
+use crate::window::config::{
+    LateRecords, WindowAggregate as Aggregate, WindowAggregateConfig, WindowShape, WindowTrigger,
+};
 use crate::window::operator::{
     aggregated_column, late_counters, late_records, read_sessions, set_row_key, write_sessions, Aggregating,
     WindowAggregator, WindowOperator, SESSIONS_STATE,
@@ -26,9 +29,6 @@ use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Float64Builder, Int64Bui
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::Arc;
-use weir_common::builtin::{
-    LateRecords, WindowAggregate as Aggregate, WindowAggregateConfig, WindowShape, WindowTrigger,
-};
 use weir_state::signature::{Shape, TypeSignature};
 use weir_state::{KeyedStateBackend, StateCodec, StateError, StateId, StateKind, StateOptions};
 
@@ -815,7 +815,7 @@ impl Kind for WindowAggregateKind {
 
     fn check_input(&self, config: &WindowAggregateConfig, input: &[Column]) -> Result<(), ConfigFieldError> {
         match config.aggregate {
-            weir_common::builtin::WindowAggregate::Count => Ok(()),
+            crate::window::config::WindowAggregate::Count => Ok(()),
             _ => weir_common::kind::input_column(input, "field", &config.field, &["int64"]),
         }
     }
@@ -832,13 +832,13 @@ mod tests {
     use crate::api::operator::RuntimeInfo;
     use crate::api::record::Record;
     use crate::api::timers::{advance_watermark, TimerSlot};
+    use crate::window::config::LateRecords;
     use crate::window::operator::{Listing, ProcessWindowFunction};
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
     use arrow_array::Int64Array;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
-    use weir_common::builtin::LateRecords;
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;
     use weir_common::spec::StateBackend;

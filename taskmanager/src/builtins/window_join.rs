@@ -8,18 +8,71 @@
 //! join does.
 
 use super::declare::*;
+use super::join::JoinConfig;
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
 use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, EncodedRows, KeptColumns};
 use crate::api::timers::TimeDomain;
 use crate::builtins::join::Plan;
+use crate::window::config::{WindowShape, WindowSpec};
 use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
 use arrow_schema::{DataType, Field, TimeUnit};
 use std::collections::HashSet;
 use std::sync::Arc;
-use weir_common::builtin::WindowJoinConfig;
+
 use weir_state::{ListState, StateDescriptor};
+
+/// Config of the `window-join` kind (Flink's window join): the inner join of two inputs keyed alike within each
+/// tumbling window (`window: { tumbling_ms }` over the rows' event time): when the watermark passes a window's
+/// end, every row of the first input in that window and key is joined with every row of the second; the joined
+/// row also has the window's `window_start` and `window_end`, and event time `window_end - 1`; `where` and
+/// `select` as for `join`; `distinct: true` emits each distinct output row once per window (a `GROUP BY` of
+/// the selected columns). Rows late for their window are dropped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowJoinConfig {
+    /// Window length, ms.
+    pub size_ms: u64,
+    /// `where` and `select`.
+    pub join: JoinConfig,
+    /// Each distinct output row once per window.
+    pub distinct: bool,
+}
+
+impl WindowJoinConfig {
+    /// Reads and checks a window-join config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["window", "select", "where", "distinct"])?;
+        let window: WindowSpec =
+            r.nested("window", "a window, { tumbling_ms: N }")?.ok_or_else(|| field_err("window", "is required"))?;
+        let size_ms = match window.shape().map_err(|e| field_err("window", e))? {
+            WindowShape::Tumbling { size_ms } if window.offset_ms == 0 => size_ms,
+            _ => {
+                return Err(field_err(
+                    "window",
+                    "window-join takes a tumbling window without offset: { tumbling_ms: N }",
+                ))
+            }
+        };
+        let distinct = match r.string("distinct").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(field_err(
+                    "distinct",
+                    format!("expected true or false, got {}", weir_common::text::echo(other)),
+                ))
+            }
+        };
+        Ok(WindowJoinConfig { size_ms, join: JoinConfig::of_fields(map)?, distinct })
+    }
+
+    /// The window columns a joined row has after both inputs' columns.
+    pub fn window_columns() -> Vec<weir_common::schema::Column> {
+        use weir_common::schema::Column;
+        vec![Column::new("window_start", "timestamp_ms", false), Column::new("window_end", "timestamp_ms", false)]
+    }
+}
 
 const COLUMNS_STATE: &str = "window-join-columns";
 const SIDE_NAMES: [&str; 2] = ["first", "second"];

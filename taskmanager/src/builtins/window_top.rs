@@ -6,16 +6,73 @@
 //! common case — a row below the window's best — costs one read. An event-time timer at `end − 1` per key and
 //! window fires it. The input's columns are kept beside the rows in union operator state.
 
+use super::aggregate::{check_column, own_columns, INTEGERS};
 use super::declare::*;
 use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
+use crate::window::config::{WindowShape, WindowSpec};
 use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::Arc;
-use weir_common::builtin::WindowTopConfig;
+
 use weir_state::{StateId, StateKind, StateOptions};
+
+/// Config of the `window-top` kind (Flink's window Top-N with `RANK() <= top`): per key and tumbling window
+/// (`window: { tumbling_ms }` over the rows' event time), the rows whose `by` column (an integer) ranks within the
+/// `top` largest, ties sharing a rank; emitted when the watermark passes the window's end, each with the
+/// window's `window_start` and `window_end`, at event time `window_end - 1`. Rows late for their window are
+/// dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowTopConfig {
+    /// Window length, ms.
+    pub size_ms: u64,
+    /// The column ranked by.
+    pub by: String,
+    /// Ranks kept.
+    pub top: u64,
+}
+
+impl WindowTopConfig {
+    /// Reads and checks a window-top config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["window", "by", "top"])?;
+        let window: WindowSpec =
+            r.nested("window", "a window, { tumbling_ms: N }")?.ok_or_else(|| field_err("window", "is required"))?;
+        let size_ms = match window.shape().map_err(|e| field_err("window", e))? {
+            WindowShape::Tumbling { size_ms } if window.offset_ms == 0 => size_ms,
+            _ => {
+                return Err(field_err(
+                    "window",
+                    "window-top takes a tumbling window without offset: { tumbling_ms: N }",
+                ))
+            }
+        };
+        let by = r.string("by").ok_or_else(|| field_err("by", "is required: the integer column to rank rows by"))?;
+        let top = r.u64("top")?.unwrap_or(1);
+        if top == 0 {
+            return Err(field_err("top", "must be at least 1"));
+        }
+        Ok(WindowTopConfig { size_ms, by, top })
+    }
+
+    /// The columns it emits over rows of `input`: the input's (but the key and the runtime's), then
+    /// `window_start` and `window_end`.
+    pub fn output(
+        &self,
+        input: &[weir_common::schema::Column],
+    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        use weir_common::schema::Column;
+        check_column(input, &self.by, INTEGERS, "by", "the input")?;
+        let mut out = own_columns(input);
+        out.push(Column::new("window_start", "timestamp_ms", false));
+        out.push(Column::new("window_end", "timestamp_ms", false));
+        weir_common::schema::validate_columns(&out)
+            .map_err(|e| field_err("window", format!("{e}: rename the input's column (a project before)")))?;
+        Ok(out)
+    }
+}
 
 const STATE: &str = "window-top";
 const COLUMNS_STATE: &str = "window-top-columns";

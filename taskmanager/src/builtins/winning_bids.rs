@@ -8,19 +8,56 @@
 //! timer at their own time. When the auction comes they are judged; a bid whose auction has not come by the time
 //! the watermark passes it never counts (the auction, opened no later than the bid, would have come) and goes.
 
+use super::aggregate::{check_column, INTEGERS, TIMES};
 use super::declare::*;
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
 use crate::builtins::int_column;
+use crate::builtins::join::JoinConfig;
 use crate::builtins::join::Plan;
 use arrow_array::builder::{BinaryBuilder, TimestampMillisecondBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef;
 use std::sync::Arc;
-use weir_common::builtin::{JoinConfig, WinningBidsConfig};
 use weir_state::{ListState, StateId, StateKind};
+
+/// Config of the `winning-bids` kind (Nexmark's winning bids, q6's first step): two inputs keyed alike,
+/// auctions first and bids second. A bid counts for its key's auction when its event time is within the
+/// auction's own event time and the auction's `closes` (a timestamp column of the first input), both ends
+/// included; when the watermark passes `closes`, the auction is emitted with its highest bid by `by` (an
+/// integer column of the second input; of equal bids the earliest, then the first to arrive), at event time
+/// `closes`: the key, the auction's columns, the bid's. An auction without a bid emits nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WinningBidsConfig {
+    /// The first input's column of the time its rows close.
+    pub closes: String,
+    /// The second input's column that ranks its rows.
+    pub by: String,
+}
+
+impl WinningBidsConfig {
+    /// Reads and checks a winning-bids config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, &["closes", "by"])?;
+        let closes =
+            r.string("closes").ok_or_else(|| field_err("closes", "is required: the auction's closing time"))?;
+        let by = r.string("by").ok_or_else(|| field_err("by", "is required: the bid's column to rank by"))?;
+        Ok(WinningBidsConfig { closes, by })
+    }
+
+    /// The columns it emits over inputs of `first` and `second`: the key, the first's, the second's.
+    pub fn output(
+        &self,
+        first: &[weir_common::schema::Column],
+        second: &[weir_common::schema::Column],
+    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        check_column(first, &self.closes, TIMES, "closes", "the first input")?;
+        check_column(second, &self.by, INTEGERS, "by", "the second input")?;
+        JoinConfig::joined_columns(first, second)
+    }
+}
 
 const AUCTION: &str = "winning-bids-auction";
 const BEST: &str = "winning-bids-best";

@@ -1,7 +1,9 @@
-//! Expressions (`weir_common::expr`) compiled against one Arrow schema and evaluated a whole column at a time
+//! Expressions (`crate::expr`) compiled against one Arrow schema and evaluated a whole column at a time
 //! with Arrow's kernels: a batch costs one kernel call per operator in the expression, nothing per row.
 
 use crate::api::error::OperatorError;
+use crate::expr::typing::{binary_type, literal_type, operand_type};
+use crate::expr::{BinaryOp, Expr, Function, Literal, Type, UnaryOp};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int32Type, Int64Type};
 use arrow_array::{
@@ -10,8 +12,6 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Schema, TimeUnit};
 use std::sync::Arc;
-use weir_common::expr::typing::{binary_type, literal_type, operand_type};
-use weir_common::expr::{BinaryOp, Expr, Function, Literal, Type, UnaryOp};
 use weir_common::schema::Column;
 
 /// An expression ready to run over batches of one schema.
@@ -92,7 +92,7 @@ pub fn arrow_type(t: Type) -> DataType {
     }
 }
 
-/// The schema's columns as the typing of `weir_common::expr` sees them (types it does not handle keep a name it
+/// The schema's columns as the typing of `crate::expr` sees them (types it does not handle keep a name it
 /// refuses, so that only an expression that uses such a column fails).
 pub fn columns_of(schema: &Schema) -> Vec<Column> {
     schema
@@ -117,7 +117,7 @@ pub fn columns_of(schema: &Schema) -> Vec<Column> {
 
 /// Compiles `e` for batches of `schema` (whose columns `columns_of` gave `columns`).
 pub fn compile(e: &Expr, schema: &Schema, columns: &[Column]) -> Result<Compiled, OperatorError> {
-    let ty = weir_common::expr::type_of(e, columns).map_err(|e| OperatorError::Other(e.0))?.0;
+    let ty = crate::expr::type_of(e, columns).map_err(|e| OperatorError::Other(e.0))?.0;
     let node = match e {
         Expr::Column(name) => {
             Node::Column(schema.index_of(name).map_err(|_| OperatorError::Other(format!("no column {name:?}")))?)
@@ -412,9 +412,9 @@ impl Compiled {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::expr::parse_expr;
     use arrow_array::{Int32Array, TimestampMillisecondArray};
     use arrow_schema::Field;
-    use weir_common::expr::parse_expr;
 
     fn batch() -> RecordBatch {
         let schema = Schema::new(vec![
@@ -506,7 +506,7 @@ mod tests {
         let (mut accepted, mut refused) = (0, 0);
         let mut check = |text: String| {
             let Ok(e) = parse_expr(&text) else { return };
-            let Ok((ty, _)) = weir_common::expr::type_of(&e, &cols) else {
+            let Ok((ty, _)) = crate::expr::type_of(&e, &cols) else {
                 refused += 1;
                 return;
             };
@@ -559,8 +559,8 @@ mod tests {
         std::thread::Builder::new()
             .stack_size(stack)
             .spawn(|| {
-                let n = weir_common::expr::parse::MAX_EXPR_DEPTH - 1;
-                let m = weir_common::expr::parse::MAX_EXPR_NESTING;
+                let n = crate::expr::parse::MAX_EXPR_DEPTH - 1;
+                let m = crate::expr::parse::MAX_EXPR_NESTING;
                 let b = batch();
                 let cols = columns_of(&b.schema());
                 for text in [

@@ -139,7 +139,7 @@ fn unless_canceled<T, E: Into<TaskError>>(
 }
 
 /// The stack of a task thread. Operators recurse over expressions as deep as the parser allows
-/// (`weir_common::expr::parse::MAX_EXPR_DEPTH`), which a unit test evaluates on an eighth of this; a stack
+/// (`crate::expr::parse::MAX_EXPR_DEPTH`), which a unit test evaluates on an eighth of this; a stack
 /// overflow aborts the whole task manager, so this is set, not left to the platform's default (2 MiB for a
 /// Rust thread). Only the pages a task touches are ever committed.
 pub const TASK_STACK_BYTES: usize = 8 << 20;

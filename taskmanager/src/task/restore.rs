@@ -182,7 +182,7 @@ pub fn migrate_keyed(
     uid: &str,
     backend: &mut dyn KeyedStateBackend,
     written: &[weir_common::serializer::StateSerializers],
-    declared: Option<&weir_common::builtin::KindSignature>,
+    declared: Option<&weir_common::kind::KindSignature>,
 ) -> Result<u64, RestoreError> {
     use weir_common::serializer::Migrator;
     let Some(declared) = declared else { return Ok(0) };
@@ -215,7 +215,7 @@ pub fn migrate_keyed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_common::builtin::KindSignature;
+    use weir_common::kind::KindSignature;
     use weir_common::serializer::{SerializerSnapshot, StateSerializers};
     use weir_state::{open_keyed_backend, ValueState};
 

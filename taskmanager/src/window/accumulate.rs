@@ -3,7 +3,7 @@
 //! windows and sessions merge with [`Acc::merge`]. Counts, sums and averages can also be taken out again
 //! ([`Running`]): a sliding window is then the one before it plus its newest slices minus those that left.
 
-use weir_common::builtin::WindowAggregate;
+use crate::window::config::WindowAggregate;
 
 /// One window's (or slice's) accumulator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

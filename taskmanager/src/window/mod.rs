@@ -7,6 +7,7 @@
 
 pub mod accumulate;
 pub mod assign;
+pub mod config;
 pub mod operator;
 pub mod session;
 pub mod slicing;

@@ -22,11 +22,11 @@ use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use crate::api::timers::{TimeDomain, Timers};
 use crate::window::assign::{TimeWindow, WindowKind, GLOBAL};
+use crate::window::config::WindowAggregate;
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
 use crate::window::trigger::{Decision, Trigger, TriggerState};
 use arrow_array::{Array, BinaryArray, Int64Array, RecordBatch, UInt16Array};
-use weir_common::builtin::WindowAggregate;
 use weir_state::signature::{StateSignature, TypeSignature};
 use weir_state::{
     KeyedStateBackend, ListState, StateCodec, StateDescriptor, StateId, StateKind, StateOptions, ValueState,

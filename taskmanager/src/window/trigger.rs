@@ -8,7 +8,7 @@
 //! timer per window. A continuous firing that falls on the window's end is left to the window timer, so the end
 //! fires once (Flink gets the same by both timers being one).
 
-use weir_common::builtin::WindowTrigger;
+use crate::window::config::WindowTrigger;
 
 /// A trigger (the spec's [`WindowTrigger`] with its parameters as event-time arithmetic).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

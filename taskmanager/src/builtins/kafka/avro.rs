@@ -1,5 +1,5 @@
 //! `format: avro` of the `kafka` source and `kafka-sink`: Avro binary bodies of a flat record schema (checked at
-//! submission, `weir_common::kafka::avro`) straight into Arrow builders and back, optionally framed in Confluent's
+//! submission, `crate::builtins::kafka::config::avro`) straight into Arrow builders and back, optionally framed in Confluent's
 //! wire format. Written here rather than taken from `apache-avro` (whose `Value` allocates every field of every
 //! record) or `arrow-avro` (a stream decoder that cannot tell which of a poll's records is malformed): the
 //! encoding of primitives is a page of the Avro spec, and `apache-avro` checks both directions in the tests.
@@ -8,6 +8,7 @@
 //! a malformed record leaves no half row behind, and a good one allocates nothing.
 
 use super::json::Decoded;
+use crate::builtins::kafka::config::avro::{AvroField, AvroKind, AvroSchema, AvroWire};
 use arrow_array::builder::{
     BinaryBuilder, BooleanBuilder, Float32Builder, Float64Builder, Int32Builder, Int64Builder, StringBuilder,
     TimestampMillisecondBuilder,
@@ -17,7 +18,6 @@ use arrow_array::types::{Float32Type, Float64Type, Int32Type, Int64Type, Timesta
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
 use std::sync::Arc;
-use weir_common::kafka::avro::{AvroField, AvroKind, AvroSchema, AvroWire};
 
 /// The Confluent wire format's header: a zero magic byte and a 4-byte schema id.
 const CONFLUENT_HEADER: usize = 5;

@@ -3,17 +3,20 @@
 //! and its transactional ids (`transactions.rs`: which to commit and which to fence after a restore).
 
 mod avro;
+pub mod config;
 mod json;
 mod partitions;
 mod sink;
 mod source;
 mod transactions;
+pub mod wire;
 
+pub use partitions::owner as partition_owner;
 pub use sink::{KafkaSink, SINK_STATE};
 pub use source::{KafkaSource, STATE};
 
 use super::declare::*;
-use weir_common::kafka::{KafkaSinkConfig, KafkaSourceConfig, SinkFormat};
+use config::{KafkaSinkConfig, KafkaSourceConfig, SinkFormat};
 
 /// The `kafka` kind: a Kafka topic's partitions as splits, read exactly once.
 pub struct KafkaKind;

@@ -23,8 +23,6 @@ pub struct PartitionPosition {
     pub end: Option<i64>,
 }
 
-pub use weir_common::kafka::partition_owner as owner;
-
 /// The positions among `all` (every subtask's, from union state) that subtask `subtask` of `parallelism` reads;
 /// a partition named twice is read from the earlier offset.
 pub fn owned(all: Vec<PartitionPosition>, subtask: u32, parallelism: u32) -> Vec<PartitionPosition> {
@@ -91,6 +89,20 @@ pub fn decode_positions(elements: &[Vec<u8>], uid: &str) -> Result<Vec<Partition
             Ok(PartitionPosition { topic: topic.to_string(), partition, next, end: (end >= 0).then_some(end) })
         })
         .collect()
+}
+
+/// Java's `String.hashCode` (over UTF-16 code units, wrapping), which Flink's assignment starts from.
+fn java_hash(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The subtask of `parallelism` that reads `topic`'s `partition`: Flink's `KafkaSourceEnumerator` rule, a
+/// topic's partitions dealt round-robin from a subtask that depends on the topic, so partitions of several
+/// topics spread evenly and a partition added later has an owner without asking anyone.
+pub fn owner(topic: &str, partition: i32, parallelism: u32) -> u32 {
+    let p = i64::from(parallelism.max(1));
+    let start = (i64::from(java_hash(topic).wrapping_mul(31)) & 0x7FFF_FFFF) % p;
+    ((start + i64::from(partition)) % p) as u32
 }
 
 #[cfg(test)]
@@ -194,5 +206,17 @@ mod tests {
         // rather than records lost).
         let mine = owned(vec![pos("t", 0, 9), pos("t", 0, 5)], 0, 1);
         assert_eq!(mine, vec![pos("t", 0, 5)]);
+    }
+}
+
+#[cfg(test)]
+mod owner_tests {
+    use super::*;
+
+    #[test]
+    fn the_owner_rule_hashes_topics_as_java_does() {
+        assert_eq!(java_hash("events"), -1291329255);
+        assert_eq!(java_hash("é"), 0xE9);
+        assert_eq!((0..6).map(|p| owner("events", p, 4)).collect::<Vec<_>>(), vec![3, 0, 1, 2, 3, 0]);
     }
 }

@@ -23,6 +23,9 @@ use super::transactions::{plan_recovery, transactional_id, PendingTxn, TxnEntry}
 use crate::api::batch::{EVENT_TIME, KEY, VALUE};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::record::write_key_text;
+use crate::builtins::file_sink::FileFormat;
+use crate::builtins::kafka::config::{Delivery, KafkaSinkConfig, Partitioning, SinkFormat};
+use crate::builtins::kafka::wire::{self, Connection, WireError};
 use crate::builtins::text::{write_cell, LineWriter};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
@@ -35,10 +38,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::ClientContext;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use weir_common::builtin::FileFormat;
 use weir_common::ids::CheckpointId;
-use weir_common::kafka::wire::{self, Connection, WireError};
-use weir_common::kafka::{Delivery, KafkaSinkConfig, Partitioning, SinkFormat};
 
 /// Name of the union list state of transactions and id positions.
 pub const SINK_STATE: &str = "kafka-sink-transactions";

@@ -22,6 +22,7 @@ use super::partitions::{decode_positions, encode_position, owned, unread, Partit
 use super::sink::SinkContext;
 use crate::api::batch::{event_time_field, KEY, VALUE};
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
+use crate::builtins::kafka::config::{KafkaFormat, KafkaSourceConfig, KafkaStart, Malformed, Metadata};
 use crate::builtins::text::push_json_string;
 use arrow_array::builder::{BinaryBuilder, Int32Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
 use arrow_array::cast::AsArray;
@@ -38,7 +39,6 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_common::ids::CheckpointId;
-use weir_common::kafka::{KafkaFormat, KafkaSourceConfig, KafkaStart, Malformed, Metadata};
 
 /// Name of the union list state of partition positions.
 pub const STATE: &str = "offsets";

@@ -2,10 +2,10 @@
 //! offset starts, bounded or not, and how a record becomes a row. Checked at submission, naming the field.
 
 use super::avro::{parse_wire, AvroSchema, AvroWire};
-use crate::builtin::{field_err, ConfigFieldError};
-use crate::schema::Column;
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use weir_common::kind::{field_err, ConfigFieldError};
+use weir_common::schema::Column;
 
 /// Where a partition the source has no restored offset for starts (Flink's `OffsetsInitializer`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,14 +114,14 @@ impl KafkaSourceConfig {
     /// The columns the source emits (besides the runtime's).
     pub fn output_columns(&self) -> Vec<Column> {
         let mut all = match &self.format {
-            KafkaFormat::Raw => crate::schema::key_value("binary"),
+            KafkaFormat::Raw => weir_common::schema::key_value("binary"),
             KafkaFormat::Json { columns, .. } => {
-                let mut all = vec![crate::schema::key_column()];
+                let mut all = vec![weir_common::schema::key_column()];
                 all.extend(columns.iter().cloned());
                 all
             }
             KafkaFormat::Avro { schema, .. } => {
-                let mut all = vec![crate::schema::key_column()];
+                let mut all = vec![weir_common::schema::key_column()];
                 all.extend(schema.columns());
                 all
             }
@@ -321,7 +321,7 @@ fn parse_format(map: &BTreeMap<String, String>) -> Result<KafkaFormat, ConfigFie
     if columns.is_empty() {
         return Err(field_err("schema", "must name at least one column"));
     }
-    crate::schema::validate_columns(&columns).map_err(|e| field_err("schema", e))?;
+    weir_common::schema::validate_columns(&columns).map_err(|e| field_err("schema", e))?;
     for c in &columns {
         if c.name == "key" {
             return Err(field_err("schema", "column \"key\" is the record's key: name the field otherwise"));

@@ -2,8 +2,8 @@
 //! becomes a record. Checked at submission, naming the field.
 
 use super::avro::{parse_wire, AvroSchema, AvroWire};
-use crate::builtin::{field_err, ConfigFieldError};
 use std::collections::BTreeMap;
+use weir_common::kind::{field_err, ConfigFieldError};
 
 /// What the sink guarantees (Flink's `DeliveryGuarantee`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

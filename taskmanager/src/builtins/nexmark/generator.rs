@@ -587,7 +587,11 @@ mod tests {
     }
 
     fn digest(from: u64, to: u64, tps: u64) -> String {
-        crate::serializer::to_hex(ring::digest::digest(&ring::digest::SHA256, lines(from, to, tps).as_bytes()).as_ref())
+        ring::digest::digest(&ring::digest::SHA256, lines(from, to, tps).as_bytes())
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     #[test]

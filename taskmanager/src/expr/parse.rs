@@ -55,7 +55,7 @@ enum Tok {
 }
 
 fn tokenize(text: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
-    let err = |message: String, at: usize| ParseError { message, at, text: crate::text::echo(text) };
+    let err = |message: String, at: usize| ParseError { message, at, text: weir_common::text::echo(text) };
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -142,7 +142,7 @@ fn too_nested() -> String {
 impl Parser<'_> {
     fn err(&self, message: impl Into<String>) -> ParseError {
         let at = self.toks.get(self.pos).map_or(self.text.chars().count(), |(_, at)| *at);
-        ParseError { message: message.into(), at, text: crate::text::echo(self.text) }
+        ParseError { message: message.into(), at, text: weir_common::text::echo(self.text) }
     }
 
     fn peek(&self) -> Option<&Tok> {

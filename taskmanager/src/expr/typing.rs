@@ -5,7 +5,7 @@
 //! precision `p1 + p2 + 1`, scale `s1 + s2`; at most 38 digits).
 
 use super::{BinaryOp, Expr, Function, Literal, UnaryOp};
-use crate::schema::Column;
+use weir_common::schema::{parse_decimal_type, Column, MAX_DECIMAL_PRECISION};
 
 /// The type of a value in an expression.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,9 +29,6 @@ pub enum Type {
     /// `timestamp_ms`.
     Timestamp,
 }
-
-/// The largest decimal precision (Arrow's Decimal128).
-pub const MAX_DECIMAL_PRECISION: u8 = 38;
 
 impl Type {
     /// The type a schema column type names (`crate::schema::COLUMN_TYPES`, or `decimal(p,s)`).
@@ -87,15 +84,6 @@ impl Type {
             _ => None,
         }
     }
-}
-
-/// `decimal(p,s)` as a precision (1 to 38) and a scale (0 to p).
-pub fn parse_decimal_type(t: &str) -> Option<(u8, i8)> {
-    let inner = t.strip_prefix("decimal(")?.strip_suffix(')')?;
-    let (p, s) = inner.split_once(',')?;
-    let (p, s): (u8, i8) = (p.trim().parse().ok()?, s.trim().parse().ok()?);
-    (1..=MAX_DECIMAL_PRECISION).contains(&p).then_some(())?;
-    (0..=p as i8).contains(&s).then_some((p, s))
 }
 
 /// Why an expression does not type-check.

@@ -1,5 +1,5 @@
-//! `nexmark`: the Nexmark event stream of `weir_common::nexmark` (every event a pure function of its number), as
-//! Flink's Nexmark table flattened into columns (`weir_common::builtin::nexmark_columns`). The event numbers are
+//! `nexmark`: the Nexmark event stream of `generator` (every event a pure function of its number), as
+//! Flink's Nexmark table flattened into columns (`crate::builtins::nexmark::nexmark_columns`). The event numbers are
 //! cut into `splits` contiguous ranges (or, with `block: B`, into blocks of B numbers dealt to the splits in
 //! turn, as Flink's Nexmark source does), assigned to subtasks round-robin; each split's next number is kept in
 //! operator list state, so the source resumes exactly where the checkpoint left it and its splits move to other
@@ -7,16 +7,130 @@
 //! moves through event time together and the per-split watermark advances as the source does. Each event's
 //! event time is its `date_time`.
 
+pub mod generator;
+
 use super::declare::*;
 use crate::api::batch::event_time_field;
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, Source, SourceOutput, SourceStatus};
+use crate::api::splits::check_splits;
 use crate::api::splits::{NumberedSplits, SplitLayout};
 use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::{Arc, OnceLock};
-use weir_common::builtin::{nexmark_columns, NexmarkConfig, NEXMARK_FIELDS};
-use weir_common::nexmark::{Event, EventKind, Generator};
+
+use generator::{Event, EventKind, Generator};
+
+/// The columns of a `nexmark` event, Flink's Nexmark table flattened: `event_type` (0 person, 1 auction, 2 bid),
+/// `date_time`, and the fields of each kind prefixed with it (`person_*`, `auction_*`, `bid_*`), null in the
+/// events of the other kinds.
+pub fn nexmark_columns() -> Vec<weir_common::schema::Column> {
+    use weir_common::schema::Column;
+    let mut c = vec![Column::new("event_type", "int32", false), Column::new("date_time", "timestamp_ms", false)];
+    for (name, t) in NEXMARK_FIELDS {
+        c.push(Column::new(name, t, true));
+    }
+    c
+}
+
+/// The nullable columns of a `nexmark` event, in order, with their types.
+pub const NEXMARK_FIELDS: [(&str, &str); 22] = [
+    ("person_id", "int64"),
+    ("person_name", "utf8"),
+    ("person_email_address", "utf8"),
+    ("person_credit_card", "utf8"),
+    ("person_city", "utf8"),
+    ("person_state", "utf8"),
+    ("person_extra", "utf8"),
+    ("auction_id", "int64"),
+    ("auction_item_name", "utf8"),
+    ("auction_description", "utf8"),
+    ("auction_initial_bid", "int64"),
+    ("auction_reserve", "int64"),
+    ("auction_expires", "timestamp_ms"),
+    ("auction_seller", "int64"),
+    ("auction_category", "int64"),
+    ("auction_extra", "utf8"),
+    ("bid_auction", "int64"),
+    ("bid_bidder", "int64"),
+    ("bid_price", "int64"),
+    ("bid_channel", "utf8"),
+    ("bid_url", "utf8"),
+    ("bid_extra", "utf8"),
+];
+
+/// Config of the `nexmark` source (`../shared/flink-peer/nexmark/GENERATOR.md`): events `0 … events − 1` (or
+/// unbounded), cut into `splits` contiguous ranges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NexmarkConfig {
+    /// Number of events; `None` = unbounded.
+    pub events: Option<u64>,
+    /// Events per second of event time (timestamps and auction lengths).
+    pub tps: u64,
+    /// Events per second of wall-clock time for the whole source; 0 = as fast as possible.
+    pub rate_per_sec: u64,
+    /// Number of splits the event numbers are cut into.
+    pub splits: u32,
+    /// 0: split `j` holds a contiguous range of event numbers; `B`: it holds blocks `j, j+splits, …` of B numbers.
+    pub block: u64,
+    /// The event mix and hot ratios.
+    pub params: generator::Params,
+}
+
+/// Event numbers must convert to doubles exactly (the timeline is computed in double precision).
+pub const NEXMARK_MAX_EVENTS: u64 = 1 << 53;
+
+impl NexmarkConfig {
+    /// Reads and checks a nexmark config.
+    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(
+            map,
+            &[
+                "events",
+                "tps",
+                "rate_per_sec",
+                "splits",
+                "block",
+                "person_proportion",
+                "auction_proportion",
+                "bid_proportion",
+                "hot_auction_ratio",
+                "hot_bidder_ratio",
+                "hot_seller_ratio",
+            ],
+        )?;
+        let events = r.u64("events")?;
+        if events.is_some_and(|e| e > NEXMARK_MAX_EVENTS) {
+            return Err(field_err("events", "must be at most 2^53 (9007199254740992): event times are doubles"));
+        }
+        let tps = r.u64("tps")?.unwrap_or(generator::DEFAULT_TPS);
+        if tps == 0 {
+            return Err(field_err("tps", "must be at least 1 event per second of event time"));
+        }
+        let splits = check_splits(r.u64("splits")?.unwrap_or(128))?;
+        let d = generator::Params::default();
+        let ratio = |f: &str, default: u32| -> Result<u32, ConfigFieldError> {
+            Ok(r.u64(f)?.map_or(default, |v| v.min(u32::MAX as u64) as u32))
+        };
+        let params = generator::Params {
+            person_proportion: r.u64("person_proportion")?.unwrap_or(d.person_proportion),
+            auction_proportion: r.u64("auction_proportion")?.unwrap_or(d.auction_proportion),
+            bid_proportion: r.u64("bid_proportion")?.unwrap_or(d.bid_proportion),
+            hot_auction_ratio: ratio("hot_auction_ratio", d.hot_auction_ratio)?,
+            hot_bidder_ratio: ratio("hot_bidder_ratio", d.hot_bidder_ratio)?,
+            hot_seller_ratio: ratio("hot_seller_ratio", d.hot_seller_ratio)?,
+        };
+        params.check().map_err(|(field, message)| field_err(field, message))?;
+        Ok(NexmarkConfig {
+            events,
+            tps,
+            rate_per_sec: r.u64("rate_per_sec")?.unwrap_or(0),
+            splits,
+            block: r.u64("block")?.unwrap_or(0),
+            params,
+        })
+    }
+}
 
 const STATE: &str = "splits";
 /// Events per batch a poll fills at most.
@@ -225,8 +339,8 @@ mod tests {
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
     use arrow_array::Array;
+    use generator::DEFAULT_TPS;
     use std::collections::BTreeMap;
-    use weir_common::nexmark::DEFAULT_TPS;
     use weir_state::OperatorStateStore;
 
     fn info(subtask: u32, p: u32) -> RuntimeInfo {
@@ -342,5 +456,36 @@ mod tests {
         assert_eq!(got.len(), 3000);
         assert!(got == want, "block {block}: the source's events differ from the generator's");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::builtins::declare::config_map as m;
+
+    #[test]
+    fn nexmark_defaults_and_errors() {
+        let c = NexmarkConfig::from_map(&m(&[("events", "2_000_000")])).unwrap();
+        assert_eq!((c.events, c.tps, c.rate_per_sec, c.splits), (Some(2_000_000), 100_000, 0, 128));
+        assert_eq!(c.params, generator::Params::default());
+        let field = |pairs: &[(&str, &str)]| NexmarkConfig::from_map(&m(pairs)).unwrap_err().field;
+        assert_eq!(field(&[("tps", "0")]), "tps");
+        assert_eq!(field(&[("tps", "-5")]), "tps");
+        assert_eq!(field(&[("rate_per_sec", "-1")]), "rate_per_sec");
+        assert_eq!(field(&[("events", "9007199254740993")]), "events");
+        assert!(NexmarkConfig::from_map(&m(&[("events", "9007199254740992")])).is_ok());
+        assert_eq!(
+            field(&[("person_proportion", "0"), ("auction_proportion", "0"), ("bid_proportion", "0")]),
+            "person_proportion"
+        );
+        assert_eq!(field(&[("person_proportion", "0")]), "person_proportion");
+        assert_eq!(field(&[("auction_proportion", "0")]), "auction_proportion");
+        assert_eq!(field(&[("hot_bidder_ratio", "0")]), "hot_bidder_ratio");
+        assert_eq!(field(&[("splits", "0")]), "splits");
+        assert_eq!(field(&[("tsp", "10")]), "tsp");
+        // Persons only, or persons and auctions, are streams too.
+        assert!(NexmarkConfig::from_map(&m(&[("auction_proportion", "0"), ("bid_proportion", "0")])).is_ok());
+        assert!(NexmarkConfig::from_map(&m(&[("tps", "0")])).is_err());
     }
 }
