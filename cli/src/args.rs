@@ -78,6 +78,11 @@ pub enum Command {
     Savepoint(SavepointCommand),
     /// Show the registered task managers and their slots
     Cluster,
+    /// List the operator kinds the cluster's task managers offer: role, config fields, states and output columns
+    Kinds {
+        /// Show only this kind
+        kind: Option<String>,
+    },
     /// Run a job manager and task managers on this machine until Ctrl-C or SIGTERM
     Local(LocalArgs),
     /// Ask a process's gRPC health service (its health_bind) whether it serves: exit 0 if so, 1 if not
@@ -321,6 +326,10 @@ mod tests {
         assert!(parse(&["job", "status"]).is_err());
         assert!(parse(&["job", "frobnicate"]).is_err());
         assert!(matches!(parse(&["cluster"]).unwrap().command, Command::Cluster));
+        assert!(matches!(parse(&["kinds"]).unwrap().command, Command::Kinds { kind: None }));
+        assert!(
+            matches!(parse(&["kinds", "datagen"]).unwrap().command, Command::Kinds { kind: Some(k) } if k == "datagen")
+        );
     }
 
     #[test]

@@ -206,6 +206,12 @@ impl JobManager {
         r.await.map_err(|e| self.error(e))
     }
 
+    /// The operator kinds the registered task managers report.
+    pub async fn list_kinds(&self) -> Result<pb::ListKindsResponse, CliError> {
+        let r = self.call("ListKinds", |mut c| async move { c.list_kinds(pb::ListKindsRequest {}).await });
+        r.await.map_err(|e| self.error(e))
+    }
+
     async fn call<T, F, Fut>(&self, what: &'static str, f: F) -> Result<T, CallError>
     where
         F: Fn(ClientApiClient<SecureChannel>) -> Fut,

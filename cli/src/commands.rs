@@ -135,6 +135,22 @@ pub async fn cluster(settings: &Settings) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `weir kinds [KIND]`: what a spec can use, from what the task managers report.
+pub async fn kinds(settings: &Settings, only: Option<&str>) -> Result<ExitCode, CliError> {
+    let mut kinds = connect(settings).await?.list_kinds().await?.kinds;
+    if let Some(name) = only {
+        kinds.retain(|k| k.kind == name);
+        if kinds.is_empty() {
+            return Err(CliError::Failed(format!(
+                "no task manager offers the operator kind {}",
+                weir_common::text::echo(name)
+            )));
+        }
+    }
+    emit(settings, || render::kinds_text(&kinds), || render::kinds_json(&kinds));
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `weir health`: whether the health service at `address` says `service` is SERVING (exit 0) or not (exit 1).
 pub async fn health(address: &str, service: &str) -> Result<ExitCode, CliError> {
     let what = if service.is_empty() { "the process" } else { service };

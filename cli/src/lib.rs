@@ -33,6 +33,7 @@ pub async fn run(cli: args::Cli) -> Result<ExitCode, CliError> {
         args::Command::Checkpoints { id } => commands::checkpoints(&settings()?, &id).await,
         args::Command::Savepoint(cmd) => commands::savepoint(&settings()?, cmd).await,
         args::Command::Cluster => commands::cluster(&settings()?).await,
+        args::Command::Kinds { kind } => commands::kinds(&settings()?, kind.as_deref()).await,
         args::Command::Local(local) => local::run(&settings()?, local).await,
         // A probe inside a container: no config, no job manager, one bounded question.
         args::Command::Health { address, service } => commands::health(&address, &service).await,

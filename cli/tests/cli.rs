@@ -185,6 +185,10 @@ impl ClientApi for FakeJm {
         Ok(Response::new(pb::ListCheckpointsResponse { checkpoints: vec![failed, done] }))
     }
 
+    async fn list_kinds(&self, _: Request<pb::ListKindsRequest>) -> Result<Response<pb::ListKindsResponse>, Status> {
+        Ok(Response::new(pb::ListKindsResponse::default()))
+    }
+
     async fn cluster_overview(
         &self,
         _: Request<pb::ClusterOverviewRequest>,

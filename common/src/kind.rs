@@ -4,9 +4,10 @@
 //! its columns, side outputs and event time) and checks the rest. Config fields are named in every error
 //! ([`ConfigFieldError`]); [`ConfigReader`] reads a spec's config map for the kinds that parse one.
 
-use crate::schema::Column;
+use crate::schema::{Column, OutputSchema};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use weir_proto as pb;
 
 /// What an operator kind does in a job graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +46,79 @@ impl Role {
     }
 }
 
+/// The kind of a declared state: Flink's state primitives, keyed and operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StateClass {
+    /// Keyed: one value per key.
+    Value,
+    /// Keyed: a list per key.
+    List,
+    /// Keyed: a map per key.
+    Map,
+    /// Keyed: a value folded by a reduce function.
+    Reducing,
+    /// Keyed: an accumulator folded by an aggregate function.
+    Aggregating,
+    /// Operator state, redistributed round-robin on rescale.
+    OperatorList,
+    /// Operator state every subtask gets whole on restore.
+    Union,
+    /// Operator state of a broadcast input.
+    Broadcast,
+}
+
+impl StateClass {
+    /// Its name as `weir kinds` prints it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StateClass::Value => "value",
+            StateClass::List => "list",
+            StateClass::Map => "map",
+            StateClass::Reducing => "reducing",
+            StateClass::Aggregating => "aggregating",
+            StateClass::OperatorList => "operator-list",
+            StateClass::Union => "union",
+            StateClass::Broadcast => "broadcast",
+        }
+    }
+}
+
+/// A state an operator kind declares.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclaredState {
+    /// The state's name (unique within the kind).
+    pub name: String,
+    /// Its kind.
+    pub kind: StateClass,
+    /// What it holds, as a type name.
+    pub type_name: String,
+}
+
+/// A config field as a kind declares it, in a `const` beside its config type: its name and what it is for. The
+/// same list refuses unknown fields ([`ConfigReader::new`]) and documents the known ones ([`KindInfo::with_fields`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConfigField {
+    /// The field's name in a spec's `config:`.
+    pub name: &'static str,
+    /// What it is for, its default and its unit.
+    pub doc: &'static str,
+}
+
+/// A [`ConfigField`] named `name`, documented by `doc`.
+pub const fn field(name: &'static str, doc: &'static str) -> ConfigField {
+    ConfigField { name, doc }
+}
+
+/// A config field as the job manager and `weir kinds` know it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldInfo {
+    /// The field's name.
+    pub name: String,
+    /// What it is for.
+    pub doc: String,
+}
+
 /// What the job manager knows of an operator kind without running it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KindInfo {
@@ -56,8 +130,14 @@ pub struct KindInfo {
     pub keyed: bool,
     /// The kind's version.
     pub version: String,
-    /// Declared states: (name, state kind, type name).
-    pub states: Vec<(String, String, String)>,
+    /// What the kind is for, one line (what `weir kinds` shows).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub doc: String,
+    /// The config fields it reads, with what each is for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<FieldInfo>,
+    /// Its declared states.
+    pub states: Vec<DeclaredState>,
     /// The state signature the task manager computed for the kind (`weir_state::signature`), if it has state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<KindSignature>,
@@ -80,6 +160,8 @@ impl KindInfo {
             role,
             keyed,
             version: version.to_string(),
+            doc: String::new(),
+            fields: Vec::new(),
             states: Vec::new(),
             signature: None,
             input_columns: Vec::new(),
@@ -89,8 +171,23 @@ impl KindInfo {
     }
 
     /// The same kind declaring its states: (name, state kind, what it holds).
-    pub fn with_states(mut self, states: &[(&str, &str, &str)]) -> Self {
-        self.states = states.iter().map(|(n, k, t)| (n.to_string(), k.to_string(), t.to_string())).collect();
+    pub fn with_states(mut self, states: &[(&str, StateClass, &str)]) -> Self {
+        self.states = states
+            .iter()
+            .map(|(n, k, t)| DeclaredState { name: n.to_string(), kind: *k, type_name: t.to_string() })
+            .collect();
+        self
+    }
+
+    /// The same kind saying what it is for, in one line.
+    pub fn with_doc(mut self, doc: &str) -> Self {
+        self.doc = doc.to_string();
+        self
+    }
+
+    /// The same kind declaring the config fields it reads.
+    pub fn with_fields(mut self, fields: &[ConfigField]) -> Self {
+        self.fields = fields.iter().map(|f| FieldInfo { name: f.name.to_string(), doc: f.doc.to_string() }).collect();
         self
     }
 
@@ -162,14 +259,18 @@ pub fn field_err(field: &str, message: impl Into<String>) -> ConfigFieldError {
 /// Reads an operator's config map field by field, refusing fields the kind does not know.
 pub struct ConfigReader<'a> {
     map: &'a BTreeMap<String, String>,
-    allowed: &'static [&'static str],
+    allowed: &'static [ConfigField],
 }
 
 impl<'a> ConfigReader<'a> {
     /// A reader of `map` for a kind whose fields are `allowed`: any other field is refused, naming it.
-    pub fn new(map: &'a BTreeMap<String, String>, allowed: &'static [&'static str]) -> Result<Self, ConfigFieldError> {
-        if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-            let known = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
+    pub fn new(map: &'a BTreeMap<String, String>, allowed: &'static [ConfigField]) -> Result<Self, ConfigFieldError> {
+        if let Some(unknown) = map.keys().find(|k| !allowed.iter().any(|f| f.name == k.as_str())) {
+            let known = if allowed.is_empty() {
+                "none".to_string()
+            } else {
+                allowed.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
+            };
             return Err(field_err(unknown, format!("unknown field (known fields: {known})")));
         }
         Ok(ConfigReader { map, allowed })
@@ -177,7 +278,7 @@ impl<'a> ConfigReader<'a> {
 
     /// An unsigned integer field (`_` separators allowed).
     pub fn u64(&self, field: &str) -> Result<Option<u64>, ConfigFieldError> {
-        debug_assert!(self.allowed.contains(&field));
+        debug_assert!(self.allowed.iter().any(|f| f.name == field));
         match self.map.get(field) {
             None => Ok(None),
             Some(s) => s.trim().replace('_', "").parse::<u64>().map(Some).map_err(|_| {
@@ -197,7 +298,7 @@ impl<'a> ConfigReader<'a> {
         field: &str,
         shape: &str,
     ) -> Result<Option<T>, ConfigFieldError> {
-        debug_assert!(self.allowed.contains(&field));
+        debug_assert!(self.allowed.iter().any(|f| f.name == field));
         match self.map.get(field) {
             None => Ok(None),
             Some(s) => {
@@ -284,5 +385,155 @@ impl KindCatalog for Vec<KindInfo> {
 
     fn names(&self) -> Vec<&str> {
         self.as_slice().names()
+    }
+}
+
+/// A column in its protobuf form.
+fn column_to_proto(c: &Column) -> pb::ColumnSpec {
+    pb::ColumnSpec { name: c.name.clone(), r#type: c.data_type.clone(), nullable: c.nullable }
+}
+
+/// A column from its protobuf form.
+fn column_from_proto(c: &pb::ColumnSpec) -> Column {
+    Column::new(&c.name, &c.r#type, c.nullable)
+}
+
+impl From<Role> for pb::KindRole {
+    fn from(r: Role) -> Self {
+        match r {
+            Role::Source => pb::KindRole::Source,
+            Role::Operator => pb::KindRole::Operator,
+            Role::TwoInput => pb::KindRole::TwoInput,
+            Role::Sink => pb::KindRole::Sink,
+        }
+    }
+}
+
+impl From<StateClass> for pb::StateKind {
+    fn from(k: StateClass) -> Self {
+        match k {
+            StateClass::Value => pb::StateKind::Value,
+            StateClass::List => pb::StateKind::List,
+            StateClass::Map => pb::StateKind::Map,
+            StateClass::Reducing => pb::StateKind::Reducing,
+            StateClass::Aggregating => pb::StateKind::Aggregating,
+            StateClass::OperatorList => pb::StateKind::OperatorList,
+            StateClass::Union => pb::StateKind::Union,
+            StateClass::Broadcast => pb::StateKind::Broadcast,
+        }
+    }
+}
+
+/// A kind as a task manager reports it at registration.
+impl From<&KindInfo> for pb::OperatorKindInfo {
+    fn from(k: &KindInfo) -> Self {
+        let signature = k.signature.as_ref();
+        pb::OperatorKindInfo {
+            kind: k.kind.clone(),
+            version: k.version.clone(),
+            role: pb::KindRole::from(k.role) as i32,
+            keyed: k.keyed,
+            needs_event_time: k.needs_event_time,
+            doc: k.doc.clone(),
+            config_fields: k
+                .fields
+                .iter()
+                .map(|f| pb::ConfigField { name: f.name.clone(), doc: f.doc.clone() })
+                .collect(),
+            state_signature: signature.map(|s| s.fingerprint.clone()).unwrap_or_default(),
+            state_signature_text: signature.map(|s| s.text.clone()).unwrap_or_default(),
+            key_serializer: signature.and_then(|s| s.key.as_ref()).map(Into::into),
+            state_serializers: signature.map(|s| s.states.iter().map(Into::into).collect()).unwrap_or_default(),
+            input_columns: k.input_columns.iter().map(column_to_proto).collect(),
+            output_mode: match &k.output {
+                OutputSchema::Undeclared => pb::OutputMode::Undeclared,
+                OutputSchema::Columns(_) => pb::OutputMode::Columns,
+                OutputSchema::SameAsInput => pb::OutputMode::SameAsInput,
+                OutputSchema::FromConfig => pb::OutputMode::FromConfig,
+            } as i32,
+            output_columns: match &k.output {
+                OutputSchema::Columns(c) => c.iter().map(column_to_proto).collect(),
+                _ => Vec::new(),
+            },
+            states: k
+                .states
+                .iter()
+                .map(|s| pb::StateDeclaration {
+                    name: s.name.clone(),
+                    kind: pb::StateKind::from(s.kind) as i32,
+                    type_name: s.type_name.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A reported kind the job manager cannot take: a role or state kind it does not know (a newer task manager's).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("operator kind {kind:?}: {message}")]
+pub struct UnknownKindInfo {
+    /// The kind reported.
+    pub kind: String,
+    /// What is unknown in it.
+    pub message: String,
+}
+
+impl TryFrom<&pb::OperatorKindInfo> for KindInfo {
+    type Error = UnknownKindInfo;
+
+    fn try_from(k: &pb::OperatorKindInfo) -> Result<Self, UnknownKindInfo> {
+        let unknown = |message: String| UnknownKindInfo { kind: k.kind.clone(), message };
+        let role = match pb::KindRole::try_from(k.role) {
+            Ok(pb::KindRole::Source) => Role::Source,
+            Ok(pb::KindRole::Operator) => Role::Operator,
+            Ok(pb::KindRole::TwoInput) => Role::TwoInput,
+            Ok(pb::KindRole::Sink) => Role::Sink,
+            _ => return Err(unknown(format!("unknown role {}", k.role))),
+        };
+        let states = k
+            .states
+            .iter()
+            .map(|s| {
+                let kind = match pb::StateKind::try_from(s.kind) {
+                    Ok(pb::StateKind::Value) => StateClass::Value,
+                    Ok(pb::StateKind::List) => StateClass::List,
+                    Ok(pb::StateKind::Map) => StateClass::Map,
+                    Ok(pb::StateKind::Reducing) => StateClass::Reducing,
+                    Ok(pb::StateKind::Aggregating) => StateClass::Aggregating,
+                    Ok(pb::StateKind::OperatorList) => StateClass::OperatorList,
+                    Ok(pb::StateKind::Union) => StateClass::Union,
+                    Ok(pb::StateKind::Broadcast) => StateClass::Broadcast,
+                    _ => return Err(unknown(format!("state {:?} of unknown kind {}", s.name, s.kind))),
+                };
+                Ok(DeclaredState { name: s.name.clone(), kind, type_name: s.type_name.clone() })
+            })
+            .collect::<Result<_, _>>()?;
+        let output = match pb::OutputMode::try_from(k.output_mode) {
+            Ok(pb::OutputMode::Columns) => {
+                OutputSchema::Columns(k.output_columns.iter().map(column_from_proto).collect())
+            }
+            Ok(pb::OutputMode::SameAsInput) => OutputSchema::SameAsInput,
+            Ok(pb::OutputMode::FromConfig) => OutputSchema::FromConfig,
+            Ok(pb::OutputMode::Undeclared) => OutputSchema::Undeclared,
+            Err(_) => return Err(unknown(format!("unknown output mode {}", k.output_mode))),
+        };
+        Ok(KindInfo {
+            kind: k.kind.clone(),
+            role,
+            keyed: k.keyed,
+            version: k.version.clone(),
+            doc: k.doc.clone(),
+            fields: k.config_fields.iter().map(|f| FieldInfo { name: f.name.clone(), doc: f.doc.clone() }).collect(),
+            states,
+            signature: (!k.state_signature.is_empty()).then(|| KindSignature {
+                fingerprint: k.state_signature.clone(),
+                text: k.state_signature_text.clone(),
+                key: k.key_serializer.clone().map(Into::into),
+                states: k.state_serializers.iter().cloned().map(Into::into).collect(),
+            }),
+            input_columns: k.input_columns.iter().map(column_from_proto).collect(),
+            output,
+            needs_event_time: k.needs_event_time,
+        })
     }
 }

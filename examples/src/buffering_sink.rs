@@ -46,7 +46,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use weir_common::ids::CheckpointId;
-use weir_common::kind::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role, StateClass};
 use weir_taskmanager::api::commit::{hidden_name, PendingFiles};
 use weir_taskmanager::api::operator::{
     Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext,
@@ -69,20 +69,10 @@ const FILE_PREFIX: &str = "buffered";
 
 /// What the job manager learns about `buffering-sink` when a task manager with it registers.
 pub fn kind_info() -> KindInfo {
-    KindInfo {
-        signature: None,
-        needs_event_time: false,
-        kind: KIND.into(),
-        role: Role::Sink,
-        keyed: false,
-        version: env!("CARGO_PKG_VERSION").into(),
-        states: vec![
-            (BUFFER_STATE.into(), "operator-list".into(), "Record".into()),
-            (PENDING_STATE.into(), "operator-list".into(), "PendingFile".into()),
-        ],
-        input_columns: vec![],
-        output: Default::default(),
-    }
+    KindInfo::new(KIND, Role::Sink, false, env!("CARGO_PKG_VERSION")).with_states(&[
+        (BUFFER_STATE, StateClass::OperatorList, "Record"),
+        (PENDING_STATE, StateClass::OperatorList, "PendingFile"),
+    ])
 }
 
 /// Config of `buffering-sink`.

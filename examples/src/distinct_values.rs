@@ -28,7 +28,7 @@
 use arrow_array::RecordBatch;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use weir_common::kind::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role, StateClass};
 use weir_state::signature::StateSignature;
 use weir_state::{KeyedStateBackend, MapState, StateDescriptor, StateError, StateTtlConfig, ValueState};
 use weir_taskmanager::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
@@ -48,20 +48,10 @@ pub const KEYS_STATE: &str = "keys";
 pub fn kind_info() -> KindInfo {
     let signature = StateSignature::keyed::<Vec<u8>>().map::<i64, u64>(VALUES_STATE).value::<()>(KEYS_STATE);
     weir_taskmanager::api::registry::signed(
-        KindInfo {
-            signature: None,
-            needs_event_time: false,
-            kind: KIND.into(),
-            role: Role::Operator,
-            keyed: true,
-            version: env!("CARGO_PKG_VERSION").into(),
-            states: vec![
-                (VALUES_STATE.into(), "map".into(), "i64 -> u64".into()),
-                (KEYS_STATE.into(), "value".into(), "()".into()),
-            ],
-            input_columns: weir_common::schema::key_value("int64"),
-            output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")),
-        },
+        KindInfo::new(KIND, Role::Operator, true, env!("CARGO_PKG_VERSION"))
+            .with_states(&[(VALUES_STATE, StateClass::Map, "i64 -> u64"), (KEYS_STATE, StateClass::Value, "()")])
+            .with_input(weir_common::schema::key_value("int64"))
+            .with_output(weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64"))),
         &signature,
     )
 }
@@ -347,7 +337,10 @@ mod tests {
         assert_eq!(info.kind, KIND);
         assert_eq!(info.role, Role::Operator);
         assert!(info.keyed);
-        assert!(info.states.contains(&(VALUES_STATE.into(), "map".into(), "i64 -> u64".into())));
+        assert!(info
+            .states
+            .iter()
+            .any(|s| s.name == VALUES_STATE && s.kind == StateClass::Map && s.type_name == "i64 -> u64"));
     }
 
     #[test]

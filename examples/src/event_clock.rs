@@ -11,7 +11,7 @@
 use arrow_array::RecordBatch;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use weir_common::kind::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role, StateClass};
 use weir_taskmanager::api::operator::{
     Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext, Source, SourceOutput,
     SourceStatus,
@@ -27,17 +27,9 @@ const STATE: &str = "positions";
 
 /// The source's description for the registry.
 pub fn kind_info() -> KindInfo {
-    KindInfo {
-        kind: KIND.into(),
-        role: Role::Source,
-        keyed: false,
-        version: env!("CARGO_PKG_VERSION").into(),
-        states: vec![(STATE.into(), "operator-list".into(), "(u32, u64)".into())],
-        signature: None,
-        needs_event_time: false,
-        input_columns: vec![],
-        output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")),
-    }
+    KindInfo::new(KIND, Role::Source, false, env!("CARGO_PKG_VERSION"))
+        .with_states(&[(STATE, StateClass::OperatorList, "(u32, u64)")])
+        .with_output(weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")))
 }
 
 /// The watermark logger's description for the registry.

@@ -20,7 +20,7 @@
 
 use arrow_array::RecordBatch;
 use std::collections::{BTreeMap, BTreeSet};
-use weir_common::kind::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role, StateClass};
 use weir_state::{AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState};
 use weir_taskmanager::api::operator::{
     Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext,
@@ -34,27 +34,18 @@ pub const TOKENS_PER_SUBTASK: u32 = 10;
 
 /// What the job manager learns about `state-kinds` when a task manager with it registers.
 pub fn kind_info() -> KindInfo {
-    let s = |name: &str, kind: &str, ty: &str| (name.to_string(), kind.to_string(), ty.to_string());
-    KindInfo {
-        signature: None,
-        needs_event_time: false,
-        kind: KIND.into(),
-        role: Role::Operator,
-        keyed: true,
-        version: env!("CARGO_PKG_VERSION").into(),
-        states: vec![
-            s("count", "value", "u64"),
-            s("seen", "list", "u64"),
-            s("squares", "map", "u64 -> u64"),
-            s("sum", "reducing", "u64"),
-            s("max", "aggregating", "u64"),
-            s("tokens", "operator-list", "string"),
-            s("members", "union-list", "string"),
-            s("config", "broadcast", "string -> string"),
-        ],
-        input_columns: vec![],
-        output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("binary")),
-    }
+    KindInfo::new(KIND, Role::Operator, true, env!("CARGO_PKG_VERSION"))
+        .with_states(&[
+            ("count", StateClass::Value, "u64"),
+            ("seen", StateClass::List, "u64"),
+            ("squares", StateClass::Map, "u64 -> u64"),
+            ("sum", StateClass::Reducing, "u64"),
+            ("max", StateClass::Aggregating, "u64"),
+            ("tokens", StateClass::OperatorList, "string"),
+            ("members", StateClass::Union, "string"),
+            ("config", StateClass::Broadcast, "string -> string"),
+        ])
+        .with_output(weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("binary")))
 }
 
 /// The maximum of the values added.

@@ -18,17 +18,8 @@ pub const MAP_KIND: &str = "value-map";
 
 /// The description of a stateless operator kind.
 pub fn kind_info(kind: &str) -> KindInfo {
-    KindInfo {
-        kind: kind.into(),
-        role: Role::Operator,
-        keyed: false,
-        version: env!("CARGO_PKG_VERSION").into(),
-        states: vec![],
-        signature: None,
-        needs_event_time: false,
-        input_columns: vec![],
-        output: weir_common::schema::OutputSchema::SameAsInput,
-    }
+    KindInfo::new(kind, Role::Operator, false, env!("CARGO_PKG_VERSION"))
+        .with_output(weir_common::schema::OutputSchema::SameAsInput)
 }
 
 /// Reads the integer fields of a config, each with its default, refusing unknown ones.

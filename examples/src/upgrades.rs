@@ -13,7 +13,7 @@
 use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
-use weir_common::kind::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role, StateClass};
 use weir_state::signature::{StateSignature, TypeSignature};
 use weir_state::{Avro, Bincode, Protobuf, StateCodec, ValueState};
 use weir_taskmanager::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
@@ -90,17 +90,9 @@ impl<T: Tally> Operator for PerKey<T> {
 
 /// Registers kind `kind` keeping `T` per key of type `K`.
 fn register<T: Tally, K: TypeSignature>(r: &mut Registry, kind: &'static str) {
-    let info = KindInfo {
-        kind: kind.into(),
-        role: Role::Operator,
-        keyed: true,
-        version: env!("CARGO_PKG_VERSION").into(),
-        states: vec![(STATE.into(), "value".into(), std::any::type_name::<T>().into())],
-        signature: None,
-        needs_event_time: false,
-        input_columns: vec![],
-        output: weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")),
-    };
+    let info = KindInfo::new(kind, Role::Operator, true, env!("CARGO_PKG_VERSION"))
+        .with_states(&[(STATE, StateClass::Value, std::any::type_name::<T>())])
+        .with_output(weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")));
     let signature = StateSignature::keyed::<K>().value::<T>(STATE);
     r.register(weir_taskmanager::api::registry::signed(info, &signature), move |config| match config.keys().next() {
         Some(unknown) => Err(format!("config field {unknown:?}: unknown field ({kind} takes none)").into()),

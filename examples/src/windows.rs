@@ -12,7 +12,7 @@ use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Int64Builder, TimestampM
 use arrow_array::{ArrayRef, RecordBatch};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use weir_common::kind::{KindInfo, Role};
+use weir_common::kind::{KindInfo, Role, StateClass};
 use weir_state::signature::TypeSignature;
 use weir_state::StateCodec;
 use weir_taskmanager::api::operator::{Collector, OperatorError};
@@ -129,17 +129,9 @@ impl<T: Tally + Clone> ProcessWindowFunction for CountElements<T> {
 
 /// The kind's description.
 fn kind_info(kind: &str) -> KindInfo {
-    KindInfo {
-        kind: kind.into(),
-        role: Role::Operator,
-        keyed: true,
-        version: env!("CARGO_PKG_VERSION").into(),
-        states: vec![("window-contents".into(), "value".into(), "per window".into())],
-        signature: None,
-        needs_event_time: false,
-        input_columns: vec![weir_common::schema::key_column()],
-        output: Default::default(),
-    }
+    KindInfo::new(kind, Role::Operator, true, env!("CARGO_PKG_VERSION"))
+        .with_states(&[("window-contents", StateClass::Value, "per window")])
+        .with_input(vec![weir_common::schema::key_column()])
 }
 
 /// Reads `window-aggregate`'s config for a kind that only takes `shape`'s windows (and event-time firing).

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
+use weir_common::kind::KindCatalog;
 use weir_integration_tests::process::{run_with_timeout, write_file};
 use weir_integration_tests::{binary, Cluster, ClusterOptions, RpcError};
 
@@ -444,6 +445,68 @@ fn bad_specs_are_rejected_and_create_no_job() -> anyhow::Result<()> {
     }
 
     assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.join("\n\n"));
+    cluster.stop();
+    Ok(())
+}
+
+/// `weir kinds` lists what the task managers offer, built-in and user kinds alike, with what a spec needs: role,
+/// config fields and their docs, states, and columns; and every field it lists is one a config may set.
+#[test]
+fn weir_kinds_lists_every_kind_with_its_config_fields() -> anyhow::Result<()> {
+    let cluster = Cluster::start(ClusterOptions::new(1, 1).with_taskmanager_binary("weir-example-taskmanager"))?;
+    let listed = cluster.cli_json(&["kinds"])?;
+    let kinds = listed.as_array().cloned().unwrap_or_default();
+    let kind = |name: &str| kinds.iter().find(|k| k["kind"] == name).cloned();
+    let names: Vec<&str> = kinds.iter().filter_map(|k| k["kind"].as_str()).collect();
+    for name in weir_taskmanager::builtins::registry().names() {
+        assert!(names.contains(&name), "built-in {name} is not listed: {names:?}");
+    }
+    assert!(names.contains(&"state-kinds"), "a user kind of the example task manager is listed: {names:?}");
+
+    let datagen = kind("datagen").expect("datagen is listed");
+    assert_eq!(datagen["role"], "source");
+    let count = datagen["config"].as_array().and_then(|f| f.iter().find(|f| f["name"] == "count").cloned());
+    assert!(
+        count.as_ref().and_then(|c| c["doc"].as_str()).is_some_and(|d| d.contains("records")),
+        "datagen's count field and its doc: {datagen}"
+    );
+    assert_eq!(datagen["states"][0]["kind"], "operator-list", "{datagen}");
+    assert_eq!(datagen["output"], "columns");
+    assert_eq!(datagen["output_columns"][1]["name"], "value", "{datagen}");
+    let windows = kind("window-aggregate").expect("window-aggregate is listed");
+    assert_eq!(windows["needs_event_time"], true);
+    assert_eq!(windows["keyed"], true);
+    let counts = kind("keyed-count").expect("keyed-count is listed");
+    assert_eq!(counts["states"][0]["name"], "count");
+    assert_eq!(counts["states"][0]["kind"], "value");
+
+    // Each listed field is accepted as a field (whatever its value says), and one not listed is refused by name.
+    let fields: Vec<String> = datagen["config"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["name"].as_str().map(String::from))
+        .collect();
+    let refused = cluster.cli(&["kinds", "no-such-kind"])?;
+    assert_ne!(refused.code(), Some(0), "{refused}");
+    assert!(refused.stderr.contains("no-such-kind"), "{refused}");
+    let text = cluster.cli(&["kinds", "datagen"])?;
+    assert!(text.status.success(), "{text}");
+    for f in &fields {
+        assert!(text.stdout.contains(f.as_str()), "`weir kinds datagen` shows field {f}: {text}");
+    }
+    assert!(!text.stdout.contains("keyed-count"), "only the kind asked for: {text}");
+    let specs = cluster.output_dir("specs")?;
+    let file = specs.join("unknown-field.yaml");
+    write_file(
+        &file,
+        "name: u\noperators:\n  - { uid: s, kind: datagen, config: { count: 10, colour: red } }\n  - { uid: o, kind: blackhole, input: s }\n",
+    )?;
+    let out = cluster.cli(&["job", "submit", file.to_str().unwrap_or_default()])?;
+    assert_eq!(out.code(), Some(2), "{out}");
+    for f in fields.iter().chain(["colour".to_string()].iter()) {
+        assert!(out.stderr.contains(f.as_str()), "the refusal names {f}, as `weir kinds` does: {out}");
+    }
     cluster.stop();
     Ok(())
 }

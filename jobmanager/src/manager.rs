@@ -500,6 +500,12 @@ impl JobManager {
         self.shared.registry.lock().overview()
     }
 
+    /// The operator kinds the registered task managers report, by name.
+    pub fn list_kinds(&self) -> pb::ListKindsResponse {
+        let kinds = self.shared.registry.lock().kinds();
+        pb::ListKindsResponse { kinds: kinds.iter().map(pb::OperatorKindInfo::from).collect() }
+    }
+
     /// Registers a task manager; a known id replaces the old registration, which counts as lost.
     pub fn register_task_manager(
         &self,

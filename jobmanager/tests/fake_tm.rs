@@ -151,15 +151,15 @@ impl FakeTm {
             slots: 2,
             // The kinds of the tests' job, as a task manager reports them (it is asked to check specs of them).
             operator_kinds: [
-                ("datagen", "source", false),
-                ("keyed-count", "operator", true),
-                ("file-sink", "sink", false),
+                ("datagen", pb::KindRole::Source, false),
+                ("keyed-count", pb::KindRole::Operator, true),
+                ("file-sink", pb::KindRole::Sink, false),
             ]
             .into_iter()
             .map(|(kind, role, keyed)| pb::OperatorKindInfo {
                 kind: kind.into(),
                 version: "1".into(),
-                role: role.into(),
+                role: role as i32,
                 keyed,
                 ..Default::default()
             })

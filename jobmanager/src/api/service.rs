@@ -92,6 +92,13 @@ impl ClientApi for JobManagerService {
         Ok(Response::new(overview))
     }
 
+    async fn list_kinds(
+        &self,
+        _request: Request<pb::ListKindsRequest>,
+    ) -> Result<Response<pb::ListKindsResponse>, Status> {
+        Ok(Response::new(self.jm()?.list_kinds()))
+    }
+
     async fn trigger_savepoint(
         &self,
         request: Request<pb::TriggerSavepointRequest>,

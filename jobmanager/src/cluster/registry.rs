@@ -3,8 +3,7 @@
 
 use std::collections::BTreeMap;
 use weir_common::ids::JobId;
-use weir_common::kind::{KindInfo, KindSignature, Role};
-use weir_common::schema::{Column, OutputSchema};
+use weir_common::kind::KindInfo;
 use weir_proto as pb;
 
 /// One registered task manager.
@@ -80,7 +79,17 @@ impl Registration {
         }
         let rpc = req.rpc_address.trim();
         let rpc_address = if rpc.contains("://") { rpc.to_string() } else { format!("http://{rpc}") };
-        let kinds = req.operator_kinds.iter().filter_map(kind_info_from_proto).collect();
+        // A kind this job manager cannot read (a newer task manager's) is left out: specs using it are refused
+        // as naming an unknown kind.
+        let kinds = req
+            .operator_kinds
+            .iter()
+            .filter_map(|k| {
+                KindInfo::try_from(k)
+                    .map_err(|e| tracing::warn!(tm_id = %req.tm_id, error = %e, "operator kind left out"))
+                    .ok()
+            })
+            .collect();
         Ok(Registration {
             tm_id: req.tm_id.trim().to_string(),
             rpc_address,
@@ -89,35 +98,6 @@ impl Registration {
             kinds,
         })
     }
-}
-
-fn column_from_proto(c: &pb::ColumnSpec) -> Column {
-    Column::new(&c.name, &c.r#type, c.nullable)
-}
-
-/// Converts a reported operator kind; `None` if its role is unknown.
-pub fn kind_info_from_proto(k: &pb::OperatorKindInfo) -> Option<KindInfo> {
-    Some(KindInfo {
-        kind: k.kind.clone(),
-        role: Role::parse(&k.role)?,
-        keyed: k.keyed,
-        needs_event_time: k.needs_event_time,
-        version: k.version.clone(),
-        states: k.states.iter().map(|s| (s.name.clone(), s.kind.clone(), s.type_name.clone())).collect(),
-        input_columns: k.input_columns.iter().map(column_from_proto).collect(),
-        output: match k.output_mode.as_str() {
-            "columns" => OutputSchema::Columns(k.output_columns.iter().map(column_from_proto).collect()),
-            "same-as-input" => OutputSchema::SameAsInput,
-            "from-config" => OutputSchema::FromConfig,
-            _ => OutputSchema::Undeclared,
-        },
-        signature: (!k.state_signature.is_empty()).then(|| KindSignature {
-            fingerprint: k.state_signature.clone(),
-            text: k.state_signature_text.clone(),
-            key: k.key_serializer.clone().map(Into::into),
-            states: k.state_serializers.iter().cloned().map(Into::into).collect(),
-        }),
-    })
 }
 
 /// Assigns `needed` slots from task managers with the given free slot counts, round-robin in the given
@@ -367,7 +347,7 @@ mod tests {
             operator_kinds: vec![pb::OperatorKindInfo {
                 kind: "my-op".into(),
                 version: "1".into(),
-                role: "operator".into(),
+                role: pb::KindRole::Operator as i32,
                 keyed: true,
                 states: vec![],
                 state_signature: "00000000000000ab".into(),

@@ -50,9 +50,15 @@ pub struct AggregateConfig {
 }
 
 impl AggregateConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field("aggregates", "COUNT(*) AS n, SUM(col) AS s, MIN, MAX, AVG over integer columns (required)"),
+        field("carry", "columns the same for every row of a key, emitted first (comma-separated)"),
+    ];
+
     /// Reads and checks an aggregate config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["aggregates", "carry"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let aggregates = parse_aggregates(r.string("aggregates"))?;
         let carry = r
             .string("carry")
@@ -478,10 +484,16 @@ impl Kind for AggregateKind {
     type Config = AggregateConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("aggregate", Role::Operator, true)
-            .with_states(&[("aggregate", "value", "rows, accumulators and carried columns")])
-            .with_input(vec![key_column()])
-            .with_output(OutputSchema::FromConfig)
+        builtin_info(
+            "aggregate",
+            Role::Operator,
+            true,
+            "A running `GROUP BY` per key, emitting updates",
+            AggregateConfig::FIELDS,
+        )
+        .with_states(&[("aggregate", StateClass::Value, "rows, accumulators and carried columns")])
+        .with_input(vec![key_column()])
+        .with_output(OutputSchema::FromConfig)
     }
 
     fn signature(&self) -> Option<StateSignature> {

@@ -147,7 +147,7 @@ impl Kind for BlackholeKind {
     type Config = ();
 
     fn info(&self) -> KindInfo {
-        builtin_info("blackhole", Role::Sink, false)
+        builtin_info("blackhole", Role::Sink, false, "A sink that discards what it gets, for benchmarks", &[])
     }
 
     fn config(&self, config: &OperatorConfig) -> Result<(), ConfigFieldError> {

@@ -68,9 +68,22 @@ pub struct DatagenConfig {
 }
 
 impl DatagenConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field("count", "records to emit, then end (absent: unbounded)"),
+        field("keys", "distinct keys, at least 1 (default 1000)"),
+        field("seed", "seed of the key formula (default 0)"),
+        field("rate_per_sec", "records per second for the whole source (default 0: as fast as possible)"),
+        field("splits", "splits the sequence is cut into, 1 to 10,000,000 (default 128)"),
+        field(
+            "event_time",
+            "event timestamps: { start_ms, step_ms, max_disorder_ms } or { wall_clock: true } (absent: none)",
+        ),
+    ];
+
     /// Reads and checks a datagen config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["count", "keys", "seed", "rate_per_sec", "splits", "event_time"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let event_time: Option<EventTimeConfig> =
             r.nested("event_time", "a map { start_ms, step_ms, max_disorder_ms }")?;
         if let Some(t) = &event_time {
@@ -189,9 +202,15 @@ impl Kind for DatagenKind {
     type Config = DatagenConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("datagen", Role::Source, false)
-            .with_states(&[("splits", "operator-list", "(u32, u64)")])
-            .with_output(OutputSchema::Columns(key_value("int64")))
+        builtin_info(
+            "datagen",
+            Role::Source,
+            false,
+            "A deterministic keyed source, cut into splits that rescale",
+            DatagenConfig::FIELDS,
+        )
+        .with_states(&[("splits", StateClass::OperatorList, "(u32, u64)")])
+        .with_output(OutputSchema::Columns(key_value("int64")))
     }
 
     fn signature(&self) -> Option<StateSignature> {

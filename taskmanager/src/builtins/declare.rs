@@ -5,14 +5,16 @@ pub(crate) use crate::api::kind::Kind;
 pub(crate) use crate::api::registry::{Instance, InvalidConfig};
 pub(crate) use std::collections::BTreeMap;
 pub(crate) use weir_common::kind::{
-    field_err, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, SideOutputs,
+    field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, SideOutputs,
+    StateClass,
 };
 pub(crate) use weir_common::schema::{key_column, key_value, Column, OutputSchema};
 pub(crate) use weir_state::signature::StateSignature;
 
-/// The description of the built-in kind `kind`, at this build's version.
-pub(crate) fn builtin_info(kind: &str, role: Role, keyed: bool) -> KindInfo {
-    KindInfo::new(kind, role, keyed, env!("CARGO_PKG_VERSION"))
+/// The description of the built-in kind `kind`, at this build's version: what it is for and the config fields it
+/// reads.
+pub(crate) fn builtin_info(kind: &str, role: Role, keyed: bool, doc: &str, fields: &[ConfigField]) -> KindInfo {
+    KindInfo::new(kind, role, keyed, env!("CARGO_PKG_VERSION")).with_doc(doc).with_fields(fields)
 }
 
 /// A config map of `pairs`, as a spec gives it: what config tests read.

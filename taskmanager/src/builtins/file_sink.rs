@@ -65,9 +65,15 @@ pub enum FileFormat {
 }
 
 impl FileSinkConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field("path", "directory the committed files appear in (required)"),
+        field("format", "text (one line per row, the default), csv, json (an object per line) or parquet"),
+    ];
+
     /// Reads and checks a file-sink config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["path", "format"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let path = r.string("path").unwrap_or_default();
         if path.trim().is_empty() {
             return Err(field_err("path", "is required (the directory to write committed files to)"));
@@ -382,7 +388,14 @@ impl Kind for FileSinkKind {
     type Config = FileSinkConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("file-sink", Role::Sink, false).with_states(&[("pending-files", "operator-list", "PendingFile")])
+        builtin_info(
+            "file-sink",
+            Role::Sink,
+            false,
+            "Exactly-once files in a directory (text, CSV, JSON or Parquet)",
+            FileSinkConfig::FIELDS,
+        )
+        .with_states(&[("pending-files", StateClass::OperatorList, "PendingFile")])
     }
 
     fn signature(&self) -> Option<StateSignature> {

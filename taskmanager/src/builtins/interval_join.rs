@@ -33,9 +33,20 @@ pub struct IntervalJoinConfig {
 }
 
 impl IntervalJoinConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field(
+            "lower_ms",
+            "the least the second row's event time may exceed the first's, ms; negative: precede it (required)",
+        ),
+        field("upper_ms", "the most it may exceed it, ms (required)"),
+        field("select", "the output columns, as join's"),
+        field("where", "a condition over the joined row, as join's"),
+    ];
+
     /// Reads and checks an interval-join config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["lower_ms", "upper_ms", "select", "where"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         // Beyond a year either way a row would wait in state for ever, in effect (and bucket arithmetic nears overflow).
         const LIMIT: i64 = 86_400_000 * 365;
         let bound = |field: &str| -> Result<i64, ConfigFieldError> {
@@ -270,14 +281,20 @@ impl Kind for IntervalJoinKind {
     type Config = IntervalJoinConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("interval-join", Role::TwoInput, true)
-            .with_states(&[
-                ("interval-join-first", "list", "rows of the first input per time bucket"),
-                ("interval-join-second", "list", "rows of the second input per time bucket"),
-                ("interval-join-columns", "union", "each input's columns"),
-            ])
-            .with_input(vec![key_column()])
-            .with_output(OutputSchema::FromConfig)
+        builtin_info(
+            "interval-join",
+            Role::TwoInput,
+            true,
+            "Rows of two keyed inputs whose times lie within bounds of each other",
+            IntervalJoinConfig::FIELDS,
+        )
+        .with_states(&[
+            ("interval-join-first", StateClass::List, "rows of the first input per time bucket"),
+            ("interval-join-second", StateClass::List, "rows of the second input per time bucket"),
+            ("interval-join-columns", StateClass::Union, "each input's columns"),
+        ])
+        .with_input(vec![key_column()])
+        .with_output(OutputSchema::FromConfig)
     }
 
     fn signature(&self) -> Option<StateSignature> {

@@ -37,9 +37,18 @@ pub struct JoinConfig {
 }
 
 impl JoinConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field(
+            "select",
+            "the output columns: expr [AS name], … (default: key, the first input's columns, the second's)",
+        ),
+        field("where", "a condition over the joined row: joined rows where it is not true are dropped"),
+    ];
+
     /// Reads and parses a join config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["select", "where"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let select = match r.string("select") {
             None => None,
             Some(t) => Some(crate::expr::parse_select(&t).map_err(|e| field_err("select", e.to_string()))?),
@@ -530,13 +539,19 @@ impl Kind for JoinKind {
     type Config = JoinConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("join", Role::TwoInput, true)
-            .with_states(&[
-                ("join-first", "list", "rows of the first input"),
-                ("join-second", "list", "rows of the second input"),
-            ])
-            .with_input(vec![key_column()])
-            .with_output(OutputSchema::FromConfig)
+        builtin_info(
+            "join",
+            Role::TwoInput,
+            true,
+            "A regular join of two keyed inputs, every row of each side kept",
+            JoinConfig::FIELDS,
+        )
+        .with_states(&[
+            ("join-first", StateClass::List, "rows of the first input"),
+            ("join-second", StateClass::List, "rows of the second input"),
+        ])
+        .with_input(vec![key_column()])
+        .with_output(OutputSchema::FromConfig)
     }
 
     fn signature(&self) -> Option<StateSignature> {

@@ -27,9 +27,15 @@ pub struct KeyedCountConfig {
 }
 
 impl KeyedCountConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[field(
+        "emit",
+        "end: (key, count) once, at end of input (default); updates: (key, new count) after every record",
+    )];
+
     /// Reads and checks a keyed-count config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["emit"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let emit = match r.string("emit").as_deref().map(str::trim) {
             None | Some("end") => KeyedCountEmit::End,
             Some("updates") => KeyedCountEmit::Updates,
@@ -122,8 +128,8 @@ impl Kind for KeyedCountKind {
     type Config = KeyedCountConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("keyed-count", Role::Operator, true)
-            .with_states(&[("count", "value", "u64")])
+        builtin_info("keyed-count", Role::Operator, true, "A count per key", KeyedCountConfig::FIELDS)
+            .with_states(&[("count", StateClass::Value, "u64")])
             .with_input(vec![key_column()])
             .with_output(OutputSchema::Columns(key_value("int64")))
     }

@@ -40,9 +40,16 @@ pub struct OverConfig {
 }
 
 impl OverConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field("aggregates", "the aggregates over each row's frame, as aggregate's (required)"),
+        field("rows_preceding", "rows of the key before the current one in the frame (default: unbounded)"),
+        field("ties_by", "the integer column that orders rows of equal event time (default: arrival order)"),
+    ];
+
     /// Reads and checks an over config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["aggregates", "rows_preceding", "ties_by"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let aggregates = parse_aggregates(r.string("aggregates"))?;
         let rows_preceding = match r.string("rows_preceding").as_deref().map(str::trim) {
             None => {
@@ -464,14 +471,20 @@ impl Kind for OverKind {
     type Config = OverConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("over", Role::Operator, true)
-            .with_states(&[
-                ("over-rows", "list", "rows waiting for the watermark, per event time"),
-                ("over-frame", "value", "the key's preceding rows or running accumulators"),
-                ("over-columns", "union", "the input's columns"),
-            ])
-            .with_input(vec![key_column()])
-            .with_output(OutputSchema::FromConfig)
+        builtin_info(
+            "over",
+            Role::Operator,
+            true,
+            "Aggregates over a frame of each row's preceding rows of its key (SQL's `OVER`)",
+            OverConfig::FIELDS,
+        )
+        .with_states(&[
+            ("over-rows", StateClass::List, "rows waiting for the watermark, per event time"),
+            ("over-frame", StateClass::Value, "the key's preceding rows or running accumulators"),
+            ("over-columns", StateClass::Union, "the input's columns"),
+        ])
+        .with_input(vec![key_column()])
+        .with_output(OutputSchema::FromConfig)
     }
 
     fn signature(&self) -> Option<StateSignature> {

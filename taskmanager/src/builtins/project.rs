@@ -25,9 +25,13 @@ pub struct FilterConfig {
 }
 
 impl FilterConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] =
+        &[field("where", "a condition over the input's columns; a row passes where it is true (required)")];
+
     /// Reads and parses a filter config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["where"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let text = r.string("where").ok_or_else(|| field_err("where", "is required: a condition over the columns"))?;
         let condition = crate::expr::parse_expr(&text).map_err(|e| field_err("where", e.to_string()))?;
         Ok(FilterConfig { condition })
@@ -49,9 +53,16 @@ pub struct ProjectConfig {
 }
 
 impl ProjectConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field("select", "the output columns: expr [AS name], … (* for every input column)"),
+        field("where", "a condition over the input's columns: rows where it is not true are dropped"),
+        field("key", "expressions the output is keyed by, comma-separated (default: the input's key)"),
+    ];
+
     /// Reads and parses a project config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["select", "where", "key"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let text = r.string("select").ok_or_else(|| field_err("select", "is required: `expr [AS name], …` or `*`"))?;
         let select = crate::expr::parse_select(&text).map_err(|e| field_err("select", e.to_string()))?;
         let condition = match r.string("where") {
@@ -312,7 +323,14 @@ impl Kind for FilterKind {
     type Config = FilterConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("filter", Role::Operator, false).with_output(OutputSchema::FromConfig)
+        builtin_info(
+            "filter",
+            Role::Operator,
+            false,
+            "The rows for which a condition holds (SQL's `WHERE`)",
+            FilterConfig::FIELDS,
+        )
+        .with_output(OutputSchema::FromConfig)
     }
 
     fn config(&self, config: &OperatorConfig) -> Result<FilterConfig, ConfigFieldError> {
@@ -336,7 +354,14 @@ impl Kind for ProjectKind {
     type Config = ProjectConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("project", Role::Operator, false).with_output(OutputSchema::FromConfig)
+        builtin_info(
+            "project",
+            Role::Operator,
+            false,
+            "`SELECT … WHERE …` over each batch, optionally keying the rows",
+            ProjectConfig::FIELDS,
+        )
+        .with_output(OutputSchema::FromConfig)
     }
 
     fn config(&self, config: &OperatorConfig) -> Result<ProjectConfig, ConfigFieldError> {

@@ -759,14 +759,20 @@ impl Kind for WindowAggregateKind {
 
     fn info(&self) -> KindInfo {
         // The value is a float for `avg`, an integer otherwise: declared per job by the config, not here.
-        builtin_info("window-aggregate", Role::Operator, true)
-            .with_states(&[
-                ("window-<aggregate>", "value", "accumulator per window slice"),
-                ("window-contents", "value", "accumulator per slice (other triggers)"),
-                ("window-trigger", "value", "trigger state per window"),
-            ])
-            .with_input(vec![key_column()])
-            .on_event_time()
+        builtin_info(
+            "window-aggregate",
+            Role::Operator,
+            true,
+            "Count, sum, min, max or avg per key and window",
+            WindowAggregateConfig::FIELDS,
+        )
+        .with_states(&[
+            ("window-<aggregate>", StateClass::Value, "accumulator per window slice"),
+            ("window-contents", StateClass::Value, "accumulator per slice (other triggers)"),
+            ("window-trigger", StateClass::Value, "trigger state per window"),
+        ])
+        .with_input(vec![key_column()])
+        .on_event_time()
     }
 
     fn signature(&self) -> Option<StateSignature> {

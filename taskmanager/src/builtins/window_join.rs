@@ -40,9 +40,17 @@ pub struct WindowJoinConfig {
 }
 
 impl WindowJoinConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field("window", "the tumbling windows: { tumbling_ms } (required)"),
+        field("select", "the output columns, as join's (window_start and window_end besides)"),
+        field("where", "a condition over the joined row, as join's"),
+        field("distinct", "true: each distinct output row once per window (default false)"),
+    ];
+
     /// Reads and checks a window-join config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["window", "select", "where", "distinct"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let window: WindowSpec =
             r.nested("window", "a window, { tumbling_ms: N }")?.ok_or_else(|| field_err("window", "is required"))?;
         let size_ms = match window.shape().map_err(|e| field_err("window", e))? {
@@ -334,14 +342,20 @@ impl Kind for WindowJoinKind {
     type Config = WindowJoinConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("window-join", Role::TwoInput, true)
-            .with_states(&[
-                ("window-join-first", "list", "rows of the first input per window"),
-                ("window-join-second", "list", "rows of the second input per window"),
-                ("window-join-columns", "union", "each input's columns"),
-            ])
-            .with_input(vec![key_column()])
-            .with_output(OutputSchema::FromConfig)
+        builtin_info(
+            "window-join",
+            Role::TwoInput,
+            true,
+            "Rows of two keyed inputs joined per window",
+            WindowJoinConfig::FIELDS,
+        )
+        .with_states(&[
+            ("window-join-first", StateClass::List, "rows of the first input per window"),
+            ("window-join-second", StateClass::List, "rows of the second input per window"),
+            ("window-join-columns", StateClass::Union, "each input's columns"),
+        ])
+        .with_input(vec![key_column()])
+        .with_output(OutputSchema::FromConfig)
     }
 
     fn signature(&self) -> Option<StateSignature> {

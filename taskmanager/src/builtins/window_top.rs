@@ -35,9 +35,16 @@ pub struct WindowTopConfig {
 }
 
 impl WindowTopConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field("window", "the tumbling windows: { tumbling_ms } (required)"),
+        field("by", "the integer column rows are ranked by, largest first (required)"),
+        field("top", "ranks kept per key and window (required)"),
+    ];
+
     /// Reads and checks a window-top config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["window", "by", "top"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let window: WindowSpec =
             r.nested("window", "a window, { tumbling_ms: N }")?.ok_or_else(|| field_err("window", "is required"))?;
         let size_ms = match window.shape().map_err(|e| field_err("window", e))? {
@@ -279,10 +286,10 @@ impl Kind for WindowTopKind {
     type Config = WindowTopConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("window-top", Role::Operator, true)
+        builtin_info("window-top", Role::Operator, true, "The top rows per key and window", WindowTopConfig::FIELDS)
             .with_states(&[
-                ("window-top", "value", "the ranked rows per window"),
-                ("window-top-columns", "union", "the input's columns"),
+                ("window-top", StateClass::Value, "the ranked rows per window"),
+                ("window-top-columns", StateClass::Union, "the input's columns"),
             ])
             .with_input(vec![key_column()])
             .with_output(OutputSchema::FromConfig)

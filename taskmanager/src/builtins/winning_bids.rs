@@ -38,9 +38,15 @@ pub struct WinningBidsConfig {
 }
 
 impl WinningBidsConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field("closes", "the first input's timestamp column at which an auction closes (required)"),
+        field("by", "the second input's integer column the highest bid is chosen by (required)"),
+    ];
+
     /// Reads and checks a winning-bids config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["closes", "by"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let closes =
             r.string("closes").ok_or_else(|| field_err("closes", "is required: the auction's closing time"))?;
         let by = r.string("by").ok_or_else(|| field_err("by", "is required: the bid's column to rank by"))?;
@@ -403,15 +409,21 @@ impl Kind for WinningBidsKind {
     type Config = WinningBidsConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("winning-bids", Role::TwoInput, true)
-            .with_states(&[
-                ("winning-bids-auction", "value", "the open auction"),
-                ("winning-bids-best", "value", "its highest bid so far"),
-                ("winning-bids-early", "list", "bids that came before their auction"),
-                ("winning-bids-columns", "union", "each input's columns"),
-            ])
-            .with_input(vec![key_column()])
-            .with_output(OutputSchema::FromConfig)
+        builtin_info(
+            "winning-bids",
+            Role::TwoInput,
+            true,
+            "Each auction's highest bid made while it was open, at its close",
+            WinningBidsConfig::FIELDS,
+        )
+        .with_states(&[
+            ("winning-bids-auction", StateClass::Value, "the open auction"),
+            ("winning-bids-best", StateClass::Value, "its highest bid so far"),
+            ("winning-bids-early", StateClass::List, "bids that came before their auction"),
+            ("winning-bids-columns", StateClass::Union, "each input's columns"),
+        ])
+        .with_input(vec![key_column()])
+        .with_output(OutputSchema::FromConfig)
     }
 
     fn signature(&self) -> Option<StateSignature> {

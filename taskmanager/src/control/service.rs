@@ -14,7 +14,6 @@ use tonic::{Request, Response, Status};
 use weir_common::checkpoint::SavepointTarget;
 use weir_common::cluster::JmLink;
 use weir_common::descriptor::{RestoreDescriptor, TaskDescriptor};
-use weir_common::schema::OutputSchema;
 use weir_common::store::StoreOptions;
 use weir_proto as pb;
 use weir_proto::job_manager_internal_client::JobManagerInternalClient;
@@ -98,45 +97,7 @@ impl TaskManager {
 
     /// The registry as the job manager sees it.
     fn kinds(&self) -> Vec<pb::OperatorKindInfo> {
-        self.env
-            .registry
-            .kinds()
-            .map(|k| pb::OperatorKindInfo {
-                kind: k.kind.clone(),
-                version: k.version.clone(),
-                role: k.role.as_str().to_string(),
-                keyed: k.keyed,
-                needs_event_time: k.needs_event_time,
-                state_signature: k.signature.as_ref().map(|s| s.fingerprint.clone()).unwrap_or_default(),
-                state_signature_text: k.signature.as_ref().map(|s| s.text.clone()).unwrap_or_default(),
-                key_serializer: k.signature.as_ref().and_then(|s| s.key.as_ref()).map(Into::into),
-                input_columns: k.input_columns.iter().map(column_to_proto).collect(),
-                output_mode: match &k.output {
-                    OutputSchema::Undeclared => String::new(),
-                    OutputSchema::Columns(_) => "columns".into(),
-                    OutputSchema::SameAsInput => "same-as-input".into(),
-                    OutputSchema::FromConfig => "from-config".into(),
-                },
-                output_columns: match &k.output {
-                    OutputSchema::Columns(c) => c.iter().map(column_to_proto).collect(),
-                    _ => Vec::new(),
-                },
-                state_serializers: k
-                    .signature
-                    .as_ref()
-                    .map(|s| s.states.iter().map(Into::into).collect())
-                    .unwrap_or_default(),
-                states: k
-                    .states
-                    .iter()
-                    .map(|(n, kind, t)| pb::StateDeclaration {
-                        name: n.clone(),
-                        kind: kind.clone(),
-                        type_name: t.clone(),
-                    })
-                    .collect(),
-            })
-            .collect()
+        self.env.registry.kinds().map(pb::OperatorKindInfo::from).collect()
     }
 
     /// The event queues of every task of one attempt of a job.
@@ -475,11 +436,6 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
             .map_err(|e| Status::internal(format!("checking the spec failed: {e}")))?;
         Ok(Response::new(pb::CheckSpecResponse { error }))
     }
-}
-
-/// A declared column as the job manager receives it.
-fn column_to_proto(c: &weir_common::schema::Column) -> pb::ColumnSpec {
-    pb::ColumnSpec { name: c.name.clone(), r#type: c.data_type.clone(), nullable: c.nullable }
 }
 
 #[cfg(test)]

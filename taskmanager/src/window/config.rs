@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use weir_common::kind::{field_err, ConfigFieldError, ConfigReader};
+use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader};
 
 /// The windows of `window-aggregate` (DESIGN §10): exactly one of the shapes, plus an offset from the epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -242,9 +242,22 @@ pub struct WindowAggregateConfig {
 }
 
 impl WindowAggregateConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field(
+            "window",
+            "the windows: { tumbling_ms }, { sliding_ms, slide_ms }, { session_gap_ms } or { global: true }; offset_ms shifts them",
+        ),
+        field("aggregate", "count (default), sum, min, max or avg"),
+        field("field", "the integer column sum, min, max and avg read (default value)"),
+        field("allowed_lateness_ms", "how long after its end a window still takes late records and fires again (default 0)"),
+        field("late", "drop (default) or side-output: records too late for every window go to the side output `late`"),
+        field("trigger", "when windows fire: event-time (default), processing-time, { count: N } or { continuous_event_time_ms: I }"),
+    ];
+
     /// Reads and checks a window-aggregate config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(map, &["window", "aggregate", "field", "allowed_lateness_ms", "late", "trigger"])?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let shape = "a map { tumbling_ms } | { sliding_ms, slide_ms } | { session_gap_ms } | { global: true }";
         let spec: WindowSpec =
             r.nested("window", shape)?.ok_or_else(|| field_err("window", format!("required: {shape}")))?;

@@ -25,9 +25,15 @@ impl Kind for KafkaKind {
     type Config = KafkaSourceConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("kafka", Role::Source, false)
-            .with_states(&[("offsets", "union", "(String, i32, i64, i64)")])
-            .with_output(OutputSchema::FromConfig)
+        builtin_info(
+            "kafka",
+            Role::Source,
+            false,
+            "A Kafka topic's partitions as splits, read exactly once",
+            config::SOURCE_FIELDS,
+        )
+        .with_states(&[("offsets", StateClass::Union, "(String, i32, i64, i64)")])
+        .with_output(OutputSchema::FromConfig)
     }
 
     fn signature(&self) -> Option<StateSignature> {
@@ -55,7 +61,14 @@ impl Kind for KafkaSinkKind {
     type Config = KafkaSinkConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("kafka-sink", Role::Sink, false).with_states(&[("kafka-sink-transactions", "union", "String")])
+        builtin_info(
+            "kafka-sink",
+            Role::Sink,
+            false,
+            "Rows to a Kafka topic, at least or exactly once",
+            config::SINK_FIELDS,
+        )
+        .with_states(&[("kafka-sink-transactions", StateClass::Union, "String")])
     }
 
     fn signature(&self) -> Option<StateSignature> {

@@ -81,24 +81,27 @@ pub struct NexmarkConfig {
 pub const NEXMARK_MAX_EVENTS: u64 = 1 << 53;
 
 impl NexmarkConfig {
+    /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
+    pub const FIELDS: &'static [ConfigField] = &[
+        field("events", "events to emit, at most 2^53 (absent: unbounded)"),
+        field("tps", "events per second of event time (default 100,000)"),
+        field(
+            "rate_per_sec",
+            "events per second of wall-clock time for the whole source (default 0: as fast as possible)",
+        ),
+        field("splits", "splits the event numbers are cut into, 1 to 10,000,000 (default 128)"),
+        field("block", "0: each split holds a contiguous range; B: blocks of B numbers dealt round-robin (default 0)"),
+        field("person_proportion", "persons in each 50 events (default 1)"),
+        field("auction_proportion", "auctions in each 50 events (default 3)"),
+        field("bid_proportion", "bids in each 50 events (default 46)"),
+        field("hot_auction_ratio", "1 in this many bids go to a hot auction (default 2)"),
+        field("hot_bidder_ratio", "1 in this many bids come from a hot bidder (default 4)"),
+        field("hot_seller_ratio", "1 in this many auctions come from a hot seller (default 4)"),
+    ];
+
     /// Reads and checks a nexmark config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let r = ConfigReader::new(
-            map,
-            &[
-                "events",
-                "tps",
-                "rate_per_sec",
-                "splits",
-                "block",
-                "person_proportion",
-                "auction_proportion",
-                "bid_proportion",
-                "hot_auction_ratio",
-                "hot_bidder_ratio",
-                "hot_seller_ratio",
-            ],
-        )?;
+        let r = ConfigReader::new(map, Self::FIELDS)?;
         let events = r.u64("events")?;
         if events.is_some_and(|e| e > NEXMARK_MAX_EVENTS) {
             return Err(field_err("events", "must be at most 2^53 (9007199254740992): event times are doubles"));
@@ -313,9 +316,15 @@ impl Kind for NexmarkKind {
     type Config = NexmarkConfig;
 
     fn info(&self) -> KindInfo {
-        builtin_info("nexmark", Role::Source, false)
-            .with_states(&[("splits", "operator-list", "(u32, u64)")])
-            .with_output(OutputSchema::Columns(nexmark_columns()))
+        builtin_info(
+            "nexmark",
+            Role::Source,
+            false,
+            "The Nexmark event stream of persons, auctions and bids",
+            NexmarkConfig::FIELDS,
+        )
+        .with_states(&[("splits", StateClass::OperatorList, "(u32, u64)")])
+        .with_output(OutputSchema::Columns(nexmark_columns()))
     }
 
     fn signature(&self) -> Option<StateSignature> {

@@ -6,8 +6,8 @@ pub mod avro;
 mod sink;
 mod source;
 
-pub use sink::{Delivery, KafkaSinkConfig, Partitioning, SinkFormat};
-pub use source::{KafkaFormat, KafkaSourceConfig, KafkaStart, Malformed, Metadata};
+pub use sink::{Delivery, KafkaSinkConfig, Partitioning, SinkFormat, FIELDS as SINK_FIELDS};
+pub use source::{KafkaFormat, KafkaSourceConfig, KafkaStart, Malformed, Metadata, FIELDS as SOURCE_FIELDS};
 
 use weir_common::kind::{field_err, ConfigFieldError};
 

@@ -3,7 +3,7 @@
 
 use super::avro::{parse_wire, AvroSchema, AvroWire};
 use std::collections::BTreeMap;
-use weir_common::kind::{field_err, ConfigFieldError};
+use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader};
 
 /// What the sink guarantees (Flink's `DeliveryGuarantee`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,26 +70,27 @@ pub struct KafkaSinkConfig {
 }
 
 /// Fields a `kafka-sink` config may have.
-const FIELDS: &[&str] = &[
-    "bootstrap_servers",
-    "topic",
-    "delivery",
-    "transactional_id_prefix",
-    "format",
-    "partitioning",
-    "avro_schema",
-    "avro_wire",
-    "avro_schema_id",
-    "key_field",
-    "headers",
+pub const FIELDS: &[ConfigField] = &[
+    field("bootstrap_servers", "host:port of at least one broker, comma-separated (required)"),
+    field("topic", "the topic written (required)"),
+    field("delivery", "at-least-once (default) or exactly-once (transactions committed with checkpoints)"),
+    field(
+        "transactional_id_prefix",
+        "exactly-once: the prefix of the sink's transactional ids, unique to the job (required with it)",
+    ),
+    field("format", "text (the default), json, raw (key and value columns as bytes) or avro"),
+    field("partitioning", "key-hash (default) or round-robin"),
+    field("avro_schema", "avro: the record schema rows are written in (JSON)"),
+    field("avro_wire", "avro: plain (default) or confluent (a schema id before each record)"),
+    field("avro_schema_id", "avro, confluent: the schema id written"),
+    field("key_field", "the column whose text is each record's key (default: the key column)"),
+    field("headers", "columns also written as record headers, a list of names"),
 ];
 
 impl KafkaSinkConfig {
     /// Reads and checks a `kafka-sink` config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-            return Err(field_err(unknown, format!("unknown field (known fields: {})", FIELDS.join(", "))));
-        }
+        ConfigReader::new(map, FIELDS)?;
         let bootstrap_servers = super::bootstrap_servers(map)?;
         let topic = match map.get("topic").map(|s| s.trim()) {
             Some(t) => t.to_string(),

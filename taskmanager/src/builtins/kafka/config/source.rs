@@ -4,7 +4,7 @@
 use super::avro::{parse_wire, AvroSchema, AvroWire};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use weir_common::kind::{field_err, ConfigFieldError};
+use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader};
 use weir_common::schema::Column;
 
 /// Where a partition the source has no restored offset for starts (Flink's `OffsetsInitializer`).
@@ -160,23 +160,23 @@ pub struct KafkaSourceConfig {
 }
 
 /// Fields a `kafka` source config may have.
-const FIELDS: &[&str] = &[
-    "bootstrap_servers",
-    "topics",
-    "topic_pattern",
-    "start",
-    "bounded",
-    "format",
-    "schema",
-    "on_malformed",
-    "dead_letter_topic",
-    "avro_schema",
-    "avro_wire",
-    "avro_schema_id",
-    "group_id",
-    "discovery_interval_ms",
-    "metadata",
-    "timestamp_field",
+pub const FIELDS: &[ConfigField] = &[
+    field("bootstrap_servers", "host:port of at least one broker, comma-separated (required)"),
+    field("topics", "the topics read, a list of names (this or topic_pattern)"),
+    field("topic_pattern", "a regular expression: every topic matching it, also those created later"),
+    field("start", "where a partition without a restored offset starts: earliest (default), latest, committed, { timestamp_ms } or { offsets }"),
+    field("bounded", "true: stop at the end offsets the partitions had at the start (default false)"),
+    field("format", "raw (key and value as bytes, the default), json or avro"),
+    field("schema", "json: the columns read from each object, [{ name, type, nullable }]"),
+    field("on_malformed", "fail (default) or dead-letter: what happens to a record that does not parse"),
+    field("dead_letter_topic", "where on_malformed: dead-letter sends records that do not parse"),
+    field("avro_schema", "avro: the writer's record schema (JSON)"),
+    field("avro_wire", "avro: plain (default) or confluent (a schema id before each record)"),
+    field("avro_schema_id", "avro, confluent: the schema id expected"),
+    field("group_id", "the consumer group whose committed offsets start: committed reads (default: none)"),
+    field("discovery_interval_ms", "how often new partitions and topics are looked for, ms (default 30000; 0: never)"),
+    field("metadata", "record metadata added as columns, a list of: topic, partition, offset, timestamp, headers"),
+    field("timestamp_field", "the column whose value is each row's event time (default: the record's timestamp)"),
 ];
 
 /// Default interval between partition discoveries (Flink's `partition.discovery.interval.ms` default, 5 min,
@@ -197,9 +197,7 @@ struct StartMap {
 impl KafkaSourceConfig {
     /// Reads and checks a `kafka` source config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-            return Err(field_err(unknown, format!("unknown field (known fields: {})", FIELDS.join(", "))));
-        }
+        ConfigReader::new(map, FIELDS)?;
         let bootstrap_servers = super::bootstrap_servers(map)?;
         let (topics, topic_pattern) = match (map.get("topics"), map.get("topic_pattern")) {
             (Some(_), Some(_)) => return Err(field_err("topic_pattern", "name topics or a topic_pattern, not both")),
