@@ -2,14 +2,14 @@
 //! RocksDB (with a tiny write-back cache, so flushes happen mid-test) and for the heap.
 
 use crate::error::StateError;
-use crate::handles::{
+use crate::keyed::meta::{StateDescriptor, StateKind, StateOptions};
+use crate::keyed::ttl::ManualClock;
+use crate::keyed::KeyedStateBackend;
+use crate::restore::rescale::open_keyed_backend;
+use crate::rocks::RocksOptions;
+use crate::typed::handles::{
     set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
 };
-use crate::keyed::KeyedStateBackend;
-use crate::meta::{StateDescriptor, StateKind, StateOptions};
-use crate::rescale::open_keyed_backend;
-use crate::rocks::RocksOptions;
-use crate::ttl::ManualClock;
 use std::path::Path;
 use std::sync::Arc;
 use weir_common::keygroup::{key_group_for_key, KeyGroupRange};
@@ -567,7 +567,7 @@ fn oversized_values_are_refused() {
 
 // ---- State TTL -------------------------------------------------------------------------------------------------
 
-use crate::ttl::{StateTtlConfig, TtlUpdateType, TtlVisibility};
+use crate::keyed::ttl::{StateTtlConfig, TtlUpdateType, TtlVisibility};
 use std::time::Duration;
 
 const T0: u64 = 1_000_000;

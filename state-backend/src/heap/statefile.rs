@@ -1,6 +1,6 @@
 //! The file structure that heap snapshots (`WEIRHP02`) and canonical snapshots (`WEIRCN01`) share, read and
 //! written as a stream: an 8-byte magic, the state count, then per state its name, its kind record
-//! ([`crate::meta`]), its row count and its rows — `(row key, value)` for value and list kinds,
+//! ([`crate::keyed::meta`]), its row count and its rows — `(row key, value)` for value and list kinds,
 //! `(row key, entry count, (user key, value)*)` for maps. Every number is a little-endian `u32` and every byte
 //! string is length-prefixed with one. `WEIRHP01` files (value states only, no kind record) are still read.
 //!
@@ -9,8 +9,8 @@
 //! state's rows can be streamed without counting them first.
 
 use crate::error::StateError;
-use crate::layout::RowVisitor;
-use crate::meta::{read_kind_record, KindRecord, StateKind};
+use crate::keyed::layout::RowVisitor;
+use crate::keyed::meta::{read_kind_record, KindRecord, StateKind};
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
@@ -159,7 +159,7 @@ impl StateFileReader {
         let record = if self.magic == *HEAP_V1 {
             (StateKind::Value, None, false)
         } else {
-            let mut limited = (&mut self.r).take(self.left.min(crate::meta::TTL_RECORD_LEN as u64));
+            let mut limited = (&mut self.r).take(self.left.min(crate::keyed::meta::TTL_RECORD_LEN as u64));
             let before = limited.limit();
             let record = read_kind_record(&mut limited)?;
             self.left -= before - limited.limit();
@@ -388,7 +388,7 @@ impl SortBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::encode_kind_record;
+    use crate::keyed::meta::encode_kind_record;
 
     /// A row as (state, key, user key, value).
     type FlatRow = (String, Vec<u8>, Option<Vec<u8>>, Vec<u8>);

@@ -15,9 +15,9 @@
 //! schema) is a bug in the type's definition and panics with the state type's name; reading stored bytes that do
 //! not decode is an error ([`StateError::Decode`]).
 
-use crate::codec::StateCodec;
 use crate::error::StateError;
-use crate::signature::{Shape, TypeSignature};
+use crate::typed::codec::StateCodec;
+use crate::typed::signature::{Shape, TypeSignature};
 use prost_reflect::ReflectMessage;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -158,7 +158,7 @@ impl<T: ReflectMessage + Default> TypeSignature for Protobuf<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::{serializer_of, StateSignature};
+    use crate::typed::signature::{serializer_of, StateSignature};
     use serde::Deserialize;
     use weir_common::serializer::{resolve, Resolution};
 
@@ -168,7 +168,7 @@ mod tests {
         last: String,
     }
 
-    #[derive(Serialize, Deserialize, Debug, PartialEq, Clone, crate::signature::TypeSignature)]
+    #[derive(Serialize, Deserialize, Debug, PartialEq, Clone, crate::typed::signature::TypeSignature)]
     struct Person {
         age: u32,
         name: String,

@@ -12,9 +12,9 @@
 //! 1. A single native RocksDB source is moved into place and opened as any restore (its ingest files applied,
 //!    the TTL registry filled from its kind rows) — a rename, no copy. If its key-group range is not `R`, the
 //!    rows outside `R` are cut with one `delete_range` per interval and state column family (a key-group range
-//!    is one byte interval of row keys, see [`crate::layout`]).
+//!    is one byte interval of row keys, see [`crate::keyed::layout`]).
 //! 2. Several native RocksDB sources are merged into a new database by RocksDB's column-family import
-//!    ([`crate::import`]): each source is read without opening it for writing, and every state's column
+//!    ([`crate::rocks::import`]): each source is read without opening it for writing, and every state's column
 //!    family is created from the SST files of all of them at once, each file keeping its level and sequence
 //!    numbers (an ingest file gets the one its restore would give it). Their key ranges cannot overlap: each
 //!    source holds only its own key groups, which is checked file by file. Rows outside `R` that came along
@@ -43,16 +43,16 @@
 //!
 //! Sources' directories are consumed: RocksDB ones are moved, and every directory may be changed or deleted.
 
-use crate::canonical::{self, CANONICAL_FILE};
 use crate::error::StateError;
+use crate::heap::statefile::{Row, SortBuffer, StateFileReader};
 use crate::heap::HeapBackend;
-use crate::import::SstFile;
-use crate::ingest::{sst_options, SstSink};
+use crate::keyed::layout::{map_prefix_of_row, row_in, RowKeyBuilder};
+use crate::keyed::meta::{check_same_declaration, KindRecord, StateKind};
 use crate::keyed::KeyedStateBackend;
-use crate::layout::{map_prefix_of_row, row_in, RowKeyBuilder};
-use crate::meta::{check_same_declaration, KindRecord, StateKind};
+use crate::rocks::import::SstFile;
+use crate::rocks::ingest::{sst_options, SstSink};
 use crate::rocks::{RocksDbBackend, RocksOptions};
-use crate::statefile::{Row, SortBuffer, StateFileReader, HEAP_V1, HEAP_V2};
+pub use crate::snapshot::format::SnapshotFormat;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -68,101 +68,6 @@ pub struct RestoreSource {
     pub format: SnapshotFormat,
     /// The key groups the snapshot holds.
     pub key_group_range: KeyGroupRange,
-}
-
-/// How a snapshot's files are laid out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SnapshotFormat {
-    /// A RocksDB checkpoint plus the ingest files of the rows frozen at its barrier ([`crate::ingest`]).
-    Rocksdb,
-    /// The heap backend's `heap-state.bin`.
-    Heap,
-    /// Backend-independent `canonical-state.bin` ([`crate::canonical`]).
-    Canonical,
-}
-
-impl SnapshotFormat {
-    /// The format of a snapshot named `name` (a [`crate::keyed::LocalSnapshot::backend`], as handles record it):
-    /// `rocksdb`, `heap` or `canonical`.
-    pub fn from_name(name: &str) -> Result<Self, StateError> {
-        match name {
-            "rocksdb" => Ok(SnapshotFormat::Rocksdb),
-            "heap" => Ok(SnapshotFormat::Heap),
-            canonical::CANONICAL_BACKEND => Ok(SnapshotFormat::Canonical),
-            other => Err(StateError::Corrupt(format!(
-                "unknown snapshot format {other:?} (expected rocksdb, heap or canonical)"
-            ))),
-        }
-    }
-
-    /// The format's name (the inverse of [`SnapshotFormat::from_name`]).
-    pub fn name(self) -> &'static str {
-        match self {
-            SnapshotFormat::Rocksdb => "rocksdb",
-            SnapshotFormat::Heap => "heap",
-            SnapshotFormat::Canonical => canonical::CANONICAL_BACKEND,
-        }
-    }
-
-    /// The native format of a backend kind.
-    pub fn native(kind: StateBackend) -> Self {
-        match kind {
-            StateBackend::Rocksdb | StateBackend::Unspecified => SnapshotFormat::Rocksdb,
-            StateBackend::Heap => SnapshotFormat::Heap,
-        }
-    }
-
-    /// The format of a downloaded snapshot directory, told by its files (a canonical or heap file, or a
-    /// RocksDB `CURRENT`); `None` if it has none of them.
-    pub fn detect(dir: &Path) -> Option<Self> {
-        if dir.join(CANONICAL_FILE).is_file() {
-            Some(SnapshotFormat::Canonical)
-        } else if dir.join(crate::heap::FILE).is_file() {
-            Some(SnapshotFormat::Heap)
-        } else if dir.join("CURRENT").is_file() {
-            Some(SnapshotFormat::Rocksdb)
-        } else {
-            None
-        }
-    }
-
-    /// The file of a heap-structured format and the magics it may have.
-    fn state_file(self) -> Option<(&'static str, &'static [&'static [u8; 8]])> {
-        match self {
-            SnapshotFormat::Rocksdb => None,
-            SnapshotFormat::Heap => Some((crate::heap::FILE, &[HEAP_V2, HEAP_V1])),
-            SnapshotFormat::Canonical => Some((CANONICAL_FILE, canonical::MAGICS)),
-        }
-    }
-}
-
-impl From<SnapshotFormat> for weir_common::checkpoint::SnapshotFormat {
-    fn from(f: SnapshotFormat) -> Self {
-        match f {
-            SnapshotFormat::Rocksdb => Self::Rocksdb,
-            SnapshotFormat::Heap => Self::Heap,
-            SnapshotFormat::Canonical => Self::Canonical,
-        }
-    }
-}
-
-impl SnapshotFormat {
-    /// The format a checkpoint's handle records (unspecified is corrupt metadata).
-    pub fn of_handle(format: weir_common::checkpoint::SnapshotFormat) -> Result<Self, StateError> {
-        use weir_common::checkpoint::SnapshotFormat as Recorded;
-        match format {
-            Recorded::Rocksdb => Ok(SnapshotFormat::Rocksdb),
-            Recorded::Heap => Ok(SnapshotFormat::Heap),
-            Recorded::Canonical => Ok(SnapshotFormat::Canonical),
-            Recorded::Unspecified => Err(StateError::Corrupt("a keyed state handle names no snapshot format".into())),
-        }
-    }
-}
-
-impl std::fmt::Display for SnapshotFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// The key groups whose rows to keep from `source`: every row of a snapshot of exactly `range` (it holds only
@@ -605,14 +510,14 @@ fn merge_state_file(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::canonical::write_canonical;
-    use crate::handles::{
+    use crate::keyed::layout::row_key_group;
+    use crate::keyed::meta::{StateDescriptor, StateOptions};
+    use crate::keyed::ttl::{ManualClock, StateTtlConfig};
+    use crate::keyed::{LocalSnapshot, StateId, StoredContent};
+    use crate::snapshot::canonical::{write_canonical, CANONICAL_FILE};
+    use crate::typed::handles::{
         set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,
     };
-    use crate::keyed::{LocalSnapshot, StateId, StoredContent};
-    use crate::layout::row_key_group;
-    use crate::meta::{StateDescriptor, StateOptions};
-    use crate::ttl::{ManualClock, StateTtlConfig};
     use std::collections::BTreeSet;
     use std::sync::Arc;
     use std::time::Duration;
@@ -1087,7 +992,10 @@ mod tests {
             }
             let mut second = b.snapshot_sync(&dir.join("second")).unwrap();
             second.ready_blocking().unwrap();
-            assert!(second.dir.join(crate::ingest::INGEST_MANIFEST).exists(), "the newer rows are ingested on restore");
+            assert!(
+                second.dir.join(crate::rocks::ingest::INGEST_MANIFEST).exists(),
+                "the newer rows are ingested on restore"
+            );
             sources.push(RestoreSource { dir: second.dir, format: SnapshotFormat::Rocksdb, key_group_range: range });
         }
         let all = KeyGroupRange { start: 0, end: m - 1 };
@@ -1300,15 +1208,6 @@ mod tests {
                 assert_eq!(h.read(r.as_mut(), k), expected(k), "{kind:?} key {k}");
             }
         }
-    }
-
-    #[test]
-    fn snapshot_format_names_round_trip() {
-        for f in [SnapshotFormat::Rocksdb, SnapshotFormat::Heap, SnapshotFormat::Canonical] {
-            assert_eq!(SnapshotFormat::from_name(f.name()).unwrap(), f);
-        }
-        let e = SnapshotFormat::from_name("native").unwrap_err().to_string();
-        assert!(e.contains("\"native\"") && e.contains("canonical"), "{e}");
     }
 
     /// The restore path follows from the sources and what the import did: one native snapshot is opened,

@@ -73,7 +73,7 @@ pub async fn upload_keyed_incremental(
     }
     Ok((
         KeyedStateHandle {
-            backend: crate::rescale::SnapshotFormat::from_name(local.backend)?.into(),
+            backend: crate::snapshot::format::SnapshotFormat::from_name(local.backend)?.into(),
             key_group_range: local.key_group_range,
             files,
             states: Vec::new(),
@@ -101,8 +101,8 @@ pub async fn download_keyed(store: &Store, handle: &KeyedStateHandle, local_dir:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handles::ValueState;
-    use crate::rescale::open_keyed_backend;
+    use crate::restore::rescale::open_keyed_backend;
+    use crate::typed::handles::ValueState;
     use weir_common::keygroup::KeyGroupRange;
     use weir_common::spec::StateBackend;
     use weir_common::store::StoreOptions;

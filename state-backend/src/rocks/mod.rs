@@ -1,7 +1,7 @@
 //! The RocksDB keyed backend: one column family `state.<name>` per state, and a write-back cache in front of
 //! RocksDB for the value rows, so that hot keys cost a hash lookup, not a RocksDB read and write. When the cache
 //! grows past its byte budget its dirty rows are written as a sorted SST per state and ingested; at a snapshot
-//! they are frozen and written in the background (see [`crate::ingest`]).
+//! they are frozen and written in the background (see [`crate::rocks::ingest`]).
 //!
 //! ## Row layout
 //!
@@ -30,13 +30,13 @@
 //! Every state's kind is stored in the default column family (row `weir.kind.<name>`, one byte), so the kind is
 //! checked again when the state is registered after a restore; a column family without that row predates
 //! kinds and is a value state. A state with TTL stores a kind record with its TTL config there instead (see
-//! [`crate::ttl`]); rows of TTL states carry an 8-byte timestamp before each value, list element and map value.
+//! [`crate::keyed::ttl`]); rows of TTL states carry an 8-byte timestamp before each value, list element and map value.
 //!
 //! ## Restore
 //!
 //! [`RocksDbBackend::open`] moves one snapshot into place (a rename, no copy) and ingests the SSTs its
-//! [`crate::ingest::INGEST_MANIFEST`] names. Restoring from several snapshots, clipped to a key-group range, is
-//! `rescale.rs`: the largest native snapshot opened this way, cut with range deletes, the others merged
+//! [`crate::rocks::ingest::INGEST_MANIFEST`] names. Restoring from several snapshots, clipped to a key-group range, is
+//! `restore/rescale.rs`: the largest native snapshot opened this way, cut with range deletes, the others merged
 //! through SST ingestion (`clip`, `adopt_state`, `scan` and `ingest_state_file` here).
 //!
 //! ## TTL compaction filter
@@ -51,25 +51,36 @@
 //! a state without TTL keeps every row. The filter drops value and map rows whose timestamp expired and list rows
 //! whose every element expired (a partly expired list is trimmed when it is read: RocksDB's filter API here can
 //! only keep or drop a row); it reads the clock once per 1000 rows.
+//!
+//! ## Modules
+//!
+//! [`cache`]: the write-back cache. [`ingest`]: the short synchronous snapshot (dirty rows frozen at the barrier,
+//! written as SST files and ingested by a background thread) and the SST writing and ingestion every bulk write
+//! goes through. `import.rs`: RocksDB's column-family import through its C API, for a snapshot's files and the
+//! merge of several snapshots in a rescaled restore.
 
-use crate::cache::{Cached, StateCache};
+pub mod cache;
+pub(crate) mod import;
+pub mod ingest;
+
 use crate::error::StateError;
-use crate::import::{self, SstFile};
-use crate::ingest::{self, Background};
-use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
-use crate::layout::{decode_list, outside_bounds, prefix_successor, RowKeyBuilder, TimerRow, TimerScan};
-use crate::layout::{ElementVisitor, RowVisitor};
-use crate::meta::TtlChange;
-use crate::meta::{
+use crate::keyed::layout::{decode_list, outside_bounds, prefix_successor, RowKeyBuilder, TimerRow, TimerScan};
+use crate::keyed::layout::{ElementVisitor, RowVisitor};
+use crate::keyed::meta::TtlChange;
+use crate::keyed::meta::{
     check_redeclaration, decode_kind_record, encode_kind_record, rocks_kind_row, too_large, ttl_change, wrong_kind,
     KindRecord, StateKind, StateOptions, ROCKS_KIND_ROW_PREFIX,
 };
-use crate::migrate::{RowRewrite, ValueMigration};
-use crate::timerset::TimerSet;
-use crate::ttl::{
+use crate::keyed::migrate::{RowRewrite, ValueMigration};
+use crate::keyed::ttl::{
     list_all_expired, row_expired, Clock, SharedClock, StateTtlConfig, DEFAULT_PERIODIC_COMPACTION_SECS,
     FILTER_CLOCK_REFRESH_ROWS,
 };
+use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
+use crate::rocks::cache::{Cached, StateCache};
+use crate::rocks::import::SstFile;
+use crate::rocks::ingest::Background;
+use crate::timers::set::TimerSet;
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
@@ -293,7 +304,7 @@ fn stored_states_of(db: &DB, cfs: &[String]) -> Result<Vec<(String, KindRecord)>
 }
 
 /// Whether every row of column family `cf` is in its SST files as written — none in a memtable, no range
-/// deletion —, so that importing the files carries the rows exactly ([`crate::import`]).
+/// deletion —, so that importing the files carries the rows exactly ([`crate::rocks::import`]).
 fn rows_exactly_in_files(db: &DB, cf: &ColumnFamily) -> Result<bool, StateError> {
     for prop in ["rocksdb.num-entries-active-mem-table", "rocksdb.num-entries-imm-mem-tables"] {
         if db.property_int_value_cf(cf, prop)? != Some(0) {
@@ -314,7 +325,7 @@ pub(crate) struct SnapshotFiles {
 
 /// Keyed state in a local RocksDB instance.
 pub struct RocksDbBackend {
-    /// Shared with the background half of a snapshot ([`crate::ingest`]).
+    /// Shared with the background half of a snapshot ([`crate::rocks::ingest`]).
     db: Arc<DB>,
     /// The background half of the last snapshot, until settled.
     background: Option<Background>,
@@ -412,7 +423,7 @@ impl RocksDbBackend {
         db_opts.increase_parallelism(2);
         let existing = if restore_dir.is_some() { DB::list_cf(&db_opts, &path).unwrap_or_default() } else { vec![] };
         // The SSTs of rows frozen at the snapshot's barrier are not part of the RocksDB checkpoint: they are
-        // ingested once it is open (see `crate::ingest`).
+        // ingested once it is open (see `crate::rocks::ingest`).
         let aside = work_dir.join("restore-ingest");
         let to_ingest = if restore_dir.is_some() { ingest::set_aside(&path, &aside)? } else { Vec::new() };
         let (clock, ttl_registry) = (SharedClock::default(), TtlRegistry::default());
@@ -649,7 +660,7 @@ impl RocksDbBackend {
 
     /// The live SST files of each state column family, kept on disk as listed until the backend closes, and
     /// whether the column family's rows are all in them as written — none in a memtable, no range deletion —
-    /// so that a rescaled restore may import the files whole ([`crate::import`]).
+    /// so that a rescaled restore may import the files whole ([`crate::rocks::import`]).
     pub(crate) fn freeze_state_files(&self) -> Result<BTreeMap<String, (Vec<SstFile>, bool)>, StateError> {
         let mut files = import::freeze_live_files(&self.db)?;
         let mut out = BTreeMap::new();
@@ -687,9 +698,9 @@ impl RocksDbBackend {
         Ok(())
     }
 
-    /// Rewrites every row of `state`'s column family with `ttl` and `values` ([`crate::migrate`]): in key order
+    /// Rewrites every row of `state`'s column family with `ttl` and `values` ([`crate::keyed::migrate`]): in key order
     /// into sorted SST files of at most [`MIGRATION_FILE_BYTES`], then ingested over the old rows. Logs progress
-    /// every [`crate::migrate::PROGRESS_EVERY`] values; returns how many were rewritten.
+    /// every [`crate::keyed::migrate::PROGRESS_EVERY`] values; returns how many were rewritten.
     fn rewrite_state(
         &mut self,
         state: &str,
@@ -709,7 +720,7 @@ impl RocksDbBackend {
         let mut sink: Option<ingest::SstSink<'_>> = None;
         let mut sink_bytes = 0usize;
         let mut out = Vec::new();
-        let mut next_progress = crate::migrate::PROGRESS_EVERY;
+        let mut next_progress = crate::keyed::migrate::PROGRESS_EVERY;
         let mut ro = ReadOptions::default();
         ro.fill_cache(false);
         ro.set_readahead_size(2 << 20);
@@ -736,7 +747,7 @@ impl RocksDbBackend {
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "migrating state"
                     );
-                    next_progress += crate::migrate::PROGRESS_EVERY;
+                    next_progress += crate::keyed::migrate::PROGRESS_EVERY;
                 }
                 it.next();
             }
@@ -1459,7 +1470,7 @@ impl KeyedStateBackend for RocksDbBackend {
                 frozen.push(rows);
             }
             if st.pending.len() > 0 {
-                // Pointers to the rows as they are now (`timerset.rs`): the pause does not grow with them.
+                // Pointers to the rows as they are now (`timers/set.rs`): the pause does not grow with them.
                 frozen.push(ingest::FrozenRows::pending_timers(st.cf.clone(), st.pending.snapshot()));
             }
         }
@@ -1529,7 +1540,7 @@ impl KeyedStateBackend for RocksDbBackend {
         "rocksdb"
     }
 
-    fn state_summaries(&self) -> Result<Vec<crate::meta::StateSummary>, StateError> {
+    fn state_summaries(&self) -> Result<Vec<crate::keyed::meta::StateSummary>, StateError> {
         let mut out = Vec::new();
         for (name, (kind, ttl, _)) in self.stored_states()? {
             let in_files = self
@@ -1545,7 +1556,7 @@ impl KeyedStateBackend for RocksDbBackend {
                 StateKind::Timers => Some(self.count_timers(&name)?),
                 _ => None,
             };
-            out.push(crate::meta::StateSummary { name, kind, ttl, bytes, entries });
+            out.push(crate::keyed::meta::StateSummary { name, kind, ttl, bytes, entries });
         }
         Ok(out)
     }
@@ -1560,7 +1571,7 @@ impl KeyedStateBackend for RocksDbBackend {
             for item in self.db.iterator_cf(cf, IteratorMode::Start) {
                 let (k, v) = item.unwrap();
                 let entry = if record.0 == StateKind::Map {
-                    let uk = crate::layout::split_map_row(&k, self.row.prefix_len, record.2, &mut row).unwrap();
+                    let uk = crate::keyed::layout::split_map_row(&k, self.row.prefix_len, record.2, &mut row).unwrap();
                     (name.clone(), row.clone(), Some(uk.to_vec()), v.to_vec())
                 } else {
                     (name.clone(), k.to_vec(), None, v.to_vec())
@@ -1585,8 +1596,8 @@ impl Drop for RocksDbBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handles::ValueState;
-    use crate::meta::StateKind;
+    use crate::keyed::meta::StateKind;
+    use crate::typed::handles::ValueState;
 
     /// Every value of state "v" through `for_each_value` (which settles the background half first).
     fn all_values(b: &mut RocksDbBackend, id: StateId) -> std::collections::BTreeMap<u64, u64> {
@@ -1815,7 +1826,7 @@ mod tests {
 
     #[test]
     fn clear_all_deletes_only_the_backends_key_groups() {
-        use crate::handles::{ListState, MapState};
+        use crate::typed::handles::{ListState, MapState};
         use weir_common::keygroup::key_group_for_key;
         for m in [128u32, 32768] {
             let tmp = tempfile::tempdir().unwrap();
@@ -1873,9 +1884,9 @@ mod tests {
 
     #[test]
     fn ttl_compaction_filter_drops_expired_rows() {
-        use crate::handles::{ListState, MapState};
-        use crate::meta::StateDescriptor;
-        use crate::ttl::{ManualClock, StateTtlConfig};
+        use crate::keyed::meta::StateDescriptor;
+        use crate::keyed::ttl::{ManualClock, StateTtlConfig};
+        use crate::typed::handles::{ListState, MapState};
         use std::time::Duration;
         fn rows(b: &RocksDbBackend, name: &str) -> usize {
             let cf = b.db.cf_handle(&RocksDbBackend::cf_name(name)).unwrap();

@@ -8,9 +8,9 @@
 //! key order, into sorted SST files and ingests them (no put per value); the heap rewrites its rows in place.
 
 use crate::error::StateError;
-use crate::layout::{decode_list, encode_list_element};
-use crate::meta::{StateKind, TtlChange};
-use crate::ttl::split_ts;
+use crate::keyed::layout::{decode_list, encode_list_element};
+use crate::keyed::meta::{StateKind, TtlChange};
+use crate::keyed::ttl::split_ts;
 
 /// Rewrites one stored value (without its TTL timestamp) from the old serializer's bytes to the new one's,
 /// appending to the output.

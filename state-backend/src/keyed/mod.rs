@@ -1,5 +1,5 @@
 //! The keyed-state backend trait, shared by RocksDB and heap, and the local snapshot it produces (opening a
-//! backend, fresh or restored, is `rescale.rs`'s `open_keyed_backend`).
+//! backend, fresh or restored, is `restore/rescale.rs`'s `open_keyed_backend`).
 //!
 //! Every access is scoped to the *current key*, set once per record with
 //! [`KeyedStateBackend::set_current_key`]. Rows are addressed by `key_group | key` (the row layout, `layout.rs`), so that
@@ -8,20 +8,34 @@
 //! A state is registered under a name with a [`StateKind`]; registering the same name again returns the same
 //! state if the kind matches and fails with [`StateError::Declaration`] naming both kinds if not. The kind is
 //! part of the snapshot, so the check holds across restores (`meta.rs`). Operators use the typed handles of
-//! `handles.rs` (`ValueState` and the others), which call this trait.
+//! `typed/handles.rs` (`ValueState` and the others), which call this trait.
 //!
 //! ## Value size limit
 //!
 //! A write whose serialized value — for a list, the list's total after the write — exceeds the backend's limit
 //! ([`DEFAULT_MAX_VALUE_BYTES`], changed with [`KeyedStateBackend::set_max_value_bytes`]) is refused with a
 //! [`StateError::Declaration`] naming the state and the size and suggesting `MapState`; nothing is written.
+//!
+//! ## Modules
+//!
+//! What the trait's bytes mean, which every backend shares: [`layout`], the row layout (row keys
+//! `key_group | key [| namespace]`, the list format, the byte bounds of a key-group range) and the row and element
+//! visitors that walk it; [`meta`], a state's kind and options, the kind record that stores them and the
+//! declaration checks; [`ttl`], state time-to-live and the clock it reads; [`migrate`], rewriting a restored
+//! state's stored values ([`KeyedStateBackend::migrate_state`]).
+
+pub mod layout;
+pub mod meta;
+pub mod migrate;
+pub mod ttl;
 
 use crate::error::StateError;
-use crate::layout::{ElementVisitor, RowVisitor, TimerRow, TimerScan};
-use crate::meta::{StateKind, StateOptions};
-use crate::ttl::Clock;
+use crate::keyed::layout::{ElementVisitor, RowVisitor, TimerRow, TimerScan};
+use crate::keyed::meta::{StateKind, StateOptions};
+use crate::keyed::ttl::Clock;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tokio::sync::oneshot;
 use weir_common::keygroup::KeyGroupRange;
 
 /// The handle of a registered state inside one backend.
@@ -35,13 +49,13 @@ pub struct LocalSnapshot {
     pub dir: PathBuf,
     /// File names (inside `dir`) and sizes.
     pub files: Vec<(String, u64)>,
-    /// `rocksdb`, `heap` or `canonical` (the names `SnapshotFormat::from_name` in `rescale.rs` reads).
+    /// `rocksdb`, `heap` or `canonical` (the names `SnapshotFormat::from_name` in `snapshot/format.rs` reads).
     pub backend: &'static str,
     /// Key groups the snapshot holds.
     pub key_group_range: KeyGroupRange,
     /// Files still being written in the background (RocksDB: the SSTs of rows frozen at the barrier; heap: the
     /// file, while its timers are written); they join `files` through [`LocalSnapshot::ready`].
-    pub pending: Option<crate::ingest::PendingFiles>,
+    pub pending: Option<PendingFiles>,
 }
 
 impl LocalSnapshot {
@@ -66,6 +80,24 @@ impl LocalSnapshot {
             self.files.sort();
         }
         Ok(())
+    }
+}
+
+/// Snapshot files a background thread is still writing.
+pub struct PendingFiles(pub(crate) oneshot::Receiver<Result<Vec<(String, u64)>, StateError>>);
+
+impl std::fmt::Debug for PendingFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PendingFiles")
+    }
+}
+
+impl PendingFiles {
+    /// Waits for the files (name inside the snapshot directory, size).
+    pub async fn wait(self) -> Result<Vec<(String, u64)>, StateError> {
+        self.0
+            .await
+            .map_err(|_| StateError::Corrupt("the snapshot's SST writer stopped before finishing".to_string()))?
     }
 }
 
@@ -96,7 +128,7 @@ pub trait KeyedStateBackend: Send {
     /// Sets the namespace (its serialized bytes) that following accesses to *namespaced* states are scoped to,
     /// as Flink scopes window and timer state to a window; other states have no namespace. Empty until set.
     fn set_current_namespace(&mut self, namespace: &[u8]);
-    /// Sets the processing-time clock of TTL (default [`crate::ttl::SystemClock`]).
+    /// Sets the processing-time clock of TTL (default [`crate::keyed::ttl::SystemClock`]).
     fn set_clock(&mut self, clock: Arc<dyn Clock>);
     /// The TTL clock's current time in milliseconds.
     fn now_ms(&self) -> u64;
@@ -186,12 +218,12 @@ pub trait KeyedStateBackend: Send {
     fn migrate_state(
         &mut self,
         name: &str,
-        migration: &mut crate::migrate::ValueMigration<'_>,
+        migration: &mut crate::keyed::migrate::ValueMigration<'_>,
     ) -> Result<u64, StateError>;
     /// Name of the backend kind.
     fn kind(&self) -> &'static str;
     /// Every state the backend holds (registered, or restored and not registered again), by name.
-    fn state_summaries(&self) -> Result<Vec<crate::meta::StateSummary>, StateError>;
+    fn state_summaries(&self) -> Result<Vec<crate::keyed::meta::StateSummary>, StateError>;
     /// Engine properties per state for monitoring, as `(state, property, value)` (RocksDB's native
     /// `rocksdb.*` properties; none for the heap).
     fn properties(&self) -> Vec<(String, &'static str, u64)> {
@@ -206,6 +238,6 @@ pub trait KeyedStateBackend: Send {
 /// with map rows split as the heap keeps them (tests only).
 #[cfg(test)]
 pub(crate) type StoredContent = (
-    std::collections::BTreeMap<String, crate::meta::KindRecord>,
+    std::collections::BTreeMap<String, crate::keyed::meta::KindRecord>,
     std::collections::BTreeSet<(String, Vec<u8>, Option<Vec<u8>>, Vec<u8>)>,
 );

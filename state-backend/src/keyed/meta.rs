@@ -11,7 +11,7 @@
 //! column family (row `weir.kind.<name>`); heap snapshots store it after the state's name.
 
 use crate::error::StateError;
-use crate::ttl::{StateTtlConfig, TtlUpdateType, TtlVisibility};
+use crate::keyed::ttl::{StateTtlConfig, TtlUpdateType, TtlVisibility};
 use std::io::Read;
 use std::time::Duration;
 
@@ -142,7 +142,7 @@ pub struct StateSummary {
 /// the typed handle's).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StateOptions {
-    /// Time-to-live of the state's values (see [`crate::ttl`]).
+    /// Time-to-live of the state's values (see [`crate::keyed::ttl`]).
     pub ttl: Option<StateTtlConfig>,
     /// Whether the state is scoped to a namespace within each key (window and timer state, see
     /// [`crate::KeyedStateBackend::set_current_namespace`]). Stored with the state: it cannot change across a
@@ -180,7 +180,7 @@ impl<'a> StateDescriptor<'a> {
         StateDescriptor { name, options: StateOptions::default() }
     }
 
-    /// With a time-to-live (see [`crate::ttl`]).
+    /// With a time-to-live (see [`crate::keyed::ttl`]).
     pub fn with_ttl(mut self, ttl: StateTtlConfig) -> Self {
         self.options.ttl = Some(ttl);
         self

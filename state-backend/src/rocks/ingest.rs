@@ -22,7 +22,8 @@
 //! the completed one uploaded and does not upload it again.
 
 use crate::error::StateError;
-use crate::timerset::TimerSetSnapshot;
+use crate::keyed::PendingFiles;
+use crate::timers::set::TimerSetSnapshot;
 use rocksdb::{IngestExternalFileOptions, Options, SstFileWriter, DB};
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::MetadataExt;
@@ -223,24 +224,6 @@ pub(crate) struct IngestEntry {
 pub(crate) struct IngestManifest {
     /// The SSTs, in the order to ingest them.
     pub(crate) files: Vec<IngestEntry>,
-}
-
-/// Snapshot files a background thread is still writing.
-pub struct PendingFiles(pub(crate) oneshot::Receiver<Result<Vec<(String, u64)>, StateError>>);
-
-impl std::fmt::Debug for PendingFiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PendingFiles")
-    }
-}
-
-impl PendingFiles {
-    /// Waits for the files (name inside the snapshot directory, size).
-    pub async fn wait(self) -> Result<Vec<(String, u64)>, StateError> {
-        self.0
-            .await
-            .map_err(|_| StateError::Corrupt("the snapshot's SST writer stopped before finishing".to_string()))?
-    }
 }
 
 /// Options of every ingestion: the file is hard-linked in, and RocksDB removes the link it was given.

@@ -218,11 +218,11 @@ pub(crate) fn row_expired(ttl: &StateTtlConfig, now: u64, row: &[u8]) -> bool {
 pub(crate) fn retain_unexpired(ttl: &StateTtlConfig, now: u64, list: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut dropped = false;
-    crate::layout::decode_list("", list, &mut |e| {
+    crate::keyed::layout::decode_list("", list, &mut |e| {
         if row_expired(ttl, now, e) {
             dropped = true;
         } else {
-            crate::layout::encode_list_element(e, &mut out);
+            crate::keyed::layout::encode_list_element(e, &mut out);
         }
         Ok(())
     })
@@ -233,7 +233,7 @@ pub(crate) fn retain_unexpired(ttl: &StateTtlConfig, now: u64, list: &[u8]) -> O
 /// Whether every element of a stored TTL list is expired (false for a malformed list).
 pub(crate) fn list_all_expired(ttl: &StateTtlConfig, now: u64, list: &[u8]) -> bool {
     let mut all = true;
-    crate::layout::decode_list("", list, &mut |e| {
+    crate::keyed::layout::decode_list("", list, &mut |e| {
         all &= row_expired(ttl, now, e);
         Ok(())
     })

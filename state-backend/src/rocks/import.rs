@@ -1,6 +1,6 @@
 //! Moving a column family's SST files from several RocksDB databases into one without reading their rows:
 //! RocksDB's column-family import (`CreateColumnFamilyWithImport`), which a rescaled restore uses to merge whole
-//! snapshots (see `rescale.rs`).
+//! snapshots (see `restore/rescale.rs`).
 //!
 //! The `rocksdb` crate wraps neither the import nor the file metadata it needs (sequence numbers), so this
 //! module calls RocksDB's C API directly — the only `unsafe` code of the backend. One import takes the files of

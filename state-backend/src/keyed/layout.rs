@@ -1,5 +1,5 @@
 //! The row layout both backends share: row keys (`key_group | key`, see `RowKeyBuilder`), the stored list
-//! format, and the byte intervals of key-group ranges. The RocksDB module docs (`rocks.rs`) show the
+//! format, and the byte intervals of key-group ranges. The RocksDB module docs (`rocks/mod.rs`) show the
 //! whole table; the heap keeps value and list rows under the same row keys, and map entries in an ordered map
 //! per row key.
 

@@ -9,7 +9,7 @@
 //! per row.
 
 use crate::error::StateError;
-use crate::layout::row_key_group;
+use crate::keyed::layout::row_key_group;
 use std::sync::Arc;
 
 /// Rows a chunk holds at most: inserting moves half a chunk on average, and a snapshot costs a pointer per chunk.

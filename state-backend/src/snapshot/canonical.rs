@@ -4,14 +4,14 @@
 //! ## Format
 //!
 //! One file, [`CANONICAL_FILE`], with the structure of the heap's `WEIRHP02` snapshots (see [`crate::heap`]; both
-//! are read and written by `statefile.rs`) under the magic `WEIRCN01`:
+//! are read and written by `heap/statefile.rs`) under the magic `WEIRCN01`:
 //!
 //! ```text
 //! "WEIRCN01"
 //! u32 state count
 //! per state, ordered by name:
 //!     bytes name
-//!     kind record (1 byte, or 11 with TTL: see crate::meta)
+//!     kind record (1 byte, or 11 with TTL: see crate::keyed::meta)
 //!     u32 row count
 //!     value, reducing, aggregating, list:  (bytes row key, bytes value)*
 //!     map:                                  (bytes row key, u32 entry count, (bytes user key, bytes value)*)*
@@ -40,11 +40,11 @@
 //! state by state in name order, each state's rows sorted in memory.
 
 use crate::error::StateError;
+use crate::heap::statefile::{Row, SortBuffer, StateFileReader, StateFileWriter, CANONICAL_V1, HEAP_V1, HEAP_V2};
+use crate::keyed::layout::{map_prefix_of_row, row_in, split_map_row};
+use crate::keyed::meta::{encode_kind_record, StateKind};
 use crate::keyed::LocalSnapshot;
-use crate::layout::{map_prefix_of_row, row_in, split_map_row};
-use crate::meta::{encode_kind_record, StateKind};
 use crate::rocks::{RocksDbBackend, RocksOptions};
-use crate::statefile::{Row, SortBuffer, StateFileReader, StateFileWriter, CANONICAL_V1, HEAP_V1, HEAP_V2};
 use std::path::Path;
 use std::time::Instant;
 use weir_common::keygroup::{key_group_prefix_len, KeyGroupRange};

@@ -14,16 +14,16 @@
 //! ## Time-to-live
 //!
 //! A handle registered with a [`StateDescriptor`] carrying a [`StateTtlConfig`] reads expired values as absent
-//! (see [`crate::ttl`] for the semantics, the stored format and the cleanup strategies). The handles implement
+//! (see [`crate::keyed::ttl`] for the semantics, the stored format and the cleanup strategies). The handles implement
 //! the TTL semantics (stamping, expiry on read, re-stamping); the backends only store the stamped bytes. The
 //! clock is the backend's ([`KeyedStateBackend::set_clock`]).
 
-use crate::codec::{decode_state, StateCodec};
 use crate::error::StateError;
+use crate::keyed::layout::encode_list_element;
+use crate::keyed::meta::{StateDescriptor, StateKind};
+use crate::keyed::ttl::{split_ts, stamp, StateTtlConfig};
 use crate::keyed::{KeyedStateBackend, StateId};
-use crate::layout::encode_list_element;
-use crate::meta::{StateDescriptor, StateKind};
-use crate::ttl::{split_ts, stamp, StateTtlConfig};
+use crate::typed::codec::{decode_state, StateCodec};
 use std::marker::PhantomData;
 
 /// Scopes following accesses to namespaced states to `namespace` (see
@@ -35,8 +35,8 @@ pub fn set_namespace<N: StateCodec>(backend: &mut dyn KeyedStateBackend, namespa
 }
 
 /// Reads the current key's value row of a TTL state: an expired row is deleted (and returned only with
-/// [`crate::ttl::TtlVisibility::ReturnExpiredIfNotCleanedUp`] and not `for_update`); an unexpired one is
-/// re-stamped on reads with [`crate::ttl::TtlUpdateType::OnReadAndWrite`]. Returns the user value's bytes.
+/// [`crate::keyed::ttl::TtlVisibility::ReturnExpiredIfNotCleanedUp`] and not `for_update`); an unexpired one is
+/// re-stamped on reads with [`crate::keyed::ttl::TtlUpdateType::OnReadAndWrite`]. Returns the user value's bytes.
 fn ttl_value(
     backend: &mut dyn KeyedStateBackend,
     id: StateId,
@@ -53,7 +53,7 @@ fn ttl_value(
     }
     let user = user.to_vec();
     if ttl.refreshes_on_read() && !for_update {
-        let mut row = Vec::with_capacity(user.len() + crate::ttl::TS_LEN);
+        let mut row = Vec::with_capacity(user.len() + crate::keyed::ttl::TS_LEN);
         stamp(now, &user, &mut row);
         backend.put_value(id, &row)?;
     }
@@ -361,7 +361,7 @@ impl<K: StateCodec, V: StateCodec> MapState<K, V> {
     }
 
     /// The visible entries (user key and value bytes) of the current key's TTL map, in key order; expired
-    /// entries are removed, unexpired ones re-stamped with [`crate::ttl::TtlUpdateType::OnReadAndWrite`].
+    /// entries are removed, unexpired ones re-stamped with [`crate::keyed::ttl::TtlUpdateType::OnReadAndWrite`].
     fn ttl_entries(
         &self,
         backend: &mut dyn KeyedStateBackend,

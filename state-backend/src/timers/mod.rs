@@ -1,7 +1,7 @@
 //! Timer services: an operator's event-time and processing-time timers, kept as keyed state.
 //!
 //! Each time domain is one state of kind [`StateKind::Timers`] ([`EVENT_TIMERS`], [`PROCESSING_TIMERS`]) whose
-//! rows are `kg | timestamp | key | namespace | u32 BE len(namespace)` (`layout.rs`): key group first, so a
+//! rows are `kg | timestamp | key | namespace | u32 BE len(namespace)` (`keyed/layout.rs`): key group first, so a
 //! key-group range is one interval and timers move with their key groups through every snapshot, restore and
 //! rescale path other keyed state takes (RocksDB: a column family per domain, imported whole or cut by range
 //! deletes; heap: an ordered set per domain written as rows); then timestamp, so each key group's timers are
@@ -19,11 +19,16 @@
 //! tombstones of fired timers are skipped, not walked. The batches are volatile: they hold copies of rows that
 //! stay in the backend until fired, so snapshots, restores and rescales never see them. Every change of the
 //! timer states goes through the service.
+//!
+//! The backends keep timer rows in memory in the ordered sets of `set.rs`, whose snapshot copies pointers to
+//! chunks of rows: the heap all of them, RocksDB those registered since its last flush.
+
+pub(crate) mod set;
 
 use crate::error::StateError;
+use crate::keyed::layout::{append_timer, timer_row_timestamp, TimerRow};
+use crate::keyed::meta::{StateKind, StateOptions};
 use crate::keyed::{KeyedStateBackend, StateId};
-use crate::layout::{append_timer, timer_row_timestamp, TimerRow};
-use crate::meta::{StateKind, StateOptions};
 use std::collections::{BTreeSet, VecDeque};
 use weir_common::keygroup::KeyGroupRange;
 
@@ -593,7 +598,7 @@ mod tests {
     /// deleted) while its files are still being written; restored, exactly those fire.
     #[test]
     fn a_snapshot_keeps_the_timers_of_its_barrier_while_they_change() {
-        use crate::rescale::open_keyed_backend;
+        use crate::restore::rescale::open_keyed_backend;
         use weir_common::spec::StateBackend;
         let range = KeyGroupRange { start: 0, end: 127 };
         let tmp = tempfile::tempdir().unwrap();

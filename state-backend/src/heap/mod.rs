@@ -9,34 +9,36 @@
 //! every number a little-endian `u32` and every byte string length-prefixed (read and written as a stream by
 //! `statefile.rs`, which canonical snapshots share). `WEIRHP01` files (value states only, no kind byte) are still
 //! read. A state with TTL stores its kind as a kind record with the TTL config instead of the kind byte
-//! (`kind | 0x80` and 10 more bytes, see [`crate::meta`]); states without TTL are written exactly as before.
+//! (`kind | 0x80` and 10 more bytes, see [`crate::keyed::meta`]); states without TTL are written exactly as before.
 //! Timer states come last: the synchronous part of a snapshot takes a pointer per chunk of their rows
-//! (`timerset.rs`) and a thread writes them while the task goes on ([`LocalSnapshot::ready`] waits for it).
+//! (`timers/set.rs`) and a thread writes them while the task goes on ([`LocalSnapshot::ready`] waits for it).
 //!
 //! A restore may read several files, heap or canonical, keeping the rows of the backend's key groups (on
-//! rescaling, see `rescale.rs`); a native RocksDB snapshot cannot be restored into the heap.
+//! rescaling, see `restore/rescale.rs`); a native RocksDB snapshot cannot be restored into the heap.
 //!
 //! TTL states are cleaned incrementally: every access of a TTL state checks the next
 //! [`DEFAULT_INCREMENTAL_CLEANUP_ENTRIES`] rows of that state ([`HeapBackend::set_incremental_cleanup_entries`])
 //! from a queue of its row keys, refilled with every row key once it runs empty, skipping the current key. A
 //! snapshot writes no expired value, list element or map entry.
 
+pub(crate) mod statefile;
+
 use crate::error::StateError;
-use crate::ingest::PendingFiles;
-use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
-use crate::layout::{decode_list, row_in, RowKeyBuilder, TimerRow, TimerScan};
-use crate::layout::{ElementVisitor, RowVisitor};
-use crate::meta::TtlChange;
-use crate::meta::{
+use crate::heap::statefile::{Row, StateFileReader, HEAP_V1, HEAP_V2};
+use crate::keyed::layout::{decode_list, row_in, RowKeyBuilder, TimerRow, TimerScan};
+use crate::keyed::layout::{ElementVisitor, RowVisitor};
+use crate::keyed::meta::TtlChange;
+use crate::keyed::meta::{
     check_redeclaration, check_same_declaration, encode_kind_record, too_large, ttl_change, wrong_kind, StateKind,
     StateOptions,
 };
-use crate::migrate::{RowRewrite, ValueMigration};
-use crate::statefile::{Row, StateFileReader, HEAP_V1, HEAP_V2};
-use crate::timerset::{TimerSet, TimerSetSnapshot};
-use crate::ttl::{
+use crate::keyed::migrate::{RowRewrite, ValueMigration};
+use crate::keyed::ttl::{
     retain_unexpired, row_expired, Clock, StateTtlConfig, SystemClock, DEFAULT_INCREMENTAL_CLEANUP_ENTRIES,
 };
+use crate::keyed::PendingFiles;
+use crate::keyed::{KeyedStateBackend, LocalSnapshot, StateId, DEFAULT_MAX_VALUE_BYTES};
+use crate::timers::set::{TimerSet, TimerSetSnapshot};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -102,7 +104,7 @@ impl HeapState {
 }
 
 impl HeapState {
-    /// Rewrites every stored value in place ([`crate::migrate`]); returns how many.
+    /// Rewrites every stored value in place ([`crate::keyed::migrate`]); returns how many.
     fn rewrite(&mut self, ttl: TtlChange, values: Option<&mut ValueMigration<'_>>) -> Result<u64, StateError> {
         let started = std::time::Instant::now();
         let mut rewrite = RowRewrite::new(&self.name, self.kind, ttl, values);
@@ -179,8 +181,8 @@ impl HeapBackend {
 
     /// Adds the states and rows of a heap or canonical snapshot file (its magic one of `accepted`) whose key
     /// group lies in `keep` (`None`: every row, for a snapshot of the backend's own range). A state that an earlier
-    /// file declared must be declared alike ([`crate::meta::check_same_declaration`]); rows of one row key in two
-    /// files are not expected (snapshots of one job hold disjoint key groups), the later file's would win.
+    /// file declared must be declared alike ([`crate::keyed::meta::check_same_declaration`]); rows of one row key
+    /// in two files are not expected (snapshots of one job hold disjoint key groups), the later file's would win.
     pub(crate) fn load(
         &mut self,
         path: &Path,
@@ -653,7 +655,7 @@ impl KeyedStateBackend for HeapBackend {
         let mut timers = Vec::new();
         for st in &self.states {
             if st.kind == StateKind::Timers {
-                // Written last, by a thread, from pointers to the rows as they are now (see `timerset.rs`).
+                // Written last, by a thread, from pointers to the rows as they are now (see `timers/set.rs`).
                 bytes.insert(st.name.clone(), st.timers.bytes());
                 let record = encode_kind_record(st.kind, st.ttl.as_ref(), st.namespaced);
                 timers.push((st.name.clone(), record, st.timers.snapshot()));
@@ -747,11 +749,11 @@ impl KeyedStateBackend for HeapBackend {
         "heap"
     }
 
-    fn state_summaries(&self) -> Result<Vec<crate::meta::StateSummary>, StateError> {
+    fn state_summaries(&self) -> Result<Vec<crate::keyed::meta::StateSummary>, StateError> {
         let mut out: Vec<_> = self
             .states
             .iter()
-            .map(|st| crate::meta::StateSummary {
+            .map(|st| crate::keyed::meta::StateSummary {
                 name: st.name.clone(),
                 kind: st.kind,
                 ttl: st.ttl,
@@ -787,7 +789,7 @@ impl KeyedStateBackend for HeapBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handles::ValueState;
+    use crate::typed::handles::ValueState;
 
     #[test]
     fn snapshot_round_trip() {
@@ -831,9 +833,9 @@ mod tests {
 
     #[test]
     fn ttl_incremental_cleanup_and_snapshot_filtering() {
-        use crate::handles::{ListState, MapState};
-        use crate::meta::StateDescriptor;
-        use crate::ttl::{ManualClock, StateTtlConfig};
+        use crate::keyed::meta::StateDescriptor;
+        use crate::keyed::ttl::{ManualClock, StateTtlConfig};
+        use crate::typed::handles::{ListState, MapState};
         use std::time::Duration;
         let tmp = tempfile::tempdir().unwrap();
         let range = KeyGroupRange { start: 0, end: 127 };

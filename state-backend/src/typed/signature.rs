@@ -209,7 +209,7 @@ pub trait TypeSignature {
     }
 
     /// The snapshot of this type's serializer, for a type that is itself a state serializer
-    /// ([`crate::formats`]: `Bincode<T>`, `Avro<T>`, `Protobuf<T>`); other types are known by their signature.
+    /// ([`crate::typed::formats`]: `Bincode<T>`, `Avro<T>`, `Protobuf<T>`); other types are known by their signature.
     fn serializer() -> Option<SerializerSnapshot> {
         None
     }
