@@ -1,21 +1,25 @@
 //! Weir's task manager. Its folders are its architecture:
 //!
-//! - [`api`]: what an operator author programs against (operator traits, records, the kind registry, commit
-//!   helpers); `examples/` and users' own task-manager binaries import only this and [`builtins`].
-//! - [`builtins`]: the 17 built-in kinds, written against [`api`]: sources `datagen`, `nexmark` and `kafka`;
-//!   `keyed-count`, `filter`, `project`, `aggregate`, `over`, `window-aggregate`, `window-top`, `join`,
-//!   `interval-join`, `window-join` and `winning-bids`; sinks `file-sink`, `kafka-sink` and `blackhole`.
-//!   [`builtins::registry`] is a registry holding them.
+//! - [`api`]: what an operator author programs against (operator traits, records, the `Kind` trait a kind is
+//!   declared with, the kind registry, commit helpers); `examples/` and users' own task-manager binaries import
+//!   only this and [`builtins`].
+//! - [`builtins`]: the 17 built-in kinds, a file or folder each, declared with [`api`]'s `Kind` as users' kinds
+//!   are: sources `datagen`, `nexmark` (with the Nexmark generator) and `kafka`; `keyed-count`, `filter`,
+//!   `project`, `aggregate`, `over`, `window-aggregate`, `window-top`, `join`, `interval-join`, `window-join`
+//!   and `winning-bids`; sinks `file-sink`, `kafka-sink` (with `kafka`, in `kafka/`) and `blackhole`.
+//!   [`builtins::registry`] is the list of them.
 //! - [`task`]: one subtask's thread: the run loop, setup (planned by `plan_setup`) and restore, the snapshot
 //!   and its upload (planned by `plan_upload`), output edges and chaining, barrier alignment, its errors.
-//! - [`expr`]: expressions over records (`filter`, `project`): compiled per schema, evaluated a column at a
-//!   time with Arrow's kernels, and keys made of column values.
+//! - [`expr`]: the expression language of `filter`, `project` and the joins: parsed, typed over a schema's
+//!   columns, compiled per schema and evaluated a column at a time with Arrow's kernels; keys made of column
+//!   values.
 //! - [`net`]: the data plane: framing, a connection's stream and liveness, the data server, input and output
 //!   channels with credit-based flow control.
 //! - [`time`]: event time: watermark generation per source split, and the valve that combines the watermarks
 //!   and idleness of several inputs (pure state machines the task loop drives).
 //! - [`window`]: window assignment, slices and session merging as arithmetic, triggers and accumulators, and
-//!   the general window operator on keyed timers and namespaced state that user kinds build on
+//!   the window config the window kinds read, and the general window operator on keyed timers and namespaced
+//!   state that user kinds build on
 //!   (`window-aggregate` runs its event-time windows on a path of its own in [`builtins`]).
 //! - [`control`]: the gRPC service the job manager calls, registration and heartbeats.
 //! - [`report`]: the ordered reports of task states and checkpoint acknowledgements to the job manager,
