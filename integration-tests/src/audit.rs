@@ -58,7 +58,7 @@ pub fn wait_for_no_orphaned_shared_files(root: &Path, job: &str, timeout: Durati
 pub fn wait_for_no_orphaned_shared_files_in(store: &Store, job: &str, timeout: Duration) -> Result<()> {
     // A sweep deletes unreferenced shared files before the leftover checkpoint directories that name them, so
     // a file can look "missing" for a moment: wait for both lists to be empty, and name what is left.
-    crate::wait_until("for the shared files to be swept", timeout, || {
+    crate::cluster::wait_until("for the shared files to be swept", timeout, || {
         let audit = audit_shared_files_in(store, job)?;
         if audit.orphans.is_empty() && audit.missing.is_empty() {
             Ok(Some(()))

@@ -391,6 +391,23 @@ pub fn batch_of(records: &[Record]) -> Result<RecordBatch, OperatorError> {
     Ok(b.finish().unwrap_or_else(|| RecordBatch::new_empty(key_value_schema(ValueType::I64))))
 }
 
+/// The integers of column `name` of `batch` (32- or 64-bit integers, or millisecond timestamps); `who` names the
+/// operator in errors.
+pub fn int_column(batch: &arrow_array::RecordBatch, name: &str, who: &str) -> Result<Vec<Option<i64>>, OperatorError> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
+    use arrow_schema::{DataType, TimeUnit};
+    let col = batch.column_by_name(name).ok_or_else(|| OperatorError::Other(format!("{who}: no column {name:?}")))?;
+    Ok(match col.data_type() {
+        DataType::Int64 => col.as_primitive::<Int64Type>().iter().collect(),
+        DataType::Int32 => col.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),
+        DataType::Timestamp(TimeUnit::Millisecond, None) => {
+            col.as_primitive::<TimestampMillisecondType>().iter().collect()
+        }
+        t => return Err(OperatorError::Other(format!("{who}: column {name:?} is {t}, not an integer"))),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,10 +3,41 @@
 //! [`Kind`] trait and go into the same [`Registry`](super::registry::Registry); the task manager reports each
 //! kind's [`KindInfo`] when it registers, and checks specs with the rest when the job manager asks.
 
-use crate::api::registry::{Instance, InvalidConfig};
+use crate::api::operator::{Operator, Source};
 use weir_common::kind::{ConfigFieldError, KindInfo, OperatorConfig, SideOutputs};
 use weir_common::schema::Column;
 use weir_state::signature::StateSignature;
+
+/// A freshly built operator instance.
+pub enum Instance {
+    /// A source.
+    Source(Box<dyn Source>),
+    /// An operator or sink.
+    Operator(Box<dyn Operator>),
+}
+
+/// Why a kind's factory refused the config it was given; the message names the field and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidConfig(pub String);
+
+impl From<String> for InvalidConfig {
+    fn from(message: String) -> Self {
+        InvalidConfig(message)
+    }
+}
+
+impl From<&str> for InvalidConfig {
+    fn from(message: &str) -> Self {
+        InvalidConfig(message.to_string())
+    }
+}
+
+impl From<ConfigFieldError> for InvalidConfig {
+    fn from(e: ConfigFieldError) -> Self {
+        InvalidConfig(e.to_string())
+    }
+}
 
 /// An operator kind: everything about it in one place.
 pub trait Kind: Send + Sync + 'static {

@@ -3,7 +3,7 @@
 //! extra kinds registered (as Flink users ship a jar).
 
 use crate::api::kind::{DynKind, FnKind, Kind};
-use crate::api::operator::{Operator, Source};
+pub use crate::api::kind::{Instance, InvalidConfig};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use weir_common::kind::{ConfigFieldError, KindCatalog, KindInfo, KindSignature, Role, SideOutputs};
@@ -20,37 +20,6 @@ pub fn signed(mut info: KindInfo, signature: &StateSignature) -> KindInfo {
         states: signature.serializers().cloned().collect(),
     });
     info
-}
-
-/// A freshly built operator instance.
-pub enum Instance {
-    /// A source.
-    Source(Box<dyn Source>),
-    /// An operator or sink.
-    Operator(Box<dyn Operator>),
-}
-
-/// Why a kind's factory refused the config it was given; the message names the field and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidConfig(pub String);
-
-impl From<String> for InvalidConfig {
-    fn from(message: String) -> Self {
-        InvalidConfig(message)
-    }
-}
-
-impl From<&str> for InvalidConfig {
-    fn from(message: &str) -> Self {
-        InvalidConfig(message.to_string())
-    }
-}
-
-impl From<ConfigFieldError> for InvalidConfig {
-    fn from(e: ConfigFieldError) -> Self {
-        InvalidConfig(e.to_string())
-    }
 }
 
 /// Why no instance of a kind could be built.

@@ -26,6 +26,7 @@
 //! (the normal restore, from the newest checkpoint, commits nothing twice in any format).
 
 use super::declare::*;
+pub use super::text::FileFormat;
 use super::text::LineWriter;
 use crate::api::commit::{attempt_and_number, hidden_name, PendingFiles};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
@@ -47,21 +48,6 @@ pub struct FileSinkConfig {
     pub path: String,
     /// How rows are written.
     pub format: FileFormat,
-}
-
-/// How `file-sink` writes rows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FileFormat {
-    /// `key,value` lines for key/value rows; other rows as their columns in schema order, comma-separated,
-    /// RFC 4180 quoting where needed (DESIGN §10).
-    #[default]
-    Text,
-    /// RFC 4180 CSV with a header line of column names in every file.
-    Csv,
-    /// A JSON object per line, by column name.
-    Json,
-    /// Apache Parquet, a file per checkpoint (snappy-compressed).
-    Parquet,
 }
 
 impl FileSinkConfig {

@@ -655,7 +655,7 @@ mod tests {
             drop(out);
             let mut lines = Vec::new();
             for b in got {
-                let mut w = crate::builtins::text::LineWriter::new(&b, crate::builtins::file_sink::FileFormat::Text)?;
+                let mut w = crate::builtins::text::LineWriter::new(&b, crate::builtins::text::FileFormat::Text)?;
                 for row in 0..b.num_rows() {
                     let mut line = String::new();
                     w.write_row(&b, row, &mut line);

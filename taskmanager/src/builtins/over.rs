@@ -9,13 +9,13 @@
 
 use super::aggregate::{aggregate_columns, check_column, own_columns, parse_aggregates, INTEGERS};
 use super::declare::*;
+use crate::api::batch::int_column;
 use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME, OP};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
 use crate::builtins::aggregate::AggregateFn;
 use crate::builtins::aggregate::{accumulate, finish};
-use crate::builtins::int_column;
 use arrow_array::builder::{Int64Builder, TimestampMillisecondBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};

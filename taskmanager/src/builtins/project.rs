@@ -382,7 +382,7 @@ mod tests {
     use super::*;
     use crate::api::batch::{keys, with_key_group};
     use crate::api::operator::RuntimeInfo;
-    use crate::builtins::file_sink::FileFormat;
+    use crate::builtins::text::FileFormat;
     use crate::builtins::text::LineWriter;
     use arrow_array::cast::AsArray;
     use arrow_array::{Int32Array, Int64Array, StringArray, TimestampMillisecondArray, UInt16Array};

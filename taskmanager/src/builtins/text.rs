@@ -1,17 +1,31 @@
-//! Rows as text lines, the way sinks write them (`file-sink`'s formats; DESIGN §10): key/value rows as
+//! The formats sinks write ([`FileFormat`]), and rows as text lines (`file-sink`'s line formats; DESIGN §10): key/value rows as
 //! `key,value`, other rows as every column in schema order, CSV with a header, or a JSON object per line. The
 //! runtime's columns (`_event_time`, `_key_group`) are not written.
 
 use crate::api::batch::{is_system_column, RowKind, KEY, OP, VALUE};
 use crate::api::operator::OperatorError;
 use crate::api::record::write_key_text;
-use crate::builtins::file_sink::FileFormat;
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use std::fmt::Write;
 use std::sync::Arc;
+
+/// How `file-sink` writes rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileFormat {
+    /// `key,value` lines for key/value rows; other rows as their columns in schema order, comma-separated,
+    /// RFC 4180 quoting where needed (DESIGN §10).
+    #[default]
+    Text,
+    /// RFC 4180 CSV with a header line of column names in every file.
+    Csv,
+    /// A JSON object per line, by column name.
+    Json,
+    /// Apache Parquet, a file per checkpoint (snappy-compressed).
+    Parquet,
+}
 
 /// Writes the rows of batches of one schema as lines.
 pub struct LineWriter {

@@ -197,7 +197,7 @@ impl Operator for WindowTop {
             self.output = None;
         }
         let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
-        let values = crate::builtins::int_column(batch, &self.cfg.by, "window-top")?;
+        let values = crate::api::batch::int_column(batch, &self.cfg.by, "window-top")?;
         let times = event_times(batch)
             .ok_or_else(|| OperatorError::Other("window-top needs event time: its input has no timestamps".into()))?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));

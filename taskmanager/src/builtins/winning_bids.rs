@@ -10,11 +10,11 @@
 
 use super::aggregate::{check_column, INTEGERS, TIMES};
 use super::declare::*;
+use crate::api::batch::int_column;
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
 use crate::api::timers::TimeDomain;
-use crate::builtins::int_column;
 use crate::builtins::join::JoinConfig;
 use crate::builtins::join::Plan;
 use arrow_array::builder::{BinaryBuilder, TimestampMillisecondBuilder};

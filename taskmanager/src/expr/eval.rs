@@ -2,8 +2,9 @@
 //! with Arrow's kernels: a batch costs one kernel call per operator in the expression, nothing per row.
 
 use crate::api::error::OperatorError;
+use crate::expr::ast::{BinaryOp, Expr, Function, Literal, UnaryOp};
+use crate::expr::typing::Type;
 use crate::expr::typing::{binary_type, literal_type, operand_type};
-use crate::expr::{BinaryOp, Expr, Function, Literal, Type, UnaryOp};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int32Type, Int64Type};
 use arrow_array::{

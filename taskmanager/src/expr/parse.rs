@@ -8,7 +8,7 @@
 //! parenthesis, `NOT`, `-` and function call it is inside, through a few frames each, so those nest at most
 //! [`MAX_EXPR_NESTING`] deep; chains it reads in a loop.
 
-use super::{BinaryOp, Expr, Function, Literal, UnaryOp};
+use super::ast::{BinaryOp, Expr, Function, Literal, UnaryOp};
 
 /// A parse error: what was expected, and where (a character offset into the text).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

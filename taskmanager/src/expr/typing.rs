@@ -4,7 +4,7 @@
 //! the Hive/Arrow precision rules (`+ -`: scale `max(s1,s2)`, precision `max(p1-s1, p2-s2) + scale + 1`; `*`:
 //! precision `p1 + p2 + 1`, scale `s1 + s2`; at most 38 digits).
 
-use super::{BinaryOp, Expr, Function, Literal, UnaryOp};
+use super::ast::{BinaryOp, Expr, Function, Literal, UnaryOp};
 use weir_common::schema::{parse_decimal_type, Column, MAX_DECIMAL_PRECISION};
 
 /// The type of a value in an expression.

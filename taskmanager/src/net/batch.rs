@@ -8,6 +8,7 @@
 //! bytes before Arrow reads it (Arrow slices buffers without checking), and the body is read in place, so nothing
 //! allocates by a declared size.
 
+use super::frame::MAX_BATCH_ROWS;
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_buffer::Buffer;
 use arrow_ipc::reader::{read_dictionary, read_record_batch};
@@ -30,9 +31,6 @@ pub enum BatchError {
     #[error("a frame held {0}")]
     Unexpected(&'static str),
 }
-
-/// Most rows one batch frame may carry: a consumer refuses more, whatever the frame claims.
-pub const MAX_BATCH_ROWS: u32 = 1 << 16;
 
 /// Encodes the batches of one channel.
 pub struct BatchEncoder {
@@ -60,7 +58,7 @@ impl BatchEncoder {
     }
 
     /// `batch` as whole batch frames, written straight after the frame header: one frame, or, for a batch whose
-    /// frame would pass [`crate::net::MAX_FRAME`] or [`MAX_BATCH_ROWS`], its halves' frames in turn.
+    /// frame would pass [`super::frame::MAX_FRAME`] or [`MAX_BATCH_ROWS`], its halves' frames in turn.
     pub fn encode_frames(&mut self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>, BatchError> {
         let mut frames = Vec::with_capacity(1);
         self.encode_split(batch, &mut frames)?;
@@ -75,7 +73,7 @@ impl BatchEncoder {
             return self.encode_split(&batch.slice(half, rows - half), frames);
         }
         let frame = self.encode_one(batch)?;
-        if frame.len() > crate::net::MAX_FRAME && rows > 1 {
+        if frame.len() > super::frame::MAX_FRAME && rows > 1 {
             // Arrow writes a slice's buffers only, so each half is about half the bytes.
             let half = rows / 2;
             self.encode_split(&batch.slice(0, half), frames)?;
@@ -92,12 +90,12 @@ const FRAME_HEADER: usize = 9;
 
 fn frame_start() -> Vec<u8> {
     let mut v = Vec::with_capacity(16 << 10);
-    crate::net::begin_batch(&mut v);
+    super::frame::begin_batch(&mut v);
     v
 }
 
 fn finish(mut frame: Vec<u8>, rows: u32) -> Vec<u8> {
-    crate::net::finish_batch(&mut frame, rows);
+    super::frame::finish_batch(&mut frame, rows);
     frame
 }
 

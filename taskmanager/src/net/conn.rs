@@ -85,4 +85,4 @@ pub(super) type DataReadHalf = tokio::io::ReadHalf<DataStream>;
 pub(super) type DataWriteHalf = tokio::io::WriteHalf<DataStream>;
 
 /// A connection from a producer, named by its vertex, its subtask and the consumer's input it feeds.
-pub(super) type Incoming = ((u32, u32, u32), DataStream);
+pub type Incoming = ((u32, u32, u32), DataStream);

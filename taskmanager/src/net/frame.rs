@@ -1,13 +1,15 @@
 //! Framing: the frame types, their encoding and decoding, and reading one frame off a connection with a
 //! bounded buffer.
 
-use super::batch::MAX_BATCH_ROWS;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Largest frame accepted from the network.
 pub const MAX_FRAME: usize = 64 << 20;
+
+/// Most rows one batch frame may carry: a consumer refuses more, whatever the frame claims.
+pub const MAX_BATCH_ROWS: u32 = 1 << 16;
 /// Largest handshake accepted: it names a job and a subtask, a few hundred bytes.
 pub(super) const MAX_HANDSHAKE: usize = 64 << 10;
 /// What a frame's buffer starts with before its bytes arrive: a length read off the network is trusted with

@@ -26,9 +26,9 @@ mod conn;
 mod data_server;
 mod frame;
 
-pub use batch::{BatchDecoder, BatchEncoder, MAX_BATCH_ROWS};
+pub use batch::{BatchDecoder, BatchEncoder};
 pub use channels::*;
-pub use conn::{DataIo, DataStream, Liveness, CREDIT_TIMEOUT, HEARTBEAT_INTERVAL};
+pub use conn::{DataIo, DataStream, Incoming, Liveness, CREDIT_TIMEOUT, HEARTBEAT_INTERVAL};
 pub use data_server::*;
 pub use frame::*;
 

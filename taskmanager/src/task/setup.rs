@@ -8,7 +8,28 @@ use std::path::Path;
 use weir_common::descriptor::SubtaskRestore;
 use weir_state::KeyedStateBackend;
 
+/// What every setup step needs: the task's descriptor and environment, the runtime its I/O runs on, and the
+/// cancel signal that stops any step at once.
+struct SetupCtx<'a> {
+    desc: &'a TaskDescriptor,
+    env: &'a TaskEnv,
+    rt: tokio::runtime::Handle,
+    cancel: watch::Receiver<bool>,
+}
+
+impl SetupCtx<'_> {
+    /// Runs one step of I/O, giving up as soon as the task is canceled.
+    fn run<T, E: Into<TaskError>>(
+        &mut self,
+        step: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, TaskError> {
+        unless_canceled(&self.rt, &mut self.cancel, step)
+    }
+}
+
 impl Task {
+    /// Sets a task up: builds its chain and opens each operator's state (restored where the plan says),
+    /// initializes the operators, connects its outputs and accepts its inputs.
     pub(super) fn setup(
         desc: TaskDescriptor,
         env: Arc<TaskEnv>,
@@ -16,167 +37,19 @@ impl Task {
         events: mpsc::Sender<TaskEvent>,
         work_dir: PathBuf,
         key: &ChannelKey,
-        mut cancel: watch::Receiver<bool>,
+        cancel: watch::Receiver<bool>,
     ) -> Result<Task, TaskError> {
         // Claim input connections first, so producers that connect early are held for us.
         let incoming = desc.input.as_ref().map(|_| env.data_server.register(key.clone()));
         std::fs::create_dir_all(&work_dir)
             .map_err(|e| TaskError::Other(format!("cannot create {}: {e}", work_dir.display())))?;
         let store = Store::open(&desc.checkpoint_root, &env.store_options)?;
-        let rt = env.runtime.clone();
+        let mut cx = SetupCtx { desc: &desc, env: &env, rt: env.runtime.clone(), cancel };
         let plan = plan_setup(&desc, &work_dir, |kind| env.registry.info(kind).is_some_and(|k| k.keyed));
-        // Restored state is read from where the job manager says (a savepoint lives in its own directory).
-        let restore_store = match &plan.source {
-            RestoreSource::Nothing => None,
-            RestoreSource::Checkpoints => Some(store.clone()),
-            RestoreSource::Elsewhere(root) => Some(Store::open_existing(root, &env.store_options)?),
-        };
-
         let mut incremental = Incremental::default();
-        let mut ops = Vec::with_capacity(plan.operators.len());
-        for (od, op) in desc.operators.iter().zip(&plan.operators) {
-            let info = RuntimeInfo {
-                uid: od.uid.clone(),
-                job_id: desc.job_id.0.clone(),
-                attempt: desc.attempt.0,
-                subtask: desc.subtask,
-                parallelism: desc.parallelism,
-                max_parallelism: desc.max_parallelism,
-                key_group_range: desc.key_group_range,
-            };
-            let head = match env.registry.build(&od.kind, &od.config) {
-                Ok(Instance::Source(s)) => Head::Source(s),
-                Ok(Instance::Operator(o)) => Head::Operator(o),
-                Err(e) => return Err(TaskError::Other(format!("operator {:?}: {e}", od.uid))),
-            };
-            let op_state = match (op.restore, restore_store.as_ref()) {
-                (Some(r), Some(store)) => {
-                    unless_canceled(&rt, &mut cancel, crate::task::restore::operator_state(store, &r.operator_state))?
-                }
-                _ => OperatorStateStore::new(),
-            };
-            let keyed = match (&op.keyed, restore_store.as_ref()) {
-                (KeyedPlan::Stateless, _) => None,
-                (KeyedPlan::Restore { from, download_dir, state_dir }, Some(store)) => {
-                    let downloaded = unless_canceled(
-                        &rt,
-                        &mut cancel,
-                        crate::task::restore::download_keyed(store, &from.keyed, download_dir),
-                    )?;
-                    let target = crate::task::restore::KeyedTarget {
-                        kind: desc.state_backend,
-                        range: desc.key_group_range,
-                        max_parallelism: desc.max_parallelism,
-                        state_dir,
-                        rocks: &env.rocks,
-                        own_files: plan.own_files,
-                    };
-                    let mut restored = crate::task::restore::open_keyed(&target, downloaded)?;
-                    let _ = std::fs::remove_dir_all(download_dir);
-                    let declared = env.registry.info(&od.kind).and_then(|k| k.signature.as_ref());
-                    crate::task::restore::migrate_keyed(
-                        &od.uid,
-                        restored.backend.as_mut(),
-                        &from.serializers,
-                        declared,
-                    )?;
-                    // The restored checkpoint completed, so its files may be referenced again.
-                    if let Some(files) = restored.reusable {
-                        incremental.confirmed.insert(od.uid.clone(), files);
-                    }
-                    Some(restored.backend)
-                }
-                (KeyedPlan::Fresh { state_dir } | KeyedPlan::Restore { state_dir, .. }, _) => Some(open_keyed_backend(
-                    desc.state_backend,
-                    state_dir,
-                    desc.max_parallelism,
-                    desc.key_group_range,
-                    None,
-                    &env.rocks,
-                )?),
-            };
-            let late_records = metrics::counter!(
-                "weir_late_records_total",
-                "job_id" => desc.job_id.0.clone(),
-                "operator" => od.uid.clone(),
-                "subtask" => desc.subtask.0.to_string()
-            );
-            // A restored operator starts at the watermark it had (the lowest of its old subtasks'), never below.
-            let watermark = op.restore.and_then(|r| r.watermark).unwrap_or(MIN_WATERMARK);
-            let mut keyed = keyed;
-            let timers = restored_timers(keyed_mut(&mut keyed), desc.key_group_range)?;
-            ops.push(ChainOp {
-                info,
-                head,
-                keyed,
-                timers,
-                op_state,
-                watermark,
-                late_records,
-                feeds: Vec::new(),
-                edges: Vec::new(),
-                canceled: CancelSignal::new(cancel.clone()),
-            });
-        }
-        // Who feeds whom in the chain: an operator reads the one its descriptor names (the one before it, for a
-        // chain without fan-out); main output edges leave the operator they name (the chain's last one).
-        for (i, od) in desc.operators.iter().enumerate().skip(1) {
-            let from = od.chained_to.map_or(i - 1, |f| f as usize);
-            if from >= i {
-                return Err(TaskError::Other(format!("operator {:?} is chained to a later one ({from})", od.uid)));
-            }
-            ops[from].feeds.push(i);
-        }
-        let last = ops.len().saturating_sub(1);
-        for (e, out) in desc.outputs.iter().enumerate().filter(|(_, o)| o.side.is_none()) {
-            let from = out.from.map_or(last, |f| f as usize);
-            ops.get_mut(from)
-                .ok_or_else(|| TaskError::Other(format!("an output edge from chain index {from}, past the chain")))?
-                .edges
-                .push(e);
-        }
-        for (op, planned) in ops.iter_mut().zip(&plan.operators) {
-            let mut ctx = InitContext {
-                info: &op.info,
-                restored: planned.restore.is_some(),
-                operator_state: &mut op.op_state,
-                keyed: keyed_mut(&mut op.keyed),
-            };
-            let result = match &mut op.head {
-                Head::Source(s) => s.initialize_state(&mut ctx),
-                Head::Operator(o) => o.initialize_state(&mut ctx),
-            };
-            result.map_err(|e| in_operator(&op.info.uid, e))?;
-        }
-
-        let mut outputs = Vec::with_capacity(desc.outputs.len());
-        for (out, connections) in desc.outputs.iter().zip(&plan.outputs) {
-            let mut channels = Vec::with_capacity(connections.len());
-            for (addr, hs) in connections {
-                let connect = OutputChannel::connect(
-                    env.data_server.security(),
-                    addr,
-                    hs,
-                    env.connect_timeout,
-                    Liveness::default(),
-                    cancel.clone(),
-                );
-                channels.push(unless_canceled(&rt, &mut cancel, connect)?);
-            }
-            let n = channels.len();
-            outputs.push(OutputEdge {
-                partitioning: out.partitioning,
-                targets: channels.into_iter().map(output::Target::new).collect(),
-                next: desc.subtask.0 as usize % n.max(1),
-                to_parallelism: out.to_parallelism,
-                max_parallelism: desc.max_parallelism,
-                records_out: metrics::counter!("weir_records_out_total", &labels(&desc)),
-                groups: Vec::new(),
-                rows_of: vec![Vec::new(); n],
-                keyed_schema: None,
-                side: out.side.clone(),
-            });
-        }
+        let mut ops = build_chain(&mut cx, &plan, &store, &mut incremental)?;
+        initialize_chain(&mut ops, &plan)?;
+        let outputs = connect_outputs(&mut cx, &plan)?;
         let restored_at_end = plan.restored_at_end;
         drop(plan);
         let floor = ops.first().map_or(MIN_WATERMARK, |o| o.watermark);
@@ -187,31 +60,8 @@ impl Task {
             }
             _ => None,
         };
-
-        // The channels of the first input, then those of a two-input head's second: each producer by its vertex
-        // and subtask.
-        let producers_of = |i: &weir_common::descriptor::InputDescriptor, input: u32| -> Vec<(u32, u32, u32)> {
-            i.channels.iter().map(|s: &SubtaskIndex| (i.from_vertex.0, s.0, input)).collect()
-        };
         let first_channels = desc.input.as_ref().map_or(0, |i| i.channels.len());
-        let (inputs, n_inputs) = match (&desc.input, incoming) {
-            (Some(input), Some(incoming)) => {
-                let mut producers = producers_of(input, 0);
-                producers.extend(desc.second_input.as_ref().map(|i| producers_of(i, 1)).unwrap_or_default());
-                let accept = InputChannels::accept(
-                    incoming,
-                    &producers,
-                    events,
-                    TaskEvent::Channel,
-                    env.connect_timeout,
-                    Liveness::default(),
-                );
-                let ch = unless_canceled(&rt, &mut cancel, accept)?;
-                let n = ch.len();
-                (Some(ch), n)
-            }
-            _ => (None, 0),
-        };
+        let (inputs, n_inputs) = accept_inputs(&mut cx, incoming, events)?;
         Ok(Task {
             env,
             store,
@@ -242,6 +92,211 @@ impl Task {
             sync_seconds: metrics::histogram!("weir_checkpoint_sync_seconds", &labels(&desc)),
             desc,
         })
+    }
+}
+
+/// Builds the chain: each operator from the registry with its state opened (restored where the plan says), then
+/// who feeds whom and which output edges leave which operator.
+fn build_chain(
+    cx: &mut SetupCtx<'_>,
+    plan: &SetupPlan<'_>,
+    store: &Store,
+    incremental: &mut Incremental,
+) -> Result<Vec<ChainOp>, TaskError> {
+    let (desc, env) = (cx.desc, cx.env);
+    // Restored state is read from where the job manager says (a savepoint lives in its own directory).
+    let restore_store = match &plan.source {
+        RestoreSource::Nothing => None,
+        RestoreSource::Checkpoints => Some(store.clone()),
+        RestoreSource::Elsewhere(root) => Some(Store::open_existing(root, &env.store_options)?),
+    };
+    let mut ops = Vec::with_capacity(plan.operators.len());
+    for (od, op) in desc.operators.iter().zip(&plan.operators) {
+        let info = RuntimeInfo {
+            uid: od.uid.clone(),
+            job_id: desc.job_id.0.clone(),
+            attempt: desc.attempt.0,
+            subtask: desc.subtask,
+            parallelism: desc.parallelism,
+            max_parallelism: desc.max_parallelism,
+            key_group_range: desc.key_group_range,
+        };
+        let head = match env.registry.build(&od.kind, &od.config) {
+            Ok(Instance::Source(s)) => Head::Source(s),
+            Ok(Instance::Operator(o)) => Head::Operator(o),
+            Err(e) => return Err(TaskError::Other(format!("operator {:?}: {e}", od.uid))),
+        };
+        let op_state = match (op.restore, restore_store.as_ref()) {
+            (Some(r), Some(store)) => cx.run(crate::task::restore::operator_state(store, &r.operator_state))?,
+            _ => OperatorStateStore::new(),
+        };
+        let mut keyed = open_keyed_state(cx, plan, od, op, restore_store.as_ref(), incremental)?;
+        let late_records = metrics::counter!(
+            "weir_late_records_total",
+            "job_id" => desc.job_id.0.clone(),
+            "operator" => od.uid.clone(),
+            "subtask" => desc.subtask.0.to_string()
+        );
+        // A restored operator starts at the watermark it had (the lowest of its old subtasks'), never below.
+        let watermark = op.restore.and_then(|r| r.watermark).unwrap_or(MIN_WATERMARK);
+        let timers = restored_timers(keyed_mut(&mut keyed), desc.key_group_range)?;
+        ops.push(ChainOp {
+            info,
+            head,
+            keyed,
+            timers,
+            op_state,
+            watermark,
+            late_records,
+            feeds: Vec::new(),
+            edges: Vec::new(),
+            canceled: CancelSignal::new(cx.cancel.clone()),
+        });
+    }
+    // Who feeds whom in the chain: an operator reads the one its descriptor names (the one before it, for a
+    // chain without fan-out); main output edges leave the operator they name (the chain's last one).
+    for (i, od) in desc.operators.iter().enumerate().skip(1) {
+        let from = od.chained_to.map_or(i - 1, |f| f as usize);
+        if from >= i {
+            return Err(TaskError::Other(format!("operator {:?} is chained to a later one ({from})", od.uid)));
+        }
+        ops[from].feeds.push(i);
+    }
+    let last = ops.len().saturating_sub(1);
+    for (e, out) in desc.outputs.iter().enumerate().filter(|(_, o)| o.side.is_none()) {
+        let from = out.from.map_or(last, |f| f as usize);
+        ops.get_mut(from)
+            .ok_or_else(|| TaskError::Other(format!("an output edge from chain index {from}, past the chain")))?
+            .edges
+            .push(e);
+    }
+    Ok(ops)
+}
+
+/// Opens one operator's keyed state: none for a stateless one, restored (downloaded, opened over its key-group
+/// range, its serializers migrated) or fresh.
+fn open_keyed_state(
+    cx: &mut SetupCtx<'_>,
+    plan: &SetupPlan<'_>,
+    od: &weir_common::descriptor::OperatorDescriptor,
+    op: &OperatorPlan<'_>,
+    restore_store: Option<&Store>,
+    incremental: &mut Incremental,
+) -> Result<Option<Box<dyn KeyedStateBackend>>, TaskError> {
+    let (desc, env) = (cx.desc, cx.env);
+    Ok(match (&op.keyed, restore_store) {
+        (KeyedPlan::Stateless, _) => None,
+        (KeyedPlan::Restore { from, download_dir, state_dir }, Some(store)) => {
+            let downloaded = cx.run(crate::task::restore::download_keyed(store, &from.keyed, download_dir))?;
+            let target = crate::task::restore::KeyedTarget {
+                kind: desc.state_backend,
+                range: desc.key_group_range,
+                max_parallelism: desc.max_parallelism,
+                state_dir,
+                rocks: &env.rocks,
+                own_files: plan.own_files,
+            };
+            let mut restored = crate::task::restore::open_keyed(&target, downloaded)?;
+            let _ = std::fs::remove_dir_all(download_dir);
+            let declared = env.registry.info(&od.kind).and_then(|k| k.signature.as_ref());
+            crate::task::restore::migrate_keyed(&od.uid, restored.backend.as_mut(), &from.serializers, declared)?;
+            // The restored checkpoint completed, so its files may be referenced again.
+            if let Some(files) = restored.reusable {
+                incremental.confirmed.insert(od.uid.clone(), files);
+            }
+            Some(restored.backend)
+        }
+        (KeyedPlan::Fresh { state_dir } | KeyedPlan::Restore { state_dir, .. }, _) => Some(open_keyed_backend(
+            desc.state_backend,
+            state_dir,
+            desc.max_parallelism,
+            desc.key_group_range,
+            None,
+            &env.rocks,
+        )?),
+    })
+}
+
+/// Calls each operator's `initialize_state` with its state, telling it whether it was restored.
+fn initialize_chain(ops: &mut [ChainOp], plan: &SetupPlan<'_>) -> Result<(), TaskError> {
+    for (op, planned) in ops.iter_mut().zip(&plan.operators) {
+        let mut ctx = InitContext {
+            info: &op.info,
+            restored: planned.restore.is_some(),
+            operator_state: &mut op.op_state,
+            keyed: keyed_mut(&mut op.keyed),
+        };
+        let result = match &mut op.head {
+            Head::Source(s) => s.initialize_state(&mut ctx),
+            Head::Operator(o) => o.initialize_state(&mut ctx),
+        };
+        result.map_err(|e| in_operator(&op.info.uid, e))?;
+    }
+    Ok(())
+}
+
+/// Connects every output edge's channels, each to its consumer's data address.
+fn connect_outputs(cx: &mut SetupCtx<'_>, plan: &SetupPlan<'_>) -> Result<Vec<OutputEdge>, TaskError> {
+    let (desc, env) = (cx.desc, cx.env);
+    let mut outputs = Vec::with_capacity(desc.outputs.len());
+    for (out, connections) in desc.outputs.iter().zip(&plan.outputs) {
+        let mut channels = Vec::with_capacity(connections.len());
+        for (addr, hs) in connections {
+            let connect = OutputChannel::connect(
+                env.data_server.security(),
+                addr,
+                hs,
+                env.connect_timeout,
+                Liveness::default(),
+                cx.cancel.clone(),
+            );
+            channels.push(cx.run(connect)?);
+        }
+        let n = channels.len();
+        outputs.push(OutputEdge {
+            partitioning: out.partitioning,
+            targets: channels.into_iter().map(output::Target::new).collect(),
+            next: desc.subtask.0 as usize % n.max(1),
+            to_parallelism: out.to_parallelism,
+            max_parallelism: desc.max_parallelism,
+            records_out: metrics::counter!("weir_records_out_total", &labels(desc)),
+            groups: Vec::new(),
+            rows_of: vec![Vec::new(); n],
+            keyed_schema: None,
+            side: out.side.clone(),
+        });
+    }
+    Ok(outputs)
+}
+
+/// Accepts the channels of the task's first input, then those of a two-input head's second (each producer by
+/// its vertex and subtask): the channels and how many there are.
+fn accept_inputs(
+    cx: &mut SetupCtx<'_>,
+    incoming: Option<mpsc::UnboundedReceiver<crate::net::Incoming>>,
+    events: mpsc::Sender<TaskEvent>,
+) -> Result<(Option<InputChannels>, usize), TaskError> {
+    let (desc, env) = (cx.desc, cx.env);
+    let producers_of = |i: &weir_common::descriptor::InputDescriptor, input: u32| -> Vec<(u32, u32, u32)> {
+        i.channels.iter().map(|s: &SubtaskIndex| (i.from_vertex.0, s.0, input)).collect()
+    };
+    match (&desc.input, incoming) {
+        (Some(input), Some(incoming)) => {
+            let mut producers = producers_of(input, 0);
+            producers.extend(desc.second_input.as_ref().map(|i| producers_of(i, 1)).unwrap_or_default());
+            let accept = InputChannels::accept(
+                incoming,
+                &producers,
+                events,
+                TaskEvent::Channel,
+                env.connect_timeout,
+                Liveness::default(),
+            );
+            let ch = cx.run(accept)?;
+            let n = ch.len();
+            Ok((Some(ch), n))
+        }
+        _ => Ok((None, 0)),
     }
 }
 

@@ -23,9 +23,9 @@ use super::transactions::{plan_recovery, transactional_id, PendingTxn, TxnEntry}
 use crate::api::batch::{EVENT_TIME, KEY, VALUE};
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
 use crate::api::record::write_key_text;
-use crate::builtins::file_sink::FileFormat;
 use crate::builtins::kafka::config::{Delivery, KafkaSinkConfig, Partitioning, SinkFormat};
 use crate::builtins::kafka::wire::{self, Connection, WireError};
+use crate::builtins::text::FileFormat;
 use crate::builtins::text::{write_cell, LineWriter};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;

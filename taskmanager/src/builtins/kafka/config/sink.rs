@@ -91,12 +91,12 @@ impl KafkaSinkConfig {
     /// Reads and checks a `kafka-sink` config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
         ConfigReader::new(map, FIELDS)?;
-        let bootstrap_servers = super::bootstrap_servers(map)?;
+        let bootstrap_servers = super::broker::bootstrap_servers(map)?;
         let topic = match map.get("topic").map(|s| s.trim()) {
             Some(t) => t.to_string(),
             None => return Err(field_err("topic", "required: the topic written")),
         };
-        super::check_topic("topic", &topic)?;
+        super::broker::check_topic("topic", &topic)?;
         let delivery = match map.get("delivery").map(|s| s.trim()) {
             None | Some("at-least-once") => Delivery::AtLeastOnce,
             Some("exactly-once") => Delivery::ExactlyOnce,

@@ -198,7 +198,7 @@ impl KafkaSourceConfig {
     /// Reads and checks a `kafka` source config.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
         ConfigReader::new(map, FIELDS)?;
-        let bootstrap_servers = super::bootstrap_servers(map)?;
+        let bootstrap_servers = super::broker::bootstrap_servers(map)?;
         let (topics, topic_pattern) = match (map.get("topics"), map.get("topic_pattern")) {
             (Some(_), Some(_)) => return Err(field_err("topic_pattern", "name topics or a topic_pattern, not both")),
             (None, Some(p)) => {
@@ -359,7 +359,7 @@ fn parse_malformed(map: &BTreeMap<String, String>) -> Result<Malformed, ConfigFi
     let malformed = match (map.get("on_malformed").map(|s| s.trim()), map.get("dead_letter_topic")) {
         (None | Some("fail"), None) => Malformed::Fail,
         (Some("dead-letter"), Some(t)) => {
-            super::check_topic("dead_letter_topic", t.trim())?;
+            super::broker::check_topic("dead_letter_topic", t.trim())?;
             Malformed::DeadLetter(t.trim().to_string())
         }
         (Some("dead-letter"), None) => {
@@ -389,7 +389,7 @@ fn parse_topics(raw: Option<&String>) -> Result<Vec<String>, ConfigFieldError> {
         return Err(field_err("topics", "must name at least one topic"));
     }
     for t in &topics {
-        super::check_topic("topics", t)?;
+        super::broker::check_topic("topics", t)?;
     }
     Ok(topics)
 }

@@ -1,0 +1,88 @@
+//! Completing a checkpoint or a savepoint, one path for both: the figures a completion records
+//! ([`Completion::of`]) and writing its `_metadata` where it belongs ([`write_metadata`]) — the job's checkpoint
+//! directory, or the savepoint's own. The job actor then records the completion in the job store before it
+//! notifies anyone.
+
+use crate::checkpoint::coordinator::PendingCheckpoint;
+use bytes::Bytes;
+use weir_common::checkpoint::{paths, CheckpointMetadata};
+use weir_common::ids::{CheckpointId, JobId};
+use weir_common::store::{Store, StoreOptions};
+
+/// What a completed checkpoint records of itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// Its id.
+    pub id: CheckpointId,
+    /// When it completed, ms since the epoch.
+    pub now_ms: u64,
+    /// Bytes of state it covers, reused files included.
+    pub full_size_bytes: u64,
+    /// Bytes its tasks uploaded for it.
+    pub uploaded_bytes: u64,
+    /// From trigger to completion, ms.
+    pub duration_ms: u64,
+}
+
+impl Completion {
+    /// The figures of `pending`, whose `_metadata` is `meta`, completing at `now_ms`.
+    pub fn of(pending: &PendingCheckpoint, meta: &CheckpointMetadata, now_ms: u64) -> Completion {
+        Completion {
+            id: pending.id,
+            now_ms,
+            full_size_bytes: meta.full_size(),
+            uploaded_bytes: pending.uploaded_bytes(),
+            duration_ms: now_ms.saturating_sub(pending.trigger_time_ms),
+        }
+    }
+}
+
+/// Where a completed checkpoint's `_metadata` is written.
+#[derive(Clone, Copy, Debug)]
+pub enum MetadataTarget<'a> {
+    /// A checkpoint of the job: its directory under the job's checkpoint root.
+    Checkpoint {
+        /// The checkpoint root.
+        store: &'a Store,
+        /// The job.
+        job_id: &'a JobId,
+    },
+    /// A savepoint: the directory the user named (or the default one), a store of its own.
+    Savepoint {
+        /// The savepoint's directory.
+        url: &'a str,
+        /// How to open it.
+        options: &'a StoreOptions,
+    },
+}
+
+impl MetadataTarget<'_> {
+    /// What the target is called in errors.
+    fn name(&self) -> &'static str {
+        match self {
+            MetadataTarget::Checkpoint { .. } => "_metadata",
+            MetadataTarget::Savepoint { .. } => "the savepoint's _metadata",
+        }
+    }
+}
+
+/// Writes `meta` as the `_metadata` of checkpoint `id` at `target`, never over an existing file; returns its path
+/// (relative to the checkpoint root for a checkpoint, to the savepoint's directory for a savepoint), or why not.
+pub async fn write_metadata(
+    target: MetadataTarget<'_>,
+    id: CheckpointId,
+    meta: &CheckpointMetadata,
+) -> Result<String, String> {
+    let bytes = Bytes::from(meta.to_bytes()?);
+    let written = match target {
+        MetadataTarget::Checkpoint { store, job_id } => {
+            let path = paths::metadata(job_id, id);
+            store.put_new(&path, bytes).await.map(|_| path)
+        }
+        MetadataTarget::Savepoint { url, options } => {
+            let store = Store::open(url, options).map_err(|e| format!("cannot write {}: {e}", target.name()))?;
+            store.put_new(paths::METADATA_FILE, bytes).await.map(|_| paths::METADATA_FILE.to_string())
+        }
+    };
+    written.map_err(|e| format!("cannot write {}: {e}", target.name()))
+}
