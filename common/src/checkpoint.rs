@@ -218,6 +218,11 @@ pub use weir_proto::SavepointFormat;
 /// claim (the job deletes it once its own checkpoints subsume it).
 pub use weir_proto::RestoreMode;
 
+/// What became of a checkpoint, as the job manager's notification tells the tasks: aborted, completed, the
+/// completed final checkpoint (tasks that consumed all input finish), or a completed stop-with-savepoint (tasks
+/// finish). `Unspecified` is refused.
+pub use weir_proto::CheckpointOutcome;
+
 /// How a keyed snapshot lays out its files: RocksDB or heap (native), or canonical. Stored by name in
 /// `_metadata` (`"backend": "rocksdb"`).
 pub use weir_proto::SnapshotFormat;

@@ -240,7 +240,7 @@ impl TaskManagerApi for FakeTm {
         let req = request.into_inner();
         self.state.lock().notifications.push(req.clone());
         // A completed final checkpoint or stop-with-savepoint ends the tasks, as a real task manager's do.
-        if req.completed && (req.is_final || req.stop) {
+        if req.outcome == pb::CheckpointOutcome::Final as i32 || req.outcome == pb::CheckpointOutcome::Stop as i32 {
             let me = self.clone();
             tokio::spawn(async move {
                 for d in me.current_tasks().into_iter().filter(|d| d.attempt.0 == req.attempt) {
@@ -487,7 +487,12 @@ async fn deploy_checkpoint_subsume_and_finish() {
     assert_eq!(first.uploaded_bytes, 50);
     assert!(first.path.ends_with(&format!("{id}/chk-1/_metadata")), "{}", first.path);
     assert!(listed.windows(2).all(|w| w[0].id < w[1].id), "newest last");
-    assert!(fake.state.lock().notifications.iter().any(|n| n.checkpoint_id == 1 && n.completed && !n.is_final));
+    assert!(fake
+        .state
+        .lock()
+        .notifications
+        .iter()
+        .any(|n| n.checkpoint_id == 1 && n.outcome == pb::CheckpointOutcome::Completed as i32));
     let info = job_info(&client, &id).await;
     assert!(info.last_completed_checkpoint >= Some(4));
     assert!(info.checkpoints_completed >= 4);
@@ -503,7 +508,12 @@ async fn deploy_checkpoint_subsume_and_finish() {
     let last = listed.last().unwrap();
     assert!(last.is_final && last.status() == pb::CheckpointStatus::Completed, "{last:?}");
     assert_eq!(done.last_completed_checkpoint, Some(last.id));
-    assert!(fake.state.lock().notifications.iter().any(|n| n.checkpoint_id == last.id && n.is_final));
+    assert!(fake
+        .state
+        .lock()
+        .notifications
+        .iter()
+        .any(|n| n.checkpoint_id == last.id && n.outcome == pb::CheckpointOutcome::Final as i32));
     let overview = client.cluster_overview(pb::ClusterOverviewRequest {}).await.unwrap().into_inner();
     assert_eq!(overview.free_slots, 2, "a finished job frees its slots");
     let err = client.cancel_job(pb::CancelJobRequest { job_id: id.clone() }).await.unwrap_err();
@@ -670,10 +680,10 @@ async fn a_checkpoint_the_job_store_did_not_record_is_never_notified_as_complete
     {
         let s = fake.state.lock();
         assert!(
-            !s.notifications.iter().any(|n| n.checkpoint_id == 3 && n.completed),
+            !s.notifications.iter().any(|n| n.checkpoint_id == 3 && completed(n)),
             "checkpoint 3 was announced complete although the job store never recorded it"
         );
-        assert!(s.notifications.iter().any(|n| n.checkpoint_id == 3 && !n.completed), "it is aborted instead");
+        assert!(s.notifications.iter().any(|n| n.checkpoint_id == 3 && !completed(n)), "it is aborted instead");
     }
     let root = env.cp_root.clone();
     let job = id.clone();
@@ -781,7 +791,7 @@ async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() 
         last_failed = failed.id;
         assert!(failed.failure_reason.contains("cannot record the savepoint"), "stop {stop}: {failed:?}");
         assert!(
-            !fake.state.lock().notifications.iter().any(|n| n.checkpoint_id == failed.id && n.completed),
+            !fake.state.lock().notifications.iter().any(|n| n.checkpoint_id == failed.id && completed(n)),
             "stop {stop}: savepoint {} was announced complete although the job store never recorded it",
             failed.id
         );
@@ -799,7 +809,11 @@ async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() 
     let sp_id = done.checkpoint_id;
     let state = fake.state.clone();
     wait_until("for the completed stop to be notified", || {
-        state.lock().notifications.iter().any(|n| n.checkpoint_id == sp_id && n.completed && n.stop)
+        state
+            .lock()
+            .notifications
+            .iter()
+            .any(|n| n.checkpoint_id == sp_id && n.outcome == pb::CheckpointOutcome::Stop as i32)
     })
     .await;
     wait_job(&client, &id, "for FINISHED", |j| j.state() == pb::JobState::Finished).await;
@@ -808,4 +822,9 @@ async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() 
     assert_eq!(stored["checkpoints_completed"], 1, "only the recorded savepoint counts: {stored}");
     hb.abort();
     jm.stop().await;
+}
+
+/// Whether a notification says its checkpoint completed.
+fn completed(n: &pb::NotifyCheckpointRequest) -> bool {
+    n.outcome != pb::CheckpointOutcome::Aborted as i32
 }

@@ -5,7 +5,7 @@
 
 use crate::checkpoint::coordinator::PendingCheckpoint;
 use bytes::Bytes;
-use weir_common::checkpoint::{paths, CheckpointMetadata};
+use weir_common::checkpoint::{paths, CheckpointMetadata, CheckpointOutcome};
 use weir_common::ids::{CheckpointId, JobId};
 use weir_common::store::{Store, StoreOptions};
 
@@ -34,6 +34,16 @@ impl Completion {
             uploaded_bytes: pending.uploaded_bytes(),
             duration_ms: now_ms.saturating_sub(pending.trigger_time_ms),
         }
+    }
+}
+
+/// What the tasks are told of a completed checkpoint: a stop-with-savepoint finishes them (also when it is the
+/// final checkpoint), the final checkpoint finishes those that consumed all their input.
+pub fn completed_outcome(is_final: bool, stop: bool) -> CheckpointOutcome {
+    match (is_final, stop) {
+        (_, true) => CheckpointOutcome::Stop,
+        (true, false) => CheckpointOutcome::Final,
+        (false, false) => CheckpointOutcome::Completed,
     }
 }
 
@@ -85,4 +95,17 @@ pub async fn write_metadata(
         }
     };
     written.map_err(|e| format!("cannot write {}: {e}", target.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_finishes_the_tasks_whether_or_not_it_is_final() {
+        assert_eq!(completed_outcome(false, false), CheckpointOutcome::Completed);
+        assert_eq!(completed_outcome(true, false), CheckpointOutcome::Final);
+        assert_eq!(completed_outcome(false, true), CheckpointOutcome::Stop);
+        assert_eq!(completed_outcome(true, true), CheckpointOutcome::Stop);
+    }
 }

@@ -11,9 +11,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
-use weir_common::checkpoint::SavepointTarget;
+use weir_common::checkpoint::{CheckpointOutcome, SavepointTarget};
 use weir_common::cluster::JmLink;
 use weir_common::descriptor::{RestoreDescriptor, TaskDescriptor};
+use weir_common::ids::CheckpointId;
 use weir_common::store::StoreOptions;
 use weir_proto as pb;
 use weir_proto::job_manager_internal_client::JobManagerInternalClient;
@@ -383,16 +384,15 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         fault("rpc-notify").await?;
         let req = req.into_inner();
         self.0.check_session(&req.jm_session, req.jm_epoch)?;
+        let outcome = match CheckpointOutcome::try_from(req.outcome) {
+            Ok(CheckpointOutcome::Unspecified) | Err(_) => {
+                return Err(Status::invalid_argument(format!("unknown checkpoint outcome {}", req.outcome)))
+            }
+            Ok(o) => o,
+        };
         let senders = self.0.event_senders(&req.job_id, req.attempt);
         for tx in senders {
-            let _ = tx
-                .send(TaskEvent::Notify {
-                    id: req.checkpoint_id,
-                    completed: req.completed,
-                    is_final: req.is_final,
-                    stop: req.stop,
-                })
-                .await;
+            let _ = tx.send(TaskEvent::Notify { id: CheckpointId(req.checkpoint_id), outcome }).await;
         }
         Ok(Response::new(pb::NotifyCheckpointResponse {}))
     }
@@ -476,10 +476,8 @@ mod tests {
                 job_id: "j".into(),
                 attempt: 1,
                 checkpoint_id: 1,
-                completed: true,
-                is_final: false,
+                outcome: CheckpointOutcome::Completed as i32,
                 jm_session: session.into(),
-                stop: false,
                 jm_epoch: 5,
             };
             let e = svc.notify_checkpoint(Request::new(notify)).await.unwrap_err();

@@ -39,8 +39,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use weir_common::checkpoint::{
-    paths, FileHandle, KeyedStateHandle, KeyedStateInfo, Offsets, OperatorStateHandle, OperatorSubtaskState,
-    SavepointFormat, SavepointTarget, TaskSnapshot, OFFSET_BYTES,
+    paths, CheckpointOutcome, FileHandle, KeyedStateHandle, KeyedStateInfo, Offsets, OperatorStateHandle,
+    OperatorSubtaskState, SavepointFormat, SavepointTarget, TaskSnapshot, OFFSET_BYTES,
 };
 use weir_common::descriptor::TaskDescriptor;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
@@ -71,13 +71,9 @@ pub enum TaskEvent {
     /// Checkpoint `id` completed or was aborted.
     Notify {
         /// Checkpoint id.
-        id: u64,
-        /// Completed (true) or aborted.
-        completed: bool,
-        /// A completed final checkpoint: finish.
-        is_final: bool,
-        /// A completed stop-with-savepoint: finish.
-        stop: bool,
+        id: CheckpointId,
+        /// What became of it.
+        outcome: CheckpointOutcome,
     },
     /// Sources only: end the input now (stop with savepoint and drain).
     EndInput,
@@ -554,8 +550,9 @@ impl Task {
                     self.end_input_requested = true;
                 }
             }
-            TaskEvent::Notify { id, completed, is_final, stop } => {
-                let cid = CheckpointId(id);
+            TaskEvent::Notify { id: cid, outcome } => {
+                let id = cid.0;
+                let completed = outcome != CheckpointOutcome::Aborted;
                 for op in &mut self.ops {
                     match (&mut op.head, completed) {
                         (Head::Source(s), true) => s.notify_checkpoint_complete(cid)?,
@@ -567,11 +564,11 @@ impl Task {
                 if completed {
                     self.incremental.lock().completed(id);
                 }
-                if completed && is_final && self.input_ended {
+                if outcome == CheckpointOutcome::Final && self.input_ended {
                     self.flush_outputs()?;
                     return Ok(Some(Exit::Finished));
                 }
-                if completed && stop {
+                if outcome == CheckpointOutcome::Stop {
                     tracing::info!(checkpoint_id = id, "stop-with-savepoint completed; finishing");
                     self.flush_outputs()?;
                     return Ok(Some(Exit::Finished));

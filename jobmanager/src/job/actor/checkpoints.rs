@@ -2,6 +2,8 @@
 //! or a savepoint (through [`crate::checkpoint::complete`]), failures, notifications and the cleanup of files.
 
 use super::*;
+use crate::checkpoint::complete::completed_outcome;
+use weir_common::checkpoint::CheckpointOutcome;
 
 impl JobActor {
     pub(super) fn metadata_url(&self, id: CheckpointId) -> String {
@@ -22,7 +24,7 @@ impl JobActor {
         if let Some(final_id) = dep.coordinator.final_completed() {
             if now >= dep.last_final_notify_ms.saturating_add(FINAL_RENOTIFY_MS) {
                 dep.last_final_notify_ms = now;
-                self.notify(final_id, true, true, false);
+                self.notify(final_id, CheckpointOutcome::Final);
             }
             return;
         }
@@ -237,7 +239,7 @@ impl JobActor {
             let min_age = self.record.job.checkpointing.timeout_ms.saturating_add(SWEEP_CLOCK_MARGIN_MS);
             self.spawn_sweep(Some(min_age), 0);
         }
-        self.notify(id, true, pending.is_final, false);
+        self.notify(id, completed_outcome(pending.is_final, false));
         // A final checkpoint waiting behind this one starts at once.
         self.coordinate(now_ms()).await;
     }
@@ -280,7 +282,7 @@ impl JobActor {
         }
         info!(job_id = %job_id, checkpoint_id = id.0, savepoint = %target.url, format = %target.format,
             duration_ms, full_size_bytes, stop = stops, "savepoint completed");
-        self.notify(id, true, pending.is_final, target.stop);
+        self.notify(id, completed_outcome(pending.is_final, target.stop));
         let response = pb::SavepointResponse {
             savepoint: target.url.clone(),
             checkpoint_id: id.0,
@@ -309,7 +311,7 @@ impl JobActor {
             );
         }
         let _ = self.persist().await;
-        self.notify(pending.id, false, false, false);
+        self.notify(pending.id, CheckpointOutcome::Aborted);
         if over {
             let tolerable = self.record.job.checkpointing.tolerable_failures.unwrap_or(0);
             self.failover(format!(
@@ -356,17 +358,15 @@ impl JobActor {
 
     /// Sends `NotifyCheckpoint` to the task managers of the deployment (best effort, in the background);
     /// `is_final` marks a completed final checkpoint, after which tasks finish.
-    pub(super) fn notify(&self, id: CheckpointId, completed: bool, is_final: bool, stop: bool) {
+    pub(super) fn notify(&self, id: CheckpointId, outcome: CheckpointOutcome) {
         let Some(dep) = self.deployment.as_ref() else { return };
         let req = pb::NotifyCheckpointRequest {
             job_id: self.record.id.to_string(),
             attempt: dep.attempt.0,
             checkpoint_id: id.0,
-            completed,
-            is_final: completed && is_final,
+            outcome: outcome as i32,
             jm_session: self.shared.session.clone(),
             jm_epoch: self.shared.epoch,
-            stop: completed && stop,
         };
         self.call_each(dep.rpc_addresses(), "notify checkpoint", false, move |mut c| {
             let req = req.clone();
