@@ -13,6 +13,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use weir_common::checkpoint::RestoreMode;
+use weir_common::kind::KindInfo;
 use weir_proto as pb;
 
 /// How often `job submit --wait` asks for the job's state.
@@ -137,7 +138,10 @@ pub async fn cluster(settings: &Settings) -> Result<ExitCode, CliError> {
 
 /// `weir kinds [KIND]`: what a spec can use, from what the task managers report.
 pub async fn kinds(settings: &Settings, only: Option<&str>) -> Result<ExitCode, CliError> {
-    let mut kinds = connect(settings).await?.list_kinds().await?.kinds;
+    let reported = connect(settings).await?.list_kinds().await?.kinds;
+    // A kind this CLI cannot read (a newer job manager's) is named, not shown.
+    let mut kinds: Vec<KindInfo> =
+        reported.iter().filter_map(|k| KindInfo::try_from(k).map_err(|e| eprintln!("warning: {e}")).ok()).collect();
     if let Some(name) = only {
         kinds.retain(|k| k.kind == name);
         if kinds.is_empty() {

@@ -8,6 +8,8 @@
 
 use serde::Serialize;
 use std::time::Duration;
+use weir_common::kind::{DeclaredState, FieldInfo, KindInfo, Role};
+use weir_common::schema::{Column, OutputSchema};
 use weir_proto as pb;
 
 // ------------------------------------------------------------------------------------------------ jobs
@@ -384,7 +386,7 @@ pub struct KindJson {
     /// The kind's name, as a spec's `kind:` gives it.
     pub kind: String,
     /// source, operator, two-input or sink.
-    pub role: String,
+    pub role: &'static str,
     /// Whether its input is partitioned by key and its state kept per key.
     pub keyed: bool,
     /// The task manager's version of it.
@@ -392,116 +394,51 @@ pub struct KindJson {
     /// What it is for.
     pub doc: String,
     /// The config fields it reads.
-    pub config: Vec<FieldJson>,
+    pub config: Vec<FieldInfo>,
     /// Its declared states.
-    pub states: Vec<DeclaredStateJson>,
+    pub states: Vec<DeclaredState>,
     /// Columns it needs from its input (empty: any).
-    pub input_columns: Vec<ColumnJson>,
+    pub input_columns: Vec<Column>,
     /// undeclared, columns, same-as-input or from-config.
-    pub output: String,
+    pub output: &'static str,
     /// Its output columns, when they are fixed.
-    pub output_columns: Vec<ColumnJson>,
+    pub output_columns: Vec<Column>,
     /// It works on event time: its job's source must emit timestamps.
     pub needs_event_time: bool,
 }
 
-/// A config field for `--output json`.
-#[derive(Serialize, Debug)]
-pub struct FieldJson {
-    /// Its name.
-    pub name: String,
-    /// What it is for.
-    pub doc: String,
-}
-
-/// A declared state for `--output json`.
-#[derive(Serialize, Debug)]
-pub struct DeclaredStateJson {
-    /// Its name.
-    pub name: String,
-    /// value, list, map, reducing, aggregating, operator-list, union or broadcast.
-    pub kind: String,
-    /// What it holds.
-    pub r#type: String,
-}
-
-/// A column for `--output json`.
-#[derive(Serialize, Debug)]
-pub struct ColumnJson {
-    /// Its name.
-    pub name: String,
-    /// Its type.
-    pub r#type: String,
-    /// Whether it may be null.
-    pub nullable: bool,
-}
-
-fn role_name(role: i32) -> &'static str {
-    match pb::KindRole::try_from(role) {
-        Ok(pb::KindRole::Source) => "source",
-        Ok(pb::KindRole::Operator) => "operator",
-        Ok(pb::KindRole::TwoInput) => "two-input",
-        Ok(pb::KindRole::Sink) => "sink",
-        _ => "unknown",
-    }
-}
-
-fn output_name(mode: i32) -> &'static str {
-    match pb::OutputMode::try_from(mode) {
-        Ok(pb::OutputMode::Columns) => "columns",
-        Ok(pb::OutputMode::SameAsInput) => "same-as-input",
-        Ok(pb::OutputMode::FromConfig) => "from-config",
-        _ => "undeclared",
-    }
-}
-
-fn state_kind_name(kind: i32) -> String {
-    pb::StateKind::try_from(kind)
-        .map(|k| k.as_str_name().trim_start_matches("STATE_KIND_").to_lowercase().replace('_', "-"))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-fn columns_json(cs: &[pb::ColumnSpec]) -> Vec<ColumnJson> {
-    cs.iter().map(|c| ColumnJson { name: c.name.clone(), r#type: c.r#type.clone(), nullable: c.nullable }).collect()
-}
-
 /// Operator kinds for `--output json`.
-pub fn kinds_json(kinds: &[pb::OperatorKindInfo]) -> Vec<KindJson> {
+pub fn kinds_json(kinds: &[KindInfo]) -> Vec<KindJson> {
     kinds
         .iter()
         .map(|k| KindJson {
             kind: k.kind.clone(),
-            role: role_name(k.role).into(),
+            role: k.role.as_str(),
             keyed: k.keyed,
             version: k.version.clone(),
             doc: k.doc.clone(),
-            config: k.config_fields.iter().map(|f| FieldJson { name: f.name.clone(), doc: f.doc.clone() }).collect(),
-            states: k
-                .states
-                .iter()
-                .map(|s| DeclaredStateJson {
-                    name: s.name.clone(),
-                    kind: state_kind_name(s.kind),
-                    r#type: s.type_name.clone(),
-                })
-                .collect(),
-            input_columns: columns_json(&k.input_columns),
-            output: output_name(k.output_mode).into(),
-            output_columns: columns_json(&k.output_columns),
+            config: k.fields.clone(),
+            states: k.states.clone(),
+            input_columns: k.input_columns.clone(),
+            output: k.output.mode(),
+            output_columns: match &k.output {
+                OutputSchema::Columns(c) => c.clone(),
+                _ => Vec::new(),
+            },
             needs_event_time: k.needs_event_time,
         })
         .collect()
 }
 
-fn columns_text(cs: &[pb::ColumnSpec]) -> String {
+fn columns_text(cs: &[Column]) -> String {
     cs.iter()
-        .map(|c| format!("{} {}{}", c.name, c.r#type, if c.nullable { "" } else { " not null" }))
+        .map(|c| format!("{} {}{}", c.name, c.data_type, if c.nullable { "" } else { " not null" }))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
 /// Operator kinds for people: each kind's line, then its config fields, states and columns.
-pub fn kinds_text(kinds: &[pb::OperatorKindInfo]) -> String {
+pub fn kinds_text(kinds: &[KindInfo]) -> String {
     let mut out = String::new();
     for (i, k) in kinds.iter().enumerate() {
         if i > 0 {
@@ -509,31 +446,31 @@ pub fn kinds_text(kinds: &[pb::OperatorKindInfo]) -> String {
         }
         let keyed = if k.keyed { ", keyed" } else { "" };
         let time = if k.needs_event_time { ", event time" } else { "" };
-        out.push_str(&format!("{} ({}{keyed}{time}, version {})\n", k.kind, role_name(k.role), k.version));
+        out.push_str(&format!("{} ({}{keyed}{time}, version {})\n", k.kind, k.role.as_str(), k.version));
         if !k.doc.is_empty() {
             out.push_str(&format!("  {}\n", k.doc));
         }
-        if k.config_fields.is_empty() {
+        if k.fields.is_empty() {
             out.push_str("  config: none\n");
         } else {
             out.push_str("  config:\n");
-            let width = k.config_fields.iter().map(|f| f.name.chars().count()).max().unwrap_or(0);
-            for f in &k.config_fields {
+            let width = k.fields.iter().map(|f| f.name.chars().count()).max().unwrap_or(0);
+            for f in &k.fields {
                 out.push_str(&format!("    {:width$}  {}\n", f.name, f.doc));
             }
         }
         for s in &k.states {
-            out.push_str(&format!("  state {}: {} of {}\n", s.name, state_kind_name(s.kind), s.type_name));
+            out.push_str(&format!("  state {}: {} of {}\n", s.name, s.kind.as_str(), s.type_name));
         }
         if !k.input_columns.is_empty() {
             out.push_str(&format!("  needs: {}\n", columns_text(&k.input_columns)));
         }
-        let output = match pb::OutputMode::try_from(k.output_mode) {
-            Ok(pb::OutputMode::Columns) => columns_text(&k.output_columns),
-            Ok(pb::OutputMode::SameAsInput) => "its input's columns".into(),
-            Ok(pb::OutputMode::FromConfig) => "columns worked out from its config and input".into(),
-            _ if k.role == pb::KindRole::Sink as i32 => String::new(),
-            _ => "undeclared".into(),
+        let output = match &k.output {
+            OutputSchema::Columns(c) => columns_text(c),
+            OutputSchema::SameAsInput => "its input's columns".into(),
+            OutputSchema::FromConfig => "columns worked out from its config and input".into(),
+            OutputSchema::Undeclared if k.role == Role::Sink => String::new(),
+            OutputSchema::Undeclared => "undeclared".into(),
         };
         if !output.is_empty() {
             out.push_str(&format!("  emits: {output}\n"));

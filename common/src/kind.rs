@@ -33,17 +33,6 @@ impl Role {
             Role::Sink => "sink",
         }
     }
-
-    /// Parses a role name.
-    pub fn parse(s: &str) -> Option<Role> {
-        match s {
-            "source" => Some(Role::Source),
-            "operator" => Some(Role::Operator),
-            "two-input" => Some(Role::TwoInput),
-            "sink" => Some(Role::Sink),
-            _ => None,
-        }
-    }
 }
 
 /// The kind of a declared state: Flink's state primitives, keyed and operator.
@@ -92,6 +81,7 @@ pub struct DeclaredState {
     /// Its kind.
     pub kind: StateClass,
     /// What it holds, as a type name.
+    #[serde(rename = "type")]
     pub type_name: String,
 }
 
@@ -388,16 +378,6 @@ impl KindCatalog for Vec<KindInfo> {
     }
 }
 
-/// A column in its protobuf form.
-fn column_to_proto(c: &Column) -> pb::ColumnSpec {
-    pb::ColumnSpec { name: c.name.clone(), r#type: c.data_type.clone(), nullable: c.nullable }
-}
-
-/// A column from its protobuf form.
-fn column_from_proto(c: &pb::ColumnSpec) -> Column {
-    Column::new(&c.name, &c.r#type, c.nullable)
-}
-
 impl From<Role> for pb::KindRole {
     fn from(r: Role) -> Self {
         match r {
@@ -444,7 +424,7 @@ impl From<&KindInfo> for pb::OperatorKindInfo {
             state_signature_text: signature.map(|s| s.text.clone()).unwrap_or_default(),
             key_serializer: signature.and_then(|s| s.key.as_ref()).map(Into::into),
             state_serializers: signature.map(|s| s.states.iter().map(Into::into).collect()).unwrap_or_default(),
-            input_columns: k.input_columns.iter().map(column_to_proto).collect(),
+            input_columns: k.input_columns.iter().map(Into::into).collect(),
             output_mode: match &k.output {
                 OutputSchema::Undeclared => pb::OutputMode::Undeclared,
                 OutputSchema::Columns(_) => pb::OutputMode::Columns,
@@ -452,7 +432,7 @@ impl From<&KindInfo> for pb::OperatorKindInfo {
                 OutputSchema::FromConfig => pb::OutputMode::FromConfig,
             } as i32,
             output_columns: match &k.output {
-                OutputSchema::Columns(c) => c.iter().map(column_to_proto).collect(),
+                OutputSchema::Columns(c) => c.iter().map(Into::into).collect(),
                 _ => Vec::new(),
             },
             states: k
@@ -509,9 +489,7 @@ impl TryFrom<&pb::OperatorKindInfo> for KindInfo {
             })
             .collect::<Result<_, _>>()?;
         let output = match pb::OutputMode::try_from(k.output_mode) {
-            Ok(pb::OutputMode::Columns) => {
-                OutputSchema::Columns(k.output_columns.iter().map(column_from_proto).collect())
-            }
+            Ok(pb::OutputMode::Columns) => OutputSchema::Columns(k.output_columns.iter().map(Column::from).collect()),
             Ok(pb::OutputMode::SameAsInput) => OutputSchema::SameAsInput,
             Ok(pb::OutputMode::FromConfig) => OutputSchema::FromConfig,
             Ok(pb::OutputMode::Undeclared) => OutputSchema::Undeclared,
@@ -531,7 +509,7 @@ impl TryFrom<&pb::OperatorKindInfo> for KindInfo {
                 key: k.key_serializer.clone().map(Into::into),
                 states: k.state_serializers.iter().cloned().map(Into::into).collect(),
             }),
-            input_columns: k.input_columns.iter().map(column_from_proto).collect(),
+            input_columns: k.input_columns.iter().map(Column::from).collect(),
             output,
             needs_event_time: k.needs_event_time,
         })

@@ -29,6 +29,18 @@ impl Column {
     }
 }
 
+impl From<&Column> for weir_proto::ColumnSpec {
+    fn from(c: &Column) -> Self {
+        weir_proto::ColumnSpec { name: c.name.clone(), r#type: c.data_type.clone(), nullable: c.nullable }
+    }
+}
+
+impl From<&weir_proto::ColumnSpec> for Column {
+    fn from(c: &weir_proto::ColumnSpec) -> Self {
+        Column::new(&c.name, &c.r#type, c.nullable)
+    }
+}
+
 /// What an operator kind emits.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -43,6 +55,18 @@ pub enum OutputSchema {
     /// Worked out from its config and its input's columns (the kind's declaration works them out: `project`,
     /// `filter`).
     FromConfig,
+}
+
+impl OutputSchema {
+    /// How the output is declared, as `weir kinds` names it: undeclared, columns, same-as-input or from-config.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            OutputSchema::Undeclared => "undeclared",
+            OutputSchema::Columns(_) => "columns",
+            OutputSchema::SameAsInput => "same-as-input",
+            OutputSchema::FromConfig => "from-config",
+        }
+    }
 }
 
 /// The key/value shape the built-in kinds emit: a binary key and a value of `value_type`.

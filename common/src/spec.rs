@@ -267,10 +267,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
             None => Vec::new(),
             Some(columns) => {
                 crate::schema::validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e))?;
-                columns
-                    .iter()
-                    .map(|c| pb::ColumnSpec { name: c.name.clone(), r#type: c.data_type.clone(), nullable: c.nullable })
-                    .collect()
+                columns.iter().map(pb::ColumnSpec::from).collect()
             }
         };
         operators.push(pb::OperatorSpec {
@@ -608,8 +605,8 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
             return Ok(known.clone());
         }
         let op = &spec.operators[i];
-        let declared: Option<Vec<Column>> = (!op.schema.is_empty())
-            .then(|| op.schema.iter().map(|c| Column::new(&c.name, &c.r#type, c.nullable)).collect());
+        let declared: Option<Vec<Column>> =
+            (!op.schema.is_empty()).then(|| op.schema.iter().map(Column::from).collect());
         if let Some(columns) = &declared {
             validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e))?;
         }
@@ -636,11 +633,11 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
             }
             (Some(OutputSchema::FromConfig), None) if operators[i].input.is_none() => {
                 // A source: its columns follow from its config alone.
-                let config: BTreeMap<String, String> = op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                let config = config_of(op);
                 match kinds.derived_output(&op.kind, &config, &[]) {
                     None => None,
                     Some(Ok(columns)) => Some(columns),
-                    Some(Err(e)) => return Err(op_err(&op.uid, &format!("config.{}", e.field), e.message)),
+                    Some(Err(e)) => return Err(config_err(&op.uid, e)),
                 }
             }
             (Some(OutputSchema::FromConfig), None) => {
@@ -657,12 +654,11 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
                 match inputs {
                     None => None,
                     Some(inputs) => {
-                        let config: BTreeMap<String, String> =
-                            op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                        let config = config_of(op);
                         match kinds.derived_output(&op.kind, &config, &inputs) {
                             None => None,
                             Some(Ok(columns)) => Some(columns),
-                            Some(Err(e)) => return Err(op_err(&op.uid, &format!("config.{}", e.field), e.message)),
+                            Some(Err(e)) => return Err(config_err(&op.uid, e)),
                         }
                     }
                 }
@@ -709,10 +705,9 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
             None => None,
         };
         if let Some((_, Some(available))) = &first {
-            let config: BTreeMap<String, String> =
-                spec.operators[i].config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let config = config_of(&spec.operators[i]);
             if let Some(Err(e)) = kinds.check_input(&spec.operators[i].kind, &config, available) {
-                return Err(op_err(&spec.operators[i].uid, &format!("config.{}", e.field), e.message));
+                return Err(config_err(&spec.operators[i].uid, e));
             }
         }
         for (u, available) in first.into_iter().chain(second) {
@@ -764,6 +759,16 @@ fn parse_input<'a>(index: &HashMap<&str, usize>, input: &'a str) -> Option<(usiz
     (!tag.is_empty()).then_some((i, Some(tag)))
 }
 
+/// An operator's config as kinds read it.
+fn config_of(op: &pb::OperatorSpec) -> OperatorConfig {
+    op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// A kind's refusal of a field of `uid`'s config, named `config.<field>`.
+fn config_err(uid: &str, e: crate::kind::ConfigFieldError) -> SpecError {
+    op_err(uid, &format!("config.{}", e.field), e.message)
+}
+
 /// Validates a spec against the known operator kinds and applies defaults. With a catalog that runs the kinds'
 /// declarations (a task manager's), every check; with one that only knows what kinds reported (the job
 /// manager's), the checks of the spec's structure.
@@ -812,7 +817,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
                 None => break,
             }
         }
-        let config: BTreeMap<String, String> = at.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let config = config_of(at);
         if let Some(why) = kinds.lacks_timestamps(&at.kind, &config) {
             return Err(op_err(
                 &op.uid,
@@ -834,10 +839,8 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
             return Err(op_err(&op.uid, "parallelism", "must be at least 1"));
         }
         max_op_parallelism = max_op_parallelism.max(p);
-        let config: BTreeMap<String, String> = op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        kinds
-            .check_config(&op.kind, &config)
-            .map_err(|e| op_err(&op.uid, &format!("config.{}", e.field), e.message))?;
+        let config = config_of(op);
+        kinds.check_config(&op.kind, &config).map_err(|e| config_err(&op.uid, e))?;
         let named: Vec<&str> = match (op.input.is_empty(), op.inputs.is_empty()) {
             (true, true) => vec![],
             (false, true) => vec![op.input.as_str()],
@@ -881,7 +884,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
         };
         if let (Some(u), Some(tag)) = (input, &input_tag) {
             let up = &spec.operators[u];
-            let up_config: BTreeMap<String, String> = up.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let up_config = config_of(up);
             if let Some(SideOutputs { tags, elsewhere }) = kinds.side_outputs(&up.kind, &up_config) {
                 if !tags.contains(tag) {
                     let why = match elsewhere.into_iter().find(|(t, _)| t == tag) {

@@ -282,7 +282,7 @@ impl JobManager {
         // Kinds are known from the task managers that registered: a job manager that just started, or just took
         // over, waits for the first of them (they register within a heartbeat).
         let deadline = tokio::time::Instant::now() + CHECKER_WAIT;
-        while self.shared.registry.lock().kinds().is_empty() && tokio::time::Instant::now() < deadline {
+        while !self.shared.registry.lock().knows_kinds() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let kinds = self.shared.registry.lock().kinds();

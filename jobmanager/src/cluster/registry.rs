@@ -242,8 +242,13 @@ impl Registry {
         able.into_iter().map(|tm| tm.rpc_address.clone()).collect()
     }
 
+    /// Whether any registered task manager reported a kind.
+    pub fn knows_kinds(&self) -> bool {
+        self.tms.values().any(|tm| !tm.kinds.is_empty())
+    }
+
     /// Every kind the registered task managers reported: all the job manager knows of kinds (it runs none of
-    /// their code).
+    /// their code). A kind several report is described as the task manager whose id sorts last reports it.
     pub fn kinds(&self) -> Vec<KindInfo> {
         let mut map: BTreeMap<String, KindInfo> = BTreeMap::new();
         for tm in self.tms.values() {
