@@ -809,19 +809,17 @@ impl Kind for WindowAggregateKind {
     }
 
     fn side_outputs(&self, config: &WindowAggregateConfig) -> SideOutputs {
+        use crate::window::operator::LATE_TAG;
         let tags = match config.late {
-            LateRecords::SideOutput => vec![crate::window::operator::LATE_TAG.to_string()],
+            LateRecords::SideOutput => vec![LATE_TAG.to_string()],
             LateRecords::Drop => vec![],
         };
-        SideOutputs {
-            tags,
-            elsewhere: vec![(crate::window::operator::LATE_TAG.into(), "set late: side-output in its config".into())],
-        }
+        SideOutputs { tags, elsewhere: vec![(LATE_TAG.into(), "set late: side-output in its config".into())] }
     }
 
     fn check_input(&self, config: &WindowAggregateConfig, input: &[Column]) -> Result<(), ConfigFieldError> {
         match config.aggregate {
-            crate::window::config::WindowAggregate::Count => Ok(()),
+            Aggregate::Count => Ok(()),
             _ => weir_common::kind::input_column(input, "field", &config.field, &["int64"]),
         }
     }
