@@ -209,11 +209,12 @@ fn inline_schema_files(spec: &mut pb::JobSpec, dir: &std::path::Path) -> Result<
         if op.config.contains_key("avro_schema") {
             return Err(at("give avro_schema or avro_schema_file, not both".into()));
         }
+        let Some(file) = file.as_text() else { return Err(at("expected a path, as text".into())) };
         let path = dir.join(file.trim());
         let limit = weir_common::spec::MAX_CONFIG_VALUE_BYTES;
         let text = read_bounded(&path, limit, "the limit of a config value (64 KiB)")
             .map_err(|e| at(format!("cannot read {}: {e}", path.display())))?;
-        op.config.insert("avro_schema".into(), text);
+        op.config.insert("avro_schema".into(), text.into());
     }
     Ok(())
 }
@@ -313,7 +314,7 @@ mod tests {
 
     fn spec_with(config: &[(&str, &str)]) -> pb::JobSpec {
         let mut op = pb::OperatorSpec { uid: "bids".into(), kind: "kafka".into(), ..Default::default() };
-        op.config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        op.config = config.iter().map(|(k, v)| (k.to_string(), (*v).into())).collect();
         pb::JobSpec { operators: vec![op], ..Default::default() }
     }
 
@@ -324,7 +325,7 @@ mod tests {
         let mut spec = spec_with(&[("avro_schema_file", "bid.avsc")]);
         inline_schema_files(&mut spec, dir.path()).unwrap();
         let config = &spec.operators[0].config;
-        assert_eq!(config.get("avro_schema").map(String::as_str), Some(r#"{"type": "record"}"#));
+        assert_eq!(config.get("avro_schema").and_then(|v| v.as_text()), Some(r#"{"type": "record"}"#));
         assert!(!config.contains_key("avro_schema_file"));
 
         let mut missing = spec_with(&[("avro_schema_file", "nope.avsc")]);

@@ -174,7 +174,7 @@ pub struct OperatorDescriptor {
     /// Registry kind.
     pub kind: String,
     /// Config as given in the spec.
-    pub config: BTreeMap<String, String>,
+    pub config: crate::kind::OperatorConfig,
     /// Sources only: how it generates watermarks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermarks: Option<crate::watermarks::WatermarkStrategy>,

@@ -4,6 +4,7 @@
 //! its columns, side outputs and event time) and checks the rest. Config fields are named in every error
 //! ([`ConfigFieldError`]); [`ConfigReader`] reads a spec's config map for the kinds that parse one.
 
+pub use crate::config_value::ConfigValue;
 use crate::schema::{Column, OutputSchema};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -248,13 +249,13 @@ pub fn field_err(field: &str, message: impl Into<String>) -> ConfigFieldError {
 
 /// Reads an operator's config map field by field, refusing fields the kind does not know.
 pub struct ConfigReader<'a> {
-    map: &'a BTreeMap<String, String>,
+    map: &'a OperatorConfig,
     allowed: &'static [ConfigField],
 }
 
 impl<'a> ConfigReader<'a> {
     /// A reader of `map` for a kind whose fields are `allowed`: any other field is refused, naming it.
-    pub fn new(map: &'a BTreeMap<String, String>, allowed: &'static [ConfigField]) -> Result<Self, ConfigFieldError> {
+    pub fn new(map: &'a OperatorConfig, allowed: &'static [ConfigField]) -> Result<Self, ConfigFieldError> {
         if let Some(unknown) = map.keys().find(|k| !allowed.iter().any(|f| f.name == k.as_str())) {
             let known = if allowed.is_empty() {
                 "none".to_string()
@@ -266,40 +267,118 @@ impl<'a> ConfigReader<'a> {
         Ok(ConfigReader { map, allowed })
     }
 
-    /// An unsigned integer field (`_` separators allowed).
+    /// The field's value as the spec wrote it.
+    pub fn value(&self, field: &str) -> Option<&'a ConfigValue> {
+        debug_assert!(self.allowed.iter().any(|f| f.name == field), "{field} is not a declared field");
+        self.map.get(field)
+    }
+
+    /// Whether the spec sets the field.
+    pub fn has(&self, field: &str) -> bool {
+        self.value(field).is_some()
+    }
+
+    /// An unsigned integer field: a number, or text of one (`_` separators allowed).
     pub fn u64(&self, field: &str) -> Result<Option<u64>, ConfigFieldError> {
-        debug_assert!(self.allowed.iter().any(|f| f.name == field));
-        match self.map.get(field) {
+        let expected = |shown: &str| field_err(field, format!("expected a non-negative integer, got {shown}"));
+        match self.value(field) {
             None => Ok(None),
-            Some(s) => s.trim().replace('_', "").parse::<u64>().map(Some).map_err(|_| {
-                field_err(field, format!("expected a non-negative integer, got {}", crate::text::echo(s)))
-            }),
+            Some(ConfigValue::Number(n)) => n.as_u64().map(Some).ok_or_else(|| expected(&n.to_string())),
+            Some(ConfigValue::String(s)) => {
+                s.trim().replace('_', "").parse::<u64>().map(Some).map_err(|_| expected(&crate::text::echo(s)))
+            }
+            Some(other) => Err(expected(shape_of(other))),
         }
     }
 
-    /// A text field.
-    pub fn string(&self, field: &str) -> Option<String> {
-        self.map.get(field).cloned()
+    /// A signed integer field: a number, or text of one (`_` separators allowed).
+    pub fn i64(&self, field: &str) -> Result<Option<i64>, ConfigFieldError> {
+        let expected = |shown: &str| field_err(field, format!("expected an integer, got {shown}"));
+        match self.value(field) {
+            None => Ok(None),
+            Some(ConfigValue::Number(n)) => n.as_i64().map(Some).ok_or_else(|| expected(&n.to_string())),
+            Some(ConfigValue::String(s)) => {
+                s.trim().replace('_', "").parse::<i64>().map(Some).map_err(|_| expected(&crate::text::echo(s)))
+            }
+            Some(other) => Err(expected(shape_of(other))),
+        }
     }
 
-    /// A nested map (carried as JSON text) read into `T`.
+    /// A text field: text, or a number or flag as its text. A list or a map is refused.
+    pub fn string(&self, field: &str) -> Result<Option<String>, ConfigFieldError> {
+        match self.value(field) {
+            None => Ok(None),
+            Some(v) => {
+                scalar_text(v).map(Some).ok_or_else(|| field_err(field, format!("expected text, got {}", shape_of(v))))
+            }
+        }
+    }
+
+    /// A flag: true or false (or their text).
+    pub fn bool(&self, field: &str) -> Result<Option<bool>, ConfigFieldError> {
+        match self.value(field) {
+            None => Ok(None),
+            Some(ConfigValue::Bool(b)) => Ok(Some(*b)),
+            Some(ConfigValue::String(s)) if matches!(s.trim(), "true" | "false") => Ok(Some(s.trim() == "true")),
+            Some(other) => Err(field_err(field, format!("expected true or false, got {}", shown(other)))),
+        }
+    }
+
+    /// A list or map read into `T` (`shape` says what is expected). Text holding JSON is read too: job records
+    /// stored before configs were typed carry nested values that way.
     pub fn nested<T: serde::de::DeserializeOwned>(
         &self,
         field: &str,
         shape: &str,
     ) -> Result<Option<T>, ConfigFieldError> {
-        debug_assert!(self.allowed.iter().any(|f| f.name == field));
-        match self.map.get(field) {
+        let wrong = |e: serde_json::Error| field_err(field, format!("expected {shape}: {e}"));
+        match self.value(field) {
             None => Ok(None),
-            Some(s) => {
-                serde_json::from_str(s).map(Some).map_err(|e| field_err(field, format!("expected {shape}: {e}")))
-            }
+            Some(ConfigValue::String(s)) => serde_json::from_str(s).map(Some).map_err(wrong),
+            Some(v) => T::deserialize(v).map(Some).map_err(wrong),
         }
+    }
+
+    /// A field given either as text or as a nested value, as JSON text (an inline schema, say).
+    pub fn json_text(&self, field: &str) -> Option<String> {
+        self.value(field).map(|v| scalar_text(v).unwrap_or_else(|| v.to_string()))
     }
 }
 
-/// An operator's config as a spec gives it (nested values as JSON text).
-pub type OperatorConfig = BTreeMap<String, String>;
+/// A scalar's text (`None` for a list or map); null is empty text.
+fn scalar_text(v: &ConfigValue) -> Option<String> {
+    match v {
+        ConfigValue::String(s) => Some(s.clone()),
+        ConfigValue::Number(n) => Some(n.to_string()),
+        ConfigValue::Bool(b) => Some(b.to_string()),
+        ConfigValue::Null => Some(String::new()),
+        ConfigValue::Array(_) | ConfigValue::Object(_) => None,
+    }
+}
+
+/// What kind of value `v` is, for an error that cannot quote it whole.
+fn shape_of(v: &ConfigValue) -> &'static str {
+    match v {
+        ConfigValue::Null => "null",
+        ConfigValue::Bool(_) => "a flag",
+        ConfigValue::Number(_) => "a number",
+        ConfigValue::String(_) => "text",
+        ConfigValue::Array(_) => "a list",
+        ConfigValue::Object(_) => "a map",
+    }
+}
+
+/// A value quoted in an error: a scalar as written, a list or map by its shape.
+fn shown(v: &ConfigValue) -> String {
+    match v {
+        ConfigValue::String(s) => crate::text::echo(s),
+        ConfigValue::Array(_) | ConfigValue::Object(_) => shape_of(v).to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// An operator's config as a spec gives it: field name to typed value.
+pub type OperatorConfig = BTreeMap<String, ConfigValue>;
 
 /// A kind's side outputs over a config, and what to say when an operator reads one it does not have.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -4,7 +4,8 @@
 //! - [`keygroup`]: key-group arithmetic (Flink's `KeyGroupRangeAssignment`, with murmur3 over key bytes).
 //! - [`spec`]: the job spec as users write it (YAML/JSON), its protobuf form and its validation.
 //! - [`kind`]: what an operator kind declares of itself (name, role, state, columns), the config-field errors
-//!   every kind names its fields in, and the catalog a spec is resolved against.
+//!   every kind names its fields in, and the catalog a spec is resolved against; [`config_value`]: an operator's
+//!   config values, typed as the spec wrote them, in memory and on the wire.
 //! - [`schema`]: declared record schemas, the columns a kind needs and emits, checked on every edge at submission.
 //! - [`watermarks`]: a source's watermark strategy (the spec's `watermarks:`) and its validation.
 //! - [`datagen`]: the datagen record formula and its event times (DESIGN §10), shared by the source and by output
@@ -25,6 +26,7 @@
 pub mod checkpoint;
 pub mod cluster;
 pub mod config;
+pub mod config_value;
 pub mod datagen;
 pub mod descriptor;
 pub mod fault;

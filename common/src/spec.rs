@@ -239,19 +239,8 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
     for op in file.operators {
         let mut config = HashMap::new();
         for (k, v) in op.config {
-            let text = match v {
-                serde_yaml::Value::Null => String::new(),
-                serde_yaml::Value::Bool(b) => b.to_string(),
-                serde_yaml::Value::Number(n) => n.to_string(),
-                serde_yaml::Value::String(s) => s,
-                // Nested maps and lists travel as JSON text; the kind reads them back.
-                v @ (serde_yaml::Value::Mapping(_) | serde_yaml::Value::Sequence(_)) => serde_json::to_string(&v)
-                    .map_err(|e| op_err(&op.uid, &format!("config.{k}"), format!("cannot be carried as JSON: {e}")))?,
-                serde_yaml::Value::Tagged(_) => {
-                    return Err(op_err(&op.uid, &format!("config.{k}"), "a tagged YAML value is not supported"))
-                }
-            };
-            config.insert(k, text);
+            let value = crate::config_value::from_yaml(v).map_err(|e| op_err(&op.uid, &format!("config.{k}"), e))?;
+            config.insert(k, crate::config_value::to_proto(&value));
         }
         let partitioning = match op.partitioning.as_deref() {
             None | Some("") => Partitioning::Unspecified,
@@ -282,6 +271,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
             drop_state_on_change: op.drop_state_on_change,
             uid_stated: op.uid_stated,
             watermarks,
+            legacy_config: HashMap::new(),
         });
     }
     let c = file.checkpointing.unwrap_or_default();
@@ -443,8 +433,8 @@ pub struct ResolvedOperator {
     pub uid: String,
     /// Kind in the task manager's registry.
     pub kind: String,
-    /// Config as given.
-    pub config: BTreeMap<String, String>,
+    /// Config as given, typed as the spec wrote it.
+    pub config: OperatorConfig,
     /// Effective parallelism.
     pub parallelism: u32,
     /// Index of the input operator in [`ResolvedJob::operators`].
@@ -563,12 +553,20 @@ pub fn check_limits(spec: &pb::JobSpec) -> Result<(), SpecError> {
         if let Some(long) = op.inputs.iter().find(|v| v.len() > MAX_FIELD_BYTES) {
             return Err(op_err(who, "inputs", over("an input", long.len(), MAX_FIELD_BYTES)));
         }
+        if !op.legacy_config.is_empty() {
+            return Err(op_err(
+                who,
+                "config",
+                "sent as text by a client older than this cluster, which reads typed config values: upgrade the client",
+            ));
+        }
         for (k, v) in &op.config {
             if k.len() > MAX_FIELD_BYTES {
                 return Err(op_err(who, "config", over(&format!("the key {}", echo(k)), k.len(), MAX_FIELD_BYTES)));
             }
-            if v.len() > MAX_CONFIG_VALUE_BYTES {
-                return Err(op_err(who, &format!("config.{k}"), over("the value", v.len(), MAX_CONFIG_VALUE_BYTES)));
+            let size = crate::config_value::size(v);
+            if size > MAX_CONFIG_VALUE_BYTES {
+                return Err(op_err(who, &format!("config.{k}"), over("the value", size, MAX_CONFIG_VALUE_BYTES)));
             }
         }
     }
@@ -633,7 +631,7 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
             }
             (Some(OutputSchema::FromConfig), None) if operators[i].input.is_none() => {
                 // A source: its columns follow from its config alone.
-                let config = config_of(op);
+                let config = config_of(op)?;
                 match kinds.derived_output(&op.kind, &config, &[]) {
                     None => None,
                     Some(Ok(columns)) => Some(columns),
@@ -654,7 +652,7 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
                 match inputs {
                     None => None,
                     Some(inputs) => {
-                        let config = config_of(op);
+                        let config = config_of(op)?;
                         match kinds.derived_output(&op.kind, &config, &inputs) {
                             None => None,
                             Some(Ok(columns)) => Some(columns),
@@ -705,7 +703,7 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
             None => None,
         };
         if let Some((_, Some(available))) = &first {
-            let config = config_of(&spec.operators[i]);
+            let config = config_of(&spec.operators[i])?;
             if let Some(Err(e)) = kinds.check_input(&spec.operators[i].kind, &config, available) {
                 return Err(config_err(&spec.operators[i].uid, e));
             }
@@ -760,8 +758,15 @@ fn parse_input<'a>(index: &HashMap<&str, usize>, input: &'a str) -> Option<(usiz
 }
 
 /// An operator's config as kinds read it.
-fn config_of(op: &pb::OperatorSpec) -> OperatorConfig {
-    op.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+fn config_of(op: &pb::OperatorSpec) -> Result<OperatorConfig, SpecError> {
+    op.config
+        .iter()
+        .map(|(k, v)| {
+            let value = crate::config_value::from_proto(v)
+                .map_err(|e| op_err(&op.uid, &format!("config.{k}"), e.to_string()))?;
+            Ok((k.clone(), value))
+        })
+        .collect()
 }
 
 /// A kind's refusal of a field of `uid`'s config, named `config.<field>`.
@@ -817,7 +822,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
                 None => break,
             }
         }
-        let config = config_of(at);
+        let config = config_of(at)?;
         if let Some(why) = kinds.lacks_timestamps(&at.kind, &config) {
             return Err(op_err(
                 &op.uid,
@@ -839,7 +844,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
             return Err(op_err(&op.uid, "parallelism", "must be at least 1"));
         }
         max_op_parallelism = max_op_parallelism.max(p);
-        let config = config_of(op);
+        let config = config_of(op)?;
         kinds.check_config(&op.kind, &config).map_err(|e| config_err(&op.uid, e))?;
         let named: Vec<&str> = match (op.input.is_empty(), op.inputs.is_empty()) {
             (true, true) => vec![],
@@ -884,7 +889,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
         };
         if let (Some(u), Some(tag)) = (input, &input_tag) {
             let up = &spec.operators[u];
-            let up_config = config_of(up);
+            let up_config = config_of(up)?;
             if let Some(SideOutputs { tags, elsewhere }) = kinds.side_outputs(&up.kind, &up_config) {
                 if !tags.contains(tag) {
                     let why = match elsewhere.into_iter().find(|(t, _)| t == tag) {
@@ -1313,7 +1318,7 @@ operators:
         assert_eq!(job.operators[2].parallelism, 1);
         assert_eq!(job.checkpointing.interval_ms, Some(1000));
         assert_eq!(job.checkpointing.timeout_ms, 600_000);
-        assert_eq!(job.operators[0].config["count"], "1000000");
+        assert_eq!(job.operators[0].config["count"], 1_000_000);
         // No restart strategy named: exponential delay from 1 s to 1 min, as Flink's default since 1.19.
         assert_eq!(
             job.restart,

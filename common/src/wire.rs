@@ -404,7 +404,7 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
                 .map(|o| pb::OperatorDescriptor {
                     uid: o.uid.clone(),
                     kind: o.kind.clone(),
-                    config: o.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    config: o.config.iter().map(|(k, v)| (k.clone(), crate::config_value::to_proto(v))).collect(),
                     watermarks: o.watermarks.as_ref().map(|w| w.to_proto()),
                     chained_to: o.chained_to,
                 })
@@ -500,13 +500,16 @@ impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
                         .map(|w| crate::watermarks::WatermarkStrategy::from_proto(&w))
                         .transpose()
                         .map_err(|e| WireError { what: "task descriptor", reason: format!("watermarks: {e}") })?;
-                    Ok(OperatorDescriptor {
-                        uid: o.uid,
-                        kind: o.kind,
-                        config: o.config.into_iter().collect(),
-                        watermarks,
-                        chained_to: o.chained_to,
-                    })
+                    let config = o
+                        .config
+                        .iter()
+                        .map(|(k, v)| Ok((k.clone(), crate::config_value::from_proto(v)?)))
+                        .collect::<Result<_, crate::config_value::ConfigValueError>>()
+                        .map_err(|e| WireError {
+                            what: "task descriptor",
+                            reason: format!("config of {}: {e}", o.uid),
+                        })?;
+                    Ok(OperatorDescriptor { uid: o.uid, kind: o.kind, config, watermarks, chained_to: o.chained_to })
                 })
                 .collect::<Result<_, WireError>>()?,
             state_backend: backend(d.state_backend)?,
@@ -545,7 +548,10 @@ mod tests {
             operators: vec![OperatorDescriptor {
                 uid: "count".into(),
                 kind: "keyed-count".into(),
-                config: BTreeMap::from([("emit".to_string(), "updates".to_string())]),
+                config: BTreeMap::from([
+                    ("emit".to_string(), serde_json::json!("updates")),
+                    ("window".to_string(), serde_json::json!({ "tumbling_ms": 10, "seed": u64::MAX })),
+                ]),
                 watermarks: Some(crate::watermarks::WatermarkStrategy {
                     max_out_of_orderness_ms: 250,
                     idle_timeout_ms: Some(1000),

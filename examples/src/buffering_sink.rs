@@ -41,12 +41,13 @@
 //! default 1000). Lines are `key,value` as the `file-sink` writes them (an 8-byte key as its decimal `u64`).
 
 use arrow_array::RecordBatch;
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use weir_common::ids::CheckpointId;
-use weir_common::kind::{KindInfo, Role, StateClass};
+use weir_common::kind::{
+    field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, StateClass,
+};
 use weir_taskmanager::api::commit::{hidden_name, PendingFiles};
 use weir_taskmanager::api::operator::{
     Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext,
@@ -69,11 +70,17 @@ const FILE_PREFIX: &str = "buffered";
 
 /// What the job manager learns about `buffering-sink` when a task manager with it registers.
 pub fn kind_info() -> KindInfo {
-    KindInfo::new(KIND, Role::Sink, false, env!("CARGO_PKG_VERSION")).with_states(&[
+    KindInfo::new(KIND, Role::Sink, false, env!("CARGO_PKG_VERSION")).with_fields(FIELDS).with_states(&[
         (BUFFER_STATE, StateClass::OperatorList, "Record"),
         (PENDING_STATE, StateClass::OperatorList, "PendingFile"),
     ])
 }
+
+/// The config fields of `buffering-sink`.
+pub const FIELDS: &[ConfigField] = &[
+    field("path", "the directory committed files appear in (required)"),
+    field("threshold", "records buffered before they are written out (default 1000)"),
+];
 
 /// Config of `buffering-sink`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,21 +93,17 @@ pub struct BufferingSinkConfig {
 
 impl BufferingSinkConfig {
     /// Reads and checks the config; an error names the field.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, String> {
-        if let Some(unknown) = map.keys().find(|k| !["path", "threshold"].contains(&k.as_str())) {
-            return Err(format!("config field {unknown:?}: unknown field (known fields: path, threshold)"));
-        }
-        let path = map.get("path").cloned().unwrap_or_default();
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, FIELDS)?;
+        let path = r.string("path")?.unwrap_or_default();
         if path.trim().is_empty() {
-            return Err("config field \"path\": is required (the directory to write committed files to)".into());
+            return Err(field_err("path", "is required (the directory to write committed files to)"));
         }
-        let threshold = match map.get("threshold") {
+        let threshold = match r.u64("threshold")? {
             None => DEFAULT_THRESHOLD,
-            Some(s) => {
-                s.trim().replace('_', "").parse::<usize>().ok().filter(|t| (1..=MAX_THRESHOLD).contains(t)).ok_or_else(
-                    || format!("config field \"threshold\": expected an integer from 1 to {MAX_THRESHOLD}, got {s:?}"),
-                )?
-            }
+            Some(t) => usize::try_from(t).ok().filter(|t| (1..=MAX_THRESHOLD).contains(t)).ok_or_else(|| {
+                field_err("threshold", format!("expected an integer from 1 to {MAX_THRESHOLD}, got {t}"))
+            })?,
         };
         Ok(BufferingSinkConfig { path, threshold })
     }
@@ -320,22 +323,19 @@ mod tests {
 
     #[test]
     fn config_defaults_and_errors() {
-        let m = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        let m = |pairs: &[(&str, &str)]| -> OperatorConfig {
+            pairs.iter().map(|(k, v)| (k.to_string(), (*v).into())).collect()
         };
+        let err = |pairs: &[(&str, &str)]| BufferingSinkConfig::from_map(&m(pairs)).unwrap_err().to_string();
         let c = BufferingSinkConfig::from_map(&m(&[("path", "/o")])).unwrap();
         assert_eq!(c, BufferingSinkConfig { path: "/o".into(), threshold: DEFAULT_THRESHOLD });
         assert_eq!(
             BufferingSinkConfig::from_map(&m(&[("path", "/o"), ("threshold", "2_000")])).unwrap().threshold,
             2000
         );
-        assert!(BufferingSinkConfig::from_map(&m(&[])).unwrap_err().contains("\"path\""));
-        assert!(BufferingSinkConfig::from_map(&m(&[("path", "/o"), ("threshold", "0")]))
-            .unwrap_err()
-            .contains("threshold"));
-        assert!(BufferingSinkConfig::from_map(&m(&[("path", "/o"), ("treshold", "5")]))
-            .unwrap_err()
-            .contains("treshold"));
+        assert!(err(&[]).contains("\"path\""));
+        assert!(err(&[("path", "/o"), ("threshold", "0")]).contains("threshold"));
+        assert!(err(&[("path", "/o"), ("treshold", "5")]).contains("treshold"));
     }
 
     #[test]

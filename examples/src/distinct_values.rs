@@ -26,9 +26,10 @@
 //! Config: `ttl_ms` (the time-to-live in milliseconds, default 60000, at least 1).
 
 use arrow_array::RecordBatch;
-use std::collections::BTreeMap;
 use std::time::Duration;
-use weir_common::kind::{KindInfo, Role, StateClass};
+use weir_common::kind::{
+    field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, StateClass,
+};
 use weir_state::signature::StateSignature;
 use weir_state::{KeyedStateBackend, MapState, StateDescriptor, StateError, StateTtlConfig, ValueState};
 use weir_taskmanager::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
@@ -49,12 +50,17 @@ pub fn kind_info() -> KindInfo {
     let signature = StateSignature::keyed::<Vec<u8>>().map::<i64, u64>(VALUES_STATE).value::<()>(KEYS_STATE);
     weir_taskmanager::api::registry::signed(
         KindInfo::new(KIND, Role::Operator, true, env!("CARGO_PKG_VERSION"))
+            .with_fields(FIELDS)
             .with_states(&[(VALUES_STATE, StateClass::Map, "i64 -> u64"), (KEYS_STATE, StateClass::Value, "()")])
             .with_input(weir_common::schema::key_value("int64"))
             .with_output(weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64"))),
         &signature,
     )
 }
+
+/// The config fields of `distinct-values`.
+pub const FIELDS: &[ConfigField] =
+    &[field("ttl_ms", "how long a value is remembered after it was last seen, in ms (default 60000)")];
 
 /// Config of `distinct-values`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,19 +77,12 @@ impl Default for DistinctValuesConfig {
 
 impl DistinctValuesConfig {
     /// Reads and checks the config; an error names the field.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, String> {
-        if let Some(unknown) = map.keys().find(|k| k.as_str() != "ttl_ms") {
-            return Err(format!("config field {unknown:?}: unknown field (known fields: ttl_ms)"));
-        }
-        let ttl_ms = match map.get("ttl_ms") {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, FIELDS)?;
+        let ttl_ms = match r.u64("ttl_ms")? {
             None => DEFAULT_TTL_MS,
-            Some(s) => s
-                .trim()
-                .replace('_', "")
-                .parse::<u64>()
-                .ok()
-                .filter(|&t| t >= 1)
-                .ok_or_else(|| format!("config field \"ttl_ms\": expected a positive integer, got {s:?}"))?,
+            Some(0) => return Err(field_err("ttl_ms", "expected a positive integer, got 0")),
+            Some(t) => t,
         };
         Ok(DistinctValuesConfig { ttl_ms })
     }
@@ -192,6 +191,7 @@ impl Operator for DistinctValues {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
     use std::path::Path;
     use std::sync::Arc;
     use weir_common::ids::SubtaskIndex;
@@ -315,8 +315,8 @@ mod tests {
 
     #[test]
     fn config_defaults_and_errors() {
-        let m = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        let m = |pairs: &[(&str, &str)]| -> OperatorConfig {
+            pairs.iter().map(|(k, v)| (k.to_string(), (*v).into())).collect()
         };
         assert_eq!(DistinctValuesConfig::from_map(&m(&[])).unwrap(), DistinctValuesConfig { ttl_ms: 60_000 });
         assert_eq!(DistinctValuesConfig::default().ttl_ms, DEFAULT_TTL_MS);
@@ -324,10 +324,10 @@ mod tests {
         let ttl = DistinctValuesConfig { ttl_ms: 250 }.ttl();
         assert_eq!(ttl, StateTtlConfig::new(Duration::from_millis(250)));
         for bad in ["0", "-1", "soon", ""] {
-            let err = DistinctValuesConfig::from_map(&m(&[("ttl_ms", bad)])).unwrap_err();
+            let err = DistinctValuesConfig::from_map(&m(&[("ttl_ms", bad)])).unwrap_err().to_string();
             assert!(err.contains("ttl_ms"), "{err}");
         }
-        let err = DistinctValuesConfig::from_map(&m(&[("ttl", "5")])).unwrap_err();
+        let err = DistinctValuesConfig::from_map(&m(&[("ttl", "5")])).unwrap_err().to_string();
         assert!(err.contains("\"ttl\"") && err.contains("unknown"), "{err}");
     }
 

@@ -9,9 +9,10 @@
 //! round-robin; each one's next record is operator list state, so the source rescales.
 
 use arrow_array::RecordBatch;
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use weir_common::kind::{KindInfo, Role, StateClass};
+use weir_common::kind::{
+    field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, StateClass,
+};
 use weir_taskmanager::api::operator::{
     Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext, Source, SourceOutput,
     SourceStatus,
@@ -28,14 +29,24 @@ const STATE: &str = "positions";
 /// The source's description for the registry.
 pub fn kind_info() -> KindInfo {
     KindInfo::new(KIND, Role::Source, false, env!("CARGO_PKG_VERSION"))
+        .with_fields(FIELDS)
         .with_states(&[(STATE, StateClass::OperatorList, "(u32, u64)")])
         .with_output(weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")))
 }
 
 /// The watermark logger's description for the registry.
 pub fn log_kind_info() -> KindInfo {
-    KindInfo { kind: LOG_KIND.into(), role: Role::Operator, states: vec![], ..kind_info() }
+    KindInfo { kind: LOG_KIND.into(), role: Role::Operator, states: vec![], fields: vec![], ..kind_info() }
 }
+
+/// The config fields of `event-clock`.
+pub const FIELDS: &[ConfigField] = &[
+    field("rates", "records per second of each emitting split, a list (required)"),
+    field("idle_splits", "splits that never emit (default 0)"),
+    field("start_ms", "event time of each split's first record, ms (default 0)"),
+    field("step_ms", "event time between a split's consecutive records, ms (default 10)"),
+    field("count", "records per emitting split (default: unbounded)"),
+];
 
 /// Config of `event-clock`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,36 +65,19 @@ pub struct EventClockConfig {
 
 impl EventClockConfig {
     /// Reads and checks the config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, String> {
-        const KNOWN: [&str; 5] = ["rates", "idle_splits", "start_ms", "step_ms", "count"];
-        if let Some(unknown) = map.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-            return Err(format!("config field {unknown:?}: unknown field (known fields: {})", KNOWN.join(", ")));
-        }
-        let number = |field: &str, default: u64| -> Result<u64, String> {
-            map.get(field).map_or(Ok(default), |s| {
-                s.trim()
-                    .parse()
-                    .map_err(|_| format!("config field {field:?}: expected a non-negative integer, got {s:?}"))
-            })
-        };
-        let rates: Vec<u64> = match map.get("rates") {
-            None => return Err("config field \"rates\": is required (records per second of each split)".into()),
-            Some(s) => serde_json::from_str(s)
-                .map_err(|e| format!("config field \"rates\": expected a list of records per second: {e}"))?,
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, FIELDS)?;
+        let Some(rates) = r.nested::<Vec<u64>>("rates", "a list of records per second")? else {
+            return Err(field_err("rates", "is required (records per second of each split)"));
         };
         if rates.is_empty() || rates.contains(&0) {
-            return Err("config field \"rates\": needs at least one split, each with a rate of at least 1".into());
+            return Err(field_err("rates", "needs at least one split, each with a rate of at least 1"));
         }
         let idle_splits =
-            u32::try_from(number("idle_splits", 0)?).map_err(|_| "config field \"idle_splits\": too large")?;
-        let start_ms = match map.get("start_ms") {
-            None => 0,
-            Some(s) => {
-                s.trim().parse().map_err(|_| format!("config field \"start_ms\": expected an integer, got {s:?}"))?
-            }
-        };
-        let count = map.contains_key("count").then(|| number("count", 0)).transpose()?;
-        Ok(EventClockConfig { rates, idle_splits, start_ms, step_ms: number("step_ms", 10)?, count })
+            u32::try_from(r.u64("idle_splits")?.unwrap_or(0)).map_err(|_| field_err("idle_splits", "too large"))?;
+        let start_ms = r.i64("start_ms")?.unwrap_or(0);
+        let (step_ms, count) = (r.u64("step_ms")?.unwrap_or(10), r.u64("count")?);
+        Ok(EventClockConfig { rates, idle_splits, start_ms, step_ms, count })
     }
 }
 
@@ -216,7 +210,8 @@ mod tests {
     use weir_taskmanager::api::operator::RuntimeInfo;
 
     fn config(pairs: &[(&str, &str)]) -> Result<EventClockConfig, String> {
-        EventClockConfig::from_map(&pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        EventClockConfig::from_map(&pairs.iter().map(|(k, v)| (k.to_string(), (*v).into())).collect())
+            .map_err(|e| e.to_string())
     }
 
     #[test]

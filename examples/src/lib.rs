@@ -96,7 +96,7 @@ mod tests {
         let info = r.info(buffering_sink::KIND).expect("buffering-sink registered");
         assert_eq!(info.role, Role::Sink);
         assert!(!info.keyed);
-        let config: BTreeMap<String, String> = [("path".to_string(), "/tmp/x".to_string())].into();
+        let config = BTreeMap::from([("path".to_string(), "/tmp/x".into())]);
         assert!(matches!(r.build(buffering_sink::KIND, &config), Ok(Instance::Operator(_))));
         let err = r.build(buffering_sink::KIND, &BTreeMap::new()).err().expect("path is required");
         assert!(err.to_string().contains("path"), "{err}");
@@ -109,7 +109,7 @@ mod tests {
         assert_eq!(info.role, Role::Operator);
         assert!(info.keyed, "its input must be partitioned by key");
         assert!(matches!(r.build(distinct_values::KIND, &BTreeMap::new()), Ok(Instance::Operator(_))));
-        let config: BTreeMap<String, String> = [("ttl_ms".to_string(), "0".to_string())].into();
+        let config = BTreeMap::from([("ttl_ms".to_string(), 0.into())]);
         let err = r.build(distinct_values::KIND, &config).err().expect("ttl_ms must be positive");
         assert!(err.to_string().contains("ttl_ms"), "{err}");
     }

@@ -5,9 +5,10 @@
 
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch};
 use arrow_buffer::BooleanBuffer;
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use weir_common::kind::{KindInfo, Role};
+use weir_common::kind::{
+    field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role,
+};
 use weir_taskmanager::api::batch::{keys, VALUE};
 use weir_taskmanager::api::operator::{Collector, Operator, OperatorError, ProcessContext};
 
@@ -19,23 +20,29 @@ pub const MAP_KIND: &str = "value-map";
 /// The description of a stateless operator kind.
 pub fn kind_info(kind: &str) -> KindInfo {
     KindInfo::new(kind, Role::Operator, false, env!("CARGO_PKG_VERSION"))
+        .with_fields(if kind == FILTER_KIND { FILTER_FIELDS } else { MAP_FIELDS })
         .with_output(weir_common::schema::OutputSchema::SameAsInput)
 }
 
+/// The config fields of `key-filter`.
+pub const FILTER_FIELDS: &[ConfigField] = &[
+    field("modulo", "keys are kept by their value modulo this (default 2)"),
+    field("keep", "the remainder kept, 0 ≤ keep < modulo (default 0)"),
+];
+/// The config fields of `value-map`.
+pub const MAP_FIELDS: &[ConfigField] =
+    &[field("multiply", "the factor values are multiplied by (default 2)"), field("add", "added after (default 0)")];
+
 /// Reads the integer fields of a config, each with its default, refusing unknown ones.
-fn integers<const N: usize>(map: &BTreeMap<String, String>, fields: [(&str, i64); N]) -> Result<[i64; N], String> {
-    if let Some(unknown) = map.keys().find(|k| !fields.iter().any(|(f, _)| f == k)) {
-        let known: Vec<&str> = fields.iter().map(|(f, _)| *f).collect();
-        return Err(format!("config field {unknown:?}: unknown field (known fields: {})", known.join(", ")));
-    }
+fn integers<const N: usize>(
+    map: &OperatorConfig,
+    known: &'static [ConfigField],
+    fields: [(&str, i64); N],
+) -> Result<[i64; N], ConfigFieldError> {
+    let r = ConfigReader::new(map, known)?;
     let mut out = [0; N];
     for (slot, (field, default)) in out.iter_mut().zip(fields) {
-        *slot = match map.get(field) {
-            None => default,
-            Some(s) => {
-                s.trim().parse().map_err(|_| format!("config field {field:?}: expected an integer, got {s:?}"))?
-            }
-        };
+        *slot = r.i64(field)?.unwrap_or(default);
     }
     Ok(out)
 }
@@ -48,10 +55,11 @@ pub struct KeyFilter {
 
 impl KeyFilter {
     /// Builds it from its config (`modulo` at least 1, default 2; `keep` below it, default 0).
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, String> {
-        let [modulo, keep] = integers(map, [("modulo", 2), ("keep", 0)])?;
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
+        let [modulo, keep] = integers(map, FILTER_FIELDS, [("modulo", 2), ("keep", 0)])?;
         if modulo < 1 || keep < 0 || keep >= modulo {
-            return Err(format!("config: need modulo ≥ 1 and 0 ≤ keep < modulo, got modulo {modulo}, keep {keep}"));
+            let why = format!("need modulo ≥ 1 and 0 ≤ keep < modulo, got modulo {modulo}, keep {keep}");
+            return Err(field_err(if modulo < 1 { "modulo" } else { "keep" }, why));
         }
         Ok(KeyFilter { modulo: modulo as u64, keep: keep as u64 })
     }
@@ -88,8 +96,8 @@ pub struct ValueMap {
 
 impl ValueMap {
     /// Builds it from its config (`multiply`, default 2; `add`, default 0).
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, String> {
-        let [multiply, add] = integers(map, [("multiply", 2), ("add", 0)])?;
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
+        let [multiply, add] = integers(map, MAP_FIELDS, [("multiply", 2), ("add", 0)])?;
         Ok(ValueMap { multiply, add })
     }
 }
@@ -122,8 +130,8 @@ mod tests {
     use weir_taskmanager::api::batch::{batch_of, records};
     use weir_taskmanager::api::record::Record;
 
-    fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    fn m(pairs: &[(&str, &str)]) -> OperatorConfig {
+        pairs.iter().map(|(k, v)| (k.to_string(), (*v).into())).collect()
     }
 
     #[test]

@@ -10,7 +10,6 @@
 use crate::upgrades::Tally;
 use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Int64Builder, TimestampMillisecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use weir_common::kind::{KindInfo, Role, StateClass};
 use weir_state::signature::TypeSignature;
@@ -135,7 +134,11 @@ fn kind_info(kind: &str) -> KindInfo {
 }
 
 /// Reads `window-aggregate`'s config for a kind that only takes `shape`'s windows (and event-time firing).
-fn windows(kind: &str, config: &BTreeMap<String, String>, session: bool) -> Result<(WindowKind, i64), InvalidConfig> {
+fn windows(
+    kind: &str,
+    config: &weir_common::kind::OperatorConfig,
+    session: bool,
+) -> Result<(WindowKind, i64), InvalidConfig> {
     let cfg = WindowAggregateConfig::from_map(config)?;
     let lateness = cfg.allowed_lateness_ms as i64;
     match (cfg.window, session, cfg.trigger) {

@@ -213,8 +213,8 @@ mod tests {
         let bounded =
             CountJob::bounded("b", 1000, 10, 1).rate(100).retain_checkpoints(3).into_files(Path::new("/tmp/o"));
         let job = resolve(&parse_spec_text(&bounded.yaml()).unwrap(), &registry()).unwrap();
-        assert_eq!(job.operators[0].config["count"], "1000");
-        assert_eq!(job.operators[0].config["rate_per_sec"], "100");
+        assert_eq!(job.operators[0].config["count"], 1000);
+        assert_eq!(job.operators[0].config["rate_per_sec"], 100);
         assert_eq!(job.operators[2].config["path"], "/tmp/o");
         assert_eq!(job.checkpointing.retained, 3);
         let unbounded = CountJob::unbounded("u", 10, 1).checkpoint_timeout_ms(3000).into_blackhole();

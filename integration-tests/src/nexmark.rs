@@ -78,13 +78,13 @@ impl QueryRun {
             ("block", self.block),
             ("rate_per_sec", self.rate_per_sec),
         ] {
-            source.config.insert(k.into(), v.to_string());
+            source.config.insert(k.into(), v.into());
         }
         if let Some(dir) = &self.output {
             let sink =
                 spec.operators.iter_mut().find(|o| o.kind == "blackhole").context("the spec has no blackhole")?;
             sink.kind = "file-sink".into();
-            sink.config.insert("path".into(), dir.display().to_string());
+            sink.config.insert("path".into(), dir.display().to_string().into());
         }
         Ok(spec)
     }

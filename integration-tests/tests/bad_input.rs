@@ -601,7 +601,7 @@ fn oversized_specs_are_refused_at_once_and_the_running_job_is_untouched() -> any
     assert!(took < Duration::from_secs(1), "a 40,000-operator spec took {took:?} to refuse");
     // A config value of 3.5 MB: the error names the field and the limit, and does not echo the value.
     let mut big_value = chain_spec(2);
-    big_value.operators[0].config.insert("seed".into(), "7".repeat(3_500_000));
+    big_value.operators[0].config.insert("seed".into(), "7".repeat(3_500_000).into());
     refused_quickly(&mut cluster, "a 3.5 MB config value", big_value, &["config.seed", "65536"]);
     // A name of 3 MB: refused (two of them once broke `weir job list` for everyone).
     let mut big_name = chain_spec(2);

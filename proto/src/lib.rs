@@ -111,3 +111,41 @@ mod tests {
         assert_eq!(serde_json::to_string(&SavepointFormat::Native).unwrap(), "\"native\"");
     }
 }
+
+/// Config values written in code (tests, clients building a spec): text, integers and flags.
+macro_rules! config_value_from {
+    ($($ty:ty => $kind:ident($conv:expr)),* $(,)?) => {
+        $(impl From<$ty> for ConfigValue {
+            fn from(v: $ty) -> Self {
+                ConfigValue { kind: Some(config_value::Kind::$kind($conv(v))) }
+            }
+        })*
+    };
+}
+
+config_value_from!(
+    &str => Text(str::to_string),
+    String => Text(std::convert::identity),
+    i64 => Int(std::convert::identity),
+    bool => Flag(std::convert::identity),
+);
+
+impl From<u64> for ConfigValue {
+    fn from(v: u64) -> Self {
+        let kind = match i64::try_from(v) {
+            Ok(i) => config_value::Kind::Int(i),
+            Err(_) => config_value::Kind::Uint(v),
+        };
+        ConfigValue { kind: Some(kind) }
+    }
+}
+
+impl ConfigValue {
+    /// The text this value holds, if it is text.
+    pub fn as_text(&self) -> Option<&str> {
+        match &self.kind {
+            Some(config_value::Kind::Text(s)) => Some(s),
+            _ => None,
+        }
+    }
+}

@@ -6,7 +6,7 @@ use crate::api::kind::{DynKind, FnKind, Kind};
 pub use crate::api::kind::{Instance, InvalidConfig};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use weir_common::kind::{ConfigFieldError, KindCatalog, KindInfo, KindSignature, Role, SideOutputs};
+use weir_common::kind::{ConfigFieldError, KindCatalog, KindInfo, KindSignature, OperatorConfig, Role, SideOutputs};
 use weir_common::schema::Column;
 use weir_state::signature::StateSignature;
 
@@ -64,13 +64,13 @@ impl Registry {
     pub fn register(
         &mut self,
         info: KindInfo,
-        build: impl Fn(&BTreeMap<String, String>) -> Result<Instance, InvalidConfig> + Send + Sync + 'static,
+        build: impl Fn(&OperatorConfig) -> Result<Instance, InvalidConfig> + Send + Sync + 'static,
     ) {
         self.kinds.insert(info.kind.clone(), (info.clone(), Arc::new(FnKind { info, build })));
     }
 
     /// Builds an instance of `kind`.
-    pub fn build(&self, kind: &str, config: &BTreeMap<String, String>) -> Result<Instance, BuildError> {
+    pub fn build(&self, kind: &str, config: &OperatorConfig) -> Result<Instance, BuildError> {
         let (info, k) = self.kinds.get(kind).ok_or_else(|| BuildError::UnknownKind(kind.to_string()))?;
         let inst = k.build(config)?;
         match (&inst, info.role) {
@@ -106,22 +106,22 @@ impl KindCatalog for Registry {
         self.kinds.keys().map(String::as_str).collect()
     }
 
-    fn check_config(&self, kind: &str, config: &BTreeMap<String, String>) -> Result<(), ConfigFieldError> {
+    fn check_config(&self, kind: &str, config: &OperatorConfig) -> Result<(), ConfigFieldError> {
         self.declaration(kind).map_or(Ok(()), |k| k.check_config(config))
     }
 
-    fn side_outputs(&self, kind: &str, config: &BTreeMap<String, String>) -> Option<SideOutputs> {
+    fn side_outputs(&self, kind: &str, config: &OperatorConfig) -> Option<SideOutputs> {
         self.declaration(kind)?.side_outputs(config)
     }
 
-    fn lacks_timestamps(&self, kind: &str, config: &BTreeMap<String, String>) -> Option<String> {
+    fn lacks_timestamps(&self, kind: &str, config: &OperatorConfig) -> Option<String> {
         self.declaration(kind)?.lacks_timestamps(config)
     }
 
     fn derived_output(
         &self,
         kind: &str,
-        config: &BTreeMap<String, String>,
+        config: &OperatorConfig,
         inputs: &[Vec<Column>],
     ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
         self.declaration(kind)?.output(config, inputs)
@@ -130,7 +130,7 @@ impl KindCatalog for Registry {
     fn check_input(
         &self,
         kind: &str,
-        config: &BTreeMap<String, String>,
+        config: &OperatorConfig,
         input: &[Column],
     ) -> Option<Result<(), ConfigFieldError>> {
         Some(self.declaration(kind)?.check_input(config, input))

@@ -57,11 +57,11 @@ impl AggregateConfig {
     ];
 
     /// Reads and checks an aggregate config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
-        let aggregates = parse_aggregates(r.string("aggregates"))?;
+        let aggregates = parse_aggregates(r.string("aggregates")?)?;
         let carry = r
-            .string("carry")
+            .string("carry")?
             .map(|t| t.split(',').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect())
             .unwrap_or_default();
         Ok(AggregateConfig { aggregates, carry })

@@ -82,7 +82,7 @@ impl DatagenConfig {
     ];
 
     /// Reads and checks a datagen config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         let event_time: Option<EventTimeConfig> =
             r.nested("event_time", "a map { start_ms, step_ms, max_disorder_ms }")?;

@@ -3,7 +3,6 @@
 
 pub(crate) use crate::api::kind::Kind;
 pub(crate) use crate::api::registry::{Instance, InvalidConfig};
-pub(crate) use std::collections::BTreeMap;
 pub(crate) use weir_common::kind::{
     field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, SideOutputs,
     StateClass,
@@ -17,8 +16,8 @@ pub(crate) fn builtin_info(kind: &str, role: Role, keyed: bool, doc: &str, field
     KindInfo::new(kind, role, keyed, env!("CARGO_PKG_VERSION")).with_doc(doc).with_fields(fields)
 }
 
-/// A config map of `pairs`, as a spec gives it: what config tests read.
+/// A config map of `pairs`, each value text as a spec that quotes it gives it: what config tests read.
 #[cfg(test)]
 pub(crate) fn config_map(pairs: &[(&str, &str)]) -> OperatorConfig {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v))).collect()
 }

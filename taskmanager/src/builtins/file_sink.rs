@@ -58,13 +58,13 @@ impl FileSinkConfig {
     ];
 
     /// Reads and checks a file-sink config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
-        let path = r.string("path").unwrap_or_default();
+        let path = r.string("path")?.unwrap_or_default();
         if path.trim().is_empty() {
             return Err(field_err("path", "is required (the directory to write committed files to)"));
         }
-        let format = match r.string("format").as_deref().map(str::trim) {
+        let format = match r.string("format")?.as_deref().map(str::trim) {
             None | Some("text") => FileFormat::Text,
             Some("csv") => FileFormat::Csv,
             Some("json") => FileFormat::Json,

@@ -45,12 +45,12 @@ impl IntervalJoinConfig {
     ];
 
     /// Reads and checks an interval-join config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         // Beyond a year either way a row would wait in state for ever, in effect (and bucket arithmetic nears overflow).
         const LIMIT: i64 = 86_400_000 * 365;
         let bound = |field: &str| -> Result<i64, ConfigFieldError> {
-            let text = r.string(field).ok_or_else(|| field_err(field, "is required (ms, may be negative)"))?;
+            let text = r.string(field)?.ok_or_else(|| field_err(field, "is required (ms, may be negative)"))?;
             match text.trim().replace('_', "").parse::<i64>() {
                 Ok(v) if (-LIMIT..=LIMIT).contains(&v) => Ok(v),
                 Ok(_) => Err(field_err(field, "must be within a year either way")),

@@ -47,13 +47,13 @@ impl JoinConfig {
     ];
 
     /// Reads and parses a join config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
-        let select = match r.string("select") {
+        let select = match r.string("select")? {
             None => None,
             Some(t) => Some(crate::expr::parse_select(&t).map_err(|e| field_err("select", e.to_string()))?),
         };
-        let condition = match r.string("where") {
+        let condition = match r.string("where")? {
             None => None,
             Some(t) => Some(crate::expr::parse_expr(&t).map_err(|e| field_err("where", e.to_string()))?),
         };
@@ -61,8 +61,8 @@ impl JoinConfig {
     }
 
     /// The `select` and `where` of a kind's config that has other fields too (checked by that kind).
-    pub fn of_fields(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        let rest: BTreeMap<String, String> = map
+    pub fn of_fields(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
+        let rest: OperatorConfig = map
             .iter()
             .filter(|(k, _)| matches!(k.as_str(), "select" | "where"))
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -589,7 +589,6 @@ mod tests {
     use crate::api::batch::KEY;
     use crate::api::operator::RuntimeInfo;
     use arrow_array::{BinaryArray, Int64Array, StringArray};
-    use std::collections::BTreeMap;
     use weir_common::spec::StateBackend;
     use weir_state::{open_keyed_backend, KeyedStateBackend, OperatorStateStore};
 
@@ -627,7 +626,8 @@ mod tests {
         }
 
         fn open(&mut self, config: &[(&str, &str)], restored: bool) -> Result<Join, OperatorError> {
-            let map: BTreeMap<String, String> = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let map: OperatorConfig =
+                config.iter().map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v))).collect();
             let mut join = Join::new(JoinConfig::from_map(&map).unwrap());
             join.initialize_state(&mut InitContext {
                 info: &self.info,

@@ -34,9 +34,9 @@ impl KeyedCountConfig {
     )];
 
     /// Reads and checks a keyed-count config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
-        let emit = match r.string("emit").as_deref().map(str::trim) {
+        let emit = match r.string("emit")?.as_deref().map(str::trim) {
             None | Some("end") => KeyedCountEmit::End,
             Some("updates") => KeyedCountEmit::Updates,
             Some(other) => {
@@ -154,7 +154,6 @@ mod tests {
     use crate::api::batch::{batch_of, records as records_of};
     use crate::api::operator::RuntimeInfo;
     use crate::api::record::{Record, Value};
-    use std::collections::BTreeMap;
     use weir_common::ids::SubtaskIndex;
     use weir_common::keygroup::KeyGroupRange;
     use weir_common::spec::StateBackend;
@@ -243,9 +242,9 @@ mod tests {
     #[test]
     fn the_registry_reads_emit() {
         let r = crate::builtins::registry();
-        let config: BTreeMap<String, String> = [("emit".to_string(), "updates".to_string())].into();
+        let config = crate::builtins::declare::config_map(&[("emit", "updates")]);
         assert!(r.build("keyed-count", &config).is_ok());
-        let config: BTreeMap<String, String> = [("emit".to_string(), "later".to_string())].into();
+        let config = crate::builtins::declare::config_map(&[("emit", "later")]);
         let err = r.build("keyed-count", &config).err().expect("unknown emit refused");
         let err = err.to_string();
         assert!(err.contains("emit") && err.contains("later"), "{err}");

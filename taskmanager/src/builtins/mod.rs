@@ -71,7 +71,7 @@ mod tests {
     #[test]
     fn the_registry_says_why_it_built_nothing() {
         let mut r = registry();
-        let bad: BTreeMap<String, String> = [("count".to_string(), "many".to_string())].into();
+        let bad = crate::builtins::declare::config_map(&[("count", "many")]);
         match r.build("datagen", &bad) {
             Err(BuildError::Config(InvalidConfig(why))) => assert!(why.contains("count"), "{why}"),
             other => panic!("expected the factory's refusal, got {:?}", other.err()),

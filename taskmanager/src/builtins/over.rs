@@ -48,17 +48,17 @@ impl OverConfig {
     ];
 
     /// Reads and checks an over config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
-        let aggregates = parse_aggregates(r.string("aggregates"))?;
-        let rows_preceding = match r.string("rows_preceding").as_deref().map(str::trim) {
+        let aggregates = parse_aggregates(r.string("aggregates")?)?;
+        let rows_preceding = match r.string("rows_preceding")?.as_deref().map(str::trim) {
             None => {
                 return Err(field_err("rows_preceding", "is required: the rows before the current one, or unbounded"))
             }
             Some(t) if t.eq_ignore_ascii_case("unbounded") => None,
             Some(_) => r.u64("rows_preceding")?,
         };
-        Ok(OverConfig { aggregates, rows_preceding, ties_by: r.string("ties_by") })
+        Ok(OverConfig { aggregates, rows_preceding, ties_by: r.string("ties_by")? })
     }
 
     /// The columns it emits over rows of `input`: the input's (but the key and the runtime's), then the

@@ -30,9 +30,9 @@ impl FilterConfig {
         &[field("where", "a condition over the input's columns; a row passes where it is true (required)")];
 
     /// Reads and parses a filter config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
-        let text = r.string("where").ok_or_else(|| field_err("where", "is required: a condition over the columns"))?;
+        let text = r.string("where")?.ok_or_else(|| field_err("where", "is required: a condition over the columns"))?;
         let condition = crate::expr::parse_expr(&text).map_err(|e| field_err("where", e.to_string()))?;
         Ok(FilterConfig { condition })
     }
@@ -61,15 +61,15 @@ impl ProjectConfig {
     ];
 
     /// Reads and parses a project config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
-        let text = r.string("select").ok_or_else(|| field_err("select", "is required: `expr [AS name], …` or `*`"))?;
+        let text = r.string("select")?.ok_or_else(|| field_err("select", "is required: `expr [AS name], …` or `*`"))?;
         let select = crate::expr::parse_select(&text).map_err(|e| field_err("select", e.to_string()))?;
-        let condition = match r.string("where") {
+        let condition = match r.string("where")? {
             None => None,
             Some(t) => Some(crate::expr::parse_expr(&t).map_err(|e| field_err("where", e.to_string()))?),
         };
-        let key = match r.string("key") {
+        let key = match r.string("key")? {
             None => None,
             Some(t) => Some(crate::expr::parse_list(&t).map_err(|e| field_err("key", e.to_string()))?),
         };
@@ -386,7 +386,6 @@ mod tests {
     use crate::builtins::text::LineWriter;
     use arrow_array::cast::AsArray;
     use arrow_array::{Int32Array, Int64Array, StringArray, TimestampMillisecondArray, UInt16Array};
-    use std::collections::BTreeMap;
 
     /// Three events of a nexmark-like stream, as a key-by edge delivers them (with a key-group column).
     fn events() -> RecordBatch {
@@ -429,8 +428,8 @@ mod tests {
         s
     }
 
-    fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    fn config(pairs: &[(&str, &str)]) -> OperatorConfig {
+        pairs.iter().map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v))).collect()
     }
 
     #[test]

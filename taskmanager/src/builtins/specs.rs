@@ -96,15 +96,15 @@ fn side_outputs_are_read_as_uid_dot_tag_and_must_exist() {
 }
 
 #[test]
-fn nested_config_travels_as_json_and_watermarks_resolve() {
+fn nested_config_travels_typed_and_watermarks_resolve() {
     let timed = DEMO.replace(
         "seed: 1 } }",
         "seed: 1, event_time: { start_ms: 1000, max_disorder_ms: 20 } }, \
          watermarks: { strategy: bounded-out-of-orderness, max_out_of_orderness_ms: 20, idle_timeout_ms: 500 } }",
     );
     let spec = parse_spec_text(&timed).unwrap();
-    let event_time: serde_json::Value = serde_json::from_str(&spec.operators[0].config["event_time"]).unwrap();
-    assert_eq!(event_time, serde_json::json!({ "start_ms": 1000, "max_disorder_ms": 20 }));
+    let event_time = weir_common::config_value::from_proto(&spec.operators[0].config["event_time"]).unwrap();
+    assert_eq!(event_time, serde_json::json!({ "start_ms": 1000, "max_disorder_ms": 20 }), "a map travels as a map");
     let job = resolve(&spec, &registry()).unwrap();
     assert_eq!(
         job.operators[0].watermarks,
@@ -118,7 +118,7 @@ fn nested_config_travels_as_json_and_watermarks_resolve() {
     // Lists travel the same way; a kind that expects a scalar says so.
     let listed = DEMO.replace("keys: 10000", "keys: [1, 2]");
     let e = err_of(&listed);
-    assert!(e.contains("config.keys") && e.contains("[1,2]"), "{e}");
+    assert!(e.contains("config.keys") && e.contains("expected a non-negative integer, got a list"), "{e}");
 }
 
 #[test]
@@ -240,7 +240,7 @@ fn limits_are_refused_by_name_and_echo_little() {
     // Every value within its limit, together too much.
     let mut spec = chain(2);
     for i in 0..20 {
-        spec.operators[0].config.insert(format!("k{i}"), "v".repeat(MAX_CONFIG_VALUE_BYTES));
+        spec.operators[0].config.insert(format!("k{i}"), "v".repeat(MAX_CONFIG_VALUE_BYTES).into());
     }
     let e = check_limits(&spec).unwrap_err().to_string();
     assert!(e.contains("\"spec\"") && e.contains("1048576"), "{e}");
@@ -255,7 +255,7 @@ fn limits_are_refused_by_name_and_echo_little() {
     assert!(e.contains("\"name\"") && e.len() < 200, "{e}");
 
     let mut spec = chain(2);
-    spec.operators[0].config.insert("seed".into(), "9".repeat(MAX_CONFIG_VALUE_BYTES + 1));
+    spec.operators[0].config.insert("seed".into(), "9".repeat(MAX_CONFIG_VALUE_BYTES + 1).into());
     let e = check_limits(&spec).unwrap_err().to_string();
     assert!(e.contains("config.seed") && e.contains("65536") && e.len() < 200, "{e}");
 
@@ -271,7 +271,7 @@ fn limits_are_refused_by_name_and_echo_little() {
 
     // A value echoed by a config check is cut too.
     let mut spec = chain(2);
-    spec.operators[0].config.insert("keys".into(), "z".repeat(10_000));
+    spec.operators[0].config.insert("keys".into(), "z".repeat(10_000).into());
     let e = resolve(&spec, &registry()).unwrap_err().to_string();
     assert!(e.contains("config.keys") && e.len() < 300, "{e}");
 
@@ -281,6 +281,53 @@ fn limits_are_refused_by_name_and_echo_little() {
     assert!(e.contains("\"parallelism\"") && e.contains("at least 1"), "{e}");
     spec.parallelism = None;
     assert_eq!(resolve(&spec, &registry()).unwrap().parallelism, 1, "unset is 1");
+}
+
+#[test]
+fn config_values_arrive_typed_and_bad_ones_are_refused_by_field() {
+    use weir_proto::config_value::Kind;
+    let list = |items: Vec<pb::ConfigValue>| pb::ConfigValue { kind: Some(Kind::List(pb::ConfigList { items })) };
+    // Numbers arrive as numbers, past 2^53 exactly.
+    let mut spec = chain(2);
+    spec.operators[0].config.insert("seed".into(), pb::ConfigValue { kind: Some(Kind::Uint(u64::MAX)) });
+    let job = resolve(&spec, &registry()).unwrap();
+    assert_eq!(job.operators[0].config["seed"], serde_json::json!(u64::MAX));
+
+    // A nested value counts its encoded size against the limit.
+    let mut spec = chain(2);
+    let big = list((0..MAX_CONFIG_VALUE_BYTES / 4).map(|i| pb::ConfigValue::from(i as i64 * 1000)).collect());
+    spec.operators[0].config.insert("event_time".into(), big);
+    let e = check_limits(&spec).unwrap_err().to_string();
+    assert!(e.contains("config.event_time") && e.contains("65536"), "{e}");
+
+    // Nested past the limit: refused naming the field, not recursed into without end.
+    let mut spec = chain(2);
+    let mut deep = pb::ConfigValue::from(1i64);
+    for _ in 0..=weir_common::config_value::MAX_CONFIG_DEPTH {
+        deep = list(vec![deep]);
+    }
+    spec.operators[0].config.insert("event_time".into(), deep);
+    let e = resolve(&spec, &registry()).unwrap_err().to_string();
+    assert!(e.contains("config.event_time") && e.contains("levels deep"), "{e}");
+
+    // A float NaN cannot be written in a spec: refused.
+    let mut spec = chain(2);
+    spec.operators[0].config.insert("seed".into(), pb::ConfigValue { kind: Some(Kind::Float(f64::NAN)) });
+    let e = resolve(&spec, &registry()).unwrap_err().to_string();
+    assert!(e.contains("config.seed") && e.contains("not a finite number"), "{e}");
+
+    // A map where text is expected is refused by the kind, naming the field.
+    let mut spec = chain(2);
+    let map = pb::ConfigValue { kind: Some(Kind::Map(pb::ConfigMap::default())) };
+    spec.operators[0].config.insert("seed".into(), map);
+    let e = resolve(&spec, &registry()).unwrap_err().to_string();
+    assert!(e.contains("config.seed") && e.contains("got a map"), "{e}");
+
+    // A config an older client sent as text is refused, not dropped.
+    let mut spec = chain(2);
+    spec.operators[0].legacy_config.insert("seed".into(), "7".into());
+    let e = check_limits(&spec).unwrap_err().to_string();
+    assert!(e.contains("config") && e.contains("older than this cluster"), "{e}");
 }
 
 #[test]
@@ -298,7 +345,10 @@ fn the_job_manager_checks_watermarks_on_the_wire_too() {
     spec.operators[0].config.remove("event_time");
     let e = resolve(&spec, &registry()).unwrap_err().to_string();
     assert!(e.contains("no event timestamps") && e.contains("event_time"), "{e}");
-    spec.operators[0].config.insert("event_time".into(), "{}".into());
+    spec.operators[0].config.insert(
+        "event_time".into(),
+        pb::ConfigValue { kind: Some(weir_proto::config_value::Kind::Map(pb::ConfigMap::default())) },
+    );
     spec.operators[1].watermarks = Some(pb::WatermarkSpec::default());
     let e = resolve(&spec, &registry()).unwrap_err().to_string();
     assert!(e.contains("\"counts\"") && e.contains("only a source"), "{e}");

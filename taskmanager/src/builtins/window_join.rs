@@ -49,7 +49,7 @@ impl WindowJoinConfig {
     ];
 
     /// Reads and checks a window-join config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         let window: WindowSpec =
             r.nested("window", "a window, { tumbling_ms: N }")?.ok_or_else(|| field_err("window", "is required"))?;
@@ -62,7 +62,7 @@ impl WindowJoinConfig {
                 ))
             }
         };
-        let distinct = match r.string("distinct").as_deref() {
+        let distinct = match r.string("distinct")?.as_deref() {
             None | Some("false") => false,
             Some("true") => true,
             Some(other) => {
@@ -397,7 +397,6 @@ mod tests {
     use crate::api::timers::{advance_watermark, TimerSlot};
     use arrow_array::cast::AsArray;
     use arrow_array::StringArray;
-    use std::collections::BTreeMap;
     use weir_common::spec::StateBackend;
     use weir_state::{open_keyed_backend, OperatorStateStore};
 
@@ -423,11 +422,10 @@ mod tests {
             &Default::default(),
         )
         .unwrap();
-        let map: BTreeMap<String, String> =
-            [("window", r#"{"tumbling_ms": 10}"#), ("select", "name"), ("distinct", "true")]
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+        let map: OperatorConfig = [("window", r#"{"tumbling_ms": 10}"#), ("select", "name"), ("distinct", "true")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v)))
+            .collect();
         let mut op = WindowJoin::new(WindowJoinConfig::from_map(&map).unwrap());
         let mut store = OperatorStateStore::new();
         op.initialize_state(&mut InitContext {

@@ -43,7 +43,7 @@ impl WindowTopConfig {
     ];
 
     /// Reads and checks a window-top config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         let window: WindowSpec =
             r.nested("window", "a window, { tumbling_ms: N }")?.ok_or_else(|| field_err("window", "is required"))?;
@@ -56,7 +56,7 @@ impl WindowTopConfig {
                 ))
             }
         };
-        let by = r.string("by").ok_or_else(|| field_err("by", "is required: the integer column to rank rows by"))?;
+        let by = r.string("by")?.ok_or_else(|| field_err("by", "is required: the integer column to rank rows by"))?;
         let top = r.u64("top")?.unwrap_or(1);
         if top == 0 {
             return Err(field_err("top", "must be at least 1"));

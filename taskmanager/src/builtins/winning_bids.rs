@@ -45,11 +45,11 @@ impl WinningBidsConfig {
     ];
 
     /// Reads and checks a winning-bids config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         let closes =
-            r.string("closes").ok_or_else(|| field_err("closes", "is required: the auction's closing time"))?;
-        let by = r.string("by").ok_or_else(|| field_err("by", "is required: the bid's column to rank by"))?;
+            r.string("closes")?.ok_or_else(|| field_err("closes", "is required: the auction's closing time"))?;
+        let by = r.string("by")?.ok_or_else(|| field_err("by", "is required: the bid's column to rank by"))?;
         Ok(WinningBidsConfig { closes, by })
     }
 

@@ -1050,7 +1050,7 @@ mod data_plane_tests {
             OperatorDescriptor {
                 uid: "gen".into(),
                 kind: "datagen".into(),
-                config: [("keys".to_string(), "10".to_string())].into_iter().collect(),
+                config: [("keys".to_string(), serde_json::json!(10))].into_iter().collect(),
                 watermarks: None,
                 chained_to: None,
             },

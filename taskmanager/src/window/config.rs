@@ -2,8 +2,7 @@
 //! (shape, offset), the aggregate, what happens to late records, and the trigger; checked naming the field.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader};
+use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader, OperatorConfig};
 
 /// The windows of `window-aggregate` (DESIGN §10): exactly one of the shapes, plus an offset from the epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,13 +255,13 @@ impl WindowAggregateConfig {
     ];
 
     /// Reads and checks a window-aggregate config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         let shape = "a map { tumbling_ms } | { sliding_ms, slide_ms } | { session_gap_ms } | { global: true }";
         let spec: WindowSpec =
             r.nested("window", shape)?.ok_or_else(|| field_err("window", format!("required: {shape}")))?;
         let window = spec.shape().map_err(|e| field_err("window", e))?;
-        let aggregate = match r.string("aggregate").as_deref().map(str::trim) {
+        let aggregate = match r.string("aggregate")?.as_deref().map(str::trim) {
             None | Some("count") => WindowAggregate::Count,
             Some("sum") => WindowAggregate::Sum,
             Some("min") => WindowAggregate::Min,
@@ -275,7 +274,7 @@ impl WindowAggregateConfig {
                 ))
             }
         };
-        let late = match r.string("late").as_deref().map(str::trim) {
+        let late = match r.string("late")?.as_deref().map(str::trim) {
             None | Some("drop") => LateRecords::Drop,
             Some("side-output") => LateRecords::SideOutput,
             Some(other) => {
@@ -289,7 +288,7 @@ impl WindowAggregateConfig {
         if allowed_lateness_ms > MAX_WINDOW_MS {
             return Err(field_err("allowed_lateness_ms", "over a year: a unit mistake?"));
         }
-        let trigger = match r.string("trigger") {
+        let trigger = match r.string("trigger")? {
             None => WindowTrigger::EventTime,
             Some(t) => parse_trigger(&t).map_err(|e| field_err("trigger", e))?,
         };
@@ -318,7 +317,7 @@ impl WindowAggregateConfig {
             window,
             offset_ms: spec.offset_ms,
             aggregate,
-            field: r.string("field").map(|f| f.trim().to_string()).unwrap_or_else(|| "value".into()),
+            field: r.string("field")?.map(|f| f.trim().to_string()).unwrap_or_else(|| "value".into()),
             allowed_lateness_ms,
             late,
         })

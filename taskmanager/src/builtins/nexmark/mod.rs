@@ -100,7 +100,7 @@ impl NexmarkConfig {
     ];
 
     /// Reads and checks a nexmark config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         let events = r.u64("events")?;
         if events.is_some_and(|e| e > NEXMARK_MAX_EVENTS) {

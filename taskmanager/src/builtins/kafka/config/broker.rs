@@ -1,6 +1,6 @@
 //! Topic names and broker lists, as both Kafka kinds' configs check them.
 
-use weir_common::kind::{field_err, ConfigFieldError};
+use weir_common::kind::{field_err, ConfigFieldError, ConfigReader};
 
 /// Checks a topic name by Kafka's own rule; `field` names the config field in the error.
 pub(super) fn check_topic(field: &str, t: &str) -> Result<(), ConfigFieldError> {
@@ -17,8 +17,8 @@ pub(super) fn check_topic(field: &str, t: &str) -> Result<(), ConfigFieldError> 
 }
 
 /// `bootstrap_servers`: required, not empty.
-pub(super) fn bootstrap_servers(map: &std::collections::BTreeMap<String, String>) -> Result<String, ConfigFieldError> {
-    match map.get("bootstrap_servers").map(|s| s.trim()) {
+pub(super) fn bootstrap_servers(r: &ConfigReader) -> Result<String, ConfigFieldError> {
+    match r.string("bootstrap_servers")?.as_deref().map(str::trim) {
         Some(s) if !s.is_empty() => Ok(s.to_string()),
         _ => Err(field_err("bootstrap_servers", "required: host:port of at least one broker")),
     }

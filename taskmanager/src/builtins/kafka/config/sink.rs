@@ -2,8 +2,7 @@
 //! becomes a record. Checked at submission, naming the field.
 
 use super::avro::{parse_wire, AvroSchema, AvroWire};
-use std::collections::BTreeMap;
-use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader};
+use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader, OperatorConfig};
 
 /// What the sink guarantees (Flink's `DeliveryGuarantee`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,22 +88,22 @@ pub const FIELDS: &[ConfigField] = &[
 
 impl KafkaSinkConfig {
     /// Reads and checks a `kafka-sink` config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        ConfigReader::new(map, FIELDS)?;
-        let bootstrap_servers = super::broker::bootstrap_servers(map)?;
-        let topic = match map.get("topic").map(|s| s.trim()) {
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, FIELDS)?;
+        let bootstrap_servers = super::broker::bootstrap_servers(&r)?;
+        let topic = match r.string("topic")?.as_deref().map(str::trim) {
             Some(t) => t.to_string(),
             None => return Err(field_err("topic", "required: the topic written")),
         };
         super::broker::check_topic("topic", &topic)?;
-        let delivery = match map.get("delivery").map(|s| s.trim()) {
+        let delivery = match r.string("delivery")?.as_deref().map(str::trim) {
             None | Some("at-least-once") => Delivery::AtLeastOnce,
             Some("exactly-once") => Delivery::ExactlyOnce,
             Some(other) => {
                 return Err(field_err("delivery", format!("expected exactly-once or at-least-once, got {other:?}")))
             }
         };
-        let transactional_id_prefix = map.get("transactional_id_prefix").map(|s| s.trim().to_string());
+        let transactional_id_prefix = r.string("transactional_id_prefix")?.map(|s| s.trim().to_string());
         match (&transactional_id_prefix, delivery) {
             (None, Delivery::ExactlyOnce) => {
                 return Err(field_err(
@@ -118,18 +117,17 @@ impl KafkaSinkConfig {
             }
             _ => {}
         }
-        let format = match map.get("format").map(|s| s.trim()) {
+        let format = match r.string("format")?.as_deref().map(str::trim) {
             None | Some("text") => SinkFormat::Text,
             Some("json") => SinkFormat::Json,
             Some("raw") => SinkFormat::Raw,
             Some("avro") => {
-                let Some(text) = map.get("avro_schema") else {
+                let Some(text) = r.json_text("avro_schema") else {
                     return Err(field_err("avro_schema", "required with format: avro: the record schema (JSON)"));
                 };
-                let schema = AvroSchema::parse(text).map_err(|e| field_err("avro_schema", e))?;
-                let wire =
-                    parse_wire(map.get("avro_wire").map(|s| s.as_str()), map.get("avro_schema_id").map(|s| s.as_str()))
-                        .map_err(|(f, e)| field_err(f, e))?;
+                let schema = AvroSchema::parse(&text).map_err(|e| field_err("avro_schema", e))?;
+                let wire = parse_wire(r.string("avro_wire")?.as_deref(), r.string("avro_schema_id")?.as_deref())
+                    .map_err(|(f, e)| field_err(f, e))?;
                 SinkFormat::Avro { schema, wire }
             }
             Some(other) => {
@@ -141,20 +139,16 @@ impl KafkaSinkConfig {
                 return Err(field_err(f, "only with format: avro"));
             }
         }
-        let key_field = map.get("key_field").map(|s| s.trim().to_string());
+        let key_field = r.string("key_field")?.map(|s| s.trim().to_string());
         if key_field.as_deref() == Some("") {
             return Err(field_err("key_field", "must name a column"));
         }
-        let headers: Vec<String> = match map.get("headers") {
-            None => Vec::new(),
-            Some(raw) => serde_json::from_str(raw)
-                .map_err(|e| field_err("headers", format!("expected a list of column names: {e}")))?,
-        };
+        let headers: Vec<String> = r.nested("headers", "a list of column names")?.unwrap_or_default();
         let mut seen = std::collections::BTreeSet::new();
         if let Some(h) = headers.iter().find(|h| h.trim().is_empty() || !seen.insert(h.as_str())) {
             return Err(field_err("headers", format!("{h:?} is empty or named twice")));
         }
-        let partitioning = match map.get("partitioning").map(|s| s.trim()) {
+        let partitioning = match r.string("partitioning")?.as_deref().map(str::trim) {
             None | Some("key-hash") => Partitioning::KeyHash,
             Some("round-robin") => Partitioning::RoundRobin,
             Some(other) => {
@@ -178,11 +172,11 @@ impl KafkaSinkConfig {
 mod tests {
     use super::*;
 
-    fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    fn m(pairs: &[(&str, &str)]) -> OperatorConfig {
+        pairs.iter().map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v))).collect()
     }
 
-    fn with(extra: &[(&'static str, &'static str)]) -> BTreeMap<String, String> {
+    fn with(extra: &[(&'static str, &'static str)]) -> OperatorConfig {
         let mut v = vec![("bootstrap_servers", "127.0.0.1:9092"), ("topic", "out")];
         v.extend_from_slice(extra);
         m(&v)
@@ -232,7 +226,7 @@ mod tests {
 
     #[test]
     fn bad_configs_name_the_field() {
-        let cases: Vec<(BTreeMap<String, String>, &str, &str)> = vec![
+        let cases: Vec<(OperatorConfig, &str, &str)> = vec![
             (m(&[("topic", "t")]), "bootstrap_servers", "required"),
             (m(&[("bootstrap_servers", "b:1")]), "topic", "required"),
             (with(&[("topic", "a/b")]), "topic", "not a legal topic name"),

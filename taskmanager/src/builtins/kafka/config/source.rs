@@ -4,7 +4,7 @@
 use super::avro::{parse_wire, AvroSchema, AvroWire};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader};
+use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader, ConfigValue, OperatorConfig};
 use weir_common::schema::Column;
 
 /// Where a partition the source has no restored offset for starts (Flink's `OffsetsInitializer`).
@@ -196,35 +196,23 @@ struct StartMap {
 
 impl KafkaSourceConfig {
     /// Reads and checks a `kafka` source config.
-    pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigFieldError> {
-        ConfigReader::new(map, FIELDS)?;
-        let bootstrap_servers = super::broker::bootstrap_servers(map)?;
-        let (topics, topic_pattern) = match (map.get("topics"), map.get("topic_pattern")) {
-            (Some(_), Some(_)) => return Err(field_err("topic_pattern", "name topics or a topic_pattern, not both")),
-            (None, Some(p)) => {
-                regex::Regex::new(p)
+    pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
+        let r = ConfigReader::new(map, FIELDS)?;
+        let bootstrap_servers = super::broker::bootstrap_servers(&r)?;
+        let (topics, topic_pattern) = match (r.has("topics"), r.string("topic_pattern")?) {
+            (true, Some(_)) => return Err(field_err("topic_pattern", "name topics or a topic_pattern, not both")),
+            (false, Some(p)) => {
+                regex::Regex::new(&p)
                     .map_err(|e| field_err("topic_pattern", format!("not a regular expression: {e}")))?;
-                (Vec::new(), Some(p.clone()))
+                (Vec::new(), Some(p))
             }
-            (topics, None) => (parse_topics(topics)?, None),
+            (_, None) => (parse_topics(&r)?, None),
         };
-        let start = match map.get("start") {
-            None => KafkaStart::Earliest,
-            Some(s) => parse_start(s)?,
-        };
-        let bounded = match map.get("bounded").map(|s| s.trim()) {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => return Err(field_err("bounded", format!("expected true or false, got {other:?}"))),
-        };
-        let format = parse_format(map)?;
-        let discovery_interval_ms = match map.get("discovery_interval_ms") {
-            None => DEFAULT_DISCOVERY_MS,
-            Some(s) => s.trim().replace('_', "").parse::<u64>().map_err(|_| {
-                field_err("discovery_interval_ms", format!("expected a non-negative integer, got {s:?}"))
-            })?,
-        };
-        let group_id = map.get("group_id").map(|s| s.trim().to_string());
+        let start = parse_start(&r)?;
+        let bounded = r.bool("bounded")?.unwrap_or(false);
+        let format = parse_format(&r)?;
+        let discovery_interval_ms = r.u64("discovery_interval_ms")?.unwrap_or(DEFAULT_DISCOVERY_MS);
+        let group_id = r.string("group_id")?.map(|s| s.trim().to_string());
         if group_id.as_deref() == Some("") {
             return Err(field_err("group_id", "must not be empty"));
         }
@@ -233,7 +221,7 @@ impl KafkaSourceConfig {
                 return Err(field_err("start", format!("offsets name topic {t:?}, which `topics` does not list")));
             }
         }
-        let metadata = parse_metadata(map.get("metadata"))?;
+        let metadata = parse_metadata(r.nested("metadata", "a list of names")?)?;
         let mut cfg = KafkaSourceConfig {
             bootstrap_servers,
             topics,
@@ -251,7 +239,7 @@ impl KafkaSourceConfig {
         if let Some(dup) = columns.iter().find(|c| !seen.insert(c.name.as_str())) {
             return Err(field_err("metadata", format!("column {:?} is also a column of the format", dup.name)));
         }
-        if let Some(name) = map.get("timestamp_field").map(|s| s.trim()) {
+        if let Some(name) = r.string("timestamp_field")?.as_deref().map(str::trim) {
             match columns.iter().find(|c| c.name == name) {
                 Some(c) if matches!(c.data_type.as_str(), "int64" | "timestamp_ms") && !c.nullable => {}
                 Some(c) => {
@@ -281,9 +269,10 @@ impl KafkaSourceConfig {
 }
 
 /// `format` with `schema`, `on_malformed` and `dead_letter_topic`.
-fn parse_format(map: &BTreeMap<String, String>) -> Result<KafkaFormat, ConfigFieldError> {
-    let format = map.get("format").map(|s| s.trim()).unwrap_or("raw");
-    let only = |fields: &[&'static str], with: &str| match fields.iter().find(|f| map.contains_key(**f)) {
+fn parse_format(r: &ConfigReader) -> Result<KafkaFormat, ConfigFieldError> {
+    let format = r.string("format")?;
+    let format = format.as_deref().map(str::trim).unwrap_or("raw");
+    let only = |fields: &[&'static str], with: &str| match fields.iter().find(|f| r.has(f)) {
         Some(f) => Err(field_err(f, format!("only with {with}"))),
         None => Ok(()),
     };
@@ -297,25 +286,22 @@ fn parse_format(map: &BTreeMap<String, String>) -> Result<KafkaFormat, ConfigFie
         "json" => only(&["avro_schema", "avro_wire", "avro_schema_id"], "format: avro")?,
         "avro" => {
             only(&["schema"], "format: json (an Avro schema is avro_schema)")?;
-            let Some(text) = map.get("avro_schema") else {
+            let Some(text) = r.json_text("avro_schema") else {
                 return Err(field_err("avro_schema", "required with format: avro: the record schema (JSON)"));
             };
-            let schema = AvroSchema::parse(text).map_err(|e| field_err("avro_schema", e))?;
+            let schema = AvroSchema::parse(&text).map_err(|e| field_err("avro_schema", e))?;
             if schema.fields.iter().any(|f| f.name == "key") {
                 return Err(field_err("avro_schema", "field \"key\" is the record's key: name the field otherwise"));
             }
-            let wire =
-                parse_wire(map.get("avro_wire").map(|s| s.as_str()), map.get("avro_schema_id").map(|s| s.as_str()))
-                    .map_err(|(f, e)| field_err(f, e))?;
-            return Ok(KafkaFormat::Avro { schema, wire, malformed: parse_malformed(map)? });
+            let wire = parse_wire(r.string("avro_wire")?.as_deref(), r.string("avro_schema_id")?.as_deref())
+                .map_err(|(f, e)| field_err(f, e))?;
+            return Ok(KafkaFormat::Avro { schema, wire, malformed: parse_malformed(r)? });
         }
         other => return Err(field_err("format", format!("unknown format {other:?} (known: raw, json, avro)"))),
     }
-    let Some(raw) = map.get("schema") else {
+    let Some(columns) = r.nested::<Vec<Column>>("schema", "a list of { name, type, nullable }")? else {
         return Err(field_err("schema", "required with format: json: the columns, [{ name, type, nullable }]"));
     };
-    let columns: Vec<Column> = serde_json::from_str(raw)
-        .map_err(|e| field_err("schema", format!("expected a list of {{ name, type, nullable }}: {e}")))?;
     if columns.is_empty() {
         return Err(field_err("schema", "must name at least one column"));
     }
@@ -332,14 +318,12 @@ fn parse_format(map: &BTreeMap<String, String>) -> Result<KafkaFormat, ConfigFie
             ));
         }
     }
-    Ok(KafkaFormat::Json { columns, malformed: parse_malformed(map)? })
+    Ok(KafkaFormat::Json { columns, malformed: parse_malformed(r)? })
 }
 
 /// `metadata`: a list of the metadata columns wanted.
-fn parse_metadata(raw: Option<&String>) -> Result<Vec<Metadata>, ConfigFieldError> {
-    let Some(raw) = raw else { return Ok(Vec::new()) };
-    let names: Vec<String> =
-        serde_json::from_str(raw).map_err(|e| field_err("metadata", format!("expected a list of names: {e}")))?;
+fn parse_metadata(names: Option<Vec<String>>) -> Result<Vec<Metadata>, ConfigFieldError> {
+    let Some(names) = names else { return Ok(Vec::new()) };
     let mut out = Vec::with_capacity(names.len());
     for n in &names {
         match Metadata::ALL.iter().find(|(name, _)| name == n) {
@@ -355,8 +339,8 @@ fn parse_metadata(raw: Option<&String>) -> Result<Vec<Metadata>, ConfigFieldErro
 }
 
 /// `on_malformed` with `dead_letter_topic`.
-fn parse_malformed(map: &BTreeMap<String, String>) -> Result<Malformed, ConfigFieldError> {
-    let malformed = match (map.get("on_malformed").map(|s| s.trim()), map.get("dead_letter_topic")) {
+fn parse_malformed(r: &ConfigReader) -> Result<Malformed, ConfigFieldError> {
+    let malformed = match (r.string("on_malformed")?.as_deref().map(str::trim), r.string("dead_letter_topic")?) {
         (None | Some("fail"), None) => Malformed::Fail,
         (Some("dead-letter"), Some(t)) => {
             super::broker::check_topic("dead_letter_topic", t.trim())?;
@@ -376,14 +360,12 @@ fn parse_malformed(map: &BTreeMap<String, String>) -> Result<Malformed, ConfigFi
 }
 
 /// `topics`: a list of names, or one name.
-fn parse_topics(raw: Option<&String>) -> Result<Vec<String>, ConfigFieldError> {
-    let Some(raw) = raw else {
-        return Err(field_err("topics", "required: the topics to read, a list of names (or a topic_pattern)"));
-    };
-    let topics: Vec<String> = match serde_json::from_str::<Vec<String>>(raw) {
-        Ok(list) => list,
-        Err(_) if !raw.trim_start().starts_with('[') => vec![raw.trim().to_string()],
-        Err(e) => return Err(field_err("topics", format!("expected a list of topic names: {e}"))),
+fn parse_topics(r: &ConfigReader) -> Result<Vec<String>, ConfigFieldError> {
+    let topics: Vec<String> = match r.value("topics") {
+        None => return Err(field_err("topics", "required: the topics to read, a list of names (or a topic_pattern)")),
+        // One name, as text: `[` opens a list written as JSON text.
+        Some(ConfigValue::String(raw)) if !raw.trim_start().starts_with('[') => vec![raw.trim().to_string()],
+        Some(_) => r.nested("topics", "a list of topic names")?.unwrap_or_default(),
     };
     if topics.is_empty() {
         return Err(field_err("topics", "must name at least one topic"));
@@ -396,22 +378,24 @@ fn parse_topics(raw: Option<&String>) -> Result<Vec<String>, ConfigFieldError> {
 
 /// `start`: `earliest`, `latest`, `committed`, `{ timestamp_ms: N }` or `{ offsets: { topic: { partition:
 /// offset } } }` — exactly one.
-fn parse_start(raw: &str) -> Result<KafkaStart, ConfigFieldError> {
-    match raw.trim() {
-        "earliest" => return Ok(KafkaStart::Earliest),
-        "latest" => return Ok(KafkaStart::Latest),
-        "committed" => return Ok(KafkaStart::Committed),
-        s if !s.starts_with('{') => {
-            return Err(field_err(
-                "start",
-                format!("unknown start {s:?} (earliest, latest, committed, {{ timestamp_ms }} or {{ offsets }})"),
-            ))
+fn parse_start(r: &ConfigReader) -> Result<KafkaStart, ConfigFieldError> {
+    if let Some(ConfigValue::String(raw)) = r.value("start") {
+        match raw.trim() {
+            "earliest" => return Ok(KafkaStart::Earliest),
+            "latest" => return Ok(KafkaStart::Latest),
+            "committed" => return Ok(KafkaStart::Committed),
+            s if !s.starts_with('{') => {
+                return Err(field_err(
+                    "start",
+                    format!("unknown start {s:?} (earliest, latest, committed, {{ timestamp_ms }} or {{ offsets }})"),
+                ))
+            }
+            _ => {}
         }
-        _ => {}
     }
-    let m: StartMap = serde_json::from_str(raw).map_err(|e| {
-        field_err("start", format!("expected earliest, latest, committed, {{ timestamp_ms }} or {{ offsets }}: {e}"))
-    })?;
+    let Some(m) = r.nested::<StartMap>("start", "earliest, latest, committed, { timestamp_ms } or { offsets }")? else {
+        return Ok(KafkaStart::Earliest);
+    };
     let named: Vec<&str> = [
         ("timestamp_ms", m.timestamp_ms.is_some()),
         ("offsets", m.offsets.is_some()),
@@ -459,15 +443,15 @@ fn parse_start(raw: &str) -> Result<KafkaStart, ConfigFieldError> {
 mod tests {
     use super::*;
 
-    fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    fn m(pairs: &[(&str, &str)]) -> OperatorConfig {
+        pairs.iter().map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v))).collect()
     }
 
     fn base() -> Vec<(&'static str, &'static str)> {
         vec![("bootstrap_servers", "127.0.0.1:9092"), ("topics", r#"["events"]"#)]
     }
 
-    fn with(extra: &[(&'static str, &'static str)]) -> BTreeMap<String, String> {
+    fn with(extra: &[(&'static str, &'static str)]) -> OperatorConfig {
         let mut v = base();
         v.extend_from_slice(extra);
         m(&v)
@@ -545,8 +529,8 @@ mod tests {
 
     #[test]
     fn bad_configs_name_the_field() {
-        let err = |map: BTreeMap<String, String>| KafkaSourceConfig::from_map(&map).unwrap_err().to_string();
-        let cases: Vec<(BTreeMap<String, String>, &str, &str)> = vec![
+        let err = |map: OperatorConfig| KafkaSourceConfig::from_map(&map).unwrap_err().to_string();
+        let cases: Vec<(OperatorConfig, &str, &str)> = vec![
             (m(&[("topics", r#"["t"]"#)]), "bootstrap_servers", "required"),
             (m(&[("bootstrap_servers", "b:1")]), "topics", "required"),
             (with(&[("topics", "[]")]), "topics", "at least one"),
