@@ -222,7 +222,7 @@ impl Operator for BufferingSink {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let id = ctx.checkpoint_id.0;
+        let id = ctx.checkpoint_id;
         for name in self.staged.drain(..) {
             self.pending.add(id, name);
         }
@@ -238,7 +238,7 @@ impl Operator for BufferingSink {
     }
 
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
-        self.pending.commit_up_to(id.0)
+        self.pending.commit_up_to(id)
     }
 }
 

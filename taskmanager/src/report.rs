@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use weir_common::cluster::JmLink;
+use weir_common::ids::CheckpointId;
 use weir_proto as pb;
 use weir_proto::job_manager_internal_client::JobManagerInternalClient;
 
@@ -174,11 +175,11 @@ impl Reporter {
     }
 
     /// Queues a task's decline of checkpoint `checkpoint_id`.
-    pub fn decline(&self, task: &pb::TaskRef, checkpoint_id: u64, reason: String) {
+    pub fn decline(&self, task: &pb::TaskRef, checkpoint_id: CheckpointId, reason: String) {
         self.send(Report::Decline(pb::DeclineCheckpointRequest {
             tm_id: self.tm_id.clone(),
             task: Some(task.clone()),
-            checkpoint_id,
+            checkpoint_id: checkpoint_id.0,
             reason,
         }));
     }

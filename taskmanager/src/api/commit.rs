@@ -10,6 +10,7 @@
 
 use crate::api::operator::OperatorError;
 use std::path::{Path, PathBuf};
+use weir_common::ids::CheckpointId;
 
 /// The hidden name of a file while it is written and pending.
 pub fn hidden_name(name: &str) -> String {
@@ -32,7 +33,7 @@ pub struct PendingFiles {
 /// A file waiting for its checkpoint to complete.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Pending {
-    checkpoint: u64,
+    checkpoint: CheckpointId,
     dir: PathBuf,
     name: String,
 }
@@ -49,13 +50,13 @@ impl PendingFiles {
     }
 
     /// `name` (written hidden) becomes pending for checkpoint `checkpoint`.
-    pub fn add(&mut self, checkpoint: u64, name: String) {
+    pub fn add(&mut self, checkpoint: CheckpointId, name: String) {
         self.pending.push(Pending { checkpoint, dir: self.dir.clone(), name });
     }
 
     /// Commits every file pending for a checkpoint up to `id` (renames are idempotent: a file an earlier
     /// notification or restore committed is skipped).
-    pub fn commit_up_to(&mut self, id: u64) -> Result<(), OperatorError> {
+    pub fn commit_up_to(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
         // A file leaves the pending list only once it is committed: after a failed commit the rest is still
         // pending, for the next notification or the restore to commit.
         while let Some(i) = self.pending.iter().position(|p| p.checkpoint <= id) {
@@ -64,7 +65,7 @@ impl PendingFiles {
             let from = dir.join(hidden_name(name));
             let to = dir.join(name);
             match std::fs::rename(&from, &to) {
-                Ok(()) => tracing::debug!(file = %to.display(), checkpoint_id = checkpoint, "committed file"),
+                Ok(()) => tracing::debug!(file = %to.display(), checkpoint_id = checkpoint.0, "committed file"),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && to.exists() => {}
                 Err(e) => return Err(OperatorError::io(format!("commit {}", to.display()), e)),
             }
@@ -86,7 +87,7 @@ impl PendingFiles {
             let text = std::str::from_utf8(e).map_err(|_| corrupt())?;
             let mut fields = text.splitn(3, '\t');
             let (Some(ckpt), Some(name)) = (fields.next(), fields.next()) else { return Err(corrupt()) };
-            let checkpoint = ckpt.parse().map_err(|_| corrupt())?;
+            let checkpoint = CheckpointId(ckpt.parse().map_err(|_| corrupt())?);
             if name.is_empty() || name.contains('/') || name.starts_with('.') {
                 return Err(OperatorError::Other(format!("{who}: unsafe file name {name:?} in restored state")));
             }
@@ -97,7 +98,7 @@ impl PendingFiles {
             };
             self.pending.push(Pending { checkpoint, dir, name: name.to_string() });
         }
-        self.commit_up_to(u64::MAX)
+        self.commit_up_to(CheckpointId(u64::MAX))
     }
 
     /// Deletes the hidden files named `<prefix><attempt>-<n>` (one subtask's files of one job) of attempts
@@ -132,9 +133,9 @@ mod tests {
         let mut p = PendingFiles::new(tmp.path());
         for (ckpt, name) in [(1, "a"), (2, "b")] {
             std::fs::write(tmp.path().join(hidden_name(name)), name).unwrap();
-            p.add(ckpt, name.to_string());
+            p.add(CheckpointId(ckpt), name.to_string());
         }
-        p.commit_up_to(1)?;
+        p.commit_up_to(CheckpointId(1))?;
         assert!(tmp.path().join("a").exists() && !tmp.path().join("b").exists());
         let state = p.to_state();
         assert_eq!(state, vec![format!("2\tb\t{}", tmp.path().display()).into_bytes()]);
@@ -159,7 +160,7 @@ mod tests {
         let (old, new) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let mut p = PendingFiles::new(old.path());
         std::fs::write(old.path().join(hidden_name("a")), "a").unwrap();
-        p.add(1, "a".to_string());
+        p.add(CheckpointId(1), "a".to_string());
         let state = p.to_state();
         // Restored by a sink that writes elsewhere now: the old directory's file is committed, there.
         let mut r = PendingFiles::new(new.path());

@@ -338,11 +338,11 @@ impl Operator for FileSink {
         if let Some(mut cur) = self.current.take() {
             cur.out.flush().map_err(|e| OperatorError::io("flush sink file", e))?;
             cur.out.get_ref().sync_all().map_err(|e| OperatorError::io("sync sink file", e))?;
-            self.pending.add(ctx.checkpoint_id.0, cur.name);
+            self.pending.add(ctx.checkpoint_id, cur.name);
         }
         self.close_parquet()?;
         for name in std::mem::take(&mut self.closed) {
-            self.pending.add(ctx.checkpoint_id.0, name);
+            self.pending.add(ctx.checkpoint_id, name);
         }
         *ctx.operator_state.list_state(STATE)? = self.pending.to_state();
         *ctx.operator_state.list_state(POSITION_STATE)? = vec![format!("{}-{}", self.attempt, self.seq).into_bytes()];
@@ -363,7 +363,7 @@ impl Operator for FileSink {
     }
 
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
-        self.pending.commit_up_to(id.0)
+        self.pending.commit_up_to(id)
     }
 }
 
@@ -561,7 +561,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2, "our leftover in-progress files are removed");
         assert!(tmp.path().join(".part-other-0-1-0.inprogress").exists());
         // A late notification for the same checkpoint does nothing.
-        restored.pending.add(1, "part-j-0-1-0".into());
+        restored.pending.add(CheckpointId(1), "part-j-0-1-0".into());
         restored.notify_checkpoint_complete(CheckpointId(1))?;
         assert_eq!(visible(tmp.path()).len(), 1);
         Ok(())

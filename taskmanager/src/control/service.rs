@@ -369,7 +369,11 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         match sender {
             Some(tx) => {
                 let _ = tx
-                    .send(TaskEvent::Trigger { id: req.checkpoint_id, timestamp_ms: req.timestamp_ms, savepoint })
+                    .send(TaskEvent::Trigger {
+                        id: CheckpointId(req.checkpoint_id),
+                        timestamp_ms: req.timestamp_ms,
+                        savepoint,
+                    })
                     .await;
                 Ok(Response::new(pb::TriggerCheckpointResponse {}))
             }

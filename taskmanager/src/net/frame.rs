@@ -4,6 +4,7 @@
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
+use weir_common::ids::CheckpointId;
 
 /// Largest frame accepted from the network.
 pub const MAX_FRAME: usize = 64 << 20;
@@ -41,7 +42,7 @@ pub enum Frame {
     /// Checkpoint barrier.
     Barrier {
         /// Checkpoint id.
-        id: u64,
+        id: CheckpointId,
         /// Trigger timestamp.
         timestamp_ms: u64,
         /// Set when the checkpoint is a savepoint: where every task writes its state (Flink's barriers carry
@@ -173,7 +174,7 @@ pub fn encode_frame(frame: &Frame) -> Vec<u8> {
         }
         Frame::Barrier { id, timestamp_ms, savepoint } => {
             begin_frame(&mut out, T_BARRIER);
-            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&id.0.to_le_bytes());
             out.extend_from_slice(&timestamp_ms.to_le_bytes());
             if let Some(t) = savepoint {
                 // Encoding a protobuf message into a Vec cannot fail.
@@ -269,7 +270,11 @@ pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, Stri
                     Some(Box::new(target))
                 }
             };
-            Ok(Frame::Barrier { id: le_u64(&payload[..8]), timestamp_ms: le_u64(&payload[8..16]), savepoint })
+            Ok(Frame::Barrier {
+                id: CheckpointId(le_u64(&payload[..8])),
+                timestamp_ms: le_u64(&payload[8..16]),
+                savepoint,
+            })
         }
         (T_END, 0) => Ok(Frame::EndOfInput),
         (T_CREDIT, 4) => Ok(Frame::Credit(le_u32(&payload))),

@@ -95,6 +95,7 @@ mod tests {
     use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
     use tokio::sync::{mpsc, watch};
+    use weir_common::ids::CheckpointId;
 
     fn read_all(bytes: &[u8]) -> Result<Option<Frame>, NetError> {
         futures::executor::block_on(read_frame(&mut &bytes[..], "t"))
@@ -104,9 +105,9 @@ mod tests {
     fn frames_round_trip() {
         for f in [
             Frame::Batch { count: 1, body: vec![1, 2, 3] },
-            Frame::Barrier { id: 9, timestamp_ms: 77, savepoint: None },
+            Frame::Barrier { id: CheckpointId(9), timestamp_ms: 77, savepoint: None },
             Frame::Barrier {
-                id: 10,
+                id: CheckpointId(10),
                 timestamp_ms: 78,
                 savepoint: Some(Box::new(weir_common::checkpoint::SavepointTarget {
                     url: "file:///sp/savepoint-1".into(),
@@ -140,7 +141,7 @@ mod tests {
         f.push(0);
         f[0] += 1;
         assert!(read_all(&f).is_err());
-        let mut f = encode_frame(&Frame::Barrier { id: 1, timestamp_ms: 2, savepoint: None });
+        let mut f = encode_frame(&Frame::Barrier { id: CheckpointId(1), timestamp_ms: 2, savepoint: None });
         f.pop();
         f[0] -= 1;
         assert!(read_all(&f).is_err());
@@ -169,7 +170,7 @@ mod tests {
             format: weir_common::checkpoint::SavepointFormat::Canonical,
             stop: true,
         };
-        let barrier = Frame::Barrier { id: 7, timestamp_ms: 9, savepoint: Some(Box::new(target)) };
+        let barrier = Frame::Barrier { id: CheckpointId(7), timestamp_ms: 9, savepoint: Some(Box::new(target)) };
         let frame = encode_frame(&barrier);
         assert_eq!(decode_frame(frame[4], frame[5..].to_vec()).unwrap(), barrier);
         // A target whose format this version does not know is refused, never read as no savepoint.
@@ -214,7 +215,7 @@ mod tests {
     fn arb_frame() -> impl Strategy<Value = Frame> {
         prop_oneof![
             (any::<u64>(), any::<u64>()).prop_map(|(id, timestamp_ms)| Frame::Barrier {
-                id,
+                id: CheckpointId(id),
                 timestamp_ms,
                 savepoint: None
             }),
@@ -305,7 +306,7 @@ mod tests {
     }
 
     fn barrier(i: u64) -> Vec<u8> {
-        encode_frame(&Frame::Barrier { id: i, timestamp_ms: 0, savepoint: None })
+        encode_frame(&Frame::Barrier { id: CheckpointId(i), timestamp_ms: 0, savepoint: None })
     }
 
     /// Polls `cond` until it holds or `within` passed.

@@ -8,6 +8,7 @@
 //! processed in their arrival order before any later frame of that channel (see [`Deferred`]).
 
 use std::collections::VecDeque;
+use weir_common::ids::CheckpointId;
 
 /// What a barrier or an end of input means for the task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,14 +18,14 @@ pub enum Alignment {
     /// Still waiting for other channels; the channel that delivered it is blocked.
     Waiting,
     /// Every channel delivered the barrier: snapshot checkpoint `id` now.
-    Aligned(u64),
+    Aligned(CheckpointId),
 }
 
 /// What a barrier means for the task: maybe the abort of an older alignment, and where alignment stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BarrierOutcome {
     /// The older checkpoint whose alignment this barrier aborted: the task declines it.
-    pub aborted: Option<u64>,
+    pub aborted: Option<CheckpointId>,
     /// Where alignment stands after the barrier.
     pub alignment: Alignment,
 }
@@ -38,12 +39,12 @@ impl BarrierOutcome {
 /// Tracks which channels delivered the barrier being aligned.
 #[derive(Debug, Clone)]
 pub struct BarrierAligner {
-    pending: Option<u64>,
+    pending: Option<CheckpointId>,
     arrived: Vec<bool>,
     ended: Vec<bool>,
     /// The newest checkpoint whose barrier was seen (aligned, aborted or pending): barriers up to it that do
     /// not belong to the pending one are stale.
-    newest: Option<u64>,
+    newest: Option<CheckpointId>,
 }
 
 impl BarrierAligner {
@@ -58,7 +59,7 @@ impl BarrierAligner {
     }
 
     /// The checkpoint being aligned, if any.
-    pub fn pending(&self) -> Option<u64> {
+    pub fn pending(&self) -> Option<CheckpointId> {
         self.pending
     }
 
@@ -68,7 +69,7 @@ impl BarrierAligner {
     }
 
     /// Barrier `id` arrived on `channel`.
-    pub fn on_barrier(&mut self, channel: usize, id: u64) -> BarrierOutcome {
+    pub fn on_barrier(&mut self, channel: usize, id: CheckpointId) -> BarrierOutcome {
         if self.pending == Some(id) {
             self.arrived[channel] = true;
             return BarrierOutcome::plain(self.check());
@@ -168,61 +169,67 @@ mod tests {
     #[test]
     fn single_channel_aligns_at_once() {
         let mut a = BarrierAligner::new(1);
-        assert_eq!(a.on_barrier(0, 1), plain(Alignment::Aligned(1)));
+        assert_eq!(a.on_barrier(0, CheckpointId(1)), plain(Alignment::Aligned(CheckpointId(1))));
         assert!(!a.is_blocked(0));
-        assert_eq!(a.on_barrier(0, 1), plain(Alignment::Ignore));
+        assert_eq!(a.on_barrier(0, CheckpointId(1)), plain(Alignment::Ignore));
     }
 
     #[test]
     fn blocks_until_all_channels_delivered() {
         let mut a = BarrierAligner::new(3);
-        assert_eq!(a.on_barrier(1, 5), plain(Alignment::Waiting));
+        assert_eq!(a.on_barrier(1, CheckpointId(5)), plain(Alignment::Waiting));
         assert!(a.is_blocked(1) && !a.is_blocked(0));
-        assert_eq!(a.on_barrier(0, 5), plain(Alignment::Waiting));
-        assert_eq!(a.on_barrier(2, 5), plain(Alignment::Aligned(5)));
+        assert_eq!(a.on_barrier(0, CheckpointId(5)), plain(Alignment::Waiting));
+        assert_eq!(a.on_barrier(2, CheckpointId(5)), plain(Alignment::Aligned(CheckpointId(5))));
         assert!(!a.is_blocked(0) && !a.is_blocked(1) && !a.is_blocked(2));
-        assert_eq!(a.on_barrier(0, 6), plain(Alignment::Waiting));
+        assert_eq!(a.on_barrier(0, CheckpointId(6)), plain(Alignment::Waiting));
     }
 
     #[test]
     fn a_newer_barrier_aborts_the_alignment_and_aligns_the_newer_one() {
         let mut a = BarrierAligner::new(3);
-        assert_eq!(a.on_barrier(0, 5), plain(Alignment::Waiting));
+        assert_eq!(a.on_barrier(0, CheckpointId(5)), plain(Alignment::Waiting));
         // Channel 1 skipped 5 (its producer never saw that checkpoint): 5 can no longer align here.
-        assert_eq!(a.on_barrier(1, 6), BarrierOutcome { aborted: Some(5), alignment: Alignment::Waiting });
-        assert_eq!(a.pending(), Some(6));
+        assert_eq!(
+            a.on_barrier(1, CheckpointId(6)),
+            BarrierOutcome { aborted: Some(CheckpointId(5)), alignment: Alignment::Waiting }
+        );
+        assert_eq!(a.pending(), Some(CheckpointId(6)));
         assert!(!a.is_blocked(0), "the channel blocked for the aborted checkpoint is released");
         assert!(a.is_blocked(1), "the channel that delivered the newer barrier is blocked");
         // The aborted checkpoint's barrier arriving late is stale and blocks nothing.
-        assert_eq!(a.on_barrier(2, 5), plain(Alignment::Ignore));
+        assert_eq!(a.on_barrier(2, CheckpointId(5)), plain(Alignment::Ignore));
         assert!(!a.is_blocked(2));
-        assert_eq!(a.on_barrier(0, 6), plain(Alignment::Waiting));
-        assert_eq!(a.on_barrier(2, 6), plain(Alignment::Aligned(6)));
-        assert_eq!(a.on_barrier(1, 5), plain(Alignment::Ignore));
-        assert_eq!(a.on_barrier(1, 6), plain(Alignment::Ignore));
+        assert_eq!(a.on_barrier(0, CheckpointId(6)), plain(Alignment::Waiting));
+        assert_eq!(a.on_barrier(2, CheckpointId(6)), plain(Alignment::Aligned(CheckpointId(6))));
+        assert_eq!(a.on_barrier(1, CheckpointId(5)), plain(Alignment::Ignore));
+        assert_eq!(a.on_barrier(1, CheckpointId(6)), plain(Alignment::Ignore));
     }
 
     #[test]
     fn a_newer_barrier_can_align_at_once_when_the_others_ended() {
         let mut a = BarrierAligner::new(3);
         assert_eq!(a.on_end_of_input(2), Alignment::Ignore);
-        assert_eq!(a.on_barrier(0, 5), plain(Alignment::Waiting));
+        assert_eq!(a.on_barrier(0, CheckpointId(5)), plain(Alignment::Waiting));
         assert_eq!(a.on_end_of_input(0), Alignment::Waiting);
-        assert_eq!(a.on_barrier(1, 7), BarrierOutcome { aborted: Some(5), alignment: Alignment::Aligned(7) });
+        assert_eq!(
+            a.on_barrier(1, CheckpointId(7)),
+            BarrierOutcome { aborted: Some(CheckpointId(5)), alignment: Alignment::Aligned(CheckpointId(7)) }
+        );
         assert_eq!(a.pending(), None);
     }
 
     #[test]
     fn ended_channels_count_as_aligned() {
         let mut a = BarrierAligner::new(2);
-        assert_eq!(a.on_barrier(0, 3), plain(Alignment::Waiting));
-        assert_eq!(a.on_end_of_input(1), Alignment::Aligned(3));
+        assert_eq!(a.on_barrier(0, CheckpointId(3)), plain(Alignment::Waiting));
+        assert_eq!(a.on_end_of_input(1), Alignment::Aligned(CheckpointId(3)));
         assert_eq!(a.on_end_of_input(0), Alignment::Ignore);
         assert!(a.all_ended());
         // A late barrier on the ended channel for an aligned checkpoint is stale.
-        assert_eq!(a.on_barrier(1, 3), plain(Alignment::Ignore));
+        assert_eq!(a.on_barrier(1, CheckpointId(3)), plain(Alignment::Ignore));
         // Ended channels that still carry barriers (final checkpoints) align normally.
-        assert_eq!(a.on_barrier(1, 4), plain(Alignment::Aligned(4)));
+        assert_eq!(a.on_barrier(1, CheckpointId(4)), plain(Alignment::Aligned(CheckpointId(4))));
     }
 
     /// What a consumer loop saw, in processing order.
@@ -241,10 +248,10 @@ mod tests {
         let (mut processed, mut aligned, mut aborted) = (Vec::new(), Vec::new(), Vec::new());
         let mut process = |a: &mut BarrierAligner, c: usize, f: F| {
             if let F::Barrier(id) = f {
-                let o = a.on_barrier(c, id);
-                aborted.extend(o.aborted);
+                let o = a.on_barrier(c, CheckpointId(id));
+                aborted.extend(o.aborted.map(|id| id.0));
                 if let Alignment::Aligned(id) = o.alignment {
-                    aligned.push(id);
+                    aligned.push(id.0);
                 }
             }
             processed.push((c, f));
@@ -314,11 +321,11 @@ mod tests {
     fn frames_arriving_on_a_released_channel_wait_behind_its_held_ones() {
         let mut a = BarrierAligner::new(2);
         let mut d = Deferred::new(2);
-        a.on_barrier(0, 1);
+        a.on_barrier(0, CheckpointId(1));
         assert!(d.must_hold(&a, 0));
         d.hold(0, "x");
         d.hold(0, "y");
-        assert_eq!(a.on_barrier(1, 1).alignment, Alignment::Aligned(1));
+        assert_eq!(a.on_barrier(1, CheckpointId(1)).alignment, Alignment::Aligned(CheckpointId(1)));
         // Released, but "x" and "y" are not processed yet: a newer frame of channel 0 waits behind them.
         assert!(d.must_hold(&a, 0));
         assert!(!d.must_hold(&a, 1));

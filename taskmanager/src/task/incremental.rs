@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use weir_common::checkpoint::FileHandle;
+use weir_common::ids::CheckpointId;
 
 /// Shareable snapshot files (by local name) per operator uid.
 pub(super) type SharedFiles = BTreeMap<String, std::collections::HashMap<String, FileHandle>>;
@@ -12,12 +13,12 @@ pub(super) type SharedFiles = BTreeMap<String, std::collections::HashMap<String,
 #[derive(Default)]
 pub(super) struct Incremental {
     pub(super) confirmed: SharedFiles,
-    pub(super) uploaded: BTreeMap<u64, SharedFiles>,
+    pub(super) uploaded: BTreeMap<CheckpointId, SharedFiles>,
 }
 
 impl Incremental {
     /// Checkpoint `id` completed: its files become the ones to reuse; older unconfirmed uploads never will.
-    pub(super) fn completed(&mut self, id: u64) {
+    pub(super) fn completed(&mut self, id: CheckpointId) {
         if let Some(files) = self.uploaded.remove(&id) {
             self.confirmed = files;
         }

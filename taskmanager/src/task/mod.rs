@@ -62,7 +62,7 @@ pub enum TaskEvent {
     /// Sources only: take checkpoint `id` and emit its barrier.
     Trigger {
         /// Checkpoint id.
-        id: u64,
+        id: CheckpointId,
         /// Trigger time.
         timestamp_ms: u64,
         /// Set when the checkpoint is a savepoint.
@@ -283,9 +283,9 @@ struct Task {
     /// Names this task's folder in the job's shared directory (unique per deployment of a backend).
     instance: String,
     /// The savepoint target each barrier being aligned carried (by checkpoint id).
-    savepoint_barriers: BTreeMap<u64, SavepointTarget>,
+    savepoint_barriers: BTreeMap<CheckpointId, SavepointTarget>,
     /// Sources: a stop-with-savepoint barrier went out; nothing more is emitted unless it is aborted.
-    suspended_by: Option<u64>,
+    suspended_by: Option<CheckpointId>,
     /// Sources: asked to end the input (stop with drain).
     end_input_requested: bool,
 }
@@ -520,8 +520,8 @@ impl Task {
 
     /// Barrier `newer` on channel `c` superseded checkpoint `old` while it was aligning: this task cannot
     /// take `old` any more (a producer skipped it), so it declines it, as Flink does, and the job goes on.
-    fn decline_superseded(&self, old: u64, newer: u64, c: usize) {
-        tracing::info!(checkpoint_id = old, newer, channel = c, "checkpoint superseded during alignment, declining it");
+    fn decline_superseded(&self, old: CheckpointId, newer: CheckpointId, c: usize) {
+        tracing::info!(checkpoint_id = %old, %newer, channel = c, "checkpoint superseded during alignment, declining it");
         let reason = format!(
             "checkpoint {old} superseded by checkpoint {newer} at vertex {} subtask {}: barrier {newer} arrived \
              on input channel {c} before alignment of {old} completed",
@@ -541,7 +541,7 @@ impl Task {
                         // Stop with savepoint: nothing after its barrier, so nothing the savepoint misses.
                         self.flush_outputs()?;
                         self.suspended_by = Some(id);
-                        tracing::info!(checkpoint_id = id, "source stopped at the savepoint's barrier");
+                        tracing::info!(checkpoint_id = %id, "source stopped at the savepoint's barrier");
                     }
                 }
             }
@@ -550,15 +550,14 @@ impl Task {
                     self.end_input_requested = true;
                 }
             }
-            TaskEvent::Notify { id: cid, outcome } => {
-                let id = cid.0;
+            TaskEvent::Notify { id, outcome } => {
                 let completed = outcome != CheckpointOutcome::Aborted;
                 for op in &mut self.ops {
                     match (&mut op.head, completed) {
-                        (Head::Source(s), true) => s.notify_checkpoint_complete(cid)?,
-                        (Head::Source(s), false) => s.notify_checkpoint_aborted(cid)?,
-                        (Head::Operator(o), true) => o.notify_checkpoint_complete(cid)?,
-                        (Head::Operator(o), false) => o.notify_checkpoint_aborted(cid)?,
+                        (Head::Source(s), true) => s.notify_checkpoint_complete(id)?,
+                        (Head::Source(s), false) => s.notify_checkpoint_aborted(id)?,
+                        (Head::Operator(o), true) => o.notify_checkpoint_complete(id)?,
+                        (Head::Operator(o), false) => o.notify_checkpoint_aborted(id)?,
                     }
                 }
                 if completed {
@@ -569,12 +568,12 @@ impl Task {
                     return Ok(Some(Exit::Finished));
                 }
                 if outcome == CheckpointOutcome::Stop {
-                    tracing::info!(checkpoint_id = id, "stop-with-savepoint completed; finishing");
+                    tracing::info!(checkpoint_id = %id, "stop-with-savepoint completed; finishing");
                     self.flush_outputs()?;
                     return Ok(Some(Exit::Finished));
                 }
                 if !completed && self.suspended_by == Some(id) {
-                    tracing::info!(checkpoint_id = id, "the stop-with-savepoint was aborted; the source resumes");
+                    tracing::info!(checkpoint_id = %id, "the stop-with-savepoint was aborted; the source resumes");
                     self.suspended_by = None;
                 }
             }
@@ -699,17 +698,21 @@ impl Task {
     }
 
     /// Takes checkpoint `id`: the synchronous part here, the upload on the runtime; then forwards the barrier.
-    fn checkpoint(&mut self, id: u64, timestamp_ms: u64, savepoint: Option<SavepointTarget>) -> Result<(), TaskError> {
+    fn checkpoint(
+        &mut self,
+        id: CheckpointId,
+        timestamp_ms: u64,
+        savepoint: Option<SavepointTarget>,
+    ) -> Result<(), TaskError> {
         let started = Instant::now();
-        let cid = CheckpointId(id);
-        match self.snapshot_sync(cid, timestamp_ms) {
+        match self.snapshot_sync(id, timestamp_ms) {
             Ok(parts) => {
                 self.sync_seconds.record(started.elapsed().as_secs_f64());
                 let sync_ms = started.elapsed().as_millis() as u64;
-                self.spawn_upload(cid, parts, sync_ms, savepoint.clone());
+                self.spawn_upload(id, parts, sync_ms, savepoint.clone());
             }
             Err(e) => {
-                tracing::warn!(checkpoint_id = id, error = %e, "snapshot failed");
+                tracing::warn!(checkpoint_id = %id, error = %e, "snapshot failed");
                 let reason = format!("snapshot of vertex {} subtask {}: {e}", self.desc.vertex.0, self.desc.subtask.0);
                 self.env.reporter.decline(&task_ref(&self.desc), id, reason);
             }
@@ -1002,7 +1005,7 @@ mod data_plane_tests {
         let (mut encoder, schema) = crate::net::BatchEncoder::new(&rows.schema()).unwrap();
         let mut batch = schema;
         batch.extend(encoder.encode_frames(&rows).unwrap().concat());
-        let barrier = |id| encode_frame(&Frame::Barrier { id, timestamp_ms: 1, savepoint: None });
+        let barrier = |id| encode_frame(&Frame::Barrier { id: CheckpointId(id), timestamp_ms: 1, savepoint: None });
         // Channel 0 delivers 5 (processed: its credit comes back), then more that waits behind the block.
         producers[0].write_all(&barrier(5)).await.unwrap();
         assert_eq!(next_credit(&mut producers[0]).await, 1);

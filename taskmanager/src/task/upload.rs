@@ -142,7 +142,7 @@ impl Task {
                     operators.insert(part.uid, state);
                 }
                 if plan.savepoint_url.is_none() {
-                    incremental.lock().uploaded.insert(id.0, shareable);
+                    incremental.lock().uploaded.insert(id, shareable);
                 }
                 Ok(TaskSnapshot { vertex, subtask, operators, uploaded_bytes: uploaded })
             }
@@ -164,7 +164,7 @@ impl Task {
                 })),
                 Err(e) => {
                     tracing::warn!(checkpoint_id = id.0, error = %e, "checkpoint upload failed");
-                    reporter.decline(&tref, id.0, format!("upload of vertex {} subtask {}: {e}", vertex.0, subtask.0))
+                    reporter.decline(&tref, id, format!("upload of vertex {} subtask {}: {e}", vertex.0, subtask.0))
                 }
             }
         });

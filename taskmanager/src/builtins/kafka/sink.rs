@@ -319,12 +319,12 @@ impl KafkaSink {
         weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::Other(f.to_string()))?;
         match self.at_coordinator(&id, |c| wire::end_txn(c, &id, p.producer_id, p.epoch, true)) {
             Ok(()) => {
-                tracing::info!(sink = %self.who, transactional_id = %id, checkpoint_id = p.checkpoint,
+                tracing::info!(sink = %self.who, transactional_id = %id, checkpoint_id = %p.checkpoint,
                     "committed a transaction of the restored checkpoint");
                 Ok(())
             }
             Err(e @ WireError::Broker { .. }) if !e.is_retriable() => {
-                tracing::warn!(sink = %self.who, transactional_id = %id, checkpoint_id = p.checkpoint, error = %e,
+                tracing::warn!(sink = %self.who, transactional_id = %id, checkpoint_id = %p.checkpoint, error = %e,
                     "a transaction of the restored checkpoint could not be committed: completed before");
                 Ok(())
             }
@@ -573,7 +573,7 @@ impl Operator for KafkaSink {
         }
         let (producer_id, epoch) = self.producer_identity(&producer)?;
         let txn =
-            PendingTxn { checkpoint: ctx.checkpoint_id.0, subtask: self.subtask, n: self.current, producer_id, epoch };
+            PendingTxn { checkpoint: ctx.checkpoint_id, subtask: self.subtask, n: self.current, producer_id, epoch };
         self.pending.push(Pending { txn, producer });
         self.current += 1;
         let id = transactional_id(self.prefix(), self.subtask, self.current);
@@ -588,14 +588,14 @@ impl Operator for KafkaSink {
 
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
         // A transaction leaves the pending list only once committed: after a failure the restore commits it.
-        while let Some(i) = self.pending.iter().position(|p| p.txn.checkpoint <= id.0) {
+        while let Some(i) = self.pending.iter().position(|p| p.txn.checkpoint <= id) {
             weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::Other(f.to_string()))?;
             let p = &self.pending[i];
             let tid = transactional_id(self.prefix(), p.txn.subtask, p.txn.n);
             p.producer
                 .commit_transaction(REQUEST_TIMEOUT)
                 .map_err(|e| self.err(format!("committing transaction {tid:?}: {e}")))?;
-            tracing::debug!(sink = %self.who, transactional_id = %tid, checkpoint_id = p.txn.checkpoint,
+            tracing::debug!(sink = %self.who, transactional_id = %tid, checkpoint_id = %p.txn.checkpoint,
                 "committed a transaction");
             self.pending.remove(i);
         }

@@ -11,12 +11,13 @@
 //! snapshots, so that a later rescale finds them again.
 
 use crate::api::operator::OperatorError;
+use weir_common::ids::CheckpointId;
 
 /// A transaction pre-committed (flushed) at a checkpoint barrier, to be committed when that checkpoint completes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingTxn {
     /// The checkpoint whose completion commits it.
-    pub checkpoint: u64,
+    pub checkpoint: CheckpointId,
     /// The subtask whose id it is.
     pub subtask: u32,
     /// Its number among the subtask's ids.
@@ -74,7 +75,7 @@ impl TxnEntry {
                 next: n.parse().map_err(|_| corrupt())?,
             }),
             ["pending", c, s, n, pid, epoch] => Ok(TxnEntry::Pending(PendingTxn {
-                checkpoint: c.parse().map_err(|_| corrupt())?,
+                checkpoint: CheckpointId(c.parse().map_err(|_| corrupt())?),
                 subtask: s.parse().map_err(|_| corrupt())?,
                 n: n.parse().map_err(|_| corrupt())?,
                 producer_id: pid.parse().map_err(|_| corrupt())?,
@@ -145,7 +146,13 @@ mod tests {
     use super::*;
 
     fn pending(checkpoint: u64, subtask: u32, n: u64) -> TxnEntry {
-        TxnEntry::Pending(PendingTxn { checkpoint, subtask, n, producer_id: 100 + n as i64, epoch: 1 })
+        TxnEntry::Pending(PendingTxn {
+            checkpoint: CheckpointId(checkpoint),
+            subtask,
+            n,
+            producer_id: 100 + n as i64,
+            epoch: 1,
+        })
     }
 
     fn next(subtask: u32, next: u64) -> TxnEntry {
@@ -157,7 +164,13 @@ mod tests {
         for e in [
             next(3, 17),
             pending(9, 2, 5),
-            TxnEntry::Pending(PendingTxn { checkpoint: 1, subtask: 0, n: 0, producer_id: -1, epoch: i16::MAX }),
+            TxnEntry::Pending(PendingTxn {
+                checkpoint: CheckpointId(1),
+                subtask: 0,
+                n: 0,
+                producer_id: -1,
+                epoch: i16::MAX,
+            }),
         ] {
             assert_eq!(TxnEntry::decode(&e.encode(), "sink").unwrap(), e);
         }
