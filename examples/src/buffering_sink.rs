@@ -110,7 +110,7 @@ impl BufferingSinkConfig {
 }
 
 fn corrupt(what: &str) -> OperatorError {
-    OperatorError::Other(format!("{KIND}: corrupt {what} in restored state"))
+    OperatorError::UnreadableState(format!("{KIND}: corrupt {what} in restored state"))
 }
 
 /// The buffering sink; see the module docs.
@@ -231,7 +231,7 @@ impl Operator for BufferingSink {
         buffer.clear();
         for r in &self.buffer {
             let mut e = Vec::new();
-            encode_record(r, &mut e).map_err(|e| OperatorError::Other(format!("{KIND}: {e}")))?;
+            encode_record(r, &mut e).map_err(|e| OperatorError::Records(format!("{KIND}: {e}")))?;
             buffer.push(e);
         }
         Ok(())

@@ -112,7 +112,7 @@ impl DistinctValues {
     }
 
     fn states(&mut self) -> Result<&mut States, OperatorError> {
-        self.states.as_mut().ok_or_else(|| OperatorError::Other(format!("{KIND} used before initialize_state")))
+        self.states.as_mut().ok_or_else(|| OperatorError::Misuse(format!("{KIND} used before initialize_state")))
     }
 }
 
@@ -131,7 +131,7 @@ impl Operator for DistinctValues {
         let backend = ctx
             .keyed
             .as_mut()
-            .ok_or_else(|| OperatorError::Other(format!("{KIND} needs keyed state (declare the kind keyed)")))?;
+            .ok_or_else(|| OperatorError::Misuse(format!("{KIND} needs keyed state (declare the kind keyed)")))?;
         let values = MapState::register(&mut **backend, StateDescriptor::new(VALUES_STATE).with_ttl(self.ttl))?;
         let keys = ValueState::register(&mut **backend, StateDescriptor::new(KEYS_STATE).with_ttl(self.ttl))?;
         self.states = Some(States { values, keys });
@@ -151,7 +151,7 @@ impl Operator for DistinctValues {
         let marker = Vec::new();
         for r in records {
             let Value::I64(v) = r.value else {
-                return Err(OperatorError::Other(format!(
+                return Err(OperatorError::Records(format!(
                     "{KIND}: record of key {} has a {} value; only i64 values are counted",
                     r.key_text(),
                     match r.value {

@@ -192,7 +192,7 @@ impl Operator for WatermarkLog {
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if ctx.current_watermark() != watermark {
-            return Err(OperatorError::Other(format!(
+            return Err(OperatorError::Records(format!(
                 "on_watermark({watermark}) with the context at {}",
                 ctx.current_watermark()
             )));

@@ -88,7 +88,7 @@ impl StateKinds {
     }
 
     fn keyed(&mut self) -> Result<&mut Keyed, OperatorError> {
-        self.keyed.as_mut().ok_or_else(|| OperatorError::Other(format!("{KIND} used before initialize_state")))
+        self.keyed.as_mut().ok_or_else(|| OperatorError::Misuse(format!("{KIND} used before initialize_state")))
     }
 }
 
@@ -114,7 +114,7 @@ impl Operator for StateKinds {
         let backend = ctx
             .keyed
             .as_mut()
-            .ok_or_else(|| OperatorError::Other(format!("{KIND} needs keyed state (declare the kind keyed)")))?;
+            .ok_or_else(|| OperatorError::Misuse(format!("{KIND} needs keyed state (declare the kind keyed)")))?;
         let b = &mut **backend;
         self.keyed = Some(Keyed {
             count: ValueState::register(b, "count")?,
@@ -158,7 +158,7 @@ impl Operator for StateKinds {
     fn end_of_input(&mut self, ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
         let backend = ctx.keyed()?;
         let k =
-            self.keyed.as_mut().ok_or_else(|| OperatorError::Other(format!("{KIND} used before initialize_state")))?;
+            self.keyed.as_mut().ok_or_else(|| OperatorError::Misuse(format!("{KIND} used before initialize_state")))?;
         let mut keys = Vec::new();
         k.count.for_each(backend, |key, _| {
             keys.push(key.to_vec());

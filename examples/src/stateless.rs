@@ -83,7 +83,7 @@ impl Operator for KeyFilter {
             None,
         );
         let kept = arrow_select::filter::filter_record_batch(batch, &keep)
-            .map_err(|e| OperatorError::Other(format!("key-filter: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("key-filter: {e}")))?;
         out.emit_batch(kept)
     }
 }
@@ -119,7 +119,7 @@ impl Operator for ValueMap {
         let mut columns = batch.columns().to_vec();
         columns[i] = Arc::new(mapped) as ArrayRef;
         let mapped = RecordBatch::try_new(batch.schema(), columns)
-            .map_err(|e| OperatorError::Other(format!("value-map: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("value-map: {e}")))?;
         out.emit_batch(mapped)
     }
 }

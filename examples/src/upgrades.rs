@@ -50,7 +50,7 @@ pub struct PerKey<T: Tally> {
 impl<T: Tally> Operator for PerKey<T> {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         let backend =
-            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other(format!("{} needs keyed state", self.kind)))?;
+            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse(format!("{} needs keyed state", self.kind)))?;
         self.state = Some(ValueState::register(&mut **backend, STATE)?);
         Ok(())
     }
@@ -63,7 +63,7 @@ impl<T: Tally> Operator for PerKey<T> {
     ) -> Result<(), OperatorError> {
         let records = weir_taskmanager::api::batch::records(batch)?;
         let backend = ctx.keyed()?;
-        let state = self.state.as_mut().ok_or_else(|| OperatorError::Other("used before initialize_state".into()))?;
+        let state = self.state.as_mut().ok_or_else(|| OperatorError::Misuse("used before initialize_state".into()))?;
         for r in records {
             backend.set_current_key(&r.key);
             let mut t = state.value(backend)?.unwrap_or_default();
@@ -75,7 +75,7 @@ impl<T: Tally> Operator for PerKey<T> {
 
     fn end_of_input(&mut self, ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
         let backend = ctx.keyed()?;
-        let state = self.state.as_ref().ok_or_else(|| OperatorError::Other("used before initialize_state".into()))?;
+        let state = self.state.as_ref().ok_or_else(|| OperatorError::Misuse("used before initialize_state".into()))?;
         let mut counts = Vec::new();
         state.for_each(backend, |k, t| {
             counts.push((k.to_vec(), t.count()));

@@ -59,7 +59,7 @@ impl Rows {
             Arc::new(self.times.finish()),
         ];
         let batch = RecordBatch::try_new(weir_taskmanager::builtins::output_schema(WindowAggregate::Count), columns)
-            .map_err(|e| OperatorError::Other(format!("window rows: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("window rows: {e}")))?;
         out.emit_batch(batch)
     }
 }

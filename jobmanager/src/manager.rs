@@ -551,7 +551,11 @@ impl JobManager {
                 attempt: task.attempt,
                 task: task.task,
                 state,
-                error: TaskError { text: status.error.clone(), caused_by_peer: status.caused_by_peer },
+                error: TaskError {
+                    text: status.error.clone(),
+                    caused_by_peer: status.caused_by_peer,
+                    fatal: status.fatal,
+                },
                 watermark: status.watermark,
             });
         }
@@ -562,8 +566,7 @@ impl JobManager {
     }
 
     /// Routes a task's state report to its job (reports for unknown jobs are dropped).
-    pub fn task_state(&self, tm_id: &str, task: TaskAddress, state: pb::TaskState, text: String, caused_by_peer: bool) {
-        let error = TaskError { text, caused_by_peer };
+    pub(crate) fn task_state(&self, tm_id: &str, task: TaskAddress, state: pb::TaskState, error: TaskError) {
         self.route(
             &task.job_id,
             JobEvent::TaskState { tm_id: tm_id.to_string(), attempt: task.attempt, task: task.task, state, error },

@@ -524,6 +524,35 @@ async fn deploy_checkpoint_subsume_and_finish() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_task_failure_fails_the_job_without_a_restart() {
+    let env = env();
+    let jm = RunningJm::start(&env.data, &env.store_url).await;
+    let client = jm.client().await;
+    let (fake, rpc) = start_fake_tm("tm-f", &jm.url, env.store.clone()).await;
+    fake.register(&rpc).await;
+    let hb = spawn_heartbeats(fake.clone(), rpc.clone());
+    let id = submit(&client).await;
+    wait_job(&client, &id, "for RUNNING", |j| j.state() == pb::JobState::Running).await;
+
+    let failing = fake.current_tasks().into_iter().find(|d| d.vertex.0 == 1).unwrap();
+    let fatal = pb::UpdateTaskStateRequest {
+        tm_id: "tm-f".into(),
+        task: Some(task_ref(&failing)),
+        state: pb::TaskState::Failed as i32,
+        error: "operator \"counts\": a stored row is corrupt".into(),
+        caused_by_peer: false,
+        fatal: true,
+    };
+    fake.jm().update_task_state(fatal).await.unwrap();
+    let info = wait_job(&client, &id, "for FAILED", |j| j.state() == pb::JobState::Failed).await;
+    assert_eq!((info.restarts, info.attempt), (0, 1), "no restart: {info:?}");
+    assert!(info.failure.contains("a stored row is corrupt") && info.failure.contains("fatal"), "{}", info.failure);
+
+    hb.abort();
+    jm.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_restores_and_jm_restart_resumes() {
     // Failpoints are process-wide: tests that share this process take turns.
     let _failpoints = fail::FailScenario::setup();
@@ -548,6 +577,7 @@ async fn failover_restores_and_jm_restart_resumes() {
         state: pb::TaskState::Failed as i32,
         error: "data connection to counts: Connection reset by peer".into(),
         caused_by_peer: true,
+        fatal: false,
     };
     let failed = pb::UpdateTaskStateRequest {
         tm_id: "tm-b".into(),
@@ -555,6 +585,7 @@ async fn failover_restores_and_jm_restart_resumes() {
         state: pb::TaskState::Failed as i32,
         error: "boom".into(),
         caused_by_peer: false,
+        fatal: false,
     };
     fake.jm().update_task_state(broken).await.unwrap();
     fake.jm().update_task_state(failed.clone()).await.unwrap();

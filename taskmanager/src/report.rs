@@ -44,6 +44,15 @@ type TaskId = (String, u32, u32, u32);
 /// The latest state each task reported, with when it did.
 type LatestStates = HashMap<TaskId, (pb::TaskStatus, Instant)>;
 
+/// What a task's failure says of itself, for the job manager's decision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cause {
+    /// Its data connection broke: another task's failure, not its own, is the cause.
+    pub by_peer: bool,
+    /// No restart can mend it: the job fails at once.
+    pub fatal: bool,
+}
+
 /// Queues reports for the job manager.
 #[derive(Clone)]
 pub struct Reporter {
@@ -143,6 +152,7 @@ impl Reporter {
                     error: s.error.clone(),
                     watermark,
                     caused_by_peer: s.caused_by_peer,
+                    fatal: s.fatal,
                 };
                 latest.insert(id, (status, Instant::now()));
             }
@@ -152,17 +162,18 @@ impl Reporter {
 
     /// Queues a task's state change.
     pub fn state(&self, task: &pb::TaskRef, state: pb::TaskState, error: String) {
-        self.state_caused(task, state, error, false);
+        self.state_caused(task, state, error, Cause::default());
     }
 
-    /// Queues a task's state change, saying whether a peer's failure caused it.
-    pub fn state_caused(&self, task: &pb::TaskRef, state: pb::TaskState, error: String, caused_by_peer: bool) {
+    /// Queues a task's state change, saying what caused it.
+    pub fn state_caused(&self, task: &pb::TaskRef, state: pb::TaskState, error: String, cause: Cause) {
         self.send(Report::State(pb::UpdateTaskStateRequest {
             tm_id: self.tm_id.clone(),
             task: Some(task.clone()),
             state: state as i32,
             error,
-            caused_by_peer,
+            caused_by_peer: cause.by_peer,
+            fatal: cause.fatal,
         }));
     }
 
@@ -253,6 +264,7 @@ mod tests {
             state: state as i32,
             error: String::new(),
             caused_by_peer: false,
+            fatal: false,
         })
     }
 

@@ -1,6 +1,7 @@
 //! The gRPC services: `ClientApi` for the CLI and `JobManagerInternal` for task managers. Handlers only
 //! translate between protobuf and [`JobManager`] calls.
 
+use crate::job::mailbox::TaskError;
 use crate::leader::Gate;
 use crate::manager::{JobManager, TaskAddress};
 use tonic::{Request, Response, Status};
@@ -163,7 +164,8 @@ impl JobManagerInternal for JobManagerService {
         let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
         let state = pb::TaskState::try_from(req.state)
             .map_err(|_| Status::invalid_argument(format!("unknown task state {}", req.state)))?;
-        self.jm()?.task_state(&req.tm_id, task, state, req.error, req.caused_by_peer);
+        let error = TaskError { text: req.error, caused_by_peer: req.caused_by_peer, fatal: req.fatal };
+        self.jm()?.task_state(&req.tm_id, task, state, error);
         Ok(Response::new(pb::UpdateTaskStateResponse {}))
     }
 

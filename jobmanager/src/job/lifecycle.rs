@@ -83,6 +83,16 @@ pub enum RestartDecision {
     },
 }
 
+/// Whether a restart may mend a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureClass {
+    /// The restart strategy decides.
+    Retryable,
+    /// No restart can mend it (a task said so): the job fails at once, as Flink does on a
+    /// `SuppressRestartsException`.
+    Fatal,
+}
+
 /// What the restart strategies remember between failures. It is persisted with the job, so a restarted
 /// job manager goes on counting where the previous one stopped.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +110,24 @@ pub struct RestartHistory {
 }
 
 impl RestartHistory {
+    /// The decision on a failure of `class` at `now_ms`: a fatal one fails the job at once (and is not counted,
+    /// the job being over); a retryable one is the strategy's ([`RestartHistory::on_failure`]).
+    pub fn decide(
+        &mut self,
+        class: FailureClass,
+        settings: &RestartSettings,
+        restarts_so_far: u32,
+        now_ms: u64,
+        random: f64,
+    ) -> RestartDecision {
+        match class {
+            FailureClass::Fatal => RestartDecision::GiveUp {
+                reason: "the failure is fatal: restoring the same state would fail the same way".into(),
+            },
+            FailureClass::Retryable => self.on_failure(settings, restarts_so_far, now_ms, random),
+        }
+    }
+
     /// The restart strategy's decision on a failure at `now_ms`, after `restarts_so_far` restarts over the
     /// job's life; `random` (in `[0, 1)`) draws the jitter. Records the failure.
     pub fn on_failure(
@@ -175,6 +203,17 @@ impl RestartHistory {
 mod tests {
     use super::*;
     use JobState::*;
+
+    #[test]
+    fn a_fatal_failure_gives_up_whatever_the_strategy_allows() {
+        let settings = RestartSettings::FixedDelay { attempts: 5, delay_ms: 10 };
+        let mut history = RestartHistory::default();
+        let decision = history.decide(FailureClass::Fatal, &settings, 0, 1000, 0.5);
+        assert!(matches!(&decision, RestartDecision::GiveUp { reason } if reason.contains("fatal")), "{decision:?}");
+        assert_eq!(history, RestartHistory::default(), "a fatal failure is not counted");
+        let decision = history.decide(FailureClass::Retryable, &settings, 0, 1000, 0.5);
+        assert_eq!(decision, RestartDecision::Restart { number: 1, delay_ms: 10 });
+    }
 
     #[test]
     fn transitions_table() {

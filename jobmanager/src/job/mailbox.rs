@@ -49,6 +49,8 @@ pub(crate) struct TaskError {
     pub(crate) text: String,
     /// Its data connection broke: another task's failure, not its own, is the cause.
     pub(crate) caused_by_peer: bool,
+    /// No restart can mend it: the job fails at once.
+    pub(crate) fatal: bool,
 }
 
 /// A task's latest state as a heartbeat carries it.

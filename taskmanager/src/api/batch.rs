@@ -125,12 +125,12 @@ pub fn event_times(batch: &RecordBatch) -> Option<&TimestampMillisecondArray> {
 
 /// A batch's key column, or an error naming what is missing.
 pub fn keys(batch: &RecordBatch) -> Result<&BinaryArray, OperatorError> {
-    let col = batch
-        .column_by_name(KEY)
-        .ok_or_else(|| OperatorError::Other(format!("the batch has no {KEY:?} column (schema {})", batch.schema())))?;
+    let col = batch.column_by_name(KEY).ok_or_else(|| {
+        OperatorError::Records(format!("the batch has no {KEY:?} column (schema {})", batch.schema()))
+    })?;
     col.as_any()
         .downcast_ref()
-        .ok_or_else(|| OperatorError::Other(format!("the {KEY:?} column is {}, not Binary", col.data_type())))
+        .ok_or_else(|| OperatorError::Records(format!("the {KEY:?} column is {}, not Binary", col.data_type())))
 }
 
 /// Makes the key of row `i` (of a batch's [`keys`]) the backend's current key, with the key group the runtime
@@ -252,7 +252,7 @@ impl<'a> KvRows<'a> {
 }
 
 fn bad_value(c: &ArrayRef) -> OperatorError {
-    OperatorError::Other(format!("the {VALUE:?} column is {}, not Int64 or Binary", c.data_type()))
+    OperatorError::Records(format!("the {VALUE:?} column is {}, not Int64 or Binary", c.data_type()))
 }
 
 /// The rows of a key/value batch as owned records.
@@ -379,7 +379,7 @@ impl RecordsBuilder {
 }
 
 fn mixed() -> OperatorError {
-    OperatorError::Other("one output mixed integer and bytes values (an edge has one schema)".into())
+    OperatorError::Records("one output mixed integer and bytes values (an edge has one schema)".into())
 }
 
 /// A key/value batch of `records` (for tests and small outputs).
@@ -397,14 +397,14 @@ pub fn int_column(batch: &arrow_array::RecordBatch, name: &str, who: &str) -> Re
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
     use arrow_schema::{DataType, TimeUnit};
-    let col = batch.column_by_name(name).ok_or_else(|| OperatorError::Other(format!("{who}: no column {name:?}")))?;
+    let col = batch.column_by_name(name).ok_or_else(|| OperatorError::Records(format!("{who}: no column {name:?}")))?;
     Ok(match col.data_type() {
         DataType::Int64 => col.as_primitive::<Int64Type>().iter().collect(),
         DataType::Int32 => col.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),
         DataType::Timestamp(TimeUnit::Millisecond, None) => {
             col.as_primitive::<TimestampMillisecondType>().iter().collect()
         }
-        t => return Err(OperatorError::Other(format!("{who}: column {name:?} is {t}, not an integer"))),
+        t => return Err(OperatorError::Records(format!("{who}: column {name:?} is {t}, not an integer"))),
     })
 }
 

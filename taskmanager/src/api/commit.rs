@@ -61,7 +61,7 @@ impl PendingFiles {
         // pending, for the next notification or the restore to commit.
         while let Some(i) = self.pending.iter().position(|p| p.checkpoint <= id) {
             let Pending { checkpoint, dir, name } = &self.pending[i];
-            weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::Other(f.to_string()))?;
+            weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::External(f.to_string()))?;
             let from = dir.join(hidden_name(name));
             let to = dir.join(name);
             match std::fs::rename(&from, &to) {
@@ -82,14 +82,16 @@ impl PendingFiles {
     /// Takes the pending files of restored state, then commits them all: the checkpoint restored from
     /// completed, so everything it lists is due. `who` names the sink in errors.
     pub fn restore_and_commit(&mut self, elements: &[Vec<u8>], who: &str) -> Result<(), OperatorError> {
-        let corrupt = || OperatorError::Other(format!("{who}: corrupt pending file in restored state"));
+        let corrupt = || OperatorError::UnreadableState(format!("{who}: corrupt pending file in restored state"));
         for e in elements {
             let text = std::str::from_utf8(e).map_err(|_| corrupt())?;
             let mut fields = text.splitn(3, '\t');
             let (Some(ckpt), Some(name)) = (fields.next(), fields.next()) else { return Err(corrupt()) };
             let checkpoint = CheckpointId(ckpt.parse().map_err(|_| corrupt())?);
             if name.is_empty() || name.contains('/') || name.starts_with('.') {
-                return Err(OperatorError::Other(format!("{who}: unsafe file name {name:?} in restored state")));
+                return Err(OperatorError::UnreadableState(format!(
+                    "{who}: unsafe file name {name:?} in restored state"
+                )));
             }
             let dir = match fields.next() {
                 Some("") => return Err(corrupt()),

@@ -12,7 +12,7 @@
 //!   checkpoint completed). Logic that commits side effects must be idempotent and must also commit what
 //!   its restored state says is pending (see the `file-sink`).
 
-pub use crate::api::error::OperatorError;
+pub use crate::api::error::{ErrorClass, OperatorError};
 
 use crate::api::batch::{event_times, RecordsBuilder, EVENT_TIME};
 use crate::api::record::Record;
@@ -137,7 +137,7 @@ impl<'a> ProcessContext<'a> {
     pub fn timers(&mut self) -> Result<Timers<'_>, OperatorError> {
         let uid = &self.info.uid;
         let (Some(backend), Some(slot)) = (self.keyed.as_mut(), self.timers.as_mut()) else {
-            return Err(OperatorError::Other(format!("operator {uid:?} is not keyed: it has no timers")));
+            return Err(OperatorError::Misuse(format!("operator {uid:?} is not keyed: it has no timers")));
         };
         let service = slot.open(&mut **backend, self.info.key_group_range)?;
         Ok(Timers { backend: &mut **backend, service, watermark: self.watermark })
@@ -152,7 +152,7 @@ impl<'a> ProcessContext<'a> {
     pub fn keyed(&mut self) -> Result<&mut dyn KeyedStateBackend, OperatorError> {
         match self.keyed.as_mut() {
             Some(k) => Ok(&mut **k),
-            None => Err(OperatorError::Other(format!("operator {:?} is not keyed", self.info.uid))),
+            None => Err(OperatorError::Misuse(format!("operator {:?} is not keyed", self.info.uid))),
         }
     }
 }
@@ -248,7 +248,7 @@ impl<'a> Collector<'a> {
     /// Emits a whole batch (after the records emitted before it). It must have an [`EVENT_TIME`] column.
     pub fn emit_batch(&mut self, batch: RecordBatch) -> Result<(), OperatorError> {
         if event_times(&batch).is_none() {
-            return Err(OperatorError::Other(format!(
+            return Err(OperatorError::Records(format!(
                 "an emitted batch has no {EVENT_TIME:?} column of Timestamp(ms) (schema {})",
                 batch.schema()
             )));
@@ -331,14 +331,14 @@ impl SourceOutput {
     /// as `(split, rows)`, in order, covering the batch. It must have an [`EVENT_TIME`] column.
     pub fn push_batch_of_splits(&mut self, batch: RecordBatch, runs: Vec<(u32, u32)>) -> Result<(), OperatorError> {
         if event_times(&batch).is_none() {
-            return Err(OperatorError::Other(format!(
+            return Err(OperatorError::Records(format!(
                 "a source batch has no {EVENT_TIME:?} column of Timestamp(ms) (schema {})",
                 batch.schema()
             )));
         }
         let covered: u64 = runs.iter().map(|(_, n)| *n as u64).sum();
         if covered != batch.num_rows() as u64 {
-            return Err(OperatorError::Other(format!(
+            return Err(OperatorError::Records(format!(
                 "a source batch of {} rows came with runs of splits covering {covered}",
                 batch.num_rows()
             )));
@@ -439,7 +439,7 @@ pub trait Operator: Send {
         _ctx: &mut ProcessContext<'_>,
         _out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        Err(OperatorError::Other("a batch of a second input reached an operator that reads one".into()))
+        Err(OperatorError::Misuse("a batch of a second input reached an operator that reads one".into()))
     }
     /// The event-time watermark advanced to `watermark` (`ctx.current_watermark()` is already it). Runs before
     /// the watermark goes on downstream, so what is emitted here precedes it (as Flink's `processWatermark`).
@@ -461,7 +461,7 @@ pub trait Operator: Send {
         _ctx: &mut ProcessContext<'_>,
         _out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        Err(OperatorError::Other(format!(
+        Err(OperatorError::Records(format!(
             "a {} timer at {timestamp} fired, but the operator does not implement on_timer",
             domain.name()
         )))

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 fn arrow_error(what: &str, e: impl std::fmt::Display) -> OperatorError {
-    OperatorError::Other(format!("{what}: {e}"))
+    OperatorError::Records(format!("{what}: {e}"))
 }
 
 /// The rows of `batch` as `T`s (columns the struct does not name are ignored).

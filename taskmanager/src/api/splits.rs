@@ -24,10 +24,9 @@ const ENCODED: usize = 12;
 pub fn read_positions(list: &[Vec<u8>], source: &str) -> Result<Vec<SplitPosition>, OperatorError> {
     list.iter()
         .map(|e| {
-            let bytes: &[u8; ENCODED] = e
-                .as_slice()
-                .try_into()
-                .map_err(|_| OperatorError::Other(format!("{source}: corrupt split state of {} bytes", e.len())))?;
+            let bytes: &[u8; ENCODED] = e.as_slice().try_into().map_err(|_| {
+                OperatorError::UnreadableState(format!("{source}: corrupt split state of {} bytes", e.len()))
+            })?;
             let [a, b, c, d, rest @ ..] = *bytes;
             Ok(SplitPosition { id: u32::from_le_bytes([a, b, c, d]), next: u64::from_le_bytes(rest) })
         })

@@ -44,7 +44,7 @@ pub fn columns_text(schema: &Schema) -> String {
 
 /// The schema [`columns_text`] wrote, or why it cannot be read back.
 pub fn schema_from_text(text: &str) -> Result<SchemaRef, OperatorError> {
-    let bad = || OperatorError::Other(format!("stored columns {text:?} cannot be read"));
+    let bad = || OperatorError::UnreadableState(format!("stored columns {text:?} cannot be read"));
     let mut fields = Vec::new();
     for part in text.split(';').filter(|p| !p.is_empty()) {
         let mut it = part.rsplitn(3, ':');
@@ -91,9 +91,9 @@ impl KeptColumns {
         let idx: Vec<usize> = (0..schema.fields().len())
             .filter(|&i| !matches!(schema.field(i).name().as_str(), KEY | KEY_GROUP))
             .collect();
-        let own = Arc::new(schema.project(&idx).map_err(|e| OperatorError::Other(e.to_string()))?);
+        let own = Arc::new(schema.project(&idx).map_err(|e| OperatorError::Records(e.to_string()))?);
         if let Some(f) = own.fields().iter().find(|f| !storable(f.data_type())) {
-            return Err(OperatorError::Other(format!(
+            return Err(OperatorError::Records(format!(
                 "{what}'s column {:?} is {}, which cannot be kept in state",
                 f.name(),
                 f.data_type()
@@ -101,7 +101,7 @@ impl KeptColumns {
         }
         let learned = match &self.stored {
             Some(stored) if columns_text(stored) != columns_text(&own) => {
-                return Err(OperatorError::Other(format!(
+                return Err(OperatorError::UnreadableState(format!(
                     "{what}'s columns changed since its rows were stored: they were [{}], they are [{}]; stored \
                      rows cannot be read with other columns (start the job without this state)",
                     columns_text(stored),
@@ -121,9 +121,10 @@ impl KeptColumns {
     /// Restores the columns stored under `name` from union-state elements `<name>\t<columns>`.
     pub fn restore(&mut self, name: &str, elements: &[Vec<u8>]) -> Result<(), OperatorError> {
         for e in elements {
-            let text = std::str::from_utf8(e).map_err(|_| OperatorError::Other("corrupt stored columns".into()))?;
+            let text =
+                std::str::from_utf8(e).map_err(|_| OperatorError::UnreadableState("corrupt stored columns".into()))?;
             let Some((n, columns)) = text.split_once('\t') else {
-                return Err(OperatorError::Other("corrupt stored columns".into()));
+                return Err(OperatorError::UnreadableState("corrupt stored columns".into()));
             };
             if n != name {
                 continue;
@@ -131,7 +132,9 @@ impl KeptColumns {
             let schema = schema_from_text(columns)?;
             match &self.stored {
                 Some(known) if columns_text(known) != columns_text(&schema) => {
-                    return Err(OperatorError::Other(format!("the restored state holds two column lists for {name}")))
+                    return Err(OperatorError::UnreadableState(format!(
+                        "the restored state holds two column lists for {name}"
+                    )))
                 }
                 _ => self.stored = Some(schema),
             }
@@ -277,7 +280,7 @@ pub struct RowsBuilder {
 }
 
 fn corrupt(what: &str) -> OperatorError {
-    OperatorError::Other(format!("a stored row is corrupt: {what}"))
+    OperatorError::UnreadableState(format!("a stored row is corrupt: {what}"))
 }
 
 fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Result<&'a [u8], OperatorError> {
@@ -306,12 +309,12 @@ impl RowsBuilder {
                 DataType::Decimal128(p, s) => Box::new(
                     Decimal128Builder::new()
                         .with_precision_and_scale(*p, *s)
-                        .map_err(|e| OperatorError::Other(e.to_string()))?,
+                        .map_err(|e| OperatorError::Records(e.to_string()))?,
                 ),
                 DataType::Timestamp(TimeUnit::Millisecond, None) => Box::new(TimestampMillisecondBuilder::new()),
                 DataType::Utf8 => Box::new(StringBuilder::new()),
                 DataType::Binary => Box::new(BinaryBuilder::new()),
-                other => return Err(OperatorError::Other(format!("rows with {other} values cannot be stored"))),
+                other => return Err(OperatorError::Records(format!("rows with {other} values cannot be stored"))),
             });
         }
         Ok(RowsBuilder { schema, builders })
@@ -380,7 +383,7 @@ impl RowsBuilder {
     /// The rows pushed since the last call, as a batch.
     pub fn finish_batch(&mut self) -> Result<RecordBatch, OperatorError> {
         let columns = self.finish();
-        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| OperatorError::Other(e.to_string()))
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| OperatorError::Records(e.to_string()))
     }
 }
 

@@ -183,7 +183,7 @@ impl Acc {
     fn decode_into(&mut self, bytes: &[u8], n: usize) -> Result<(), OperatorError> {
         let need = 8 + 16 * n;
         if bytes.len() < need {
-            return Err(OperatorError::Other("aggregate: a stored accumulator is corrupt".into()));
+            return Err(OperatorError::UnreadableState("aggregate: a stored accumulator is corrupt".into()));
         }
         let int = |at: usize| i64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
         self.rows = int(0);
@@ -234,7 +234,7 @@ pub(crate) fn accumulate(f: AggregateFn, acc: &mut (i64, i64), x: Option<i64>, s
             *b += sign;
         }
         (AggregateFn::Min | AggregateFn::Max, Some(_)) if sign < 0 => {
-            return Err(OperatorError::Other(
+            return Err(OperatorError::Records(
                 "aggregate: MIN and MAX cannot take back a retracted row (their input updates)".into(),
             ))
         }
@@ -322,7 +322,7 @@ impl Aggregate {
             }
         }
         let index = |c: &str| {
-            schema.index_of(c).map_err(|_| OperatorError::Other(format!("aggregate: no column {c:?} in the input")))
+            schema.index_of(c).map_err(|_| OperatorError::Records(format!("aggregate: no column {c:?} in the input")))
         };
         let carry: Vec<usize> = self.cfg.carry.iter().map(|c| index(c)).collect::<Result<_, _>>()?;
         let aggs: Vec<Option<usize>> = self
@@ -331,7 +331,7 @@ impl Aggregate {
             .iter()
             .map(|(_, c, _)| c.as_deref().map(index).transpose())
             .collect::<Result<_, _>>()?;
-        let carried = Arc::new(schema.project(&carry).map_err(|e| OperatorError::Other(e.to_string()))?);
+        let carried = Arc::new(schema.project(&carry).map_err(|e| OperatorError::Records(e.to_string()))?);
         self.columns.of_batch("aggregate's input", &carried)?;
         self.plan = Some((schema.clone(), carry.clone(), aggs.clone()));
         Ok((carry, aggs))
@@ -368,14 +368,14 @@ impl Aggregate {
         fields.push(crate::api::batch::op_field());
         columns.push(Arc::new(self.changes.ops.finish()));
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-            .map_err(|e| OperatorError::Other(format!("aggregate: building the changes: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("aggregate: building the changes: {e}")))?;
         out.emit_batch(batch)
     }
 }
 
 impl Operator for Aggregate {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("aggregate needs keyed state".into()))?;
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("aggregate needs keyed state".into()))?;
         self.state = Some(keyed.register_state(STATE, StateKind::Value)?);
         restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(CARRIED, &mut self.columns)])
     }
@@ -398,7 +398,7 @@ impl Operator for Aggregate {
                             Ok(col.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect())
                         }
                         DataType::Int64 => Ok(col.as_primitive::<Int64Type>().iter().collect()),
-                        t => Err(OperatorError::Other(format!("aggregate: column {i} is {t}, not an integer"))),
+                        t => Err(OperatorError::Records(format!("aggregate: column {i} is {t}, not an integer"))),
                     }
                 })
                 .transpose()
@@ -407,7 +407,7 @@ impl Operator for Aggregate {
         let ops = batch.column_by_name(OP).map(|c| c.as_primitive::<Int8Type>().clone());
         let times = batch.column_by_name(EVENT_TIME).map(|c| c.as_primitive::<TimestampMillisecondType>().clone());
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let state = self.state.ok_or_else(|| OperatorError::Other("aggregate used before initialize_state".into()))?;
+        let state = self.state.ok_or_else(|| OperatorError::Misuse("aggregate used before initialize_state".into()))?;
         let n = self.fns.len();
         let backend = ctx.keyed()?;
         // The batch is the mini-batch: each key's accumulator is read once, updated in memory by all its rows,
@@ -429,7 +429,7 @@ impl Operator for Aggregate {
                 let i = i as usize;
                 let kind = match &ops {
                     Some(o) => RowKind::from_i8(o.value(i))
-                        .ok_or_else(|| OperatorError::Other(format!("aggregate: unknown change {}", o.value(i))))?,
+                        .ok_or_else(|| OperatorError::Records(format!("aggregate: unknown change {}", o.value(i))))?,
                     None => RowKind::Insert,
                 };
                 if t.acc.rows == 0 && kind.retracts() {

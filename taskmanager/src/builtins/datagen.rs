@@ -185,14 +185,14 @@ const SOURCE_CHUNK: usize = 1024;
 fn key_value_columns(keys: Vec<u8>, rows: usize, times: Vec<i64>) -> Result<RecordBatch, OperatorError> {
     let offsets = OffsetBuffer::from_lengths(std::iter::repeat_n(8, rows));
     let keys = BinaryArray::try_new(offsets, Buffer::from_vec(keys), None)
-        .map_err(|e| OperatorError::Other(format!("datagen keys: {e}")))?;
+        .map_err(|e| OperatorError::Records(format!("datagen keys: {e}")))?;
     let times: ArrayRef = match times.is_empty() {
         true => new_null_array(event_time_field().data_type(), rows),
         false => Arc::new(TimestampMillisecondArray::from(times)),
     };
     let columns: Vec<ArrayRef> = vec![Arc::new(keys), Arc::new(Int64Array::from_value(1, rows)), times];
     RecordBatch::try_new(key_value_schema(ValueType::I64), columns)
-        .map_err(|e| OperatorError::Other(format!("datagen batch: {e}")))
+        .map_err(|e| OperatorError::Records(format!("datagen batch: {e}")))
 }
 
 /// The `datagen` kind (DESIGN §10): a deterministic keyed source, cut into splits that rescale.

@@ -220,7 +220,7 @@ impl FileSink {
         let keep: Vec<usize> = (0..batch.num_columns())
             .filter(|i| !crate::api::batch::is_system_column(batch.schema().field(*i).name()))
             .collect();
-        let rows = batch.project(&keep).map_err(|e| OperatorError::Other(format!("file-sink: {e}")))?;
+        let rows = batch.project(&keep).map_err(|e| OperatorError::Records(format!("file-sink: {e}")))?;
         if self.parquet.as_ref().is_some_and(|p| p.schema != rows.schema()) {
             self.close_parquet()?;
         }
@@ -231,17 +231,17 @@ impl FileSink {
             let file = File::create(&path).map_err(|e| OperatorError::io(format!("create {}", path.display()), e))?;
             let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
             let writer = ArrowWriter::try_new(file, rows.schema(), Some(props))
-                .map_err(|e| OperatorError::Other(format!("file-sink: parquet: {e}")))?;
+                .map_err(|e| OperatorError::Records(format!("file-sink: parquet: {e}")))?;
             self.parquet = Some(ParquetInProgress { name, writer, schema: rows.schema() });
         }
         let Some(p) = self.parquet.as_mut() else { unreachable!("opened above") };
-        p.writer.write(&rows).map_err(|e| OperatorError::Other(format!("file-sink: parquet: {e}")))
+        p.writer.write(&rows).map_err(|e| OperatorError::Records(format!("file-sink: parquet: {e}")))
     }
 
     /// Finishes the open Parquet file (its footer), syncs it, and lists it for the next checkpoint.
     fn close_parquet(&mut self) -> Result<(), OperatorError> {
         let Some(p) = self.parquet.take() else { return Ok(()) };
-        let file = p.writer.into_inner().map_err(|e| OperatorError::Other(format!("file-sink: parquet: {e}")))?;
+        let file = p.writer.into_inner().map_err(|e| OperatorError::Records(format!("file-sink: parquet: {e}")))?;
         file.sync_all().map_err(|e| OperatorError::io("sync sink file", e))?;
         self.closed.push(p.name);
         Ok(())
@@ -261,7 +261,7 @@ impl FileSink {
         }
         match self.current.as_mut() {
             Some(c) => Ok(&mut c.out),
-            None => Err(OperatorError::Other("file-sink: no open file".into())),
+            None => Err(OperatorError::Misuse("file-sink: no open file".into())),
         }
     }
 }
@@ -278,7 +278,7 @@ impl Operator for FileSink {
         if ctx.restored {
             let restored = ctx.operator_state.list_state(STATE)?.clone();
             self.pending.restore_and_commit(&restored, "file-sink")?;
-            let corrupt = || OperatorError::Other("file-sink: corrupt position in restored state".into());
+            let corrupt = || OperatorError::UnreadableState("file-sink: corrupt position in restored state".into());
             for e in std::mem::take(ctx.operator_state.list_state(REPLAYED_STATE)?) {
                 self.count_replayed(std::str::from_utf8(&e).map_err(|_| corrupt())?);
             }

@@ -158,14 +158,14 @@ impl IntervalJoin {
         }
         let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
         let times = event_times(batch).ok_or_else(|| {
-            OperatorError::Other("interval-join needs event time: its input has no timestamps".into())
+            OperatorError::Misuse("interval-join needs event time: its input has no timestamps".into())
         })?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let watermark = ctx.current_watermark();
         let buckets = self.buckets;
         let [first, second] = &mut self.rows;
         let (Some(first), Some(second)) = (first.as_mut(), second.as_mut()) else {
-            return Err(OperatorError::Other("interval-join used before initialize_state".into()));
+            return Err(OperatorError::Misuse("interval-join used before initialize_state".into()));
         };
         let (mine, theirs) = if s == 0 { (first, &*second) } else { (second, &*first) };
         let mut timers = ctx.timers()?;
@@ -204,7 +204,7 @@ impl IntervalJoin {
             return Ok(());
         }
         let (Some(a), Some(b)) = (self.columns[0].stored.clone(), self.columns[1].stored.clone()) else {
-            return Err(OperatorError::Other("stored rows of an input whose columns are unknown".into()));
+            return Err(OperatorError::UnreadableState("stored rows of an input whose columns are unknown".into()));
         };
         if self.plan.is_none() {
             self.plan = Some(Plan::new(&self.cfg.join, &a, &b, &[])?);
@@ -219,7 +219,8 @@ impl IntervalJoin {
 
 impl Operator for IntervalJoin {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("interval-join needs keyed state".into()))?;
+        let keyed =
+            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("interval-join needs keyed state".into()))?;
         for (slot, name) in self.rows.iter_mut().zip(STATES) {
             *slot = Some(ListState::register(&mut **keyed, StateDescriptor::new(name).namespaced())?);
         }
@@ -253,17 +254,17 @@ impl Operator for IntervalJoin {
         _out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Other("interval-join sets no processing-time timers".into()));
+            return Err(OperatorError::Misuse("interval-join sets no processing-time timers".into()));
         }
         let backend = ctx.keyed()?;
         // The timer's namespace names the input and the bucket to clear.
         let s = match backend.current_key_and_namespace().1.first() {
             Some(0) => 0,
             Some(1) => 1,
-            _ => return Err(OperatorError::Other("interval-join: a timer of an unknown bucket".into())),
+            _ => return Err(OperatorError::Misuse("interval-join: a timer of an unknown bucket".into())),
         };
         let list =
-            self.rows[s].as_mut().ok_or_else(|| OperatorError::Other("interval-join used before init".into()))?;
+            self.rows[s].as_mut().ok_or_else(|| OperatorError::Misuse("interval-join used before init".into()))?;
         list.clear(backend)?;
         Ok(())
     }

@@ -190,7 +190,7 @@ impl Plan {
         fields.extend(own(a));
         for f in own(b).into_iter().chain(extra.iter().cloned().map(Arc::new)) {
             if fields.iter().any(|g| g.name() == f.name()) {
-                return Err(OperatorError::Other(format!(
+                return Err(OperatorError::Records(format!(
                     "both inputs have a column {:?}: rename it on one side (a project before the join)",
                     f.name()
                 )));
@@ -203,7 +203,7 @@ impl Plan {
         let condition = match &cfg.condition {
             Some(c) => {
                 crate::builtins::join::check_condition(c, &columns, "where")
-                    .map_err(|e| OperatorError::Other(format!("config.where: {}", e.message)))?;
+                    .map_err(|e| OperatorError::Records(format!("config.where: {}", e.message)))?;
                 Some(compile(c, &joined, &columns)?)
             }
             None => None,
@@ -225,7 +225,7 @@ impl Plan {
                     };
                     for (e, name) in named {
                         let (_, nullable) = crate::expr::type_of(&e, &columns)
-                            .map_err(|err| OperatorError::Other(format!("config.select: {name}: {}", err.0)))?;
+                            .map_err(|err| OperatorError::Records(format!("config.select: {name}: {}", err.0)))?;
                         let c = compile(&e, &joined, &columns)?;
                         out.push(Field::new(&name, crate::expr::eval::arrow_type(c.ty), nullable));
                         exprs.push(c);
@@ -265,7 +265,7 @@ impl Plan {
                     o.extend((0..mask.len()).filter(|&i| mask.is_valid(i) && mask.value(i)).map(|i| i as u32));
                 }
                 arrow_select::filter::filter_record_batch(&joined, mask)
-                    .map_err(|e| OperatorError::Other(format!("filtering joined rows: {e}")))?
+                    .map_err(|e| OperatorError::Records(format!("filtering joined rows: {e}")))?
             }
         };
         if joined.num_rows() == 0 {
@@ -277,7 +277,7 @@ impl Plan {
                 let mut cols = exprs.iter().map(|e| e.eval_array(&joined)).collect::<Result<Vec<_>, _>>()?;
                 cols.push(joined.column(joined.num_columns() - 1).clone());
                 RecordBatch::try_new(schema.clone(), cols)
-                    .map_err(|e| OperatorError::Other(format!("building the selected columns: {e}")))?
+                    .map_err(|e| OperatorError::Records(format!("building the selected columns: {e}")))?
             }
         }))
     }
@@ -318,7 +318,7 @@ impl Join {
 
     fn plan(&self) -> Result<Plan, OperatorError> {
         let (Some(a), Some(b)) = (&self.sides[0].columns.stored, &self.sides[1].columns.stored) else {
-            return Err(OperatorError::Other("a join planned before both inputs' columns are known".into()));
+            return Err(OperatorError::Misuse("a join planned before both inputs' columns are known".into()));
         };
         Plan::new(&self.cfg, a, b, &[])
     }
@@ -349,7 +349,7 @@ impl Join {
             }
         };
         let (Some(my_rows), Some(their_rows)) = (mine.rows.as_mut(), theirs.rows.as_ref()) else {
-            return Err(OperatorError::Other("join used before initialize_state".into()));
+            return Err(OperatorError::Misuse("join used before initialize_state".into()));
         };
         // Per key, once: the batch's rows go into my list in one write, and the other input's rows are read once
         // (kept in `pairs`, `spans` marking each key's rows there).
@@ -386,7 +386,7 @@ impl Join {
             return Ok(());
         }
         let (Some(a), Some(b)) = (self.sides[0].columns.stored.clone(), self.sides[1].columns.stored.clone()) else {
-            return Err(OperatorError::Other("stored rows of an input whose columns are unknown".into()));
+            return Err(OperatorError::UnreadableState("stored rows of an input whose columns are unknown".into()));
         };
         if self.plan.is_none() {
             self.plan = Some(self.plan()?);
@@ -451,7 +451,7 @@ impl Pairs {
         schemas: [&SchemaRef; 2],
     ) -> Result<Option<RecordBatch>, OperatorError> {
         let (my_schema, their_schema) = (schemas[s], schemas[1 - s]);
-        let err = |e: arrow_schema::ArrowError| OperatorError::Other(e.to_string());
+        let err = |e: arrow_schema::ArrowError| OperatorError::Records(e.to_string());
         // Each stored row decoded once, then repeated for its pairs.
         let stored = self.stored.decode(their_schema)?;
         let others = UInt32Array::from(std::mem::take(&mut self.others));
@@ -483,7 +483,7 @@ impl Pairs {
         }
         columns.push(Arc::new(later(&times)));
         let joined = RecordBatch::try_new(plan.joined.clone(), columns)
-            .map_err(|e| OperatorError::Other(format!("building joined rows: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("building joined rows: {e}")))?;
         plan.apply(joined)
     }
 }
@@ -496,7 +496,7 @@ pub(crate) fn later(times: &[&TimestampMillisecondArray]) -> TimestampMillisecon
 
 impl Operator for Join {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("join needs keyed state".into()))?;
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("join needs keyed state".into()))?;
         for (side, name) in self.sides.iter_mut().zip(STATES) {
             side.rows = Some(ListState::register(&mut **keyed, name)?);
         }

@@ -64,13 +64,13 @@ impl KeyedCount {
     }
 
     fn state(&mut self) -> Result<&mut ValueState<u64>, OperatorError> {
-        self.count.as_mut().ok_or_else(|| OperatorError::Other("keyed-count used before initialize_state".into()))
+        self.count.as_mut().ok_or_else(|| OperatorError::Misuse("keyed-count used before initialize_state".into()))
     }
 }
 
 impl Operator for KeyedCount {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("keyed-count needs keyed state".into()))?;
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("keyed-count needs keyed state".into()))?;
         self.count = Some(ValueState::register(&mut **keyed, "count")?);
         Ok(())
     }

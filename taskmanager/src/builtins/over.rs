@@ -176,7 +176,8 @@ impl Frame {
 
     /// Reads a stored frame of `n` aggregates into `self`, reusing its buffers.
     fn decode_into(&mut self, bytes: &[u8], n: usize) -> Result<(), OperatorError> {
-        let bad = || OperatorError::Other("over: a stored frame is corrupt (or of another frame's config)".into());
+        let bad =
+            || OperatorError::UnreadableState("over: a stored frame is corrupt (or of another frame's config)".into());
         let mut b = bytes.get(1..).ok_or_else(bad)?;
         match (bytes[0], &mut *self) {
             (0, Frame::Bounded(rows)) => {
@@ -277,7 +278,7 @@ impl Over {
 
     fn fired(&mut self) -> Result<&mut Fired, OperatorError> {
         if self.fired.is_none() {
-            let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Other("over: no columns".into()))?;
+            let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Misuse("over: no columns".into()))?;
             self.fired = Some(Fired {
                 rows: RowsBuilder::new(kept)?,
                 values: self.fns.iter().map(|_| Int64Builder::new()).collect(),
@@ -285,14 +286,14 @@ impl Over {
                 len: 0,
             });
         }
-        self.fired.as_mut().ok_or_else(|| OperatorError::Other("over: no output".into()))
+        self.fired.as_mut().ok_or_else(|| OperatorError::Misuse("over: no output".into()))
     }
 
     fn output_schema(&mut self) -> Result<SchemaRef, OperatorError> {
         if let Some(s) = &self.output {
             return Ok(s.clone());
         }
-        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Other("over: no columns".into()))?;
+        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Misuse("over: no columns".into()))?;
         let mut fields: Vec<Field> =
             kept.fields().iter().filter(|f| f.name() != EVENT_TIME).map(|f| f.as_ref().clone()).collect();
         for (f, _, name) in &self.cfg.aggregates {
@@ -315,14 +316,14 @@ impl Over {
         columns.push(Arc::new(f.times.finish()));
         f.len = 0;
         let batch = RecordBatch::try_new(schema, columns)
-            .map_err(|e| OperatorError::Other(format!("over: building the output: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("over: building the output: {e}")))?;
         out.emit_batch(batch)
     }
 }
 
 impl Operator for Over {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("over needs keyed state".into()))?;
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("over needs keyed state".into()))?;
         self.rows = Some(ListState::register(&mut **keyed, StateDescriptor::new(ROWS).namespaced())?);
         self.frame = Some(keyed.register_state(FRAME, StateKind::Value)?);
         restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(INPUT, &mut self.columns)])
@@ -335,7 +336,7 @@ impl Operator for Over {
         _out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if batch.column_by_name(OP).is_some() {
-            return Err(OperatorError::Other(
+            return Err(OperatorError::Records(
                 "over takes rows that are only added; its input is an updating result (it has changes)".into(),
             ));
         }
@@ -355,9 +356,9 @@ impl Operator for Over {
             .collect::<Result<_, _>>()?;
         let ties = self.cfg.ties_by.as_deref().map(|c| int_column(batch, c, "over")).transpose()?;
         let times = event_times(batch)
-            .ok_or_else(|| OperatorError::Other("over needs event time: its input has no timestamps".into()))?;
+            .ok_or_else(|| OperatorError::Misuse("over needs event time: its input has no timestamps".into()))?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let list = self.rows.as_mut().ok_or_else(|| OperatorError::Other("over used before init".into()))?;
+        let list = self.rows.as_mut().ok_or_else(|| OperatorError::Misuse("over used before init".into()))?;
         let watermark = ctx.current_watermark();
         let mut timers = ctx.timers()?;
         for i in 0..batch.num_rows() {
@@ -389,10 +390,10 @@ impl Operator for Over {
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Other("over sets no processing-time timers".into()));
+            return Err(OperatorError::Misuse("over sets no processing-time timers".into()));
         }
         let (Some(list), Some(frame_state)) = (self.rows.as_ref(), self.frame) else {
-            return Err(OperatorError::Other("over used before init".into()));
+            return Err(OperatorError::Misuse("over used before init".into()));
         };
         let backend = ctx.keyed()?;
         let (waiting, spans) = (&mut self.waiting, &mut self.spans);
@@ -423,7 +424,7 @@ impl Operator for Over {
         else {
             unreachable!("made above")
         };
-        let corrupt = || OperatorError::Other("over: a waiting row is corrupt".into());
+        let corrupt = || OperatorError::UnreadableState("over: a waiting row is corrupt".into());
         for &(_, start, end) in spans.iter() {
             let mut b = waiting.get(start + 8..end).ok_or_else(corrupt)?;
             values.clear();

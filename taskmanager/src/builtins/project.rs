@@ -102,7 +102,7 @@ impl ProjectConfig {
 }
 
 fn config_err(field: &str, e: weir_common::kind::ConfigFieldError) -> OperatorError {
-    OperatorError::Other(format!("config.{field}: {}", e.message))
+    OperatorError::Records(format!("config.{field}: {}", e.message))
 }
 
 /// Keeps the rows for which a condition holds.
@@ -143,7 +143,7 @@ fn keep(batch: &RecordBatch, cond: &Compiled) -> Result<Option<RecordBatch>, Ope
     }
     arrow_select::filter::filter_record_batch(batch, mask)
         .map(Some)
-        .map_err(|e| OperatorError::Other(format!("filtering a batch: {e}")))
+        .map_err(|e| OperatorError::Records(format!("filtering a batch: {e}")))
 }
 
 impl Operator for Filter {
@@ -218,7 +218,7 @@ impl Project {
         let mut used: Vec<usize> = read.iter().filter_map(|n| schema.index_of(n).ok()).collect();
         used.sort_unstable();
         used.dedup();
-        let narrow = Arc::new(schema.project(&used).map_err(|e| OperatorError::Other(e.to_string()))?);
+        let narrow = Arc::new(schema.project(&used).map_err(|e| OperatorError::Records(e.to_string()))?);
         let narrow_columns = columns_of(&narrow);
         let key = match &self.cfg.key {
             Some(parts) => parts.iter().map(|p| compile(p, &narrow, &narrow_columns)).collect::<Result<_, _>>()?,
@@ -281,7 +281,7 @@ impl Operator for Project {
             self.plan = Some(self.plan(&batch.schema())?);
         }
         let Some(plan) = &self.plan else { unreachable!("planned above") };
-        let narrow = batch.project(&plan.used).map_err(|e| OperatorError::Other(e.to_string()))?;
+        let narrow = batch.project(&plan.used).map_err(|e| OperatorError::Records(e.to_string()))?;
         let narrow = match &plan.condition {
             None => narrow,
             Some(c) => {
@@ -294,7 +294,7 @@ impl Operator for Project {
                     narrow
                 } else {
                     arrow_select::filter::filter_record_batch(&narrow, mask)
-                        .map_err(|e| OperatorError::Other(format!("filtering a batch: {e}")))?
+                        .map_err(|e| OperatorError::Records(format!("filtering a batch: {e}")))?
                 }
             }
         };
@@ -311,7 +311,7 @@ impl Operator for Project {
             columns.push(narrow.column(i).clone());
         }
         let batch = RecordBatch::try_new(plan.output.clone(), columns)
-            .map_err(|e| OperatorError::Other(format!("building the projected batch: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("building the projected batch: {e}")))?;
         out.emit_batch(batch)
     }
 }

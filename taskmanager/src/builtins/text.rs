@@ -55,7 +55,7 @@ impl LineWriter {
                 continue;
             }
             if !writable(f.data_type()) {
-                return Err(OperatorError::Other(format!(
+                return Err(OperatorError::Records(format!(
                     "cannot write column {:?} of type {} as text",
                     f.name(),
                     f.data_type()

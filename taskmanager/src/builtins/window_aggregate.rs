@@ -119,7 +119,7 @@ impl WindowRows {
             Arc::new(self.times.finish()),
         ];
         let batch = RecordBatch::try_new(self.schema.clone(), columns)
-            .map_err(|e| OperatorError::Other(format!("window-aggregate output: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("window-aggregate output: {e}")))?;
         out.emit_batch(batch)
     }
 }
@@ -244,7 +244,7 @@ impl WindowAggregator for BuiltinAggregator {
                     .column
                     .and_then(|i| batch.column(i).as_any().downcast_ref::<arrow_array::Int64Array>())
                     .ok_or_else(|| {
-                        OperatorError::Other("window-aggregate: a row added before its batch began".into())
+                        OperatorError::Misuse("window-aggregate: a row added before its batch began".into())
                     })?;
                 // Nulls are skipped, as SQL aggregates skip them.
                 if column.is_null(row) {
@@ -338,7 +338,7 @@ impl WindowAggregate {
     }
 
     fn acc_state(&self) -> Result<StateId, OperatorError> {
-        self.acc.ok_or_else(|| OperatorError::Other("window-aggregate used before initialize_state".into()))
+        self.acc.ok_or_else(|| OperatorError::Misuse("window-aggregate used before initialize_state".into()))
     }
 
     /// The accumulator under namespace `ns` of the current key.
@@ -347,7 +347,7 @@ impl WindowAggregate {
         match b.get_value(self.acc_state()?)? {
             None => Ok(None),
             Some(bytes) => Acc::decode(self.cfg.aggregate, bytes).map(Some).ok_or_else(|| {
-                OperatorError::Other(format!(
+                OperatorError::Records(format!(
                     "window-aggregate: a stored accumulator of {} bytes is not a {} accumulator",
                     bytes.len(),
                     self.cfg.aggregate.name()
@@ -417,7 +417,9 @@ impl WindowAggregate {
                 run
             }
             Some(None) => {
-                return Err(OperatorError::Other("window-aggregate: a stored running window is malformed".into()))
+                return Err(OperatorError::UnreadableState(
+                    "window-aggregate: a stored running window is malformed".into(),
+                ))
             }
             _ => {
                 let mut run = Running::default();
@@ -453,8 +455,9 @@ impl WindowAggregate {
     fn add_to_run(&mut self, t: &mut Timers<'_>, sl: &Slicing, slice: i64, value: i64) -> Result<(), OperatorError> {
         let Some(run_state) = self.run else { return Ok(()) };
         let Some(bytes) = t.keyed().get_value(run_state)? else { return Ok(()) };
-        let (end, mut run) = Running::decode(bytes)
-            .ok_or_else(|| OperatorError::Other("window-aggregate: a stored running window is malformed".into()))?;
+        let (end, mut run) = Running::decode(bytes).ok_or_else(|| {
+            OperatorError::UnreadableState("window-aggregate: a stored running window is malformed".into())
+        })?;
         // The running part is the slices of window `end` that the next window shares.
         if sl.next_end(end) - sl.size() <= slice && slice < end {
             run.add(&Acc::of(self.cfg.aggregate, value));
@@ -513,12 +516,12 @@ impl WindowAggregate {
     /// The current key's open sessions, read into the operator's reused list (hand it back with
     /// [`WindowAggregate::write_sessions`] or by assigning `self.open`).
     fn read_sessions(&mut self, b: &mut dyn KeyedStateBackend) -> Result<Sessions, OperatorError> {
-        let state = self.sessions.ok_or_else(|| OperatorError::Other("window-aggregate: no session state".into()))?;
+        let state = self.sessions.ok_or_else(|| OperatorError::Misuse("window-aggregate: no session state".into()))?;
         read_sessions(b, state, std::mem::take(&mut self.open))
     }
 
     fn write_sessions(&mut self, b: &mut dyn KeyedStateBackend, sessions: Sessions) -> Result<(), OperatorError> {
-        let state = self.sessions.ok_or_else(|| OperatorError::Other("window-aggregate: no session state".into()))?;
+        let state = self.sessions.ok_or_else(|| OperatorError::Misuse("window-aggregate: no session state".into()))?;
         write_sessions(b, state, &sessions, &mut self.bytes)?;
         self.open = sessions;
         Ok(())
@@ -587,7 +590,7 @@ impl WindowAggregate {
 impl Operator for WindowAggregate {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         let keyed =
-            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("window-aggregate needs keyed state".into()))?;
+            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("window-aggregate needs keyed state".into()))?;
         let ns = StateOptions::default().namespaced();
         self.acc =
             Some(keyed.register_state_with_options(&accumulator_state(self.cfg.aggregate), StateKind::Value, &ns)?);
@@ -610,7 +613,7 @@ impl Operator for WindowAggregate {
         let key_col = keys(batch)?;
         let groups = key_groups(batch);
         let times = event_times(batch).ok_or_else(|| {
-            OperatorError::Other("window-aggregate needs event time: its input has no timestamps".into())
+            OperatorError::Misuse("window-aggregate needs event time: its input has no timestamps".into())
         })?;
         let values = aggregated_column(batch, &self.cfg.field, self.cfg.aggregate)?;
         let slicing = self.slicing;
@@ -646,7 +649,7 @@ impl Operator for WindowAggregate {
                 continue;
             }
             if !times.is_valid(i) {
-                return Err(OperatorError::Other(
+                return Err(OperatorError::Misuse(
                     "window-aggregate needs event time: a record has no timestamp".into(),
                 ));
             }
@@ -683,7 +686,7 @@ impl Operator for WindowAggregate {
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Other("window-aggregate sets no processing-time timers".into()));
+            return Err(OperatorError::Misuse("window-aggregate sets no processing-time timers".into()));
         }
         let mut t = ctx.timers()?;
         let (key, ns) = t.keyed().current_key_and_namespace();
@@ -691,7 +694,7 @@ impl Operator for WindowAggregate {
             FIRE => false,
             CLEANUP => true,
             other => {
-                return Err(OperatorError::Other(format!("window-aggregate: a timer in unknown namespace {other:?}")))
+                return Err(OperatorError::Misuse(format!("window-aggregate: a timer in unknown namespace {other:?}")))
             }
         };
         self.key.clear();
@@ -1328,7 +1331,7 @@ mod tests {
 
         fn element(&mut self, batch: &RecordBatch, row: usize) -> Result<i64, OperatorError> {
             let values = batch.column_by_name("value").and_then(|c| c.as_any().downcast_ref::<Int64Array>());
-            values.map(|v| v.value(row)).ok_or_else(|| OperatorError::Other("no value column".into()))
+            values.map(|v| v.value(row)).ok_or_else(|| OperatorError::Misuse("no value column".into()))
         }
 
         fn process(

@@ -135,11 +135,11 @@ impl WindowJoin {
         }
         let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
         let times = event_times(batch)
-            .ok_or_else(|| OperatorError::Other("window-join needs event time: its input has no timestamps".into()))?;
+            .ok_or_else(|| OperatorError::Misuse("window-join needs event time: its input has no timestamps".into()))?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let watermark = ctx.current_watermark();
         let size = self.cfg.size_ms as i64;
-        let list = self.rows[s].as_mut().ok_or_else(|| OperatorError::Other("window-join used before init".into()))?;
+        let list = self.rows[s].as_mut().ok_or_else(|| OperatorError::Misuse("window-join used before init".into()))?;
         let mut timers = ctx.timers()?;
         // Rows of no window (no time) and of windows already fired (behind the watermark) are dropped; the others
         // go into their key's and window's list, one write and one timer per key and window in the batch.
@@ -171,7 +171,9 @@ impl WindowJoin {
             return Ok(());
         }
         let (Some(a), Some(b)) = (self.columns[0].stored.clone(), self.columns[1].stored.clone()) else {
-            return Err(OperatorError::Other("window-join: stored rows of an input whose columns are unknown".into()));
+            return Err(OperatorError::UnreadableState(
+                "window-join: stored rows of an input whose columns are unknown".into(),
+            ));
         };
         if self.plan.is_none() {
             let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
@@ -184,7 +186,7 @@ impl WindowJoin {
             cols.iter()
                 .map(|c| arrow_select::take::take(c.as_ref(), &picks, None))
                 .collect::<Result<_, _>>()
-                .map_err(|e| OperatorError::Other(e.to_string()))
+                .map_err(|e| OperatorError::Records(e.to_string()))
         };
         let first = take(&f.sides[0].decode(&a)?, &f.pairs[0])?;
         let second = take(&f.sides[1].decode(&b)?, &f.pairs[1])?;
@@ -202,7 +204,7 @@ impl WindowJoin {
         columns.push(Arc::new(window.iter().map(|w| Some(end(w))).collect::<TimestampMillisecondArray>()));
         columns.push(Arc::new(window.iter().map(|w| Some(end(w) - 1)).collect::<TimestampMillisecondArray>()));
         let joined = RecordBatch::try_new(plan.joined.clone(), columns)
-            .map_err(|e| OperatorError::Other(format!("window-join: building joined rows: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("window-join: building joined rows: {e}")))?;
         let result = plan.apply_tracking(joined, Some(&mut f.origin))?;
         let result = match result {
             Some(r) if self.cfg.distinct => Some(distinct(&r, |row| window[f.origin[row] as usize])?),
@@ -227,7 +229,7 @@ impl Fired {
 
 impl Operator for WindowJoin {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("window-join needs keyed state".into()))?;
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("window-join needs keyed state".into()))?;
         for (slot, name) in self.rows.iter_mut().zip(STATES) {
             *slot = Some(ListState::register(&mut **keyed, StateDescriptor::new(name).namespaced())?);
         }
@@ -261,13 +263,13 @@ impl Operator for WindowJoin {
         _out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Other("window-join sets no processing-time timers".into()));
+            return Err(OperatorError::Misuse("window-join sets no processing-time timers".into()));
         }
         let backend = ctx.keyed()?;
         let f = &mut self.fired;
         let from = [f.sides[0].len(), f.sides[1].len()];
         for (rows, list) in f.sides.iter_mut().zip(&self.rows) {
-            let list = list.as_ref().ok_or_else(|| OperatorError::Other("window-join used before init".into()))?;
+            let list = list.as_ref().ok_or_else(|| OperatorError::Misuse("window-join used before init".into()))?;
             list.visit_encoded(backend, &mut |e| {
                 rows.push(e);
                 Ok(())
@@ -332,7 +334,7 @@ fn distinct(batch: &RecordBatch, window_of: impl Fn(usize) -> u32) -> Result<Rec
         return Ok(batch.clone());
     }
     arrow_select::take::take_record_batch(batch, &UInt32Array::from(keep))
-        .map_err(|e| OperatorError::Other(e.to_string()))
+        .map_err(|e| OperatorError::Records(e.to_string()))
 }
 
 /// The `window-join` kind: rows of two keyed inputs joined per window.

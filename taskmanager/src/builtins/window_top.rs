@@ -93,7 +93,7 @@ struct Ranked {
 
 impl Ranked {
     fn decode(bytes: &[u8]) -> Result<Ranked, OperatorError> {
-        let bad = || OperatorError::Other("window-top: a stored window is corrupt".into());
+        let bad = || OperatorError::UnreadableState("window-top: a stored window is corrupt".into());
         let mut b = bytes;
         let mut take = |n: usize| -> Result<&[u8], OperatorError> {
             if b.len() < n {
@@ -165,7 +165,7 @@ impl WindowTop {
         if let Some(s) = &self.output {
             return Ok(s.clone());
         }
-        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Other("window-top: no columns".into()))?;
+        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Misuse("window-top: no columns".into()))?;
         let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
         let mut fields: Vec<Field> =
             kept.fields().iter().filter(|f| f.name() != EVENT_TIME).map(|f| f.as_ref().clone()).collect();
@@ -180,7 +180,7 @@ impl WindowTop {
 
 impl Operator for WindowTop {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("window-top needs keyed state".into()))?;
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("window-top needs keyed state".into()))?;
         let ns = StateOptions::default().namespaced();
         self.state = Some(keyed.register_state_with_options(STATE, StateKind::Value, &ns)?);
         restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(INPUT, &mut self.columns)])
@@ -199,9 +199,10 @@ impl Operator for WindowTop {
         let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
         let values = crate::api::batch::int_column(batch, &self.cfg.by, "window-top")?;
         let times = event_times(batch)
-            .ok_or_else(|| OperatorError::Other("window-top needs event time: its input has no timestamps".into()))?;
+            .ok_or_else(|| OperatorError::Misuse("window-top needs event time: its input has no timestamps".into()))?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let state = self.state.ok_or_else(|| OperatorError::Other("window-top used before initialize_state".into()))?;
+        let state =
+            self.state.ok_or_else(|| OperatorError::Misuse("window-top used before initialize_state".into()))?;
         let watermark = ctx.current_watermark();
         let size = self.cfg.size_ms as i64;
         let mut timers = ctx.timers()?;
@@ -245,9 +246,10 @@ impl Operator for WindowTop {
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Other("window-top sets no processing-time timers".into()));
+            return Err(OperatorError::Misuse("window-top sets no processing-time timers".into()));
         }
-        let state = self.state.ok_or_else(|| OperatorError::Other("window-top used before initialize_state".into()))?;
+        let state =
+            self.state.ok_or_else(|| OperatorError::Misuse("window-top used before initialize_state".into()))?;
         let backend = ctx.keyed()?;
         let ranked = match backend.get_value(state)? {
             Some(bytes) => Ranked::decode(bytes)?,
@@ -257,7 +259,7 @@ impl Operator for WindowTop {
         if ranked.rows.is_empty() {
             return Ok(());
         }
-        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Other("window-top: no columns".into()))?;
+        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Misuse("window-top: no columns".into()))?;
         let schema = self.output_schema()?;
         let mut builder = RowsBuilder::new(kept.clone())?;
         for (_, row) in &ranked.rows {
@@ -270,7 +272,7 @@ impl Operator for WindowTop {
         columns.push(Arc::new(TimestampMillisecondArray::from(vec![end; n])));
         columns.push(Arc::new(TimestampMillisecondArray::from(vec![timestamp; n])));
         let batch = RecordBatch::try_new(schema, columns)
-            .map_err(|e| OperatorError::Other(format!("window-top: building the output: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("window-top: building the output: {e}")))?;
         out.emit_batch(batch)
     }
 

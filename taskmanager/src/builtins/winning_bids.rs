@@ -75,7 +75,7 @@ const EMIT_AT: usize = 4096;
 
 /// Two little-endian `i64`s, then a stored row: an auction (opens, closes) or a bid (`by`, time).
 fn pair(bytes: &[u8]) -> Result<(i64, i64, &[u8]), OperatorError> {
-    let bad = || OperatorError::Other("winning-bids: a stored row is corrupt".into());
+    let bad = || OperatorError::UnreadableState("winning-bids: a stored row is corrupt".into());
     let a = bytes.get(..8).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes).ok_or_else(bad)?;
     let b = bytes.get(8..16).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes).ok_or_else(bad)?;
     Ok((a, b, &bytes[16..]))
@@ -88,7 +88,7 @@ fn write_pair(a: i64, b: i64, out: &mut Vec<u8>) {
 }
 
 fn not_ready() -> OperatorError {
-    OperatorError::Other("winning-bids used before initialize_state".into())
+    OperatorError::Misuse("winning-bids used before initialize_state".into())
 }
 
 /// Whether a bid `(by, time)` beats the best so far: a higher `by`, or an equal one made earlier.
@@ -146,7 +146,7 @@ impl WinningBids {
     fn schemas(&self) -> Result<(SchemaRef, SchemaRef), OperatorError> {
         match (&self.columns[0].stored, &self.columns[1].stored) {
             (Some(a), Some(b)) => Ok((a.clone(), b.clone())),
-            _ => Err(OperatorError::Other("winning-bids: a winner before both inputs' columns are known".into())),
+            _ => Err(OperatorError::Misuse("winning-bids: a winner before both inputs' columns are known".into())),
         }
     }
 
@@ -157,8 +157,9 @@ impl WinningBids {
         }
         let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
         let closes = int_column(batch, &self.cfg.closes, "winning-bids")?;
-        let times = event_times(batch)
-            .ok_or_else(|| OperatorError::Other("winning-bids needs event time: its input has no timestamps".into()))?;
+        let times = event_times(batch).ok_or_else(|| {
+            OperatorError::Misuse("winning-bids needs event time: its input has no timestamps".into())
+        })?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
         let (auction, best, row, waiting) = (*auction, *best, &mut self.row, &mut self.waiting);
@@ -211,8 +212,9 @@ impl WinningBids {
         }
         let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
         let by = int_column(batch, &self.cfg.by, "winning-bids")?;
-        let times = event_times(batch)
-            .ok_or_else(|| OperatorError::Other("winning-bids needs event time: its input has no timestamps".into()))?;
+        let times = event_times(batch).ok_or_else(|| {
+            OperatorError::Misuse("winning-bids needs event time: its input has no timestamps".into())
+        })?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
         let (auction, best, row) = (*auction, *best, &mut self.row);
@@ -257,21 +259,21 @@ impl WinningBids {
 
     fn emit(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
         let Some(f) = self.fired.as_mut().filter(|f| f.len > 0) else { return Ok(()) };
-        let Some(plan) = &self.plan else { return Err(OperatorError::Other("winning-bids: no plan".into())) };
+        let Some(plan) = &self.plan else { return Err(OperatorError::Misuse("winning-bids: no plan".into())) };
         let mut columns: Vec<ArrayRef> = vec![Arc::new(f.keys.finish())];
         columns.extend(f.auctions.finish_without_event_time());
         columns.extend(f.bids.finish_without_event_time());
         columns.push(Arc::new(f.times.finish()));
         f.len = 0;
         let batch = RecordBatch::try_new(plan.joined.clone(), columns)
-            .map_err(|e| OperatorError::Other(format!("winning-bids: building the output: {e}")))?;
+            .map_err(|e| OperatorError::Records(format!("winning-bids: building the output: {e}")))?;
         out.emit_batch(batch)
     }
 }
 
 impl Operator for WinningBids {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("winning-bids needs keyed state".into()))?;
+        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("winning-bids needs keyed state".into()))?;
         self.states = Some(States {
             auction: keyed.register_state(AUCTION, StateKind::Value)?,
             best: keyed.register_state(BEST, StateKind::Value)?,
@@ -307,7 +309,7 @@ impl Operator for WinningBids {
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Other("winning-bids sets no processing-time timers".into()));
+            return Err(OperatorError::Misuse("winning-bids sets no processing-time timers".into()));
         }
         let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
         let backend = ctx.keyed()?;

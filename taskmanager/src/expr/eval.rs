@@ -75,7 +75,7 @@ impl Value {
 }
 
 fn arrow_err(e: arrow_schema::ArrowError) -> OperatorError {
-    OperatorError::Other(format!("evaluating an expression: {e}"))
+    OperatorError::Records(format!("evaluating an expression: {e}"))
 }
 
 /// The Arrow type that holds values of `t`.
@@ -118,10 +118,10 @@ pub fn columns_of(schema: &Schema) -> Vec<Column> {
 
 /// Compiles `e` for batches of `schema` (whose columns `columns_of` gave `columns`).
 pub fn compile(e: &Expr, schema: &Schema, columns: &[Column]) -> Result<Compiled, OperatorError> {
-    let ty = crate::expr::type_of(e, columns).map_err(|e| OperatorError::Other(e.0))?.0;
+    let ty = crate::expr::type_of(e, columns).map_err(|e| OperatorError::Records(e.0))?.0;
     let node = match e {
         Expr::Column(name) => {
-            Node::Column(schema.index_of(name).map_err(|_| OperatorError::Other(format!("no column {name:?}")))?)
+            Node::Column(schema.index_of(name).map_err(|_| OperatorError::Records(format!("no column {name:?}")))?)
         }
         Expr::Literal(l) => Node::Literal(literal_array(l)?),
         // `-NULL` negates a null int64 (`type_of`): Arrow has no arithmetic on its null type.
@@ -129,7 +129,7 @@ pub fn compile(e: &Expr, schema: &Schema, columns: &[Column]) -> Result<Compiled
         Expr::Unary(UnaryOp::Not, x) => Node::Not(Box::new(cast(compile(x, schema, columns)?, Type::Bool))),
         Expr::Binary(op, a, b) => {
             let (a, b) = (compile(a, schema, columns)?, compile(b, schema, columns)?);
-            let operands = match operand_type(*op, a.ty, b.ty).map_err(|e| OperatorError::Other(e.0))? {
+            let operands = match operand_type(*op, a.ty, b.ty).map_err(|e| OperatorError::Records(e.0))? {
                 // NULL against NULL: compared or computed as null int64s (Arrow's null type has no kernels).
                 Type::Null => Type::Int64,
                 t => t,
@@ -151,7 +151,7 @@ pub fn compile(e: &Expr, schema: &Schema, columns: &[Column]) -> Result<Compiled
         }
         Expr::IsNull { expr, negated } => Node::IsNull(Box::new(compile(expr, schema, columns)?), *negated),
         Expr::Call(Function::KeyInt, args) => {
-            let arg = args.first().ok_or_else(|| OperatorError::Other("KEY_INT needs an argument".into()))?;
+            let arg = args.first().ok_or_else(|| OperatorError::Misuse("KEY_INT needs an argument".into()))?;
             Node::KeyInt(Box::new(compile(arg, schema, columns)?))
         }
         Expr::InList { expr, list, negated } => {
@@ -267,14 +267,20 @@ fn cast_array(a: &ArrayRef, from: Type, to: Type) -> Result<ArrayRef, OperatorEr
             Arc::new(out.with_precision_and_scale(p, s).map_err(arrow_err)?)
         }
         (from, to) => {
-            return Err(OperatorError::Other(format!("cannot convert {} to {}", from.column_type(), to.column_type())))
+            return Err(OperatorError::Records(format!(
+                "cannot convert {} to {}",
+                from.column_type(),
+                to.column_type()
+            )))
         }
     })
 }
 
 fn booleans(v: Value, rows: usize) -> Result<BooleanArray, OperatorError> {
     let a = v.into_array(rows)?;
-    a.as_boolean_opt().cloned().ok_or_else(|| OperatorError::Other(format!("expected booleans, got {}", a.data_type())))
+    a.as_boolean_opt()
+        .cloned()
+        .ok_or_else(|| OperatorError::Records(format!("expected booleans, got {}", a.data_type())))
 }
 
 impl Compiled {
@@ -359,7 +365,7 @@ impl Compiled {
             }
             Node::KeyInt(c) => c.eval(batch)?.map(|a| {
                 let bytes =
-                    a.as_binary_opt::<i32>().ok_or_else(|| OperatorError::Other("KEY_INT of a non-key".into()))?;
+                    a.as_binary_opt::<i32>().ok_or_else(|| OperatorError::Misuse("KEY_INT of a non-key".into()))?;
                 let ints: Int64Array =
                     bytes.iter().map(|b| b.and_then(|b| <[u8; 8]>::try_from(b).ok()).map(i64::from_be_bytes)).collect();
                 Ok(Arc::new(ints) as ArrayRef)

@@ -19,7 +19,10 @@ pub fn encode_keys(parts: &[ArrayRef], rows: usize, builder: &mut BinaryBuilder)
         buf.clear();
         for (n, part) in parts.iter().enumerate() {
             if part.is_null(row) {
-                return Err(OperatorError::Other(format!("key part {} is null in a row: a key cannot be null", n + 1)));
+                return Err(OperatorError::Records(format!(
+                    "key part {} is null in a row: a key cannot be null",
+                    n + 1
+                )));
             }
             let mut bytes = |b: &[u8]| {
                 if several {
@@ -41,7 +44,7 @@ pub fn encode_keys(parts: &[ArrayRef], rows: usize, builder: &mut BinaryBuilder)
                 DataType::Boolean => buf.push(u8::from(part.as_boolean().value(row))),
                 DataType::Utf8 => bytes(part.as_string::<i32>().value(row).as_bytes()),
                 DataType::Binary => bytes(part.as_binary::<i32>().value(row)),
-                other => return Err(OperatorError::Other(format!("a key cannot be made of {other} values"))),
+                other => return Err(OperatorError::Records(format!("a key cannot be made of {other} values"))),
             }
         }
         builder.append_value(&buf);

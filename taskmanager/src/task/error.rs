@@ -1,6 +1,6 @@
 //! How a task fails: its error type, and an operator's error naming the operator.
 
-use crate::api::operator::OperatorError;
+use crate::api::operator::{ErrorClass, OperatorError};
 
 /// A task failure, described.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +21,17 @@ pub(super) enum TaskError {
     Canceled,
     #[error("{0}")]
     Other(String),
+}
+
+impl TaskError {
+    /// Whether a restart may mend it: an operator's error says; anything else (the network, the store, a restore
+    /// that could not read its files) may pass.
+    pub(super) fn class(&self) -> ErrorClass {
+        match self {
+            TaskError::Operator(e) => e.class(),
+            _ => ErrorClass::Retryable,
+        }
+    }
 }
 
 /// An operator's error, naming the operator (a user sees which one of a chain failed, e.g. a state value over

@@ -23,12 +23,14 @@ use output::{
 };
 use output::{fire_processing_timers, until_processing_timer};
 
-use crate::api::operator::{Collector, InitContext, RuntimeInfo, SnapshotContext, SourceOutput, SourceStatus};
+use crate::api::operator::{
+    Collector, ErrorClass, InitContext, RuntimeInfo, SnapshotContext, SourceOutput, SourceStatus,
+};
 use crate::api::registry::{Instance, Registry};
 use crate::net::{
     BatchDecoder, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels, Liveness, OutputChannel,
 };
-use crate::report::{Report, Reporter};
+use crate::report::{Cause, Report, Reporter};
 use crate::task::align::{Alignment, BarrierAligner, BarrierOutcome, Deferred};
 use crate::time::valve::WatermarkValve;
 use crate::time::{WatermarkEvent, WatermarkOutput, MAX_WATERMARK};
@@ -162,12 +164,19 @@ pub fn spawn(desc: TaskDescriptor, env: Arc<TaskEnv>) -> Result<TaskHandle, Stri
 /// What a task that ended reports: its state, its error, and whether a peer's failure caused it (its data
 /// connection broke or timed out). An error while canceled is the cancel's doing (an interrupted send, say):
 /// the task was canceled.
-fn ending(result: &Result<Exit, TaskError>, canceled: bool) -> (pb::TaskState, String, bool) {
+fn ending(result: &Result<Exit, TaskError>, canceled: bool) -> (pb::TaskState, String, Cause) {
+    let none = Cause::default();
     match result {
-        Ok(Exit::Finished) => (pb::TaskState::Finished, String::new(), false),
-        Ok(Exit::Canceled) | Err(TaskError::Canceled) => (pb::TaskState::Canceled, String::new(), false),
-        Err(e) if canceled => (pb::TaskState::Canceled, e.to_string(), false),
-        Err(e) => (pb::TaskState::Failed, e.to_string(), matches!(e, TaskError::Net(n) if n.is_peer_failure())),
+        Ok(Exit::Finished) => (pb::TaskState::Finished, String::new(), none),
+        Ok(Exit::Canceled) | Err(TaskError::Canceled) => (pb::TaskState::Canceled, String::new(), none),
+        Err(e) if canceled => (pb::TaskState::Canceled, e.to_string(), none),
+        Err(e) => {
+            let cause = Cause {
+                by_peer: matches!(e, TaskError::Net(n) if n.is_peer_failure()),
+                fatal: e.class() == ErrorClass::Fatal,
+            };
+            (pb::TaskState::Failed, e.to_string(), cause)
+        }
     }
 }
 
@@ -211,13 +220,15 @@ fn run(
     // How the task ended is reported while it still holds its channels: neighbours whose connections break when
     // it lets go fail too, and the job manager should hear this task's own error first.
     let report_end = |result: &Result<Exit, TaskError>| {
-        let (state, error, caused_by_peer) = ending(result, *cancel_seen.borrow());
+        let (state, error, cause) = ending(result, *cancel_seen.borrow());
         match state {
-            pb::TaskState::Failed => tracing::warn!(error = %error, caused_by_peer, "task failed"),
+            pb::TaskState::Failed => {
+                tracing::warn!(error = %error, caused_by_peer = cause.by_peer, fatal = cause.fatal, "task failed")
+            }
             pb::TaskState::Finished => tracing::info!("task finished"),
             _ => tracing::info!(error = %error, "task canceled"),
         }
-        env.reporter.state_caused(&tref, state, error, caused_by_peer);
+        env.reporter.state_caused(&tref, state, error, cause);
     };
     let mut reported = false;
     // A panic in an operator (user code included) fails the task like an error, so the job fails over.
@@ -817,6 +828,21 @@ mod error_tests {
         let TaskError::Operator(downstream) = e else { panic!("an operator error") };
         let nested = in_operator("head", downstream);
         assert!(nested.to_string().starts_with("operator \"counts\": "), "{nested}");
+    }
+
+    #[test]
+    fn a_task_reports_whether_its_failure_is_fatal() {
+        let failed = |e: OperatorError| ending(&Err(in_operator("op", e)), false);
+        let (state, error, cause) = failed(OperatorError::UnreadableState("a stored row is corrupt".into()));
+        assert_eq!((state, cause), (pb::TaskState::Failed, Cause { by_peer: false, fatal: true }), "{error}");
+        assert!(failed(OperatorError::Misuse("no keyed state".into())).2.fatal);
+        assert!(!failed(OperatorError::External("broker down".into())).2.fatal);
+        assert!(!failed(OperatorError::Records("no column x".into())).2.fatal);
+        let (state, _, cause) = ending(&Err(TaskError::Other("lost".into())), false);
+        assert_eq!((state, cause.fatal), (pb::TaskState::Failed, false));
+        // A fatal error while canceled is the cancel's: nothing to fail.
+        let (state, _, cause) = ending(&Err(in_operator("op", OperatorError::Fatal("x".into()))), true);
+        assert_eq!((state, cause.fatal), (pb::TaskState::Canceled, false));
     }
 }
 

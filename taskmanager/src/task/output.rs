@@ -271,7 +271,7 @@ pub(super) fn chain_out<'a>(
         };
         sent.map_err(|e| match e {
             TaskError::Operator(e) => e,
-            other => OperatorError::Other(other.to_string()),
+            other => OperatorError::External(other.to_string()),
         })
     }
 }

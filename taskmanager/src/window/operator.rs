@@ -141,7 +141,7 @@ pub trait Contents: Send {
 }
 
 fn unregistered() -> OperatorError {
-    OperatorError::Other("window operator used before initialize_state".into())
+    OperatorError::Misuse("window operator used before initialize_state".into())
 }
 
 fn namespaced() -> StateOptions {
@@ -348,7 +348,7 @@ pub fn read_sessions(
         None => reuse.0.clear(),
         Some(bytes) if reuse.decode_from(bytes) => {}
         Some(bytes) => {
-            return Err(OperatorError::Other(format!(
+            return Err(OperatorError::UnreadableState(format!(
                 "window operator: stored sessions of {} bytes are malformed",
                 bytes.len()
             )))
@@ -397,7 +397,7 @@ pub fn aggregated_column<'a>(
         return Ok(None);
     }
     batch.column_by_name(field).and_then(|c| c.as_any().downcast_ref::<Int64Array>()).map(Some).ok_or_else(|| {
-        OperatorError::Other(format!(
+        OperatorError::Records(format!(
             "window-aggregate: the input has no int64 column {field:?} to {} (schema {})",
             aggregate.name(),
             batch.schema()
@@ -444,7 +444,7 @@ pub fn late_records(
     } else {
         let indices = arrow_array::UInt32Array::from(rows.to_vec());
         arrow_select::take::take_record_batch(batch, &indices)
-            .map_err(|e| OperatorError::Other(format!("late records: {e}")))?
+            .map_err(|e| OperatorError::Records(format!("late records: {e}")))?
     };
     out.emit_side(LATE_TAG, late)
 }
@@ -551,7 +551,7 @@ impl<C: Contents> WindowOperator<C> {
         match b.get_value(state)? {
             None => Ok(TriggerState::default()),
             Some(bytes) => TriggerState::decode(bytes).ok_or_else(|| {
-                OperatorError::Other(format!(
+                OperatorError::UnreadableState(format!(
                     "window operator: a stored trigger state of {} bytes is malformed",
                     bytes.len()
                 ))
@@ -832,7 +832,7 @@ impl<C: Contents> WindowOperator<C> {
 impl<C: Contents + 'static> Operator for WindowOperator<C> {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         let keyed =
-            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("a window operator needs keyed state".into()))?;
+            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("a window operator needs keyed state".into()))?;
         self.contents.register(&mut **keyed)?;
         if self.trigger.keeps_state() {
             self.trigger_state =
@@ -863,7 +863,7 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
                 // Global windows counted by records need no time; the others do.
                 _ if matches!((self.kind, self.trigger), (WindowKind::Global, Trigger::Count(_))) => i64::MIN,
                 _ => {
-                    return Err(OperatorError::Other(
+                    return Err(OperatorError::Misuse(
                         "a window operator needs event time: a record has no timestamp".into(),
                     ))
                 }
@@ -892,7 +892,7 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
             [WINDOW_TIMER] => None,
             [CONTINUOUS_TIMER, a, b, c, d, e, f, g, h] => Some(i64::from_be_bytes([*a, *b, *c, *d, *e, *f, *g, *h])),
             other => {
-                return Err(OperatorError::Other(format!("window operator: a timer in unknown namespace {other:?}")))
+                return Err(OperatorError::Misuse(format!("window operator: a timer in unknown namespace {other:?}")))
             }
         };
         match (domain, continuous) {

@@ -100,7 +100,7 @@ impl JobActor {
         let results = join_all(calls).await;
         if let Some(failure) = self.rpc_failures(results, "checkpoint trigger") {
             if failure.connection_lost {
-                self.failover(failure.cause).await;
+                self.failover(failure.cause, FailureClass::Retryable).await;
             } else {
                 self.fail_pending(failure.cause, true).await;
             }
@@ -314,11 +314,11 @@ impl JobActor {
         self.notify(pending.id, CheckpointOutcome::Aborted);
         if over {
             let tolerable = self.record.job.checkpointing.tolerable_failures.unwrap_or(0);
-            self.failover(format!(
+            let cause = format!(
                 "more than {tolerable} consecutive checkpoints failed; the last one, {}, because {reason}",
                 pending.id
-            ))
-            .await;
+            );
+            self.failover(cause, FailureClass::Retryable).await;
         }
     }
 

@@ -99,7 +99,8 @@ impl JobActor {
             pb::TaskState::Failed => {
                 let cause = format!("task {name} failed on task manager {tm_id}: {error_text}");
                 let provisional = error.caused_by_peer.then_some(attempt);
-                self.failover(cause.clone()).await;
+                let class = if error.fatal { FailureClass::Fatal } else { FailureClass::Retryable };
+                self.failover(cause.clone(), class).await;
                 self.provisional_cause = provisional.map(|attempt| ProvisionalCause {
                     attempt,
                     cause,
@@ -108,7 +109,7 @@ impl JobActor {
             }
             pb::TaskState::Canceled => {
                 let cause = format!("task {name} was canceled on task manager {tm_id} without being asked to");
-                self.failover(cause).await;
+                self.failover(cause, FailureClass::Retryable).await;
             }
             pb::TaskState::Unspecified => {}
         }
@@ -251,7 +252,7 @@ impl JobActor {
                     self.restart_at_ms = now_ms();
                     let _ = self.persist().await;
                 } else {
-                    self.failover(failure.cause).await;
+                    self.failover(failure.cause, FailureClass::Retryable).await;
                 }
                 return;
             }
@@ -341,7 +342,7 @@ impl JobActor {
 
     /// A failure: abort the checkpoint in flight, cancel the tasks and restart after the strategy's delay,
     /// or fail the job when no restart is left.
-    pub(super) async fn failover(&mut self, cause: String) {
+    pub(super) async fn failover(&mut self, cause: String, class: FailureClass) {
         if self.record.state.is_terminal() {
             return;
         }
@@ -353,8 +354,8 @@ impl JobActor {
         }
         self.undeploy(true);
         let now = now_ms();
-        let decision =
-            self.record.restart_history.on_failure(&self.record.job.restart, self.record.restarts, now, rand::random());
+        let (restart, restarts) = (&self.record.job.restart, self.record.restarts);
+        let decision = self.record.restart_history.decide(class, restart, restarts, now, rand::random());
         match decision {
             RestartDecision::GiveUp { reason } => {
                 self.record.failure = format!("{cause}; not restarted: {reason}");

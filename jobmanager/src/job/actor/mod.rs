@@ -27,7 +27,7 @@ use crate::job::deploy::{
     after_deploy_failure, after_restore_error, deploy_order, restore_notes, AfterDeployFailure, AfterRestoreError,
 };
 use crate::job::descriptors::{build_descriptors, DeployPlan, RestorePlan};
-use crate::job::lifecycle::{transition, JobState, RestartDecision};
+use crate::job::lifecycle::{transition, FailureClass, JobState, RestartDecision};
 use crate::job::mailbox::{JobEvent, JobHandle, JobView, SavepointRequest, TaskError};
 use crate::job::record::JobRecord;
 use futures::future::join_all;
@@ -382,7 +382,7 @@ impl JobActor {
             }
             JobEvent::TaskManagerLost { tm_id, instance, reason } => {
                 if self.deployment.as_ref().is_some_and(|d| d.uses(&tm_id, instance)) {
-                    self.failover(format!("task manager {tm_id} was lost: {reason}")).await;
+                    self.failover(format!("task manager {tm_id} was lost: {reason}"), FailureClass::Retryable).await;
                 }
             }
             JobEvent::Cancel { reply } => {

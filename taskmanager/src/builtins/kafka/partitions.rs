@@ -67,7 +67,8 @@ pub fn encode_position(p: &PartitionPosition) -> Vec<u8> {
 
 /// The positions a union list state holds; a malformed element is an error naming the source `uid`.
 pub fn decode_positions(elements: &[Vec<u8>], uid: &str) -> Result<Vec<PartitionPosition>, OperatorError> {
-    let corrupt = |why: &str| OperatorError::Other(format!("kafka source {uid:?}: corrupt partition state: {why}"));
+    let corrupt =
+        |why: &str| OperatorError::UnreadableState(format!("kafka source {uid:?}: corrupt partition state: {why}"));
     elements
         .iter()
         .map(|e| {

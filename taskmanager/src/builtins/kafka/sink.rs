@@ -243,7 +243,7 @@ impl KafkaSink {
     }
 
     fn err(&self, what: impl std::fmt::Display) -> OperatorError {
-        OperatorError::Other(format!("{} ({}): {what}", self.who, self.cfg.bootstrap_servers))
+        OperatorError::External(format!("{} ({}): {what}", self.who, self.cfg.bootstrap_servers))
     }
 
     fn exactly_once(&self) -> bool {
@@ -316,7 +316,7 @@ impl KafkaSink {
     /// restore goes on, as Flink's committer does: nothing would make it commit later.
     fn commit_restored(&self, p: &PendingTxn) -> Result<(), OperatorError> {
         let id = transactional_id(self.prefix(), p.subtask, p.n);
-        weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::Other(f.to_string()))?;
+        weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::External(f.to_string()))?;
         match self.at_coordinator(&id, |c| wire::end_txn(c, &id, p.producer_id, p.epoch, true)) {
             Ok(()) => {
                 tracing::info!(sink = %self.who, transactional_id = %id, checkpoint_id = %p.checkpoint,
@@ -560,7 +560,7 @@ impl Operator for KafkaSink {
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
         let Some(producer) = self.producer.take() else {
-            return Err(OperatorError::Other(format!("{}: snapshot before initialize_state", self.who)));
+            return Err(OperatorError::Misuse(format!("{}: snapshot before initialize_state", self.who)));
         };
         // Pre-commit: every record of the checkpoint is at the brokers before the barrier is acknowledged.
         let flushed = producer.flush(REQUEST_TIMEOUT);
@@ -589,7 +589,7 @@ impl Operator for KafkaSink {
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
         // A transaction leaves the pending list only once committed: after a failure the restore commits it.
         while let Some(i) = self.pending.iter().position(|p| p.txn.checkpoint <= id) {
-            weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::Other(f.to_string()))?;
+            weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::External(f.to_string()))?;
             let p = &self.pending[i];
             let tid = transactional_id(self.prefix(), p.txn.subtask, p.txn.n);
             p.producer

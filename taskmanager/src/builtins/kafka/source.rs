@@ -221,7 +221,7 @@ impl KafkaSource {
     }
 
     fn err(&self, what: impl std::fmt::Display) -> OperatorError {
-        OperatorError::Other(format!("kafka source {:?} ({}): {what}", self.uid, self.cfg.bootstrap_servers))
+        OperatorError::External(format!("kafka source {:?} ({}): {what}", self.uid, self.cfg.bootstrap_servers))
     }
 
     /// Where a partition no state names starts, and its end now (its high watermark).
@@ -549,7 +549,7 @@ impl Source for KafkaSource {
             self.next_discovery = Some(Instant::now() + Duration::from_millis(self.cfg.discovery_interval_ms));
         }
         let Some(consumer) = self.consumer.as_ref() else {
-            return Err(OperatorError::Other("kafka source polled before initialize_state".into()));
+            return Err(OperatorError::Misuse("kafka source polled before initialize_state".into()));
         };
         let mut runs: Vec<(u32, u32)> = Vec::new();
         let mut finished = Vec::new();

@@ -62,7 +62,7 @@ impl TxnEntry {
     /// Reads a state element; `who` names the sink in the error.
     pub fn decode(e: &[u8], who: &str) -> Result<TxnEntry, OperatorError> {
         let corrupt = || {
-            OperatorError::Other(format!(
+            OperatorError::UnreadableState(format!(
                 "{who}: corrupt transaction entry {:?} in restored state",
                 String::from_utf8_lossy(e)
             ))

@@ -245,7 +245,7 @@ impl Columns {
         c.extend(self.bid_strings.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
         // The event time is the event's date_time.
         c.push(date_time);
-        RecordBatch::try_new(nexmark_schema(), c).map_err(|e| OperatorError::Other(format!("nexmark batch: {e}")))
+        RecordBatch::try_new(nexmark_schema(), c).map_err(|e| OperatorError::Records(format!("nexmark batch: {e}")))
     }
 }
 
@@ -437,7 +437,7 @@ mod tests {
             ("splits".into(), "7".into()),
             ("block".into(), block.into()),
         ]);
-        let cfg = NexmarkConfig::from_map(&map).map_err(|e| OperatorError::Other(e.to_string()))?;
+        let cfg = NexmarkConfig::from_map(&map).map_err(|e| OperatorError::Records(e.to_string()))?;
         let mut got = Vec::new();
         for sub in 0..3 {
             let mut store = OperatorStateStore::new();
