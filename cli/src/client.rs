@@ -25,9 +25,9 @@ impl JobManager {
     /// A client of `addrs` (comma-separated, each with a scheme, e.g. `http://127.0.0.1:6123`), presenting
     /// `security`; every later call times out after `timeout`. Connections are made by the first call.
     pub async fn connect(addrs: &str, timeout: Duration, security: Security) -> Result<JobManager, CliError> {
-        let list = weir_common::cluster::parse_addresses(addrs).map_err(CliError::Usage)?;
+        let list = weir_common::cluster::parse_addresses(addrs).map_err(|e| CliError::Usage(e.to_string()))?;
         let plaintext = security.tls.is_none();
-        let link = JmLink::new(list, security, timeout).map_err(CliError::Usage)?;
+        let link = JmLink::new(list, security, timeout).map_err(|e| CliError::Usage(e.to_string()))?;
         Ok(JobManager { link, timeout, plaintext })
     }
 
@@ -220,7 +220,7 @@ impl JobManager {
         // Each address at most twice: enough to follow a standby to the leader and to skip dead ones.
         let mut tries = 2 * self.link.addresses().len() + 1;
         loop {
-            let channel = self.link.channel().map_err(|e| Rejected(Status::invalid_argument(e)))?;
+            let channel = self.link.channel().map_err(|e| Rejected(Status::invalid_argument(e.to_string())))?;
             let answer = match tokio::time::timeout(self.timeout, f(ClientApiClient::new(channel))).await {
                 // The channel's own timeout (a tower layer) may answer first: the same as no answer.
                 Ok(Err(s)) if s.code() == Code::Cancelled && weir_common::cluster::timed_out(&s) => Err(()),

@@ -223,44 +223,70 @@ pub use weir_proto::RestoreMode;
 /// finish). `Unspecified` is refused.
 pub use weir_proto::CheckpointOutcome;
 
+/// A checkpoint's or savepoint's metadata, or a request's choice about one, that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataError {
+    /// A savepoint format other than native or canonical (as written, quoted).
+    #[error("unknown savepoint format {0}: use native or canonical")]
+    UnknownFormat(String),
+    /// A restore mode other than claim or no-claim (as written, quoted).
+    #[error("unknown restore mode {0}: use claim or no-claim")]
+    UnknownRestoreMode(String),
+    /// A path that is empty, absolute or climbs out (`..`).
+    #[error("unsafe path {0:?} in checkpoint metadata")]
+    UnsafePath(String),
+    /// A checkpoint's path outside its job's directory.
+    #[error("path {0:?} lies outside the job's directory")]
+    OutsideJob(String),
+    /// The metadata could not be encoded.
+    #[error("cannot encode _metadata: {0}")]
+    Encode(String),
+    /// A `_metadata` file that does not decode.
+    #[error("unreadable _metadata: {0}")]
+    Unreadable(String),
+    /// A `_metadata` file of another format version.
+    #[error("unsupported _metadata format version {0}")]
+    Version(u32),
+}
+
 /// How a keyed snapshot lays out its files: RocksDB or heap (native), or canonical. Stored by name in
 /// `_metadata` (`"backend": "rocksdb"`).
 pub use weir_proto::SnapshotFormat;
 
 /// Parses a savepoint format a user wrote: `native` (or empty, the default) or `canonical`.
-pub fn parse_savepoint_format(s: &str) -> Result<SavepointFormat, String> {
+pub fn parse_savepoint_format(s: &str) -> Result<SavepointFormat, MetadataError> {
     match s {
         "" | "native" => Ok(SavepointFormat::Native),
         "canonical" => Ok(SavepointFormat::Canonical),
-        other => Err(format!("unknown savepoint format {}: use native or canonical", crate::text::echo(other))),
+        other => Err(MetadataError::UnknownFormat(crate::text::echo(other))),
     }
 }
 
 /// The savepoint format a request carries: unspecified is native; only native and canonical are formats a
 /// savepoint can be written in.
-pub fn savepoint_format_of(value: i32) -> Result<SavepointFormat, String> {
+pub fn savepoint_format_of(value: i32) -> Result<SavepointFormat, MetadataError> {
     match SavepointFormat::try_from(value) {
         Ok(SavepointFormat::Unspecified | SavepointFormat::Native) => Ok(SavepointFormat::Native),
         Ok(SavepointFormat::Canonical) => Ok(SavepointFormat::Canonical),
-        _ => Err(format!("unknown savepoint format {value}: use native or canonical")),
+        _ => Err(MetadataError::UnknownFormat(value.to_string())),
     }
 }
 
 /// Parses a restore mode a user wrote: `claim` or `no-claim` (empty: the default, no-claim).
-pub fn parse_restore_mode(s: &str) -> Result<RestoreMode, String> {
+pub fn parse_restore_mode(s: &str) -> Result<RestoreMode, MetadataError> {
     match s {
         "" | "no-claim" | "no_claim" => Ok(RestoreMode::NoClaim),
         "claim" => Ok(RestoreMode::Claim),
-        other => Err(format!("unknown restore mode {}: use claim or no-claim", crate::text::echo(other))),
+        other => Err(MetadataError::UnknownRestoreMode(crate::text::echo(other))),
     }
 }
 
 /// The restore mode a request carries: unspecified is no-claim.
-pub fn restore_mode_of(value: i32) -> Result<RestoreMode, String> {
+pub fn restore_mode_of(value: i32) -> Result<RestoreMode, MetadataError> {
     match RestoreMode::try_from(value) {
         Ok(RestoreMode::Unspecified | RestoreMode::NoClaim) => Ok(RestoreMode::NoClaim),
         Ok(RestoreMode::Claim) => Ok(RestoreMode::Claim),
-        Err(_) => Err(format!("unknown restore mode {value}: use claim or no-claim")),
+        Err(_) => Err(MetadataError::UnknownRestoreMode(value.to_string())),
     }
 }
 
@@ -272,14 +298,14 @@ impl CheckpointMetadata {
 
     /// Checks that every path the metadata references is a safe relative path: under the job's directory for a
     /// checkpoint, under the savepoint's own directory for a savepoint.
-    pub fn validate_paths(&self) -> Result<(), String> {
+    pub fn validate_paths(&self) -> Result<(), MetadataError> {
         let job_prefix = format!("{}/", self.job_id);
         for op in self.operators.values() {
             for st in &op.subtasks {
                 for f in st.files() {
                     check_relative_path(&f.path)?;
                     if self.savepoint.is_none() && !f.path.starts_with(&job_prefix) {
-                        return Err(format!("path {:?} lies outside the job's directory", f.path));
+                        return Err(MetadataError::OutsideJob(f.path.clone()));
                     }
                 }
             }
@@ -293,20 +319,21 @@ impl CheckpointMetadata {
     }
 
     /// Encodes the metadata as the bytes of a `_metadata` file.
-    pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
+    pub fn to_bytes(&self) -> Result<Vec<u8>, MetadataError> {
         // Never an empty file: a `_metadata` that exists is one that can be read back.
         match serde_json::to_vec_pretty(self) {
             Ok(b) if !b.is_empty() => Ok(b),
-            Ok(_) => Err("encoding produced no bytes".to_string()),
-            Err(e) => Err(format!("cannot encode _metadata: {e}")),
+            Ok(_) => Err(MetadataError::Encode("encoding produced no bytes".to_string())),
+            Err(e) => Err(MetadataError::Encode(e.to_string())),
         }
     }
 
     /// Decodes and checks a `_metadata` file.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
-        let m: CheckpointMetadata = serde_json::from_slice(bytes).map_err(|e| format!("unreadable _metadata: {e}"))?;
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, MetadataError> {
+        let m: CheckpointMetadata =
+            serde_json::from_slice(bytes).map_err(|e| MetadataError::Unreadable(e.to_string()))?;
         if m.format_version != METADATA_FORMAT_VERSION {
-            return Err(format!("unsupported _metadata format version {}", m.format_version));
+            return Err(MetadataError::Version(m.format_version));
         }
         m.validate_paths()?;
         Ok(m)
@@ -331,9 +358,9 @@ impl From<&SavepointTarget> for weir_proto::SavepointTarget {
 }
 
 impl TryFrom<weir_proto::SavepointTarget> for SavepointTarget {
-    type Error = String;
+    type Error = MetadataError;
 
-    fn try_from(t: weir_proto::SavepointTarget) -> Result<Self, String> {
+    fn try_from(t: weir_proto::SavepointTarget) -> Result<Self, MetadataError> {
         Ok(SavepointTarget { format: savepoint_format_of(t.format)?, url: t.url, stop: t.stop })
     }
 }
@@ -352,13 +379,13 @@ pub fn restore_root(dir_url: &str, meta: &CheckpointMetadata) -> String {
 }
 
 /// Rejects empty, absolute and `..`-containing relative paths.
-pub fn check_relative_path(p: &str) -> Result<(), String> {
+pub fn check_relative_path(p: &str) -> Result<(), MetadataError> {
     if p.is_empty()
         || p.starts_with('/')
         || p.contains('\\')
         || p.split('/').any(|c| c.is_empty() || c == ".." || c == ".")
     {
-        return Err(format!("unsafe path {p:?} in checkpoint metadata"));
+        return Err(MetadataError::UnsafePath(p.to_string()));
     }
     Ok(())
 }
@@ -489,7 +516,7 @@ mod tests {
     fn formats_and_modes_parse_from_users_and_from_the_wire() {
         assert_eq!(parse_savepoint_format(""), Ok(SavepointFormat::Native));
         assert_eq!(parse_savepoint_format("canonical"), Ok(SavepointFormat::Canonical));
-        assert!(parse_savepoint_format("checkpoint").unwrap_err().contains("use native or canonical"));
+        assert!(parse_savepoint_format("checkpoint").unwrap_err().to_string().contains("use native or canonical"));
         assert_eq!(savepoint_format_of(0), Ok(SavepointFormat::Native));
         assert_eq!(savepoint_format_of(SavepointFormat::Canonical as i32), Ok(SavepointFormat::Canonical));
         // Inspect reports CHECKPOINT, but no savepoint is written in it; nor in a value this version lacks.
@@ -497,7 +524,7 @@ mod tests {
         assert!(savepoint_format_of(42).is_err());
         assert_eq!(parse_restore_mode("no_claim"), Ok(RestoreMode::NoClaim));
         assert_eq!(parse_restore_mode("claim"), Ok(RestoreMode::Claim));
-        assert!(parse_restore_mode("steal").unwrap_err().contains("claim or no-claim"));
+        assert!(parse_restore_mode("steal").unwrap_err().to_string().contains("claim or no-claim"));
         assert_eq!(restore_mode_of(0), Ok(RestoreMode::NoClaim));
         assert_eq!(restore_mode_of(RestoreMode::Claim as i32), Ok(RestoreMode::Claim));
         assert!(restore_mode_of(9).is_err());

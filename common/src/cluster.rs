@@ -49,16 +49,30 @@ pub fn timed_out(status: &Status) -> bool {
         || (status.code() == tonic::Code::Cancelled && status.message().contains("Timeout expired"))
 }
 
+/// Job-manager addresses that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    /// None was given.
+    #[error("no job manager address given (`jobmanager`, WEIR_JOBMANAGER or --jobmanager)")]
+    NoneGiven,
+    /// One is not an `http(s)://` URL.
+    #[error("job manager address {0:?}: expected http://HOST:PORT or https://HOST:PORT")]
+    NotHttp(String),
+    /// No channel can be made to one.
+    #[error(transparent)]
+    Endpoint(#[from] crate::security::EndpointError),
+}
+
 /// Parses a comma-separated list of `http(s)://HOST:PORT` job-manager addresses.
-pub fn parse_addresses(list: &str) -> Result<Vec<String>, String> {
+pub fn parse_addresses(list: &str) -> Result<Vec<String>, AddressError> {
     let addrs: Vec<String> =
         list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.trim_end_matches('/').to_string()).collect();
     if addrs.is_empty() {
-        return Err("no job manager address given (`jobmanager`, WEIR_JOBMANAGER or --jobmanager)".into());
+        return Err(AddressError::NoneGiven);
     }
     for a in &addrs {
         if !a.starts_with("http://") && !a.starts_with("https://") {
-            return Err(format!("job manager address {a:?}: expected http://HOST:PORT or https://HOST:PORT"));
+            return Err(AddressError::NotHttp(a.clone()));
         }
     }
     Ok(addrs)
@@ -85,9 +99,9 @@ pub struct JmLink {
 impl JmLink {
     /// A link to `addresses` (at least one), with channels secured by `security` and calls bounded by
     /// `timeout`.
-    pub fn new(addresses: Vec<String>, security: Security, timeout: Duration) -> Result<JmLink, String> {
+    pub fn new(addresses: Vec<String>, security: Security, timeout: Duration) -> Result<JmLink, AddressError> {
         if addresses.is_empty() {
-            return Err("no job manager address given".into());
+            return Err(AddressError::NoneGiven);
         }
         let link = JmLink {
             state: Arc::new(Mutex::new(LinkState {
@@ -121,7 +135,7 @@ impl JmLink {
     }
 
     /// The (lazily connected) channel to the current address.
-    pub fn channel(&self) -> Result<SecureChannel, String> {
+    pub fn channel(&self) -> Result<SecureChannel, crate::security::EndpointError> {
         let mut s = self.state.lock();
         let addr = s.addresses[s.current].clone();
         if let Some(c) = s.channels.get(&addr) {
@@ -189,7 +203,7 @@ mod tests {
             parse_addresses("http://a:1, https://b:2/").unwrap(),
             vec!["http://a:1".to_string(), "https://b:2".to_string()]
         );
-        assert!(parse_addresses("a:1").unwrap_err().contains("expected http"));
+        assert!(parse_addresses("a:1").unwrap_err().to_string().contains("expected http"));
         assert!(parse_addresses(" , ").is_err());
     }
 

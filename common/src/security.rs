@@ -464,6 +464,27 @@ impl tonic::service::Interceptor for Credentials {
     }
 }
 
+/// An address a channel cannot be made to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// Not a URL a channel can use.
+    #[error("invalid address {addr:?}: {reason}")]
+    Invalid {
+        /// The address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// TLS could not be set up for it.
+    #[error("TLS for {addr}: {reason}")]
+    Tls {
+        /// The address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+}
+
 impl Security {
     /// The cluster secret read from `file` (`--cluster-secret-file`), if one is given.
     pub fn cluster_secret(file: Option<&Path>) -> Result<Option<Secret>, SecurityError> {
@@ -471,25 +492,27 @@ impl Security {
     }
 
     /// An endpoint for `addr` (`http://` or `https://`), with TLS when configured.
-    pub fn endpoint(&self, addr: &str, timeout: Duration) -> Result<Endpoint, String> {
+    pub fn endpoint(&self, addr: &str, timeout: Duration) -> Result<Endpoint, EndpointError> {
         let addr = match (&self.tls, addr.strip_prefix("http://")) {
             // With TLS on, members' advertised `http://` addresses are reached over TLS all the same.
             (Some(_), Some(rest)) => format!("https://{rest}"),
             _ => addr.to_string(),
         };
         let mut endpoint = Endpoint::from_shared(addr.clone())
-            .map_err(|e| format!("invalid address {addr:?}: {e}"))?
+            .map_err(|e| EndpointError::Invalid { addr: addr.clone(), reason: e.to_string() })?
             .connect_timeout(Duration::from_secs(3))
             .timeout(timeout)
             .tcp_nodelay(true);
         if let Some(tls) = &self.tls {
-            endpoint = endpoint.tls_config(tls.tonic_client()).map_err(|e| format!("TLS for {addr}: {e}"))?;
+            endpoint = endpoint
+                .tls_config(tls.tonic_client())
+                .map_err(|e| EndpointError::Tls { addr: addr.clone(), reason: e.to_string() })?;
         }
         Ok(endpoint)
     }
 
     /// A lazily connected channel to `addr` carrying this process's credentials.
-    pub fn channel(&self, addr: &str, timeout: Duration) -> Result<SecureChannel, String> {
+    pub fn channel(&self, addr: &str, timeout: Duration) -> Result<SecureChannel, EndpointError> {
         let channel = self.endpoint(addr, timeout)?.connect_lazy();
         Ok(InterceptedService::new(channel, self.credentials()))
     }

@@ -169,7 +169,7 @@ impl JobManager {
             return Err(JobRequestError::ShuttingDown);
         }
         let spec = req.spec.clone().ok_or_else(|| JobRequestError::InvalidSpec("missing job spec".into()))?;
-        let mode = restore_mode_of(req.restore_mode).map_err(JobRequestError::InvalidSpec)?;
+        let mode = restore_mode_of(req.restore_mode).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
         let opts = self.shared.config.store_options();
         let savepoint = if req.from_savepoint.trim().is_empty() {
             None
@@ -237,7 +237,7 @@ impl JobManager {
         stop: Option<bool>,
     ) -> Result<pb::SavepointResponse, JobRequestError> {
         let id = parse_id(id)?;
-        let format = savepoint_format_of(format).map_err(JobRequestError::InvalidSpec)?;
+        let format = savepoint_format_of(format).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
         let dir = if target_dir.trim().is_empty() {
             self.shared.config.savepoint_dir_url().map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?
         } else if target_dir.contains("://") {

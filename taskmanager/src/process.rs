@@ -286,8 +286,10 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> Result<(), ProcessError> 
     let data_server = Arc::new(DataServer::new(DataSecurity::from(&security)?));
     tokio::spawn(data_server.clone().run(data_listener));
 
-    let addresses = weir_common::cluster::parse_addresses(&cfg.jobmanager).map_err(ProcessError::Config)?;
-    let jm = JmLink::new(addresses, security.clone(), Duration::from_secs(30)).map_err(ProcessError::Start)?;
+    let addresses =
+        weir_common::cluster::parse_addresses(&cfg.jobmanager).map_err(|e| ProcessError::Config(e.to_string()))?;
+    let jm = JmLink::new(addresses, security.clone(), Duration::from_secs(30))
+        .map_err(|e| ProcessError::Start(e.to_string()))?;
 
     let tm = TaskManager::new(
         TaskManagerSettings {

@@ -73,7 +73,7 @@ enum Outcome {
 async fn send_once(link: &JmLink, report: &Report) -> Outcome {
     let mut c = match link.channel() {
         Ok(c) => JobManagerInternalClient::new(c),
-        Err(e) => return Outcome::Retry(e),
+        Err(e) => return Outcome::Retry(e.to_string()),
     };
     let call = async {
         match report {

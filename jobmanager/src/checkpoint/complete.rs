@@ -83,7 +83,7 @@ pub async fn write_metadata(
     id: CheckpointId,
     meta: &CheckpointMetadata,
 ) -> Result<String, String> {
-    let bytes = Bytes::from(meta.to_bytes()?);
+    let bytes = Bytes::from(meta.to_bytes().map_err(|e| e.to_string())?);
     let written = match target {
         MetadataTarget::Checkpoint { store, job_id } => {
             let path = paths::metadata(job_id, id);

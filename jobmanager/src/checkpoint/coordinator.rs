@@ -403,7 +403,7 @@ pub fn build_metadata(
         operators,
         savepoint: pending.savepoint.as_ref().map(|t| t.format),
     };
-    meta.validate_paths()?;
+    meta.validate_paths().map_err(|e| e.to_string())?;
     Ok(meta)
 }
 

@@ -91,7 +91,7 @@ pub async fn load(url: &str, opts: &StoreOptions) -> Result<LoadedSavepoint, Sav
         Err(source) => return Err(SavepointError::Unavailable { url: dir, source }),
     };
     let metadata = CheckpointMetadata::from_bytes(&bytes)
-        .map_err(|reason| SavepointError::Corrupt { url: dir.clone(), reason })?;
+        .map_err(|e| SavepointError::Corrupt { url: dir.clone(), reason: e.to_string() })?;
     let root = restore_root(&dir, &metadata);
     Ok(LoadedSavepoint { url: dir, root, metadata })
 }

@@ -125,7 +125,7 @@ pub async fn delete_checkpoint_dirs(
             .get(&r.metadata_path)
             .await
             .map_err(|e| e.to_string())
-            .and_then(|b| CheckpointMetadata::from_bytes(&b))
+            .and_then(|b| CheckpointMetadata::from_bytes(&b).map_err(|e| e.to_string()))
         {
             Ok(m) => metas.push(std::sync::Arc::new(m)),
             Err(error) => {
@@ -146,7 +146,7 @@ pub async fn delete_checkpoint_dirs(
             .get(&paths::metadata(job_id, id))
             .await
             .map_err(|e| e.to_string())
-            .and_then(|b| CheckpointMetadata::from_bytes(&b))
+            .and_then(|b| CheckpointMetadata::from_bytes(&b).map_err(|e| e.to_string()))
         {
             candidates.extend(referenced_files([&m]));
         }

@@ -88,7 +88,7 @@ pub async fn download_keyed(store: &Store, handle: &KeyedStateHandle, local_dir:
         .await
         .map_err(|e| StateError::io(format!("create {}", local_dir.display()), e))?;
     for f in &handle.files {
-        check_relative_path(&f.path).map_err(StateError::Corrupt)?;
+        check_relative_path(&f.path).map_err(|e| StateError::Corrupt(e.to_string()))?;
         let name = f.path.rsplit('/').next().unwrap_or(&f.path);
         let size = store.get_file(&f.path, &local_dir.join(name)).await?;
         if size != f.size {

@@ -185,7 +185,7 @@ impl TaskManager {
                 }
                 let result = match jm.channel() {
                     Ok(c) => JobManagerInternalClient::new(c).register_task_manager(req.clone()).await,
-                    Err(e) => Err(Status::invalid_argument(e)),
+                    Err(e) => Err(Status::invalid_argument(e.to_string())),
                 };
                 match result {
                     Ok(r) if r.get_ref().jm_epoch < self.newest_epoch.load(Ordering::SeqCst) => {
@@ -365,7 +365,11 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
             let tasks = self.0.tasks.lock();
             tasks.get(&TaskManager::task_key(&r)).filter(|h| h.attempt == r.attempt).map(|h| h.events.clone())
         };
-        let savepoint = req.savepoint.map(SavepointTarget::try_from).transpose().map_err(Status::invalid_argument)?;
+        let savepoint = req
+            .savepoint
+            .map(SavepointTarget::try_from)
+            .transpose()
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         match sender {
             Some(tx) => {
                 let _ = tx
