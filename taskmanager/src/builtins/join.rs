@@ -587,11 +587,10 @@ pub(crate) fn two(inputs: &[Vec<Column>]) -> (&[Column], &[Column]) {
 mod tests {
     use super::*;
     use crate::api::batch::KEY;
-    use crate::api::operator::RuntimeInfo;
+    use crate::api::testing::{partition, Harness, OperatorHarness, Snapshot};
     use arrow_array::{BinaryArray, Int64Array, StringArray};
     use std::collections::BTreeMap;
     use weir_common::spec::StateBackend;
-    use weir_state::{open_keyed_backend, KeyedStateBackend, OperatorStateStore};
 
     fn side(keys: &[u64], column: &str, values: ArrayRef, times: &[i64]) -> RecordBatch {
         let k: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
@@ -603,118 +602,129 @@ mod tests {
         RecordBatch::try_from_iter(columns).unwrap()
     }
 
-    struct Harness {
-        info: RuntimeInfo,
-        backend: Box<dyn KeyedStateBackend>,
-        store: OperatorStateStore,
-        _dir: tempfile::TempDir,
+    /// A join of `config` on RocksDB, as subtask `i` of `p`, restored from `from` if given.
+    fn open_at(
+        config: &[(&str, &str)],
+        (i, p): (u32, u32),
+        from: Option<&Snapshot>,
+    ) -> Result<OperatorHarness<Join>, OperatorError> {
+        let map: BTreeMap<String, String> = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let h = Harness::keyed(StateBackend::Rocksdb).subtask(i, p);
+        let h = match from {
+            Some(snapshot) => h.restore(snapshot),
+            None => h,
+        };
+        h.open(Join::new(JoinConfig::from_map(&map).unwrap()))
     }
 
-    impl Harness {
-        fn new() -> Self {
-            let dir = tempfile::tempdir().unwrap();
-            let info = RuntimeInfo::for_test(0, 1);
-            let backend = open_keyed_backend(
-                StateBackend::Rocksdb,
-                dir.path(),
-                info.max_parallelism,
-                info.key_group_range,
-                None,
-                &Default::default(),
-            )
-            .unwrap();
-            Harness { info, backend, store: OperatorStateStore::new(), _dir: dir }
-        }
+    fn open(config: &[(&str, &str)], from: Option<&Snapshot>) -> Result<OperatorHarness<Join>, OperatorError> {
+        open_at(config, (0, 1), from)
+    }
 
-        fn open(&mut self, config: &[(&str, &str)], restored: bool) -> Result<Join, OperatorError> {
-            let map: BTreeMap<String, String> = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            let mut join = Join::new(JoinConfig::from_map(&map).unwrap());
-            join.initialize_state(&mut InitContext {
-                info: &self.info,
-                restored,
-                operator_state: &mut self.store,
-                keyed: Some(&mut *self.backend),
-            })?;
-            Ok(join)
+    /// What the join emits for `batch` on input `s`, as text lines.
+    fn push(h: &mut OperatorHarness<Join>, s: usize, batch: RecordBatch) -> Result<Vec<String>, OperatorError> {
+        match s {
+            0 => h.process(&batch)?,
+            _ => h.process_second(&batch)?,
         }
+        lines(h.take_output())
+    }
 
-        /// What the join emits for `batch` on input `s`, as text lines.
-        fn push(&mut self, join: &mut Join, s: usize, batch: RecordBatch) -> Result<Vec<String>, OperatorError> {
-            let mut got = Vec::new();
-            let mut sink = |b: RecordBatch| {
-                got.push(b);
-                Ok(())
-            };
-            let mut out = Collector::new(&mut sink);
-            let mut ctx = ProcessContext::new(&self.info, Some(&mut *self.backend));
-            match s {
-                0 => join.process_batch(&batch, &mut ctx, &mut out)?,
-                _ => join.process_second_batch(&batch, &mut ctx, &mut out)?,
+    /// Joined rows as sorted text lines, each with its event time.
+    fn lines(batches: Vec<RecordBatch>) -> Result<Vec<String>, OperatorError> {
+        let mut lines = Vec::new();
+        for b in batches {
+            let mut w = crate::builtins::text::LineWriter::new(&b, crate::builtins::text::FileFormat::Text)?;
+            for row in 0..b.num_rows() {
+                let mut line = String::new();
+                w.write_row(&b, row, &mut line);
+                let t = b.column_by_name(EVENT_TIME).unwrap().as_primitive::<TimestampMillisecondType>();
+                lines.push(format!("{}@{}", line.trim_end(), t.value(row)));
             }
-            out.flush()?;
-            drop(out);
-            let mut lines = Vec::new();
-            for b in got {
-                let mut w = crate::builtins::text::LineWriter::new(&b, crate::builtins::text::FileFormat::Text)?;
-                for row in 0..b.num_rows() {
-                    let mut line = String::new();
-                    w.write_row(&b, row, &mut line);
-                    let t = b.column_by_name(EVENT_TIME).unwrap().as_primitive::<TimestampMillisecondType>();
-                    lines.push(format!("{}@{}", line.trim_end(), t.value(row)));
-                }
-            }
-            lines.sort();
-            Ok(lines)
         }
+        lines.sort();
+        Ok(lines)
     }
 
     #[test]
     fn each_pair_is_joined_once_whichever_side_comes_first() -> Result<(), OperatorError> {
-        let mut h = Harness::new();
-        let mut join = h.open(&[("where", "a_id <> 9")], false)?;
+        let mut h = open(&[("where", "a_id <> 9")], None)?;
         let auctions = side(&[1, 2, 1], "a_id", Arc::new(Int64Array::from(vec![10, 20, 11])), &[5, 6, 7]);
-        assert!(h.push(&mut join, 0, auctions)?.is_empty(), "nothing on the other side yet");
+        assert!(push(&mut h, 0, auctions)?.is_empty(), "nothing on the other side yet");
         let persons = side(&[1, 3], "name", Arc::new(StringArray::from(vec!["ann", "bob"])), &[6, 1]);
-        assert_eq!(h.push(&mut join, 1, persons)?, vec!["1,10,ann@6", "1,11,ann@7"]);
+        assert_eq!(push(&mut h, 1, persons)?, vec!["1,10,ann@6", "1,11,ann@7"]);
         // A later auction of key 1 meets ann, the one of key 3 meets bob; a_id 9 fails the condition.
         let more = side(&[3, 1, 1], "a_id", Arc::new(Int64Array::from(vec![30, 12, 9])), &[8, 2, 9]);
-        assert_eq!(h.push(&mut join, 0, more)?, vec!["1,12,ann@6", "3,30,bob@8"]);
+        assert_eq!(push(&mut h, 0, more)?, vec!["1,12,ann@6", "3,30,bob@8"]);
         Ok(())
     }
 
     #[test]
     fn rows_of_one_key_in_a_batch_are_each_stored_and_each_joined() -> Result<(), OperatorError> {
-        let mut h = Harness::new();
-        let mut join = h.open(&[], false)?;
+        let mut h = open(&[], None)?;
         let persons = side(&[5, 6, 5], "name", Arc::new(StringArray::from(vec!["ann", "bob", "cy"])), &[1, 2, 3]);
-        assert!(h.push(&mut join, 1, persons)?.is_empty());
+        assert!(push(&mut h, 1, persons)?.is_empty());
         let auctions = side(&[5, 5, 6, 5], "a_id", Arc::new(Int64Array::from(vec![1, 2, 3, 4])), &[4, 5, 6, 7]);
-        let got = h.push(&mut join, 0, auctions)?;
+        let got = push(&mut h, 0, auctions)?;
         let want = ["5,1,ann@4", "5,1,cy@4", "5,2,ann@5", "5,2,cy@5", "5,4,ann@7", "5,4,cy@7", "6,3,bob@6"];
         assert_eq!(got, want);
         // All three auctions of key 5 were stored: a later person meets each.
         let later = side(&[5], "name", Arc::new(StringArray::from(vec!["di"])), &[0]);
-        assert_eq!(h.push(&mut join, 1, later)?, vec!["5,1,di@4", "5,2,di@5", "5,4,di@7"]);
+        assert_eq!(push(&mut h, 1, later)?, vec!["5,1,di@4", "5,2,di@5", "5,4,di@7"]);
         Ok(())
     }
 
     #[test]
     fn restored_rows_join_before_their_side_sends_and_other_columns_are_refused() -> Result<(), OperatorError> {
-        let mut h = Harness::new();
-        let mut join = h.open(&[("select", "name, a_id AS id")], false)?;
-        h.push(&mut join, 1, side(&[4], "name", Arc::new(StringArray::from(vec!["cy"])), &[3]))?;
-        let mut snap = SnapshotContext {
-            checkpoint_id: weir_common::ids::CheckpointId(1),
-            timestamp_ms: 0,
-            operator_state: &mut h.store,
-        };
-        join.snapshot_state(&mut snap)?;
-        let mut again = h.open(&[("select", "name, a_id AS id")], true)?;
-        let got = h.push(&mut again, 0, side(&[4], "a_id", Arc::new(Int64Array::from(vec![40])), &[1]))?;
+        let mut h = open(&[("select", "name, a_id AS id")], None)?;
+        push(&mut h, 1, side(&[4], "name", Arc::new(StringArray::from(vec!["cy"])), &[3]))?;
+        let snapshot = h.snapshot(1)?;
+        let mut again = open(&[("select", "name, a_id AS id")], Some(&snapshot))?;
+        let got = push(&mut again, 0, side(&[4], "a_id", Arc::new(Int64Array::from(vec![40])), &[1]))?;
         assert_eq!(got, vec!["cy,40@3"]);
-        let mut other = h.open(&[], true)?;
-        let e = h.push(&mut other, 1, side(&[4], "nick", Arc::new(StringArray::from(vec!["c"])), &[1])).unwrap_err();
+        let mut other = open(&[], Some(&snapshot))?;
+        let e = push(&mut other, 1, side(&[4], "nick", Arc::new(StringArray::from(vec!["c"])), &[1])).unwrap_err();
         assert!(e.to_string().contains("second input's columns changed"), "{e}");
+        Ok(())
+    }
+
+    /// Both sides' rows stored by one subtask, restored as three: each joins the rows that come later with the
+    /// stored rows of its own key groups, and the three together emit what one would.
+    #[test]
+    fn rows_restored_at_another_parallelism_join_in_the_subtask_of_their_key() -> Result<(), OperatorError> {
+        let keys: Vec<u64> = (0..30).collect();
+        let names: Vec<String> = keys.iter().map(|k| format!("p{k}")).collect();
+        let persons = side(&keys, "name", Arc::new(StringArray::from(names)), &vec![1; keys.len()]);
+        let auctions = |base: i64| {
+            let ids: Vec<i64> = keys.iter().map(|&k| base + k as i64).collect();
+            side(&keys, "a_id", Arc::new(Int64Array::from(ids)), &vec![2; keys.len()])
+        };
+        let mut one = open(&[], None)?;
+        push(&mut one, 1, persons)?;
+        push(&mut one, 0, auctions(100))?;
+        let snapshot = one.snapshot(1)?;
+        let later = auctions(200);
+        let expected = push(&mut one, 0, later.clone())?;
+        assert_eq!(expected.len(), keys.len());
+
+        let mut union = Vec::new();
+        for (i, rows) in partition(&later, 3, 128)?.into_iter().enumerate() {
+            let mut h = open_at(&[], (i as u32, 3), Some(&snapshot))?;
+            // It restored the persons of its own key groups, and only those.
+            let range = h.info().key_group_range;
+            let backend = h.keyed()?;
+            let persons = ListState::<Vec<u8>>::register(backend, "join-second")?;
+            for k in &keys {
+                backend.set_current_key(&k.to_be_bytes());
+                let mine = range.contains(weir_common::keygroup::key_group_for_key(&k.to_be_bytes(), 128));
+                assert_eq!(persons.get(backend)?.len(), usize::from(mine), "subtask {i}, key {k}");
+            }
+            let got = push(&mut h, 0, rows.clone())?;
+            assert_eq!(got.len(), rows.num_rows(), "subtask {i}: each of its auctions meets its person");
+            union.extend(got);
+        }
+        union.sort();
+        assert_eq!(union, expected, "three subtasks join what one does");
         Ok(())
     }
 }

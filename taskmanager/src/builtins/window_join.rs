@@ -393,13 +393,11 @@ impl Kind for WindowJoinKind {
 mod tests {
     use super::*;
     use crate::api::batch::KEY;
-    use crate::api::operator::RuntimeInfo;
-    use crate::api::timers::{advance_watermark, TimerSlot};
+    use crate::api::testing::{partition, Harness};
     use arrow_array::cast::AsArray;
     use arrow_array::StringArray;
     use std::collections::BTreeMap;
     use weir_common::spec::StateBackend;
-    use weir_state::{open_keyed_backend, OperatorStateStore};
 
     fn side(keys: &[u8], column: &str, names: &[&str], times: &[i64]) -> RecordBatch {
         let columns: Vec<(&str, ArrayRef)> = vec![
@@ -410,66 +408,88 @@ mod tests {
         RecordBatch::try_from_iter(columns).unwrap()
     }
 
+    fn join(config: &[(&str, &str)]) -> WindowJoin {
+        let map: BTreeMap<String, String> = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        WindowJoin::new(WindowJoinConfig::from_map(&map).unwrap())
+    }
+
     #[test]
     fn windows_fired_by_one_watermark_are_distinct_each_and_late_rows_are_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let info = RuntimeInfo::for_test(0, 1);
-        let mut b = open_keyed_backend(
-            StateBackend::Rocksdb,
-            dir.path(),
-            info.max_parallelism,
-            info.key_group_range,
-            None,
-            &Default::default(),
-        )
-        .unwrap();
-        let map: BTreeMap<String, String> =
-            [("window", r#"{"tumbling_ms": 10}"#), ("select", "name"), ("distinct", "true")]
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-        let mut op = WindowJoin::new(WindowJoinConfig::from_map(&map).unwrap());
-        let mut store = OperatorStateStore::new();
-        op.initialize_state(&mut InitContext {
-            info: &info,
-            restored: false,
-            operator_state: &mut store,
-            keyed: Some(&mut *b),
-        })
-        .unwrap();
-        let mut slot = TimerSlot::default();
+        let config = [("window", r#"{"tumbling_ms": 10}"#), ("select", "name"), ("distinct", "true")];
+        let mut h = Harness::keyed(StateBackend::Rocksdb).open(join(&config)).unwrap();
         let mut got = Vec::new();
-        let mut wm = i64::MIN;
         // Keys 1 and 2 meet in window [0, 10), key 1 twice (one output row for the window); key 3's second-side row
         // is in the next window; key 1's rows at 2 and 3 arrive after the watermark passed their window: dropped.
         let steps: Vec<(usize, Option<RecordBatch>, i64)> = vec![
-            (0, Some(side(&[1, 2, 3], "name", &["x", "x", "y"], &[1, 2, 3])), wm),
-            (1, Some(side(&[1, 1, 2, 3], "nick", &["a", "b", "c", "d"], &[4, 5, 6, 12])), wm),
+            (0, Some(side(&[1, 2, 3], "name", &["x", "x", "y"], &[1, 2, 3])), i64::MIN),
+            (1, Some(side(&[1, 1, 2, 3], "nick", &["a", "b", "c", "d"], &[4, 5, 6, 12])), i64::MIN),
             (0, None, 9),
             (0, Some(side(&[1], "name", &["z"], &[2])), 9),
             (1, Some(side(&[1], "nick", &["w"], &[3])), 9),
             (0, None, i64::MAX),
         ];
         for (s, batch, w) in steps {
-            let mut sink = |batch: RecordBatch| {
-                let names = batch.column_by_name("name").unwrap().as_string::<i32>();
-                got.push((0..batch.num_rows()).map(|i| names.value(i).to_string()).collect::<Vec<_>>());
-                Ok(())
-            };
-            let mut out = Collector::new(&mut sink);
             if let Some(batch) = batch {
-                let mut ctx = ProcessContext::new(&info, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
                 match s {
-                    0 => op.process_batch(&batch, &mut ctx, &mut out).unwrap(),
-                    _ => op.process_second_batch(&batch, &mut ctx, &mut out).unwrap(),
+                    0 => h.process(&batch).unwrap(),
+                    _ => h.process_second(&batch).unwrap(),
                 }
             }
-            if w > wm {
-                wm = w;
-                advance_watermark(&mut op, &info, &mut *b, &mut slot, wm, &mut out).unwrap();
+            h.watermark(w).unwrap();
+            for batch in h.take_output() {
+                let names = batch.column_by_name("name").unwrap().as_string::<i32>();
+                got.push((0..batch.num_rows()).map(|i| names.value(i).to_string()).collect::<Vec<_>>());
             }
-            out.flush().unwrap();
         }
         assert_eq!(got, vec![vec!["x".to_string(), "x".to_string()]], "one batch: key 1's row once, key 2's once");
+    }
+
+    /// `(key, name, nick)` of joined rows, sorted.
+    fn joined(batches: Vec<RecordBatch>) -> Vec<(u8, String, String)> {
+        let mut out = Vec::new();
+        for b in batches {
+            let keys = crate::api::batch::keys(&b).unwrap();
+            let name = b.column_by_name("name").unwrap().as_string::<i32>();
+            let nick = b.column_by_name("nick").unwrap().as_string::<i32>();
+            out.extend((0..b.num_rows()).map(|i| (keys.value(i)[0], name.value(i).into(), nick.value(i).into())));
+        }
+        out.sort();
+        out
+    }
+
+    /// Rows of both inputs waiting for their window at a snapshot of one subtask, restored as two: each subtask
+    /// joins its own keys' windows, rows that come after the restore included, and both emit what one would.
+    #[test]
+    fn windows_restored_at_another_parallelism_join_in_the_subtask_of_their_key() {
+        let config = [("window", r#"{"tumbling_ms": 10}"#)];
+        let keys: Vec<u8> = (0..24).collect();
+        let names: Vec<String> = keys.iter().map(|k| format!("n{k}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let first = side(&keys, "name", &names, &vec![2; keys.len()]);
+        let second = |nick: &str, t: i64| side(&keys, "nick", &vec![nick; keys.len()], &vec![t; keys.len()]);
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut one = Harness::keyed(backend).open(join(&config)).unwrap();
+            one.process(&first).unwrap();
+            one.process_second(&second("a", 5)).unwrap();
+            let snapshot = one.snapshot(1).unwrap();
+            let later = second("b", 8);
+            one.process_second(&later).unwrap();
+            one.watermark(i64::MAX).unwrap();
+            let expected = joined(one.take_output());
+            assert_eq!(expected.len(), 2 * keys.len());
+
+            let mut union = Vec::new();
+            for (i, rows) in partition(&later, 2, 128).unwrap().iter().enumerate() {
+                let mut h =
+                    Harness::keyed(backend).subtask(i as u32, 2).restore(&snapshot).open(join(&config)).unwrap();
+                h.process_second(rows).unwrap();
+                h.watermark(i64::MAX).unwrap();
+                let got = joined(h.take_output());
+                assert_eq!(got.len(), 2 * rows.num_rows(), "subtask {i}: its keys' windows, each key twice");
+                union.extend(got);
+            }
+            union.sort();
+            assert_eq!(union, expected, "{backend:?}: two subtasks join what one does");
+        }
     }
 }

@@ -265,12 +265,7 @@ pub(crate) fn open_state(
 /// Calls each operator's `initialize_state` with its state, telling it whether it was restored.
 fn initialize_chain(ops: &mut [ChainOp], plan: &SetupPlan<'_>) -> Result<(), TaskError> {
     for (op, planned) in ops.iter_mut().zip(&plan.operators) {
-        let mut ctx = InitContext {
-            info: &op.info,
-            restored: planned.restore.is_some(),
-            operator_state: &mut op.op_state,
-            keyed: keyed_mut(&mut op.keyed),
-        };
+        let mut ctx = init_context(&op.info, planned.restore.is_some(), &mut op.op_state, &mut op.keyed);
         let result = match &mut op.head {
             Head::Source(s) => s.initialize_state(&mut ctx),
             Head::Operator(o) => o.initialize_state(&mut ctx),
@@ -278,6 +273,16 @@ fn initialize_chain(ops: &mut [ChainOp], plan: &SetupPlan<'_>) -> Result<(), Tas
         result.map_err(|e| in_operator(&op.info.uid, e))?;
     }
     Ok(())
+}
+
+/// The context an operator's `initialize_state` gets: where it runs, whether it was restored, its state.
+pub(crate) fn init_context<'a>(
+    info: &'a RuntimeInfo,
+    restored: bool,
+    operator_state: &'a mut OperatorStateStore,
+    keyed: &'a mut Option<Box<dyn KeyedStateBackend>>,
+) -> InitContext<'a> {
+    InitContext { info, restored, operator_state, keyed: keyed_mut(keyed) }
 }
 
 /// Connects every output edge's channels, each to its consumer's data address.

@@ -166,16 +166,24 @@ impl Harness {
     }
 
     /// Opens `operator`'s state and calls its `initialize_state`.
-    pub fn open<O: Operator + ?Sized>(self, operator: impl Into<Box<O>>) -> Result<OperatorHarness<O>, OperatorError> {
-        let mut op = operator.into();
+    pub fn open<O: Operator>(self, operator: O) -> Result<OperatorHarness<O>, OperatorError> {
+        self.open_boxed(Box::new(operator))
+    }
+
+    /// [`Harness::open`] for an operator in a box (a kind's `build` gives one).
+    pub fn open_boxed<O: Operator + ?Sized>(self, mut op: Box<O>) -> Result<OperatorHarness<O>, OperatorError> {
         let mut slot = self.open_slot()?;
         op.initialize_state(&mut slot.init_context())?;
         Ok(OperatorHarness { op, slot, out: Emitted::default() })
     }
 
     /// Opens `source`'s state and calls its `initialize_state`.
-    pub fn open_source<S: Source + ?Sized>(self, source: impl Into<Box<S>>) -> Result<SourceHarness<S>, OperatorError> {
-        let mut src = source.into();
+    pub fn open_source<S: Source>(self, source: S) -> Result<SourceHarness<S>, OperatorError> {
+        self.open_source_boxed(Box::new(source))
+    }
+
+    /// [`Harness::open_source`] for a source in a box.
+    pub fn open_source_boxed<S: Source + ?Sized>(self, mut src: Box<S>) -> Result<SourceHarness<S>, OperatorError> {
         let mut slot = self.open_slot()?;
         src.initialize_state(&mut slot.init_context())?;
         Ok(SourceHarness { src, slot, out: Emitted::default() })

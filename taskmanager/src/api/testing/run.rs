@@ -131,6 +131,11 @@ impl<O: Operator + ?Sized> OperatorHarness<O> {
         self.out.side.remove(tag).unwrap_or_default()
     }
 
+    /// Every side output's batches emitted since the last call, by tag.
+    pub fn take_side_outputs(&mut self) -> std::collections::BTreeMap<String, Vec<RecordBatch>> {
+        std::mem::take(&mut self.out.side)
+    }
+
     /// The watermarks that went out since the last call.
     pub fn take_watermarks(&mut self) -> Vec<i64> {
         std::mem::take(&mut self.out.watermarks)

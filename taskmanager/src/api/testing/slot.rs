@@ -65,12 +65,7 @@ pub(super) struct Slot {
 
 impl Slot {
     pub(super) fn init_context(&mut self) -> InitContext<'_> {
-        InitContext {
-            info: &self.info,
-            restored: self.restored,
-            operator_state: &mut self.op_state,
-            keyed: crate::task::keyed_mut(&mut self.keyed),
-        }
+        crate::task::init_context(&self.info, self.restored, &mut self.op_state, &mut self.keyed)
     }
 
     pub(super) fn context(&mut self) -> ProcessContext<'_> {
