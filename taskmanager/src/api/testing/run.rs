@@ -177,6 +177,12 @@ impl<O: Operator + ?Sized> OperatorHarness<O> {
     }
 }
 
+impl<O: Operator + ?Sized> std::fmt::Debug for OperatorHarness<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.slot.describe("OperatorHarness", f)
+    }
+}
+
 /// One source running as a subtask: polled by hand, snapshotted and restored as an operator is.
 pub struct SourceHarness<S: Source + ?Sized = dyn Source> {
     pub(super) src: Box<S>,
@@ -227,5 +233,11 @@ impl<S: Source + ?Sized> SourceHarness<S> {
     /// Where the source runs.
     pub fn info(&self) -> &RuntimeInfo {
         &self.slot.info
+    }
+}
+
+impl<S: Source + ?Sized> std::fmt::Debug for SourceHarness<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.slot.describe("SourceHarness", f)
     }
 }

@@ -68,6 +68,20 @@ impl Slot {
         crate::task::init_context(&self.info, self.restored, &mut self.op_state, &mut self.keyed)
     }
 
+    /// What a harness's `Debug` shows: where it runs and how far it got.
+    pub(super) fn describe(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(name)
+            .field("uid", &self.info.uid)
+            .field("subtask", &self.info.subtask.0)
+            .field("parallelism", &self.info.parallelism)
+            .field("key_groups", &self.info.key_group_range)
+            .field("keyed", &self.keyed.as_ref().map(|k| k.kind()))
+            .field("restored", &self.restored)
+            .field("watermark", &self.watermark)
+            .field("processing_time", &self.clock.now_ms())
+            .finish()
+    }
+
     pub(super) fn context(&mut self) -> ProcessContext<'_> {
         crate::task::op_context(&self.info, &mut self.keyed, &mut self.timers, self.watermark)
     }
