@@ -364,6 +364,94 @@ mod tests {
     }
 }
 
+/// The operator in the harness: what it emits for rows of both inputs, when it lets them go, and how its rows
+/// restore at another parallelism.
+#[cfg(test)]
+mod harness_tests {
+    use super::*;
+    use crate::api::batch::{EVENT_TIME, KEY};
+    use crate::api::testing::{partition, Harness, OperatorHarness};
+    use crate::builtins::declare::config_map as m;
+    use crate::builtins::text::lines_of;
+    use arrow_array::{BinaryArray, Int64Array, TimestampMillisecondArray};
+    use std::sync::Arc;
+    use weir_common::spec::StateBackend;
+
+    /// Rows of `keys` with integer column `column` and event times.
+    fn rows(keys: &[u64], column: &str, values: &[i64], times: &[i64]) -> RecordBatch {
+        let k: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (KEY, Arc::new(BinaryArray::from_iter_values(k.iter()))),
+            (column, Arc::new(Int64Array::from(values.to_vec()))),
+            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(times.to_vec()))),
+        ];
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    fn open(h: Harness) -> OperatorHarness<IntervalJoin> {
+        let cfg = IntervalJoinConfig::from_map(&m(&[("lower_ms", "-2"), ("upper_ms", "3")])).unwrap();
+        h.open(IntervalJoin::new(cfg)).unwrap()
+    }
+
+    fn timers(h: &mut OperatorHarness<IntervalJoin>) -> u64 {
+        h.keyed().unwrap().state_summaries().unwrap().iter().filter_map(|s| s.entries).sum()
+    }
+
+    #[test]
+    fn rows_within_the_bounds_join_once_and_go_when_the_watermark_passes_their_last_match() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut h = open(Harness::keyed(backend));
+            h.process(&rows(&[1, 2, 1], "a", &[10, 20, 11], &[10, 10, 20])).unwrap();
+            assert!(h.take_output().is_empty());
+            // Second rows at 8 (10 − 2: in), 14 (10 + 4: out), 21 (20 + 1: in) for key 1, 13 (10 + 3: in) for key 2.
+            h.process_second(&rows(&[1, 1, 2, 1], "b", &[100, 101, 102, 103], &[8, 14, 13, 21])).unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["1,10,100@10", "1,11,103@21", "2,20,102@13"], "{backend:?}");
+            // A first row that comes later meets the stored second rows it matches.
+            h.process(&rows(&[1], "a", &[12], &[12])).unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["1,12,101@14"]);
+            h.watermark(30).unwrap();
+            assert!(h.take_output().is_empty(), "the watermark emits nothing");
+            // Behind the watermark: late, dropped, stored nowhere.
+            h.process_second(&rows(&[1], "b", &[104], &[22])).unwrap();
+            h.process(&rows(&[1], "a", &[13], &[29])).unwrap();
+            assert!(h.take_output().is_empty());
+            h.watermark(i64::MAX).unwrap();
+            assert_eq!(timers(&mut h), 0, "every bucket's cleanup timer fired");
+        }
+    }
+
+    /// First rows stored by one subtask, restored as two: the second rows that come after the restore meet
+    /// them in the subtask of their key, and both emit what one would.
+    #[test]
+    fn rows_restored_at_another_parallelism_join_in_the_subtask_of_their_key() {
+        let keys: Vec<u64> = (0..30).collect();
+        let n = keys.len();
+        let firsts = rows(&keys, "a", &keys.iter().map(|&k| k as i64).collect::<Vec<_>>(), &vec![10; n]);
+        let seconds = rows(&keys, "b", &vec![7; n], &vec![12; n]);
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut one = open(Harness::keyed(backend));
+            one.process(&firsts).unwrap();
+            one.watermark(5).unwrap();
+            let snapshot = one.snapshot(1).unwrap();
+            one.process_second(&seconds).unwrap();
+            let expected = lines_of(&one.take_output());
+            assert_eq!(expected.len(), n);
+            let mut union = Vec::new();
+            for (i, part) in partition(&seconds, 2, 128).unwrap().iter().enumerate() {
+                let mut h = open(Harness::keyed(backend).subtask(i as u32, 2).restore(&snapshot));
+                h.process_second(part).unwrap();
+                let got = lines_of(&h.take_output());
+                assert_eq!(got.len(), part.num_rows(), "subtask {i}");
+                union.extend(got);
+                h.watermark(i64::MAX).unwrap();
+                assert_eq!(timers(&mut h), 0);
+            }
+            union.sort();
+            assert_eq!(union, expected, "{backend:?}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod config_tests {
     use super::*;

@@ -632,18 +632,7 @@ mod tests {
 
     /// Joined rows as sorted text lines, each with its event time.
     fn lines(batches: Vec<RecordBatch>) -> Result<Vec<String>, OperatorError> {
-        let mut lines = Vec::new();
-        for b in batches {
-            let mut w = crate::builtins::text::LineWriter::new(&b, crate::builtins::text::FileFormat::Text)?;
-            for row in 0..b.num_rows() {
-                let mut line = String::new();
-                w.write_row(&b, row, &mut line);
-                let t = b.column_by_name(EVENT_TIME).unwrap().as_primitive::<TimestampMillisecondType>();
-                lines.push(format!("{}@{}", line.trim_end(), t.value(row)));
-            }
-        }
-        lines.sort();
-        Ok(lines)
+        Ok(crate::builtins::text::lines_of(&batches))
     }
 
     #[test]

@@ -569,6 +569,84 @@ mod tests {
     }
 }
 
+/// The operator in the harness: when rows go out and with which aggregates, and how waiting rows and frames
+/// restore at another parallelism.
+#[cfg(test)]
+mod harness_tests {
+    use super::*;
+    use crate::api::batch::KEY;
+    use crate::api::testing::{partition, Harness, OperatorHarness};
+    use crate::builtins::declare::config_map as m;
+    use crate::builtins::text::lines_of;
+    use arrow_array::{BinaryArray, Int64Array, TimestampMillisecondArray};
+    use weir_common::spec::StateBackend;
+
+    /// Rows of `keys` (also as column `id`) with `value`s and event times.
+    fn rows(keys: &[u64], values: &[i64], times: &[i64]) -> RecordBatch {
+        let k: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (KEY, Arc::new(BinaryArray::from_iter_values(k.iter()))),
+            ("id", Arc::new(Int64Array::from(keys.iter().map(|&k| k as i64).collect::<Vec<_>>()))),
+            ("value", Arc::new(Int64Array::from(values.to_vec()))),
+            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(times.to_vec()))),
+        ];
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    fn open(h: Harness) -> OperatorHarness<Over> {
+        let cfg = m(&[("aggregates", "SUM(value) AS s, COUNT(*) AS n"), ("rows_preceding", "1")]);
+        h.open(Over::new(OverConfig::from_map(&cfg).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn each_row_goes_out_once_the_watermark_passes_it_with_the_aggregates_of_its_frame() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut h = open(Harness::keyed(backend));
+            h.process(&rows(&[1, 1, 2, 1], &[1, 2, 3, 4], &[5, 3, 4, 5])).unwrap();
+            assert!(h.take_output().is_empty(), "rows wait for the watermark");
+            h.watermark(4).unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["1,2,2,1@3", "2,3,3,1@4"], "{backend:?}");
+            // Key 1's rows at 5, in arrival order, each over itself and the row before it.
+            h.watermark(10).unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["1,1,3,2@5", "1,4,5,2@5"], "{backend:?}");
+            // At or behind the watermark: late, dropped.
+            h.process(&rows(&[1, 2], &[9, 9], &[10, 7])).unwrap();
+            h.process(&rows(&[2], &[6], &[11])).unwrap();
+            h.end_input().unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["2,6,9,2@11"], "{backend:?}: over key 2's row at 4 and itself");
+        }
+    }
+
+    /// Rows waiting for the watermark, and the frames of rows gone out, restored as two subtasks: each emits its
+    /// own keys' rows with the aggregates one subtask would.
+    #[test]
+    fn waiting_rows_and_frames_restored_at_another_parallelism_stay_with_their_keys() {
+        let keys: Vec<u64> = (0..24).flat_map(|k| [k, k]).collect();
+        let values: Vec<i64> = (0..keys.len() as i64).collect();
+        let times: Vec<i64> = (0..keys.len()).map(|i| 5 + (i % 2) as i64).collect();
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut one = open(Harness::keyed(backend));
+            one.process(&rows(&keys, &values, &times)).unwrap();
+            one.watermark(5).unwrap();
+            assert_eq!(one.take_output().iter().map(RecordBatch::num_rows).sum::<usize>(), 24);
+            let snapshot = one.snapshot(1).unwrap();
+            let later = rows(&keys[..24], &values[..24], &[8; 24]);
+            one.process(&later).unwrap();
+            one.end_input().unwrap();
+            let expected = lines_of(&one.take_output());
+            let mut union = Vec::new();
+            for (i, part) in partition(&later, 2, 128).unwrap().iter().enumerate() {
+                let mut h = open(Harness::keyed(backend).subtask(i as u32, 2).restore(&snapshot));
+                h.process(part).unwrap();
+                h.end_input().unwrap();
+                union.extend(lines_of(&h.take_output()));
+            }
+            union.sort();
+            assert_eq!(union, expected, "{backend:?}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod config_tests {
     use super::*;

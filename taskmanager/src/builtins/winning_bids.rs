@@ -474,3 +474,109 @@ mod tests {
         assert!(pair(&row[..15]).is_err());
     }
 }
+
+/// The operator in the harness: which bid wins each auction and when, and how open auctions and early bids
+/// restore at another parallelism.
+#[cfg(test)]
+mod harness_tests {
+    use super::*;
+    use crate::api::batch::{EVENT_TIME, KEY};
+    use crate::api::testing::{partition, Harness, OperatorHarness};
+    use crate::builtins::declare::config_map as m;
+    use crate::builtins::text::lines_of;
+    use arrow_array::{BinaryArray, Int64Array, TimestampMillisecondArray};
+    use weir_common::spec::StateBackend;
+
+    fn keys(keys: &[u64]) -> ArrayRef {
+        let k: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
+        Arc::new(BinaryArray::from_iter_values(k.iter()))
+    }
+
+    /// Auctions `(key, seller, opens, expires)`.
+    fn auctions(rows: &[(u64, i64, i64, i64)]) -> RecordBatch {
+        let k: Vec<u64> = rows.iter().map(|r| r.0).collect();
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (KEY, keys(&k)),
+            ("seller", Arc::new(Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()))),
+            ("expires", Arc::new(TimestampMillisecondArray::from(rows.iter().map(|r| r.3).collect::<Vec<_>>()))),
+            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(rows.iter().map(|r| r.2).collect::<Vec<_>>()))),
+        ];
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    /// Bids `(key, price, bidder, time)`.
+    fn bids(rows: &[(u64, i64, i64, i64)]) -> RecordBatch {
+        let k: Vec<u64> = rows.iter().map(|r| r.0).collect();
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (KEY, keys(&k)),
+            ("price", Arc::new(Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()))),
+            ("bidder", Arc::new(Int64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>()))),
+            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(rows.iter().map(|r| r.3).collect::<Vec<_>>()))),
+        ];
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    fn open(h: Harness) -> OperatorHarness<WinningBids> {
+        let cfg = WinningBidsConfig::from_map(&m(&[("closes", "expires"), ("by", "price")])).unwrap();
+        h.open(WinningBids::new(cfg)).unwrap()
+    }
+
+    #[test]
+    fn each_auction_goes_out_at_its_close_with_its_highest_bid_made_while_it_was_open() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut h = open(Harness::keyed(backend));
+            // A bid before its auction waits for it.
+            h.process_second(&bids(&[(3, 4, 31, 1)])).unwrap();
+            h.process(&auctions(&[(1, 100, 0, 10), (2, 200, 0, 20), (3, 300, 0, 8)])).unwrap();
+            // Of equal bids the earlier wins; a bid after the close does not count.
+            h.process_second(&bids(&[(1, 5, 11, 3), (1, 7, 12, 4), (1, 7, 13, 2), (1, 9, 14, 11), (2, 1, 21, 5)]))
+                .unwrap();
+            h.watermark(10).unwrap();
+            let closed = lines_of(&h.take_output());
+            // A bid whose auction has not come when the watermark passes it never counts.
+            h.process_second(&bids(&[(4, 50, 41, 12)])).unwrap();
+            h.watermark(15).unwrap();
+            h.process(&auctions(&[(4, 400, 13, 30)])).unwrap();
+            h.end_input().unwrap();
+            // key, seller, expires, price, bidder @ expires: auction 1's earlier 7, auction 3's early 4.
+            assert_eq!(closed, ["1,100,10,7,13@10", "3,300,8,4,31@8"], "{backend:?}");
+            assert_eq!(lines_of(&h.take_output()), ["2,200,20,1,21@20"], "{backend:?}: auction 4 had no bid");
+        }
+    }
+
+    /// Open auctions, their best bids and early bids taken by one subtask, restored as two: each closes its own
+    /// keys' auctions, both emit what one would.
+    #[test]
+    fn open_auctions_restored_at_another_parallelism_close_in_the_subtask_of_their_key() {
+        let n = 24u64;
+        let open_auctions: Vec<(u64, i64, i64, i64)> = (0..n).map(|k| (k, k as i64, 0, 20)).collect();
+        let early: Vec<(u64, i64, i64, i64)> = (n..2 * n).map(|k| (k, 5, 1, 3)).collect();
+        let first_bids: Vec<(u64, i64, i64, i64)> = (0..n).map(|k| (k, 10, 2, 4)).collect();
+        let later_bids: Vec<(u64, i64, i64, i64)> = (0..2 * n).map(|k| (k, 5 + (k % 3) as i64 * 5, 3, 6)).collect();
+        let late_auctions: Vec<(u64, i64, i64, i64)> = (n..2 * n).map(|k| (k, k as i64, 2, 25)).collect();
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut one = open(Harness::keyed(backend));
+            one.process(&auctions(&open_auctions)).unwrap();
+            one.process_second(&bids(&early)).unwrap();
+            one.process_second(&bids(&first_bids)).unwrap();
+            let snapshot = one.snapshot(1).unwrap();
+            let (later, late) = (bids(&later_bids), auctions(&late_auctions));
+            one.process(&late).unwrap();
+            one.process_second(&later).unwrap();
+            one.end_input().unwrap();
+            let expected = lines_of(&one.take_output());
+            assert_eq!(expected.len(), 2 * n as usize);
+            let mut union = Vec::new();
+            let parts = partition(&late, 2, 128).unwrap().into_iter().zip(partition(&later, 2, 128).unwrap());
+            for (i, (late, later)) in parts.enumerate() {
+                let mut h = open(Harness::keyed(backend).subtask(i as u32, 2).restore(&snapshot));
+                h.process(&late).unwrap();
+                h.process_second(&later).unwrap();
+                h.end_input().unwrap();
+                union.extend(lines_of(&h.take_output()));
+            }
+            union.sort();
+            assert_eq!(union, expected, "{backend:?}");
+        }
+    }
+}
