@@ -4,18 +4,17 @@
 //! other input), each element its event time and the row; a row joins the other input's rows in range as it
 //! arrives, so each pair is emitted once, by whichever row came second. A timer per input and bucket clears the
 //! bucket once the watermark is past the last time a row of the other input could match any row in it. `where`
-//! and `select` apply as in `join` (`join::Plan`, `join::Pairs`).
+//! and `select` apply as in `join` (`relational::joined`).
 
 use super::declare::*;
 use super::join::JoinConfig;
-use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
-use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns};
-use crate::api::timers::TimeDomain;
-use crate::builtins::join::{Pairs, Plan};
-use arrow_array::{Array, ArrayRef, RecordBatch};
-
-use weir_state::{ListState, StateDescriptor};
+use super::relational::joined::{Pairs, Plan};
+use super::relational::{input_lists, ready, times, Inputs, Relational};
+use crate::api::batch::{key_groups, keys, set_current_key_of_row};
+use crate::api::operator::{Collector, OperatorError, ProcessContext};
+use crate::api::stored_rows::encode_row;
+use arrow_array::{Array, RecordBatch};
+use weir_state::{KeyedStateBackend, ListState};
 
 /// Config of the `interval-join` kind (Flink's interval join): the inner join of two inputs keyed alike where
 /// the second row's event time minus the first's is within `lower_ms` and `upper_ms`, both included (`b.t BETWEEN
@@ -68,7 +67,6 @@ impl IntervalJoinConfig {
 }
 
 const COLUMNS_STATE: &str = "interval-join-columns";
-const SIDE_NAMES: [&str; 2] = ["first", "second"];
 const STATES: [&str; 2] = ["interval-join-first", "interval-join-second"];
 
 /// The bucket arithmetic of one config: pure, so it is tested on its own.
@@ -122,9 +120,9 @@ fn namespace(s: usize, b: i64) -> [u8; 9] {
 pub struct IntervalJoin {
     cfg: IntervalJoinConfig,
     buckets: Buckets,
-    rows: [Option<ListState<Vec<u8>>>; 2],
-    columns: [KeptColumns; 2],
-    plan: Option<Plan>,
+    inputs: Inputs<Plan>,
+    /// Each input's rows per bucket, once registered.
+    rows: Option<[ListState<Vec<u8>>; 2]>,
     pairs: Pairs,
     row: Vec<u8>,
 }
@@ -136,12 +134,25 @@ impl IntervalJoin {
         IntervalJoin {
             cfg,
             buckets,
-            rows: [None, None],
-            columns: Default::default(),
-            plan: None,
+            inputs: Inputs::two(Self::KIND, COLUMNS_STATE),
+            rows: None,
             pairs: Pairs::default(),
             row: Vec::new(),
         }
+    }
+}
+
+impl Relational for IntervalJoin {
+    const KIND: &'static str = "interval-join";
+    type Built = Plan;
+
+    fn inputs(&mut self) -> &mut Inputs<Plan> {
+        &mut self.inputs
+    }
+
+    fn register(&mut self, keyed: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
+        self.rows = Some(input_lists(keyed, STATES, true)?);
+        Ok(())
     }
 
     fn process(
@@ -151,22 +162,12 @@ impl IntervalJoin {
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        let what = format!("the {} input", SIDE_NAMES[s]);
-        let (idx, learned) = self.columns[s].of_batch(&what, &batch.schema())?;
-        if learned {
-            self.plan = None;
-        }
-        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
-        let times = event_times(batch).ok_or_else(|| {
-            OperatorError::Other("interval-join needs event time: its input has no timestamps".into())
-        })?;
+        let own = self.inputs.read(s, batch)?.own;
+        let times = times(batch, Self::KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let watermark = ctx.current_watermark();
         let buckets = self.buckets;
-        let [first, second] = &mut self.rows;
-        let (Some(first), Some(second)) = (first.as_mut(), second.as_mut()) else {
-            return Err(OperatorError::Other("interval-join used before initialize_state".into()));
-        };
+        let [first, second] = ready(&mut self.rows, Self::KIND)?;
         let (mine, theirs) = if s == 0 { (first, &*second) } else { (second, &*first) };
         let mut timers = ctx.timers()?;
         self.pairs.clear();
@@ -200,61 +201,15 @@ impl IntervalJoin {
                 })?;
             }
         }
-        if self.pairs.is_empty() {
-            return Ok(());
-        }
-        let (Some(a), Some(b)) = (self.columns[0].stored.clone(), self.columns[1].stored.clone()) else {
-            return Err(OperatorError::Other("stored rows of an input whose columns are unknown".into()));
-        };
-        if self.plan.is_none() {
-            self.plan = Some(Plan::new(&self.cfg.join, &a, &b, &[])?);
-        }
-        let Some(plan) = &self.plan else { unreachable!("planned above") };
-        match self.pairs.joined(plan, s, keys, &own, [&a, &b])? {
-            Some(result) => out.emit_batch(result),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Operator for IntervalJoin {
-    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("interval-join needs keyed state".into()))?;
-        for (slot, name) in self.rows.iter_mut().zip(STATES) {
-            *slot = Some(ListState::register(&mut **keyed, StateDescriptor::new(name).namespaced())?);
-        }
-        let [a, b] = &mut self.columns;
-        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
+        self.pairs.emit(&mut self.inputs, &self.cfg.join, s, keys, &own, out)
     }
 
-    fn process_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.process(0, batch, ctx, out)
-    }
-
-    fn process_second_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.process(1, batch, ctx, out)
-    }
-
-    fn on_timer(
+    fn fire(
         &mut self,
         _timestamp: i64,
-        domain: TimeDomain,
         ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
+        _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Other("interval-join sets no processing-time timers".into()));
-        }
         let backend = ctx.keyed()?;
         // The timer's namespace names the input and the bucket to clear.
         let s = match backend.current_key_and_namespace().1.first() {
@@ -262,15 +217,8 @@ impl Operator for IntervalJoin {
             Some(1) => 1,
             _ => return Err(OperatorError::Other("interval-join: a timer of an unknown bucket".into())),
         };
-        let list =
-            self.rows[s].as_mut().ok_or_else(|| OperatorError::Other("interval-join used before init".into()))?;
-        list.clear(backend)?;
+        ready(&mut self.rows, Self::KIND)?[s].clear(backend)?;
         Ok(())
-    }
-
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let [a, b] = &self.columns;
-        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
     }
 }
 
@@ -369,23 +317,17 @@ mod tests {
 #[cfg(test)]
 mod harness_tests {
     use super::*;
-    use crate::api::batch::{EVENT_TIME, KEY};
-    use crate::api::testing::{partition, Harness, OperatorHarness};
+    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use crate::builtins::declare::config_map as m;
     use crate::builtins::text::lines_of;
-    use arrow_array::{BinaryArray, Int64Array, TimestampMillisecondArray};
+    use arrow_array::Int64Array;
     use std::sync::Arc;
     use weir_common::spec::StateBackend;
 
     /// Rows of `keys` with integer column `column` and event times.
     fn rows(keys: &[u64], column: &str, values: &[i64], times: &[i64]) -> RecordBatch {
-        let k: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
-        let columns: Vec<(&str, ArrayRef)> = vec![
-            (KEY, Arc::new(BinaryArray::from_iter_values(k.iter()))),
-            (column, Arc::new(Int64Array::from(values.to_vec()))),
-            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(times.to_vec()))),
-        ];
-        RecordBatch::try_from_iter(columns).unwrap()
+        let keys: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
+        keyed_batch(&keys, vec![(column, Arc::new(Int64Array::from(values.to_vec())))], times).unwrap()
     }
 
     fn open(h: Harness) -> OperatorHarness<IntervalJoin> {

@@ -10,18 +10,18 @@
 
 use super::aggregate::{check_column, INTEGERS, TIMES};
 use super::declare::*;
+use super::relational::joined::Plan;
+use super::relational::{ready, times, Inputs, Relational, EMIT_AT};
 use crate::api::batch::int_column;
-use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
-use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
-use crate::api::timers::TimeDomain;
+use crate::api::batch::{key_groups, keys, set_current_key_of_row};
+use crate::api::operator::{Collector, OperatorError, ProcessContext};
+use crate::api::stored_rows::{encode_row, RowsBuilder};
 use crate::builtins::join::JoinConfig;
-use crate::builtins::join::Plan;
 use arrow_array::builder::{BinaryBuilder, TimestampMillisecondBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef;
 use std::sync::Arc;
-use weir_state::{ListState, StateId, StateKind};
+use weir_state::{KeyedStateBackend, ListState, StateId, StateKind};
 
 /// Config of the `winning-bids` kind (Nexmark's winning bids, q6's first step): two inputs keyed alike,
 /// auctions first and bids second. A bid counts for its key's auction when its event time is within the
@@ -65,13 +65,11 @@ impl WinningBidsConfig {
     }
 }
 
+const KIND: &str = "winning-bids";
 const AUCTION: &str = "winning-bids-auction";
 const BEST: &str = "winning-bids-best";
 const EARLY: &str = "winning-bids-early";
 const COLUMNS_STATE: &str = "winning-bids-columns";
-const SIDE_NAMES: [&str; 2] = ["first", "second"];
-/// Winners gathered before they are emitted anyway, within one watermark's timers.
-const EMIT_AT: usize = 4096;
 
 /// Two little-endian `i64`s, then a stored row: an auction (opens, closes) or a bid (`by`, time).
 fn pair(bytes: &[u8]) -> Result<(i64, i64, &[u8]), OperatorError> {
@@ -87,8 +85,9 @@ fn write_pair(a: i64, b: i64, out: &mut Vec<u8>) {
     out.extend_from_slice(&b.to_le_bytes());
 }
 
-fn not_ready() -> OperatorError {
-    OperatorError::Other("winning-bids used before initialize_state".into())
+/// The plan of winners' rows over both inputs' kept columns: the key, the auction's columns, the bid's.
+fn winner_plan(kept: &[SchemaRef]) -> Result<Plan, OperatorError> {
+    Plan::new(&JoinConfig { select: None, condition: None }, &kept[0], &kept[1], &[])
 }
 
 /// Whether a bid `(by, time)` beats the best so far: a higher `by`, or an equal one made earlier.
@@ -109,8 +108,8 @@ struct Fired {
 pub struct WinningBids {
     cfg: WinningBidsConfig,
     states: Option<States>,
-    columns: [KeptColumns; 2],
-    plan: Option<Plan>,
+    /// Both inputs' columns, and the plan of the joined rows (its schema) built of them.
+    inputs: Inputs<Plan>,
     fired: Option<Fired>,
     /// Buffers reused from row to row: a row being stored, and a timer's auction and winning bid.
     row: Vec<u8>,
@@ -133,8 +132,11 @@ impl WinningBids {
         WinningBids {
             cfg,
             states: None,
-            columns: Default::default(),
-            plan: None,
+            inputs: Inputs::named(
+                Self::KIND,
+                COLUMNS_STATE,
+                [("first", "the auctions (first input)".into()), ("second", "the bids (second input)".into())],
+            ),
             fired: None,
             row: Vec::new(),
             auction_row: Vec::new(),
@@ -143,24 +145,21 @@ impl WinningBids {
         }
     }
 
-    fn schemas(&self) -> Result<(SchemaRef, SchemaRef), OperatorError> {
-        match (&self.columns[0].stored, &self.columns[1].stored) {
-            (Some(a), Some(b)) => Ok((a.clone(), b.clone())),
-            _ => Err(OperatorError::Other("winning-bids: a winner before both inputs' columns are known".into())),
+    /// The kept columns of a batch of input `s`; winners gathered of columns learned now are forgotten.
+    fn read(&mut self, s: usize, batch: &RecordBatch) -> Result<Vec<ArrayRef>, OperatorError> {
+        let read = self.inputs.read(s, batch)?;
+        if read.learned {
+            self.fired = None;
         }
+        Ok(read.own)
     }
 
     fn auctions(&mut self, batch: &RecordBatch, ctx: &mut ProcessContext<'_>) -> Result<(), OperatorError> {
-        let (idx, learned) = self.columns[0].of_batch("the auctions (first input)", &batch.schema())?;
-        if learned {
-            (self.plan, self.fired) = (None, None);
-        }
-        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
-        let closes = int_column(batch, &self.cfg.closes, "winning-bids")?;
-        let times = event_times(batch)
-            .ok_or_else(|| OperatorError::Other("winning-bids needs event time: its input has no timestamps".into()))?;
+        let own = self.read(0, batch)?;
+        let closes = int_column(batch, &self.cfg.closes, KIND)?;
+        let times = times(batch, KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
+        let States { auction, best, early } = ready(&mut self.states, KIND)?;
         let (auction, best, row, waiting) = (*auction, *best, &mut self.row, &mut self.waiting);
         let mut timers = ctx.timers()?;
         for (i, closes) in closes.into_iter().enumerate() {
@@ -205,16 +204,11 @@ impl WinningBids {
     }
 
     fn bids(&mut self, batch: &RecordBatch, ctx: &mut ProcessContext<'_>) -> Result<(), OperatorError> {
-        let (idx, learned) = self.columns[1].of_batch("the bids (second input)", &batch.schema())?;
-        if learned {
-            (self.plan, self.fired) = (None, None);
-        }
-        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
-        let by = int_column(batch, &self.cfg.by, "winning-bids")?;
-        let times = event_times(batch)
-            .ok_or_else(|| OperatorError::Other("winning-bids needs event time: its input has no timestamps".into()))?;
+        let own = self.read(1, batch)?;
+        let by = int_column(batch, &self.cfg.by, KIND)?;
+        let times = times(batch, KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
+        let States { auction, best, early } = ready(&mut self.states, KIND)?;
         let (auction, best, row) = (*auction, *best, &mut self.row);
         let watermark = ctx.current_watermark();
         let mut timers = ctx.timers()?;
@@ -254,62 +248,45 @@ impl WinningBids {
         }
         Ok(())
     }
-
-    fn emit(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        let Some(f) = self.fired.as_mut().filter(|f| f.len > 0) else { return Ok(()) };
-        let Some(plan) = &self.plan else { return Err(OperatorError::Other("winning-bids: no plan".into())) };
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(f.keys.finish())];
-        columns.extend(f.auctions.finish_without_event_time());
-        columns.extend(f.bids.finish_without_event_time());
-        columns.push(Arc::new(f.times.finish()));
-        f.len = 0;
-        let batch = RecordBatch::try_new(plan.joined.clone(), columns)
-            .map_err(|e| OperatorError::Other(format!("winning-bids: building the output: {e}")))?;
-        out.emit_batch(batch)
-    }
 }
 
-impl Operator for WinningBids {
-    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Other("winning-bids needs keyed state".into()))?;
+impl Relational for WinningBids {
+    const KIND: &'static str = KIND;
+    type Built = Plan;
+
+    fn inputs(&mut self) -> &mut Inputs<Plan> {
+        &mut self.inputs
+    }
+
+    fn register(&mut self, keyed: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
         self.states = Some(States {
             auction: keyed.register_state(AUCTION, StateKind::Value)?,
             best: keyed.register_state(BEST, StateKind::Value)?,
-            early: ListState::register(&mut **keyed, EARLY)?,
+            early: ListState::register(keyed, EARLY)?,
         });
-        let [a, b] = &mut self.columns;
-        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
+        Ok(())
     }
 
-    fn process_batch(
+    fn process(
         &mut self,
+        s: usize,
         batch: &RecordBatch,
         ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
+        _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        self.auctions(batch, ctx)
+        match s {
+            0 => self.auctions(batch, ctx),
+            _ => self.bids(batch, ctx),
+        }
     }
 
-    fn process_second_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.bids(batch, ctx)
-    }
-
-    fn on_timer(
+    fn fire(
         &mut self,
         timestamp: i64,
-        domain: TimeDomain,
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Other("winning-bids sets no processing-time timers".into()));
-        }
-        let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
+        let States { auction, best, early } = ready(&mut self.states, KIND)?;
         let backend = ctx.keyed()?;
         self.auction_row.clear();
         let closes = match backend.get_value(*auction)? {
@@ -357,16 +334,12 @@ impl Operator for WinningBids {
         if !won {
             return Ok(());
         }
-        if self.plan.is_none() {
-            let (a, b) = self.schemas()?;
-            self.plan = Some(Plan::new(&JoinConfig { select: None, condition: None }, &a, &b, &[])?);
-        }
+        self.inputs.built(winner_plan)?;
         if self.fired.is_none() {
-            let (a, b) = self.schemas()?;
             self.fired = Some(Fired {
                 keys: BinaryBuilder::new(),
-                auctions: RowsBuilder::new(a)?,
-                bids: RowsBuilder::new(b)?,
+                auctions: RowsBuilder::new(self.inputs.stored(0)?)?,
+                bids: RowsBuilder::new(self.inputs.stored(1)?)?,
                 times: TimestampMillisecondBuilder::new(),
                 len: 0,
             });
@@ -378,27 +351,22 @@ impl Operator for WinningBids {
         f.times.append_value(timestamp);
         f.len += 1;
         if f.len >= EMIT_AT {
-            self.emit(out)?;
+            self.flush(out)?;
         }
         Ok(())
     }
 
-    fn on_watermark(
-        &mut self,
-        _watermark: i64,
-        _ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.emit(out)
-    }
-
-    fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        self.emit(out)
-    }
-
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let [a, b] = &self.columns;
-        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        let Some(f) = self.fired.as_mut().filter(|f| f.len > 0) else { return Ok(()) };
+        let plan = self.inputs.built(winner_plan)?;
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(f.keys.finish())];
+        columns.extend(f.auctions.finish_without_event_time());
+        columns.extend(f.bids.finish_without_event_time());
+        columns.push(Arc::new(f.times.finish()));
+        f.len = 0;
+        let batch = RecordBatch::try_new(plan.joined.clone(), columns)
+            .map_err(|e| OperatorError::Other(format!("winning-bids: building the output: {e}")))?;
+        out.emit_batch(batch)
     }
 }
 
@@ -480,40 +448,32 @@ mod tests {
 #[cfg(test)]
 mod harness_tests {
     use super::*;
-    use crate::api::batch::{EVENT_TIME, KEY};
-    use crate::api::testing::{partition, Harness, OperatorHarness};
+    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use crate::builtins::declare::config_map as m;
     use crate::builtins::text::lines_of;
-    use arrow_array::{BinaryArray, Int64Array, TimestampMillisecondArray};
+    use arrow_array::{Int64Array, TimestampMillisecondArray};
     use weir_common::spec::StateBackend;
 
-    fn keys(keys: &[u64]) -> ArrayRef {
-        let k: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
-        Arc::new(BinaryArray::from_iter_values(k.iter()))
+    fn ints(values: impl Iterator<Item = i64>) -> ArrayRef {
+        Arc::new(Int64Array::from(values.collect::<Vec<_>>()))
+    }
+
+    fn keys(rows: &[(u64, i64, i64, i64)]) -> Vec<[u8; 8]> {
+        rows.iter().map(|r| r.0.to_be_bytes()).collect()
     }
 
     /// Auctions `(key, seller, opens, expires)`.
     fn auctions(rows: &[(u64, i64, i64, i64)]) -> RecordBatch {
-        let k: Vec<u64> = rows.iter().map(|r| r.0).collect();
-        let columns: Vec<(&str, ArrayRef)> = vec![
-            (KEY, keys(&k)),
-            ("seller", Arc::new(Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()))),
-            ("expires", Arc::new(TimestampMillisecondArray::from(rows.iter().map(|r| r.3).collect::<Vec<_>>()))),
-            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(rows.iter().map(|r| r.2).collect::<Vec<_>>()))),
-        ];
-        RecordBatch::try_from_iter(columns).unwrap()
+        let expires: ArrayRef = Arc::new(TimestampMillisecondArray::from(rows.iter().map(|r| r.3).collect::<Vec<_>>()));
+        let opens: Vec<i64> = rows.iter().map(|r| r.2).collect();
+        keyed_batch(&keys(rows), vec![("seller", ints(rows.iter().map(|r| r.1))), ("expires", expires)], &opens)
+            .unwrap()
     }
 
     /// Bids `(key, price, bidder, time)`.
     fn bids(rows: &[(u64, i64, i64, i64)]) -> RecordBatch {
-        let k: Vec<u64> = rows.iter().map(|r| r.0).collect();
-        let columns: Vec<(&str, ArrayRef)> = vec![
-            (KEY, keys(&k)),
-            ("price", Arc::new(Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()))),
-            ("bidder", Arc::new(Int64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>()))),
-            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(rows.iter().map(|r| r.3).collect::<Vec<_>>()))),
-        ];
-        RecordBatch::try_from_iter(columns).unwrap()
+        let columns = vec![("price", ints(rows.iter().map(|r| r.1))), ("bidder", ints(rows.iter().map(|r| r.2)))];
+        keyed_batch(&keys(rows), columns, &rows.iter().map(|r| r.3).collect::<Vec<_>>()).unwrap()
     }
 
     fn open(h: Harness) -> OperatorHarness<WinningBids> {

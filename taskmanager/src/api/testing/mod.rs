@@ -40,11 +40,11 @@
 //! # }
 //! ```
 
-use crate::api::batch::keys;
+use crate::api::batch::{keys, EVENT_TIME, KEY};
 use crate::api::error::OperatorError;
 use crate::api::operator::{Operator, RuntimeInfo, Source};
 use crate::task::{open_state, plan_setup, KeyedSite, RestoreSource};
-use arrow_array::{Array, RecordBatch, UInt32Array};
+use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
 use slot::{error, Emitted, OnRuntime, Slot};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -292,6 +292,20 @@ impl Harness {
             work,
         })
     }
+}
+
+/// A batch as a key-by edge delivers it to a keyed operator: the [`KEY`](crate::api::batch::KEY) column of
+/// `keys`, then `columns`, then the event times `times`.
+pub fn keyed_batch<K: AsRef<[u8]>>(
+    keys: &[K],
+    columns: Vec<(&str, ArrayRef)>,
+    times: &[i64],
+) -> Result<RecordBatch, OperatorError> {
+    let mut all: Vec<(&str, ArrayRef)> =
+        vec![(KEY, Arc::new(BinaryArray::from_iter_values(keys.iter().map(|k| k.as_ref()))))];
+    all.extend(columns);
+    all.push((EVENT_TIME, Arc::new(TimestampMillisecondArray::from(times.to_vec()))));
+    RecordBatch::try_from_iter(all).map_err(|e| OperatorError::Other(format!("building a batch: {e}")))
 }
 
 /// `batch`'s rows by the subtask of `parallelism` (over `max_parallelism` key groups) a key-by edge routes

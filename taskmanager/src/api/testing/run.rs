@@ -2,7 +2,6 @@
 
 use super::slot::{error, Emitted, Slot};
 use super::Snapshot;
-use crate::api::batch::records;
 use crate::api::error::OperatorError;
 use crate::api::operator::{Operator, RuntimeInfo, Source, SourceOutput, SourceStatus};
 use crate::api::record::Record;
@@ -119,11 +118,7 @@ impl<O: Operator + ?Sized> OperatorHarness<O> {
 
     /// The main output since the last call as key/value records (the shape of [`crate::api::batch`]).
     pub fn take_records(&mut self) -> Result<Vec<Record>, OperatorError> {
-        let mut out = Vec::new();
-        for batch in self.take_output() {
-            out.extend(records(&batch)?);
-        }
-        Ok(out)
+        self.out.take_records()
     }
 
     /// Side output `tag`'s batches emitted since the last call.
@@ -218,11 +213,7 @@ impl<S: Source + ?Sized> SourceHarness<S> {
 
     /// The output since the last call as key/value records.
     pub fn take_records(&mut self) -> Result<Vec<Record>, OperatorError> {
-        let mut out = Vec::new();
-        for batch in self.take_output() {
-            out.extend(records(&batch)?);
-        }
-        Ok(out)
+        self.out.take_records()
     }
 
     /// The source.

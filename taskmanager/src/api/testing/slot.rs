@@ -2,9 +2,10 @@
 //! what it emitted, and how the harness runs the task's I/O.
 
 use super::{Snapshot, INLINE_OFFSETS};
-use crate::api::batch::keys;
+use crate::api::batch::{keys, records};
 use crate::api::error::OperatorError;
 use crate::api::operator::{Collector, InitContext, ProcessContext, RuntimeInfo, SnapshotContext};
+use crate::api::record::Record;
 use crate::api::timers::TimerSlot;
 use crate::task::{snapshot_part, upload_part, PartDirs, PartUpload, RunIo, TaskError};
 use arrow_array::{Array, RecordBatch};
@@ -167,6 +168,15 @@ pub(super) struct Emitted {
 }
 
 impl Emitted {
+    /// The main output's batches as key/value records, taken.
+    pub(super) fn take_records(&mut self) -> Result<Vec<Record>, OperatorError> {
+        let mut out = Vec::new();
+        for batch in std::mem::take(&mut self.main) {
+            out.extend(records(&batch)?);
+        }
+        Ok(out)
+    }
+
     /// Runs `f` with a collector whose batches are kept here, and flushes it.
     pub(super) fn collect<T>(
         &mut self,
