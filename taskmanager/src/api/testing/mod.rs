@@ -294,7 +294,7 @@ impl Harness {
     }
 }
 
-/// A batch as a key-by edge delivers it to a keyed operator: the [`KEY`](crate::api::batch::KEY) column of
+/// A batch as a key-by edge delivers it to a keyed operator: the [`KEY`] column of
 /// `keys`, then `columns`, then the event times `times`.
 pub fn keyed_batch<K: AsRef<[u8]>>(
     keys: &[K],
