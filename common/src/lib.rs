@@ -10,7 +10,9 @@
 //! - [`watermarks`]: a source's watermark strategy (the spec's `watermarks:`) and its validation.
 //! - [`datagen`]: the datagen record formula and its event times (DESIGN §10), shared by the source and by output
 //!   verification.
-//! - [`checkpoint`]: checkpoint metadata and the one place that builds object-store paths.
+//! - [`checkpoint`]: checkpoint metadata and the one place that builds object-store paths; [`assignment`]: who
+//!   restores what when an operator's parallelism changes (pure: the job manager's restores and the task
+//!   manager's operator test harness both use it).
 //! - [`serializer`]: serializer snapshots (recorded per state in checkpoint metadata), their resolution against a
 //!   new serializer and the Avro migration of stored values.
 //! - [`descriptor`]: what the job manager sends a task manager to deploy one subtask; [`wire`]: the protobuf
@@ -23,6 +25,7 @@
 //! - [`telemetry`]: tracing setup; [`metrics`]: the Prometheus endpoint; [`health`]: the gRPC health service.
 //! - [`text`]: a user's values quoted, and cut short, in error messages.
 
+pub mod assignment;
 pub mod checkpoint;
 pub mod cluster;
 pub mod config;

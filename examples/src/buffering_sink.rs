@@ -246,22 +246,9 @@ impl Operator for BufferingSink {
 mod tests {
     use super::*;
     use std::path::Path;
-    use weir_common::ids::SubtaskIndex;
-    use weir_common::keygroup::KeyGroupRange;
-    use weir_state::OperatorStateStore;
-    use weir_taskmanager::api::operator::RuntimeInfo;
+    use weir_taskmanager::api::testing::{Harness, OperatorHarness, Snapshot};
 
-    fn info(attempt: u32) -> RuntimeInfo {
-        RuntimeInfo {
-            uid: "out".into(),
-            job_id: "j".into(),
-            attempt,
-            subtask: SubtaskIndex(0),
-            parallelism: 1,
-            max_parallelism: 128,
-            key_group_range: KeyGroupRange { start: 0, end: 127 },
-        }
-    }
+    type Sink = OperatorHarness<BufferingSink>;
 
     fn rec(key: u64) -> Record {
         Record::new_i64(&key.to_be_bytes(), 1)
@@ -271,36 +258,19 @@ mod tests {
         BufferingSink::new(BufferingSinkConfig { path: dir.display().to_string(), threshold })
     }
 
-    fn init(s: &mut BufferingSink, attempt: u32, store: &mut OperatorStateStore, restored: bool) {
-        let i = info(attempt);
-        s.initialize_state(&mut InitContext { info: &i, restored, operator_state: store, keyed: None }).unwrap();
+    /// Sink `out` of job `j` in `attempt`, restored from `from` if given.
+    fn open(s: BufferingSink, attempt: u32, from: Option<&Snapshot>) -> Sink {
+        let h = Harness::stateless().uid("out").attempt(attempt);
+        let h = match from {
+            Some(snapshot) => h.restore(snapshot),
+            None => h,
+        };
+        h.open(s).unwrap()
     }
 
-    fn process(s: &mut BufferingSink, keys: std::ops::Range<u64>) {
-        let i = info(0);
-        let mut nothing = |_: RecordBatch| Ok(());
+    fn process(s: &mut Sink, keys: std::ops::Range<u64>) {
         let records: Vec<Record> = keys.map(rec).collect();
-        s.process_batch(
-            &weir_taskmanager::api::batch::batch_of(&records).unwrap(),
-            &mut ProcessContext::new(&i, None),
-            &mut Collector::new(&mut nothing),
-        )
-        .unwrap();
-    }
-
-    fn snapshot(s: &mut BufferingSink, id: u64, store: &mut OperatorStateStore) {
-        s.snapshot_state(&mut SnapshotContext {
-            checkpoint_id: CheckpointId(id),
-            timestamp_ms: 0,
-            operator_state: store,
-        })
-        .unwrap();
-    }
-
-    /// The store a restored task gets: the snapshot written and read back.
-    fn round_trip(store: &OperatorStateStore) -> OperatorStateStore {
-        let (blob, metas) = store.snapshot();
-        OperatorStateStore::restore(&blob, &metas).unwrap()
+        s.process(&weir_taskmanager::api::batch::batch_of(&records).unwrap()).unwrap();
     }
 
     fn names(dir: &Path, hidden: bool) -> Vec<String> {
@@ -342,26 +312,22 @@ mod tests {
     fn buffers_until_the_threshold_and_writes_the_rest_at_end_of_input() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let mut store = OperatorStateStore::new();
-        let mut s = sink(dir, 3);
-        init(&mut s, 1, &mut store, false);
+        let mut s = open(sink(dir, 3), 1, None);
         process(&mut s, 0..2);
-        assert_eq!(s.buffered(), 2);
+        assert_eq!(s.operator().buffered(), 2);
         assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0, "nothing is written below the threshold");
         process(&mut s, 2..7);
-        assert_eq!(s.buffered(), 1);
+        assert_eq!(s.operator().buffered(), 1);
         assert_eq!(names(dir, true), vec![".buffered-j-0-1-0.inprogress", ".buffered-j-0-1-1.inprogress"]);
         assert_eq!(read(dir, ".buffered-j-0-1-0.inprogress"), lines(0..3));
         assert_eq!(read(dir, ".buffered-j-0-1-1.inprogress"), lines(3..6));
         assert!(names(dir, false).is_empty(), "nothing is visible before a checkpoint completes");
 
-        let i = info(1);
-        let mut nothing = |_: RecordBatch| Ok(());
-        s.end_of_input(&mut ProcessContext::new(&i, None), &mut Collector::new(&mut nothing)).unwrap();
-        assert_eq!(s.buffered(), 0);
+        s.end_input().unwrap();
+        assert_eq!(s.operator().buffered(), 0);
         assert_eq!(read(dir, ".buffered-j-0-1-2.inprogress"), lines(6..7));
-        snapshot(&mut s, 1, &mut store);
-        s.notify_checkpoint_complete(CheckpointId(1)).unwrap();
+        s.snapshot(1).unwrap();
+        s.notify_checkpoint_complete(1).unwrap();
         assert_eq!(names(dir, false), vec!["buffered-j-0-1-0", "buffered-j-0-1-1", "buffered-j-0-1-2"]);
         assert!(names(dir, true).is_empty());
     }
@@ -370,57 +336,47 @@ mod tests {
     fn the_buffer_is_snapshotted_and_restored() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let mut store = OperatorStateStore::new();
-        let mut s = sink(dir, 10);
-        init(&mut s, 1, &mut store, false);
+        let mut s = open(sink(dir, 10), 1, None);
         process(&mut s, 0..4);
-        snapshot(&mut s, 1, &mut store);
+        let checkpoint = s.snapshot(1).unwrap();
         // Records after the barrier are replayed by the source after a failure: not in the state.
         process(&mut s, 4..6);
         drop(s);
 
-        let mut restored_store = round_trip(&store);
-        let mut s = sink(dir, 10);
-        init(&mut s, 2, &mut restored_store, true);
-        assert_eq!(s.buffered(), 4, "the buffer at the barrier comes back");
+        let mut s = open(sink(dir, 10), 2, Some(&checkpoint));
+        assert_eq!(s.operator().buffered(), 4, "the buffer at the barrier comes back");
         process(&mut s, 4..10);
-        assert_eq!(s.buffered(), 0);
+        assert_eq!(s.operator().buffered(), 0);
         assert_eq!(read(dir, ".buffered-j-0-2-0.inprogress"), lines(0..10));
 
         // A fresh start (no restore) begins with an empty buffer.
-        let mut fresh = sink(dir, 10);
-        init(&mut fresh, 3, &mut OperatorStateStore::new(), false);
-        assert_eq!(fresh.buffered(), 0);
+        let mut fresh = open(sink(dir, 10), 3, None);
+        assert_eq!(fresh.operator().buffered(), 0);
     }
 
     #[test]
     fn files_are_committed_on_completion_and_on_restore_exactly_once() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let mut store = OperatorStateStore::new();
-        let mut s = sink(dir, 2);
-        init(&mut s, 1, &mut store, false);
+        let mut s = open(sink(dir, 2), 1, None);
         process(&mut s, 0..2); // file 0
-        snapshot(&mut s, 1, &mut store);
+        s.snapshot(1).unwrap();
         process(&mut s, 2..5); // file 1, key 4 buffered
-        snapshot(&mut s, 2, &mut store);
-        let at_checkpoint_2 = round_trip(&store);
+        let at_checkpoint_2 = s.snapshot(2).unwrap();
         // Checkpoint 3 is aborted: its file stays pending.
         process(&mut s, 5..7); // file 2
-        snapshot(&mut s, 3, &mut store);
-        s.notify_checkpoint_aborted(CheckpointId(3)).unwrap();
+        s.snapshot(3).unwrap();
+        s.notify_checkpoint_aborted(3).unwrap();
 
-        s.notify_checkpoint_complete(CheckpointId(1)).unwrap();
+        s.notify_checkpoint_complete(1).unwrap();
         assert_eq!(names(dir, false), vec!["buffered-j-0-1-0"], "only what checkpoint 1 covers is visible");
-        s.notify_checkpoint_complete(CheckpointId(1)).unwrap(); // repeated: nothing changes
+        s.notify_checkpoint_complete(1).unwrap(); // repeated: nothing changes
         assert_eq!(names(dir, false), vec!["buffered-j-0-1-0"]);
         drop(s); // dies before the notification of checkpoint 2 arrives
 
         // Another job writing to the same directory: its hidden file is not ours to remove.
         std::fs::write(dir.join(".buffered-other-0-1-0.inprogress"), "9,1\n").unwrap();
-        let mut restored_store = at_checkpoint_2;
-        let mut s = sink(dir, 2);
-        init(&mut s, 2, &mut restored_store, true);
+        let mut s = open(sink(dir, 2), 2, Some(&at_checkpoint_2));
         assert_eq!(names(dir, false), vec!["buffered-j-0-1-0", "buffered-j-0-1-1"], "pending files are committed");
         assert_eq!(read(dir, "buffered-j-0-1-1"), lines(2..4));
         assert_eq!(
@@ -428,12 +384,12 @@ mod tests {
             vec![".buffered-other-0-1-0.inprogress"],
             "the file written after checkpoint 2 is removed: its records are replayed"
         );
-        assert_eq!(s.buffered(), 1);
+        assert_eq!(s.operator().buffered(), 1);
         // A late notification of the old attempt's checkpoint commits nothing twice.
-        s.notify_checkpoint_complete(CheckpointId(2)).unwrap();
+        s.notify_checkpoint_complete(2).unwrap();
         process(&mut s, 5..7); // replayed: key 4 (buffered) and 5 written, 6 buffered
-        snapshot(&mut s, 4, &mut store);
-        s.notify_checkpoint_complete(CheckpointId(4)).unwrap();
+        s.snapshot(4).unwrap();
+        s.notify_checkpoint_complete(4).unwrap();
         let mut all = String::new();
         for name in names(dir, false) {
             all.push_str(&read(dir, &name));

@@ -192,83 +192,50 @@ impl Operator for DistinctValues {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
-    use std::path::Path;
-    use std::sync::Arc;
-    use weir_common::ids::SubtaskIndex;
-    use weir_common::keygroup::KeyGroupRange;
     use weir_common::spec::StateBackend;
     use weir_state::rocks::RocksOptions;
-    use weir_state::{open_keyed_backend, ManualClock, OperatorStateStore};
-    use weir_taskmanager::api::operator::RuntimeInfo;
+    use weir_taskmanager::api::testing::{partition, Harness, OperatorHarness, Snapshot};
 
-    const MAX_PARALLELISM: u32 = 128;
-    const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };
     const T0: u64 = 1_000_000;
     const TTL_MS: u64 = 1000;
 
-    fn info() -> RuntimeInfo {
-        RuntimeInfo {
-            uid: "distinct".into(),
-            job_id: "j".into(),
-            attempt: 1,
-            subtask: SubtaskIndex(0),
-            parallelism: 1,
-            max_parallelism: MAX_PARALLELISM,
-            key_group_range: RANGE,
-        }
+    type Distinct = OperatorHarness<DistinctValues>;
+
+    /// The operator on a backend of `kind` whose clock shows `now`, restored from `from` if given.
+    fn open(kind: StateBackend, now: u64, from: Option<&Snapshot>) -> Distinct {
+        open_at(kind, now, from, (0, 1))
     }
 
-    /// A backend of `kind` in `work_dir`, restored from `restore` if given, on `clock`.
-    fn backend(
-        kind: StateBackend,
-        work_dir: &Path,
-        restore: Option<&Path>,
-        clock: &Arc<ManualClock>,
-    ) -> Box<dyn KeyedStateBackend> {
+    /// [`open`] as subtask `i` of `p`.
+    fn open_at(kind: StateBackend, now: u64, from: Option<&Snapshot>, (i, p): (u32, u32)) -> Distinct {
         // A tiny RocksDB write-back cache, so that rows are flushed to RocksDB mid-test.
-        let opts = RocksOptions { cache_bytes: 2048, clock: Some(clock.clone()), ..Default::default() };
-        open_keyed_backend(kind, work_dir, MAX_PARALLELISM, RANGE, restore, &opts).unwrap()
-    }
-
-    fn operator(b: &mut dyn KeyedStateBackend, restored: bool) -> DistinctValues {
-        let mut op = DistinctValues::new(DistinctValuesConfig { ttl_ms: TTL_MS });
-        let i = info();
-        let mut store = OperatorStateStore::new();
-        op.initialize_state(&mut InitContext { info: &i, restored, operator_state: &mut store, keyed: Some(b) })
-            .unwrap();
-        op
+        let rocks = RocksOptions { cache_bytes: 2048, ..Default::default() };
+        let h = Harness::keyed(kind).uid("distinct").rocks(rocks).processing_time(now).subtask(i, p);
+        let h = match from {
+            Some(snapshot) => h.restore(snapshot),
+            None => h,
+        };
+        h.open(DistinctValues::new(DistinctValuesConfig { ttl_ms: TTL_MS })).unwrap()
     }
 
     fn rec(key: u64, value: i64) -> Record {
         Record::new_i64(&key.to_be_bytes(), value)
     }
 
-    fn process(op: &mut DistinctValues, b: &mut dyn KeyedStateBackend, records: &[(u64, i64)]) {
-        let i = info();
-        let mut nothing = |_: RecordBatch| Ok(());
+    fn batch(records: &[(u64, i64)]) -> RecordBatch {
         let records: Vec<Record> = records.iter().map(|&(k, v)| rec(k, v)).collect();
-        op.process_batch(
-            &weir_taskmanager::api::batch::batch_of(&records).unwrap(),
-            &mut ProcessContext::new(&i, Some(b)),
-            &mut Collector::new(&mut nothing),
-        )
-        .unwrap();
+        weir_taskmanager::api::batch::batch_of(&records).unwrap()
+    }
+
+    fn process(h: &mut Distinct, records: &[(u64, i64)]) {
+        h.process(&batch(records)).unwrap();
     }
 
     /// What `end_of_input` emits, by key.
-    fn output(op: &mut DistinctValues, b: &mut dyn KeyedStateBackend) -> BTreeMap<u64, i64> {
-        let i = info();
-        let mut emitted = Vec::new();
-        let mut sink = |chunk: RecordBatch| {
-            emitted.extend(weir_taskmanager::api::batch::records(&chunk).unwrap());
-            Ok(())
-        };
-        let mut out = Collector::new(&mut sink);
-        op.end_of_input(&mut ProcessContext::new(&i, Some(b)), &mut out).unwrap();
-        out.flush().unwrap();
-        drop(out);
+    fn output(h: &mut Distinct) -> BTreeMap<u64, i64> {
+        h.end_input().unwrap();
         let mut by_key = BTreeMap::new();
-        for r in emitted {
+        for r in h.take_records().unwrap() {
             let key = u64::from_be_bytes(r.key.as_slice().try_into().unwrap());
             let Value::I64(n) = r.value else { panic!("non-i64 output {r:?}") };
             assert!(by_key.insert(key, n).is_none(), "key {key} emitted twice");
@@ -277,7 +244,8 @@ mod tests {
     }
 
     /// The stored map (value → times seen) of `key`, read through a handle of the same state.
-    fn stored(b: &mut dyn KeyedStateBackend, key: u64) -> Vec<(i64, u64)> {
+    fn stored(h: &mut Distinct, key: u64) -> Vec<(i64, u64)> {
+        let b = h.keyed().unwrap();
         let ttl = DistinctValuesConfig { ttl_ms: TTL_MS }.ttl();
         let values = MapState::<i64, u64>::register(b, StateDescriptor::new(VALUES_STATE).with_ttl(ttl)).unwrap();
         b.set_current_key(&key.to_be_bytes());
@@ -286,26 +254,10 @@ mod tests {
         entries
     }
 
-    /// A copy of a snapshot directory, as a restoring task gets it (RocksDB moves it into place).
-    fn copy_dir(from: &Path, to: &Path) -> std::path::PathBuf {
-        std::fs::create_dir_all(to).unwrap();
-        for entry in std::fs::read_dir(from).unwrap() {
-            let entry = entry.unwrap();
-            let target = to.join(entry.file_name());
-            if entry.file_type().unwrap().is_dir() {
-                copy_dir(&entry.path(), &target);
-            } else {
-                std::fs::copy(entry.path(), &target).unwrap();
-            }
-        }
-        to.to_path_buf()
-    }
-
     /// Runs `scenario` on RocksDB and on the heap, naming the backend in a failure.
-    fn both(scenario: fn(StateBackend, &Path)) {
+    fn both(scenario: fn(StateBackend)) {
         for kind in [StateBackend::Rocksdb, StateBackend::Heap] {
-            let tmp = tempfile::tempdir().unwrap();
-            let result = std::panic::catch_unwind(|| scenario(kind, tmp.path()));
+            let result = std::panic::catch_unwind(|| scenario(kind));
             if let Err(e) = result {
                 eprintln!("scenario failed on the {kind:?} backend");
                 std::panic::resume_unwind(e);
@@ -345,177 +297,174 @@ mod tests {
 
     #[test]
     fn counts_distinct_values_per_key() {
-        both(|kind, dir| {
-            let clock = Arc::new(ManualClock::new(T0));
-            let mut b = backend(kind, &dir.join("a"), None, &clock);
-            let mut op = operator(&mut *b, false);
-            process(&mut op, &mut *b, &[(1, 10), (2, 10), (1, 10), (1, -3), (1, 10), (3, i64::MIN)]);
-            process(&mut op, &mut *b, &[(2, 10), (1, 7), (2, 11)]);
-            assert_eq!(output(&mut op, &mut *b), BTreeMap::from([(1, 3), (2, 2), (3, 1)]));
-            assert_eq!(stored(&mut *b, 1), vec![(-3, 1), (7, 1), (10, 3)], "value -> times seen");
-            assert_eq!(stored(&mut *b, 2), vec![(10, 2), (11, 1)]);
+        both(|kind| {
+            let mut h = open(kind, T0, None);
+            process(&mut h, &[(1, 10), (2, 10), (1, 10), (1, -3), (1, 10), (3, i64::MIN)]);
+            process(&mut h, &[(2, 10), (1, 7), (2, 11)]);
+            assert_eq!(output(&mut h), BTreeMap::from([(1, 3), (2, 2), (3, 1)]));
+            assert_eq!(stored(&mut h, 1), vec![(-3, 1), (7, 1), (10, 3)], "value -> times seen");
+            assert_eq!(stored(&mut h, 2), vec![(10, 2), (11, 1)]);
         });
     }
 
     #[test]
     fn values_older_than_the_ttl_are_not_counted() {
-        both(|kind, dir| {
-            let clock = Arc::new(ManualClock::new(T0));
-            let mut b = backend(kind, &dir.join("a"), None, &clock);
-            let mut op = operator(&mut *b, false);
-            process(&mut op, &mut *b, &[(1, 1), (1, 2), (1, 3), (2, 5), (4, 8)]);
-            clock.set(T0 + 600);
+        both(|kind| {
+            let mut h = open(kind, T0, None);
+            process(&mut h, &[(1, 1), (1, 2), (1, 3), (2, 5), (4, 8)]);
+            h.set_processing_time(T0 + 600).unwrap();
             // Seeing 3 again restarts its TTL (written again); 4 is new. Key 3 starts here.
-            process(&mut op, &mut *b, &[(1, 3), (1, 4), (3, 7)]);
-            clock.set(T0 + TTL_MS - 1);
-            assert_eq!(
-                output(&mut op, &mut *b),
-                BTreeMap::from([(1, 4), (2, 1), (3, 1), (4, 1)]),
-                "nothing expired yet"
-            );
+            process(&mut h, &[(1, 3), (1, 4), (3, 7)]);
+            h.set_processing_time(T0 + TTL_MS - 1).unwrap();
+            assert_eq!(output(&mut h), BTreeMap::from([(1, 4), (2, 1), (3, 1), (4, 1)]), "nothing expired yet");
             // At T0 + ttl everything last seen at T0 has expired.
-            clock.set(T0 + TTL_MS);
-            process(&mut op, &mut *b, &[(4, 8)]); // back after expiring: counted again, from 1
+            h.set_processing_time(T0 + TTL_MS).unwrap();
+            process(&mut h, &[(4, 8)]); // back after expiring: counted again, from 1
             assert_eq!(
-                output(&mut op, &mut *b),
+                output(&mut h),
                 BTreeMap::from([(1, 2), (3, 1), (4, 1)]),
                 "key 1 keeps 3 and 4; key 2 has only expired values and is not emitted"
             );
-            assert_eq!(stored(&mut *b, 1), vec![(3, 2), (4, 1)]);
-            assert_eq!(stored(&mut *b, 4), vec![(8, 1)], "an expired value that comes back starts over");
-            clock.set(T0 + 600 + TTL_MS);
-            assert_eq!(output(&mut op, &mut *b), BTreeMap::from([(4, 1)]));
-            clock.set(T0 + 10 * TTL_MS);
-            assert!(output(&mut op, &mut *b).is_empty(), "everything expired");
+            assert_eq!(stored(&mut h, 1), vec![(3, 2), (4, 1)]);
+            assert_eq!(stored(&mut h, 4), vec![(8, 1)], "an expired value that comes back starts over");
+            h.set_processing_time(T0 + 600 + TTL_MS).unwrap();
+            assert_eq!(output(&mut h), BTreeMap::from([(4, 1)]));
+            h.set_processing_time(T0 + 10 * TTL_MS).unwrap();
+            assert!(output(&mut h).is_empty(), "everything expired");
         });
     }
 
     #[test]
     fn snapshot_and_restore_keep_the_unexpired_entries() {
-        both(|kind, dir| {
-            let clock = Arc::new(ManualClock::new(T0));
-            let mut b = backend(kind, &dir.join("a"), None, &clock);
-            let mut op = operator(&mut *b, false);
-            process(&mut op, &mut *b, &[(1, 1), (1, 2), (2, 9), (2, 9)]);
-            clock.set(T0 + 600);
-            process(&mut op, &mut *b, &[(1, 3), (1, 3), (3, 4)]);
-            clock.set(T0 + 700);
-            let mut snap = b.snapshot_sync(&dir.join("snap")).unwrap();
-            snap.ready_blocking().unwrap();
+        both(|kind| {
+            let mut h = open(kind, T0, None);
+            process(&mut h, &[(1, 1), (1, 2), (2, 9), (2, 9)]);
+            h.set_processing_time(T0 + 600).unwrap();
+            process(&mut h, &[(1, 3), (1, 3), (3, 4)]);
+            h.set_processing_time(T0 + 700).unwrap();
+            let snap = h.snapshot(1).unwrap();
             // After the barrier: not in the snapshot.
-            process(&mut op, &mut *b, &[(1, 99), (5, 5)]);
-            drop(op);
-            drop(b);
+            process(&mut h, &[(1, 99), (5, 5)]);
+            drop(h);
 
             // Restored before anything expired: every entry is back, counts included.
-            let clock = Arc::new(ManualClock::new(T0 + 800));
-            let restore = copy_dir(&snap.dir, &dir.join("download-1"));
-            let mut r = backend(kind, &dir.join("r1"), Some(&restore), &clock);
-            let mut op = operator(&mut *r, true);
-            assert_eq!(stored(&mut *r, 1), vec![(1, 1), (2, 1), (3, 2)]);
-            assert_eq!(stored(&mut *r, 2), vec![(9, 2)]);
-            process(&mut op, &mut *r, &[(1, 2), (6, 6)]); // the restored state goes on
-            assert_eq!(output(&mut op, &mut *r), BTreeMap::from([(1, 3), (2, 1), (3, 1), (6, 1)]));
-            assert_eq!(stored(&mut *r, 1), vec![(1, 1), (2, 2), (3, 2)]);
-            drop(op);
+            let mut r = open(kind, T0 + 800, Some(&snap));
+            assert_eq!(stored(&mut r, 1), vec![(1, 1), (2, 1), (3, 2)]);
+            assert_eq!(stored(&mut r, 2), vec![(9, 2)]);
+            process(&mut r, &[(1, 2), (6, 6)]); // the restored state goes on
+            assert_eq!(output(&mut r), BTreeMap::from([(1, 3), (2, 1), (3, 1), (6, 1)]));
+            assert_eq!(stored(&mut r, 1), vec![(1, 1), (2, 2), (3, 2)]);
             drop(r);
 
             // Restored after the TTL of the first values: only the later ones are counted.
-            let clock = Arc::new(ManualClock::new(T0 + TTL_MS));
-            let restore = copy_dir(&snap.dir, &dir.join("download-2"));
-            let mut r = backend(kind, &dir.join("r2"), Some(&restore), &clock);
-            let mut op = operator(&mut *r, true);
-            assert_eq!(output(&mut op, &mut *r), BTreeMap::from([(1, 1), (3, 1)]));
-            assert_eq!(stored(&mut *r, 1), vec![(3, 2)]);
-            assert!(stored(&mut *r, 2).is_empty());
+            let mut r = open(kind, T0 + TTL_MS, Some(&snap));
+            assert_eq!(output(&mut r), BTreeMap::from([(1, 1), (3, 1)]));
+            assert_eq!(stored(&mut r, 1), vec![(3, 2)]);
+            assert!(stored(&mut r, 2).is_empty());
         });
     }
 
     #[test]
     fn restored_entries_expire_when_the_clock_passes_their_ttl() {
-        both(|kind, dir| {
-            let clock = Arc::new(ManualClock::new(T0));
-            let mut b = backend(kind, &dir.join("a"), None, &clock);
-            let mut op = operator(&mut *b, false);
-            process(&mut op, &mut *b, &[(1, 1), (1, 2), (2, 9)]);
-            clock.set(T0 + 600);
-            process(&mut op, &mut *b, &[(1, 3), (3, 4)]);
-            clock.set(T0 + 700);
-            let mut snap = b.snapshot_sync(&dir.join("snap")).unwrap();
-            snap.ready_blocking().unwrap();
-            drop(op);
-            drop(b);
+        both(|kind| {
+            let mut h = open(kind, T0, None);
+            process(&mut h, &[(1, 1), (1, 2), (2, 9)]);
+            h.set_processing_time(T0 + 600).unwrap();
+            process(&mut h, &[(1, 3), (3, 4)]);
+            h.set_processing_time(T0 + 700).unwrap();
+            let snap = h.snapshot(1).unwrap();
+            drop(h);
 
             // Restored before any TTL ran out: everything is back, with the times it was written at (not the
             // time of the restore), which the clock moving on after the restore must show.
-            let clock = Arc::new(ManualClock::new(T0 + 800));
-            let restore = copy_dir(&snap.dir, &dir.join("download"));
-            let mut r = backend(kind, &dir.join("r"), Some(&restore), &clock);
-            let mut op = operator(&mut *r, true);
-            assert_eq!(stored(&mut *r, 1), vec![(1, 1), (2, 1), (3, 1)], "key 1 restored");
-            assert_eq!(stored(&mut *r, 2), vec![(9, 1)], "key 2 restored");
-            assert_eq!(stored(&mut *r, 3), vec![(4, 1)], "key 3 restored");
+            let mut r = open(kind, T0 + 800, Some(&snap));
+            assert_eq!(stored(&mut r, 1), vec![(1, 1), (2, 1), (3, 1)], "key 1 restored");
+            assert_eq!(stored(&mut r, 2), vec![(9, 1)], "key 2 restored");
+            assert_eq!(stored(&mut r, 3), vec![(4, 1)], "key 3 restored");
             // Seen again after the restore: value 2's TTL restarts now. Key 4 is new.
-            process(&mut op, &mut *r, &[(1, 2), (4, 5)]);
-            clock.set(T0 + TTL_MS - 1);
-            assert_eq!(
-                output(&mut op, &mut *r),
-                BTreeMap::from([(1, 3), (2, 1), (3, 1), (4, 1)]),
-                "nothing expired yet"
-            );
+            process(&mut r, &[(1, 2), (4, 5)]);
+            r.set_processing_time(T0 + TTL_MS - 1).unwrap();
+            assert_eq!(output(&mut r), BTreeMap::from([(1, 3), (2, 1), (3, 1), (4, 1)]), "nothing expired yet");
 
             // The values written at T0, before the snapshot, expire; later and refreshed ones stay.
-            clock.set(T0 + TTL_MS);
+            r.set_processing_time(T0 + TTL_MS).unwrap();
             assert_eq!(
-                output(&mut op, &mut *r),
+                output(&mut r),
                 BTreeMap::from([(1, 2), (3, 1), (4, 1)]),
                 "written at T0: key 1's value 1 and all of key 2 expired"
             );
-            assert_eq!(stored(&mut *r, 1), vec![(2, 2), (3, 1)]);
-            assert!(stored(&mut *r, 2).is_empty(), "key 2 expired");
-            process(&mut op, &mut *r, &[(2, 9)]); // an expired value that comes back starts over
-            assert_eq!(stored(&mut *r, 2), vec![(9, 1)]);
+            assert_eq!(stored(&mut r, 1), vec![(2, 2), (3, 1)]);
+            assert!(stored(&mut r, 2).is_empty(), "key 2 expired");
+            process(&mut r, &[(2, 9)]); // an expired value that comes back starts over
+            assert_eq!(stored(&mut r, 2), vec![(9, 1)]);
 
             // Written at T0 + 600 before the snapshot: gone at T0 + 600 + ttl.
-            clock.set(T0 + 600 + TTL_MS);
-            assert_eq!(output(&mut op, &mut *r), BTreeMap::from([(1, 1), (2, 1), (4, 1)]), "key 3 expired");
-            assert_eq!(stored(&mut *r, 1), vec![(2, 2)], "only the value refreshed after the restore is left");
-            clock.set(T0 + TTL_MS + TTL_MS);
-            assert!(output(&mut op, &mut *r).is_empty(), "everything expired");
+            r.set_processing_time(T0 + 600 + TTL_MS).unwrap();
+            assert_eq!(output(&mut r), BTreeMap::from([(1, 1), (2, 1), (4, 1)]), "key 3 expired");
+            assert_eq!(stored(&mut r, 1), vec![(2, 2)], "only the value refreshed after the restore is left");
+            r.set_processing_time(T0 + TTL_MS + TTL_MS).unwrap();
+            assert!(output(&mut r).is_empty(), "everything expired");
         });
     }
 
     #[test]
     fn a_non_i64_value_fails_with_the_key() {
-        let tmp = tempfile::tempdir().unwrap();
-        let clock = Arc::new(ManualClock::new(T0));
-        let mut b = backend(StateBackend::Heap, tmp.path(), None, &clock);
-        let mut op = operator(&mut *b, false);
-        let i = info();
-        let mut nothing = |_: RecordBatch| Ok(());
+        let mut h = open(StateBackend::Heap, T0, None);
         let records = [Record {
             key: 42u64.to_be_bytes().as_slice().into(),
             value: Value::Bytes(b"x".to_vec()),
             timestamp: None,
         }];
-        let err = op
-            .process_batch(
-                &weir_taskmanager::api::batch::batch_of(&records).unwrap(),
-                &mut ProcessContext::new(&i, Some(&mut *b)),
-                &mut Collector::new(&mut nothing),
-            )
-            .unwrap_err();
+        let err = h.process(&weir_taskmanager::api::batch::batch_of(&records).unwrap()).unwrap_err();
         assert!(err.to_string().contains("key 42") && err.to_string().contains("bytes"), "{err}");
     }
 
     #[test]
     fn an_operator_without_keyed_state_is_refused() {
-        let mut op = DistinctValues::new(DistinctValuesConfig::default());
-        let i = info();
-        let mut store = OperatorStateStore::new();
-        let err = op
-            .initialize_state(&mut InitContext { info: &i, restored: false, operator_state: &mut store, keyed: None })
-            .unwrap_err();
+        let err = Harness::stateless().open(DistinctValues::new(DistinctValuesConfig::default())).unwrap_err();
         assert!(err.to_string().contains("keyed"), "{err}");
+    }
+
+    /// Values seen by one subtask, restored as two and then as three: each subtask holds the values of its own
+    /// keys only, with the times they were written (so they expire when they would have), and together the
+    /// subtasks count what one would.
+    #[test]
+    fn distinct_values_restored_at_another_parallelism_stay_with_their_keys() {
+        both(|kind| {
+            let keys: Vec<(u64, i64)> = (0..30).flat_map(|k| [(k, 1), (k, k as i64), (k, 1)]).collect();
+            let mut one = open(kind, T0, None);
+            process(&mut one, &keys);
+            one.set_processing_time(T0 + 600).unwrap();
+            process(&mut one, &[(3, 7), (4, 7)]);
+            let snapshot = one.snapshot(1).unwrap();
+            let later = batch(&(0..30).map(|k| (k, 100)).collect::<Vec<_>>());
+            one.set_processing_time(T0 + TTL_MS).unwrap();
+            one.process(&later).unwrap();
+            let expected = output(&mut one);
+            assert_eq!(expected[&3], 2, "key 3: 7 and 100; 1 and 3 expired");
+
+            let mut halves = Vec::new();
+            let mut union = BTreeMap::new();
+            for (i, rows) in partition(&later, 2, 128).unwrap().iter().enumerate() {
+                let mut h = open_at(kind, T0 + 800, Some(&snapshot), (i as u32, 2));
+                let range = h.info().key_group_range;
+                for k in 0..30u64 {
+                    let mine = range.contains(weir_common::keygroup::key_group_for_key(&k.to_be_bytes(), 128));
+                    assert_eq!(!stored(&mut h, k).is_empty(), mine, "subtask {i}, key {k}");
+                }
+                h.set_processing_time(T0 + TTL_MS).unwrap();
+                h.process(rows).unwrap();
+                halves.push(h.snapshot(2).unwrap());
+                union.extend(output(&mut h));
+            }
+            assert_eq!(union, expected, "two subtasks count what one does");
+            let pair = Snapshot::combine(&halves).unwrap();
+            let mut thirds = BTreeMap::new();
+            for i in 0..3 {
+                let mut h = open_at(kind, T0 + TTL_MS, Some(&pair), (i, 3));
+                thirds.extend(output(&mut h));
+            }
+            assert_eq!(thirds, expected, "restored again as three subtasks");
+        });
     }
 }

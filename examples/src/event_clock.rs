@@ -204,10 +204,7 @@ impl Operator for WatermarkLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_common::ids::SubtaskIndex;
-    use weir_common::keygroup::KeyGroupRange;
-    use weir_state::OperatorStateStore;
-    use weir_taskmanager::api::operator::RuntimeInfo;
+    use weir_taskmanager::api::testing::Harness;
 
     fn config(pairs: &[(&str, &str)]) -> Result<EventClockConfig, String> {
         EventClockConfig::from_map(&pairs.iter().map(|(k, v)| (k.to_string(), (*v).into())).collect())
@@ -227,34 +224,14 @@ mod tests {
     #[test]
     fn a_bounded_clock_emits_its_splits_timestamps_and_ends() -> Result<(), OperatorError> {
         let cfg = config(&[("rates", "[100000, 100000]"), ("idle_splits", "0"), ("count", "5")]).unwrap();
-        let info = RuntimeInfo {
-            uid: "clock".into(),
-            job_id: "j".into(),
-            attempt: 1,
-            subtask: SubtaskIndex(0),
-            parallelism: 1,
-            max_parallelism: 128,
-            key_group_range: KeyGroupRange { start: 0, end: 127 },
-        };
-        let mut store = OperatorStateStore::new();
-        let mut src = EventClock::new(cfg);
-        src.initialize_state(&mut InitContext {
-            info: &info,
-            restored: false,
-            operator_state: &mut store,
-            keyed: None,
-        })?;
-        assert_eq!(src.splits(), 2);
-        let mut out = SourceOutput::default();
+        let mut h = Harness::stateless().uid("clock").open_source(EventClock::new(cfg))?;
+        assert_eq!(h.source().splits(), 2);
         let mut stamps = Vec::new();
         for _ in 0..1000 {
-            if src.poll(&mut out, 64)? == SourceStatus::Finished {
+            if h.poll(64)? == SourceStatus::Finished {
                 break;
             }
-            for chunk in out.take().0 {
-                let records = weir_taskmanager::api::batch::records(&chunk.batch)?;
-                stamps.extend(records.iter().map(|r| r.timestamp.unwrap_or(-1)));
-            }
+            stamps.extend(h.take_records()?.iter().map(|r| r.timestamp.unwrap_or(-1)));
             std::thread::sleep(Duration::from_millis(1));
         }
         stamps.sort();

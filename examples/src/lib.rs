@@ -16,6 +16,10 @@
 //! - [`registry`]: the built-in kinds plus the kinds of this crate (the first version of [`upgrades`]); the
 //!   `weir-example-taskmanager` binary runs a task manager with it, `weir-example-taskmanager-v2` one with
 //!   [`registry_v2`] (the second version).
+//!
+//! Their unit tests run each kind as a subtask in the task manager's operator test harness
+//! (`weir_taskmanager::api::testing`): fed batches, watermarks and processing time, snapshotted and restored, at
+//! another parallelism too (`distinct_values`), as users' own kinds' tests can.
 
 pub mod buffering_sink;
 pub mod distinct_values;

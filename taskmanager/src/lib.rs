@@ -1,15 +1,20 @@
 //! Weir's task manager. Its folders are its architecture:
 //!
 //! - [`api`]: what an operator author programs against (operator traits, records, the `Kind` trait a kind is
-//!   declared with, the kind registry, commit helpers); `examples/` and users' own task-manager binaries import
-//!   only this and [`builtins`].
+//!   declared with, the kind registry, commit helpers) and tests with (`api::testing`: the operator test
+//!   harness, one operator or source run as a subtask, snapshotted and restored at any parallelism);
+//!   `examples/` and users' own task-manager binaries import only this and [`builtins`].
 //! - [`builtins`]: the 17 built-in kinds, a file or folder each, declared with [`api`]'s `Kind` as users' kinds
 //!   are: sources `datagen`, `nexmark` (with the Nexmark generator) and `kafka`; `keyed-count`, `filter`,
 //!   `project`, `aggregate`, `over`, `window-aggregate`, `window-top`, `join`, `interval-join`, `window-join`
 //!   and `winning-bids`; sinks `file-sink`, `kafka-sink` (with `kafka`, in `kafka/`) and `blackhole`.
-//!   [`builtins::registry`] is the list of them.
+//!   [`builtins::registry`] is the list of them. The relational kinds (`join`, `interval-join`, `window-join`,
+//!   `over`, `window-top`, `winning-bids`) share one skeleton, `builtins/relational/`: their operator, inputs'
+//!   kept columns, joined rows and tumbling windows.
 //! - [`task`]: one subtask's thread: the run loop, setup (planned by `plan_setup`) and restore, the snapshot
-//!   and its upload (planned by `plan_upload`), output edges and chaining, barrier alignment, its errors.
+//!   and its upload (planned by `plan_upload`), output edges and chaining, barrier alignment, its errors; how
+//!   one operator's state is opened, snapshotted and uploaded and its timers fired are functions the test
+//!   harness runs too.
 //! - [`expr`]: the expression language of `filter`, `project` and the joins: parsed, typed over a schema's
 //!   columns, compiled per schema and evaluated a column at a time with Arrow's kernels; keys made of column
 //!   values.

@@ -4,6 +4,7 @@
 //! [`dispose`] do the object-store I/O.
 
 use std::collections::BTreeSet;
+use weir_common::assignment::union_fanout_bytes;
 use weir_common::checkpoint::{
     paths, restore_root, CheckpointMetadata, DistributionMode, OperatorCheckpoint, RestoreMode, SavepointFormat,
 };
@@ -741,20 +742,6 @@ pub async fn delete_files(url: &str, opts: &StoreOptions) -> Result<u64, StoreEr
         let _ = std::fs::remove_dir_all(dir);
     }
     Ok(files.len() as u64)
-}
-
-/// Bytes of union state every new subtask would read, times the new parallelism: what a restore at
-/// `new_parallelism` costs the task managers in total.
-pub fn union_fanout_bytes(stored: &OperatorCheckpoint, new_parallelism: u32) -> u64 {
-    let union: u64 = stored
-        .subtasks
-        .iter()
-        .filter_map(|s| s.operator_state.as_ref())
-        .flat_map(|h| h.states.iter())
-        .filter(|m| m.mode == DistributionMode::Union)
-        .map(|m| m.bytes)
-        .sum();
-    union.saturating_mul(new_parallelism as u64)
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 //! to restore. Plain functions, no I/O.
 
 use crate::cluster::registry::SlotTarget;
-use crate::job::assignment::{assign, AssignError};
 use std::collections::BTreeMap;
+use weir_common::assignment::{assign, AssignError};
 use weir_common::checkpoint::CheckpointMetadata;
 use weir_common::descriptor::{
     input_channels, output_targets, ExecutionGraph, InputDescriptor, OperatorDescriptor, OutputDescriptor,

@@ -1,12 +1,11 @@
 //! One job: its coordinator ([`actor`]: owns the job's record and handles its events one at a time, doing
 //! the I/O), the messages it takes ([`mailbox`]), what the manager shares with every job (`context`), its
 //! record ([`record`]) and where records are kept ([`store`]), and the pure decisions it acts on:
-//! the lifecycle state machine and restart strategies ([`lifecycle`]), who restores what when parallelism
-//! changes ([`assignment`]), the task descriptors of a deployment ([`descriptors`]) and what a deployment
+//! the lifecycle state machine and restart strategies ([`lifecycle`]), the task descriptors of a deployment
+//! ([`descriptors`], restores assigned by `weir_common::assignment`) and what a deployment
 //! does on the way ([`deploy`]: what a restore means for the record, retry or fail, redeploy or fail over).
 
 pub(crate) mod actor;
-pub mod assignment;
 pub(crate) mod context;
 pub mod deploy;
 pub mod descriptors;

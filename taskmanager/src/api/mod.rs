@@ -2,8 +2,9 @@
 //! contexts ([`operator`]), the operator error ([`error`]), record batches and their known columns ([`batch`]), typed rows ([`rows`]), records
 //! as key/value rows ([`record`]), operator kinds declared once ([`kind`]: name, state, typed config, columns,
 //! side outputs, constructor) and the registry a task-manager binary is built from ([`registry`]), the exactly-once commit helpers for sinks ([`commit`]), and split positions as operator state
-//! for sources ([`splits`]), timers for keyed operators ([`timers`]), and rows of any schema as bytes for keyed
-//! state ([`stored_rows`]).
+//! for sources ([`splits`]), timers for keyed operators ([`timers`]), rows of any schema as bytes for keyed
+//! state ([`stored_rows`]), and a test harness that runs one operator or source as a subtask, snapshots it and
+//! restores it at any parallelism ([`testing`]).
 
 pub mod batch;
 pub mod by_key;
@@ -16,4 +17,5 @@ pub mod registry;
 pub mod rows;
 pub mod splits;
 pub mod stored_rows;
+pub mod testing;
 pub mod timers;

@@ -148,6 +148,15 @@ impl<'a> ProcessContext<'a> {
         self.keyed.as_ref().map(|k| k.current_key_and_namespace().0)
     }
 
+    /// The next of the operator's timers of `domain` due at `time` (ms), taken out of the timer service with its
+    /// key and namespace made current; `None` when none is due, or the operator has no timers.
+    pub(crate) fn pop_due_timer(&mut self, domain: TimeDomain, time: i64) -> Result<Option<i64>, OperatorError> {
+        match (self.keyed.as_mut(), self.timers.as_mut().and_then(|slot| slot.get())) {
+            (Some(backend), Some(service)) => Ok(service.pop_due(&mut **backend, domain, time)?),
+            _ => Ok(None),
+        }
+    }
+
     /// The keyed backend, or an error for a kind that did not declare itself keyed.
     pub fn keyed(&mut self) -> Result<&mut dyn KeyedStateBackend, OperatorError> {
         match self.keyed.as_mut() {

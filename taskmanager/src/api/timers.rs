@@ -79,26 +79,3 @@ impl Timers<'_> {
         self.backend.now_ms() as i64
     }
 }
-
-/// Tests: moves `op`'s event time to `watermark` as a task does — its due timers fire in order, then
-/// `on_watermark` — with what it emits going to `out`.
-#[cfg(test)]
-pub(crate) fn advance_watermark(
-    op: &mut dyn crate::api::operator::Operator,
-    info: &crate::api::operator::RuntimeInfo,
-    b: &mut dyn KeyedStateBackend,
-    slot: &mut TimerSlot,
-    watermark: i64,
-    out: &mut crate::api::operator::Collector<'_>,
-) -> Result<(), OperatorError> {
-    use crate::api::operator::ProcessContext;
-    while let Some(ts) = match slot.get() {
-        Some(s) => s.pop_due(&mut *b, TimeDomain::EventTime, watermark)?,
-        None => None,
-    } {
-        let mut ctx = ProcessContext::new(info, Some(&mut *b)).at_watermark(watermark).with_timers(slot);
-        op.on_timer(ts, TimeDomain::EventTime, &mut ctx, out)?;
-    }
-    let mut ctx = ProcessContext::new(info, Some(&mut *b)).at_watermark(watermark).with_timers(slot);
-    op.on_watermark(watermark, &mut ctx, out)
-}

@@ -407,12 +407,9 @@ impl Kind for FileSinkKind {
 mod tests {
     use super::*;
     use crate::api::batch::batch_of;
-    use crate::api::operator::RuntimeInfo;
     use crate::api::record::Record;
+    use crate::api::testing::{Harness, OperatorHarness, Snapshot};
     use std::path::Path;
-    use weir_common::ids::SubtaskIndex;
-    use weir_common::keygroup::KeyGroupRange;
-    use weir_state::OperatorStateStore;
 
     fn visible(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -424,53 +421,21 @@ mod tests {
         v
     }
 
-    /// Takes checkpoint `id` of `sink` and reads it back as a restore would.
-    fn snapshot(sink: &mut FileSink, id: u64) -> Result<OperatorStateStore, OperatorError> {
-        let mut store = OperatorStateStore::new();
-        sink.snapshot_state(&mut SnapshotContext {
-            checkpoint_id: CheckpointId(id),
-            timestamp_ms: 0,
-            operator_state: &mut store,
-        })?;
-        let (blob, metas) = store.snapshot();
-        Ok(OperatorStateStore::restore(&blob, &metas)?)
-    }
+    /// A sink subtask running as a task would.
+    type Sink = OperatorHarness<FileSink>;
 
-    /// Subtask 0 of sink `out` of job `j`, in `attempt`.
-    fn info(attempt: u32) -> RuntimeInfo {
-        info_of(attempt, 0, 1)
-    }
-
-    /// Subtask `subtask` of `parallelism` of sink `out` of job `j`, in `attempt`.
-    fn info_of(attempt: u32, subtask: u32, parallelism: u32) -> RuntimeInfo {
-        RuntimeInfo {
-            uid: "out".into(),
-            job_id: "j".into(),
-            attempt,
-            subtask: SubtaskIndex(subtask),
-            parallelism,
-            max_parallelism: 128,
-            key_group_range: KeyGroupRange { start: 0, end: 127 },
-        }
+    /// Sink `out` of job `j` (subtask 0 of 1), in `attempt`.
+    fn harness(attempt: u32) -> Harness {
+        Harness::stateless().uid("out").attempt(attempt)
     }
 
     /// A sink in `format` over a fresh directory, initialized as attempt 1.
-    fn sink_in(dir: &Path, format: FileFormat) -> Result<FileSink, OperatorError> {
-        let mut sink = FileSink::new(FileSinkConfig { path: dir.display().to_string(), format });
-        let mut store = OperatorStateStore::new();
-        sink.initialize_state(&mut InitContext {
-            info: &info(1),
-            restored: false,
-            operator_state: &mut store,
-            keyed: None,
-        })?;
-        Ok(sink)
+    fn sink_in(dir: &Path, format: FileFormat) -> Result<Sink, OperatorError> {
+        harness(1).open(FileSink::new(FileSinkConfig { path: dir.display().to_string(), format }))
     }
 
-    fn write(sink: &mut FileSink, records: &[Record]) -> Result<(), OperatorError> {
-        let i = info(1);
-        let mut nothing = |_: RecordBatch| Ok(());
-        sink.process_batch(&batch_of(records)?, &mut ProcessContext::new(&i, None), &mut Collector::new(&mut nothing))
+    fn write(sink: &mut Sink, records: &[Record]) -> Result<(), OperatorError> {
+        sink.process(&batch_of(records)?)
     }
 
     #[test]
@@ -479,10 +444,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let mut sink = sink_in(tmp.path(), FileFormat::Csv)?;
         write(&mut sink, &[rec(1, 10), rec(2, 20)])?;
-        snapshot(&mut sink, 1)?;
+        sink.snapshot(1)?;
         write(&mut sink, &[rec(3, 30)])?;
-        snapshot(&mut sink, 2)?;
-        sink.notify_checkpoint_complete(CheckpointId(2))?;
+        sink.snapshot(2)?;
+        sink.notify_checkpoint_complete(2)?;
         let texts: Vec<String> =
             visible(tmp.path()).iter().map(|f| std::fs::read_to_string(tmp.path().join(f)).unwrap()).collect();
         assert_eq!(texts, ["key,value\n1,10\n2,20\n", "key,value\n3,30\n"]);
@@ -491,9 +456,9 @@ mod tests {
         let mut sink = sink_in(tmp.path(), FileFormat::Parquet)?;
         write(&mut sink, &[rec(1, 10), rec(2, 20)])?;
         write(&mut sink, &[rec(3, 30)])?;
-        snapshot(&mut sink, 1)?;
+        sink.snapshot(1)?;
         assert!(visible(tmp.path()).is_empty(), "nothing visible before the checkpoint completes");
-        sink.notify_checkpoint_complete(CheckpointId(1))?;
+        sink.notify_checkpoint_complete(1)?;
         let files = visible(tmp.path());
         assert_eq!(files.len(), 1, "{files:?}");
         let file = File::open(tmp.path().join(&files[0])).unwrap();
@@ -516,53 +481,24 @@ mod tests {
     fn commits_on_completion_and_on_restore_once() -> Result<(), OperatorError> {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = FileSinkConfig { path: tmp.path().display().to_string(), format: FileFormat::Text };
-        let i1 = info(1);
-        let mut store = OperatorStateStore::new();
-        let mut sink = FileSink::new(cfg.clone());
-        sink.initialize_state(&mut InitContext {
-            info: &i1,
-            restored: false,
-            operator_state: &mut store,
-            keyed: None,
-        })?;
-        let mut pc = ProcessContext::new(&i1, None);
-        let mut nothing = |_: RecordBatch| Ok(());
-        sink.process_batch(
-            &batch_of(&[Record::new_i64(&5u64.to_be_bytes(), 3)])?,
-            &mut pc,
-            &mut Collector::new(&mut nothing),
-        )?;
-        sink.snapshot_state(&mut SnapshotContext {
-            checkpoint_id: CheckpointId(1),
-            timestamp_ms: 0,
-            operator_state: &mut store,
-        })?;
+        let mut sink = harness(1).open(FileSink::new(cfg.clone()))?;
+        write(&mut sink, &[Record::new_i64(&5u64.to_be_bytes(), 3)])?;
+        let chk1 = sink.snapshot(1)?;
         assert!(visible(tmp.path()).is_empty(), "nothing is visible before the checkpoint completes");
         // Data after the checkpoint: lost with the failure, never committed.
-        sink.process_batch(
-            &batch_of(&[Record::new_i64(&6u64.to_be_bytes(), 1)])?,
-            &mut pc,
-            &mut Collector::new(&mut nothing),
-        )?;
+        write(&mut sink, &[Record::new_i64(&6u64.to_be_bytes(), 1)])?;
         drop(sink); // the task manager dies before the notification arrives
 
         // Another job writing to the same directory: its in-progress file is not ours to remove.
         std::fs::write(tmp.path().join(".part-other-0-1-0.inprogress"), "9,9\n").unwrap();
-        let i2 = info(2);
-        let mut restored = FileSink::new(cfg);
-        restored.initialize_state(&mut InitContext {
-            info: &i2,
-            restored: true,
-            operator_state: &mut store,
-            keyed: None,
-        })?;
+        let mut restored = harness(2).restore(&chk1).open(FileSink::new(cfg))?;
         assert_eq!(visible(tmp.path()), vec!["part-j-0-1-0".to_string()]);
         assert_eq!(std::fs::read_to_string(tmp.path().join("part-j-0-1-0")).unwrap(), "5,3\n");
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2, "our leftover in-progress files are removed");
         assert!(tmp.path().join(".part-other-0-1-0.inprogress").exists());
         // A late notification for the same checkpoint does nothing.
-        restored.pending.add(CheckpointId(1), "part-j-0-1-0".into());
-        restored.notify_checkpoint_complete(CheckpointId(1))?;
+        restored.operator().pending.add(CheckpointId(1), "part-j-0-1-0".into());
+        restored.notify_checkpoint_complete(1)?;
         assert_eq!(visible(tmp.path()).len(), 1);
         Ok(())
     }
@@ -572,7 +508,6 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = FileSinkConfig { path: tmp.path().display().to_string(), format: FileFormat::Text };
         let rec = |k: u64, v: i64| Record::new_i64(&k.to_be_bytes(), v);
-        let mut nothing = |_: RecordBatch| Ok(());
         let all_lines = |dir: &Path| -> Vec<String> {
             let mut lines: Vec<String> = visible(dir)
                 .iter()
@@ -584,43 +519,29 @@ mod tests {
             lines
         };
 
-        let i1 = info(1);
-        let mut sink = FileSink::new(cfg.clone());
-        sink.initialize_state(&mut InitContext {
-            info: &i1,
-            restored: false,
-            operator_state: &mut OperatorStateStore::new(),
-            keyed: None,
-        })?;
-        let mut pc = ProcessContext::new(&i1, None);
-        sink.process_batch(&batch_of(&[rec(1, 1)])?, &mut pc, &mut Collector::new(&mut nothing))?;
-        let mut chk1 = snapshot(&mut sink, 1)?;
-        sink.notify_checkpoint_complete(CheckpointId(1))?;
+        let mut sink = harness(1).open(FileSink::new(cfg.clone()))?;
+        write(&mut sink, &[rec(1, 1)])?;
+        let chk1 = sink.snapshot(1)?;
+        sink.notify_checkpoint_complete(1)?;
         // Checkpoint 2 commits two more lines; then its _metadata turns out unreadable and the job restores
         // from checkpoint 1.
-        sink.process_batch(&batch_of(&[rec(2, 1), rec(1, 2)])?, &mut pc, &mut Collector::new(&mut nothing))?;
-        snapshot(&mut sink, 2)?;
-        sink.notify_checkpoint_complete(CheckpointId(2))?;
+        write(&mut sink, &[rec(2, 1), rec(1, 2)])?;
+        sink.snapshot(2)?;
+        sink.notify_checkpoint_complete(2)?;
         drop(sink);
         assert_eq!(all_lines(tmp.path()), ["1,1", "1,2", "2,1"]);
 
-        let i2 = info(2);
-        let mut sink = FileSink::new(cfg.clone());
-        sink.initialize_state(&mut InitContext { info: &i2, restored: true, operator_state: &mut chk1, keyed: None })?;
-        let mut pc = ProcessContext::new(&i2, None);
+        let mut sink = harness(2).restore(&chk1).open(FileSink::new(cfg.clone()))?;
         // The replay, in another order across channels, then new records.
-        sink.process_batch(&batch_of(&[rec(1, 2)])?, &mut pc, &mut Collector::new(&mut nothing))?;
-        let mut chk3 = snapshot(&mut sink, 3)?;
-        sink.notify_checkpoint_complete(CheckpointId(3))?;
+        write(&mut sink, &[rec(1, 2)])?;
+        let chk3 = sink.snapshot(3)?;
+        sink.notify_checkpoint_complete(3)?;
         drop(sink);
         // Another failure during the replay: what is still to drop survives in the state.
-        let i3 = info(3);
-        let mut sink = FileSink::new(cfg);
-        sink.initialize_state(&mut InitContext { info: &i3, restored: true, operator_state: &mut chk3, keyed: None })?;
-        let mut pc = ProcessContext::new(&i3, None);
-        sink.process_batch(&batch_of(&[rec(2, 1), rec(3, 1)])?, &mut pc, &mut Collector::new(&mut nothing))?;
-        snapshot(&mut sink, 4)?;
-        sink.notify_checkpoint_complete(CheckpointId(4))?;
+        let mut sink = harness(3).restore(&chk3).open(FileSink::new(cfg))?;
+        write(&mut sink, &[rec(2, 1), rec(3, 1)])?;
+        sink.snapshot(4)?;
+        sink.notify_checkpoint_complete(4)?;
         assert_eq!(all_lines(tmp.path()), ["1,1", "1,2", "2,1", "3,1"], "every line exactly once");
         Ok(())
     }
@@ -632,55 +553,36 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = FileSinkConfig { path: tmp.path().display().to_string(), format: FileFormat::Text };
         let rec = |k: u64, v: i64| Record::new_i64(&k.to_be_bytes(), v);
-        let mut nothing = |_: RecordBatch| Ok(());
         let mut sinks = Vec::new();
         let mut chk1 = Vec::new();
         for s in 0..2 {
-            let i = info_of(1, s, 2);
-            let mut sink = FileSink::new(cfg.clone());
-            let mut fresh = OperatorStateStore::new();
-            sink.initialize_state(&mut InitContext {
-                info: &i,
-                restored: false,
-                operator_state: &mut fresh,
-                keyed: None,
-            })?;
-            chk1.push(snapshot(&mut sink, 1)?);
-            sink.notify_checkpoint_complete(CheckpointId(1))?;
+            let mut sink = harness(1).subtask(s, 2).open(FileSink::new(cfg.clone()))?;
+            chk1.push(sink.snapshot(1)?);
+            sink.notify_checkpoint_complete(1)?;
             // Checkpoint 2 commits a line on each subtask, then turns out unreadable.
-            sink.process_batch(
-                &batch_of(&[rec(10 + s as u64, 1)])?,
-                &mut ProcessContext::new(&i, None),
-                &mut Collector::new(&mut nothing),
-            )?;
-            snapshot(&mut sink, 2)?;
-            sink.notify_checkpoint_complete(CheckpointId(2))?;
+            write(&mut sink, &[rec(10 + s as u64, 1)])?;
+            sink.snapshot(2)?;
+            sink.notify_checkpoint_complete(2)?;
             sinks.push(sink);
         }
         drop(sinks);
         // Restored from checkpoint 1: union state gives each subtask both positions.
-        let unions: Vec<Vec<u8>> =
-            chk1.iter_mut().flat_map(|c| c.union_list_state(POSITIONS_STATE).unwrap().clone()).collect();
-        assert_eq!(unions.len(), 2);
-        for (s, mut store) in chk1.into_iter().enumerate() {
-            *store.union_list_state(POSITIONS_STATE)? = unions.clone();
-            let i = info_of(2, s as u32, 2);
-            let mut sink = FileSink::new(cfg.clone());
-            sink.initialize_state(&mut InitContext {
-                info: &i,
-                restored: true,
-                operator_state: &mut store,
-                keyed: None,
-            })?;
+        let chk1 = Snapshot::combine(&chk1)?;
+        let unions: u64 = chk1
+            .subtasks()
+            .iter()
+            .flat_map(|s| s.operator_state.iter().flat_map(|h| h.states.iter()))
+            .filter(|m| m.name == POSITIONS_STATE)
+            .map(|m| m.elements)
+            .sum();
+        assert_eq!(unions, 2);
+        for s in 0..2 {
+            let mut sink = harness(2).subtask(s, 2).restore(&chk1).open(FileSink::new(cfg.clone()))?;
             // The replay crosses over: subtask 0 receives what subtask 1 committed, and the other way round.
             let crossed = rec(10 + (1 - s as u64), 1);
-            sink.process_batch(
-                &batch_of(&[crossed, rec(20 + s as u64, 1)])?,
-                &mut ProcessContext::new(&i, None),
-                &mut Collector::new(&mut nothing),
-            )?;
-            snapshot(&mut sink, 3)?;
-            sink.notify_checkpoint_complete(CheckpointId(3))?;
+            write(&mut sink, &[crossed, rec(20 + s as u64, 1)])?;
+            sink.snapshot(3)?;
+            sink.notify_checkpoint_complete(3)?;
         }
         let mut lines: Vec<String> = visible(tmp.path())
             .iter()

@@ -4,18 +4,17 @@
 //! other input), each element its event time and the row; a row joins the other input's rows in range as it
 //! arrives, so each pair is emitted once, by whichever row came second. A timer per input and bucket clears the
 //! bucket once the watermark is past the last time a row of the other input could match any row in it. `where`
-//! and `select` apply as in `join` (`join::Plan`, `join::Pairs`).
+//! and `select` apply as in `join` (`relational::joined`).
 
 use super::declare::*;
 use super::join::JoinConfig;
-use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
-use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns};
-use crate::api::timers::TimeDomain;
-use crate::builtins::join::{Pairs, Plan};
-use arrow_array::{Array, ArrayRef, RecordBatch};
-
-use weir_state::{ListState, StateDescriptor};
+use super::relational::joined::{Pairs, Plan};
+use super::relational::{input_lists, ready, times, Inputs, Relational};
+use crate::api::batch::{key_groups, keys, set_current_key_of_row};
+use crate::api::operator::{Collector, OperatorError, ProcessContext};
+use crate::api::stored_rows::encode_row;
+use arrow_array::{Array, RecordBatch};
+use weir_state::{KeyedStateBackend, ListState};
 
 /// Config of the `interval-join` kind (Flink's interval join): the inner join of two inputs keyed alike where
 /// the second row's event time minus the first's is within `lower_ms` and `upper_ms`, both included (`b.t BETWEEN
@@ -68,7 +67,6 @@ impl IntervalJoinConfig {
 }
 
 const COLUMNS_STATE: &str = "interval-join-columns";
-const SIDE_NAMES: [&str; 2] = ["first", "second"];
 const STATES: [&str; 2] = ["interval-join-first", "interval-join-second"];
 
 /// The bucket arithmetic of one config: pure, so it is tested on its own.
@@ -122,9 +120,9 @@ fn namespace(s: usize, b: i64) -> [u8; 9] {
 pub struct IntervalJoin {
     cfg: IntervalJoinConfig,
     buckets: Buckets,
-    rows: [Option<ListState<Vec<u8>>>; 2],
-    columns: [KeptColumns; 2],
-    plan: Option<Plan>,
+    inputs: Inputs<Plan>,
+    /// Each input's rows per bucket, once registered.
+    rows: Option<[ListState<Vec<u8>>; 2]>,
     pairs: Pairs,
     row: Vec<u8>,
 }
@@ -136,12 +134,25 @@ impl IntervalJoin {
         IntervalJoin {
             cfg,
             buckets,
-            rows: [None, None],
-            columns: Default::default(),
-            plan: None,
+            inputs: Inputs::two(Self::KIND, COLUMNS_STATE),
+            rows: None,
             pairs: Pairs::default(),
             row: Vec::new(),
         }
+    }
+}
+
+impl Relational for IntervalJoin {
+    const KIND: &'static str = "interval-join";
+    type Built = Plan;
+
+    fn inputs(&mut self) -> &mut Inputs<Plan> {
+        &mut self.inputs
+    }
+
+    fn register(&mut self, keyed: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
+        self.rows = Some(input_lists(keyed, STATES, true)?);
+        Ok(())
     }
 
     fn process(
@@ -151,22 +162,12 @@ impl IntervalJoin {
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        let what = format!("the {} input", SIDE_NAMES[s]);
-        let (idx, learned) = self.columns[s].of_batch(&what, &batch.schema())?;
-        if learned {
-            self.plan = None;
-        }
-        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
-        let times = event_times(batch).ok_or_else(|| {
-            OperatorError::Misuse("interval-join needs event time: its input has no timestamps".into())
-        })?;
+        let own = self.inputs.read(s, batch)?.own;
+        let times = times(batch, Self::KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let watermark = ctx.current_watermark();
         let buckets = self.buckets;
-        let [first, second] = &mut self.rows;
-        let (Some(first), Some(second)) = (first.as_mut(), second.as_mut()) else {
-            return Err(OperatorError::Misuse("interval-join used before initialize_state".into()));
-        };
+        let [first, second] = ready(&mut self.rows, Self::KIND)?;
         let (mine, theirs) = if s == 0 { (first, &*second) } else { (second, &*first) };
         let mut timers = ctx.timers()?;
         self.pairs.clear();
@@ -200,62 +201,15 @@ impl IntervalJoin {
                 })?;
             }
         }
-        if self.pairs.is_empty() {
-            return Ok(());
-        }
-        let (Some(a), Some(b)) = (self.columns[0].stored.clone(), self.columns[1].stored.clone()) else {
-            return Err(OperatorError::UnreadableState("stored rows of an input whose columns are unknown".into()));
-        };
-        if self.plan.is_none() {
-            self.plan = Some(Plan::new(&self.cfg.join, &a, &b, &[])?);
-        }
-        let Some(plan) = &self.plan else { unreachable!("planned above") };
-        match self.pairs.joined(plan, s, keys, &own, [&a, &b])? {
-            Some(result) => out.emit_batch(result),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Operator for IntervalJoin {
-    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed =
-            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("interval-join needs keyed state".into()))?;
-        for (slot, name) in self.rows.iter_mut().zip(STATES) {
-            *slot = Some(ListState::register(&mut **keyed, StateDescriptor::new(name).namespaced())?);
-        }
-        let [a, b] = &mut self.columns;
-        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
+        self.pairs.emit(&mut self.inputs, &self.cfg.join, s, keys, &own, out)
     }
 
-    fn process_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.process(0, batch, ctx, out)
-    }
-
-    fn process_second_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.process(1, batch, ctx, out)
-    }
-
-    fn on_timer(
+    fn fire(
         &mut self,
         _timestamp: i64,
-        domain: TimeDomain,
         ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
+        _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Misuse("interval-join sets no processing-time timers".into()));
-        }
         let backend = ctx.keyed()?;
         // The timer's namespace names the input and the bucket to clear.
         let s = match backend.current_key_and_namespace().1.first() {
@@ -263,15 +217,8 @@ impl Operator for IntervalJoin {
             Some(1) => 1,
             _ => return Err(OperatorError::Misuse("interval-join: a timer of an unknown bucket".into())),
         };
-        let list =
-            self.rows[s].as_mut().ok_or_else(|| OperatorError::Misuse("interval-join used before init".into()))?;
-        list.clear(backend)?;
+        ready(&mut self.rows, Self::KIND)?[s].clear(backend)?;
         Ok(())
-    }
-
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let [a, b] = &self.columns;
-        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
     }
 }
 
@@ -361,6 +308,88 @@ mod tests {
             let last = b * k.width + k.width - 1;
             assert_eq!(k.cleanup(0, b), last + upper + 1);
             assert_eq!(k.cleanup(1, b), last - lower + 1);
+        }
+    }
+}
+
+/// The operator in the harness: what it emits for rows of both inputs, when it lets them go, and how its rows
+/// restore at another parallelism.
+#[cfg(test)]
+mod harness_tests {
+    use super::*;
+    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness};
+    use crate::builtins::declare::config_map as m;
+    use crate::builtins::text::lines_of;
+    use arrow_array::Int64Array;
+    use std::sync::Arc;
+    use weir_common::spec::StateBackend;
+
+    /// Rows of `keys` with integer column `column` and event times.
+    fn rows(keys: &[u64], column: &str, values: &[i64], times: &[i64]) -> RecordBatch {
+        let keys: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
+        keyed_batch(&keys, vec![(column, Arc::new(Int64Array::from(values.to_vec())))], times).unwrap()
+    }
+
+    fn open(h: Harness) -> OperatorHarness<IntervalJoin> {
+        let cfg = IntervalJoinConfig::from_map(&m(&[("lower_ms", "-2"), ("upper_ms", "3")])).unwrap();
+        h.open(IntervalJoin::new(cfg)).unwrap()
+    }
+
+    fn timers(h: &mut OperatorHarness<IntervalJoin>) -> u64 {
+        h.keyed().unwrap().state_summaries().unwrap().iter().filter_map(|s| s.entries).sum()
+    }
+
+    #[test]
+    fn rows_within_the_bounds_join_once_and_go_when_the_watermark_passes_their_last_match() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut h = open(Harness::keyed(backend));
+            h.process(&rows(&[1, 2, 1], "a", &[10, 20, 11], &[10, 10, 20])).unwrap();
+            assert!(h.take_output().is_empty());
+            // Second rows at 8 (10 − 2: in), 14 (10 + 4: out), 21 (20 + 1: in) for key 1, 13 (10 + 3: in) for key 2.
+            h.process_second(&rows(&[1, 1, 2, 1], "b", &[100, 101, 102, 103], &[8, 14, 13, 21])).unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["1,10,100@10", "1,11,103@21", "2,20,102@13"], "{backend:?}");
+            // A first row that comes later meets the stored second rows it matches.
+            h.process(&rows(&[1], "a", &[12], &[12])).unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["1,12,101@14"]);
+            h.watermark(30).unwrap();
+            assert!(h.take_output().is_empty(), "the watermark emits nothing");
+            // Behind the watermark: late, dropped, stored nowhere.
+            h.process_second(&rows(&[1], "b", &[104], &[22])).unwrap();
+            h.process(&rows(&[1], "a", &[13], &[29])).unwrap();
+            assert!(h.take_output().is_empty());
+            h.watermark(i64::MAX).unwrap();
+            assert_eq!(timers(&mut h), 0, "every bucket's cleanup timer fired");
+        }
+    }
+
+    /// First rows stored by one subtask, restored as two: the second rows that come after the restore meet
+    /// them in the subtask of their key, and both emit what one would.
+    #[test]
+    fn rows_restored_at_another_parallelism_join_in_the_subtask_of_their_key() {
+        let keys: Vec<u64> = (0..30).collect();
+        let n = keys.len();
+        let firsts = rows(&keys, "a", &keys.iter().map(|&k| k as i64).collect::<Vec<_>>(), &vec![10; n]);
+        let seconds = rows(&keys, "b", &vec![7; n], &vec![12; n]);
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut one = open(Harness::keyed(backend));
+            one.process(&firsts).unwrap();
+            one.watermark(5).unwrap();
+            let snapshot = one.snapshot(1).unwrap();
+            one.process_second(&seconds).unwrap();
+            let expected = lines_of(&one.take_output());
+            assert_eq!(expected.len(), n);
+            let mut union = Vec::new();
+            for (i, part) in partition(&seconds, 2, 128).unwrap().iter().enumerate() {
+                let mut h = open(Harness::keyed(backend).subtask(i as u32, 2).restore(&snapshot));
+                h.process_second(part).unwrap();
+                let got = lines_of(&h.take_output());
+                assert_eq!(got.len(), part.num_rows(), "subtask {i}");
+                union.extend(got);
+                h.watermark(i64::MAX).unwrap();
+                assert_eq!(timers(&mut h), 0);
+            }
+            union.sort();
+            assert_eq!(union, expected, "{backend:?}");
         }
     }
 }

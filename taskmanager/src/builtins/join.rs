@@ -9,19 +9,14 @@
 //! a job whose inputs now have other columns is refused with both column lists instead of misreading rows.
 
 use super::declare::*;
-use crate::api::batch::{key_groups, keys, set_current_key_of_row, EVENT_TIME, KEY};
+use super::relational::joined::{Pairs, Plan};
+use super::relational::{input_lists, ready, Inputs, Relational};
+use crate::api::batch::{key_groups, keys, set_current_key_of_row};
 use crate::api::by_key::RowsByKey;
-use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{restore_kept, snapshot_kept, EncodedRows, KeptColumns};
-use crate::expr::eval::{columns_of, compile, Compiled};
-use arrow_array::cast::AsArray;
-use arrow_array::types::TimestampMillisecondType;
-use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use std::sync::Arc;
-
-use crate::expr::SelectItem;
-use weir_state::ListState;
+use crate::api::operator::{Collector, OperatorError, ProcessContext};
+use crate::api::stored_rows::EncodedRows;
+use arrow_array::RecordBatch;
+use weir_state::{KeyedStateBackend, ListState};
 
 /// Config of the `join` kind: an inner join of two inputs keyed alike (each row's `key`), every row of each side
 /// kept in keyed state for ever (Flink's regular join), each new row joined with the other side's rows of its
@@ -162,132 +157,14 @@ pub fn check_condition(
 
 /// Each side's columns, in union operator state: `<side>\t<columns_text>`.
 const COLUMNS_STATE: &str = "join-columns";
-const SIDE_NAMES: [&str; 2] = ["first", "second"];
 const STATES: [&str; 2] = ["join-first", "join-second"];
-
-/// One input of the join.
-#[derive(Default)]
-struct Side {
-    rows: Option<ListState<Vec<u8>>>,
-    columns: KeptColumns,
-}
-
-/// What runs on joined rows of one pair of side schemas (shared with `window-join`).
-pub(crate) struct Plan {
-    /// key, the first side's columns, the second's, the extra columns, then the event time.
-    pub(crate) joined: SchemaRef,
-    condition: Option<Compiled>,
-    /// The output columns (`None`: the joined row as it is) and the output schema.
-    select: Option<(Vec<Compiled>, SchemaRef)>,
-}
-
-impl Plan {
-    /// The plan for rows of `a` joined with rows of `b` (each its kept columns, the event time among them), with
-    /// `extra` columns after both sides'.
-    pub(crate) fn new(cfg: &JoinConfig, a: &SchemaRef, b: &SchemaRef, extra: &[Field]) -> Result<Plan, OperatorError> {
-        let own = |s: &SchemaRef| s.fields().iter().filter(|f| f.name() != EVENT_TIME).cloned().collect::<Vec<_>>();
-        let mut fields = vec![Arc::new(Field::new(KEY, DataType::Binary, false))];
-        fields.extend(own(a));
-        for f in own(b).into_iter().chain(extra.iter().cloned().map(Arc::new)) {
-            if fields.iter().any(|g| g.name() == f.name()) {
-                return Err(OperatorError::Records(format!(
-                    "both inputs have a column {:?}: rename it on one side (a project before the join)",
-                    f.name()
-                )));
-            }
-            fields.push(f);
-        }
-        fields.push(Arc::new(crate::api::batch::event_time_field()));
-        let joined: SchemaRef = Arc::new(Schema::new(fields));
-        let columns = columns_of(&joined);
-        let condition = match &cfg.condition {
-            Some(c) => {
-                crate::builtins::join::check_condition(c, &columns, "where")
-                    .map_err(|e| OperatorError::Records(format!("config.where: {}", e.message)))?;
-                Some(compile(c, &joined, &columns)?)
-            }
-            None => None,
-        };
-        let select = match &cfg.select {
-            None => None,
-            Some(items) => {
-                let mut exprs = Vec::new();
-                let mut out = Vec::new();
-                for item in items {
-                    let named: Vec<(crate::expr::Expr, String)> = match item {
-                        SelectItem::Star => joined
-                            .fields()
-                            .iter()
-                            .filter(|f| !f.name().starts_with('_'))
-                            .map(|f| (crate::expr::Expr::Column(f.name().clone()), f.name().clone()))
-                            .collect(),
-                        SelectItem::Expr { expr, name } => vec![(expr.clone(), name.clone())],
-                    };
-                    for (e, name) in named {
-                        let (_, nullable) = crate::expr::type_of(&e, &columns)
-                            .map_err(|err| OperatorError::Records(format!("config.select: {name}: {}", err.0)))?;
-                        let c = compile(&e, &joined, &columns)?;
-                        out.push(Field::new(&name, crate::expr::eval::arrow_type(c.ty), nullable));
-                        exprs.push(c);
-                    }
-                }
-                out.push(crate::api::batch::event_time_field());
-                Some((exprs, Arc::new(Schema::new(out))))
-            }
-        };
-        Ok(Plan { joined, condition, select })
-    }
-
-    /// The output of joined rows (of [`Plan::joined`]): those the condition keeps, with the selected columns.
-    pub(crate) fn apply(&self, joined: RecordBatch) -> Result<Option<RecordBatch>, OperatorError> {
-        self.apply_tracking(joined, None)
-    }
-
-    /// As [`Plan::apply`], and `origin` (if given) gets the joined row each output row comes from.
-    pub(crate) fn apply_tracking(
-        &self,
-        joined: RecordBatch,
-        origin: Option<&mut Vec<u32>>,
-    ) -> Result<Option<RecordBatch>, OperatorError> {
-        let joined = match &self.condition {
-            None => {
-                if let Some(o) = origin {
-                    o.clear();
-                    o.extend(0..joined.num_rows() as u32);
-                }
-                joined
-            }
-            Some(c) => {
-                let mask = c.eval_condition(&joined)?;
-                let mask = &mask;
-                if let Some(o) = origin {
-                    o.clear();
-                    o.extend((0..mask.len()).filter(|&i| mask.is_valid(i) && mask.value(i)).map(|i| i as u32));
-                }
-                arrow_select::filter::filter_record_batch(&joined, mask)
-                    .map_err(|e| OperatorError::Records(format!("filtering joined rows: {e}")))?
-            }
-        };
-        if joined.num_rows() == 0 {
-            return Ok(None);
-        }
-        Ok(Some(match &self.select {
-            None => joined,
-            Some((exprs, schema)) => {
-                let mut cols = exprs.iter().map(|e| e.eval_array(&joined)).collect::<Result<Vec<_>, _>>()?;
-                cols.push(joined.column(joined.num_columns() - 1).clone());
-                RecordBatch::try_new(schema.clone(), cols)
-                    .map_err(|e| OperatorError::Records(format!("building the selected columns: {e}")))?
-            }
-        }))
-    }
-}
 
 /// The join operator.
 pub struct Join {
     cfg: JoinConfig,
-    sides: [Side; 2],
-    plan: Option<Plan>,
+    inputs: Inputs<Plan>,
+    /// Each input's rows, once registered.
+    rows: Option<[ListState<Vec<u8>>; 2]>,
     /// The batch's rows of one key, encoded.
     mine: EncodedRows,
     /// The batch's rows grouped by key.
@@ -298,29 +175,32 @@ pub struct Join {
     pairs: Pairs,
 }
 
-fn state_err(e: weir_state::StateError) -> OperatorError {
-    OperatorError::from(e)
-}
-
 impl Join {
     /// A join with the given config.
     pub fn new(cfg: JoinConfig) -> Self {
         Join {
             cfg,
-            sides: Default::default(),
-            plan: None,
+            inputs: Inputs::two(Self::KIND, COLUMNS_STATE),
+            rows: None,
             mine: EncodedRows::default(),
             by_key: RowsByKey::default(),
             spans: Vec::new(),
             pairs: Pairs::default(),
         }
     }
+}
 
-    fn plan(&self) -> Result<Plan, OperatorError> {
-        let (Some(a), Some(b)) = (&self.sides[0].columns.stored, &self.sides[1].columns.stored) else {
-            return Err(OperatorError::Misuse("a join planned before both inputs' columns are known".into()));
-        };
-        Plan::new(&self.cfg, a, b, &[])
+impl Relational for Join {
+    const KIND: &'static str = "join";
+    type Built = Plan;
+
+    fn inputs(&mut self) -> &mut Inputs<Plan> {
+        &mut self.inputs
+    }
+
+    fn register(&mut self, keyed: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
+        self.rows = Some(input_lists(keyed, STATES, false)?);
+        Ok(())
     }
 
     fn process(
@@ -330,27 +210,11 @@ impl Join {
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        let what = format!("the {} input", SIDE_NAMES[s]);
-        let (idx, learned) = self.sides[s].columns.of_batch(&what, &batch.schema())?;
-        if learned {
-            self.plan = None;
-        }
-        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
+        let own = self.inputs.read(s, batch)?.own;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let backend = ctx.keyed()?;
-        let (mine, theirs) = match s {
-            0 => {
-                let [a, b] = &mut self.sides;
-                (a, b)
-            }
-            _ => {
-                let [a, b] = &mut self.sides;
-                (b, a)
-            }
-        };
-        let (Some(my_rows), Some(their_rows)) = (mine.rows.as_mut(), theirs.rows.as_ref()) else {
-            return Err(OperatorError::Misuse("join used before initialize_state".into()));
-        };
+        let [first, second] = ready(&mut self.rows, "join")?;
+        let (my_rows, their_rows) = if s == 0 { (first, &*second) } else { (second, &*first) };
         // Per key, once: the batch's rows go into my list in one write, and the other input's rows are read once
         // (kept in `pairs`, `spans` marking each key's rows there).
         self.by_key.group(keys, |_| Some(0));
@@ -363,15 +227,13 @@ impl Join {
             for &i in rows {
                 self.mine.push_row(&own, i as usize);
             }
-            my_rows.add_all_encoded(backend, self.mine.iter()).map_err(state_err)?;
+            my_rows.add_all_encoded(backend, self.mine.iter())?;
             let first = self.pairs.stored() as u32;
             let pairs = &mut self.pairs;
-            their_rows
-                .visit_encoded(backend, &mut |e| {
-                    pairs.store(e);
-                    Ok(())
-                })
-                .map_err(state_err)?;
+            their_rows.visit_encoded(backend, &mut |e| {
+                pairs.store(e);
+                Ok(())
+            })?;
             self.spans.push((first, self.pairs.stored() as u32));
         }
         // Pairs in batch order, as row-by-row processing finds them.
@@ -382,153 +244,7 @@ impl Join {
                 self.pairs.push(i as u32, e);
             }
         }
-        if self.pairs.is_empty() {
-            return Ok(());
-        }
-        let (Some(a), Some(b)) = (self.sides[0].columns.stored.clone(), self.sides[1].columns.stored.clone()) else {
-            return Err(OperatorError::UnreadableState("stored rows of an input whose columns are unknown".into()));
-        };
-        if self.plan.is_none() {
-            self.plan = Some(self.plan()?);
-        }
-        let Some(plan) = &self.plan else { unreachable!("planned above") };
-        match self.pairs.joined(plan, s, keys, &own, [&a, &b])? {
-            Some(result) => out.emit_batch(result),
-            None => Ok(()),
-        }
-    }
-}
-
-/// The pairs found while a batch of one input is processed: the batch's row and one of the other input's stored
-/// rows (as `api::stored_rows` writes them, each kept once however many pairs it is in), and the joined rows
-/// they make.
-#[derive(Default)]
-pub(crate) struct Pairs {
-    rows: Vec<u32>,
-    others: Vec<u32>,
-    stored: EncodedRows,
-}
-
-impl Pairs {
-    /// Forgets the pairs (keeping the buffers).
-    pub(crate) fn clear(&mut self) {
-        self.rows.clear();
-        self.others.clear();
-        self.stored.clear();
-    }
-
-    /// Keeps a stored row of the other input; returns its number for [`Pairs::push`].
-    pub(crate) fn store(&mut self, other: &[u8]) -> u32 {
-        self.stored.push(other);
-        self.stored.len() as u32 - 1
-    }
-
-    /// How many stored rows are kept.
-    pub(crate) fn stored(&self) -> usize {
-        self.stored.len()
-    }
-
-    /// Adds the pair of the batch's row `row` and the kept stored row number `other`.
-    pub(crate) fn push(&mut self, row: u32, other: u32) {
-        self.rows.push(row);
-        self.others.push(other);
-    }
-
-    /// Whether there is no pair.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
-    /// The output of the pairs of a batch of input `s` (its `keys` and kept columns `own`), both inputs' kept
-    /// columns being `schemas`: the joined rows (the key, the first input's columns, the second's, the later
-    /// event time) through `plan`.
-    pub(crate) fn joined(
-        &mut self,
-        plan: &Plan,
-        s: usize,
-        keys: &BinaryArray,
-        own: &[ArrayRef],
-        schemas: [&SchemaRef; 2],
-    ) -> Result<Option<RecordBatch>, OperatorError> {
-        let (my_schema, their_schema) = (schemas[s], schemas[1 - s]);
-        let err = |e: arrow_schema::ArrowError| OperatorError::Records(e.to_string());
-        // Each stored row decoded once, then repeated for its pairs.
-        let stored = self.stored.decode(their_schema)?;
-        let others = UInt32Array::from(std::mem::take(&mut self.others));
-        let theirs_cols: Vec<ArrayRef> = stored
-            .iter()
-            .map(|c| arrow_select::take::take(c.as_ref(), &others, None))
-            .collect::<Result<_, _>>()
-            .map_err(err)?;
-        self.others = others.into_parts().1.into_inner().into_vec().unwrap_or_default();
-        let picks = UInt32Array::from(std::mem::take(&mut self.rows));
-        let take = |a: &ArrayRef| arrow_select::take::take(a.as_ref(), &picks, None);
-        let mine_cols: Vec<ArrayRef> = own.iter().map(take).collect::<Result<_, _>>().map_err(err)?;
-        let key = take(&(Arc::new(keys.clone()) as ArrayRef)).map_err(err)?;
-        self.rows = picks.into_parts().1.into_inner().into_vec().unwrap_or_default();
-        let (first, first_schema, second, second_schema) = match s {
-            0 => (&mine_cols, my_schema, &theirs_cols, their_schema),
-            _ => (&theirs_cols, their_schema, &mine_cols, my_schema),
-        };
-        let mut columns = vec![key];
-        let mut times: Vec<&TimestampMillisecondArray> = Vec::with_capacity(2);
-        for (cols, schema) in [(first, first_schema), (second, second_schema)] {
-            for (c, f) in cols.iter().zip(schema.fields()) {
-                if f.name() == EVENT_TIME {
-                    times.push(c.as_primitive::<TimestampMillisecondType>());
-                } else {
-                    columns.push(c.clone());
-                }
-            }
-        }
-        columns.push(Arc::new(later(&times)));
-        let joined = RecordBatch::try_new(plan.joined.clone(), columns)
-            .map_err(|e| OperatorError::Records(format!("building joined rows: {e}")))?;
-        plan.apply(joined)
-    }
-}
-
-/// Row by row, the later of the event times (null where all are null).
-pub(crate) fn later(times: &[&TimestampMillisecondArray]) -> TimestampMillisecondArray {
-    let n = times.first().map_or(0, |t| t.len());
-    (0..n).map(|i| times.iter().filter(|t| t.is_valid(i)).map(|t| t.value(i)).max()).collect()
-}
-
-impl Operator for Join {
-    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("join needs keyed state".into()))?;
-        for (side, name) in self.sides.iter_mut().zip(STATES) {
-            side.rows = Some(ListState::register(&mut **keyed, name)?);
-        }
-        let [a, b] = &mut self.sides;
-        restore_kept(
-            ctx.operator_state,
-            COLUMNS_STATE,
-            &mut [(SIDE_NAMES[0], &mut a.columns), (SIDE_NAMES[1], &mut b.columns)],
-        )
-    }
-
-    fn process_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.process(0, batch, ctx, out)
-    }
-
-    fn process_second_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.process(1, batch, ctx, out)
-    }
-
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let [a, b] = &self.sides;
-        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], &a.columns), (SIDE_NAMES[1], &b.columns)])
+        self.pairs.emit(&mut self.inputs, &self.cfg, s, keys, &own, out)
     }
 }
 
@@ -586,135 +302,128 @@ pub(crate) fn two(inputs: &[Vec<Column>]) -> (&[Column], &[Column]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::batch::KEY;
-    use crate::api::operator::RuntimeInfo;
-    use arrow_array::{BinaryArray, Int64Array, StringArray};
+    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness, Snapshot};
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
+    use std::sync::Arc;
     use weir_common::spec::StateBackend;
-    use weir_state::{open_keyed_backend, KeyedStateBackend, OperatorStateStore};
 
     fn side(keys: &[u64], column: &str, values: ArrayRef, times: &[i64]) -> RecordBatch {
-        let k: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
-        let columns: Vec<(&str, ArrayRef)> = vec![
-            (KEY, Arc::new(BinaryArray::from_iter_values(k.iter()))),
-            (column, values),
-            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(times.to_vec()))),
-        ];
-        RecordBatch::try_from_iter(columns).unwrap()
+        let keys: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
+        keyed_batch(&keys, vec![(column, values)], times).unwrap()
     }
 
-    struct Harness {
-        info: RuntimeInfo,
-        backend: Box<dyn KeyedStateBackend>,
-        store: OperatorStateStore,
-        _dir: tempfile::TempDir,
+    /// A join of `config` on RocksDB, as subtask `i` of `p`, restored from `from` if given.
+    fn open_at(
+        config: &[(&str, &str)],
+        (i, p): (u32, u32),
+        from: Option<&Snapshot>,
+    ) -> Result<OperatorHarness<Join>, OperatorError> {
+        let map = crate::builtins::declare::config_map(config);
+        let h = Harness::keyed(StateBackend::Rocksdb).subtask(i, p);
+        let h = match from {
+            Some(snapshot) => h.restore(snapshot),
+            None => h,
+        };
+        h.open(Join::new(JoinConfig::from_map(&map).unwrap()))
     }
 
-    impl Harness {
-        fn new() -> Self {
-            let dir = tempfile::tempdir().unwrap();
-            let info = RuntimeInfo::for_test(0, 1);
-            let backend = open_keyed_backend(
-                StateBackend::Rocksdb,
-                dir.path(),
-                info.max_parallelism,
-                info.key_group_range,
-                None,
-                &Default::default(),
-            )
-            .unwrap();
-            Harness { info, backend, store: OperatorStateStore::new(), _dir: dir }
-        }
+    fn open(config: &[(&str, &str)], from: Option<&Snapshot>) -> Result<OperatorHarness<Join>, OperatorError> {
+        open_at(config, (0, 1), from)
+    }
 
-        fn open(&mut self, config: &[(&str, &str)], restored: bool) -> Result<Join, OperatorError> {
-            let map: OperatorConfig =
-                config.iter().map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v))).collect();
-            let mut join = Join::new(JoinConfig::from_map(&map).unwrap());
-            join.initialize_state(&mut InitContext {
-                info: &self.info,
-                restored,
-                operator_state: &mut self.store,
-                keyed: Some(&mut *self.backend),
-            })?;
-            Ok(join)
+    /// What the join emits for `batch` on input `s`, as text lines.
+    fn push(h: &mut OperatorHarness<Join>, s: usize, batch: RecordBatch) -> Result<Vec<String>, OperatorError> {
+        match s {
+            0 => h.process(&batch)?,
+            _ => h.process_second(&batch)?,
         }
+        lines(h.take_output())
+    }
 
-        /// What the join emits for `batch` on input `s`, as text lines.
-        fn push(&mut self, join: &mut Join, s: usize, batch: RecordBatch) -> Result<Vec<String>, OperatorError> {
-            let mut got = Vec::new();
-            let mut sink = |b: RecordBatch| {
-                got.push(b);
-                Ok(())
-            };
-            let mut out = Collector::new(&mut sink);
-            let mut ctx = ProcessContext::new(&self.info, Some(&mut *self.backend));
-            match s {
-                0 => join.process_batch(&batch, &mut ctx, &mut out)?,
-                _ => join.process_second_batch(&batch, &mut ctx, &mut out)?,
-            }
-            out.flush()?;
-            drop(out);
-            let mut lines = Vec::new();
-            for b in got {
-                let mut w = crate::builtins::text::LineWriter::new(&b, crate::builtins::text::FileFormat::Text)?;
-                for row in 0..b.num_rows() {
-                    let mut line = String::new();
-                    w.write_row(&b, row, &mut line);
-                    let t = b.column_by_name(EVENT_TIME).unwrap().as_primitive::<TimestampMillisecondType>();
-                    lines.push(format!("{}@{}", line.trim_end(), t.value(row)));
-                }
-            }
-            lines.sort();
-            Ok(lines)
-        }
+    /// Joined rows as sorted text lines, each with its event time.
+    fn lines(batches: Vec<RecordBatch>) -> Result<Vec<String>, OperatorError> {
+        Ok(crate::builtins::text::lines_of(&batches))
     }
 
     #[test]
     fn each_pair_is_joined_once_whichever_side_comes_first() -> Result<(), OperatorError> {
-        let mut h = Harness::new();
-        let mut join = h.open(&[("where", "a_id <> 9")], false)?;
+        let mut h = open(&[("where", "a_id <> 9")], None)?;
         let auctions = side(&[1, 2, 1], "a_id", Arc::new(Int64Array::from(vec![10, 20, 11])), &[5, 6, 7]);
-        assert!(h.push(&mut join, 0, auctions)?.is_empty(), "nothing on the other side yet");
+        assert!(push(&mut h, 0, auctions)?.is_empty(), "nothing on the other side yet");
         let persons = side(&[1, 3], "name", Arc::new(StringArray::from(vec!["ann", "bob"])), &[6, 1]);
-        assert_eq!(h.push(&mut join, 1, persons)?, vec!["1,10,ann@6", "1,11,ann@7"]);
+        assert_eq!(push(&mut h, 1, persons)?, vec!["1,10,ann@6", "1,11,ann@7"]);
         // A later auction of key 1 meets ann, the one of key 3 meets bob; a_id 9 fails the condition.
         let more = side(&[3, 1, 1], "a_id", Arc::new(Int64Array::from(vec![30, 12, 9])), &[8, 2, 9]);
-        assert_eq!(h.push(&mut join, 0, more)?, vec!["1,12,ann@6", "3,30,bob@8"]);
+        assert_eq!(push(&mut h, 0, more)?, vec!["1,12,ann@6", "3,30,bob@8"]);
         Ok(())
     }
 
     #[test]
     fn rows_of_one_key_in_a_batch_are_each_stored_and_each_joined() -> Result<(), OperatorError> {
-        let mut h = Harness::new();
-        let mut join = h.open(&[], false)?;
+        let mut h = open(&[], None)?;
         let persons = side(&[5, 6, 5], "name", Arc::new(StringArray::from(vec!["ann", "bob", "cy"])), &[1, 2, 3]);
-        assert!(h.push(&mut join, 1, persons)?.is_empty());
+        assert!(push(&mut h, 1, persons)?.is_empty());
         let auctions = side(&[5, 5, 6, 5], "a_id", Arc::new(Int64Array::from(vec![1, 2, 3, 4])), &[4, 5, 6, 7]);
-        let got = h.push(&mut join, 0, auctions)?;
+        let got = push(&mut h, 0, auctions)?;
         let want = ["5,1,ann@4", "5,1,cy@4", "5,2,ann@5", "5,2,cy@5", "5,4,ann@7", "5,4,cy@7", "6,3,bob@6"];
         assert_eq!(got, want);
         // All three auctions of key 5 were stored: a later person meets each.
         let later = side(&[5], "name", Arc::new(StringArray::from(vec!["di"])), &[0]);
-        assert_eq!(h.push(&mut join, 1, later)?, vec!["5,1,di@4", "5,2,di@5", "5,4,di@7"]);
+        assert_eq!(push(&mut h, 1, later)?, vec!["5,1,di@4", "5,2,di@5", "5,4,di@7"]);
         Ok(())
     }
 
     #[test]
     fn restored_rows_join_before_their_side_sends_and_other_columns_are_refused() -> Result<(), OperatorError> {
-        let mut h = Harness::new();
-        let mut join = h.open(&[("select", "name, a_id AS id")], false)?;
-        h.push(&mut join, 1, side(&[4], "name", Arc::new(StringArray::from(vec!["cy"])), &[3]))?;
-        let mut snap = SnapshotContext {
-            checkpoint_id: weir_common::ids::CheckpointId(1),
-            timestamp_ms: 0,
-            operator_state: &mut h.store,
-        };
-        join.snapshot_state(&mut snap)?;
-        let mut again = h.open(&[("select", "name, a_id AS id")], true)?;
-        let got = h.push(&mut again, 0, side(&[4], "a_id", Arc::new(Int64Array::from(vec![40])), &[1]))?;
+        let mut h = open(&[("select", "name, a_id AS id")], None)?;
+        push(&mut h, 1, side(&[4], "name", Arc::new(StringArray::from(vec!["cy"])), &[3]))?;
+        let snapshot = h.snapshot(1)?;
+        let mut again = open(&[("select", "name, a_id AS id")], Some(&snapshot))?;
+        let got = push(&mut again, 0, side(&[4], "a_id", Arc::new(Int64Array::from(vec![40])), &[1]))?;
         assert_eq!(got, vec!["cy,40@3"]);
-        let mut other = h.open(&[], true)?;
-        let e = h.push(&mut other, 1, side(&[4], "nick", Arc::new(StringArray::from(vec!["c"])), &[1])).unwrap_err();
+        let mut other = open(&[], Some(&snapshot))?;
+        let e = push(&mut other, 1, side(&[4], "nick", Arc::new(StringArray::from(vec!["c"])), &[1])).unwrap_err();
         assert!(e.to_string().contains("second input's columns changed"), "{e}");
+        Ok(())
+    }
+
+    /// Both sides' rows stored by one subtask, restored as three: each joins the rows that come later with the
+    /// stored rows of its own key groups, and the three together emit what one would.
+    #[test]
+    fn rows_restored_at_another_parallelism_join_in_the_subtask_of_their_key() -> Result<(), OperatorError> {
+        let keys: Vec<u64> = (0..30).collect();
+        let names: Vec<String> = keys.iter().map(|k| format!("p{k}")).collect();
+        let persons = side(&keys, "name", Arc::new(StringArray::from(names)), &vec![1; keys.len()]);
+        let auctions = |base: i64| {
+            let ids: Vec<i64> = keys.iter().map(|&k| base + k as i64).collect();
+            side(&keys, "a_id", Arc::new(Int64Array::from(ids)), &vec![2; keys.len()])
+        };
+        let mut one = open(&[], None)?;
+        push(&mut one, 1, persons)?;
+        push(&mut one, 0, auctions(100))?;
+        let snapshot = one.snapshot(1)?;
+        let later = auctions(200);
+        let expected = push(&mut one, 0, later.clone())?;
+        assert_eq!(expected.len(), keys.len());
+
+        let mut union = Vec::new();
+        for (i, rows) in partition(&later, 3, 128)?.into_iter().enumerate() {
+            let mut h = open_at(&[], (i as u32, 3), Some(&snapshot))?;
+            // It restored the persons of its own key groups, and only those.
+            let range = h.info().key_group_range;
+            let backend = h.keyed()?;
+            let persons = ListState::<Vec<u8>>::register(backend, "join-second")?;
+            for k in &keys {
+                backend.set_current_key(&k.to_be_bytes());
+                let mine = range.contains(weir_common::keygroup::key_group_for_key(&k.to_be_bytes(), 128));
+                assert_eq!(persons.get(backend)?.len(), usize::from(mine), "subtask {i}, key {k}");
+            }
+            let got = push(&mut h, 0, rows.clone())?;
+            assert_eq!(got.len(), rows.num_rows(), "subtask {i}: each of its auctions meets its person");
+            union.extend(got);
+        }
+        union.sort();
+        assert_eq!(union, expected, "three subtasks join what one does");
         Ok(())
     }
 }

@@ -151,76 +151,41 @@ impl Kind for KeyedCountKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::batch::{batch_of, records as records_of};
-    use crate::api::operator::RuntimeInfo;
+    use crate::api::batch::batch_of;
     use crate::api::record::{Record, Value};
-    use weir_common::ids::SubtaskIndex;
-    use weir_common::keygroup::KeyGroupRange;
+    use crate::api::testing::{partition, Harness, OperatorHarness, Snapshot};
     use weir_common::spec::StateBackend;
-    use weir_state::{open_keyed_backend, KeyedStateBackend, OperatorStateStore};
-
-    fn info() -> RuntimeInfo {
-        RuntimeInfo {
-            uid: "counts".into(),
-            job_id: "j".into(),
-            attempt: 1,
-            subtask: SubtaskIndex(0),
-            parallelism: 1,
-            max_parallelism: 128,
-            key_group_range: KeyGroupRange { start: 0, end: 127 },
-        }
-    }
 
     /// `(key, count)` records as numbers.
     type Counts = Vec<(u64, i64)>;
 
-    /// Runs a counter with `emit` over `batches`; returns what it emitted while processing and at the end.
-    fn run(emit: KeyedCountEmit, batches: &[&[u64]]) -> (Counts, Counts) {
-        let dir = tempfile::tempdir().unwrap();
-        let i = info();
-        let mut b: Box<dyn KeyedStateBackend> = open_keyed_backend(
-            StateBackend::Heap,
-            dir.path(),
-            i.max_parallelism,
-            i.key_group_range,
-            None,
-            &Default::default(),
-        )
-        .unwrap();
-        let mut op = KeyedCount::new(KeyedCountConfig { emit });
-        let mut store = OperatorStateStore::new();
-        op.initialize_state(&mut InitContext {
-            info: &i,
-            restored: false,
-            operator_state: &mut store,
-            keyed: Some(&mut *b),
-        })
-        .unwrap();
+    fn counts(records: Vec<Record>) -> Counts {
         let decode = |r: Record| {
             let Value::I64(n) = r.value else { panic!("non-i64 count {r:?}") };
             (u64::from_be_bytes(r.key.as_slice().try_into().unwrap()), n)
         };
+        records.into_iter().map(decode).collect()
+    }
+
+    fn batch(keys: &[u64]) -> RecordBatch {
+        let records: Vec<Record> = keys.iter().map(|k| Record::new_i64(&k.to_be_bytes(), 1)).collect();
+        batch_of(&records).unwrap()
+    }
+
+    fn counter(emit: KeyedCountEmit, h: Harness) -> OperatorHarness<KeyedCount> {
+        h.uid("counts").open(KeyedCount::new(KeyedCountConfig { emit })).unwrap()
+    }
+
+    /// Runs a counter with `emit` over `batches`; returns what it emitted while processing and at the end.
+    fn run(emit: KeyedCountEmit, batches: &[&[u64]]) -> (Counts, Counts) {
+        let mut h = counter(emit, Harness::keyed(StateBackend::Heap));
         let mut during = Vec::new();
-        for batch in batches {
-            let records: Vec<Record> = batch.iter().map(|k| Record::new_i64(&k.to_be_bytes(), 1)).collect();
-            let mut sink = |chunk: RecordBatch| {
-                during.extend(records_of(&chunk).unwrap().into_iter().map(decode));
-                Ok(())
-            };
-            let mut out = Collector::new(&mut sink);
-            op.process_batch(&batch_of(&records).unwrap(), &mut ProcessContext::new(&i, Some(&mut *b)), &mut out)
-                .unwrap();
-            out.flush().unwrap();
+        for keys in batches {
+            h.process(&batch(keys)).unwrap();
+            during.extend(counts(h.take_records().unwrap()));
         }
-        let mut at_end = Vec::new();
-        let mut sink = |chunk: RecordBatch| {
-            at_end.extend(records_of(&chunk).unwrap().into_iter().map(decode));
-            Ok(())
-        };
-        let mut out = Collector::new(&mut sink);
-        op.end_of_input(&mut ProcessContext::new(&i, Some(&mut *b)), &mut out).unwrap();
-        out.flush().unwrap();
-        drop(out);
+        h.end_input().unwrap();
+        let mut at_end = counts(h.take_records().unwrap());
         at_end.sort_unstable();
         (during, at_end)
     }
@@ -237,6 +202,59 @@ mod tests {
         let (during, at_end) = run(KeyedCountEmit::Updates, &[&[1, 2, 1], &[3, 1, 2]]);
         assert_eq!(during, vec![(1, 1), (2, 1), (1, 2), (3, 1), (1, 3), (2, 2)]);
         assert!(at_end.is_empty(), "{at_end:?}");
+    }
+
+    /// Counted by one subtask, then restored as two (and those two merged back into one): each subtask counts on
+    /// from the restored counts of its own key groups only, and together they count what one would.
+    #[test]
+    fn counts_restored_at_another_parallelism_go_on_per_key_group() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let keys: Vec<u64> = (0..40).collect();
+            let mut one = counter(KeyedCountEmit::End, Harness::keyed(backend));
+            one.process(&batch(&keys)).unwrap();
+            one.process(&batch(&keys[..10])).unwrap();
+            let snapshot = one.snapshot(1).unwrap();
+            let more = batch(&keys[5..25]);
+            one.process(&more).unwrap();
+            one.end_input().unwrap();
+            let mut expected = counts(one.take_records().unwrap());
+            expected.sort_unstable();
+
+            let mut halves = Vec::new();
+            let mut union = Vec::new();
+            for (i, rows) in partition(&more, 2, 128).unwrap().iter().enumerate() {
+                let mut h =
+                    counter(KeyedCountEmit::End, Harness::keyed(backend).subtask(i as u32, 2).restore(&snapshot));
+                assert!(h.is_restored());
+                h.process(rows).unwrap();
+                let twice = h.snapshot(2).unwrap();
+                h.end_input().unwrap();
+                let got = counts(h.take_records().unwrap());
+                let range = h.info().key_group_range;
+                for (k, _) in &got {
+                    let group = weir_common::keygroup::key_group_for_key(&k.to_be_bytes(), 128);
+                    assert!(range.contains(group), "subtask {i} emitted key {k} of key group {}", group.0);
+                }
+                assert!(!got.is_empty() && got.len() < keys.len(), "subtask {i}: {got:?}");
+                union.extend(got);
+                halves.push(twice);
+            }
+            union.sort_unstable();
+            assert_eq!(union, expected, "{backend:?}: two subtasks count what one does");
+            // A row of the other subtask's key groups never reaches a subtask.
+            let other = partition(&more, 2, 128).unwrap().remove(1);
+            let mut first = counter(KeyedCountEmit::End, Harness::keyed(backend).subtask(0, 2).restore(&snapshot));
+            let e = first.process(&other).unwrap_err();
+            assert!(e.to_string().contains("not one of this subtask's"), "{e}");
+
+            // The two halves merged back into one subtask.
+            let merged = Snapshot::combine(&halves).unwrap();
+            let mut whole = counter(KeyedCountEmit::End, Harness::keyed(backend).restore(&merged));
+            whole.end_input().unwrap();
+            let mut got = counts(whole.take_records().unwrap());
+            got.sort_unstable();
+            assert_eq!(got, expected, "{backend:?}: merged back");
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod keyed_count;
 pub mod nexmark;
 pub mod over;
 pub mod project;
+mod relational;
 mod specs;
 mod text;
 pub mod window_aggregate;

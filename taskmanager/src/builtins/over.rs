@@ -9,19 +9,19 @@
 
 use super::aggregate::{aggregate_columns, check_column, own_columns, parse_aggregates, INTEGERS};
 use super::declare::*;
+use super::relational::{output_schema, ready, times, Inputs, Relational, EMIT_AT};
 use crate::api::batch::int_column;
-use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME, OP};
-use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
-use crate::api::timers::TimeDomain;
+use crate::api::batch::{key_groups, keys, set_current_key_of_row, OP};
+use crate::api::operator::{Collector, OperatorError, ProcessContext};
+use crate::api::stored_rows::{encode_row, RowsBuilder};
 use crate::builtins::aggregate::AggregateFn;
 use crate::builtins::aggregate::{accumulate, finish};
 use arrow_array::builder::{Int64Builder, TimestampMillisecondBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, SchemaRef};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use weir_state::{ListState, StateDescriptor, StateId, StateKind};
+use weir_state::{KeyedStateBackend, ListState, StateDescriptor, StateId, StateKind};
 
 /// Config of the `over` kind (Flink's `OVER` aggregation on event time, `ROWS BETWEEN n PRECEDING AND CURRENT
 /// ROW`): every input row, once the watermark passes its event time, with `aggregates` (as `aggregate`'s) over
@@ -80,9 +80,6 @@ impl OverConfig {
 const ROWS: &str = "over-rows";
 const FRAME: &str = "over-frame";
 const COLUMNS_STATE: &str = "over-columns";
-const INPUT: &str = "input";
-/// Rows gathered before they are emitted anyway, within one watermark's timers.
-const EMIT_AT: usize = 4096;
 
 /// What the aggregates of a key's next row need of the rows before it.
 #[derive(Clone, Debug, PartialEq)]
@@ -238,13 +235,13 @@ struct Fired {
 pub struct Over {
     cfg: OverConfig,
     fns: Vec<AggregateFn>,
-    rows: Option<ListState<Vec<u8>>>,
-    frame: Option<StateId>,
-    columns: KeptColumns,
+    /// Its input's columns, and the output schema built of them.
+    inputs: Inputs<SchemaRef>,
+    /// The rows waiting for the watermark and each key's frame, once registered.
+    states: Option<(ListState<Vec<u8>>, StateId)>,
     row: Vec<u8>,
     value: Vec<u8>,
     fired: Option<Fired>,
-    output: Option<SchemaRef>,
     /// A timer's rows, read from state: their bytes one after another, and each one's tie and span.
     waiting: Vec<u8>,
     spans: Vec<(i64, usize, usize)>,
@@ -261,13 +258,11 @@ impl Over {
         Over {
             cfg,
             fns,
-            rows: None,
-            frame: None,
-            columns: KeptColumns::default(),
+            inputs: Inputs::one(Self::KIND, COLUMNS_STATE),
+            states: None,
             row: Vec::new(),
             value: Vec::new(),
             fired: None,
-            output: None,
             waiting: Vec::new(),
             spans: Vec::new(),
             frame_buf: None,
@@ -278,9 +273,8 @@ impl Over {
 
     fn fired(&mut self) -> Result<&mut Fired, OperatorError> {
         if self.fired.is_none() {
-            let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Misuse("over: no columns".into()))?;
             self.fired = Some(Fired {
-                rows: RowsBuilder::new(kept)?,
+                rows: RowsBuilder::new(self.inputs.stored(0)?)?,
                 values: self.fns.iter().map(|_| Int64Builder::new()).collect(),
                 times: TimestampMillisecondBuilder::new(),
                 len: 0,
@@ -288,63 +282,38 @@ impl Over {
         }
         self.fired.as_mut().ok_or_else(|| OperatorError::Misuse("over: no output".into()))
     }
-
-    fn output_schema(&mut self) -> Result<SchemaRef, OperatorError> {
-        if let Some(s) = &self.output {
-            return Ok(s.clone());
-        }
-        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Misuse("over: no columns".into()))?;
-        let mut fields: Vec<Field> =
-            kept.fields().iter().filter(|f| f.name() != EVENT_TIME).map(|f| f.as_ref().clone()).collect();
-        for (f, _, name) in &self.cfg.aggregates {
-            fields.push(Field::new(name, DataType::Int64, *f != AggregateFn::Count));
-        }
-        fields.push(event_time_field());
-        let schema = Arc::new(Schema::new(fields));
-        self.output = Some(schema.clone());
-        Ok(schema)
-    }
-
-    fn emit(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        if self.fired.as_ref().is_none_or(|f| f.len == 0) {
-            return Ok(());
-        }
-        let schema = self.output_schema()?;
-        let f = self.fired()?;
-        let mut columns = f.rows.finish_without_event_time();
-        columns.extend(f.values.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
-        columns.push(Arc::new(f.times.finish()));
-        f.len = 0;
-        let batch = RecordBatch::try_new(schema, columns)
-            .map_err(|e| OperatorError::Records(format!("over: building the output: {e}")))?;
-        out.emit_batch(batch)
-    }
 }
 
-impl Operator for Over {
-    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("over needs keyed state".into()))?;
-        self.rows = Some(ListState::register(&mut **keyed, StateDescriptor::new(ROWS).namespaced())?);
-        self.frame = Some(keyed.register_state(FRAME, StateKind::Value)?);
-        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(INPUT, &mut self.columns)])
+impl Relational for Over {
+    const KIND: &'static str = "over";
+    type Built = SchemaRef;
+
+    fn inputs(&mut self) -> &mut Inputs<SchemaRef> {
+        &mut self.inputs
     }
 
-    fn process_batch(
+    fn register(&mut self, keyed: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
+        let rows = ListState::register(&mut *keyed, StateDescriptor::new(ROWS).namespaced())?;
+        self.states = Some((rows, keyed.register_state(FRAME, StateKind::Value)?));
+        Ok(())
+    }
+
+    fn process(
         &mut self,
+        _: usize,
         batch: &RecordBatch,
         ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
+        _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         if batch.column_by_name(OP).is_some() {
             return Err(OperatorError::Records(
                 "over takes rows that are only added; its input is an updating result (it has changes)".into(),
             ));
         }
-        let (idx, learned) = self.columns.of_batch("over's input", &batch.schema())?;
-        if learned {
-            (self.output, self.fired) = (None, None);
+        let read = self.inputs.read(0, batch)?;
+        if read.learned {
+            self.fired = None;
         }
-        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
         let values: Vec<Vec<Option<i64>>> = self
             .cfg
             .aggregates
@@ -355,10 +324,9 @@ impl Operator for Over {
             })
             .collect::<Result<_, _>>()?;
         let ties = self.cfg.ties_by.as_deref().map(|c| int_column(batch, c, "over")).transpose()?;
-        let times = event_times(batch)
-            .ok_or_else(|| OperatorError::Misuse("over needs event time: its input has no timestamps".into()))?;
+        let times = times(batch, Self::KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let list = self.rows.as_mut().ok_or_else(|| OperatorError::Misuse("over used before init".into()))?;
+        let (list, _) = ready(&mut self.states, Self::KIND)?;
         let watermark = ctx.current_watermark();
         let mut timers = ctx.timers()?;
         for i in 0..batch.num_rows() {
@@ -375,26 +343,21 @@ impl Operator for Over {
             for v in &values {
                 encode_value(v[i], &mut self.row);
             }
-            encode_row(&own, i, &mut self.row);
+            encode_row(&read.own, i, &mut self.row);
             list.add(backend, &self.row)?;
             timers.register_event_time_timer(t)?;
         }
         Ok(())
     }
 
-    fn on_timer(
+    fn fire(
         &mut self,
         timestamp: i64,
-        domain: TimeDomain,
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Misuse("over sets no processing-time timers".into()));
-        }
-        let (Some(list), Some(frame_state)) = (self.rows.as_ref(), self.frame) else {
-            return Err(OperatorError::Misuse("over used before init".into()));
-        };
+        let (list, frame_state) = ready(&mut self.states, Self::KIND)?;
+        let frame_state = *frame_state;
         let backend = ctx.keyed()?;
         let (waiting, spans) = (&mut self.waiting, &mut self.spans);
         waiting.clear();
@@ -442,26 +405,26 @@ impl Operator for Over {
         frame.encode(n, value);
         ctx.keyed()?.put_value(frame_state, value)?;
         if self.fired.as_ref().is_some_and(|f| f.len >= EMIT_AT) {
-            self.emit(out)?;
+            self.flush(out)?;
         }
         Ok(())
     }
 
-    fn on_watermark(
-        &mut self,
-        _watermark: i64,
-        _ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.emit(out)
-    }
-
-    fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        self.emit(out)
-    }
-
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(INPUT, &self.columns)])
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        if self.fired.as_ref().is_none_or(|f| f.len == 0) {
+            return Ok(());
+        }
+        let aggregates = &self.cfg.aggregates;
+        let fields = aggregates.iter().map(|(f, _, name)| Field::new(name, DataType::Int64, *f != AggregateFn::Count));
+        let schema = self.inputs.built(|kept| Ok(output_schema(&kept[0], fields)))?.clone();
+        let f = self.fired()?;
+        let mut columns = f.rows.finish_without_event_time();
+        columns.extend(f.values.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        columns.push(Arc::new(f.times.finish()));
+        f.len = 0;
+        let batch = RecordBatch::try_new(schema, columns)
+            .map_err(|e| OperatorError::Records(format!("over: building the output: {e}")))?;
+        out.emit_batch(batch)
     }
 }
 
@@ -567,6 +530,78 @@ mod tests {
         let mut none = Frame::empty(Some(0), 1);
         assert_eq!(none.push_row(&[AggregateFn::Min], Some(0), &[None]), vec![None]);
         assert_eq!(none.push_row(&[AggregateFn::Min], Some(0), &[Some(3)]), vec![Some(3)]);
+    }
+}
+
+/// The operator in the harness: when rows go out and with which aggregates, and how waiting rows and frames
+/// restore at another parallelism.
+#[cfg(test)]
+mod harness_tests {
+    use super::*;
+    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness};
+    use crate::builtins::declare::config_map as m;
+    use crate::builtins::text::lines_of;
+    use arrow_array::Int64Array;
+    use weir_common::spec::StateBackend;
+
+    /// Rows of `keys` (also as column `id`) with `value`s and event times.
+    fn rows(keys: &[u64], values: &[i64], times: &[i64]) -> RecordBatch {
+        let ids: ArrayRef = Arc::new(Int64Array::from(keys.iter().map(|&k| k as i64).collect::<Vec<_>>()));
+        let keys: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
+        keyed_batch(&keys, vec![("id", ids), ("value", Arc::new(Int64Array::from(values.to_vec())))], times).unwrap()
+    }
+
+    fn open(h: Harness) -> OperatorHarness<Over> {
+        let cfg = m(&[("aggregates", "SUM(value) AS s, COUNT(*) AS n"), ("rows_preceding", "1")]);
+        h.open(Over::new(OverConfig::from_map(&cfg).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn each_row_goes_out_once_the_watermark_passes_it_with_the_aggregates_of_its_frame() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut h = open(Harness::keyed(backend));
+            h.process(&rows(&[1, 1, 2, 1], &[1, 2, 3, 4], &[5, 3, 4, 5])).unwrap();
+            assert!(h.take_output().is_empty(), "rows wait for the watermark");
+            h.watermark(4).unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["1,2,2,1@3", "2,3,3,1@4"], "{backend:?}");
+            // Key 1's rows at 5, in arrival order, each over itself and the row before it.
+            h.watermark(10).unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["1,1,3,2@5", "1,4,5,2@5"], "{backend:?}");
+            // At or behind the watermark: late, dropped.
+            h.process(&rows(&[1, 2], &[9, 9], &[10, 7])).unwrap();
+            h.process(&rows(&[2], &[6], &[11])).unwrap();
+            h.end_input().unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["2,6,9,2@11"], "{backend:?}: over key 2's row at 4 and itself");
+        }
+    }
+
+    /// Rows waiting for the watermark, and the frames of rows gone out, restored as two subtasks: each emits its
+    /// own keys' rows with the aggregates one subtask would.
+    #[test]
+    fn waiting_rows_and_frames_restored_at_another_parallelism_stay_with_their_keys() {
+        let keys: Vec<u64> = (0..24).flat_map(|k| [k, k]).collect();
+        let values: Vec<i64> = (0..keys.len() as i64).collect();
+        let times: Vec<i64> = (0..keys.len()).map(|i| 5 + (i % 2) as i64).collect();
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut one = open(Harness::keyed(backend));
+            one.process(&rows(&keys, &values, &times)).unwrap();
+            one.watermark(5).unwrap();
+            assert_eq!(one.take_output().iter().map(RecordBatch::num_rows).sum::<usize>(), 24);
+            let snapshot = one.snapshot(1).unwrap();
+            let later = rows(&keys[..24], &values[..24], &[8; 24]);
+            one.process(&later).unwrap();
+            one.end_input().unwrap();
+            let expected = lines_of(&one.take_output());
+            let mut union = Vec::new();
+            for (i, part) in partition(&later, 2, 128).unwrap().iter().enumerate() {
+                let mut h = open(Harness::keyed(backend).subtask(i as u32, 2).restore(&snapshot));
+                h.process(part).unwrap();
+                h.end_input().unwrap();
+                union.extend(lines_of(&h.take_output()));
+            }
+            union.sort();
+            assert_eq!(union, expected, "{backend:?}");
+        }
     }
 }
 

@@ -322,6 +322,26 @@ pub(crate) fn push_json_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// Rows of `batches` as sorted text lines (`FileFormat::Text`), each ending in `@` and its event time: what
+/// kinds' tests compare output by.
+#[cfg(test)]
+pub(crate) fn lines_of(batches: &[RecordBatch]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for b in batches {
+        let mut w = LineWriter::new(b, FileFormat::Text).expect("a batch the text format writes");
+        let times =
+            b.column_by_name(crate::api::batch::EVENT_TIME).map(|t| t.as_primitive::<TimestampMillisecondType>());
+        for row in 0..b.num_rows() {
+            let mut line = String::new();
+            w.write_row(b, row, &mut line);
+            let t = times.map_or(-1, |t| t.value(row));
+            lines.push(format!("{}@{t}", line.trim_end()));
+        }
+    }
+    lines.sort();
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -836,9 +836,8 @@ impl Kind for WindowAggregateKind {
 mod tests {
     use super::*;
     use crate::api::batch::{batch_of, event_times, keys};
-    use crate::api::operator::RuntimeInfo;
     use crate::api::record::Record;
-    use crate::api::timers::{advance_watermark, TimerSlot};
+    use crate::api::testing::Harness;
     use crate::window::config::LateRecords;
     use crate::window::operator::{Listing, ProcessWindowFunction};
     use arrow_array::cast::AsArray;
@@ -846,10 +845,7 @@ mod tests {
     use arrow_array::Int64Array;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
-    use weir_common::ids::SubtaskIndex;
-    use weir_common::keygroup::KeyGroupRange;
     use weir_common::spec::StateBackend;
-    use weir_state::{open_keyed_backend, OperatorStateStore};
 
     /// What reaches the operator: a batch of `(key, ts, value)`, a watermark, or the processing-time clock
     /// moving to a time.
@@ -862,18 +858,6 @@ mod tests {
 
     /// An output row: key, start, end, value (an average times 1000, rounded).
     type Row = (u8, i64, i64, i64);
-
-    fn info() -> RuntimeInfo {
-        RuntimeInfo {
-            uid: "win".into(),
-            job_id: "j".into(),
-            attempt: 1,
-            subtask: SubtaskIndex(0),
-            parallelism: 1,
-            max_parallelism: 128,
-            key_group_range: KeyGroupRange { start: 0, end: 127 },
-        }
-    }
 
     fn rows_of(batch: &RecordBatch, out: &mut Vec<Row>) {
         let keys = batch.column(0).as_binary::<i32>();
@@ -902,64 +886,33 @@ mod tests {
     }
 
     /// [`run_op`], and the `(key, timestamp)` of the records the operator sent to its side output `late`.
-    fn run_op_with_late(mut op: Box<dyn Operator>, backend: StateBackend, events: &[Ev]) -> (Vec<Row>, Vec<(u8, i64)>) {
-        let dir = tempfile::tempdir().unwrap();
-        let i = info();
-        let mut b = open_keyed_backend(backend, dir.path(), 128, i.key_group_range, None, &Default::default()).unwrap();
-        let clock = std::sync::Arc::new(weir_state::ManualClock::new(0));
-        b.set_clock(clock.clone());
-        let mut store = OperatorStateStore::new();
-        op.initialize_state(&mut InitContext {
-            info: &i,
-            restored: false,
-            operator_state: &mut store,
-            keyed: Some(&mut *b),
-        })
-        .unwrap();
-        let mut slot = TimerSlot::default();
+    fn run_op_with_late(op: Box<dyn Operator>, backend: StateBackend, events: &[Ev]) -> (Vec<Row>, Vec<(u8, i64)>) {
+        let mut h = Harness::keyed(backend).uid("win").open_boxed(op).unwrap();
         let mut rows = Vec::new();
         let mut late = Vec::new();
-        let mut wm = i64::MIN;
-        let all = events.iter().cloned().chain([Ev::Watermark(i64::MAX)]);
-        for ev in all {
-            let mut sink = |tag: Option<&str>, batch: RecordBatch| {
-                match tag {
-                    None => rows_of(&batch, &mut rows),
-                    Some(tag) => {
-                        assert_eq!(tag, "late");
-                        let times = event_times(&batch).unwrap();
-                        let keys = keys(&batch).unwrap();
-                        late.extend((0..batch.num_rows()).map(|r| (keys.value(r)[0], times.value(r))));
-                    }
-                }
-                Ok(())
-            };
-            let mut out = Collector::routed(&mut sink);
+        for ev in events.iter().cloned().chain([Ev::Watermark(i64::MAX)]) {
             match ev {
                 Ev::Rows(r) => {
                     let records: Vec<Record> = r.iter().map(|(k, ts, v)| Record::new_i64(&[*k], *v).at(*ts)).collect();
-                    let mut ctx = ProcessContext::new(&i, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
-                    op.process_batch(&batch_of(&records).unwrap(), &mut ctx, &mut out).unwrap();
+                    h.process(&batch_of(&records).unwrap()).unwrap();
                 }
-                Ev::Watermark(w) if w > wm => {
-                    wm = w;
-                    advance_watermark(&mut *op, &i, &mut *b, &mut slot, wm, &mut out).unwrap();
-                }
-                Ev::Watermark(_) => {}
-                Ev::Clock(now) => {
-                    clock.set(now as u64);
-                    while let Some(ts) =
-                        slot.get().and_then(|s| s.pop_due(&mut *b, TimeDomain::ProcessingTime, now).unwrap())
-                    {
-                        let mut ctx = ProcessContext::new(&i, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
-                        op.on_timer(ts, TimeDomain::ProcessingTime, &mut ctx, &mut out).unwrap();
-                    }
+                Ev::Watermark(w) => h.watermark(w).unwrap(),
+                Ev::Clock(now) => h.set_processing_time(now as u64).unwrap(),
+            }
+            for batch in h.take_output() {
+                rows_of(&batch, &mut rows);
+            }
+            for (tag, batches) in h.take_side_outputs() {
+                assert_eq!(tag, "late");
+                for batch in batches {
+                    let times = event_times(&batch).unwrap();
+                    let keys = keys(&batch).unwrap();
+                    late.extend((0..batch.num_rows()).map(|r| (keys.value(r)[0], times.value(r))));
                 }
             }
-            out.flush().unwrap();
         }
         // Everything fired and was cleaned up: no state and no timer is left behind.
-        let summaries = b.state_summaries().unwrap();
+        let summaries = h.keyed().unwrap().state_summaries().unwrap();
         let timers: u64 = summaries.iter().filter_map(|s| s.entries).sum();
         assert_eq!(timers, 0, "timers left: {summaries:?}");
         (rows, late)
@@ -1430,6 +1383,50 @@ mod tests {
         ] {
             for lateness in [0, 8] {
                 check(window, Aggregate::Sum, lateness, &events, StateBackend::Rocksdb).unwrap();
+            }
+        }
+    }
+
+    /// Windows still open at a snapshot of one subtask, restored as two: each subtask fires the windows of its own
+    /// keys (its restored slices and timers), and both together fire what one would.
+    #[test]
+    fn open_windows_restored_at_another_parallelism_fire_in_the_subtask_of_their_key() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            for window in [WindowShape::Tumbling { size_ms: 10 }, WindowShape::Session { gap_ms: 6 }] {
+                let cfg = config(window, Aggregate::Sum, 0);
+                let rows: Vec<Record> = (0..24u8)
+                    .flat_map(|k| [Record::new_i64(&[k], 1).at(3), Record::new_i64(&[k], k as i64).at(21)])
+                    .collect();
+                let batch = batch_of(&rows).unwrap();
+                let mut one = Harness::keyed(backend).open_boxed(window_aggregate(cfg.clone()).unwrap()).unwrap();
+                one.process(&batch).unwrap();
+                one.watermark(12).unwrap();
+                assert_eq!(one.take_output().iter().map(RecordBatch::num_rows).sum::<usize>(), 24, "the first windows");
+                let snapshot = one.snapshot(1).unwrap();
+                one.watermark(i64::MAX).unwrap();
+                let mut expected = Vec::new();
+                one.take_output().iter().for_each(|b| rows_of(b, &mut expected));
+                expected.sort_unstable();
+                assert_eq!(expected.len(), 24, "{backend:?} {window:?}");
+
+                let mut union = Vec::new();
+                for i in 0..2 {
+                    let h = Harness::keyed(backend).subtask(i, 2).restore(&snapshot);
+                    let mut h = h.open_boxed(window_aggregate(cfg.clone()).unwrap()).unwrap();
+                    assert_eq!(h.current_watermark(), 12, "restored at its old watermark");
+                    h.watermark(i64::MAX).unwrap();
+                    let mut got = Vec::new();
+                    h.take_output().iter().for_each(|b| rows_of(b, &mut got));
+                    let range = h.info().key_group_range;
+                    for row in &got {
+                        let group = weir_common::keygroup::key_group_for_key(&[row.0], 128);
+                        assert!(range.contains(group), "subtask {i} fired key {}'s window", row.0);
+                    }
+                    assert!(!got.is_empty() && got.len() < 24, "subtask {i}: {got:?}");
+                    union.extend(got);
+                }
+                union.sort_unstable();
+                assert_eq!(union, expected, "{backend:?} {window:?}: two subtasks fire what one does");
             }
         }
     }

@@ -3,25 +3,23 @@
 //! per key and window of a batch) and sets an event-time timer at `end − 1`; when it fires, every row of the
 //! first side is paired with every row of the second and both lists are cleared. The pairs of all windows a
 //! watermark fires are emitted as one batch in `on_watermark`: the joined rows get `window_start`,
-//! `window_end` and event time `end − 1`, `where` and `select` apply (`join::Plan`), and `distinct` keeps each
+//! `window_end` and event time `end − 1`, `where` and `select` apply (`relational::joined`), and `distinct` keeps each
 //! output row once per window. The inputs' columns are kept beside the rows in union operator state, as the
 //! join does.
 
 use super::declare::*;
 use super::join::JoinConfig;
-use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
+use super::relational::joined::Plan;
+use super::relational::{input_lists, ready, times, window, Inputs, Relational};
+use crate::api::batch::{key_groups, keys, set_current_key_of_row, EVENT_TIME};
 use crate::api::by_key::RowsByKey;
-use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, EncodedRows, KeptColumns};
-use crate::api::timers::TimeDomain;
-use crate::builtins::join::Plan;
+use crate::api::operator::{Collector, OperatorError, ProcessContext};
+use crate::api::stored_rows::{encode_row, EncodedRows};
 use crate::window::config::{WindowShape, WindowSpec};
-use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
-use arrow_schema::{DataType, Field, TimeUnit};
+use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, UInt32Array};
 use std::collections::HashSet;
 use std::sync::Arc;
-
-use weir_state::{ListState, StateDescriptor};
+use weir_state::{KeyedStateBackend, ListState};
 
 /// Config of the `window-join` kind (Flink's window join): the inner join of two inputs keyed alike within each
 /// tumbling window (`window: { tumbling_ms }` over the rows' event time): when the watermark passes a window's
@@ -83,19 +81,18 @@ impl WindowJoinConfig {
 }
 
 const COLUMNS_STATE: &str = "window-join-columns";
-const SIDE_NAMES: [&str; 2] = ["first", "second"];
 const STATES: [&str; 2] = ["window-join-first", "window-join-second"];
 
 /// The window-join operator.
 pub struct WindowJoin {
     cfg: WindowJoinConfig,
-    rows: [Option<ListState<Vec<u8>>>; 2],
-    columns: [KeptColumns; 2],
-    plan: Option<Plan>,
+    inputs: Inputs<Plan>,
+    /// Each input's rows per window, once registered.
+    rows: Option<[ListState<Vec<u8>>; 2]>,
     /// The batch's rows grouped by key and window end, and one group's rows encoded.
     by_key: RowsByKey,
     mine: EncodedRows,
-    /// What the timers of one watermark fired, emitted as one batch in `on_watermark`.
+    /// What the timers of one watermark fired, emitted as one batch when they are done.
     fired: Fired,
 }
 
@@ -118,35 +115,54 @@ impl WindowJoin {
     pub fn new(cfg: WindowJoinConfig) -> Self {
         WindowJoin {
             cfg,
-            rows: [None, None],
-            columns: Default::default(),
-            plan: None,
+            inputs: Inputs::two(Self::KIND, COLUMNS_STATE),
+            rows: None,
             by_key: RowsByKey::default(),
             mine: EncodedRows::default(),
             fired: Fired::default(),
         }
     }
+}
 
-    fn process(&mut self, s: usize, batch: &RecordBatch, ctx: &mut ProcessContext<'_>) -> Result<(), OperatorError> {
-        let what = format!("the {} input", SIDE_NAMES[s]);
-        let (idx, learned) = self.columns[s].of_batch(&what, &batch.schema())?;
-        if learned {
-            self.plan = None;
-        }
-        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
-        let times = event_times(batch)
-            .ok_or_else(|| OperatorError::Misuse("window-join needs event time: its input has no timestamps".into()))?;
+impl Fired {
+    fn clear(&mut self) {
+        self.sides.iter_mut().for_each(EncodedRows::clear);
+        self.keys.clear();
+        self.ends.clear();
+        self.pairs.iter_mut().for_each(Vec::clear);
+    }
+}
+
+impl Relational for WindowJoin {
+    const KIND: &'static str = "window-join";
+    type Built = Plan;
+
+    fn inputs(&mut self) -> &mut Inputs<Plan> {
+        &mut self.inputs
+    }
+
+    fn register(&mut self, keyed: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
+        self.rows = Some(input_lists(keyed, STATES, true)?);
+        Ok(())
+    }
+
+    fn process(
+        &mut self,
+        s: usize,
+        batch: &RecordBatch,
+        ctx: &mut ProcessContext<'_>,
+        _: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let own = self.inputs.read(s, batch)?.own;
+        let times = times(batch, Self::KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let watermark = ctx.current_watermark();
         let size = self.cfg.size_ms as i64;
-        let list = self.rows[s].as_mut().ok_or_else(|| OperatorError::Misuse("window-join used before init".into()))?;
+        let list = &mut ready(&mut self.rows, Self::KIND)?[s];
         let mut timers = ctx.timers()?;
         // Rows of no window (no time) and of windows already fired (behind the watermark) are dropped; the others
         // go into their key's and window's list, one write and one timer per key and window in the batch.
-        self.by_key.group(keys, |i| {
-            let end = times.is_valid(i).then(|| times.value(i).div_euclid(size) * size + size)?;
-            (end - 1 > watermark).then_some(end)
-        });
+        self.by_key.group(keys, |i| window::open_end(times.is_valid(i).then(|| times.value(i))?, size, watermark));
         for g in 0..self.by_key.len() {
             let rows = self.by_key.rows(g);
             let end = self.by_key.part(g);
@@ -163,113 +179,16 @@ impl WindowJoin {
         Ok(())
     }
 
-    /// The joined rows of the windows fired since the last call, as one batch.
-    fn emit(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        let f = &mut self.fired;
-        if f.pairs[0].is_empty() {
-            f.clear();
-            return Ok(());
-        }
-        let (Some(a), Some(b)) = (self.columns[0].stored.clone(), self.columns[1].stored.clone()) else {
-            return Err(OperatorError::UnreadableState(
-                "window-join: stored rows of an input whose columns are unknown".into(),
-            ));
-        };
-        if self.plan.is_none() {
-            let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
-            let extra = [Field::new("window_start", ts.clone(), false), Field::new("window_end", ts, false)];
-            self.plan = Some(Plan::new(&self.cfg.join, &a, &b, &extra)?);
-        }
-        let Some(plan) = &self.plan else { unreachable!("planned above") };
-        let take = |cols: &[ArrayRef], picks: &[u32]| -> Result<Vec<ArrayRef>, OperatorError> {
-            let picks = UInt32Array::from(picks.to_vec());
-            cols.iter()
-                .map(|c| arrow_select::take::take(c.as_ref(), &picks, None))
-                .collect::<Result<_, _>>()
-                .map_err(|e| OperatorError::Records(e.to_string()))
-        };
-        let first = take(&f.sides[0].decode(&a)?, &f.pairs[0])?;
-        let second = take(&f.sides[1].decode(&b)?, &f.pairs[1])?;
-        let window = &f.pairs[2];
-        let key: ArrayRef = Arc::new(BinaryArray::from_iter_values(window.iter().map(|&w| f.keys.get(w as usize))));
-        let mut columns = vec![key];
-        for (cols, schema) in [(&first, &a), (&second, &b)] {
-            columns.extend(
-                cols.iter().zip(schema.fields()).filter(|(_, f)| f.name() != EVENT_TIME).map(|(c, _)| c.clone()),
-            );
-        }
-        let size = self.cfg.size_ms as i64;
-        let end = |w: &u32| f.ends[*w as usize];
-        columns.push(Arc::new(window.iter().map(|w| end(w) - size).map(Some).collect::<TimestampMillisecondArray>()));
-        columns.push(Arc::new(window.iter().map(|w| Some(end(w))).collect::<TimestampMillisecondArray>()));
-        columns.push(Arc::new(window.iter().map(|w| Some(end(w) - 1)).collect::<TimestampMillisecondArray>()));
-        let joined = RecordBatch::try_new(plan.joined.clone(), columns)
-            .map_err(|e| OperatorError::Records(format!("window-join: building joined rows: {e}")))?;
-        let result = plan.apply_tracking(joined, Some(&mut f.origin))?;
-        let result = match result {
-            Some(r) if self.cfg.distinct => Some(distinct(&r, |row| window[f.origin[row] as usize])?),
-            other => other,
-        };
-        f.clear();
-        match result {
-            Some(r) => out.emit_batch(r),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Fired {
-    fn clear(&mut self) {
-        self.sides.iter_mut().for_each(EncodedRows::clear);
-        self.keys.clear();
-        self.ends.clear();
-        self.pairs.iter_mut().for_each(Vec::clear);
-    }
-}
-
-impl Operator for WindowJoin {
-    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("window-join needs keyed state".into()))?;
-        for (slot, name) in self.rows.iter_mut().zip(STATES) {
-            *slot = Some(ListState::register(&mut **keyed, StateDescriptor::new(name).namespaced())?);
-        }
-        let [a, b] = &mut self.columns;
-        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
-    }
-
-    fn process_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.process(0, batch, ctx)
-    }
-
-    fn process_second_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.process(1, batch, ctx)
-    }
-
-    fn on_timer(
+    fn fire(
         &mut self,
         timestamp: i64,
-        domain: TimeDomain,
         ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
+        _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Misuse("window-join sets no processing-time timers".into()));
-        }
         let backend = ctx.keyed()?;
         let f = &mut self.fired;
         let from = [f.sides[0].len(), f.sides[1].len()];
-        for (rows, list) in f.sides.iter_mut().zip(&self.rows) {
-            let list = list.as_ref().ok_or_else(|| OperatorError::Misuse("window-join used before init".into()))?;
+        for (rows, list) in f.sides.iter_mut().zip(ready(&mut self.rows, Self::KIND)?.iter()) {
             list.visit_encoded(backend, &mut |e| {
                 rows.push(e);
                 Ok(())
@@ -297,22 +216,46 @@ impl Operator for WindowJoin {
         Ok(())
     }
 
-    fn on_watermark(
-        &mut self,
-        _watermark: i64,
-        _ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.emit(out)
-    }
-
-    fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        self.emit(out)
-    }
-
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let [a, b] = &self.columns;
-        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
+    /// The joined rows of the windows fired since the last call, as one batch.
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        let f = &mut self.fired;
+        if f.pairs[0].is_empty() {
+            f.clear();
+            return Ok(());
+        }
+        let (a, b) = (self.inputs.stored(0)?, self.inputs.stored(1)?);
+        let plan = self.inputs.built(|kept| Plan::new(&self.cfg.join, &kept[0], &kept[1], &window::fields()))?;
+        let take = |cols: &[ArrayRef], picks: &[u32]| -> Result<Vec<ArrayRef>, OperatorError> {
+            let picks = UInt32Array::from(picks.to_vec());
+            cols.iter()
+                .map(|c| arrow_select::take::take(c.as_ref(), &picks, None))
+                .collect::<Result<_, _>>()
+                .map_err(|e| OperatorError::Records(e.to_string()))
+        };
+        let first = take(&f.sides[0].decode(&a)?, &f.pairs[0])?;
+        let second = take(&f.sides[1].decode(&b)?, &f.pairs[1])?;
+        let window = &f.pairs[2];
+        let key: ArrayRef = Arc::new(BinaryArray::from_iter_values(window.iter().map(|&w| f.keys.get(w as usize))));
+        let mut columns = vec![key];
+        for (cols, schema) in [(&first, &a), (&second, &b)] {
+            columns.extend(
+                cols.iter().zip(schema.fields()).filter(|(_, f)| f.name() != EVENT_TIME).map(|(c, _)| c.clone()),
+            );
+        }
+        let ends: Vec<i64> = window.iter().map(|&w| f.ends[w as usize]).collect();
+        columns.extend(window::columns(&ends, self.cfg.size_ms as i64));
+        let joined = RecordBatch::try_new(plan.joined.clone(), columns)
+            .map_err(|e| OperatorError::Records(format!("window-join: building joined rows: {e}")))?;
+        let result = plan.apply_tracking(joined, Some(&mut f.origin))?;
+        let result = match result {
+            Some(r) if self.cfg.distinct => Some(distinct(&r, |row| window[f.origin[row] as usize])?),
+            other => other,
+        };
+        f.clear();
+        match result {
+            Some(r) => out.emit_batch(r),
+            None => Ok(()),
+        }
     }
 }
 
@@ -394,82 +337,98 @@ impl Kind for WindowJoinKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::batch::KEY;
-    use crate::api::operator::RuntimeInfo;
-    use crate::api::timers::{advance_watermark, TimerSlot};
+    use crate::api::testing::{keyed_batch, partition, Harness};
     use arrow_array::cast::AsArray;
     use arrow_array::StringArray;
     use weir_common::spec::StateBackend;
-    use weir_state::{open_keyed_backend, OperatorStateStore};
 
     fn side(keys: &[u8], column: &str, names: &[&str], times: &[i64]) -> RecordBatch {
-        let columns: Vec<(&str, ArrayRef)> = vec![
-            (KEY, Arc::new(BinaryArray::from_iter_values(keys.iter().map(std::slice::from_ref)))),
-            (column, Arc::new(StringArray::from(names.to_vec()))),
-            (EVENT_TIME, Arc::new(TimestampMillisecondArray::from(times.to_vec()))),
-        ];
-        RecordBatch::try_from_iter(columns).unwrap()
+        let keys: Vec<[u8; 1]> = keys.iter().map(|k| [*k]).collect();
+        keyed_batch(&keys, vec![(column, Arc::new(StringArray::from(names.to_vec())))], times).unwrap()
+    }
+
+    fn join(config: &[(&str, &str)]) -> WindowJoin {
+        let map = crate::builtins::declare::config_map(config);
+        WindowJoin::new(WindowJoinConfig::from_map(&map).unwrap())
     }
 
     #[test]
     fn windows_fired_by_one_watermark_are_distinct_each_and_late_rows_are_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let info = RuntimeInfo::for_test(0, 1);
-        let mut b = open_keyed_backend(
-            StateBackend::Rocksdb,
-            dir.path(),
-            info.max_parallelism,
-            info.key_group_range,
-            None,
-            &Default::default(),
-        )
-        .unwrap();
-        let map: OperatorConfig = [("window", r#"{"tumbling_ms": 10}"#), ("select", "name"), ("distinct", "true")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v)))
-            .collect();
-        let mut op = WindowJoin::new(WindowJoinConfig::from_map(&map).unwrap());
-        let mut store = OperatorStateStore::new();
-        op.initialize_state(&mut InitContext {
-            info: &info,
-            restored: false,
-            operator_state: &mut store,
-            keyed: Some(&mut *b),
-        })
-        .unwrap();
-        let mut slot = TimerSlot::default();
+        let config = [("window", r#"{"tumbling_ms": 10}"#), ("select", "name"), ("distinct", "true")];
+        let mut h = Harness::keyed(StateBackend::Rocksdb).open(join(&config)).unwrap();
         let mut got = Vec::new();
-        let mut wm = i64::MIN;
         // Keys 1 and 2 meet in window [0, 10), key 1 twice (one output row for the window); key 3's second-side row
         // is in the next window; key 1's rows at 2 and 3 arrive after the watermark passed their window: dropped.
         let steps: Vec<(usize, Option<RecordBatch>, i64)> = vec![
-            (0, Some(side(&[1, 2, 3], "name", &["x", "x", "y"], &[1, 2, 3])), wm),
-            (1, Some(side(&[1, 1, 2, 3], "nick", &["a", "b", "c", "d"], &[4, 5, 6, 12])), wm),
+            (0, Some(side(&[1, 2, 3], "name", &["x", "x", "y"], &[1, 2, 3])), i64::MIN),
+            (1, Some(side(&[1, 1, 2, 3], "nick", &["a", "b", "c", "d"], &[4, 5, 6, 12])), i64::MIN),
             (0, None, 9),
             (0, Some(side(&[1], "name", &["z"], &[2])), 9),
             (1, Some(side(&[1], "nick", &["w"], &[3])), 9),
             (0, None, i64::MAX),
         ];
         for (s, batch, w) in steps {
-            let mut sink = |batch: RecordBatch| {
-                let names = batch.column_by_name("name").unwrap().as_string::<i32>();
-                got.push((0..batch.num_rows()).map(|i| names.value(i).to_string()).collect::<Vec<_>>());
-                Ok(())
-            };
-            let mut out = Collector::new(&mut sink);
             if let Some(batch) = batch {
-                let mut ctx = ProcessContext::new(&info, Some(&mut *b)).at_watermark(wm).with_timers(&mut slot);
                 match s {
-                    0 => op.process_batch(&batch, &mut ctx, &mut out).unwrap(),
-                    _ => op.process_second_batch(&batch, &mut ctx, &mut out).unwrap(),
+                    0 => h.process(&batch).unwrap(),
+                    _ => h.process_second(&batch).unwrap(),
                 }
             }
-            if w > wm {
-                wm = w;
-                advance_watermark(&mut op, &info, &mut *b, &mut slot, wm, &mut out).unwrap();
+            h.watermark(w).unwrap();
+            for batch in h.take_output() {
+                let names = batch.column_by_name("name").unwrap().as_string::<i32>();
+                got.push((0..batch.num_rows()).map(|i| names.value(i).to_string()).collect::<Vec<_>>());
             }
-            out.flush().unwrap();
         }
         assert_eq!(got, vec![vec!["x".to_string(), "x".to_string()]], "one batch: key 1's row once, key 2's once");
+    }
+
+    /// `(key, name, nick)` of joined rows, sorted.
+    fn joined(batches: Vec<RecordBatch>) -> Vec<(u8, String, String)> {
+        let mut out = Vec::new();
+        for b in batches {
+            let keys = crate::api::batch::keys(&b).unwrap();
+            let name = b.column_by_name("name").unwrap().as_string::<i32>();
+            let nick = b.column_by_name("nick").unwrap().as_string::<i32>();
+            out.extend((0..b.num_rows()).map(|i| (keys.value(i)[0], name.value(i).into(), nick.value(i).into())));
+        }
+        out.sort();
+        out
+    }
+
+    /// Rows of both inputs waiting for their window at a snapshot of one subtask, restored as two: each subtask
+    /// joins its own keys' windows, rows that come after the restore included, and both emit what one would.
+    #[test]
+    fn windows_restored_at_another_parallelism_join_in_the_subtask_of_their_key() {
+        let config = [("window", r#"{"tumbling_ms": 10}"#)];
+        let keys: Vec<u8> = (0..24).collect();
+        let names: Vec<String> = keys.iter().map(|k| format!("n{k}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let first = side(&keys, "name", &names, &vec![2; keys.len()]);
+        let second = |nick: &str, t: i64| side(&keys, "nick", &vec![nick; keys.len()], &vec![t; keys.len()]);
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut one = Harness::keyed(backend).open(join(&config)).unwrap();
+            one.process(&first).unwrap();
+            one.process_second(&second("a", 5)).unwrap();
+            let snapshot = one.snapshot(1).unwrap();
+            let later = second("b", 8);
+            one.process_second(&later).unwrap();
+            one.watermark(i64::MAX).unwrap();
+            let expected = joined(one.take_output());
+            assert_eq!(expected.len(), 2 * keys.len());
+
+            let mut union = Vec::new();
+            for (i, rows) in partition(&later, 2, 128).unwrap().iter().enumerate() {
+                let mut h =
+                    Harness::keyed(backend).subtask(i as u32, 2).restore(&snapshot).open(join(&config)).unwrap();
+                h.process_second(rows).unwrap();
+                h.watermark(i64::MAX).unwrap();
+                let got = joined(h.take_output());
+                assert_eq!(got.len(), 2 * rows.num_rows(), "subtask {i}: its keys' windows, each key twice");
+                union.extend(got);
+            }
+            union.sort();
+            assert_eq!(union, expected, "{backend:?}: two subtasks join what one does");
+        }
     }
 }

@@ -8,16 +8,14 @@
 
 use super::aggregate::{check_column, own_columns, INTEGERS};
 use super::declare::*;
-use crate::api::batch::{event_time_field, event_times, key_groups, keys, set_current_key_of_row, EVENT_TIME};
-use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
-use crate::api::timers::TimeDomain;
+use super::relational::{output_schema, ready, times, window, Inputs, Relational};
+use crate::api::batch::{key_groups, keys, set_current_key_of_row};
+use crate::api::operator::{Collector, OperatorError, ProcessContext};
+use crate::api::stored_rows::{encode_row, RowsBuilder};
 use crate::window::config::{WindowShape, WindowSpec};
-use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMillisecondArray};
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use std::sync::Arc;
-
-use weir_state::{StateId, StateKind, StateOptions};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::SchemaRef;
+use weir_state::{KeyedStateBackend, StateId, StateKind, StateOptions};
 
 /// Config of the `window-top` kind (Flink's window Top-N with `RANK() <= top`): per key and tumbling window
 /// (`window: { tumbling_ms }` over the rows' event time), the rows whose `by` column (an integer) ranks within the
@@ -83,7 +81,6 @@ impl WindowTopConfig {
 
 const STATE: &str = "window-top";
 const COLUMNS_STATE: &str = "window-top-columns";
-const INPUT: &str = "input";
 
 /// The ranked rows of one key and window, as stored: `count: u32`, then per row `value: i64`, `len: u32`, row.
 #[derive(Debug, Default)]
@@ -140,12 +137,11 @@ impl Ranked {
 /// The window-top operator.
 pub struct WindowTop {
     cfg: WindowTopConfig,
+    /// Its input's columns, and the output schema built of them.
+    inputs: Inputs<SchemaRef>,
     state: Option<StateId>,
-    columns: KeptColumns,
     row: Vec<u8>,
     value: Vec<u8>,
-    /// The output schema for the kept columns (rebuilt when they are learned).
-    output: Option<SchemaRef>,
 }
 
 impl WindowTop {
@@ -153,66 +149,47 @@ impl WindowTop {
     pub fn new(cfg: WindowTopConfig) -> Self {
         WindowTop {
             cfg,
+            inputs: Inputs::one(Self::KIND, COLUMNS_STATE),
             state: None,
-            columns: KeptColumns::default(),
             row: Vec::new(),
             value: Vec::new(),
-            output: None,
         }
-    }
-
-    fn output_schema(&mut self) -> Result<SchemaRef, OperatorError> {
-        if let Some(s) = &self.output {
-            return Ok(s.clone());
-        }
-        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Misuse("window-top: no columns".into()))?;
-        let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
-        let mut fields: Vec<Field> =
-            kept.fields().iter().filter(|f| f.name() != EVENT_TIME).map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new("window_start", ts.clone(), false));
-        fields.push(Field::new("window_end", ts, false));
-        fields.push(event_time_field());
-        let schema = Arc::new(Schema::new(fields));
-        self.output = Some(schema.clone());
-        Ok(schema)
     }
 }
 
-impl Operator for WindowTop {
-    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("window-top needs keyed state".into()))?;
-        let ns = StateOptions::default().namespaced();
-        self.state = Some(keyed.register_state_with_options(STATE, StateKind::Value, &ns)?);
-        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(INPUT, &mut self.columns)])
+impl Relational for WindowTop {
+    const KIND: &'static str = "window-top";
+    type Built = SchemaRef;
+
+    fn inputs(&mut self) -> &mut Inputs<SchemaRef> {
+        &mut self.inputs
     }
 
-    fn process_batch(
+    fn register(&mut self, keyed: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
+        let ns = StateOptions::default().namespaced();
+        self.state = Some(keyed.register_state_with_options(STATE, StateKind::Value, &ns)?);
+        Ok(())
+    }
+
+    fn process(
         &mut self,
+        _: usize,
         batch: &RecordBatch,
         ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
+        _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        let (idx, learned) = self.columns.of_batch("window-top's input", &batch.schema())?;
-        if learned {
-            self.output = None;
-        }
-        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
+        let own = self.inputs.read(0, batch)?.own;
         let values = crate::api::batch::int_column(batch, &self.cfg.by, "window-top")?;
-        let times = event_times(batch)
-            .ok_or_else(|| OperatorError::Misuse("window-top needs event time: its input has no timestamps".into()))?;
+        let times = times(batch, Self::KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let state =
-            self.state.ok_or_else(|| OperatorError::Misuse("window-top used before initialize_state".into()))?;
+        let state = *ready(&mut self.state, Self::KIND)?;
         let watermark = ctx.current_watermark();
         let size = self.cfg.size_ms as i64;
         let mut timers = ctx.timers()?;
         for (i, v) in values.into_iter().enumerate() {
             let (Some(v), true) = (v, times.is_valid(i)) else { continue };
-            let end = times.value(i).div_euclid(size) * size + size;
-            if end - 1 <= watermark {
-                // Late for its window, which has fired.
-                continue;
-            }
+            // Late for its window, which has fired.
+            let Some(end) = window::open_end(times.value(i), size, watermark) else { continue };
             let backend = timers.keyed();
             set_current_key_of_row(backend, keys, groups, i);
             backend.set_current_namespace(&end.to_be_bytes());
@@ -238,18 +215,13 @@ impl Operator for WindowTop {
         Ok(())
     }
 
-    fn on_timer(
+    fn fire(
         &mut self,
         timestamp: i64,
-        domain: TimeDomain,
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Misuse("window-top sets no processing-time timers".into()));
-        }
-        let state =
-            self.state.ok_or_else(|| OperatorError::Misuse("window-top used before initialize_state".into()))?;
+        let state = *ready(&mut self.state, Self::KIND)?;
         let backend = ctx.keyed()?;
         let ranked = match backend.get_value(state)? {
             Some(bytes) => Ranked::decode(bytes)?,
@@ -259,25 +231,18 @@ impl Operator for WindowTop {
         if ranked.rows.is_empty() {
             return Ok(());
         }
-        let kept = self.columns.stored.clone().ok_or_else(|| OperatorError::Misuse("window-top: no columns".into()))?;
-        let schema = self.output_schema()?;
-        let mut builder = RowsBuilder::new(kept.clone())?;
+        let kept = self.inputs.stored(0)?;
+        let schema = self.inputs.built(|kept| Ok(output_schema(&kept[0], window::fields())))?.clone();
+        let mut builder = RowsBuilder::new(kept)?;
         for (_, row) in &ranked.rows {
             builder.push(row)?;
         }
-        let n = ranked.rows.len();
-        let (end, size) = (timestamp + 1, self.cfg.size_ms as i64);
+        let ends = vec![timestamp + 1; ranked.rows.len()];
         let mut columns: Vec<ArrayRef> = builder.finish_without_event_time();
-        columns.push(Arc::new(TimestampMillisecondArray::from(vec![end - size; n])));
-        columns.push(Arc::new(TimestampMillisecondArray::from(vec![end; n])));
-        columns.push(Arc::new(TimestampMillisecondArray::from(vec![timestamp; n])));
+        columns.extend(window::columns(&ends, self.cfg.size_ms as i64));
         let batch = RecordBatch::try_new(schema, columns)
             .map_err(|e| OperatorError::Records(format!("window-top: building the output: {e}")))?;
         out.emit_batch(batch)
-    }
-
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(INPUT, &self.columns)])
     }
 }
 
@@ -349,5 +314,74 @@ mod tests {
         assert_eq!(one.rows.len(), 2, "the two 9s tie for first");
         assert_eq!(Ranked::rank_of([9, 9].into_iter(), 9), 1);
         assert_eq!(Ranked::rank_of([9, 9].into_iter(), 8), 3);
+    }
+}
+
+/// The operator in the harness: which rows each window keeps and emits, and how open windows restore at another
+/// parallelism.
+#[cfg(test)]
+mod harness_tests {
+    use super::*;
+    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness};
+    use crate::builtins::declare::config_map as m;
+    use crate::builtins::text::lines_of;
+    use arrow_array::Int64Array;
+    use std::sync::Arc;
+    use weir_common::spec::StateBackend;
+
+    /// Rows of `keys` (also as column `id`) with `price`s and event times.
+    fn rows(keys: &[u64], prices: &[i64], times: &[i64]) -> RecordBatch {
+        let ids: ArrayRef = Arc::new(Int64Array::from(keys.iter().map(|&k| k as i64).collect::<Vec<_>>()));
+        let keys: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
+        keyed_batch(&keys, vec![("id", ids), ("price", Arc::new(Int64Array::from(prices.to_vec())))], times).unwrap()
+    }
+
+    fn open(h: Harness) -> OperatorHarness<WindowTop> {
+        let cfg = m(&[("window", r#"{"tumbling_ms": 10}"#), ("by", "price"), ("top", "2")]);
+        h.open(WindowTop::new(WindowTopConfig::from_map(&cfg).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn each_window_emits_its_top_rows_when_the_watermark_passes_its_end() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut h = open(Harness::keyed(backend));
+            h.process(&rows(&[1, 1, 1, 1, 2, 1], &[5, 9, 7, 9, 3, 1], &[1, 2, 3, 4, 5, 12])).unwrap();
+            h.watermark(8).unwrap();
+            assert!(h.take_output().is_empty(), "[0, 10) is open until 9");
+            h.watermark(9).unwrap();
+            let first = lines_of(&h.take_output());
+            // id, price, window_start, window_end @ window_end − 1: key 1's two 9s (7 ranks third), key 2's 3.
+            assert_eq!(first, ["1,9,0,10@9", "1,9,0,10@9", "2,3,0,10@9"], "{backend:?}");
+            // Late for [0, 10): dropped.
+            h.process(&rows(&[1], &[100], &[5])).unwrap();
+            h.end_input().unwrap();
+            assert_eq!(lines_of(&h.take_output()), ["1,1,10,20@19"], "{backend:?}");
+        }
+    }
+
+    /// Windows open at a snapshot of one subtask, restored as two: each fires its own keys' windows, both fire
+    /// what one would.
+    #[test]
+    fn open_windows_restored_at_another_parallelism_fire_in_the_subtask_of_their_key() {
+        let keys: Vec<u64> = (0..24).flat_map(|k| [k, k, k]).collect();
+        let prices: Vec<i64> = (0..keys.len() as i64).map(|p| p % 5).collect();
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut one = open(Harness::keyed(backend));
+            one.process(&rows(&keys, &prices, &vec![3; keys.len()])).unwrap();
+            let snapshot = one.snapshot(1).unwrap();
+            let later = rows(&keys[..24], &[4; 24], &[4; 24]);
+            one.process(&later).unwrap();
+            one.end_input().unwrap();
+            let expected = lines_of(&one.take_output());
+            let mut union = Vec::new();
+            for (i, part) in partition(&later, 2, 128).unwrap().iter().enumerate() {
+                let mut h = open(Harness::keyed(backend).subtask(i as u32, 2).restore(&snapshot));
+                h.process(part).unwrap();
+                h.end_input().unwrap();
+                union.extend(lines_of(&h.take_output()));
+            }
+            union.sort();
+            assert_eq!(union, expected, "{backend:?}");
+        }
     }
 }

@@ -10,18 +10,18 @@
 
 use super::aggregate::{check_column, INTEGERS, TIMES};
 use super::declare::*;
+use super::relational::joined::Plan;
+use super::relational::{ready, times, Inputs, Relational, EMIT_AT};
 use crate::api::batch::int_column;
-use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
-use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext};
-use crate::api::stored_rows::{encode_row, restore_kept, snapshot_kept, KeptColumns, RowsBuilder};
-use crate::api::timers::TimeDomain;
+use crate::api::batch::{key_groups, keys, set_current_key_of_row};
+use crate::api::operator::{Collector, OperatorError, ProcessContext};
+use crate::api::stored_rows::{encode_row, RowsBuilder};
 use crate::builtins::join::JoinConfig;
-use crate::builtins::join::Plan;
 use arrow_array::builder::{BinaryBuilder, TimestampMillisecondBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef;
 use std::sync::Arc;
-use weir_state::{ListState, StateId, StateKind};
+use weir_state::{KeyedStateBackend, ListState, StateId, StateKind};
 
 /// Config of the `winning-bids` kind (Nexmark's winning bids, q6's first step): two inputs keyed alike,
 /// auctions first and bids second. A bid counts for its key's auction when its event time is within the
@@ -65,13 +65,11 @@ impl WinningBidsConfig {
     }
 }
 
+const KIND: &str = "winning-bids";
 const AUCTION: &str = "winning-bids-auction";
 const BEST: &str = "winning-bids-best";
 const EARLY: &str = "winning-bids-early";
 const COLUMNS_STATE: &str = "winning-bids-columns";
-const SIDE_NAMES: [&str; 2] = ["first", "second"];
-/// Winners gathered before they are emitted anyway, within one watermark's timers.
-const EMIT_AT: usize = 4096;
 
 /// Two little-endian `i64`s, then a stored row: an auction (opens, closes) or a bid (`by`, time).
 fn pair(bytes: &[u8]) -> Result<(i64, i64, &[u8]), OperatorError> {
@@ -87,8 +85,9 @@ fn write_pair(a: i64, b: i64, out: &mut Vec<u8>) {
     out.extend_from_slice(&b.to_le_bytes());
 }
 
-fn not_ready() -> OperatorError {
-    OperatorError::Misuse("winning-bids used before initialize_state".into())
+/// The plan of winners' rows over both inputs' kept columns: the key, the auction's columns, the bid's.
+fn winner_plan(kept: &[SchemaRef]) -> Result<Plan, OperatorError> {
+    Plan::new(&JoinConfig { select: None, condition: None }, &kept[0], &kept[1], &[])
 }
 
 /// Whether a bid `(by, time)` beats the best so far: a higher `by`, or an equal one made earlier.
@@ -109,8 +108,8 @@ struct Fired {
 pub struct WinningBids {
     cfg: WinningBidsConfig,
     states: Option<States>,
-    columns: [KeptColumns; 2],
-    plan: Option<Plan>,
+    /// Both inputs' columns, and the plan of the joined rows (its schema) built of them.
+    inputs: Inputs<Plan>,
     fired: Option<Fired>,
     /// Buffers reused from row to row: a row being stored, and a timer's auction and winning bid.
     row: Vec<u8>,
@@ -133,8 +132,11 @@ impl WinningBids {
         WinningBids {
             cfg,
             states: None,
-            columns: Default::default(),
-            plan: None,
+            inputs: Inputs::named(
+                Self::KIND,
+                COLUMNS_STATE,
+                [("first", "the auctions (first input)".into()), ("second", "the bids (second input)".into())],
+            ),
             fired: None,
             row: Vec::new(),
             auction_row: Vec::new(),
@@ -143,25 +145,21 @@ impl WinningBids {
         }
     }
 
-    fn schemas(&self) -> Result<(SchemaRef, SchemaRef), OperatorError> {
-        match (&self.columns[0].stored, &self.columns[1].stored) {
-            (Some(a), Some(b)) => Ok((a.clone(), b.clone())),
-            _ => Err(OperatorError::Misuse("winning-bids: a winner before both inputs' columns are known".into())),
+    /// The kept columns of a batch of input `s`; winners gathered of columns learned now are forgotten.
+    fn read(&mut self, s: usize, batch: &RecordBatch) -> Result<Vec<ArrayRef>, OperatorError> {
+        let read = self.inputs.read(s, batch)?;
+        if read.learned {
+            self.fired = None;
         }
+        Ok(read.own)
     }
 
     fn auctions(&mut self, batch: &RecordBatch, ctx: &mut ProcessContext<'_>) -> Result<(), OperatorError> {
-        let (idx, learned) = self.columns[0].of_batch("the auctions (first input)", &batch.schema())?;
-        if learned {
-            (self.plan, self.fired) = (None, None);
-        }
-        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
-        let closes = int_column(batch, &self.cfg.closes, "winning-bids")?;
-        let times = event_times(batch).ok_or_else(|| {
-            OperatorError::Misuse("winning-bids needs event time: its input has no timestamps".into())
-        })?;
+        let own = self.read(0, batch)?;
+        let closes = int_column(batch, &self.cfg.closes, KIND)?;
+        let times = times(batch, KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
+        let States { auction, best, early } = ready(&mut self.states, KIND)?;
         let (auction, best, row, waiting) = (*auction, *best, &mut self.row, &mut self.waiting);
         let mut timers = ctx.timers()?;
         for (i, closes) in closes.into_iter().enumerate() {
@@ -206,17 +204,11 @@ impl WinningBids {
     }
 
     fn bids(&mut self, batch: &RecordBatch, ctx: &mut ProcessContext<'_>) -> Result<(), OperatorError> {
-        let (idx, learned) = self.columns[1].of_batch("the bids (second input)", &batch.schema())?;
-        if learned {
-            (self.plan, self.fired) = (None, None);
-        }
-        let own: Vec<ArrayRef> = idx.iter().map(|&i| batch.column(i).clone()).collect();
-        let by = int_column(batch, &self.cfg.by, "winning-bids")?;
-        let times = event_times(batch).ok_or_else(|| {
-            OperatorError::Misuse("winning-bids needs event time: its input has no timestamps".into())
-        })?;
+        let own = self.read(1, batch)?;
+        let by = int_column(batch, &self.cfg.by, KIND)?;
+        let times = times(batch, KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
-        let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
+        let States { auction, best, early } = ready(&mut self.states, KIND)?;
         let (auction, best, row) = (*auction, *best, &mut self.row);
         let watermark = ctx.current_watermark();
         let mut timers = ctx.timers()?;
@@ -256,62 +248,45 @@ impl WinningBids {
         }
         Ok(())
     }
-
-    fn emit(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        let Some(f) = self.fired.as_mut().filter(|f| f.len > 0) else { return Ok(()) };
-        let Some(plan) = &self.plan else { return Err(OperatorError::Misuse("winning-bids: no plan".into())) };
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(f.keys.finish())];
-        columns.extend(f.auctions.finish_without_event_time());
-        columns.extend(f.bids.finish_without_event_time());
-        columns.push(Arc::new(f.times.finish()));
-        f.len = 0;
-        let batch = RecordBatch::try_new(plan.joined.clone(), columns)
-            .map_err(|e| OperatorError::Records(format!("winning-bids: building the output: {e}")))?;
-        out.emit_batch(batch)
-    }
 }
 
-impl Operator for WinningBids {
-    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("winning-bids needs keyed state".into()))?;
+impl Relational for WinningBids {
+    const KIND: &'static str = KIND;
+    type Built = Plan;
+
+    fn inputs(&mut self) -> &mut Inputs<Plan> {
+        &mut self.inputs
+    }
+
+    fn register(&mut self, keyed: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
         self.states = Some(States {
             auction: keyed.register_state(AUCTION, StateKind::Value)?,
             best: keyed.register_state(BEST, StateKind::Value)?,
-            early: ListState::register(&mut **keyed, EARLY)?,
+            early: ListState::register(keyed, EARLY)?,
         });
-        let [a, b] = &mut self.columns;
-        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
+        Ok(())
     }
 
-    fn process_batch(
+    fn process(
         &mut self,
+        s: usize,
         batch: &RecordBatch,
         ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
+        _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        self.auctions(batch, ctx)
+        match s {
+            0 => self.auctions(batch, ctx),
+            _ => self.bids(batch, ctx),
+        }
     }
 
-    fn process_second_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
-        _out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.bids(batch, ctx)
-    }
-
-    fn on_timer(
+    fn fire(
         &mut self,
         timestamp: i64,
-        domain: TimeDomain,
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Misuse("winning-bids sets no processing-time timers".into()));
-        }
-        let Some(States { auction, best, early }) = self.states.as_mut() else { return Err(not_ready()) };
+        let States { auction, best, early } = ready(&mut self.states, KIND)?;
         let backend = ctx.keyed()?;
         self.auction_row.clear();
         let closes = match backend.get_value(*auction)? {
@@ -359,16 +334,12 @@ impl Operator for WinningBids {
         if !won {
             return Ok(());
         }
-        if self.plan.is_none() {
-            let (a, b) = self.schemas()?;
-            self.plan = Some(Plan::new(&JoinConfig { select: None, condition: None }, &a, &b, &[])?);
-        }
+        self.inputs.built(winner_plan)?;
         if self.fired.is_none() {
-            let (a, b) = self.schemas()?;
             self.fired = Some(Fired {
                 keys: BinaryBuilder::new(),
-                auctions: RowsBuilder::new(a)?,
-                bids: RowsBuilder::new(b)?,
+                auctions: RowsBuilder::new(self.inputs.stored(0)?)?,
+                bids: RowsBuilder::new(self.inputs.stored(1)?)?,
                 times: TimestampMillisecondBuilder::new(),
                 len: 0,
             });
@@ -380,27 +351,22 @@ impl Operator for WinningBids {
         f.times.append_value(timestamp);
         f.len += 1;
         if f.len >= EMIT_AT {
-            self.emit(out)?;
+            self.flush(out)?;
         }
         Ok(())
     }
 
-    fn on_watermark(
-        &mut self,
-        _watermark: i64,
-        _ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.emit(out)
-    }
-
-    fn end_of_input(&mut self, _ctx: &mut ProcessContext<'_>, out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        self.emit(out)
-    }
-
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        let [a, b] = &self.columns;
-        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(SIDE_NAMES[0], a), (SIDE_NAMES[1], b)])
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
+        let Some(f) = self.fired.as_mut().filter(|f| f.len > 0) else { return Ok(()) };
+        let plan = self.inputs.built(winner_plan)?;
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(f.keys.finish())];
+        columns.extend(f.auctions.finish_without_event_time());
+        columns.extend(f.bids.finish_without_event_time());
+        columns.push(Arc::new(f.times.finish()));
+        f.len = 0;
+        let batch = RecordBatch::try_new(plan.joined.clone(), columns)
+            .map_err(|e| OperatorError::Records(format!("winning-bids: building the output: {e}")))?;
+        out.emit_batch(batch)
     }
 }
 
@@ -474,5 +440,103 @@ mod tests {
         row.extend_from_slice(b"xy");
         assert_eq!(pair(&row).unwrap(), (-3, 7, &b"xy"[..]));
         assert!(pair(&row[..15]).is_err());
+    }
+}
+
+/// The operator in the harness: which bid wins each auction and when, and how open auctions and early bids
+/// restore at another parallelism.
+#[cfg(test)]
+mod harness_tests {
+    use super::*;
+    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness};
+    use crate::builtins::declare::config_map as m;
+    use crate::builtins::text::lines_of;
+    use arrow_array::{Int64Array, TimestampMillisecondArray};
+    use weir_common::spec::StateBackend;
+
+    fn ints(values: impl Iterator<Item = i64>) -> ArrayRef {
+        Arc::new(Int64Array::from(values.collect::<Vec<_>>()))
+    }
+
+    fn keys(rows: &[(u64, i64, i64, i64)]) -> Vec<[u8; 8]> {
+        rows.iter().map(|r| r.0.to_be_bytes()).collect()
+    }
+
+    /// Auctions `(key, seller, opens, expires)`.
+    fn auctions(rows: &[(u64, i64, i64, i64)]) -> RecordBatch {
+        let expires: ArrayRef = Arc::new(TimestampMillisecondArray::from(rows.iter().map(|r| r.3).collect::<Vec<_>>()));
+        let opens: Vec<i64> = rows.iter().map(|r| r.2).collect();
+        keyed_batch(&keys(rows), vec![("seller", ints(rows.iter().map(|r| r.1))), ("expires", expires)], &opens)
+            .unwrap()
+    }
+
+    /// Bids `(key, price, bidder, time)`.
+    fn bids(rows: &[(u64, i64, i64, i64)]) -> RecordBatch {
+        let columns = vec![("price", ints(rows.iter().map(|r| r.1))), ("bidder", ints(rows.iter().map(|r| r.2)))];
+        keyed_batch(&keys(rows), columns, &rows.iter().map(|r| r.3).collect::<Vec<_>>()).unwrap()
+    }
+
+    fn open(h: Harness) -> OperatorHarness<WinningBids> {
+        let cfg = WinningBidsConfig::from_map(&m(&[("closes", "expires"), ("by", "price")])).unwrap();
+        h.open(WinningBids::new(cfg)).unwrap()
+    }
+
+    #[test]
+    fn each_auction_goes_out_at_its_close_with_its_highest_bid_made_while_it_was_open() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut h = open(Harness::keyed(backend));
+            // A bid before its auction waits for it.
+            h.process_second(&bids(&[(3, 4, 31, 1)])).unwrap();
+            h.process(&auctions(&[(1, 100, 0, 10), (2, 200, 0, 20), (3, 300, 0, 8)])).unwrap();
+            // Of equal bids the earlier wins; a bid after the close does not count.
+            h.process_second(&bids(&[(1, 5, 11, 3), (1, 7, 12, 4), (1, 7, 13, 2), (1, 9, 14, 11), (2, 1, 21, 5)]))
+                .unwrap();
+            h.watermark(10).unwrap();
+            let closed = lines_of(&h.take_output());
+            // A bid whose auction has not come when the watermark passes it never counts.
+            h.process_second(&bids(&[(4, 50, 41, 12)])).unwrap();
+            h.watermark(15).unwrap();
+            h.process(&auctions(&[(4, 400, 13, 30)])).unwrap();
+            h.end_input().unwrap();
+            // key, seller, expires, price, bidder @ expires: auction 1's earlier 7, auction 3's early 4.
+            assert_eq!(closed, ["1,100,10,7,13@10", "3,300,8,4,31@8"], "{backend:?}");
+            assert_eq!(lines_of(&h.take_output()), ["2,200,20,1,21@20"], "{backend:?}: auction 4 had no bid");
+        }
+    }
+
+    /// Open auctions, their best bids and early bids taken by one subtask, restored as two: each closes its own
+    /// keys' auctions, both emit what one would.
+    #[test]
+    fn open_auctions_restored_at_another_parallelism_close_in_the_subtask_of_their_key() {
+        let n = 24u64;
+        let open_auctions: Vec<(u64, i64, i64, i64)> = (0..n).map(|k| (k, k as i64, 0, 20)).collect();
+        let early: Vec<(u64, i64, i64, i64)> = (n..2 * n).map(|k| (k, 5, 1, 3)).collect();
+        let first_bids: Vec<(u64, i64, i64, i64)> = (0..n).map(|k| (k, 10, 2, 4)).collect();
+        let later_bids: Vec<(u64, i64, i64, i64)> = (0..2 * n).map(|k| (k, 5 + (k % 3) as i64 * 5, 3, 6)).collect();
+        let late_auctions: Vec<(u64, i64, i64, i64)> = (n..2 * n).map(|k| (k, k as i64, 2, 25)).collect();
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            let mut one = open(Harness::keyed(backend));
+            one.process(&auctions(&open_auctions)).unwrap();
+            one.process_second(&bids(&early)).unwrap();
+            one.process_second(&bids(&first_bids)).unwrap();
+            let snapshot = one.snapshot(1).unwrap();
+            let (later, late) = (bids(&later_bids), auctions(&late_auctions));
+            one.process(&late).unwrap();
+            one.process_second(&later).unwrap();
+            one.end_input().unwrap();
+            let expected = lines_of(&one.take_output());
+            assert_eq!(expected.len(), 2 * n as usize);
+            let mut union = Vec::new();
+            let parts = partition(&late, 2, 128).unwrap().into_iter().zip(partition(&later, 2, 128).unwrap());
+            for (i, (late, later)) in parts.enumerate() {
+                let mut h = open(Harness::keyed(backend).subtask(i as u32, 2).restore(&snapshot));
+                h.process(&late).unwrap();
+                h.process_second(&later).unwrap();
+                h.end_input().unwrap();
+                union.extend(lines_of(&h.take_output()));
+            }
+            union.sort();
+            assert_eq!(union, expected, "{backend:?}");
+        }
     }
 }

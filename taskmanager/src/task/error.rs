@@ -4,7 +4,7 @@ use crate::api::operator::{ErrorClass, OperatorError};
 
 /// A task failure, described.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum TaskError {
+pub(crate) enum TaskError {
     #[error(transparent)]
     Operator(#[from] OperatorError),
     #[error(transparent)]
@@ -37,7 +37,7 @@ impl TaskError {
 /// An operator's error, naming the operator (a user sees which one of a chain failed, e.g. a state value over
 /// the size limit). Errors raised further down the chain, which reach an operator through its collector,
 /// already name theirs.
-pub(super) fn in_operator(uid: &str, e: OperatorError) -> TaskError {
+pub(crate) fn in_operator(uid: &str, e: OperatorError) -> TaskError {
     match e {
         e @ OperatorError::InOperator { .. } => TaskError::Operator(e),
         e => TaskError::Operator(OperatorError::InOperator { uid: uid.to_string(), source: Box::new(e) }),

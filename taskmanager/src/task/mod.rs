@@ -14,14 +14,15 @@ pub mod restore;
 mod setup;
 mod upload;
 
-use error::{in_operator, TaskError};
+use error::in_operator;
+pub(crate) use error::TaskError;
 use event_time::SourceTime;
 use incremental::Incremental;
-use output::{
-    advance_watermark, chain_out, deliver, keyed_mut, op_context, push_chain_from, CancelSignal, ChainOp, Head,
-    OutputEdge,
-};
+use output::{advance_watermark, chain_out, deliver, push_chain_from, CancelSignal, ChainOp, Head, OutputEdge};
+pub(crate) use output::{fire_due, keyed_mut, op_context};
 use output::{fire_processing_timers, until_processing_timer};
+pub(crate) use setup::{init_context, open_state, plan_setup, KeyedSite, RestoreSource, RunIo};
+pub(crate) use upload::{snapshot_part, upload_part, PartDirs, PartUpload};
 
 use crate::api::operator::{
     Collector, ErrorClass, InitContext, RuntimeInfo, SnapshotContext, SourceOutput, SourceStatus,

@@ -183,7 +183,7 @@ pub(super) fn advance_watermark(
 }
 
 /// The context an operator's hooks get: its keyed state and timers (keyed operators) at `watermark`.
-pub(super) fn op_context<'a>(
+pub(crate) fn op_context<'a>(
     info: &'a RuntimeInfo,
     keyed: &'a mut Option<Box<dyn KeyedStateBackend>>,
     timers: &'a mut TimerSlot,
@@ -204,26 +204,40 @@ pub(super) fn fire_timers(
     time: i64,
 ) -> Result<u64, TaskError> {
     let ChainOp { info, head, keyed, timers, watermark, feeds, edges, canceled, .. } = op;
-    let (Head::Operator(o), Some(backend)) = (head, keyed.as_mut()) else { return Ok(0) };
+    let (Head::Operator(o), Some(_)) = (head, keyed.as_ref()) else { return Ok(0) };
     if timers.get().and_then(|s| s.next_timestamp(domain)).is_none_or(|next| next > time) {
         return Ok(0);
     }
     let mut downstream = chain_out(&info.uid, feeds, edges, rest, base, outputs);
     let mut out = Collector::routed(&mut downstream);
+    let mut ctx = op_context(info, keyed, timers, *watermark);
+    let fired = fire_due(o.as_mut(), &mut ctx, domain, time, &mut out, &|| canceled.is_set())?;
+    out.flush()?;
+    Ok(fired)
+}
+
+/// Fires the timers of `domain` due at `time` of the operator `o` whose context is `ctx`, in timestamp order,
+/// each with its key and namespace current; what they emit goes to `out`. Returns how many fired; stops with
+/// [`TaskError::Canceled`] between two timers once `canceled` says so. A task fires them so, and so does the
+/// operator test harness.
+pub(crate) fn fire_due<O: Operator + ?Sized>(
+    o: &mut O,
+    ctx: &mut ProcessContext<'_>,
+    domain: TimeDomain,
+    time: i64,
+    out: &mut Collector<'_>,
+    canceled: &dyn Fn() -> bool,
+) -> Result<u64, TaskError> {
     let mut fired = 0;
-    while let Some(ts) = match timers.get() {
-        Some(service) => service.pop_due(backend.as_mut(), domain, time)?,
-        None => None,
-    } {
+    while let Some(ts) = ctx.pop_due_timer(domain, time)? {
         // A watermark can make millions of timers due at once: a canceled task stops between two of them.
-        if canceled.is_set() {
+        if canceled() {
             return Err(TaskError::Canceled);
         }
         fired += 1;
-        let mut ctx = ProcessContext::new(info, Some(backend.as_mut())).at_watermark(*watermark).with_timers(timers);
-        o.on_timer(ts, domain, &mut ctx, &mut out).map_err(|e| in_operator(&info.uid, e))?;
+        let result = o.on_timer(ts, domain, ctx, out);
+        result.map_err(|e| in_operator(&ctx.info.uid, e))?;
     }
-    out.flush()?;
     Ok(fired)
 }
 
@@ -471,7 +485,7 @@ fn without_key_group(batch: &RecordBatch) -> RecordBatch {
 }
 
 /// Shortens the trait object's lifetime, which `Option::as_deref_mut` cannot do behind `&mut`.
-pub(super) fn keyed_mut(k: &mut Option<Box<dyn KeyedStateBackend>>) -> Option<&mut dyn KeyedStateBackend> {
+pub(crate) fn keyed_mut(k: &mut Option<Box<dyn KeyedStateBackend>>) -> Option<&mut dyn KeyedStateBackend> {
     match k {
         Some(b) => Some(b.as_mut()),
         None => None,

@@ -4,8 +4,12 @@
 use super::*;
 use crate::api::timers::TimerSlot;
 use crate::time::MIN_WATERMARK;
+use std::collections::HashMap;
 use std::path::Path;
 use weir_common::descriptor::SubtaskRestore;
+use weir_common::keygroup::KeyGroupRange;
+use weir_common::spec::StateBackend;
+use weir_state::rocks::RocksOptions;
 use weir_state::KeyedStateBackend;
 
 /// What every setup step needs: the task's descriptor and environment, the runtime its I/O runs on, and the
@@ -17,8 +21,17 @@ struct SetupCtx<'a> {
     cancel: watch::Receiver<bool>,
 }
 
-impl SetupCtx<'_> {
-    /// Runs one step of I/O, giving up as soon as the task is canceled.
+/// Runs a step of opening state that does I/O (a download, a read of operator state) to its end: a task on its
+/// runtime, giving up as soon as it is canceled; the operator test harness on its own runtime.
+pub(crate) trait RunIo {
+    /// Runs `step` and waits for it.
+    fn run<T, E: Into<TaskError>>(
+        &mut self,
+        step: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, TaskError>;
+}
+
+impl RunIo for SetupCtx<'_> {
     fn run<T, E: Into<TaskError>>(
         &mut self,
         step: impl std::future::Future<Output = Result<T, E>>,
@@ -126,27 +139,32 @@ fn build_chain(
             Ok(Instance::Operator(o)) => Head::Operator(o),
             Err(e) => return Err(TaskError::Other(format!("operator {:?}: {e}", od.uid))),
         };
-        let op_state = match (op.restore, restore_store.as_ref()) {
-            (Some(r), Some(store)) => cx.run(crate::task::restore::operator_state(store, &r.operator_state))?,
-            _ => OperatorStateStore::new(),
+        let site = KeyedSite {
+            backend: desc.state_backend,
+            max_parallelism: desc.max_parallelism,
+            range: desc.key_group_range,
+            rocks: &env.rocks,
+            own_files: plan.own_files,
         };
-        let mut keyed = open_keyed_state(cx, plan, od, op, restore_store.as_ref(), incremental)?;
+        let declared = env.registry.info(&od.kind).and_then(|k| k.signature.as_ref());
+        let opened = open_state(cx, &site, &od.uid, op, restore_store.as_ref(), declared)?;
+        // The restored checkpoint completed, so its files may be referenced again.
+        if let Some(files) = opened.reusable {
+            incremental.confirmed.insert(od.uid.clone(), files);
+        }
         let late_records = metrics::counter!(
             "weir_late_records_total",
             "job_id" => desc.job_id.0.clone(),
             "operator" => od.uid.clone(),
             "subtask" => desc.subtask.0.to_string()
         );
-        // A restored operator starts at the watermark it had (the lowest of its old subtasks'), never below.
-        let watermark = op.restore.and_then(|r| r.watermark).unwrap_or(MIN_WATERMARK);
-        let timers = restored_timers(keyed_mut(&mut keyed), desc.key_group_range)?;
         ops.push(ChainOp {
             info,
             head,
-            keyed,
-            timers,
-            op_state,
-            watermark,
+            keyed: opened.keyed,
+            timers: opened.timers,
+            op_state: opened.op_state,
+            watermark: opened.watermark,
             late_records,
             feeds: Vec::new(),
             edges: Vec::new(),
@@ -173,59 +191,81 @@ fn build_chain(
     Ok(ops)
 }
 
-/// Opens one operator's keyed state: none for a stateless one, restored (downloaded, opened over its key-group
-/// range, its serializers migrated) or fresh.
-fn open_keyed_state(
-    cx: &mut SetupCtx<'_>,
-    plan: &SetupPlan<'_>,
-    od: &weir_common::descriptor::OperatorDescriptor,
+/// Where an operator's keyed state is opened: the job's backend over the subtask's key groups.
+pub(crate) struct KeyedSite<'a> {
+    /// The job's backend.
+    pub backend: StateBackend,
+    /// Number of key groups.
+    pub max_parallelism: u32,
+    /// The subtask's key groups.
+    pub range: KeyGroupRange,
+    /// Tuning of RocksDB (and the TTL clock of either backend, if set).
+    pub rocks: &'a RocksOptions,
+    /// The restored files are the job's own checkpoint's, which later incremental checkpoints may reference.
+    pub own_files: bool,
+}
+
+/// One operator's state as its subtask starts with it.
+pub(crate) struct OpenedState {
+    /// Its operator state.
+    pub op_state: OperatorStateStore,
+    /// Its keyed state (keyed kinds).
+    pub keyed: Option<Box<dyn KeyedStateBackend>>,
+    /// Its timers: open when the restored keyed state holds some.
+    pub timers: TimerSlot,
+    /// The watermark it restores at (the lowest of its old subtasks'), or the minimum.
+    pub watermark: i64,
+    /// Shareable files of the restored keyed snapshot, when it is one snapshot of this job's own opened as it is.
+    pub reusable: Option<HashMap<String, FileHandle>>,
+}
+
+/// Opens one operator's state as `op` plans it: its operator state read from `restore_store`; its keyed state
+/// none for a stateless kind, restored (downloaded, opened over the site's key groups, its serializers migrated
+/// to `declared`) or fresh; the timers its restored state holds; the watermark it restores at, never below.
+pub(crate) fn open_state(
+    io: &mut impl RunIo,
+    site: &KeyedSite<'_>,
+    uid: &str,
     op: &OperatorPlan<'_>,
     restore_store: Option<&Store>,
-    incremental: &mut Incremental,
-) -> Result<Option<Box<dyn KeyedStateBackend>>, TaskError> {
-    let (desc, env) = (cx.desc, cx.env);
-    Ok(match (&op.keyed, restore_store) {
-        (KeyedPlan::Stateless, _) => None,
+    declared: Option<&weir_common::kind::KindSignature>,
+) -> Result<OpenedState, TaskError> {
+    let op_state = match (op.restore, restore_store) {
+        (Some(r), Some(store)) => io.run(crate::task::restore::operator_state(store, &r.operator_state))?,
+        _ => OperatorStateStore::new(),
+    };
+    let (mut keyed, reusable) = match (&op.keyed, restore_store) {
+        (KeyedPlan::Stateless, _) => (None, None),
         (KeyedPlan::Restore { from, download_dir, state_dir }, Some(store)) => {
-            let downloaded = cx.run(crate::task::restore::download_keyed(store, &from.keyed, download_dir))?;
+            let downloaded = io.run(crate::task::restore::download_keyed(store, &from.keyed, download_dir))?;
             let target = crate::task::restore::KeyedTarget {
-                kind: desc.state_backend,
-                range: desc.key_group_range,
-                max_parallelism: desc.max_parallelism,
+                kind: site.backend,
+                range: site.range,
+                max_parallelism: site.max_parallelism,
                 state_dir,
-                rocks: &env.rocks,
-                own_files: plan.own_files,
+                rocks: site.rocks,
+                own_files: site.own_files,
             };
             let mut restored = crate::task::restore::open_keyed(&target, downloaded)?;
             let _ = std::fs::remove_dir_all(download_dir);
-            let declared = env.registry.info(&od.kind).and_then(|k| k.signature.as_ref());
-            crate::task::restore::migrate_keyed(&od.uid, restored.backend.as_mut(), &from.serializers, declared)?;
-            // The restored checkpoint completed, so its files may be referenced again.
-            if let Some(files) = restored.reusable {
-                incremental.confirmed.insert(od.uid.clone(), files);
-            }
-            Some(restored.backend)
+            crate::task::restore::migrate_keyed(uid, restored.backend.as_mut(), &from.serializers, declared)?;
+            (Some(restored.backend), restored.reusable)
         }
-        (KeyedPlan::Fresh { state_dir } | KeyedPlan::Restore { state_dir, .. }, _) => Some(open_keyed_backend(
-            desc.state_backend,
-            state_dir,
-            desc.max_parallelism,
-            desc.key_group_range,
-            None,
-            &env.rocks,
-        )?),
-    })
+        (KeyedPlan::Fresh { state_dir } | KeyedPlan::Restore { state_dir, .. }, _) => {
+            let backend =
+                open_keyed_backend(site.backend, state_dir, site.max_parallelism, site.range, None, site.rocks)?;
+            (Some(backend), None)
+        }
+    };
+    let timers = restored_timers(keyed_mut(&mut keyed), site.range)?;
+    let watermark = op.restore.and_then(|r| r.watermark).unwrap_or(MIN_WATERMARK);
+    Ok(OpenedState { op_state, keyed, timers, watermark, reusable })
 }
 
 /// Calls each operator's `initialize_state` with its state, telling it whether it was restored.
 fn initialize_chain(ops: &mut [ChainOp], plan: &SetupPlan<'_>) -> Result<(), TaskError> {
     for (op, planned) in ops.iter_mut().zip(&plan.operators) {
-        let mut ctx = InitContext {
-            info: &op.info,
-            restored: planned.restore.is_some(),
-            operator_state: &mut op.op_state,
-            keyed: keyed_mut(&mut op.keyed),
-        };
+        let mut ctx = init_context(&op.info, planned.restore.is_some(), &mut op.op_state, &mut op.keyed);
         let result = match &mut op.head {
             Head::Source(s) => s.initialize_state(&mut ctx),
             Head::Operator(o) => o.initialize_state(&mut ctx),
@@ -233,6 +273,16 @@ fn initialize_chain(ops: &mut [ChainOp], plan: &SetupPlan<'_>) -> Result<(), Tas
         result.map_err(|e| in_operator(&op.info.uid, e))?;
     }
     Ok(())
+}
+
+/// The context an operator's `initialize_state` gets: where it runs, whether it was restored, its state.
+pub(crate) fn init_context<'a>(
+    info: &'a RuntimeInfo,
+    restored: bool,
+    operator_state: &'a mut OperatorStateStore,
+    keyed: &'a mut Option<Box<dyn KeyedStateBackend>>,
+) -> InitContext<'a> {
+    InitContext { info, restored, operator_state, keyed: keyed_mut(keyed) }
 }
 
 /// Connects every output edge's channels, each to its consumer's data address.
@@ -302,7 +352,7 @@ fn accept_inputs(
 
 /// Where a task's restored state is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum RestoreSource {
+pub(crate) enum RestoreSource {
     /// Nothing is restored: every operator starts empty.
     Nothing,
     /// The job's own checkpoint root (a checkpoint of this job).
@@ -313,7 +363,7 @@ pub(super) enum RestoreSource {
 
 /// How one operator's keyed state starts.
 #[derive(Debug, PartialEq)]
-pub(super) enum KeyedPlan<'a> {
+pub(crate) enum KeyedPlan<'a> {
     /// The kind is not keyed: no keyed backend.
     Stateless,
     /// An empty backend in `state_dir`.
@@ -334,7 +384,7 @@ pub(super) enum KeyedPlan<'a> {
 
 /// What one operator of the chain starts from.
 #[derive(Debug, PartialEq)]
-pub(super) struct OperatorPlan<'a> {
+pub(crate) struct OperatorPlan<'a> {
     /// Set when the checkpoint or savepoint has the operator: its operator state is read from it, and its
     /// `initialize_state` hears it was restored. An operator the checkpoint lacks (new in this job) starts
     /// afresh, even when the rest of the job restores: a source added to a job reads from its beginning.
@@ -345,7 +395,7 @@ pub(super) struct OperatorPlan<'a> {
 
 /// Everything a task's setup decides before it does any I/O.
 #[derive(Debug, PartialEq)]
-pub(super) struct SetupPlan<'a> {
+pub(crate) struct SetupPlan<'a> {
     /// Where restored state comes from.
     pub source: RestoreSource,
     /// The restored files are the job's own checkpoint's, which later incremental checkpoints may reference.
@@ -360,7 +410,7 @@ pub(super) struct SetupPlan<'a> {
 
 /// Decides how a task starts: which operators restore what, from which root, into which directories, and
 /// which channels it opens. `keyed` says whether an operator kind is keyed.
-pub(super) fn plan_setup<'a>(desc: &'a TaskDescriptor, work_dir: &Path, keyed: impl Fn(&str) -> bool) -> SetupPlan<'a> {
+pub(crate) fn plan_setup<'a>(desc: &'a TaskDescriptor, work_dir: &Path, keyed: impl Fn(&str) -> bool) -> SetupPlan<'a> {
     let restore = desc.restore.as_ref();
     let source = match restore {
         None => RestoreSource::Nothing,

@@ -19,21 +19,13 @@ impl Task {
         let dir = self.snapshot_dir(id);
         let mut parts = Vec::with_capacity(self.ops.len());
         for op in &mut self.ops {
-            let mut ctx = SnapshotContext { checkpoint_id: id, timestamp_ms, operator_state: &mut op.op_state };
-            match &mut op.head {
-                Head::Source(s) => s.snapshot_state(&mut ctx)?,
-                Head::Operator(o) => o.snapshot_state(&mut ctx)?,
-            }
-            let (keyed, keyed_states) = match &mut op.keyed {
-                Some(k) => {
-                    let snapshot = k.snapshot_sync(&dir.join(&op.info.uid))?;
-                    (Some(snapshot), describe_states(k.state_summaries()?))
-                }
-                None => (None, Vec::new()),
+            let ChainOp { info, head, keyed, op_state, watermark, .. } = op;
+            let mut ctx = SnapshotContext { checkpoint_id: id, timestamp_ms, operator_state: op_state };
+            let hook = |ctx: &mut SnapshotContext<'_>| match head {
+                Head::Source(s) => s.snapshot_state(ctx),
+                Head::Operator(o) => o.snapshot_state(ctx),
             };
-            let op_state = (!op.op_state.is_empty()).then(|| op.op_state.snapshot());
-            let watermark = (op.watermark > crate::time::MIN_WATERMARK).then_some(op.watermark);
-            parts.push(SnapshotPart { uid: op.info.uid.clone(), keyed, keyed_states, op_state, watermark });
+            parts.push(snapshot_part(&info.uid, &mut ctx, hook, keyed_mut(keyed), *watermark, &dir)?);
         }
         Ok(parts)
     }
@@ -70,76 +62,25 @@ impl Task {
                 let mut operators = BTreeMap::new();
                 let mut uploaded = 0;
                 let mut shareable = SharedFiles::new();
-                for (mut part, dirs) in parts.into_iter().zip(plan.parts) {
-                    let remote = dirs.remote;
-                    if plan.canonical {
-                        if let Some(mut native) = part.keyed.take() {
-                            native.ready().await?;
-                            // Inside the checkpoint's directory, which goes once the upload is over.
-                            let (scratch, out) = (
-                                dir.join(format!("canonical-{}-work", part.uid)),
-                                dir.join(format!("canonical-{}", part.uid)),
-                            );
-                            let rocks = rocks.clone();
-                            let converted = tokio::task::spawn_blocking(move || {
-                                let r = weir_state::write_canonical(native, &scratch, &out, max_parallelism, &rocks);
-                                let _ = std::fs::remove_dir_all(&scratch);
-                                r
-                            })
-                            .await
-                            .map_err(|e| TaskError::Other(format!("canonical conversion panicked: {e}")))??;
-                            part.keyed = Some(converted);
-                        }
-                    }
-                    let keyed = match &mut part.keyed {
-                        Some(local) => {
-                            let shared = dirs.shared;
-                            let empty = std::collections::HashMap::new();
-                            let (h, n) = weir_state::snapshot::upload_keyed_incremental(
-                                &store,
-                                local,
-                                &paths::keyed_dir(&remote),
-                                shared.as_deref(),
-                                confirmed.get(&part.uid).unwrap_or(&empty),
-                            )
-                            .await?;
-                            uploaded += n;
-                            let h = KeyedStateHandle { states: std::mem::take(&mut part.keyed_states), ..h };
-                            if plan.savepoint_url.is_none() {
-                                shareable.insert(part.uid.clone(), weir_state::snapshot::shareable_files(&h));
-                            }
-                            Some(h)
-                        }
-                        None => None,
-                    };
-                    let operator_state = match part.op_state {
-                        Some((blob, mut states)) => {
-                            let path = paths::opstate_file(&remote);
-                            for i in offsets_to_spill(&states, inline_limit) {
-                                let meta = &mut states[i];
-                                let Offsets::Inline(offsets) = &meta.offsets else { continue };
-                                let bytes = weir_state::operator::encode_offsets(offsets);
-                                let size = bytes.len() as u64;
-                                let offsets_path = paths::offsets_file(&path, i);
-                                store.put(&offsets_path, bytes::Bytes::from(bytes)).await?;
-                                uploaded += size;
-                                meta.offsets = Offsets::File(FileHandle { path: offsets_path, size });
-                            }
-                            let size = blob.len() as u64;
-                            store.put(&path, bytes::Bytes::from(blob)).await?;
-                            uploaded += size;
-                            Some(OperatorStateHandle { file: FileHandle { path, size }, states })
-                        }
-                        None => None,
-                    };
-                    let state = OperatorSubtaskState {
+                for (part, dirs) in parts.into_iter().zip(plan.parts) {
+                    let uid = part.uid.clone();
+                    let empty = std::collections::HashMap::new();
+                    let how = PartUpload {
+                        canonical: plan.canonical,
+                        confirmed: confirmed.get(&uid).unwrap_or(&empty),
+                        inline_limit,
+                        max_parallelism,
+                        rocks: &rocks,
+                        local_dir: &dir,
                         subtask,
-                        keyed,
-                        operator_state,
                         end_of_input,
-                        watermark: part.watermark,
                     };
-                    operators.insert(part.uid, state);
+                    let (state, n) = upload_part(&store, part, dirs, &how).await?;
+                    uploaded += n;
+                    if let (None, Some(h)) = (&plan.savepoint_url, &state.keyed) {
+                        shareable.insert(uid.clone(), weir_state::snapshot::shareable_files(h));
+                    }
+                    operators.insert(uid, state);
                 }
                 if plan.savepoint_url.is_none() {
                     incremental.lock().uploaded.insert(id, shareable);
@@ -171,14 +112,134 @@ impl Task {
     }
 }
 
-pub(super) struct SnapshotPart {
-    pub(super) uid: String,
-    pub(super) keyed: Option<LocalSnapshot>,
+/// One operator's part of a snapshot, taken at the barrier and waiting for its upload.
+pub(crate) struct SnapshotPart {
+    pub(crate) uid: String,
+    pub(crate) keyed: Option<LocalSnapshot>,
     /// What the keyed snapshot holds, for its handle.
-    pub(super) keyed_states: Vec<KeyedStateInfo>,
-    pub(super) op_state: Option<(Vec<u8>, Vec<weir_common::checkpoint::StateMetaInfo>)>,
+    pub(crate) keyed_states: Vec<KeyedStateInfo>,
+    pub(crate) op_state: Option<(Vec<u8>, Vec<weir_common::checkpoint::StateMetaInfo>)>,
     /// The operator's watermark, once it has one.
-    pub(super) watermark: Option<i64>,
+    pub(crate) watermark: Option<i64>,
+}
+
+/// The synchronous part of operator `uid`'s snapshot: its `snapshot_state` (`hook`, given `ctx`), then a copy of
+/// its keyed state (keyed kinds) in `dir/<uid>` and of its operator state. A task takes every operator's so at
+/// a barrier, and so does the operator test harness.
+pub(crate) fn snapshot_part(
+    uid: &str,
+    ctx: &mut SnapshotContext<'_>,
+    hook: impl FnOnce(&mut SnapshotContext<'_>) -> Result<(), crate::api::operator::OperatorError>,
+    keyed: Option<&mut dyn weir_state::KeyedStateBackend>,
+    watermark: i64,
+    dir: &std::path::Path,
+) -> Result<SnapshotPart, TaskError> {
+    hook(ctx)?;
+    let (keyed, keyed_states) = match keyed {
+        Some(k) => {
+            let snapshot = k.snapshot_sync(&dir.join(uid))?;
+            (Some(snapshot), describe_states(k.state_summaries()?))
+        }
+        None => (None, Vec::new()),
+    };
+    let op_state = (!ctx.operator_state.is_empty()).then(|| ctx.operator_state.snapshot());
+    let watermark = (watermark > crate::time::MIN_WATERMARK).then_some(watermark);
+    Ok(SnapshotPart { uid: uid.to_string(), keyed, keyed_states, op_state, watermark })
+}
+
+/// How one part of a snapshot is uploaded, besides where.
+pub(crate) struct PartUpload<'a> {
+    /// Convert the keyed state to the canonical format first (a canonical savepoint).
+    pub(crate) canonical: bool,
+    /// Shareable files of the last completed checkpoint, by local name: referenced instead of uploaded again.
+    pub(crate) confirmed: &'a std::collections::HashMap<String, FileHandle>,
+    /// Operator-state offsets beyond this many bytes go to a file.
+    pub(crate) inline_limit: u64,
+    /// Number of key groups.
+    pub(crate) max_parallelism: u32,
+    /// Tuning of RocksDB (for the canonical conversion).
+    pub(crate) rocks: &'a weir_state::rocks::RocksOptions,
+    /// The local directory the snapshot was taken in (the canonical conversion works inside it).
+    pub(crate) local_dir: &'a std::path::Path,
+    /// The subtask whose part it is.
+    pub(crate) subtask: SubtaskIndex,
+    /// The subtask had consumed all of its input.
+    pub(crate) end_of_input: bool,
+}
+
+/// Uploads one operator's part of a snapshot into `store` as `dirs` say: its keyed state (converted first for a
+/// canonical savepoint; incrementally when `dirs` has a shared directory) and its operator-state blob, with
+/// offsets beyond the inline limit in files. Returns its entry in the checkpoint and the bytes uploaded.
+pub(crate) async fn upload_part(
+    store: &Store,
+    mut part: SnapshotPart,
+    dirs: PartDirs,
+    how: &PartUpload<'_>,
+) -> Result<(OperatorSubtaskState, u64), TaskError> {
+    let remote = dirs.remote;
+    let mut uploaded = 0;
+    if how.canonical {
+        if let Some(mut native) = part.keyed.take() {
+            native.ready().await?;
+            // Inside the checkpoint's directory, which goes once the upload is over.
+            let (scratch, out) = (
+                how.local_dir.join(format!("canonical-{}-work", part.uid)),
+                how.local_dir.join(format!("canonical-{}", part.uid)),
+            );
+            let (rocks, max_parallelism) = (how.rocks.clone(), how.max_parallelism);
+            let converted = tokio::task::spawn_blocking(move || {
+                let r = weir_state::write_canonical(native, &scratch, &out, max_parallelism, &rocks);
+                let _ = std::fs::remove_dir_all(&scratch);
+                r
+            })
+            .await
+            .map_err(|e| TaskError::Other(format!("canonical conversion panicked: {e}")))??;
+            part.keyed = Some(converted);
+        }
+    }
+    let keyed = match &mut part.keyed {
+        Some(local) => {
+            let (h, n) = weir_state::snapshot::upload_keyed_incremental(
+                store,
+                local,
+                &paths::keyed_dir(&remote),
+                dirs.shared.as_deref(),
+                how.confirmed,
+            )
+            .await?;
+            uploaded += n;
+            Some(KeyedStateHandle { states: std::mem::take(&mut part.keyed_states), ..h })
+        }
+        None => None,
+    };
+    let operator_state = match part.op_state {
+        Some((blob, mut states)) => {
+            let path = paths::opstate_file(&remote);
+            for i in offsets_to_spill(&states, how.inline_limit) {
+                let meta = &mut states[i];
+                let Offsets::Inline(offsets) = &meta.offsets else { continue };
+                let bytes = weir_state::operator::encode_offsets(offsets);
+                let size = bytes.len() as u64;
+                let offsets_path = paths::offsets_file(&path, i);
+                store.put(&offsets_path, bytes::Bytes::from(bytes)).await?;
+                uploaded += size;
+                meta.offsets = Offsets::File(FileHandle { path: offsets_path, size });
+            }
+            let size = blob.len() as u64;
+            store.put(&path, bytes::Bytes::from(blob)).await?;
+            uploaded += size;
+            Some(OperatorStateHandle { file: FileHandle { path, size }, states })
+        }
+        None => None,
+    };
+    let state = OperatorSubtaskState {
+        subtask: how.subtask,
+        keyed,
+        operator_state,
+        end_of_input: how.end_of_input,
+        watermark: part.watermark,
+    };
+    Ok((state, uploaded))
 }
 
 /// The keyed states of a backend as a snapshot's handle lists them.
@@ -197,7 +258,7 @@ pub(super) fn describe_states(summaries: Vec<weir_state::StateSummary>) -> Vec<K
 
 /// Where one operator's part of a snapshot goes.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct PartDirs {
+pub(crate) struct PartDirs {
     /// The subtask's directory under the store's root (keyed files under `keyed/`, the operator-state blob).
     pub remote: String,
     /// Incremental checkpoints: where new shareable files go, for later checkpoints to reference.

@@ -1,7 +1,7 @@
 //! The coordinator of one job: a task that owns the job's record and handles its events one at a time —
 //! task state reports, checkpoint acknowledgements and declines, lost task managers, cancel requests —
 //! plus a periodic tick for deployment, checkpoint triggers and expiry. Decisions come from
-//! [`crate::job::lifecycle`], [`crate::checkpoint::coordinator`], [`crate::job::assignment`] and [`crate::job::descriptors`]; this module
+//! [`crate::job::lifecycle`], [`crate::checkpoint::coordinator`], [`weir_common::assignment`] and [`crate::job::descriptors`]; this module
 //! does the I/O (the checkpoint files' through [`crate::checkpoint::store`]). This file holds the actor, its run
 //! loop and its event dispatch; its work is split by concern: deploying and failing over (`deploy.rs`),
 //! checkpoints and their completion (`checkpoints.rs`), savepoint requests (`savepoints.rs`).

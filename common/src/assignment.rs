@@ -11,16 +11,19 @@
 //! - Union list state: every new subtask gets every element, always.
 //! - Broadcast state: new subtask `i` gets old subtask `i % old_p`'s copy.
 //!
+//! The job manager decides with it what each subtask of a restored job reads; the task manager's operator test
+//! harness (`weir_taskmanager::api::testing`) restores a snapshot at another parallelism through it.
+//!
 //! Element offsets never need to be read here: a state whose offsets are in a file is handed out as index
 //! ranges into that file, so the job manager's memory does not grow with the number of elements.
 
-use std::collections::BTreeMap;
-use weir_common::checkpoint::{
+use crate::checkpoint::{
     DistributionMode, FileHandle, Offsets, OperatorCheckpoint, OperatorSubtaskState, StateMetaInfo,
 };
-use weir_common::descriptor::{ElementRef, OperatorStatePart, StatePart, SubtaskRestore};
-use weir_common::ids::SubtaskIndex;
-use weir_common::keygroup::KeyGroupRange;
+use crate::descriptor::{ElementRef, OperatorStatePart, StatePart, SubtaskRestore};
+use crate::ids::SubtaskIndex;
+use crate::keygroup::KeyGroupRange;
+use std::collections::BTreeMap;
 
 /// Why a stored operator state cannot be assigned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -199,14 +202,27 @@ pub fn assign(
     Ok(out)
 }
 
+/// Bytes of union state every new subtask would read, times the new parallelism: what a restore at
+/// `new_parallelism` costs the task managers in total.
+pub fn union_fanout_bytes(stored: &OperatorCheckpoint, new_parallelism: u32) -> u64 {
+    let union: u64 = stored
+        .subtasks
+        .iter()
+        .filter_map(|s| s.operator_state.as_ref())
+        .flat_map(|h| h.states.iter())
+        .filter(|m| m.mode == DistributionMode::Union)
+        .map(|m| m.bytes)
+        .sum();
+    union.saturating_mul(new_parallelism as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::savepoint::union_fanout_bytes;
+    use crate::checkpoint::{KeyedStateHandle, OperatorStateHandle, OperatorSubtaskState};
+    use crate::ids::KeyGroup;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
-    use weir_common::checkpoint::{KeyedStateHandle, OperatorStateHandle, OperatorSubtaskState};
-    use weir_common::ids::KeyGroup;
 
     #[test]
     fn every_new_subtask_restores_at_the_lowest_old_watermark() {
@@ -247,7 +263,7 @@ mod tests {
                 OperatorSubtaskState {
                     subtask: SubtaskIndex(i),
                     keyed: Some(KeyedStateHandle {
-                        backend: weir_common::checkpoint::SnapshotFormat::Rocksdb,
+                        backend: crate::checkpoint::SnapshotFormat::Rocksdb,
                         key_group_range: KeyGroupRange::for_subtask(SubtaskIndex(i), p, m),
                         files: vec![],
                         states: vec![],
