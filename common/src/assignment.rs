@@ -12,7 +12,7 @@
 //! - Broadcast state: new subtask `i` gets old subtask `i % old_p`'s copy.
 //!
 //! The job manager decides with it what each subtask of a restored job reads; the task manager's operator test
-//! harness (`weir_taskmanager::api::testing`) restores a snapshot at another parallelism through it.
+//! harness (`weir_taskmanager::testing`) restores a snapshot at another parallelism through it.
 //!
 //! Element offsets never need to be read here: a state whose offsets are in a file is handed out as index
 //! ranges into that file, so the job manager's memory does not grow with the number of elements.

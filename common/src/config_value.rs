@@ -7,9 +7,9 @@ use weir_proto as pb;
 /// One value of an operator's config.
 pub type ConfigValue = serde_json::Value;
 
-/// Deepest nesting of lists and maps in one config value. A spec file cannot nest deeper
-/// ([`crate::spec::MAX_SPEC_NESTING`]); a spec sent over gRPC is held to the same.
-pub const MAX_CONFIG_DEPTH: usize = crate::spec::MAX_SPEC_NESTING;
+/// Deepest nesting of lists and maps in one config value: as deep as a whole spec file may nest
+/// (`spec::MAX_SPEC_NESTING`), so a spec sent over gRPC is held to no less than one read from a file.
+pub const MAX_CONFIG_DEPTH: usize = 64;
 
 /// A wire value that is not a config value.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -246,7 +246,7 @@ impl Operator for BufferingSink {
 mod tests {
     use super::*;
     use std::path::Path;
-    use weir_taskmanager::api::testing::{Harness, OperatorHarness, Snapshot};
+    use weir_taskmanager::testing::{Harness, OperatorHarness, Snapshot};
 
     type Sink = OperatorHarness<BufferingSink>;
 

@@ -194,7 +194,7 @@ mod tests {
     use std::collections::BTreeMap;
     use weir_common::spec::StateBackend;
     use weir_state::rocks::RocksOptions;
-    use weir_taskmanager::api::testing::{partition, Harness, OperatorHarness, Snapshot};
+    use weir_taskmanager::testing::{partition, Harness, OperatorHarness, Snapshot};
 
     const T0: u64 = 1_000_000;
     const TTL_MS: u64 = 1000;

@@ -204,7 +204,7 @@ impl Operator for WatermarkLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_taskmanager::api::testing::Harness;
+    use weir_taskmanager::testing::Harness;
 
     fn config(pairs: &[(&str, &str)]) -> Result<EventClockConfig, String> {
         EventClockConfig::from_map(&pairs.iter().map(|(k, v)| (k.to_string(), (*v).into())).collect())

@@ -18,7 +18,7 @@
 //!   [`registry_v2`] (the second version).
 //!
 //! Their unit tests run each kind as a subtask in the task manager's operator test harness
-//! (`weir_taskmanager::api::testing`): fed batches, watermarks and processing time, snapshotted and restored, at
+//! (`weir_taskmanager::testing`): fed batches, watermarks and processing time, snapshotted and restored, at
 //! another parallelism too (`distinct_values`), as users' own kinds' tests can.
 
 pub mod buffering_sink;

@@ -1,9 +1,11 @@
 //! Weir's task manager. Its folders are its architecture:
 //!
 //! - [`api`]: what an operator author programs against (operator traits, records, the `Kind` trait a kind is
-//!   declared with, the kind registry, commit helpers) and tests with (`api::testing`: the operator test
-//!   harness, one operator or source run as a subtask, snapshotted and restored at any parallelism);
-//!   `examples/` and users' own task-manager binaries import only this and [`builtins`].
+//!   declared with, the kind registry, commit helpers); `examples/` and users' own task-manager binaries import
+//!   only this, [`builtins`] and [`testing`].
+//! - [`testing`]: the operator test harness (Flink's `KeyedOneInputStreamOperatorTestHarness`): one operator or
+//!   source run as a subtask with the task's own functions, snapshotted and restored at any parallelism; it
+//!   stands above [`task`] and [`api`], which it runs.
 //! - [`builtins`]: the 17 built-in kinds, a file or folder each, declared with [`api`]'s `Kind` as users' kinds
 //!   are: sources `datagen`, `nexmark` (with the Nexmark generator) and `kafka`; `keyed-count`, `filter`,
 //!   `project`, `aggregate`, `over`, `window-aggregate`, `window-top`, `join`, `interval-join`, `window-join`
@@ -39,6 +41,7 @@ pub mod net;
 pub mod process;
 pub mod report;
 pub mod task;
+pub mod testing;
 pub mod time;
 pub mod window;
 

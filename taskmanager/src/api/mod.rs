@@ -3,8 +3,8 @@
 //! as key/value rows ([`record`]), operator kinds declared once ([`kind`]: name, state, typed config, columns,
 //! side outputs, constructor) and the registry a task-manager binary is built from ([`registry`]), the exactly-once commit helpers for sinks ([`commit`]), and split positions as operator state
 //! for sources ([`splits`]), timers for keyed operators ([`timers`]), rows of any schema as bytes for keyed
-//! state ([`stored_rows`]), and a test harness that runs one operator or source as a subtask, snapshots it and
-//! restores it at any parallelism ([`testing`]).
+//! state ([`stored_rows`]). Kinds are tested with the operator test harness, a room of its own above this one
+//! and the task (`crate::testing`).
 
 pub mod batch;
 pub mod by_key;
@@ -17,5 +17,4 @@ pub mod registry;
 pub mod rows;
 pub mod splits;
 pub mod stored_rows;
-pub mod testing;
 pub mod timers;

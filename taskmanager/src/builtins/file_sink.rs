@@ -408,7 +408,7 @@ mod tests {
     use super::*;
     use crate::api::batch::batch_of;
     use crate::api::record::Record;
-    use crate::api::testing::{Harness, OperatorHarness, Snapshot};
+    use crate::testing::{Harness, OperatorHarness, Snapshot};
     use std::path::Path;
 
     fn visible(dir: &Path) -> Vec<String> {

@@ -201,7 +201,7 @@ impl Relational for IntervalJoin {
                 })?;
             }
         }
-        self.pairs.emit(&mut self.inputs, &self.cfg.join, s, keys, &own, out)
+        self.pairs.emit(&mut self.inputs, self.cfg.join.shape(), s, keys, &own, out)
     }
 
     fn fire(
@@ -317,9 +317,9 @@ mod tests {
 #[cfg(test)]
 mod harness_tests {
     use super::*;
-    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use crate::builtins::declare::config_map as m;
     use crate::builtins::text::lines_of;
+    use crate::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use arrow_array::Int64Array;
     use std::sync::Arc;
     use weir_common::spec::StateBackend;

@@ -9,12 +9,13 @@
 //! a job whose inputs now have other columns is refused with both column lists instead of misreading rows.
 
 use super::declare::*;
-use super::relational::joined::{Pairs, Plan};
+use super::relational::joined::{Pairs, Plan, Shape};
 use super::relational::{input_lists, ready, Inputs, Relational};
 use crate::api::batch::{key_groups, keys, set_current_key_of_row};
 use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, OperatorError, ProcessContext};
 use crate::api::stored_rows::EncodedRows;
+use crate::expr::check_condition;
 use arrow_array::RecordBatch;
 use weir_state::{KeyedStateBackend, ListState};
 
@@ -32,6 +33,11 @@ pub struct JoinConfig {
 }
 
 impl JoinConfig {
+    /// What the join makes of its pairs.
+    pub(crate) fn shape(&self) -> Shape<'_> {
+        Shape { select: self.select.as_deref(), condition: self.condition.as_ref() }
+    }
+
     /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
     pub const FIELDS: &'static [ConfigField] = &[
         field(
@@ -143,18 +149,6 @@ pub(crate) fn select_output(
     Ok(out)
 }
 
-/// Checks that `c` is a condition (boolean) over `input`.
-pub fn check_condition(
-    c: &crate::expr::Expr,
-    input: &[weir_common::schema::Column],
-    field: &str,
-) -> Result<(), ConfigFieldError> {
-    match crate::expr::type_of(c, input).map_err(|e| field_err(field, e.0))? {
-        (crate::expr::Type::Bool | crate::expr::Type::Null, _) => Ok(()),
-        (t, _) => Err(field_err(field, format!("must be a condition (true or false), not {}", t.name()))),
-    }
-}
-
 /// Each side's columns, in union operator state: `<side>\t<columns_text>`.
 const COLUMNS_STATE: &str = "join-columns";
 const STATES: [&str; 2] = ["join-first", "join-second"];
@@ -244,7 +238,7 @@ impl Relational for Join {
                 self.pairs.push(i as u32, e);
             }
         }
-        self.pairs.emit(&mut self.inputs, &self.cfg, s, keys, &own, out)
+        self.pairs.emit(&mut self.inputs, self.cfg.shape(), s, keys, &own, out)
     }
 }
 
@@ -302,7 +296,7 @@ pub(crate) fn two(inputs: &[Vec<Column>]) -> (&[Column], &[Column]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness, Snapshot};
+    use crate::testing::{keyed_batch, partition, Harness, OperatorHarness, Snapshot};
     use arrow_array::{ArrayRef, Int64Array, StringArray};
     use std::sync::Arc;
     use weir_common::spec::StateBackend;

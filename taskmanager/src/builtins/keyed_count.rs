@@ -153,7 +153,7 @@ mod tests {
     use super::*;
     use crate::api::batch::batch_of;
     use crate::api::record::{Record, Value};
-    use crate::api::testing::{partition, Harness, OperatorHarness, Snapshot};
+    use crate::testing::{partition, Harness, OperatorHarness, Snapshot};
     use weir_common::spec::StateBackend;
 
     /// `(key, count)` records as numbers.

@@ -538,9 +538,9 @@ mod tests {
 #[cfg(test)]
 mod harness_tests {
     use super::*;
-    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use crate::builtins::declare::config_map as m;
     use crate::builtins::text::lines_of;
+    use crate::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use arrow_array::Int64Array;
     use weir_common::spec::StateBackend;
 

@@ -7,7 +7,7 @@ use super::declare::*;
 use super::join::select_output;
 use crate::api::batch::{EVENT_TIME, KEY, KEY_GROUP, OP};
 use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext};
-use crate::builtins::join::check_condition;
+use crate::expr::check_condition;
 use crate::expr::eval::{arrow_type, columns_of, compile, Compiled};
 use crate::expr::key::encode_keys;
 use crate::expr::SelectItem;

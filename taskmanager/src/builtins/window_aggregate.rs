@@ -837,7 +837,7 @@ mod tests {
     use super::*;
     use crate::api::batch::{batch_of, event_times, keys};
     use crate::api::record::Record;
-    use crate::api::testing::Harness;
+    use crate::testing::Harness;
     use crate::window::config::LateRecords;
     use crate::window::operator::{Listing, ProcessWindowFunction};
     use arrow_array::cast::AsArray;

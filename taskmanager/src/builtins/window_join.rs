@@ -224,7 +224,7 @@ impl Relational for WindowJoin {
             return Ok(());
         }
         let (a, b) = (self.inputs.stored(0)?, self.inputs.stored(1)?);
-        let plan = self.inputs.built(|kept| Plan::new(&self.cfg.join, &kept[0], &kept[1], &window::fields()))?;
+        let plan = self.inputs.built(|kept| Plan::new(self.cfg.join.shape(), &kept[0], &kept[1], &window::fields()))?;
         let take = |cols: &[ArrayRef], picks: &[u32]| -> Result<Vec<ArrayRef>, OperatorError> {
             let picks = UInt32Array::from(picks.to_vec());
             cols.iter()
@@ -337,7 +337,7 @@ impl Kind for WindowJoinKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::testing::{keyed_batch, partition, Harness};
+    use crate::testing::{keyed_batch, partition, Harness};
     use arrow_array::cast::AsArray;
     use arrow_array::StringArray;
     use weir_common::spec::StateBackend;

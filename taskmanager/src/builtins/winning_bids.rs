@@ -10,7 +10,7 @@
 
 use super::aggregate::{check_column, INTEGERS, TIMES};
 use super::declare::*;
-use super::relational::joined::Plan;
+use super::relational::joined::{Plan, Shape};
 use super::relational::{ready, times, Inputs, Relational, EMIT_AT};
 use crate::api::batch::int_column;
 use crate::api::batch::{key_groups, keys, set_current_key_of_row};
@@ -87,7 +87,7 @@ fn write_pair(a: i64, b: i64, out: &mut Vec<u8>) {
 
 /// The plan of winners' rows over both inputs' kept columns: the key, the auction's columns, the bid's.
 fn winner_plan(kept: &[SchemaRef]) -> Result<Plan, OperatorError> {
-    Plan::new(&JoinConfig { select: None, condition: None }, &kept[0], &kept[1], &[])
+    Plan::new(Shape::default(), &kept[0], &kept[1], &[])
 }
 
 /// Whether a bid `(by, time)` beats the best so far: a higher `by`, or an equal one made earlier.
@@ -448,9 +448,9 @@ mod tests {
 #[cfg(test)]
 mod harness_tests {
     use super::*;
-    use crate::api::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use crate::builtins::declare::config_map as m;
     use crate::builtins::text::lines_of;
+    use crate::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use arrow_array::{Int64Array, TimestampMillisecondArray};
     use weir_common::spec::StateBackend;
 

@@ -17,4 +17,4 @@ pub mod typing;
 
 pub use ast::{BinaryOp, Expr, Function, Literal, UnaryOp};
 pub use parse::{parse_expr, parse_list, parse_select, SelectItem};
-pub use typing::{type_of, Type, TypeError};
+pub use typing::{check_condition, type_of, Type, TypeError};

@@ -243,6 +243,20 @@ pub fn type_of(e: &Expr, columns: &[Column]) -> Result<(Type, bool), TypeError> 
     }
 }
 
+/// Checks that `c` is a condition (boolean) over `input`.
+pub fn check_condition(
+    c: &Expr,
+    input: &[weir_common::schema::Column],
+    field: &str,
+) -> Result<(), weir_common::kind::ConfigFieldError> {
+    match type_of(c, input).map_err(|e| weir_common::kind::field_err(field, e.0))? {
+        (Type::Bool | Type::Null, _) => Ok(()),
+        (t, _) => {
+            Err(weir_common::kind::field_err(field, format!("must be a condition (true or false), not {}", t.name())))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,9 +8,9 @@ use super::Inputs;
 use crate::api::batch::{EVENT_TIME, KEY};
 use crate::api::operator::{Collector, OperatorError};
 use crate::api::stored_rows::EncodedRows;
-use crate::builtins::join::{check_condition, JoinConfig};
 use crate::expr::eval::{columns_of, compile, Compiled};
 use crate::expr::SelectItem;
+use crate::expr::{check_condition, Expr};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
 use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
@@ -26,10 +26,20 @@ pub(crate) struct Plan {
     select: Option<(Vec<Compiled>, SchemaRef)>,
 }
 
+/// What a join makes of its pairs: the condition they must meet and the output columns (`None`: the joined row
+/// as it is), as the kind's config gives them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Shape<'a> {
+    /// The output columns.
+    pub(crate) select: Option<&'a [SelectItem]>,
+    /// Joined rows where this is not true are dropped.
+    pub(crate) condition: Option<&'a Expr>,
+}
+
 impl Plan {
     /// The plan for rows of `a` joined with rows of `b` (each its kept columns, the event time among them), with
     /// `extra` columns after both sides'.
-    pub(crate) fn new(cfg: &JoinConfig, a: &SchemaRef, b: &SchemaRef, extra: &[Field]) -> Result<Plan, OperatorError> {
+    pub(crate) fn new(cfg: Shape<'_>, a: &SchemaRef, b: &SchemaRef, extra: &[Field]) -> Result<Plan, OperatorError> {
         let own = |s: &SchemaRef| s.fields().iter().filter(|f| f.name() != EVENT_TIME).cloned().collect::<Vec<_>>();
         let mut fields = vec![Arc::new(Field::new(KEY, DataType::Binary, false))];
         fields.extend(own(a));
@@ -45,7 +55,7 @@ impl Plan {
         fields.push(Arc::new(crate::api::batch::event_time_field()));
         let joined: SchemaRef = Arc::new(Schema::new(fields));
         let columns = columns_of(&joined);
-        let condition = match &cfg.condition {
+        let condition = match cfg.condition {
             Some(c) => {
                 check_condition(c, &columns, "where")
                     .map_err(|e| OperatorError::Records(format!("config.where: {}", e.message)))?;
@@ -53,7 +63,7 @@ impl Plan {
             }
             None => None,
         };
-        let select = match &cfg.select {
+        let select = match cfg.select {
             None => None,
             Some(items) => {
                 let mut exprs = Vec::new();
@@ -229,7 +239,7 @@ impl Pairs {
     pub(crate) fn emit(
         &mut self,
         inputs: &mut Inputs<Plan>,
-        cfg: &JoinConfig,
+        cfg: Shape<'_>,
         s: usize,
         keys: &BinaryArray,
         own: &[ArrayRef],

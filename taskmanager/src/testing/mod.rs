@@ -20,7 +20,7 @@
 //! use weir_common::spec::StateBackend;
 //! use weir_taskmanager::api::batch::batch_of;
 //! use weir_taskmanager::api::record::Record;
-//! use weir_taskmanager::api::testing::{partition, Harness};
+//! use weir_taskmanager::testing::{partition, Harness};
 //! use weir_taskmanager::builtins::keyed_count::{KeyedCount, KeyedCountConfig, KeyedCountEmit};
 //!
 //! let count = || KeyedCount::new(KeyedCountConfig { emit: KeyedCountEmit::End });
