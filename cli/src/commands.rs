@@ -164,7 +164,7 @@ pub async fn health(address: &str, service: &str) -> Result<ExitCode, CliError> 
             Ok(ExitCode::SUCCESS)
         }
         Ok(false) => Err(CliError::Failed(format!("{address}: {what} is not serving"))),
-        Err(e) => Err(CliError::Failed(e)),
+        Err(e) => Err(CliError::Failed(e.to_string())),
     }
 }
 

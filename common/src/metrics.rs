@@ -16,18 +16,36 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+/// The metrics endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// Its address could not be bound.
+    #[error("cannot bind metrics address {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process-wide recorder could not be installed (one is already).
+    #[error("cannot install the metrics recorder: {0}")]
+    Recorder(String),
+}
+
 /// Binds `addr`, installs the recorder and serves it in the background; returns the address bound.
-pub async fn start(addr: &str) -> Result<std::net::SocketAddr, String> {
-    let listener = TcpListener::bind(addr).await.map_err(|e| format!("cannot bind metrics address {addr}: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| format!("metrics address {addr}: {e}"))?;
+pub async fn start(addr: &str) -> Result<std::net::SocketAddr, MetricsError> {
+    let bind = |source| MetricsError::Bind { addr: addr.to_string(), source };
+    let listener = TcpListener::bind(addr).await.map_err(bind)?;
+    let bound = listener.local_addr().map_err(bind)?;
     let handle = install()?;
     tokio::spawn(serve(listener, handle));
     Ok(bound)
 }
 
 /// Installs the process-wide Prometheus recorder.
-fn install() -> Result<PrometheusHandle, String> {
-    PrometheusBuilder::new().install_recorder().map_err(|e| format!("cannot install the metrics recorder: {e}"))
+fn install() -> Result<PrometheusHandle, MetricsError> {
+    PrometheusBuilder::new().install_recorder().map_err(|e| MetricsError::Recorder(e.to_string()))
 }
 
 /// Serves `GET /metrics` until the listener fails; any other path is 404.

@@ -279,7 +279,8 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> Result<(), ProcessError> 
     let data_address = advertised(data_listener.local_addr().map_err(io("data listener"))?, &cfg.advertise_host);
 
     if !cfg.metrics_bind.is_empty() {
-        let address = weir_common::metrics::start(&cfg.metrics_bind).await.map_err(ProcessError::Start)?;
+        let address =
+            weir_common::metrics::start(&cfg.metrics_bind).await.map_err(|e| ProcessError::Start(e.to_string()))?;
         tracing::info!(%address, "serving metrics at /metrics");
     }
 
@@ -344,7 +345,8 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> Result<(), ProcessError> 
     };
     let registration = tokio::spawn(tm.clone().run_registration(jm, shutdown_rx));
     if !cfg.health_bind.is_empty() {
-        let (address, health) = weir_common::health::start(&cfg.health_bind).await.map_err(ProcessError::Start)?;
+        let (address, health) =
+            weir_common::health::start(&cfg.health_bind).await.map_err(|e| ProcessError::Start(e.to_string()))?;
         tracing::info!(%address, "serving the gRPC health service");
         let tm = tm.clone();
         tokio::spawn(async move {
