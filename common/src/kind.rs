@@ -280,25 +280,27 @@ impl<'a> ConfigReader<'a> {
 
     /// An unsigned integer field: a number, or text of one (`_` separators allowed).
     pub fn u64(&self, field: &str) -> Result<Option<u64>, ConfigFieldError> {
-        let expected = |shown: &str| field_err(field, format!("expected a non-negative integer, got {shown}"));
-        match self.value(field) {
-            None => Ok(None),
-            Some(ConfigValue::Number(n)) => n.as_u64().map(Some).ok_or_else(|| expected(&n.to_string())),
-            Some(ConfigValue::String(s)) => {
-                s.trim().replace('_', "").parse::<u64>().map(Some).map_err(|_| expected(&crate::text::echo(s)))
-            }
-            Some(other) => Err(expected(shape_of(other))),
-        }
+        self.integer(field, "a non-negative integer", serde_json::Number::as_u64)
     }
 
     /// A signed integer field: a number, or text of one (`_` separators allowed).
     pub fn i64(&self, field: &str) -> Result<Option<i64>, ConfigFieldError> {
-        let expected = |shown: &str| field_err(field, format!("expected an integer, got {shown}"));
+        self.integer(field, "an integer", serde_json::Number::as_i64)
+    }
+
+    /// An integer field of type `T`, read from a number by `of_number` or parsed from text.
+    fn integer<T: std::str::FromStr>(
+        &self,
+        field: &str,
+        what: &str,
+        of_number: fn(&serde_json::Number) -> Option<T>,
+    ) -> Result<Option<T>, ConfigFieldError> {
+        let expected = |shown: &str| field_err(field, format!("expected {what}, got {shown}"));
         match self.value(field) {
             None => Ok(None),
-            Some(ConfigValue::Number(n)) => n.as_i64().map(Some).ok_or_else(|| expected(&n.to_string())),
+            Some(ConfigValue::Number(n)) => of_number(n).map(Some).ok_or_else(|| expected(&n.to_string())),
             Some(ConfigValue::String(s)) => {
-                s.trim().replace('_', "").parse::<i64>().map(Some).map_err(|_| expected(&crate::text::echo(s)))
+                s.trim().replace('_', "").parse::<T>().map(Some).map_err(|_| expected(&crate::text::echo(s)))
             }
             Some(other) => Err(expected(shape_of(other))),
         }

@@ -631,8 +631,7 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
             }
             (Some(OutputSchema::FromConfig), None) if operators[i].input.is_none() => {
                 // A source: its columns follow from its config alone.
-                let config = config_of(op)?;
-                match kinds.derived_output(&op.kind, &config, &[]) {
+                match kinds.derived_output(&op.kind, &operators[i].config, &[]) {
                     None => None,
                     Some(Ok(columns)) => Some(columns),
                     Some(Err(e)) => return Err(config_err(&op.uid, e)),
@@ -651,14 +650,11 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
                 };
                 match inputs {
                     None => None,
-                    Some(inputs) => {
-                        let config = config_of(op)?;
-                        match kinds.derived_output(&op.kind, &config, &inputs) {
-                            None => None,
-                            Some(Ok(columns)) => Some(columns),
-                            Some(Err(e)) => return Err(config_err(&op.uid, e)),
-                        }
-                    }
+                    Some(inputs) => match kinds.derived_output(&op.kind, &operators[i].config, &inputs) {
+                        None => None,
+                        Some(Ok(columns)) => Some(columns),
+                        Some(Err(e)) => return Err(config_err(&op.uid, e)),
+                    },
                 }
             }
             (_, declared) => declared,
@@ -703,8 +699,7 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
             None => None,
         };
         if let Some((_, Some(available))) = &first {
-            let config = config_of(&spec.operators[i])?;
-            if let Some(Err(e)) = kinds.check_input(&spec.operators[i].kind, &config, available) {
+            if let Some(Err(e)) = kinds.check_input(&spec.operators[i].kind, &op.config, available) {
                 return Err(config_err(&spec.operators[i].uid, e));
             }
         }
@@ -812,18 +807,21 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
         }
     }
 
+    // Each operator's config read from the wire once; every check below and the resolved job use it.
+    let configs: Vec<OperatorConfig> = spec.operators.iter().map(config_of).collect::<Result<_, _>>()?;
+
     // Windows need event time: an operator of a kind that declares it needs event time, fed by a source
     // without timestamps, is refused.
-    for op in spec.operators.iter().filter(|o| kinds.info(&o.kind).is_some_and(|k| k.needs_event_time)) {
-        let mut at = op;
+    let needing_event_time = |o: &&pb::OperatorSpec| kinds.info(&o.kind).is_some_and(|k| k.needs_event_time);
+    for (i, op) in spec.operators.iter().enumerate().filter(|(_, o)| needing_event_time(o)) {
+        let (mut at, mut at_i) = (op, i);
         for _ in 0..spec.operators.len() {
             match parse_input(&index, &at.input) {
-                Some((i, _)) => at = &spec.operators[i],
+                Some((i, _)) => (at, at_i) = (&spec.operators[i], i),
                 None => break,
             }
         }
-        let config = config_of(at)?;
-        if let Some(why) = kinds.lacks_timestamps(&at.kind, &config) {
+        if let Some(why) = kinds.lacks_timestamps(&at.kind, &configs[at_i]) {
             return Err(op_err(
                 &op.uid,
                 "kind",
@@ -834,7 +832,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
 
     let mut max_op_parallelism = 0;
     let mut operators = Vec::with_capacity(spec.operators.len());
-    for op in &spec.operators {
+    for (k, op) in spec.operators.iter().enumerate() {
         let info = kinds.info(&op.kind).ok_or_else(|| {
             let known = kinds.names().join(", ");
             op_err(&op.uid, "kind", format!("unknown operator kind {:?} (known: {known})", op.kind))
@@ -844,8 +842,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
             return Err(op_err(&op.uid, "parallelism", "must be at least 1"));
         }
         max_op_parallelism = max_op_parallelism.max(p);
-        let config = config_of(op)?;
-        kinds.check_config(&op.kind, &config).map_err(|e| config_err(&op.uid, e))?;
+        kinds.check_config(&op.kind, &configs[k]).map_err(|e| config_err(&op.uid, e))?;
         let named: Vec<&str> = match (op.input.is_empty(), op.inputs.is_empty()) {
             (true, true) => vec![],
             (false, true) => vec![op.input.as_str()],
@@ -889,8 +886,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
         };
         if let (Some(u), Some(tag)) = (input, &input_tag) {
             let up = &spec.operators[u];
-            let up_config = config_of(up)?;
-            if let Some(SideOutputs { tags, elsewhere }) = kinds.side_outputs(&up.kind, &up_config) {
+            if let Some(SideOutputs { tags, elsewhere }) = kinds.side_outputs(&up.kind, &configs[u]) {
                 if !tags.contains(tag) {
                     let why = match elsewhere.into_iter().find(|(t, _)| t == tag) {
                         Some((_, how)) => how,
@@ -929,7 +925,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
                         format!("only a source generates watermarks, and {:?} is a {}", op.kind, info.role.as_str()),
                     ));
                 }
-                if let Some(why) = kinds.lacks_timestamps(&op.kind, &config) {
+                if let Some(why) = kinds.lacks_timestamps(&op.kind, &configs[k]) {
                     return Err(op_err(
                         &op.uid,
                         "watermarks",
@@ -953,7 +949,7 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
         operators.push(ResolvedOperator {
             uid,
             kind: op.kind.clone(),
-            config,
+            config: configs[k].clone(),
             parallelism: p,
             input,
             input_tag,

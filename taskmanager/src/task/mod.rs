@@ -563,7 +563,10 @@ impl Task {
                 }
             }
             TaskEvent::Notify { id, outcome } => {
-                let completed = outcome != CheckpointOutcome::Aborted;
+                let completed = matches!(
+                    outcome,
+                    CheckpointOutcome::Completed | CheckpointOutcome::Final | CheckpointOutcome::Stop
+                );
                 for op in &mut self.ops {
                     match (&mut op.head, completed) {
                         (Head::Source(s), true) => s.notify_checkpoint_complete(id)?,

@@ -90,7 +90,7 @@ impl Slot {
     pub(super) fn keyed(&mut self) -> Result<&mut dyn KeyedStateBackend, OperatorError> {
         match self.keyed.as_mut() {
             Some(k) => Ok(k.as_mut()),
-            None => Err(OperatorError::Records(format!("operator {:?} has no keyed state", self.info.uid))),
+            None => Err(OperatorError::Misuse(format!("operator {:?} has no keyed state", self.info.uid))),
         }
     }
 
