@@ -162,7 +162,7 @@ impl Relational for IntervalJoin {
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        let own = self.inputs.read(s, batch)?.own;
+        let own = self.inputs.read(s, batch)?;
         let times = times(batch, Self::KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let watermark = ctx.current_watermark();

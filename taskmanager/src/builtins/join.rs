@@ -204,7 +204,7 @@ impl Relational for Join {
         ctx: &mut ProcessContext<'_>,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        let own = self.inputs.read(s, batch)?.own;
+        let own = self.inputs.read(s, batch)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let backend = ctx.keyed()?;
         let [first, second] = ready(&mut self.rows, "join")?;

@@ -310,10 +310,7 @@ impl Relational for Over {
                 "over takes rows that are only added; its input is an updating result (it has changes)".into(),
             ));
         }
-        let read = self.inputs.read(0, batch)?;
-        if read.learned {
-            self.fired = None;
-        }
+        let own = self.inputs.read(0, batch)?;
         let values: Vec<Vec<Option<i64>>> = self
             .cfg
             .aggregates
@@ -343,7 +340,7 @@ impl Relational for Over {
             for v in &values {
                 encode_value(v[i], &mut self.row);
             }
-            encode_row(&read.own, i, &mut self.row);
+            encode_row(&own, i, &mut self.row);
             list.add(backend, &self.row)?;
             timers.register_event_time_timer(t)?;
         }

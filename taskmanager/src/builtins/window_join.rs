@@ -72,12 +72,6 @@ impl WindowJoinConfig {
         };
         Ok(WindowJoinConfig { size_ms, join: JoinConfig::of_fields(map)?, distinct })
     }
-
-    /// The window columns a joined row has after both inputs' columns.
-    pub fn window_columns() -> Vec<weir_common::schema::Column> {
-        use weir_common::schema::Column;
-        vec![Column::new("window_start", "timestamp_ms", false), Column::new("window_end", "timestamp_ms", false)]
-    }
 }
 
 const COLUMNS_STATE: &str = "window-join-columns";
@@ -153,7 +147,7 @@ impl Relational for WindowJoin {
         ctx: &mut ProcessContext<'_>,
         _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        let own = self.inputs.read(s, batch)?.own;
+        let own = self.inputs.read(s, batch)?;
         let times = times(batch, Self::KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
         let watermark = ctx.current_watermark();
@@ -326,7 +320,7 @@ impl Kind for WindowJoinKind {
         inputs: &[Vec<Column>],
     ) -> Option<Result<Vec<Column>, ConfigFieldError>> {
         let (first, second) = super::join::two(inputs);
-        Some(config.join.output_with(first, second, &WindowJoinConfig::window_columns()))
+        Some(config.join.output_with(first, second, &window::declared_columns()))
     }
 
     fn build(&self, config: WindowJoinConfig) -> Result<Instance, InvalidConfig> {

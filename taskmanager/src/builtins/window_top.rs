@@ -68,11 +68,9 @@ impl WindowTopConfig {
         &self,
         input: &[weir_common::schema::Column],
     ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
-        use weir_common::schema::Column;
         check_column(input, &self.by, INTEGERS, "by", "the input")?;
         let mut out = own_columns(input);
-        out.push(Column::new("window_start", "timestamp_ms", false));
-        out.push(Column::new("window_end", "timestamp_ms", false));
+        out.extend(window::declared_columns());
         weir_common::schema::validate_columns(&out)
             .map_err(|e| field_err("window", format!("{e}: rename the input's column (a project before)")))?;
         Ok(out)
@@ -178,7 +176,7 @@ impl Relational for WindowTop {
         ctx: &mut ProcessContext<'_>,
         _: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        let own = self.inputs.read(0, batch)?.own;
+        let own = self.inputs.read(0, batch)?;
         let values = crate::api::batch::int_column(batch, &self.cfg.by, "window-top")?;
         let times = times(batch, Self::KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));

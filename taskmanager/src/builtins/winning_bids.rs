@@ -145,17 +145,8 @@ impl WinningBids {
         }
     }
 
-    /// The kept columns of a batch of input `s`; winners gathered of columns learned now are forgotten.
-    fn read(&mut self, s: usize, batch: &RecordBatch) -> Result<Vec<ArrayRef>, OperatorError> {
-        let read = self.inputs.read(s, batch)?;
-        if read.learned {
-            self.fired = None;
-        }
-        Ok(read.own)
-    }
-
     fn auctions(&mut self, batch: &RecordBatch, ctx: &mut ProcessContext<'_>) -> Result<(), OperatorError> {
-        let own = self.read(0, batch)?;
+        let own = self.inputs.read(0, batch)?;
         let closes = int_column(batch, &self.cfg.closes, KIND)?;
         let times = times(batch, KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));
@@ -204,7 +195,7 @@ impl WinningBids {
     }
 
     fn bids(&mut self, batch: &RecordBatch, ctx: &mut ProcessContext<'_>) -> Result<(), OperatorError> {
-        let own = self.read(1, batch)?;
+        let own = self.inputs.read(1, batch)?;
         let by = int_column(batch, &self.cfg.by, KIND)?;
         let times = times(batch, KIND)?;
         let (keys, groups) = (keys(batch)?, key_groups(batch));

@@ -177,17 +177,15 @@ impl<T> Inputs<T> {
         snapshot_kept(store, self.state, &inputs)
     }
 
-    /// The columns kept of `batch` of input `s` (learned from it if they were not known; what was built is
-    /// then built again), or why they cannot be (the input's columns changed).
-    pub(crate) fn read(&mut self, s: usize, batch: &RecordBatch) -> Result<Read, OperatorError> {
+    /// The columns kept of `batch` of input `s` (learned from it if they were not known), or why they cannot
+    /// be (the input's columns changed). Nothing is built of an input's columns before they are known, so
+    /// learning them leaves nothing stale.
+    pub(crate) fn read(&mut self, s: usize, batch: &RecordBatch) -> Result<Vec<ArrayRef>, OperatorError> {
         let (Some(columns), Some((_, what))) = (self.columns.get_mut(s), self.names.get(s)) else {
             return Err(OperatorError::Misuse(format!("{}: no input {s}", self.kind)));
         };
-        let (idx, learned) = columns.of_batch(what, &batch.schema())?;
-        if learned {
-            self.built = None;
-        }
-        Ok(Read { own: idx.iter().map(|&i| batch.column(i).clone()).collect(), learned })
+        let (idx, _) = columns.of_batch(what, &batch.schema())?;
+        Ok(idx.iter().map(|&i| batch.column(i).clone()).collect())
     }
 
     /// The columns kept of input `s`, as its rows are stored.
@@ -208,14 +206,6 @@ impl<T> Inputs<T> {
         }
         self.built.as_ref().ok_or_else(|| OperatorError::Misuse(format!("{}: nothing built", self.kind)))
     }
-}
-
-/// What [`Inputs::read`] read of a batch.
-pub(crate) struct Read {
-    /// The kept columns of the batch, in the order its rows are stored.
-    pub(crate) own: Vec<ArrayRef>,
-    /// They were learned from this batch: anything built of the columns before is stale.
-    pub(crate) learned: bool,
 }
 
 /// Registers the lists of rows of a two-input kind's inputs, `names`, namespaced (per bucket or window) or not.

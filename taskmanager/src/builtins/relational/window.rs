@@ -12,6 +12,12 @@ pub(crate) fn open_end(t: i64, size: i64, watermark: i64) -> Option<i64> {
     (end - 1 > watermark).then_some(end)
 }
 
+/// The window columns as a kind declares them (what [`fields`] are at run time).
+pub(crate) fn declared_columns() -> [weir_common::schema::Column; 2] {
+    use weir_common::schema::Column;
+    [Column::new("window_start", "timestamp_ms", false), Column::new("window_end", "timestamp_ms", false)]
+}
+
 /// The fields of a window's start and end, which its output rows have after their own columns.
 pub(crate) fn fields() -> [Field; 2] {
     let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
