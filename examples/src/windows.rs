@@ -18,9 +18,8 @@ use weir_taskmanager::api::operator::{Collector, OperatorError};
 use weir_taskmanager::api::registry::{signed, Instance, InvalidConfig, Registry};
 use weir_taskmanager::window::assign::{TimeWindow, WindowKind};
 use weir_taskmanager::window::config::{WindowAggregate, WindowAggregateConfig, WindowShape, WindowTrigger};
-use weir_taskmanager::window::operator::{
-    Aggregating, Listing, ProcessWindowFunction, WindowAggregator, WindowOperator,
-};
+use weir_taskmanager::window::contents::{Aggregating, Listing, ProcessWindowFunction, WindowAggregator};
+use weir_taskmanager::window::operator::WindowOperator;
 use weir_taskmanager::window::trigger::Trigger;
 
 /// The tumbling kind with an incremental (Avro) accumulator.

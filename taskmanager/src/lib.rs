@@ -24,10 +24,9 @@
 //!   channels with credit-based flow control.
 //! - [`time`]: event time: watermark generation per source split, and the valve that combines the watermarks
 //!   and idleness of several inputs (pure state machines the task loop drives).
-//! - [`window`]: window assignment, slices and session merging as arithmetic, triggers and accumulators, and
-//!   the window config the window kinds read, and the general window operator on keyed timers and namespaced
-//!   state that user kinds build on
-//!   (`window-aggregate` runs its event-time windows on a path of its own in [`builtins`]).
+//! - [`window`]: window assignment, slices and session merging as arithmetic, triggers and accumulators, the
+//!   window config the window kinds read, the window functions and contents users write, and the one window
+//!   operator on keyed timers and namespaced state (`window-aggregate` in [`builtins`] is it, configured).
 //! - [`control`]: the gRPC service the job manager calls, registration and heartbeats.
 //! - [`report`]: the ordered reports of task states and checkpoint acknowledgements to the job manager,
 //!   below the tasks that send them.

@@ -30,7 +30,7 @@ pub use keyed_count::KeyedCount;
 pub use nexmark::{nexmark_schema, Nexmark};
 pub use over::Over;
 pub use project::{Filter, Project};
-pub use window_aggregate::{output_schema, window_aggregate, WindowAggregate};
+pub use window_aggregate::{output_schema, window_aggregate};
 pub use window_join::WindowJoin;
 pub use window_top::WindowTop;
 pub use winning_bids::WinningBids;

@@ -2,40 +2,32 @@
 //! tumbling, sliding or session — emitted as `(key, window_start, window_end, value)` when the watermark passes
 //! the window's end, and again for a late record within the allowed lateness.
 //!
-//! Tumbling and sliding windows are kept as slices (`window/slicing.rs`): a record updates the accumulator of
-//! its slice (namespace: the slice's start), never one per window; a firing combines the window's slices.
-//! Sessions keep the key's open sessions in one value and an accumulator per session (`window/session.rs`).
-//! Firing and cleanup are event-time timers in namespace `f` and `c`, so everything — accumulators, sessions
-//! and timers — is keyed state: checkpointed, restored and rescaled by key group.
+//! It is the window operator (`window/operator.rs`) configured with the built-in aggregates. Fired by event time,
+//! its contents are [`Accumulators`]: a fixed-size accumulator per slice (namespace: the slice's start) or session
+//! in state `window-<aggregate>`, and for count, sum and avg of sliding windows the running part consecutive
+//! windows share, so a firing reads two slices, not `size / slide`. Other triggers and global windows keep a
+//! [`StoredAcc`] per window in `window-contents`, as the operator's own accumulating contents do. Everything —
+//! accumulators, sessions and timers — is keyed state: checkpointed, restored and rescaled by key group.
 
 use super::declare::*;
-use crate::api::batch::{event_times, key_groups, keys, EVENT_TIME, KEY};
-use crate::api::by_key::RowsByKey;
-use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
-use crate::api::timers::{TimeDomain, Timers};
+use crate::api::batch::{EVENT_TIME, KEY};
+use crate::api::operator::{Collector, Operator, OperatorError};
 use crate::window::accumulate::{Acc, AccResult, Running};
 use crate::window::assign::{TimeWindow, WindowKind};
 use crate::window::config::{
     LateRecords, WindowAggregate as Aggregate, WindowAggregateConfig, WindowShape, WindowTrigger,
 };
-use crate::window::operator::{
-    aggregated_column, late_counters, late_records, read_sessions, set_row_key, write_sessions, Aggregating,
-    WindowAggregator, WindowOperator, SESSIONS_STATE,
-};
-use crate::window::session::Sessions;
+use crate::window::contents::{fire_combined, Aggregating, Contents, WindowAggregator};
+use crate::window::operator::{WindowOperator, SESSIONS_STATE, TRIGGER_STATE};
 use crate::window::slicing::Slicing;
 use crate::window::trigger::Trigger;
 use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Float64Builder, Int64Builder, TimestampMillisecondBuilder};
-use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::Arc;
 use weir_state::signature::{Shape, TypeSignature};
 use weir_state::{KeyedStateBackend, StateCodec, StateError, StateId, StateKind, StateOptions};
 
-/// Namespace of firing timers.
-const FIRE: &[u8] = b"f";
-/// Namespace of cleanup timers.
-const CLEANUP: &[u8] = b"c";
 /// Rows gathered before they go downstream.
 const OUT_ROWS: usize = 1024;
 
@@ -137,22 +129,52 @@ fn window_kind(cfg: &WindowAggregateConfig) -> WindowKind {
     }
 }
 
-/// The operator of a `window-aggregate` config: event-time windows on the sliced path of this module, other
-/// triggers and global windows on the general window operator (`window/operator.rs`). A global window fired by
-/// a count is emptied each time (Flink's `countWindow`); other windows keep accumulating until purged.
+/// The window operator of a `window-aggregate` config: [`Accumulators`] for windows fired by event time, a
+/// [`BuiltinAggregator`] per window otherwise. A global window fired by a count is emptied each time (Flink's
+/// `countWindow`); other windows keep accumulating until purged.
 pub fn window_aggregate(cfg: WindowAggregateConfig) -> Result<Box<dyn Operator>, String> {
+    fn boxed<C: Contents + 'static>(op: WindowOperator<C>, side: bool) -> Box<dyn Operator> {
+        Box::new(if side { op.with_late_side_output() } else { op })
+    }
     let kind = window_kind(&cfg);
-    match cfg.trigger {
-        WindowTrigger::EventTime if kind != WindowKind::Global => Ok(Box::new(WindowAggregate::new(cfg))),
+    let lateness = cfg.allowed_lateness_ms as i64;
+    let side = cfg.late == LateRecords::SideOutput;
+    Ok(match cfg.trigger {
+        WindowTrigger::EventTime if kind != WindowKind::Global => {
+            let contents = Accumulators::new(&cfg, kind);
+            boxed(WindowOperator::new(kind, Trigger::EventTime, lateness, false, contents)?, side)
+        }
         trigger => {
             let purge = matches!((kind, trigger), (WindowKind::Global, WindowTrigger::Count(_)));
-            let lateness = cfg.allowed_lateness_ms as i64;
-            let side = cfg.late == LateRecords::SideOutput;
-            let f = BuiltinAggregator::new(cfg);
-            let op = WindowOperator::new(kind, Trigger::from(trigger), lateness, purge, Aggregating::new(f))?;
-            Ok(Box::new(if side { op.with_late_side_output() } else { op }))
+            let contents = Aggregating::new(BuiltinAggregator::new(cfg));
+            boxed(WindowOperator::new(kind, Trigger::from(trigger), lateness, purge, contents)?, side)
         }
+    })
+}
+
+/// The index of the int64 column `field` of `batch` that `aggregate` reads (`None` for a count, which reads
+/// none).
+fn aggregated_column(batch: &RecordBatch, field: &str, aggregate: Aggregate) -> Result<Option<usize>, OperatorError> {
+    if aggregate == Aggregate::Count {
+        return Ok(None);
     }
+    match batch.schema().index_of(field) {
+        Ok(i) if batch.column(i).data_type() == &DataType::Int64 => Ok(Some(i)),
+        _ => Err(OperatorError::Records(format!(
+            "window-aggregate: the input has no int64 column {field:?} to {} (schema {})",
+            aggregate.name(),
+            batch.schema()
+        ))),
+    }
+}
+
+/// Column `column` of `batch` as the int64 values it was checked to hold.
+fn int64s(batch: &RecordBatch, column: usize) -> Result<&Int64Array, OperatorError> {
+    batch
+        .columns()
+        .get(column)
+        .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+        .ok_or_else(|| OperatorError::Misuse("window-aggregate: a row added before its batch began".into()))
 }
 
 /// A built-in aggregate's accumulator as a typed state value (`None` until a non-null value arrives): a tag
@@ -206,7 +228,7 @@ impl TypeSignature for StoredAcc {
     }
 }
 
-/// The built-in aggregates as a window function of the general window operator.
+/// The built-in aggregates as a window function (other triggers and global windows).
 struct BuiltinAggregator {
     cfg: WindowAggregateConfig,
     rows: WindowRows,
@@ -229,23 +251,15 @@ impl WindowAggregator for BuiltinAggregator {
 
     fn begin_batch(&mut self, batch: &RecordBatch) -> Result<(), OperatorError> {
         // Checks the column's type once; `add` then only indexes.
-        self.column = match aggregated_column(batch, &self.cfg.field, self.cfg.aggregate)? {
-            Some(_) => batch.schema().index_of(&self.cfg.field).ok(),
-            None => None,
-        };
+        self.column = aggregated_column(batch, &self.cfg.field, self.cfg.aggregate)?;
         Ok(())
     }
 
     fn add(&mut self, acc: &mut StoredAcc, batch: &RecordBatch, row: usize) -> Result<(), OperatorError> {
-        let value = match self.cfg.aggregate {
-            Aggregate::Count => 0,
-            _ => {
-                let column = self
-                    .column
-                    .and_then(|i| batch.column(i).as_any().downcast_ref::<arrow_array::Int64Array>())
-                    .ok_or_else(|| {
-                        OperatorError::Misuse("window-aggregate: a row added before its batch began".into())
-                    })?;
+        let value = match self.column {
+            None => 0,
+            Some(i) => {
+                let column = int64s(batch, i)?;
                 // Nulls are skipped, as SQL aggregates skip them.
                 if column.is_null(row) {
                     return Ok(());
@@ -290,50 +304,32 @@ impl WindowAggregator for BuiltinAggregator {
     }
 }
 
-/// Aggregates per key and event-time window (tumbling, sliding, session).
-pub struct WindowAggregate {
-    cfg: WindowAggregateConfig,
-    kind: WindowKind,
-    slicing: Option<Slicing>,
-    lateness: i64,
+/// The contents of `window-aggregate` fired by event time: an [`Acc`] of fixed size per slice or session in state
+/// `window-<aggregate>`, and, for count, sum and avg of sliding windows, the running part of consecutive windows
+/// in `window-run`.
+pub struct Accumulators {
+    aggregate: Aggregate,
+    field: String,
+    /// Sliding windows of count, sum or avg: fired from the running part.
+    running: bool,
     acc: Option<StateId>,
-    sessions: Option<StateId>,
-    /// The open sessions of the key at hand (a list reused from record to record).
-    open: Sessions,
-    /// Sliding windows of count, sum or avg: the running part of consecutive windows.
     run: Option<StateId>,
+    /// The index of the aggregated column in the batch at hand (`None`: a count, which reads none).
+    column: Option<usize>,
     rows: WindowRows,
-    late_dropped: metrics::Counter,
-    late_sent: metrics::Counter,
-    /// Scratch: the key of the row or timer at hand, stored bytes, the rows of a batch too late for every window.
-    key: Vec<u8>,
-    bytes: Vec<u8>,
-    late_rows: Vec<u32>,
-    /// The batch's on-time rows grouped by key and slice.
-    by_key: RowsByKey,
 }
 
-impl WindowAggregate {
-    /// The operator of `cfg`.
-    pub fn new(cfg: WindowAggregateConfig) -> Self {
-        let kind = window_kind(&cfg);
-        let lateness = cfg.allowed_lateness_ms as i64;
-        WindowAggregate {
-            rows: WindowRows::new(cfg.aggregate),
-            cfg,
-            kind,
-            slicing: Slicing::new(kind, lateness),
-            lateness,
+impl Accumulators {
+    /// The contents of `cfg`'s windows of `kind`.
+    pub fn new(cfg: &WindowAggregateConfig, kind: WindowKind) -> Self {
+        Accumulators {
+            aggregate: cfg.aggregate,
+            field: cfg.field.clone(),
+            running: matches!(kind, WindowKind::Sliding { .. }) && Running::applies(cfg.aggregate),
             acc: None,
-            sessions: None,
-            open: Sessions::default(),
             run: None,
-            late_dropped: metrics::Counter::noop(),
-            late_sent: metrics::Counter::noop(),
-            key: Vec::new(),
-            bytes: Vec::new(),
-            late_rows: Vec::new(),
-            by_key: RowsByKey::default(),
+            column: None,
+            rows: WindowRows::new(cfg.aggregate),
         }
     }
 
@@ -341,22 +337,31 @@ impl WindowAggregate {
         self.acc.ok_or_else(|| OperatorError::Misuse("window-aggregate used before initialize_state".into()))
     }
 
+    /// The accumulator of row `row` (its value checked non-null by `ignores`).
+    fn of_row(&self, batch: &RecordBatch, row: usize) -> Result<Acc, OperatorError> {
+        let value = match self.column {
+            None => 0,
+            Some(i) => int64s(batch, i)?.value(row),
+        };
+        Ok(Acc::of(self.aggregate, value))
+    }
+
     /// The accumulator under namespace `ns` of the current key.
-    fn read_acc(&self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<Option<Acc>, OperatorError> {
+    fn read(&self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<Option<Acc>, OperatorError> {
         b.set_current_namespace(&ns.to_be_bytes());
         match b.get_value(self.acc_state()?)? {
             None => Ok(None),
-            Some(bytes) => Acc::decode(self.cfg.aggregate, bytes).map(Some).ok_or_else(|| {
+            Some(bytes) => Acc::decode(self.aggregate, bytes).map(Some).ok_or_else(|| {
                 OperatorError::Records(format!(
                     "window-aggregate: a stored accumulator of {} bytes is not a {} accumulator",
                     bytes.len(),
-                    self.cfg.aggregate.name()
+                    self.aggregate.name()
                 ))
             }),
         }
     }
 
-    fn write_acc(&self, b: &mut dyn KeyedStateBackend, ns: i64, acc: &Acc) -> Result<(), OperatorError> {
+    fn write(&self, b: &mut dyn KeyedStateBackend, ns: i64, acc: &Acc) -> Result<(), OperatorError> {
         let mut buf = [0u8; 16];
         let n = acc.encode(&mut buf);
         b.set_current_namespace(&ns.to_be_bytes());
@@ -364,30 +369,187 @@ impl WindowAggregate {
         Ok(())
     }
 
-    fn delete_acc(&self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<(), OperatorError> {
+    /// Folds `acc` into namespace `ns`; whether it held nothing before.
+    fn fold(&self, b: &mut dyn KeyedStateBackend, ns: i64, mut acc: Acc) -> Result<bool, OperatorError> {
+        let old = self.read(b, ns)?;
+        if let Some(old) = &old {
+            acc.merge(old);
+        }
+        self.write(b, ns, &acc)?;
+        Ok(old.is_none())
+    }
+
+    fn emit(
+        &mut self,
+        key: &[u8],
+        window: TimeWindow,
+        value: AccResult,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.rows.push(key, window, value);
+        if self.rows.len() >= OUT_ROWS {
+            self.rows.flush(out)?;
+        }
+        Ok(())
+    }
+
+    /// Fires the sliding window ending at `end` from the running part the last window left plus the window's
+    /// newest slices — two slices read, not `size / slide` —, and keeps what it leaves for the next one.
+    fn fire_running(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        run_state: StateId,
+        key: &[u8],
+        sl: &Slicing,
+        end: i64,
+        out: &mut Collector<'_>,
+    ) -> Result<Option<bool>, OperatorError> {
+        let stored = b.get_value(run_state)?.map(Running::decode);
+        let mut run = match stored {
+            Some(Some((at, mut run))) if sl.next_end(at) == end => {
+                for slice in sl.first_in(end) {
+                    if let Some(acc) = self.read(b, slice)? {
+                        run.add(&acc);
+                    }
+                }
+                run
+            }
+            Some(None) => return Err(malformed_run()),
+            _ => {
+                let mut run = Running::default();
+                for slice in sl.slices(end) {
+                    if let Some(acc) = self.read(b, slice)? {
+                        run.add(&acc);
+                    }
+                }
+                run
+            }
+        };
+        let held = run.n > 0;
+        if held {
+            let window = TimeWindow { start: end - sl.size(), end };
+            self.emit(key, window, run.result(self.aggregate), out)?;
+        }
+        for slice in sl.last_in(end) {
+            if let Some(acc) = self.read(b, slice)? {
+                run.remove(&acc);
+            }
+        }
+        let continues = run.n > 0;
+        if continues {
+            b.put_value(run_state, &run.encode(end))?;
+        } else {
+            b.delete_value(run_state)?;
+        }
+        Ok(held.then_some(continues))
+    }
+}
+
+fn malformed_run() -> OperatorError {
+    OperatorError::UnreadableState("window-aggregate: a stored running window is malformed".into())
+}
+
+impl Contents for Accumulators {
+    fn register(&mut self, b: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
+        let ns = StateOptions::default().namespaced();
+        self.acc = Some(b.register_state_with_options(&accumulator_state(self.aggregate), StateKind::Value, &ns)?);
+        if self.running {
+            self.run = Some(b.register_state(RUN_STATE, StateKind::Value)?);
+        }
+        Ok(())
+    }
+
+    fn begin_batch(&mut self, batch: &RecordBatch) -> Result<(), OperatorError> {
+        self.column = aggregated_column(batch, &self.field, self.aggregate)?;
+        Ok(())
+    }
+
+    fn ignores(&self, batch: &RecordBatch, row: usize) -> bool {
+        // Nulls are skipped, as SQL aggregates skip them.
+        self.column.is_some_and(|i| batch.column(i).is_null(row))
+    }
+
+    fn add(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        ns: i64,
+        batch: &RecordBatch,
+        row: usize,
+    ) -> Result<bool, OperatorError> {
+        let acc = self.of_row(batch, row)?;
+        self.fold(b, ns, acc)
+    }
+
+    fn add_rows(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        ns: i64,
+        batch: &RecordBatch,
+        rows: &[u32],
+    ) -> Result<bool, OperatorError> {
+        let Some((&first, rest)) = rows.split_first() else { return Ok(false) };
+        let mut acc = self.of_row(batch, first as usize)?;
+        match self.column {
+            None => {
+                for _ in rest {
+                    acc.merge(&Acc::of(self.aggregate, 0));
+                }
+            }
+            Some(i) => {
+                let values = int64s(batch, i)?;
+                for &row in rest {
+                    acc.merge(&Acc::of(self.aggregate, values.value(row as usize)));
+                }
+            }
+        }
+        self.fold(b, ns, acc)
+    }
+
+    fn add_to_fired(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        sl: &Slicing,
+        slice: i64,
+        batch: &RecordBatch,
+        row: usize,
+    ) -> Result<(), OperatorError> {
+        let Some(run_state) = self.run else { return Ok(()) };
+        let Some(bytes) = b.get_value(run_state)? else { return Ok(()) };
+        let (end, mut run) = Running::decode(bytes).ok_or_else(malformed_run)?;
+        // The running part is the slices of window `end` that the next window shares.
+        if sl.next_end(end) - sl.size() <= slice && slice < end {
+            run.add(&self.of_row(batch, row)?);
+            b.put_value(run_state, &run.encode(end))?;
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, b: &mut dyn KeyedStateBackend, from: i64, into: i64) -> Result<(), OperatorError> {
+        let Some(acc) = self.read(b, from)? else { return Ok(()) };
+        self.clear(b, from)?;
+        self.fold(b, into, acc)?;
+        Ok(())
+    }
+
+    fn clear(&mut self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<(), OperatorError> {
         b.set_current_namespace(&ns.to_be_bytes());
         b.delete_value(self.acc_state()?)?;
         Ok(())
     }
 
-    fn set_timer(t: &mut Timers<'_>, ns: &[u8], at: i64) -> Result<(), OperatorError> {
-        t.keyed().set_current_namespace(ns);
-        t.register_event_time_timer(at)
-    }
-
-    fn delete_timer(t: &mut Timers<'_>, ns: &[u8], at: i64) -> Result<(), OperatorError> {
-        t.keyed().set_current_namespace(ns);
-        t.delete_event_time_timer(at)
-    }
-
-    /// Emits the window ending at `end` of the current key, combined from its slices, if any holds a record.
-    /// Returns whether one of them is also in the next window.
-    fn emit_sliced(&mut self, t: &mut Timers<'_>, sl: &Slicing, end: i64) -> Result<bool, OperatorError> {
+    fn fire(
+        &mut self,
+        b: &mut dyn KeyedStateBackend,
+        key: &[u8],
+        window: TimeWindow,
+        parts: &mut dyn Iterator<Item = i64>,
+        out: &mut Collector<'_>,
+    ) -> Result<Option<i64>, OperatorError> {
         let mut total: Option<Acc> = None;
-        let mut continues = false;
-        for slice in sl.slices(end) {
-            if let Some(acc) = self.read_acc(t.keyed(), slice)? {
-                continues |= sl.in_next_window(slice, end);
+        let mut last = None;
+        for ns in parts {
+            if let Some(acc) = self.read(b, ns)? {
+                last = Some(ns);
                 match &mut total {
                     Some(t) => t.merge(&acc),
                     None => total = Some(acc),
@@ -395,362 +557,45 @@ impl WindowAggregate {
             }
         }
         if let Some(total) = total {
-            let window = TimeWindow { start: end - sl.size(), end };
-            self.rows.push(&self.key, window, total.result());
+            self.emit(key, window, total.result(), out)?;
         }
-        Ok(continues)
+        Ok(last)
     }
 
-    /// Fires the window ending at `end` of the current key from a timer. With a running part (count, sum, avg of
-    /// sliding windows) it is the part the last window left plus the window's newest slices — two slices read,
-    /// not `size / slide` —, and what it leaves for the next one is kept. Returns whether the next window holds
-    /// one of its slices.
-    fn fire_sliced(&mut self, t: &mut Timers<'_>, sl: &Slicing, end: i64) -> Result<bool, OperatorError> {
-        let Some(run_state) = self.run else { return self.emit_sliced(t, sl, end) };
-        let mut run = match t.keyed().get_value(run_state)?.map(Running::decode) {
-            Some(Some((at, mut run))) if sl.next_end(at) == end => {
-                for slice in sl.first_in(end) {
-                    if let Some(acc) = self.read_acc(t.keyed(), slice)? {
-                        run.add(&acc);
-                    }
-                }
-                run
-            }
-            Some(None) => {
-                return Err(OperatorError::UnreadableState(
-                    "window-aggregate: a stored running window is malformed".into(),
-                ))
-            }
-            _ => {
-                let mut run = Running::default();
-                for slice in sl.slices(end) {
-                    if let Some(acc) = self.read_acc(t.keyed(), slice)? {
-                        run.add(&acc);
-                    }
-                }
-                run
-            }
-        };
-        if run.n > 0 {
-            let window = TimeWindow { start: end - sl.size(), end };
-            self.rows.push(&self.key, window, run.result(self.cfg.aggregate));
-        }
-        for slice in sl.last_in(end) {
-            if let Some(acc) = self.read_acc(t.keyed(), slice)? {
-                run.remove(&acc);
-            }
-        }
-        let continues = run.n > 0;
-        let keyed = t.keyed();
-        if continues {
-            keyed.put_value(run_state, &run.encode(end))?;
-        } else {
-            keyed.delete_value(run_state)?;
-        }
-        Ok(continues)
-    }
-
-    /// A late record of `value` in `slice`: if the running part of the last fired window holds the slice, the
-    /// record joins it.
-    fn add_to_run(&mut self, t: &mut Timers<'_>, sl: &Slicing, slice: i64, value: i64) -> Result<(), OperatorError> {
-        let Some(run_state) = self.run else { return Ok(()) };
-        let Some(bytes) = t.keyed().get_value(run_state)? else { return Ok(()) };
-        let (end, mut run) = Running::decode(bytes).ok_or_else(|| {
-            OperatorError::UnreadableState("window-aggregate: a stored running window is malformed".into())
-        })?;
-        // The running part is the slices of window `end` that the next window shares.
-        if sl.next_end(end) - sl.size() <= slice && slice < end {
-            run.add(&Acc::of(self.cfg.aggregate, value));
-            t.keyed().put_value(run_state, &run.encode(end))?;
-        }
-        Ok(())
-    }
-
-    /// Adds `acc` to the current key's accumulator of the slice at `slice` (not late), setting the timer of its
-    /// first unfired window if the slice is new.
-    fn fold_into_slice(
+    fn fire_slices(
         &mut self,
-        t: &mut Timers<'_>,
+        b: &mut dyn KeyedStateBackend,
+        key: &[u8],
         sl: &Slicing,
-        slice: i64,
-        mut acc: Acc,
-    ) -> Result<(), OperatorError> {
-        let existed = match self.read_acc(t.keyed(), slice)? {
-            Some(old) => {
-                acc.merge(&old);
-                true
-            }
-            None => false,
-        };
-        self.write_acc(t.keyed(), slice, &acc)?;
-        if !existed {
-            // Later windows' timers follow from each firing; a new slice needs its first unfired window's.
-            if let Some(end) = sl.next_unfired(slice, t.current_watermark()) {
-                Self::set_timer(t, FIRE, end - 1)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// A record of `value` at `ts` for the current key (tumbling or sliding).
-    fn add_sliced(&mut self, t: &mut Timers<'_>, sl: &Slicing, ts: i64, value: i64) -> Result<bool, OperatorError> {
-        let watermark = t.current_watermark();
-        let slice = sl.slice_start(ts);
-        if sl.is_late(slice, watermark) {
-            return Ok(false);
-        }
-        self.fold_into_slice(t, sl, slice, Acc::of(self.cfg.aggregate, value))?;
-        if sl.first_end(slice) - 1 <= watermark {
-            self.add_to_run(t, sl, slice, value)?;
-        }
-        // Within the allowed lateness: windows that fired already fire again, updated.
-        for end in sl.refire(slice, watermark) {
-            self.emit_sliced(t, sl, end)?;
-            if let Some(at) = sl.cleanup_at(end) {
-                Self::set_timer(t, CLEANUP, at)?;
-            }
-        }
-        Ok(true)
-    }
-
-    /// The current key's open sessions, read into the operator's reused list (hand it back with
-    /// [`WindowAggregate::write_sessions`] or by assigning `self.open`).
-    fn read_sessions(&mut self, b: &mut dyn KeyedStateBackend) -> Result<Sessions, OperatorError> {
-        let state = self.sessions.ok_or_else(|| OperatorError::Misuse("window-aggregate: no session state".into()))?;
-        read_sessions(b, state, std::mem::take(&mut self.open))
-    }
-
-    fn write_sessions(&mut self, b: &mut dyn KeyedStateBackend, sessions: Sessions) -> Result<(), OperatorError> {
-        let state = self.sessions.ok_or_else(|| OperatorError::Misuse("window-aggregate: no session state".into()))?;
-        write_sessions(b, state, &sessions, &mut self.bytes)?;
-        self.open = sessions;
-        Ok(())
-    }
-
-    /// A record of `value` at `ts` for the current key (sessions of `gap`).
-    fn add_session(&mut self, t: &mut Timers<'_>, gap: i64, ts: i64, value: i64) -> Result<bool, OperatorError> {
-        let watermark = t.current_watermark();
-        let mut sessions = self.read_sessions(t.keyed())?;
-        let window = TimeWindow { start: ts, end: ts.saturating_add(gap) };
-        if sessions.cover(window).max_timestamp() + self.lateness <= watermark {
-            self.open = sessions;
-            return Ok(false);
-        }
-        let merged = sessions.add(window);
-        let session = merged.session;
-        let mut acc = Acc::of(self.cfg.aggregate, value);
-        if let Some(old) = self.read_acc(t.keyed(), session.id)? {
-            acc.merge(&old);
-        }
-        for gone in &merged.absorbed {
-            if let Some(other) = self.read_acc(t.keyed(), gone.id)? {
-                acc.merge(&other);
-                self.delete_acc(t.keyed(), gone.id)?;
-            }
-            self.drop_session_timers(t, gone.window.end)?;
-        }
-        if let Some(old_end) = merged.old_end {
-            self.drop_session_timers(t, old_end)?;
-        }
-        self.write_acc(t.keyed(), session.id, &acc)?;
-        self.write_sessions(t.keyed(), sessions)?;
-        if session.window.max_timestamp() > watermark {
-            Self::set_timer(t, FIRE, session.window.max_timestamp())?;
-        } else {
-            // A late record within the allowed lateness: the session fires again at once.
-            self.rows.push(&self.key, session.window, acc.result());
-            Self::set_timer(t, CLEANUP, session.window.max_timestamp() + self.lateness)?;
-        }
-        Ok(true)
-    }
-
-    fn drop_session_timers(&mut self, t: &mut Timers<'_>, end: i64) -> Result<(), OperatorError> {
-        Self::delete_timer(t, FIRE, end - 1)?;
-        if self.lateness > 0 {
-            Self::delete_timer(t, CLEANUP, end - 1 + self.lateness)?;
-        }
-        Ok(())
-    }
-
-    /// Drops the current key's session ending at `end` (fired, and past its allowed lateness).
-    fn purge_session(&mut self, t: &mut Timers<'_>, end: i64) -> Result<(), OperatorError> {
-        let mut sessions = self.read_sessions(t.keyed())?;
-        match sessions.ending_at(end) {
-            Some(s) => {
-                self.delete_acc(t.keyed(), s.id)?;
-                sessions.remove(s.id);
-                self.write_sessions(t.keyed(), sessions)?;
-            }
-            None => self.open = sessions,
-        }
-        Ok(())
-    }
-}
-
-impl Operator for WindowAggregate {
-    fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
-        let keyed =
-            ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("window-aggregate needs keyed state".into()))?;
-        let ns = StateOptions::default().namespaced();
-        self.acc =
-            Some(keyed.register_state_with_options(&accumulator_state(self.cfg.aggregate), StateKind::Value, &ns)?);
-        if matches!(self.kind, WindowKind::Session { .. }) {
-            self.sessions = Some(keyed.register_state(SESSIONS_STATE, StateKind::Value)?);
-        }
-        if matches!(self.kind, WindowKind::Sliding { .. }) && Running::applies(self.cfg.aggregate) {
-            self.run = Some(keyed.register_state(RUN_STATE, StateKind::Value)?);
-        }
-        (self.late_dropped, self.late_sent) = late_counters(ctx);
-        Ok(())
-    }
-
-    fn process_batch(
-        &mut self,
-        batch: &RecordBatch,
-        ctx: &mut ProcessContext<'_>,
+        end: i64,
         out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        let key_col = keys(batch)?;
-        let groups = key_groups(batch);
-        let times = event_times(batch).ok_or_else(|| {
-            OperatorError::Misuse("window-aggregate needs event time: its input has no timestamps".into())
-        })?;
-        let values = aggregated_column(batch, &self.cfg.field, self.cfg.aggregate)?;
-        let slicing = self.slicing;
-        let kind = self.kind;
-        let mut t = ctx.timers()?;
-        self.late_rows.clear();
-        // Rows whose slice no window has fired yet only add to its accumulator, which is the same for the
-        // batch's rows of that key and slice added one by one or folded first: each such group is one read and
-        // one write. Rows of other slices (late, or re-firing windows) go one by one below.
-        self.by_key.clear();
-        if let Some(sl) = &slicing {
-            let watermark = t.current_watermark();
-            self.by_key.group(key_col, |i| {
-                if !times.is_valid(i) || values.is_some_and(|v| v.is_null(i)) {
-                    return None;
-                }
-                let slice = sl.slice_start(times.value(i));
-                (sl.first_end(slice) - 1 > watermark).then_some(slice)
-            });
-            for g in 0..self.by_key.len() {
-                let rows = self.by_key.rows(g);
-                let agg = self.cfg.aggregate;
-                let mut acc = Acc::of(agg, values.map_or(0, |v| v.value(rows[0] as usize)));
-                for &i in &rows[1..] {
-                    acc.merge(&Acc::of(agg, values.map_or(0, |v| v.value(i as usize))));
-                }
-                set_row_key(t.keyed(), key_col, groups, rows[0] as usize, &mut self.key);
-                self.fold_into_slice(&mut t, sl, self.by_key.part(g), acc)?;
-            }
+    ) -> Result<Option<bool>, OperatorError> {
+        match self.run {
+            Some(run_state) => self.fire_running(b, run_state, key, sl, end, out),
+            None => fire_combined(self, b, key, sl, end, out),
         }
-        for i in 0..batch.num_rows() {
-            if self.by_key.group_of(i).is_some() {
-                continue;
-            }
-            if !times.is_valid(i) {
-                return Err(OperatorError::Misuse(
-                    "window-aggregate needs event time: a record has no timestamp".into(),
-                ));
-            }
-            let value = match values {
-                None => 0,
-                // Nulls are skipped, as SQL aggregates skip them.
-                Some(v) if v.is_null(i) => continue,
-                Some(v) => v.value(i),
-            };
-            set_row_key(t.keyed(), key_col, groups, i, &mut self.key);
-            let ts = times.value(i);
-            let kept = match (&slicing, kind) {
-                (Some(sl), _) => self.add_sliced(&mut t, sl, ts, value)?,
-                (None, WindowKind::Session { gap }) => self.add_session(&mut t, gap, ts, value)?,
-                (None, _) => false,
-            };
-            if !kept {
-                self.late_rows.push(i as u32);
-            }
-            if self.rows.len() >= OUT_ROWS {
-                self.rows.flush(out)?;
-            }
-        }
-        self.rows.flush(out)?;
-        let side = self.cfg.late == LateRecords::SideOutput;
-        late_records(batch, &self.late_rows, side, &self.late_dropped, &self.late_sent, out)
     }
 
-    fn on_timer(
-        &mut self,
-        timestamp: i64,
-        domain: TimeDomain,
-        ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        if domain != TimeDomain::EventTime {
-            return Err(OperatorError::Misuse("window-aggregate sets no processing-time timers".into()));
-        }
-        let mut t = ctx.timers()?;
-        let (key, ns) = t.keyed().current_key_and_namespace();
-        let cleanup = match ns {
-            FIRE => false,
-            CLEANUP => true,
-            other => {
-                return Err(OperatorError::Misuse(format!("window-aggregate: a timer in unknown namespace {other:?}")))
-            }
-        };
-        self.key.clear();
-        self.key.extend_from_slice(key);
-        // The namespace is the timer's; the state calls below set their own.
-        match (self.slicing, self.kind) {
-            (Some(sl), _) if cleanup => {
-                for slice in sl.last_in(sl.cleaned_end(timestamp)) {
-                    self.delete_acc(t.keyed(), slice)?;
-                }
-            }
-            (Some(sl), _) => {
-                let end = timestamp + 1;
-                if self.fire_sliced(&mut t, &sl, end)? {
-                    Self::set_timer(&mut t, FIRE, sl.next_end(end) - 1)?;
-                }
-                match sl.cleanup_at(end) {
-                    Some(at) => Self::set_timer(&mut t, CLEANUP, at)?,
-                    None => {
-                        for slice in sl.last_in(end) {
-                            self.delete_acc(t.keyed(), slice)?;
-                        }
-                    }
-                }
-            }
-            (None, _) if cleanup => self.purge_session(&mut t, timestamp + 1 - self.lateness)?,
-            (None, _) => {
-                let end = timestamp + 1;
-                let sessions = self.read_sessions(t.keyed())?;
-                let ending = sessions.ending_at(end);
-                self.open = sessions;
-                if let Some(s) = ending {
-                    if let Some(acc) = self.read_acc(t.keyed(), s.id)? {
-                        self.rows.push(&self.key, s.window, acc.result());
-                    }
-                    match self.lateness {
-                        0 => self.purge_session(&mut t, end)?,
-                        l => Self::set_timer(&mut t, CLEANUP, end - 1 + l)?,
-                    }
-                }
-            }
-        }
-        if self.rows.len() >= OUT_ROWS {
-            self.rows.flush(out)?;
-        }
-        Ok(())
-    }
-
-    fn on_watermark(
-        &mut self,
-        _watermark: i64,
-        _ctx: &mut ProcessContext<'_>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        // What the timers of this watermark emitted goes out before the watermark.
+    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
         self.rows.flush(out)
+    }
+
+    fn sign(signature: StateSignature) -> StateSignature {
+        // One state per aggregate, so a job restored with another aggregate starts afresh instead of reading
+        // another layout; the shared part of consecutive sliding windows (count, sum, avg): window end, sum,
+        // count.
+        signature
+            .value::<u64>("window-count")
+            .in_namespace::<i64>("window-count")
+            .value::<(i64, u64)>("window-sum")
+            .in_namespace::<i64>("window-sum")
+            .value::<i64>("window-min")
+            .in_namespace::<i64>("window-min")
+            .value::<i64>("window-max")
+            .in_namespace::<i64>("window-max")
+            .value::<(i64, u64)>("window-avg")
+            .in_namespace::<i64>("window-avg")
+            .value::<(i64, i64, u64)>(RUN_STATE)
     }
 }
 
@@ -779,32 +624,12 @@ impl Kind for WindowAggregateKind {
     }
 
     fn signature(&self) -> Option<StateSignature> {
-        // Accumulators per slice start (or session id), one state per aggregate; a key's open sessions; timers
-        // in namespace `f` (fire) or `c` (cleanup), or on the general window operator `w` (window) or `n` + the
-        // window's id (continuous firing).
-        Some(
-            StateSignature::keyed::<Vec<u8>>()
-                .value::<u64>("window-count")
-                .in_namespace::<i64>("window-count")
-                .value::<(i64, u64)>("window-sum")
-                .in_namespace::<i64>("window-sum")
-                .value::<i64>("window-min")
-                .in_namespace::<i64>("window-min")
-                .value::<i64>("window-max")
-                .in_namespace::<i64>("window-max")
-                .value::<(i64, u64)>("window-avg")
-                .in_namespace::<i64>("window-avg")
-                .value::<Vec<(i64, i64, i64)>>("window-sessions")
-                // The shared part of consecutive sliding windows (count, sum, avg): window end, sum, count.
-                .value::<(i64, i64, u64)>("window-run")
-                // Other triggers and global windows (the general window operator): an accumulator per slice,
-                // session or global window, and a trigger's state per window.
-                .value::<StoredAcc>("window-contents")
-                .in_namespace::<i64>("window-contents")
-                .value::<Vec<u8>>("window-trigger")
-                .in_namespace::<i64>("window-trigger")
-                .timers::<Vec<u8>>(),
-        )
+        // Every config's states: the event-time accumulators, a key's open sessions, and for other triggers and
+        // global windows an accumulator per slice, session or global window and a trigger's state per window;
+        // timers in namespace `w` (window) or `n` + the window's id (continuous firing).
+        let s = Accumulators::sign(StateSignature::keyed::<Vec<u8>>());
+        let s = Aggregating::<BuiltinAggregator>::sign(s.value::<Vec<(i64, i64, i64)>>(SESSIONS_STATE));
+        Some(s.value::<Vec<u8>>(TRIGGER_STATE).in_namespace::<i64>(TRIGGER_STATE).timers::<Vec<u8>>())
     }
 
     fn config(&self, config: &OperatorConfig) -> Result<WindowAggregateConfig, ConfigFieldError> {
@@ -839,7 +664,7 @@ mod tests {
     use crate::api::record::Record;
     use crate::testing::Harness;
     use crate::window::config::LateRecords;
-    use crate::window::operator::{Listing, ProcessWindowFunction};
+    use crate::window::contents::{Listing, ProcessWindowFunction};
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
     use arrow_array::Int64Array;
@@ -1216,7 +1041,7 @@ mod tests {
             WindowShape::Session { gap_ms } => model_sessions(gap_ms as i64, agg, l, events, &mut late),
             WindowShape::Global => unreachable!("global windows need a trigger"),
         };
-        // The general window operator with the event-time trigger agrees too.
+        // The operator with the general accumulating contents agrees too.
         let general = WindowOperator::new(
             window_kind(&cfg),
             Trigger::EventTime,
@@ -1242,7 +1067,7 @@ mod tests {
         got.sort();
         want.sort();
         prop_assert_eq!(&got, &want);
-        prop_assert_eq!(general, want.clone(), "the general window operator");
+        prop_assert_eq!(general, want.clone(), "the general accumulating contents");
         prop_assert_eq!(listed, want, "a process-window function");
         late.sort();
         got_late.sort();
@@ -1365,6 +1190,102 @@ mod tests {
             run(cfg, StateBackend::Heap, &[Ev::Rows(vec![(1, 0, 1), (1, 0, 2), (2, 0, 5), (1, 0, 4), (1, 0, 8)])]);
         let (lo, hi) = (i64::MIN, i64::MAX);
         assert_eq!(rows, [(1, lo, hi, 3), (1, lo, hi, 12)], "key 2's single record never fires");
+    }
+
+    /// What `window-aggregate` stored before it ran on the window operator: a count per slice in `window-count`,
+    /// a firing timer in namespace `f` at an unfired window's end, a cleanup timer in `c` past a fired one's
+    /// lateness. Each record `(key, slice, count, timer namespace, timer time)` is written as such.
+    struct OldLayout {
+        acc: Option<StateId>,
+    }
+
+    impl Operator for OldLayout {
+        fn initialize_state(&mut self, ctx: &mut crate::api::operator::InitContext<'_>) -> Result<(), OperatorError> {
+            let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("keyed".into()))?;
+            let ns = StateOptions::default().namespaced();
+            self.acc = Some(keyed.register_state_with_options("window-count", StateKind::Value, &ns)?);
+            Ok(())
+        }
+
+        fn process_batch(
+            &mut self,
+            batch: &RecordBatch,
+            ctx: &mut crate::api::operator::ProcessContext<'_>,
+            _: &mut Collector<'_>,
+        ) -> Result<(), OperatorError> {
+            let keys = keys(batch)?;
+            let times = event_times(batch).ok_or_else(|| OperatorError::Misuse("times".into()))?;
+            let mut t = ctx.timers()?;
+            for i in 0..batch.num_rows() {
+                // The key is the record's; its time says which slice, timer and count: slice, then timer.
+                let (slice, timer_ns, timer_at, count): (i64, &[u8], i64, u64) = match times.value(i) {
+                    1 => (10, b"f", 19, 2),
+                    _ => (0, b"c", 14, 1),
+                };
+                crate::api::batch::set_current_key_of_row(t.keyed(), keys, None, i);
+                t.keyed().set_current_namespace(&slice.to_be_bytes());
+                let mut buf = [0u8; 16];
+                let n = Acc::Count(count).encode(&mut buf);
+                t.keyed().put_value(self.acc.unwrap(), &buf[..n])?;
+                t.keyed().set_current_namespace(timer_ns);
+                t.register_event_time_timer(timer_at)?;
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn windows_open_in_the_old_layout_fire_and_clean_up_once_restored() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            // Tumbling 10 ms, 5 ms of lateness, at watermark 10: key 1's window [10, 20) is open with a count of
+            // 2; key 2's window [0, 10) has fired with a count of 1 and is cleaned up at 14.
+            let cfg = config(WindowShape::Tumbling { size_ms: 10 }, Aggregate::Count, 5);
+            let old = [Record::new_i64(&[1], 0).at(1), Record::new_i64(&[2], 0).at(2)];
+            let mut h = Harness::keyed(backend).uid("win").open(OldLayout { acc: None }).unwrap();
+            h.process(&batch_of(&old).unwrap()).unwrap();
+            h.watermark(10).unwrap();
+            let snapshot = h.snapshot(1).unwrap();
+
+            let h = Harness::keyed(backend).uid("win").restore(&snapshot);
+            let mut h = h.open_boxed(window_aggregate(cfg).unwrap()).unwrap();
+            let mut got = Vec::new();
+            // A late record of key 2 within the lateness fires its window again, from the stored count.
+            h.process(&batch_of(&[Record::new_i64(&[2], 0).at(5)]).unwrap()).unwrap();
+            h.take_output().iter().for_each(|b| rows_of(b, &mut got));
+            assert_eq!(got, vec![(2, 0, 10, 2)], "{backend:?}");
+            // The `c` timer purges key 2's window (it fires nothing): a record for it is now too late.
+            h.watermark(14).unwrap();
+            h.process(&batch_of(&[Record::new_i64(&[2], 0).at(6)]).unwrap()).unwrap();
+            // The `f` timer fires key 1's window once.
+            h.watermark(i64::MAX).unwrap();
+            h.take_output().iter().for_each(|b| rows_of(b, &mut got));
+            assert_eq!(got, vec![(2, 0, 10, 2), (1, 10, 20, 2)], "{backend:?}");
+            let summaries = h.keyed().unwrap().state_summaries().unwrap();
+            let left: u64 = summaries.iter().filter_map(|s| s.entries).sum();
+            assert_eq!(left, 0, "{backend:?}: {summaries:?}");
+        }
+    }
+
+    #[test]
+    fn a_growing_session_keeps_only_its_own_timers() {
+        for backend in [StateBackend::Heap, StateBackend::Rocksdb] {
+            for lateness in [0, 4] {
+                let cfg = config(WindowShape::Session { gap_ms: 10 }, Aggregate::Count, lateness);
+                let mut h = Harness::keyed(backend).open_boxed(window_aggregate(cfg).unwrap()).unwrap();
+                // One key's session grows by a record a millisecond, then a second session opens.
+                for ts in (0..100).chain([200]) {
+                    h.process(&batch_of(&[Record::new_i64(&[7], 1).at(ts)]).unwrap()).unwrap();
+                }
+                let summaries = h.keyed().unwrap().state_summaries().unwrap();
+                let timers: u64 = summaries.iter().filter_map(|s| s.entries).sum();
+                let per_session = if lateness > 0 { 2 } else { 1 };
+                assert_eq!(timers, 2 * per_session, "{backend:?} lateness {lateness}: {summaries:?}");
+                h.watermark(i64::MAX).unwrap();
+                let mut got = Vec::new();
+                h.take_output().iter().for_each(|b| rows_of(b, &mut got));
+                assert_eq!(got, vec![(7, 0, 109, 100), (7, 200, 210, 1)], "{backend:?}");
+            }
+        }
     }
 
     #[test]

@@ -1,39 +1,34 @@
-//! The general window operator (Flink's `WindowOperator`): any assigner — tumbling, sliding, session, global —,
-//! any trigger (`window/trigger.rs`), and a window function that is either incremental
-//! ([`WindowAggregator`], an accumulator per window or slice) or sees every element with the window's bounds
-//! ([`ProcessWindowFunction`], a list per window or slice). Accumulators and elements are typed state values,
-//! so an Avro or Protobuf accumulator evolves across an upgrade as any other state does.
+//! The window operator (Flink's `WindowOperator`): any assigner — tumbling, sliding, session, global —, any
+//! trigger (`window/trigger.rs`), and any [`Contents`] (`window/contents.rs`): a user's window function, or the
+//! built-in `window-aggregate`'s accumulators, which is this operator configured with its own contents.
 //!
 //! Tumbling and sliding windows keep their contents per slice (namespace: the slice's start); a firing combines
 //! the slices of its window, so a record is never copied into `size / slide` windows. Sessions keep contents per
 //! session (namespace: its id, `window/session.rs`), merged as sessions merge; a global window uses namespace 0.
 //! A trigger's state (count, next continuous firing) is kept per window (namespace: its end, or a session's id).
 //!
-//! Timers (namespace first byte): `w` at a window's last millisecond fires it (event-time or continuous
-//! triggers; a processing-time trigger's timer is the same in the other domain), and `w` at that plus the allowed
-//! lateness purges it — one timer when there is no lateness, which fires and then purges; `n` + the window's id is
-//! a continuous trigger's intermediate firing. A window's timers are set when one of its slices is created, and a
-//! record within the lateness of a fired window fires it again at once (event-time triggers).
-//!
-//! The built-in `window-aggregate` runs here for triggers other than event time and for global windows (its
-//! event-time path is `builtins/window_aggregate.rs`, which fires sliding windows from a running part).
+//! Timers (namespace first byte): `w` at a window's last millisecond fires it, and `w` at that plus the allowed
+//! lateness purges it (one timer may do both, for two windows); `n` + the window's id is a continuous trigger's
+//! intermediate firing. A record within the lateness of a fired window fires it again at once (event-time
+//! triggers). Tumbling and sliding windows fired by event time — the common case — take a shorter path: a
+//! batch's rows of one key and unfired slice are added as one group, a new slice sets the timer of its first
+//! unfired window only, and each firing sets the next window's timer if that window shares a slice that held
+//! something, and its slices' cleanup. `f` (fire) and `c` (cleanup) are the timers `window-aggregate` set before
+//! it ran here: read from a savepoint, they do their half of a `w` timer.
 
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
+use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use crate::api::timers::{TimeDomain, Timers};
 use crate::window::assign::{TimeWindow, WindowKind, GLOBAL};
-use crate::window::config::WindowAggregate;
+use crate::window::contents::Contents;
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
 use crate::window::trigger::{Decision, Trigger, TriggerState};
-use arrow_array::{Array, BinaryArray, Int64Array, RecordBatch, UInt16Array};
+use arrow_array::{Array, BinaryArray, RecordBatch, UInt16Array};
 use weir_state::signature::{StateSignature, TypeSignature};
-use weir_state::{
-    KeyedStateBackend, ListState, StateCodec, StateDescriptor, StateId, StateKind, StateOptions, ValueState,
-};
+use weir_state::{KeyedStateBackend, StateId, StateKind, StateOptions};
 
-/// The state holding window contents (accumulators or elements), per slice, session or global window.
-pub const CONTENTS_STATE: &str = "window-contents";
 /// The state holding each window's trigger state.
 pub const TRIGGER_STATE: &str = "window-trigger";
 /// The state holding each key's open sessions.
@@ -43,6 +38,10 @@ pub const SESSIONS_STATE: &str = "window-sessions";
 const WINDOW_TIMER: u8 = b'w';
 /// Namespace byte of a continuous trigger's intermediate timer.
 const CONTINUOUS_TIMER: u8 = b'n';
+/// Namespace of the firing timers `window-aggregate` set before it ran on this operator.
+const OLD_FIRE_TIMER: &[u8] = b"f";
+/// Namespace of the cleanup timers `window-aggregate` set before it ran on this operator.
+const OLD_CLEANUP_TIMER: &[u8] = b"c";
 
 /// The namespace of the continuous timer of the window with trigger id `id`.
 fn continuous_ns(id: i64) -> [u8; 9] {
@@ -51,295 +50,13 @@ fn continuous_ns(id: i64) -> [u8; 9] {
     ns
 }
 
-/// An incremental window function (Flink's `AggregateFunction`, with `merge` for slices and sessions): each
-/// record is added to an accumulator, which is a typed state value.
-pub trait WindowAggregator: Send + 'static {
-    /// The accumulator: stored per slice or session, so its serializer decides how it evolves.
-    type Acc: StateCodec + TypeSignature + Send;
-    /// An empty accumulator.
-    fn create(&self) -> Self::Acc;
-    /// Called once per batch before its rows are added: look up columns here, not per row.
-    fn begin_batch(&mut self, _batch: &RecordBatch) -> Result<(), OperatorError> {
-        Ok(())
-    }
-    /// Adds row `row` of `batch` (the key is current) to `acc`.
-    fn add(&mut self, acc: &mut Self::Acc, batch: &RecordBatch, row: usize) -> Result<(), OperatorError>;
-    /// Folds `other` into `acc` (slices of one window, or merged sessions).
-    fn merge(&self, acc: &mut Self::Acc, other: &Self::Acc);
-    /// Emits the result of window `window` of `key`.
-    fn emit(
-        &mut self,
-        key: &[u8],
-        window: TimeWindow,
-        acc: &Self::Acc,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError>;
-    /// Sends what `emit` gathered downstream (called after each batch, timer and watermark).
-    fn flush(&mut self, _out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        Ok(())
-    }
-}
-
-/// A window function that sees every element of a window and its bounds (Flink's `ProcessWindowFunction`).
-pub trait ProcessWindowFunction: Send + 'static {
-    /// What is kept of a record: stored in list state, so its serializer decides how it evolves.
-    type Element: StateCodec + TypeSignature + Send;
-    /// Called once per batch before its rows are kept: look up columns here, not per row.
-    fn begin_batch(&mut self, _batch: &RecordBatch) -> Result<(), OperatorError> {
-        Ok(())
-    }
-    /// The element kept for row `row` of `batch`.
-    fn element(&mut self, batch: &RecordBatch, row: usize) -> Result<Self::Element, OperatorError>;
-    /// Emits whatever window `window` of `key` yields from its elements (in arrival order per slice).
-    fn process(
-        &mut self,
-        key: &[u8],
-        window: TimeWindow,
-        elements: &[Self::Element],
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError>;
-    /// Sends what `process` gathered downstream (called after each batch, timer and watermark).
-    fn flush(&mut self, _out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        Ok(())
-    }
-}
-
-/// How a window operator keeps a window's contents (an accumulator or a list of elements).
-pub trait Contents: Send {
-    /// Registers the contents state.
-    fn register(&mut self, b: &mut dyn KeyedStateBackend) -> Result<(), OperatorError>;
-    /// Called once per batch before its rows are added.
-    fn begin_batch(&mut self, batch: &RecordBatch) -> Result<(), OperatorError>;
-    /// Adds a row to namespace `ns` of the current key; whether the namespace held nothing before (true when
-    /// that is not known without a read).
-    fn add(
-        &mut self,
-        b: &mut dyn KeyedStateBackend,
-        ns: i64,
-        batch: &RecordBatch,
-        row: usize,
-    ) -> Result<bool, OperatorError>;
-    /// Moves the contents of namespace `from` into `into`.
-    fn merge(&mut self, b: &mut dyn KeyedStateBackend, from: i64, into: i64) -> Result<(), OperatorError>;
-    /// Removes the contents of namespace `ns`.
-    fn clear(&mut self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<(), OperatorError>;
-    /// Emits window `window` of `key` from the contents of namespaces `parts`, if any holds something.
-    fn fire(
-        &mut self,
-        b: &mut dyn KeyedStateBackend,
-        key: &[u8],
-        window: TimeWindow,
-        parts: &mut dyn Iterator<Item = i64>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError>;
-    /// Sends gathered output downstream.
-    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError>;
-    /// Adds the contents state to a kind's signature.
-    fn sign(signature: StateSignature) -> StateSignature
-    where
-        Self: Sized;
-}
-
 fn unregistered() -> OperatorError {
     OperatorError::Misuse("window operator used before initialize_state".into())
 }
 
-fn namespaced() -> StateOptions {
-    StateOptions::default().namespaced()
-}
-
-/// Contents as one accumulator per namespace.
-pub struct Aggregating<A: WindowAggregator> {
-    f: A,
-    state: Option<ValueState<A::Acc>>,
-}
-
-impl<A: WindowAggregator> Aggregating<A> {
-    /// Contents aggregated by `f`.
-    pub fn new(f: A) -> Self {
-        Aggregating { f, state: None }
-    }
-}
-
-impl<A: WindowAggregator> Contents for Aggregating<A> {
-    fn register(&mut self, b: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
-        self.state = Some(ValueState::register(b, StateDescriptor { name: CONTENTS_STATE, options: namespaced() })?);
-        Ok(())
-    }
-
-    fn begin_batch(&mut self, batch: &RecordBatch) -> Result<(), OperatorError> {
-        self.f.begin_batch(batch)
-    }
-
-    fn add(
-        &mut self,
-        b: &mut dyn KeyedStateBackend,
-        ns: i64,
-        batch: &RecordBatch,
-        row: usize,
-    ) -> Result<bool, OperatorError> {
-        let state = self.state.as_mut().ok_or_else(unregistered)?;
-        b.set_current_namespace(&ns.to_be_bytes());
-        let (mut acc, new) = match state.value(b)? {
-            Some(acc) => (acc, false),
-            None => (self.f.create(), true),
-        };
-        self.f.add(&mut acc, batch, row)?;
-        state.update(b, &acc)?;
-        Ok(new)
-    }
-
-    fn merge(&mut self, b: &mut dyn KeyedStateBackend, from: i64, into: i64) -> Result<(), OperatorError> {
-        let state = self.state.as_mut().ok_or_else(unregistered)?;
-        b.set_current_namespace(&from.to_be_bytes());
-        let Some(other) = state.value(b)? else { return Ok(()) };
-        state.clear(b)?;
-        b.set_current_namespace(&into.to_be_bytes());
-        let acc = match state.value(b)? {
-            Some(mut acc) => {
-                self.f.merge(&mut acc, &other);
-                acc
-            }
-            None => other,
-        };
-        state.update(b, &acc)?;
-        Ok(())
-    }
-
-    fn clear(&mut self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<(), OperatorError> {
-        let state = self.state.as_ref().ok_or_else(unregistered)?;
-        b.set_current_namespace(&ns.to_be_bytes());
-        state.clear(b)?;
-        Ok(())
-    }
-
-    fn fire(
-        &mut self,
-        b: &mut dyn KeyedStateBackend,
-        key: &[u8],
-        window: TimeWindow,
-        parts: &mut dyn Iterator<Item = i64>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        let state = self.state.as_ref().ok_or_else(unregistered)?;
-        let mut total: Option<A::Acc> = None;
-        for ns in parts {
-            b.set_current_namespace(&ns.to_be_bytes());
-            if let Some(acc) = state.value(b)? {
-                match &mut total {
-                    Some(t) => self.f.merge(t, &acc),
-                    None => total = Some(acc),
-                }
-            }
-        }
-        match total {
-            Some(acc) => self.f.emit(key, window, &acc, out),
-            None => Ok(()),
-        }
-    }
-
-    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        self.f.flush(out)
-    }
-
-    fn sign(signature: StateSignature) -> StateSignature {
-        signature.value::<A::Acc>(CONTENTS_STATE).in_namespace::<i64>(CONTENTS_STATE)
-    }
-}
-
-/// Contents as the list of elements per namespace.
-pub struct Listing<P: ProcessWindowFunction> {
-    f: P,
-    state: Option<ListState<P::Element>>,
-    /// The elements of the window being fired (reused).
-    elements: Vec<P::Element>,
-}
-
-impl<P: ProcessWindowFunction> Listing<P> {
-    /// Contents kept as elements for `f`.
-    pub fn new(f: P) -> Self {
-        Listing { f, state: None, elements: Vec::new() }
-    }
-}
-
-impl<P: ProcessWindowFunction> Contents for Listing<P> {
-    fn register(&mut self, b: &mut dyn KeyedStateBackend) -> Result<(), OperatorError> {
-        self.state = Some(ListState::register(b, StateDescriptor { name: CONTENTS_STATE, options: namespaced() })?);
-        Ok(())
-    }
-
-    fn begin_batch(&mut self, batch: &RecordBatch) -> Result<(), OperatorError> {
-        self.f.begin_batch(batch)
-    }
-
-    fn add(
-        &mut self,
-        b: &mut dyn KeyedStateBackend,
-        ns: i64,
-        batch: &RecordBatch,
-        row: usize,
-    ) -> Result<bool, OperatorError> {
-        let state = self.state.as_mut().ok_or_else(unregistered)?;
-        let element = self.f.element(batch, row)?;
-        b.set_current_namespace(&ns.to_be_bytes());
-        // Appending never reads the list, so whether it was empty is not known: the window's timers are set again
-        // (setting a timer that exists is a no-op).
-        state.add(b, &element)?;
-        Ok(true)
-    }
-
-    fn merge(&mut self, b: &mut dyn KeyedStateBackend, from: i64, into: i64) -> Result<(), OperatorError> {
-        let state = self.state.as_mut().ok_or_else(unregistered)?;
-        b.set_current_namespace(&from.to_be_bytes());
-        let moved = state.get(b)?;
-        if moved.is_empty() {
-            return Ok(());
-        }
-        state.clear(b)?;
-        b.set_current_namespace(&into.to_be_bytes());
-        state.add_all(b, moved.iter())?;
-        Ok(())
-    }
-
-    fn clear(&mut self, b: &mut dyn KeyedStateBackend, ns: i64) -> Result<(), OperatorError> {
-        let state = self.state.as_ref().ok_or_else(unregistered)?;
-        b.set_current_namespace(&ns.to_be_bytes());
-        state.clear(b)?;
-        Ok(())
-    }
-
-    fn fire(
-        &mut self,
-        b: &mut dyn KeyedStateBackend,
-        key: &[u8],
-        window: TimeWindow,
-        parts: &mut dyn Iterator<Item = i64>,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        let state = self.state.as_ref().ok_or_else(unregistered)?;
-        self.elements.clear();
-        for ns in parts {
-            b.set_current_namespace(&ns.to_be_bytes());
-            self.elements.extend(state.get(b)?);
-        }
-        if self.elements.is_empty() {
-            return Ok(());
-        }
-        self.f.process(key, window, &self.elements, out)
-    }
-
-    fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
-        self.f.flush(out)
-    }
-
-    fn sign(signature: StateSignature) -> StateSignature {
-        signature.list::<P::Element>(CONTENTS_STATE).in_namespace::<i64>(CONTENTS_STATE)
-    }
-}
-
 /// The current key's open sessions from `state`, read into `reuse` (a list kept from key to key, so a read
 /// allocates nothing once warm).
-pub fn read_sessions(
+fn read_sessions(
     b: &mut dyn KeyedStateBackend,
     state: StateId,
     mut reuse: Sessions,
@@ -358,7 +75,7 @@ pub fn read_sessions(
 }
 
 /// Stores the current key's open sessions in `state` (none: the row goes), encoded into `bytes`.
-pub fn write_sessions(
+fn write_sessions(
     b: &mut dyn KeyedStateBackend,
     state: StateId,
     sessions: &Sessions,
@@ -374,8 +91,8 @@ pub fn write_sessions(
 }
 
 /// Makes the key of row `i` the backend's current key and copies it into `key` (kept for the rows the window
-/// emits): what both window operators do for every row.
-pub fn set_row_key(
+/// emits).
+fn set_row_key(
     keyed: &mut dyn KeyedStateBackend,
     keys: &BinaryArray,
     groups: Option<&UInt16Array>,
@@ -387,29 +104,11 @@ pub fn set_row_key(
     key.extend_from_slice(keys.value(i));
 }
 
-/// The int64 column `field` of `batch` that `aggregate` reads (`None` for a count, which reads none).
-pub fn aggregated_column<'a>(
-    batch: &'a RecordBatch,
-    field: &str,
-    aggregate: WindowAggregate,
-) -> Result<Option<&'a Int64Array>, OperatorError> {
-    if aggregate == WindowAggregate::Count {
-        return Ok(None);
-    }
-    batch.column_by_name(field).and_then(|c| c.as_any().downcast_ref::<Int64Array>()).map(Some).ok_or_else(|| {
-        OperatorError::Records(format!(
-            "window-aggregate: the input has no int64 column {field:?} to {} (schema {})",
-            aggregate.name(),
-            batch.schema()
-        ))
-    })
-}
-
 /// The tag of a window operator's side output of late records.
 pub const LATE_TAG: &str = "late";
 
 /// The counters of late records dropped and sent to the side output, for the operator of `ctx`.
-pub fn late_counters(ctx: &InitContext<'_>) -> (metrics::Counter, metrics::Counter) {
+fn late_counters(ctx: &InitContext<'_>) -> (metrics::Counter, metrics::Counter) {
     let labels = [
         ("job_id", ctx.info.job_id.clone()),
         ("operator", ctx.info.uid.clone()),
@@ -423,7 +122,7 @@ pub fn late_counters(ctx: &InitContext<'_>) -> (metrics::Counter, metrics::Count
 
 /// Rows `rows` of `batch` came too late for every window: counted, and sent on side output [`LATE_TAG`] as they
 /// arrived (`side`) or dropped.
-pub fn late_records(
+fn late_records(
     batch: &RecordBatch,
     rows: &[u32],
     side: bool,
@@ -447,6 +146,15 @@ pub fn late_records(
             .map_err(|e| OperatorError::Records(format!("late records: {e}")))?
     };
     out.emit_side(LATE_TAG, late)
+}
+
+/// Whether an event-time window timer at `at` still does something for a key's open sessions `open`: one of
+/// them ends, or ends its allowed lateness `lateness`, then.
+fn window_timer_needed(open: &Sessions, at: i64, lateness: i64) -> bool {
+    open.0.iter().any(|s| {
+        let last = s.window.max_timestamp();
+        last == at || last.saturating_add(lateness) == at
+    })
 }
 
 /// Why windows of this shape cannot have this setup.
@@ -480,10 +188,14 @@ pub struct WindowOperator<C: Contents> {
     /// Late records go to side output `late` instead of being dropped.
     late_side: bool,
     late_sent: metrics::Counter,
+    /// Tumbling or sliding windows fired by event time: the shorter path of the module docs.
+    chained: bool,
     /// Scratch: the key at hand, stored bytes, the rows of a batch too late for every window.
     key: Vec<u8>,
     bytes: Vec<u8>,
     late_rows: Vec<u32>,
+    /// The batch's rows grouped by key and unfired slice (the shorter path).
+    by_key: RowsByKey,
 }
 
 impl<C: Contents> WindowOperator<C> {
@@ -491,9 +203,10 @@ impl<C: Contents> WindowOperator<C> {
     /// empties a window when it fires. Fails for combinations [`check_windowing`] refuses.
     pub fn new(kind: WindowKind, trigger: Trigger, lateness: i64, purge: bool, contents: C) -> Result<Self, String> {
         check_windowing(kind, trigger, purge)?;
+        let slicing = Slicing::new(kind, lateness);
         Ok(WindowOperator {
             kind,
-            slicing: Slicing::new(kind, lateness),
+            slicing,
             trigger,
             lateness,
             purge,
@@ -504,9 +217,11 @@ impl<C: Contents> WindowOperator<C> {
             late_dropped: metrics::Counter::noop(),
             late_side: false,
             late_sent: metrics::Counter::noop(),
+            chained: slicing.is_some() && matches!(trigger, Trigger::EventTime),
             key: Vec::new(),
             bytes: Vec::new(),
             late_rows: Vec::new(),
+            by_key: RowsByKey::default(),
         })
     }
 
@@ -635,6 +350,7 @@ impl<C: Contents> WindowOperator<C> {
     ) -> Result<bool, OperatorError> {
         let watermark = t.current_watermark();
         match (self.slicing, self.kind) {
+            (Some(sl), _) if self.chained => self.add_chained(t, &sl, batch, row, ts, out),
             (Some(sl), _) => {
                 let slice = sl.slice_start(ts);
                 if sl.is_late(slice, watermark) {
@@ -678,6 +394,122 @@ impl<C: Contents> WindowOperator<C> {
         }
     }
 
+    /// Sets the current key's window timer at `at` (event time).
+    fn set_event_timer(t: &mut Timers<'_>, at: i64) -> Result<(), OperatorError> {
+        t.keyed().set_current_namespace(&[WINDOW_TIMER]);
+        t.register_event_time_timer(at)
+    }
+
+    /// A new slice at `slice` of the current key (the shorter path): its first unfired window's timer; later
+    /// windows' timers follow from each firing.
+    fn slice_created(t: &mut Timers<'_>, sl: &Slicing, slice: i64) -> Result<(), OperatorError> {
+        match sl.next_unfired(slice, t.current_watermark()) {
+            Some(end) => Self::set_event_timer(t, end - 1),
+            None => Ok(()),
+        }
+    }
+
+    /// A record of row `row` at `ts` for the current key, on the shorter path (tumbling or sliding windows fired
+    /// by event time) — a row whose slice some window has fired, or any row of a batch nothing was grouped of:
+    /// false if it is too late for every window.
+    fn add_chained(
+        &mut self,
+        t: &mut Timers<'_>,
+        sl: &Slicing,
+        batch: &RecordBatch,
+        row: usize,
+        ts: i64,
+        out: &mut Collector<'_>,
+    ) -> Result<bool, OperatorError> {
+        let watermark = t.current_watermark();
+        let slice = sl.slice_start(ts);
+        if sl.is_late(slice, watermark) {
+            return Ok(false);
+        }
+        if self.contents.add(t.keyed(), slice, batch, row)? {
+            Self::slice_created(t, sl, slice)?;
+        }
+        if sl.first_end(slice) - 1 <= watermark {
+            self.contents.add_to_fired(t.keyed(), sl, slice, batch, row)?;
+        }
+        // Within the allowed lateness: windows that fired already fire again, updated.
+        for end in sl.refire(slice, watermark) {
+            let window = TimeWindow { start: end - sl.size(), end };
+            self.contents.fire(t.keyed(), &self.key, window, &mut sl.slices(end), out)?;
+            if let Some(at) = sl.cleanup_at(end) {
+                Self::set_event_timer(t, at)?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Adds the batch's rows of unfired slices, grouped by key and slice (the shorter path): each group is one
+    /// call, so an accumulator is read and written once per group. The rows left are marked ungrouped.
+    fn add_groups(
+        &mut self,
+        t: &mut Timers<'_>,
+        sl: &Slicing,
+        batch: &RecordBatch,
+        key_col: &BinaryArray,
+        groups: Option<&UInt16Array>,
+    ) -> Result<(), OperatorError> {
+        let watermark = t.current_watermark();
+        let Some(times) = event_times(batch) else { return Ok(()) };
+        let contents = &self.contents;
+        self.by_key.group(key_col, |i| {
+            if !times.is_valid(i) || contents.ignores(batch, i) {
+                return None;
+            }
+            let slice = sl.slice_start(times.value(i));
+            (sl.first_end(slice) - 1 > watermark).then_some(slice)
+        });
+        for g in 0..self.by_key.len() {
+            let rows = self.by_key.rows(g);
+            set_row_key(t.keyed(), key_col, groups, rows[0] as usize, &mut self.key);
+            let slice = self.by_key.part(g);
+            if self.contents.add_rows(t.keyed(), slice, batch, rows)? {
+                Self::slice_created(t, sl, slice)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The current key's event-time window timer at `timestamp` on the shorter path: fires the window ending
+    /// right after it (`fire`) and drops the slices of the one whose lateness it ends (`purge`).
+    fn on_chained_timer(
+        &mut self,
+        t: &mut Timers<'_>,
+        sl: &Slicing,
+        timestamp: i64,
+        fire: bool,
+        purge: bool,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        let end = timestamp.saturating_add(1);
+        if fire && sl.is_end(end) {
+            if let Some(continues) = self.contents.fire_slices(t.keyed(), &self.key, sl, end, out)? {
+                if continues {
+                    Self::set_event_timer(t, sl.next_end(end) - 1)?;
+                }
+                match sl.cleanup_at(end) {
+                    Some(at) => Self::set_event_timer(t, at)?,
+                    None => {
+                        for slice in sl.last_in(end) {
+                            self.contents.clear(t.keyed(), slice)?;
+                        }
+                    }
+                }
+            }
+        }
+        let cleaned = sl.cleaned_end(timestamp);
+        if purge && self.lateness > 0 && sl.is_end(cleaned) {
+            for slice in sl.last_in(cleaned) {
+                self.contents.clear(t.keyed(), slice)?;
+            }
+        }
+        Ok(())
+    }
+
     fn read_sessions(&mut self, b: &mut dyn KeyedStateBackend) -> Result<Sessions, OperatorError> {
         let state = self.sessions_state.ok_or_else(unregistered)?;
         read_sessions(b, state, std::mem::take(&mut self.open))
@@ -691,16 +523,24 @@ impl<C: Contents> WindowOperator<C> {
     }
 
     /// Deletes the timers of session window `window` (trigger id `id`, trigger state `state`) that only it
-    /// uses: it merged away. Its event-time window timers stay: they are shared by time with other windows (a
-    /// session's purge time may be another's end), and one that outlived its window finds no window ending then
-    /// and does nothing (the watermark gets to it; the clock might not, so processing-time ones go).
+    /// uses: it merged away or grew. Its event-time window timers (its end, its end plus the lateness) are shared
+    /// by time with the key's other sessions (`open`, after the merge): one goes unless a session still ends, or
+    /// ends its lateness, then.
     fn drop_session_timers(
         &mut self,
         t: &mut Timers<'_>,
         window: TimeWindow,
         id: i64,
         state: &TriggerState,
+        open: &Sessions,
     ) -> Result<(), OperatorError> {
+        let last = window.max_timestamp();
+        let ends = [Some(last), (self.lateness > 0).then_some(last.saturating_add(self.lateness))];
+        for at in ends.into_iter().flatten() {
+            if !window_timer_needed(open, at, self.lateness) {
+                self.delete_window_timer(t, TimeDomain::EventTime, at)?;
+            }
+        }
         if matches!(self.trigger, Trigger::ProcessingTime) {
             self.delete_window_timer(t, TimeDomain::ProcessingTime, window.max_timestamp())?;
         }
@@ -737,11 +577,11 @@ impl<C: Contents> WindowOperator<C> {
             // trigger states fold into it, and its trigger's timers are set for the merged window.
             let mut states = vec![state];
             if let Some(old) = before.filter(|b| b.id == session.id) {
-                self.drop_session_timers(t, old.window, old.id, &state)?;
+                self.drop_session_timers(t, old.window, old.id, &state, &sessions)?;
             }
             for gone in &merged.absorbed {
                 let s = self.read_trigger(t.keyed(), gone.id)?;
-                self.drop_session_timers(t, gone.window, gone.id, &s)?;
+                self.drop_session_timers(t, gone.window, gone.id, &s, &sessions)?;
                 self.write_trigger(t.keyed(), gone.id, &TriggerState::default())?;
                 self.contents.merge(t.keyed(), gone.id, session.id)?;
                 states.push(s);
@@ -835,8 +675,11 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
             ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("a window operator needs keyed state".into()))?;
         self.contents.register(&mut **keyed)?;
         if self.trigger.keeps_state() {
-            self.trigger_state =
-                Some(keyed.register_state_with_options(TRIGGER_STATE, StateKind::Value, &namespaced())?);
+            self.trigger_state = Some(keyed.register_state_with_options(
+                TRIGGER_STATE,
+                StateKind::Value,
+                &StateOptions::default().namespaced(),
+            )?);
         }
         if matches!(self.kind, WindowKind::Session { .. }) {
             self.sessions_state = Some(keyed.register_state(SESSIONS_STATE, StateKind::Value)?);
@@ -857,7 +700,14 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
         self.contents.begin_batch(batch)?;
         let mut t = ctx.timers()?;
         self.late_rows.clear();
+        self.by_key.clear();
+        if let (Some(sl), true) = (self.slicing, self.chained) {
+            self.add_groups(&mut t, &sl, batch, key_col, groups)?;
+        }
         for i in 0..batch.num_rows() {
+            if self.by_key.group_of(i).is_some() || self.contents.ignores(batch, i) {
+                continue;
+            }
             let ts = match times {
                 Some(times) if times.is_valid(i) => times.value(i),
                 // Global windows counted by records need no time; the others do.
@@ -888,14 +738,24 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
         let (key, ns) = t.keyed().current_key_and_namespace();
         self.key.clear();
         self.key.extend_from_slice(key);
-        let continuous = match ns {
-            [WINDOW_TIMER] => None,
-            [CONTINUOUS_TIMER, a, b, c, d, e, f, g, h] => Some(i64::from_be_bytes([*a, *b, *c, *d, *e, *f, *g, *h])),
+        // What a window timer does: fire the window ending after it, purge the one whose lateness it ends.
+        let (continuous, fire, purge) = match ns {
+            [WINDOW_TIMER] => (None, true, true),
+            OLD_FIRE_TIMER => (None, true, false),
+            OLD_CLEANUP_TIMER => (None, false, true),
+            [CONTINUOUS_TIMER, a, b, c, d, e, f, g, h] => {
+                (Some(i64::from_be_bytes([*a, *b, *c, *d, *e, *f, *g, *h])), false, false)
+            }
             other => {
                 return Err(OperatorError::Misuse(format!("window operator: a timer in unknown namespace {other:?}")))
             }
         };
         match (domain, continuous) {
+            (TimeDomain::EventTime, None) if self.chained => {
+                if let Some(sl) = self.slicing {
+                    self.on_chained_timer(&mut t, &sl, timestamp, fire, purge, out)?;
+                }
+            }
             (TimeDomain::EventTime, Some(id)) => {
                 if let Some(window) = self.window_of(&mut t, id)? {
                     let mut state = self.read_trigger(t.keyed(), id)?;
@@ -908,14 +768,16 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
             (TimeDomain::EventTime, None) => {
                 // One timer may end one window and purge another (or, without lateness, both the same one).
                 let end = timestamp.saturating_add(1);
-                if self.trigger.fires_at_end() {
+                if fire && self.trigger.fires_at_end() {
                     if let Some((window, id)) = self.window_ending_at(&mut t, end)? {
                         let d = self.trigger.on_window_timer();
                         self.act(&mut t, d, window, id, out)?;
                     }
                 }
-                if let Some((window, id)) = self.window_ending_at(&mut t, end - self.lateness)? {
-                    self.purge(&mut t, window, id)?;
+                if purge {
+                    if let Some((window, id)) = self.window_ending_at(&mut t, end - self.lateness)? {
+                        self.purge(&mut t, window, id)?;
+                    }
                 }
             }
             (TimeDomain::ProcessingTime, _) => {
@@ -923,9 +785,13 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
                     let d = self.trigger.on_processing_timer();
                     self.act(&mut t, d, window, id, out)?;
                 }
+                // No watermark follows the clock's timers: what they emitted goes now.
+                return self.flush(out);
             }
         }
-        self.flush(out)
+        // The rows event-time timers emit go out together at the watermark that fired them (`on_watermark`),
+        // not a batch per timer.
+        Ok(())
     }
 
     fn on_watermark(
@@ -935,5 +801,23 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
         self.flush(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::window::session::Session;
+
+    #[test]
+    fn a_session_timer_is_needed_while_a_session_ends_or_ends_its_lateness_then() {
+        let session = |start, end, id| Session { window: TimeWindow { start, end }, id };
+        let open = Sessions(vec![session(0, 10, 1), session(20, 30, 2)]);
+        // Ends at 9 and 29; with 11 ms of lateness they are purged at 20 and 40.
+        for (at, needed) in [(9, true), (29, true), (20, true), (40, true), (19, false), (30, false)] {
+            assert_eq!(window_timer_needed(&open, at, 11), needed, "{at}");
+        }
+        assert!(!window_timer_needed(&open, 20, 0), "without lateness only the ends");
+        assert!(!window_timer_needed(&Sessions::default(), 9, 0));
     }
 }
