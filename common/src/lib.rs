@@ -13,8 +13,9 @@
 //! - [`checkpoint`]: checkpoint metadata and the one place that builds object-store paths; [`assignment`]: who
 //!   restores what when an operator's parallelism changes (pure: the job manager's restores and the task
 //!   manager's operator test harness both use it).
-//! - [`serializer`]: serializer snapshots (recorded per state in checkpoint metadata), their resolution against a
-//!   new serializer and the Avro migration of stored values.
+//! - [`serializer`]: serializer snapshots (recorded per state in checkpoint metadata), how a new serializer
+//!   relates to one ([`serializer::Resolution`]) and what judges it ([`serializer::SerializerJudge`]; the formats'
+//!   rules are weir-state's, so this crate links no Avro or Protobuf reflection).
 //! - [`descriptor`]: what the job manager sends a task manager to deploy one subtask; [`wire`]: the protobuf
 //!   forms of checkpoint handles and restore descriptors.
 //! - [`store`]: object stores from URLs (`file://`, `s3://`, `memory://`).

@@ -13,7 +13,7 @@ use crate::descriptor::{
 };
 use crate::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use crate::keygroup::KeyGroupRange;
-use crate::serializer::{SerializerSnapshot, StateSerializers};
+use crate::serializer::{Resolution, SerializerSnapshot, StateSerializers};
 use crate::spec::{Partitioning, StateBackend};
 use weir_proto as pb;
 
@@ -341,6 +341,30 @@ impl From<&SerializerSnapshot> for pb::SerializerSnapshot {
 impl From<pb::SerializerSnapshot> for SerializerSnapshot {
     fn from(s: pb::SerializerSnapshot) -> Self {
         SerializerSnapshot { format: s.format, version: s.version, root: s.root, schema: s.schema }
+    }
+}
+
+impl From<&Resolution> for pb::SerializerResolution {
+    fn from(r: &Resolution) -> Self {
+        match r {
+            Resolution::AsIs => pb::SerializerResolution::AsIs,
+            Resolution::Reconfigured => pb::SerializerResolution::Reconfigured,
+            Resolution::AfterMigration => pb::SerializerResolution::AfterMigration,
+            Resolution::Incompatible(_) => pb::SerializerResolution::Incompatible,
+        }
+    }
+}
+
+/// A resolution as it came over the wire (`reason`: an incompatible one's why); an unknown one is incompatible.
+pub fn resolution_from_wire(resolution: pb::SerializerResolution, reason: String) -> Resolution {
+    match resolution {
+        pb::SerializerResolution::AsIs => Resolution::AsIs,
+        pb::SerializerResolution::Reconfigured => Resolution::Reconfigured,
+        pb::SerializerResolution::AfterMigration => Resolution::AfterMigration,
+        pb::SerializerResolution::Incompatible => Resolution::Incompatible(reason),
+        pb::SerializerResolution::Unspecified => {
+            Resolution::Incompatible(format!("the task manager that judged it sent no resolution ({reason})"))
+        }
     }
 }
 

@@ -293,7 +293,8 @@ pub mod v2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_common::serializer::{resolve, Resolution};
+    use weir_common::serializer::Resolution;
+    use weir_state::resolve;
     use weir_state::signature::serializer_of;
 
     #[test]
@@ -315,7 +316,7 @@ mod tests {
         // A migrated v1 profile reads in v2 with the default weight, and its count kept.
         let old = serializer_of::<Avro<v1::Profile>>();
         let new = serializer_of::<Avro<v2::Profile>>();
-        let migrator = weir_common::serializer::Migrator::between(&old, &new).unwrap().unwrap();
+        let migrator = weir_state::Migrator::between(&old, &new).unwrap().unwrap();
         let mut bytes = Vec::new();
         Avro(v1::Profile { count: 41, label: "x".into() }).encode(&mut bytes);
         let mut out = Vec::new();

@@ -4,7 +4,8 @@
 
 use crate::checkpoint::coordinator::TaskKey;
 use crate::checkpoint::savepoint::{self, SavepointError};
-use crate::cluster::client::TmClients;
+use crate::checkpoint::serializers::{Asked, Judgements};
+use crate::cluster::client::{TmClient, TmClients};
 use crate::cluster::registry::{Registration, Registry};
 use crate::config::JobManagerConfig;
 use crate::error::{JobManagerError, JobRequestError};
@@ -16,7 +17,7 @@ use crate::job::store::{EtcdJobStore, JobStore, LocalJobStore};
 use crate::job::SavepointRequest;
 use crate::job::{JobActor, JobEvent, ReportedTask, TaskError};
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,7 @@ use tracing::{debug, error, info, warn};
 use weir_common::checkpoint::{restore_mode_of, savepoint_format_of, SavepointTarget, TaskSnapshot};
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
 use weir_common::now_ms;
+use weir_common::serializer::SerializerSnapshot;
 use weir_common::spec::{resolve, ResolvedJob};
 use weir_common::store::Store;
 use weir_proto as pb;
@@ -293,40 +295,107 @@ impl JobManager {
             .map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
         self.check_on_a_taskmanager(&spec).await?;
         let limit = self.shared.config.union_state_fanout_limit;
-        let verdicts = sp.map(|sp| savepoint::verdicts(sp, &job, explicit_max_parallelism, limit));
-        Ok((job, verdicts))
+        let Some(sp) = sp else { return Ok((job, None)) };
+        // The serializers are judged by a task manager (the formats' rules live there): the verdicts run once to
+        // learn which pairs they ask, then with the answers.
+        let asked = Asked::default();
+        savepoint::verdicts(sp, &job, explicit_max_parallelism, limit, &asked);
+        let judged = self.judge_serializers(asked.into_pairs()).await?;
+        let verdicts = savepoint::verdicts(sp, &job, explicit_max_parallelism, limit, &judged);
+        Ok((job, Some(verdicts)))
+    }
+
+    /// Has a task manager judge each pair (written, reading) of serializers by the formats' own rules.
+    async fn judge_serializers(
+        &self,
+        pairs: Vec<(SerializerSnapshot, SerializerSnapshot)>,
+    ) -> Result<Judgements, JobRequestError> {
+        let mut judged = Judgements::default();
+        if pairs.is_empty() {
+            return Ok(judged);
+        }
+        let request = pb::ResolveSerializersRequest {
+            pairs: pairs
+                .iter()
+                .map(|(w, r)| pb::SerializerPair { written: Some(w.into()), reading: Some(r.into()) })
+                .collect(),
+        };
+        let answer = self
+            .on_a_taskmanager(&BTreeSet::new(), "judge the savepoint's serializers", |mut client| {
+                let request = request.clone();
+                async move { client.resolve_serializers(request).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        if !answer.error.is_empty() || answer.results.len() != pairs.len() {
+            return Err(JobRequestError::InvalidSpec(format!(
+                "the task manager that judged the savepoint's serializers answered {} of {} ({})",
+                answer.results.len(),
+                pairs.len(),
+                answer.error
+            )));
+        }
+        for ((written, reading), r) in pairs.into_iter().zip(answer.results) {
+            let resolution = weir_common::wire::resolution_from_wire(r.resolution(), r.reason);
+            judged.insert(written, reading, resolution, (r.written_text, r.reading_text));
+        }
+        Ok(judged)
     }
 
     /// Has a task manager that holds every kind of `spec` check it with the kinds' own declarations (configs,
-    /// columns, side outputs, event time): the job manager runs no kind's code. One is waited for a while (a
-    /// job manager that just started, or just took over, hears from its task managers within a heartbeat).
+    /// columns, side outputs, event time): the job manager runs no kind's code.
     async fn check_on_a_taskmanager(&self, spec: &pb::JobSpec) -> Result<(), JobRequestError> {
-        let kinds: std::collections::BTreeSet<&str> = spec.operators.iter().map(|o| o.kind.as_str()).collect();
+        let kinds: BTreeSet<&str> = spec.operators.iter().map(|o| o.kind.as_str()).collect();
+        let request = pb::CheckSpecRequest { spec: Some(spec.clone()) };
+        let error = self
+            .on_a_taskmanager(&kinds, "check a spec", |mut client| {
+                let request = request.clone();
+                async move { client.check_spec(request).await.map(|r| r.into_inner().error) }
+            })
+            .await?;
+        if error.is_empty() {
+            Ok(())
+        } else {
+            Err(JobRequestError::InvalidSpec(error))
+        }
+    }
+
+    /// Makes `call` on a task manager that holds every kind of `kinds` (any one for none), trying the next when
+    /// one fails. One is waited for a while (a job manager that just started, or just took over, hears from its
+    /// task managers within a heartbeat).
+    async fn on_a_taskmanager<T, F, Fut>(
+        &self,
+        kinds: &BTreeSet<&str>,
+        what: &str,
+        mut call: F,
+    ) -> Result<T, JobRequestError>
+    where
+        F: FnMut(TmClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
         let deadline = tokio::time::Instant::now() + CHECKER_WAIT;
         let mut last_error = None;
         loop {
-            let checkers = self.shared.registry.lock().checkers(&kinds);
-            for address in checkers {
-                let request = pb::CheckSpecRequest { spec: Some(spec.clone()) };
+            let able = self.shared.registry.lock().checkers(kinds);
+            for address in able {
                 let answer = match self.shared.clients.get(&address) {
-                    Ok(mut client) => client.check_spec(request).await,
+                    Ok(client) => call(client).await,
                     Err(e) => Err(e),
                 };
                 match answer {
-                    Ok(r) => {
-                        let error = r.into_inner().error;
-                        return if error.is_empty() { Ok(()) } else { Err(JobRequestError::InvalidSpec(error)) };
-                    }
+                    Ok(answer) => return Ok(answer),
                     Err(e) => {
-                        warn!(taskmanager = %address, error = %e, "a task manager could not check a spec; trying another");
+                        warn!(taskmanager = %address, error = %e, "a task manager could not {what}; trying another");
                         last_error = Some(format!("{address}: {}", e.message()));
                     }
                 }
             }
             if tokio::time::Instant::now() >= deadline {
-                let kinds: Vec<&str> = kinds.into_iter().collect();
+                let kinds: Vec<&str> = kinds.iter().copied().collect();
                 return Err(JobRequestError::NoChecker(match last_error {
-                    Some(e) => format!("no task manager could check the spec (the last said {e}); try again"),
+                    Some(e) => format!("no task manager could {what} (the last said {e}); try again"),
+                    None if kinds.is_empty() => {
+                        format!("no task manager is registered to {what}: start one, or wait for it to register")
+                    }
                     None => format!(
                         "no registered task manager holds every kind of the spec ({}): a spec is checked by a task \
                          manager that offers its kinds; start one, or wait for it to register",

@@ -211,6 +211,31 @@ impl TaskManagerApi for FakeTm {
         Ok(Response::new(pb::CheckSpecResponse::default()))
     }
 
+    async fn resolve_serializers(
+        &self,
+        request: Request<pb::ResolveSerializersRequest>,
+    ) -> Result<Response<pb::ResolveSerializersResponse>, Status> {
+        // Equal serializers read as is; the fake knows no format's rules beyond that.
+        let results = request
+            .into_inner()
+            .pairs
+            .into_iter()
+            .map(|p| {
+                let same = p.written == p.reading;
+                pb::ResolvedSerializers {
+                    resolution: if same {
+                        pb::SerializerResolution::AsIs as i32
+                    } else {
+                        pb::SerializerResolution::Incompatible as i32
+                    },
+                    reason: if same { String::new() } else { "the fake task manager judges only equality".into() },
+                    ..Default::default()
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::ResolveSerializersResponse { results, error: String::new() }))
+    }
+
     async fn trigger_checkpoint(
         &self,
         request: Request<pb::TriggerCheckpointRequest>,

@@ -1,6 +1,6 @@
 //! State migration throughput: a value state of Avro records (`{count: long, label: string}`, 8-byte keys)
 //! snapshotted, restored, and migrated to a schema with the label removed and a field added with a default
-//! (`KeyedStateBackend::migrate_state` with `weir_common::serializer::Migrator`), in one thread. Prints, per
+//! (`KeyedStateBackend::migrate_state` with `weir_state::Migrator`), in one thread. Prints, per
 //! backend and size, the median of 3 runs as `migrate <backend> <values> values: <ms> ms (<values/s> values/s)`,
 //! and the part of it spent in the Avro rewrite of the values alone (`avro rewrite <values> values: ...`).
 //! Run: `cargo bench -p weir-state --bench migration` (`WEIR_BENCH_VALUES=1000000,10000000` for the sizes,
@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use weir_common::keygroup::KeyGroupRange;
-use weir_common::serializer::Migrator;
 use weir_common::spec::StateBackend;
 use weir_state::rocks::RocksOptions;
 use weir_state::signature::serializer_of;
+use weir_state::Migrator;
 use weir_state::{open_keyed_backend, Avro, StateCodec, StateError, ValueState};
 
 const MAX_PARALLELISM: u32 = 128;
@@ -105,8 +105,9 @@ fn main() {
                 )
                 .expect("restore");
                 let started = Instant::now();
-                let mut rewrite =
-                    |old: &[u8], out: &mut Vec<u8>| migrator.migrate(old, out).map_err(StateError::Corrupt);
+                let mut rewrite = |old: &[u8], out: &mut Vec<u8>| {
+                    migrator.migrate(old, out).map_err(|e| StateError::Corrupt(e.to_string()))
+                };
                 let n = b.migrate_state("profiles", &mut rewrite).expect("migrate");
                 runs.push(started.elapsed());
                 assert_eq!(n, values);

@@ -33,6 +33,9 @@
 //!   - [`typed::codec`]: [`StateCodec`], how a typed value becomes bytes.
 //!   - [`typed::formats`]: [`Bincode`], [`Avro`] and [`Protobuf`] state values, whose type signatures carry
 //!     serializer snapshots (recorded in checkpoints, resolved on restore, migrated for Avro).
+//!   - [`typed::evolution`]: whether a new serializer reads what an old one's snapshot wrote ([`resolve`]: Avro's
+//!     and Protobuf's own rules) and the [`Migrator`] that rewrites stored values; the job manager, which links
+//!     neither format, has a task manager judge a savepoint's snapshots.
 //!   - [`typed::signature`]: state type signatures — [`signature::TypeSignature`] (with
 //!     `#[derive(TypeSignature)]` from `weir-state-derive`), an operator's [`signature::StateSignature`],
 //!     `uid_stated` and the test helper `assert_signature` that pins one.
@@ -91,6 +94,7 @@ pub use snapshot::canonical::write_canonical;
 pub use snapshot::format::SnapshotFormat;
 pub use timers::{TimeDomain, TimerService};
 pub use typed::codec::StateCodec;
+pub use typed::evolution::{resolve, EvolutionError, Migrator};
 pub use typed::formats::{Avro, Bincode, Protobuf};
 pub use typed::handles::{
     set_namespace, AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState,

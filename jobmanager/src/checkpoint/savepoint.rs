@@ -8,6 +8,7 @@ use weir_common::assignment::union_fanout_bytes;
 use weir_common::checkpoint::{
     paths, restore_root, CheckpointMetadata, DistributionMode, OperatorCheckpoint, RestoreMode, SavepointFormat,
 };
+use weir_common::serializer::SerializerJudge;
 use weir_common::spec::{ResolvedJob, ResolvedOperator};
 use weir_common::store::{Store, StoreError, StoreOptions};
 use weir_proto as pb;
@@ -175,12 +176,13 @@ pub struct Verdicts {
 
 /// The pre-flight check of restoring `sp` into `job`, per operator: what the restore would do with each
 /// stored state, before anything is deployed. `explicit_max_parallelism` is the max parallelism the spec set
-/// (unset adopts the savepoint's, see [`adopt_max_parallelism`]).
+/// (unset adopts the savepoint's, see [`adopt_max_parallelism`]); `judge` resolves the states' serializers.
 pub fn verdicts(
     sp: &LoadedSavepoint,
     job: &ResolvedJob,
     explicit_max_parallelism: Option<u32>,
     union_fanout_limit: u64,
+    judge: &dyn SerializerJudge,
 ) -> Verdicts {
     let meta = &sp.metadata;
     let global = max_parallelism_problem(meta, job, explicit_max_parallelism);
@@ -204,7 +206,7 @@ pub fn verdicts(
             (Some(g), _) => (Verdict::Incompatible, g, same_verdict(Verdict::Incompatible)),
             (None, Some(change)) => (Verdict::Dropped, change, same_verdict(Verdict::Dropped)),
             (None, None) => {
-                let (verdict, reason, states) = match per_state(stored, op) {
+                let (verdict, reason, states) = match per_state(stored, op, judge) {
                     Some(judged) => judged,
                     None => (Verdict::Restored, String::new(), same_verdict(Verdict::Restored)),
                 };
@@ -419,12 +421,17 @@ impl Verdicts {
 /// The verdicts state by state, when both the savepoint and the new version recorded each state's serializers
 /// (`None` otherwise: [`state_change`] then compares whole signatures). Keys first: a changed key type is
 /// incompatible (keys are never migrated). Then each state's serializers are resolved
-/// (`weir_common::serializer::resolve`), the weakest of its parts: as is or reconfigured is `RESTORED`, after
+/// (by `judge`: the formats' own rules, on a task manager), the weakest of its parts: as is or reconfigured is `RESTORED`, after
 /// migration `MIGRATED`, incompatible in an evolvable format (Avro, Protobuf) `INCOMPATIBLE` with the format's
 /// reason, any other change — another kind of state, a changed bincode type — `DROPPED`, and with it the
 /// operator's other states (an operator's keyed state restores whole or not at all).
-fn per_state(stored: &OperatorCheckpoint, op: &ResolvedOperator) -> Option<(Verdict, String, Vec<StateVerdict>)> {
-    use weir_common::serializer::{resolve, Resolution, SerializerSnapshot};
+fn per_state(
+    stored: &OperatorCheckpoint,
+    op: &ResolvedOperator,
+    judge: &dyn SerializerJudge,
+) -> Option<(Verdict, String, Vec<StateVerdict>)> {
+    use weir_common::serializer::{Resolution, SerializerSnapshot};
+    let resolve = |w: &SerializerSnapshot, n: &SerializerSnapshot| judge.resolve(w, n);
     let (old, new) = match (&stored.signature, &op.signature) {
         (Some(o), Some(n)) if !o.states.is_empty() && !n.states.is_empty() => (o, n),
         _ => return None,
@@ -493,8 +500,8 @@ fn per_state(stored: &OperatorCheckpoint, op: &ResolvedOperator) -> Option<(Verd
                     Resolution::Incompatible(why) => StateVerdict::new(name, Verdict::Dropped, why),
                 };
                 if v.verdict >= Verdict::Migrated {
-                    v.from = w.value.schema_text();
-                    v.to = n.value.schema_text();
+                    v.from = judge.schema_text(&w.value);
+                    v.to = judge.schema_text(&n.value);
                 }
                 v
             }
@@ -747,6 +754,26 @@ pub async fn delete_files(url: &str, opts: &StoreOptions) -> Result<u64, StoreEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_common::serializer::{Resolution, SerializerSnapshot};
+
+    /// Serializer rules as a task manager's would answer for these tests' schemas: an equal schema reads as is,
+    /// a changed Avro one after a migration, any other change not at all (the formats' real rules are tested
+    /// with the state backend, and end to end with task managers).
+    struct Rules;
+
+    impl SerializerJudge for Rules {
+        fn resolve(&self, written: &SerializerSnapshot, reading: &SerializerSnapshot) -> Resolution {
+            match (written, reading) {
+                (w, r) if w == r => Resolution::AsIs,
+                (w, r) if w.format == r.format && w.evolvable() => Resolution::AfterMigration,
+                (w, r) => Resolution::Incompatible(format!("{} changed to {}", w.describe(), r.describe())),
+            }
+        }
+
+        fn schema_text(&self, snapshot: &SerializerSnapshot) -> String {
+            snapshot.schema.clone()
+        }
+    }
 
     /// What a submission of `job` from `sp` does: the verdicts and their outcome.
     fn check_against_job(
@@ -756,7 +783,8 @@ mod tests {
         allow_non_restored_state: bool,
         union_fanout_limit: u64,
     ) -> Result<Vec<String>, SavepointError> {
-        verdicts(sp, job, explicit_max_parallelism, union_fanout_limit).outcome(&sp.url, allow_non_restored_state)
+        verdicts(sp, job, explicit_max_parallelism, union_fanout_limit, &Rules)
+            .outcome(&sp.url, allow_non_restored_state)
     }
     use weir_common::checkpoint::{
         FileHandle, OperatorCheckpoint, OperatorStateHandle, OperatorSubtaskState, SavepointFormat, StateMetaInfo,
@@ -858,14 +886,14 @@ mod tests {
         let mut sp = savepoint(128, 10);
         let counts = sp.metadata.operators.remove("counts").unwrap();
         sp.metadata.operators.insert("gone".into(), counts);
-        let v = verdicts(&sp, &job, None, u64::MAX).operators;
+        let v = verdicts(&sp, &job, None, u64::MAX, &Rules).operators;
         let of = |uid: &str| v.iter().find(|o| o.uid == uid).unwrap();
         assert_eq!(of("counts").verdict, Verdict::New);
         assert_eq!((of("gone").verdict, of("gone").in_job), (Verdict::Dropped, false));
         assert_eq!(of("gone").reason, "the job has no operator with this uid");
         assert!(v.iter().filter(|o| o.uid != "counts" && o.uid != "gone").all(|o| o.verdict == Verdict::Restored));
         // Another max parallelism: every stored operator is incompatible, for the same reason.
-        let v = verdicts(&sp, &job, Some(256), u64::MAX).operators;
+        let v = verdicts(&sp, &job, Some(256), u64::MAX, &Rules).operators;
         assert!(v.iter().filter(|o| o.in_job && o.verdict != Verdict::New).all(|o| o.verdict == Verdict::Incompatible));
         assert_eq!(Verdict::Incompatible.name(), "INCOMPATIBLE");
     }
@@ -877,7 +905,7 @@ mod tests {
         sp.metadata.operators.get_mut("counts").unwrap().kind = "distinct-values".into();
         let stored = sp.metadata.operators["counts"].clone();
         sp.metadata.operators.insert("gone".into(), stored);
-        let v = verdicts(&sp, &job, None, u64::MAX);
+        let v = verdicts(&sp, &job, None, u64::MAX, &Rules);
         let e = v.outcome(&sp.url, false).unwrap_err().to_string();
         // Both reasons, not only the first: a user who follows the advice knows all it drops.
         assert!(e.contains("operators the job does not have: gone"), "{e}");
@@ -954,11 +982,11 @@ mod tests {
     fn states_are_judged_one_by_one_from_their_serializers() {
         use weir_common::kind::KindSignature;
         use weir_common::serializer::{SerializerSnapshot as S, StateSerializers};
-        let avro = |fields: &str| {
-            S::avro(
-                &apache_avro::Schema::parse_str(&format!(r#"{{"type":"record","name":"P","fields":[{fields}]}}"#))
-                    .unwrap(),
-            )
+        let avro = |fields: &str| S {
+            format: weir_common::serializer::FORMAT_AVRO.into(),
+            version: 1,
+            root: "P".into(),
+            schema: format!(r#"{{"type":"record","name":"P","fields":[{fields}]}}"#),
         };
         let v1 = avro(r#"{"name":"n","type":"long"}"#);
         let v2 = avro(r#"{"name":"n","type":"long"},{"name":"w","type":"long","default":1}"#);
@@ -980,7 +1008,7 @@ mod tests {
             let mut sp = savepoint(128, 10);
             sp.metadata.operators.get_mut("counts").unwrap().signature = Some(old);
             job.operators.iter_mut().find(|o| o.uid == "counts").unwrap().signature = Some(new);
-            let v = verdicts(&sp, &job, None, u64::MAX);
+            let v = verdicts(&sp, &job, None, u64::MAX, &Rules);
             v.operators.into_iter().find(|o| o.uid == "counts").unwrap()
         };
         let by_name = |v: &OperatorVerdict, n: &str| v.states.iter().find(|s| s.name == n).cloned().unwrap();

@@ -17,6 +17,7 @@
 
 use crate::error::StateError;
 use crate::typed::codec::StateCodec;
+use crate::typed::evolution::{avro_snapshot, protobuf_snapshot};
 use crate::typed::signature::{Shape, TypeSignature};
 use prost_reflect::ReflectMessage;
 use serde::de::DeserializeOwned;
@@ -128,7 +129,7 @@ impl<T: apache_avro::AvroSchema + 'static> TypeSignature for Avro<T> {
     }
 
     fn serializer() -> Option<SerializerSnapshot> {
-        Some(SerializerSnapshot::avro(&avro_schema::<T>()))
+        Some(avro_snapshot(&avro_schema::<T>()))
     }
 }
 
@@ -151,16 +152,17 @@ impl<T: ReflectMessage + Default> TypeSignature for Protobuf<T> {
     }
 
     fn serializer() -> Option<SerializerSnapshot> {
-        Some(SerializerSnapshot::protobuf(&T::default().descriptor()))
+        Some(protobuf_snapshot(&T::default().descriptor()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::typed::evolution::resolve;
     use crate::typed::signature::{serializer_of, StateSignature};
     use serde::Deserialize;
-    use weir_common::serializer::{resolve, Resolution};
+    use weir_common::serializer::Resolution;
 
     #[derive(Serialize, Deserialize, Debug, PartialEq, Clone, apache_avro::AvroSchema)]
     struct Profile {

@@ -444,12 +444,90 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
             .map_err(|e| Status::internal(format!("checking the spec failed: {e}")))?;
         Ok(Response::new(pb::CheckSpecResponse { error }))
     }
+
+    async fn resolve_serializers(
+        &self,
+        req: Request<pb::ResolveSerializersRequest>,
+    ) -> Result<Response<pb::ResolveSerializersResponse>, Status> {
+        let pairs = req.into_inner().pairs;
+        // Off the runtime's workers: parsing schemas and descriptors takes a while, and heartbeats must go on.
+        let answer = tokio::task::spawn_blocking(move || resolve_serializers(pairs))
+            .await
+            .map_err(|e| Status::internal(format!("resolving serializers failed: {e}")))?;
+        Ok(Response::new(answer))
+    }
+}
+
+/// The most serializer pairs one request may judge: a savepoint check asks for a few per state.
+pub const MAX_SERIALIZER_PAIRS: usize = 100_000;
+
+/// Judges each pair by the formats' own rules, with both schemas as a person reads them.
+fn resolve_serializers(pairs: Vec<pb::SerializerPair>) -> pb::ResolveSerializersResponse {
+    use weir_common::serializer::{SerializerJudge, SerializerSnapshot};
+    if pairs.len() > MAX_SERIALIZER_PAIRS {
+        let error = format!("{} serializer pairs to resolve; at most {MAX_SERIALIZER_PAIRS} are", pairs.len());
+        return pb::ResolveSerializersResponse { results: vec![], error };
+    }
+    let rules = weir_state::typed::evolution::FormatRules;
+    let results = pairs
+        .into_iter()
+        .map(|p| {
+            let written: SerializerSnapshot = p.written.unwrap_or_default().into();
+            let reading: SerializerSnapshot = p.reading.unwrap_or_default().into();
+            let resolution = rules.resolve(&written, &reading);
+            let reason = match &resolution {
+                weir_common::serializer::Resolution::Incompatible(why) => why.clone(),
+                _ => String::new(),
+            };
+            pb::ResolvedSerializers {
+                resolution: pb::SerializerResolution::from(&resolution) as i32,
+                reason,
+                written_text: rules.schema_text(&written),
+                reading_text: rules.schema_text(&reading),
+            }
+        })
+        .collect();
+    pb::ResolveSerializersResponse { results, error: String::new() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use pb::task_manager_api_server::TaskManagerApi;
+
+    #[test]
+    fn serializers_are_judged_by_the_formats_rules_and_a_flood_is_refused() {
+        use weir_common::serializer::SerializerSnapshot;
+        let avro = |fields: &str| pb::SerializerSnapshot {
+            format: weir_common::serializer::FORMAT_AVRO.into(),
+            version: 1,
+            root: "P".into(),
+            schema: format!(r#"{{"type":"record","name":"P","fields":[{fields}]}}"#),
+        };
+        let v1 = avro(r#"{"name":"n","type":"long"}"#);
+        let v2 = avro(r#"{"name":"n","type":"long"},{"name":"w","type":"long","default":1}"#);
+        let v3 = avro(r#"{"name":"n","type":"string"}"#);
+        let plain = |s: &str| pb::SerializerSnapshot::from(&SerializerSnapshot::signature(s));
+        let pair = |w: &pb::SerializerSnapshot, r: &pb::SerializerSnapshot| pb::SerializerPair {
+            written: Some(w.clone()),
+            reading: Some(r.clone()),
+        };
+        let answer = resolve_serializers(vec![
+            pair(&v1, &v1),
+            pair(&v1, &v2),
+            pair(&v1, &v3),
+            pair(&plain("u8"), &plain("u64")),
+        ]);
+        assert!(answer.error.is_empty(), "{answer:?}");
+        let got: Vec<pb::SerializerResolution> = answer.results.iter().map(|r| r.resolution()).collect();
+        use pb::SerializerResolution::*;
+        assert_eq!(got, vec![AsIs, AfterMigration, Incompatible, Incompatible]);
+        assert!(answer.results[2].reason.contains("Avro schema resolution"), "{:?}", answer.results[2]);
+        assert!(answer.results[1].reading_text.contains("\"w\""), "{:?}", answer.results[1]);
+
+        let flood = resolve_serializers(vec![pb::SerializerPair::default(); MAX_SERIALIZER_PAIRS + 1]);
+        assert!(flood.results.is_empty() && flood.error.contains("at most"), "{:?}", flood.error);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_job_manager_message_is_fenced_by_the_session() {

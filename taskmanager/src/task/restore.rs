@@ -184,7 +184,7 @@ pub fn migrate_keyed(
     written: &[weir_common::serializer::StateSerializers],
     declared: Option<&weir_common::kind::KindSignature>,
 ) -> Result<u64, RestoreError> {
-    use weir_common::serializer::Migrator;
+    use weir_state::Migrator;
     let Some(declared) = declared else { return Ok(0) };
     let present: Vec<String> = backend.state_summaries()?.into_iter().map(|s| s.name).collect();
     let mut migrated = 0;
@@ -203,10 +203,12 @@ pub fn migrate_keyed(
         let migrator = match Migrator::between(&old.value, &new.value) {
             Ok(None) => continue,
             Ok(Some(m)) => m,
-            Err(why) => return Err(fail(why)),
+            Err(why) => return Err(fail(why.to_string())),
         };
         tracing::info!(uid, state = %new.state, migration = %migrator.description, "migrating state before the operator starts");
-        let mut rewrite = |bytes: &[u8], out: &mut Vec<u8>| migrator.migrate(bytes, out).map_err(StateError::Corrupt);
+        let mut rewrite = |bytes: &[u8], out: &mut Vec<u8>| {
+            migrator.migrate(bytes, out).map_err(|e| StateError::Corrupt(e.to_string()))
+        };
         migrated += backend.migrate_state(&new.state, &mut rewrite).map_err(|e| fail(e.to_string()))?;
     }
     Ok(migrated)
@@ -229,7 +231,7 @@ mod tests {
     }
 
     fn avro(json: &str) -> SerializerSnapshot {
-        SerializerSnapshot::avro(&apache_avro::Schema::parse_str(json).unwrap())
+        weir_state::typed::evolution::avro_snapshot(&apache_avro::Schema::parse_str(json).unwrap())
     }
 
     fn declared(value: SerializerSnapshot) -> KindSignature {
