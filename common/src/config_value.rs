@@ -79,13 +79,24 @@ pub fn size(value: &pb::ConfigValue) -> usize {
     }
 }
 
+/// A spec file's YAML value that is not a config value.
+#[derive(Debug, thiserror::Error)]
+pub enum YamlValueError {
+    /// A tagged value (`!tag x`).
+    #[error("a tagged YAML value is not supported")]
+    Tagged,
+    /// A value JSON cannot hold (a map with keys that are not text, say).
+    #[error("not a config value: {0}")]
+    NotConfig(#[from] serde_json::Error),
+}
+
 /// A spec file's config value as it travels: YAML's null is empty text (as it always was); a tagged value
 /// (`!tag x`) is refused, with what to write instead.
-pub fn from_yaml(value: serde_yaml::Value) -> Result<ConfigValue, String> {
+pub fn from_yaml(value: serde_yaml::Value) -> Result<ConfigValue, YamlValueError> {
     match value {
         serde_yaml::Value::Null => Ok(ConfigValue::String(String::new())),
-        serde_yaml::Value::Tagged(_) => Err("a tagged YAML value is not supported".into()),
-        v => serde_json::to_value(v).map_err(|e| format!("not a config value: {e}")),
+        serde_yaml::Value::Tagged(_) => Err(YamlValueError::Tagged),
+        v => Ok(serde_json::to_value(v)?),
     }
 }
 
@@ -138,6 +149,6 @@ mod tests {
         assert_eq!(get("m"), json!({ "k": "v" }));
         assert_eq!(get("z"), json!(""), "a null is empty text, as before");
         let tagged: serde_yaml::Value = serde_yaml::from_str("!x 1").unwrap();
-        assert!(from_yaml(tagged).unwrap_err().contains("tagged"));
+        assert!(from_yaml(tagged).unwrap_err().to_string().contains("tagged"));
     }
 }

@@ -15,11 +15,11 @@ impl JobId {
     }
 
     /// Checks that an id read from outside has the form Weir gives ids (it is used in paths).
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, InvalidJobId> {
         if !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
             Ok(JobId(s.to_string()))
         } else {
-            Err(format!("invalid job id {s:?}"))
+            Err(InvalidJobId(s.to_string()))
         }
     }
 
@@ -34,6 +34,11 @@ impl fmt::Display for JobId {
         f.write_str(&self.0)
     }
 }
+
+/// Text that is not a job id (as read, quoted in the message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid job id {0:?}")]
+pub struct InvalidJobId(pub String);
 
 macro_rules! int_id {
     ($(#[$doc:meta])* $name:ident, $ty:ty) => {

@@ -79,27 +79,44 @@ pub fn key_column() -> Column {
     Column::new("key", "binary", false)
 }
 
+/// A column declaration that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ColumnError {
+    /// A column with an empty (or blank) name.
+    #[error("a column needs a name")]
+    NoName,
+    /// A name of the runtime's (starting with `_`).
+    #[error("column {0:?}: names starting with '_' are the runtime's")]
+    Reserved(String),
+    /// A type that is neither one of [`COLUMN_TYPES`] nor a decimal.
+    #[error("column {name:?}: unknown type {data_type:?} (known: {}, decimal(p,s))", COLUMN_TYPES.join(", "))]
+    UnknownType {
+        /// The column.
+        name: String,
+        /// Its type, as declared.
+        data_type: String,
+    },
+    /// A name declared more than once.
+    #[error("column {0:?} is declared twice")]
+    Duplicate(String),
+}
+
 /// Checks a declaration: known types, one column per name, no name of the runtime's (`_…`). The error names the
 /// column.
-pub fn validate_columns(columns: &[Column]) -> Result<(), String> {
+pub fn validate_columns(columns: &[Column]) -> Result<(), ColumnError> {
     let mut seen = std::collections::BTreeSet::new();
     for c in columns {
         if c.name.trim().is_empty() {
-            return Err("a column needs a name".into());
+            return Err(ColumnError::NoName);
         }
         if c.name.starts_with('_') {
-            return Err(format!("column {:?}: names starting with '_' are the runtime's", c.name));
+            return Err(ColumnError::Reserved(c.name.clone()));
         }
         if !COLUMN_TYPES.contains(&c.data_type.as_str()) && parse_decimal_type(&c.data_type).is_none() {
-            return Err(format!(
-                "column {:?}: unknown type {:?} (known: {}, decimal(p,s))",
-                c.name,
-                c.data_type,
-                COLUMN_TYPES.join(", ")
-            ));
+            return Err(ColumnError::UnknownType { name: c.name.clone(), data_type: c.data_type.clone() });
         }
         if !seen.insert(c.name.as_str()) {
-            return Err(format!("column {:?} is declared twice", c.name));
+            return Err(ColumnError::Duplicate(c.name.clone()));
         }
     }
     Ok(())
@@ -168,9 +185,10 @@ mod tests {
     #[test]
     fn declarations_are_checked() {
         assert!(validate_columns(&key_value("int64")).is_ok());
-        let e = validate_columns(&[Column::new("price", "decimal", false)]).unwrap_err();
+        let e = validate_columns(&[Column::new("price", "decimal", false)]).unwrap_err().to_string();
         assert!(e.contains("price") && e.contains("decimal"), "{e}");
-        assert!(validate_columns(&[Column::new("_event_time", "int64", false)]).unwrap_err().contains("runtime"));
-        assert!(validate_columns(&[key_column(), key_column()]).unwrap_err().contains("twice"));
+        let reserved = validate_columns(&[Column::new("_event_time", "int64", false)]).unwrap_err();
+        assert!(reserved.to_string().contains("runtime"));
+        assert!(validate_columns(&[key_column(), key_column()]).unwrap_err().to_string().contains("twice"));
     }
 }

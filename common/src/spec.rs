@@ -239,7 +239,8 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
     for op in file.operators {
         let mut config = HashMap::new();
         for (k, v) in op.config {
-            let value = crate::config_value::from_yaml(v).map_err(|e| op_err(&op.uid, &format!("config.{k}"), e))?;
+            let value = crate::config_value::from_yaml(v)
+                .map_err(|e| op_err(&op.uid, &format!("config.{k}"), e.to_string()))?;
             config.insert(k, crate::config_value::to_proto(&value));
         }
         let partitioning = match op.partitioning.as_deref() {
@@ -255,7 +256,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
         let schema = match &op.schema {
             None => Vec::new(),
             Some(columns) => {
-                crate::schema::validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e))?;
+                crate::schema::validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e.to_string()))?;
                 columns.iter().map(pb::ColumnSpec::from).collect()
             }
         };
@@ -606,7 +607,7 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
         let declared: Option<Vec<Column>> =
             (!op.schema.is_empty()).then(|| op.schema.iter().map(Column::from).collect());
         if let Some(columns) = &declared {
-            validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e))?;
+            validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e.to_string()))?;
         }
         let kind = kinds.info(&op.kind).map(|k| &k.output);
         let out = match (kind, declared) {

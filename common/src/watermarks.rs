@@ -19,15 +19,23 @@ pub const MIN_TIMESTAMP_MS: i64 = -62_135_596_800_000;
 /// The latest event time a record may carry, 9999-12-31T23:59:59.999Z.
 pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
 
+/// An event time outside [`MIN_TIMESTAMP_MS`]..=[`MAX_TIMESTAMP_MS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "event time {ms} ms is outside the range windows and timers handle: {MIN_TIMESTAMP_MS} (0001-01-01) to \
+     {MAX_TIMESTAMP_MS} (9999-12-31)"
+)]
+pub struct EventTimeOutOfRange {
+    /// The event time, ms.
+    pub ms: i64,
+}
+
 /// Why an event time is outside what Weir handles, if it is.
-pub fn check_event_time(ms: i64) -> Result<(), String> {
+pub fn check_event_time(ms: i64) -> Result<(), EventTimeOutOfRange> {
     if (MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&ms) {
         return Ok(());
     }
-    Err(format!(
-        "event time {ms} ms is outside the range windows and timers handle: {MIN_TIMESTAMP_MS} (0001-01-01) to \
-         {MAX_TIMESTAMP_MS} (9999-12-31)"
-    ))
+    Err(EventTimeOutOfRange { ms })
 }
 
 /// How far event time is behind processing time: `now_ms − watermark`, or none before the first watermark

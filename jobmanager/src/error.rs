@@ -53,8 +53,8 @@ pub enum JobManagerError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobRequestError {
     /// The job id is malformed.
-    #[error("{0}")]
-    InvalidId(String),
+    #[error(transparent)]
+    InvalidId(#[from] weir_common::ids::InvalidJobId),
     /// The spec does not validate.
     #[error("{0}")]
     InvalidSpec(String),

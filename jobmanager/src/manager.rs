@@ -6,7 +6,7 @@ use crate::checkpoint::coordinator::TaskKey;
 use crate::checkpoint::savepoint::{self, SavepointError};
 use crate::checkpoint::serializers::{Asked, Judgements};
 use crate::cluster::client::{TmClient, TmClients};
-use crate::cluster::registry::{Registration, Registry};
+use crate::cluster::registry::{Registration, RegistrationError, Registry};
 use crate::config::JobManagerConfig;
 use crate::error::{JobManagerError, JobRequestError};
 use crate::ha::etcd::Term;
@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 use weir_common::checkpoint::{restore_mode_of, savepoint_format_of, SavepointTarget, TaskSnapshot};
-use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
+use weir_common::ids::{AttemptNumber, CheckpointId, InvalidJobId, JobId, SubtaskIndex, VertexId};
 use weir_common::now_ms;
 use weir_common::serializer::SerializerSnapshot;
 use weir_common::spec::{resolve, ResolvedJob};
@@ -37,6 +37,17 @@ fn savepoint_error(e: SavepointError) -> JobRequestError {
         SavepointError::Unavailable { .. } => JobRequestError::SavepointUnavailable(e.to_string()),
         e => JobRequestError::BadSavepoint(e.to_string()),
     }
+}
+
+/// A `TaskRef` that names no task.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskRefError {
+    /// The request carries no `TaskRef`.
+    #[error("task is required")]
+    Missing,
+    /// Its job id is malformed.
+    #[error(transparent)]
+    JobId(#[from] InvalidJobId),
 }
 
 /// A task's identity as carried by a `TaskRef`.
@@ -52,8 +63,8 @@ pub struct TaskAddress {
 
 impl TaskAddress {
     /// Reads a `TaskRef` from a task manager.
-    pub fn from_proto(task: Option<&pb::TaskRef>) -> Result<TaskAddress, String> {
-        let t = task.ok_or("task is required")?;
+    pub fn from_proto(task: Option<&pb::TaskRef>) -> Result<TaskAddress, TaskRefError> {
+        let t = task.ok_or(TaskRefError::Missing)?;
         let job_id = JobId::parse(&t.job_id)?;
         Ok(TaskAddress {
             job_id,
@@ -579,7 +590,7 @@ impl JobManager {
     pub fn register_task_manager(
         &self,
         req: &pb::RegisterTaskManagerRequest,
-    ) -> Result<pb::RegisterTaskManagerResponse, String> {
+    ) -> Result<pb::RegisterTaskManagerResponse, RegistrationError> {
         let reg = Registration::from_proto(req)?;
         let (tm_id, rpc_address, data_address, slots) =
             (reg.tm_id.clone(), reg.rpc_address.clone(), reg.data_address.clone(), reg.slots);
@@ -741,7 +752,7 @@ pub const MAX_PAGE_BYTES: usize = 1 << 20;
 
 /// A job id from a request, or why it is not one.
 fn parse_id(id: &str) -> Result<JobId, JobRequestError> {
-    JobId::parse(id).map_err(JobRequestError::InvalidId)
+    Ok(JobId::parse(id)?)
 }
 
 /// Sends a job's coordinator an event that carries a reply channel, and waits for the reply. `None`: the

@@ -143,7 +143,8 @@ impl JobManagerInternal for JobManagerService {
         request: Request<pb::RegisterTaskManagerRequest>,
     ) -> Result<Response<pb::RegisterTaskManagerResponse>, Status> {
         fault("rpc-register").await?;
-        let resp = self.jm()?.register_task_manager(request.get_ref()).map_err(Status::invalid_argument)?;
+        let resp =
+            self.jm()?.register_task_manager(request.get_ref()).map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(Response::new(resp))
     }
 
@@ -161,7 +162,7 @@ impl JobManagerInternal for JobManagerService {
     ) -> Result<Response<pb::UpdateTaskStateResponse>, Status> {
         fault("rpc-task-state").await?;
         let req = request.into_inner();
-        let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
+        let task = TaskAddress::from_proto(req.task.as_ref()).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let state = pb::TaskState::try_from(req.state)
             .map_err(|_| Status::invalid_argument(format!("unknown task state {}", req.state)))?;
         let error = TaskError { text: req.error, caused_by_peer: req.caused_by_peer, fatal: req.fatal };
@@ -175,7 +176,7 @@ impl JobManagerInternal for JobManagerService {
     ) -> Result<Response<pb::AcknowledgeCheckpointResponse>, Status> {
         fault("rpc-acknowledge").await?;
         let req = request.into_inner();
-        let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
+        let task = TaskAddress::from_proto(req.task.as_ref()).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let checkpoint_id = CheckpointId(req.checkpoint_id);
         let snapshot = req.snapshot.ok_or_else(|| "the acknowledgement carries no snapshot".to_string());
         match snapshot.and_then(|s| TaskSnapshot::try_from(s).map_err(|e| e.to_string())) {
@@ -199,7 +200,7 @@ impl JobManagerInternal for JobManagerService {
     ) -> Result<Response<pb::DeclineCheckpointResponse>, Status> {
         fault("rpc-decline").await?;
         let req = request.into_inner();
-        let task = TaskAddress::from_proto(req.task.as_ref()).map_err(Status::invalid_argument)?;
+        let task = TaskAddress::from_proto(req.task.as_ref()).map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.jm()?.decline(task, CheckpointId(req.checkpoint_id), req.reason);
         Ok(Response::new(pb::DeclineCheckpointResponse {}))
     }

@@ -5,9 +5,9 @@
 
 use crate::checkpoint::coordinator::PendingCheckpoint;
 use bytes::Bytes;
-use weir_common::checkpoint::{paths, CheckpointMetadata, CheckpointOutcome};
+use weir_common::checkpoint::{paths, CheckpointMetadata, CheckpointOutcome, MetadataError};
 use weir_common::ids::{CheckpointId, JobId};
-use weir_common::store::{Store, StoreOptions};
+use weir_common::store::{Store, StoreError, StoreOptions};
 
 /// What a completed checkpoint records of itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,25 +76,44 @@ impl MetadataTarget<'_> {
     }
 }
 
+/// A `_metadata` that could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataWriteError {
+    /// The metadata does not encode.
+    #[error(transparent)]
+    Encode(#[from] MetadataError),
+    /// The store could not be opened or refused the file.
+    #[error("cannot write {target}: {source}")]
+    Store {
+        /// What was written, as [`MetadataTarget`] names it.
+        target: &'static str,
+        /// Why not.
+        #[source]
+        source: StoreError,
+    },
+}
+
 /// Writes `meta` as the `_metadata` of checkpoint `id` at `target`, never over an existing file; returns its path
 /// (relative to the checkpoint root for a checkpoint, to the savepoint's directory for a savepoint), or why not.
 pub async fn write_metadata(
     target: MetadataTarget<'_>,
     id: CheckpointId,
     meta: &CheckpointMetadata,
-) -> Result<String, String> {
-    let bytes = Bytes::from(meta.to_bytes().map_err(|e| e.to_string())?);
+) -> Result<String, MetadataWriteError> {
+    let bytes = Bytes::from(meta.to_bytes()?);
+    let name = target.name();
+    let failed = |source| MetadataWriteError::Store { target: name, source };
     let written = match target {
         MetadataTarget::Checkpoint { store, job_id } => {
             let path = paths::metadata(job_id, id);
             store.put_new(&path, bytes).await.map(|_| path)
         }
         MetadataTarget::Savepoint { url, options } => {
-            let store = Store::open(url, options).map_err(|e| format!("cannot write {}: {e}", target.name()))?;
+            let store = Store::open(url, options).map_err(failed)?;
             store.put_new(paths::METADATA_FILE, bytes).await.map(|_| paths::METADATA_FILE.to_string())
         }
     };
-    written.map_err(|e| format!("cannot write {}: {e}", target.name()))
+    written.map_err(failed)
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use weir_common::checkpoint::{
-    CheckpointMetadata, OperatorCheckpoint, SavepointTarget, StateMetaInfo, TaskSnapshot, METADATA_FORMAT_VERSION,
+    CheckpointMetadata, MetadataError, OperatorCheckpoint, SavepointTarget, StateMetaInfo, TaskSnapshot,
+    METADATA_FORMAT_VERSION,
 };
 use weir_common::descriptor::ExecutionGraph;
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
@@ -355,6 +356,37 @@ impl CheckpointCoordinator {
     }
 }
 
+/// Acknowledgements that do not make a checkpoint's `_metadata`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AckedStateError {
+    /// A task of a vertex the graph does not have.
+    #[error("unknown vertex {0}")]
+    UnknownVertex(VertexId),
+    /// State of an operator the task does not run.
+    #[error("task {vertex}/{subtask} acknowledged state for operator {uid:?}, which it does not run")]
+    NotRun {
+        /// The task's vertex.
+        vertex: VertexId,
+        /// Its subtask.
+        subtask: SubtaskIndex,
+        /// The operator named.
+        uid: String,
+    },
+    /// An operator whose subtasks did not all acknowledge state.
+    #[error("operator {uid:?}: state of {acknowledged} of its {parallelism} subtasks was acknowledged")]
+    Incomplete {
+        /// The operator.
+        uid: String,
+        /// Subtasks whose state arrived.
+        acknowledged: usize,
+        /// Its parallelism.
+        parallelism: u32,
+    },
+    /// A path in the state that the metadata may not hold.
+    #[error(transparent)]
+    Path(#[from] MetadataError),
+}
+
 /// Assembles the `_metadata` of a fully acknowledged checkpoint: per operator uid, the state of each
 /// subtask, which must be complete (subtasks `0..parallelism`) and reference only safe paths.
 pub fn build_metadata(
@@ -362,14 +394,17 @@ pub fn build_metadata(
     job: &ResolvedJob,
     graph: &ExecutionGraph,
     pending: &PendingCheckpoint,
-) -> Result<CheckpointMetadata, String> {
+) -> Result<CheckpointMetadata, AckedStateError> {
     let mut operators: BTreeMap<String, OperatorCheckpoint> = BTreeMap::new();
     for (&(vertex, subtask), snap) in &pending.acks {
-        let v = graph.vertices.get(vertex.0 as usize).ok_or_else(|| format!("unknown vertex {vertex}"))?;
+        let v = graph.vertices.get(vertex.0 as usize).ok_or(AckedStateError::UnknownVertex(vertex))?;
         for (uid, state) in &snap.operators {
-            let idx = v.operators.iter().copied().find(|&i| job.operators[i].uid == *uid).ok_or_else(|| {
-                format!("task {vertex}/{subtask} acknowledged state for operator {uid:?}, which it does not run")
-            })?;
+            let idx = v
+                .operators
+                .iter()
+                .copied()
+                .find(|&i| job.operators[i].uid == *uid)
+                .ok_or_else(|| AckedStateError::NotRun { vertex, subtask, uid: uid.clone() })?;
             let entry = operators.entry(uid.clone()).or_insert_with(|| OperatorCheckpoint {
                 kind: job.operators[idx].kind.clone(),
                 parallelism: job.operators[idx].parallelism,
@@ -386,11 +421,11 @@ pub fn build_metadata(
         let complete = op.subtasks.len() == op.parallelism as usize
             && op.subtasks.iter().enumerate().all(|(i, s)| s.subtask.0 as usize == i);
         if !complete {
-            return Err(format!(
-                "operator {uid:?}: state of {} of its {} subtasks was acknowledged",
-                op.subtasks.len(),
-                op.parallelism
-            ));
+            return Err(AckedStateError::Incomplete {
+                uid: uid.clone(),
+                acknowledged: op.subtasks.len(),
+                parallelism: op.parallelism,
+            });
         }
     }
     let meta = CheckpointMetadata {
@@ -403,7 +438,7 @@ pub fn build_metadata(
         operators,
         savepoint: pending.savepoint.as_ref().map(|t| t.format),
     };
-    meta.validate_paths().map_err(|e| e.to_string())?;
+    meta.validate_paths()?;
     Ok(meta)
 }
 
@@ -751,10 +786,10 @@ mod tests {
         // A task claiming an operator it does not run, or a missing subtask, fails the checkpoint.
         let mut bad = p.clone();
         bad.acks.insert(key(2, 0), snap(&id, 3, 2, 0, "counts"));
-        assert!(build_metadata(&id, &job, &graph, &bad).unwrap_err().contains("does not run"));
+        assert!(build_metadata(&id, &job, &graph, &bad).unwrap_err().to_string().contains("does not run"));
         let mut missing = p.clone();
         missing.acks.remove(&key(1, 1));
-        assert!(build_metadata(&id, &job, &graph, &missing).unwrap_err().contains("1 of its 2 subtasks"));
+        assert!(build_metadata(&id, &job, &graph, &missing).unwrap_err().to_string().contains("1 of its 2 subtasks"));
         let mut unsafe_path = p;
         unsafe_path.acks.insert(key(2, 0), snap(&JobId("other".into()), 3, 2, 0, "out"));
         assert!(build_metadata(&id, &job, &graph, &unsafe_path).is_err());

@@ -62,20 +62,31 @@ pub struct Registration {
     pub kinds: Vec<KindInfo>,
 }
 
+/// A registration request that lacks what a task manager must send.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    /// A required field left empty.
+    #[error("{0} is required")]
+    Missing(&'static str),
+    /// No slots.
+    #[error("slots must be at least 1")]
+    NoSlots,
+}
+
 impl Registration {
     /// Checks and normalises a registration request.
-    pub fn from_proto(req: &pb::RegisterTaskManagerRequest) -> Result<Registration, String> {
+    pub fn from_proto(req: &pb::RegisterTaskManagerRequest) -> Result<Registration, RegistrationError> {
         if req.tm_id.trim().is_empty() {
-            return Err("tm_id is required".into());
+            return Err(RegistrationError::Missing("tm_id"));
         }
         if req.rpc_address.trim().is_empty() {
-            return Err("rpc_address is required".into());
+            return Err(RegistrationError::Missing("rpc_address"));
         }
         if req.data_address.trim().is_empty() {
-            return Err("data_address is required".into());
+            return Err(RegistrationError::Missing("data_address"));
         }
         if req.slots == 0 {
-            return Err("slots must be at least 1".into());
+            return Err(RegistrationError::NoSlots);
         }
         let rpc = req.rpc_address.trim();
         let rpc_address = if rpc.contains("://") { rpc.to_string() } else { format!("http://{rpc}") };

@@ -81,7 +81,7 @@ impl AggregateConfig {
             out.push(col.clone());
         }
         out.extend(aggregate_columns(&self.aggregates, input)?);
-        weir_common::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e))?;
+        weir_common::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e.to_string()))?;
         Ok(out)
     }
 }

@@ -15,36 +15,65 @@ use arrow_array::{new_null_array, ArrayRef, BinaryArray, Int64Array, RecordBatch
 use arrow_buffer::{Buffer, OffsetBuffer};
 use std::sync::Arc;
 use weir_common::datagen::EventTimeConfig;
+use weir_common::watermarks::{check_event_time, EventTimeOutOfRange, MIN_TIMESTAMP_MS};
 
 use weir_common::datagen::{key_of, timestamp_of};
 
 /// Longest event time between two records of a `datagen` split (a year: a longer step is a unit mistake).
 const MAX_STEP_MS: u64 = 366 * 24 * 3600 * 1000;
 
+/// `datagen` timestamps that would leave the event-time range (`watermarks::check_event_time`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DatagenTimeError {
+    /// The first record's time is out of range.
+    #[error("start_ms: {0}")]
+    Start(#[source] EventTimeOutOfRange),
+    /// A step longer than a year.
+    #[error("step_ms of {0} ms is over a year: a unit mistake?")]
+    StepTooLong(u64),
+    /// The first record, moved back by the largest disorder, is before [`MIN_TIMESTAMP_MS`].
+    #[error("start_ms {start_ms} less max_disorder_ms {max_disorder_ms} is before {MIN_TIMESTAMP_MS} (0001-01-01)")]
+    DisorderBeforeMin {
+        /// The first record's time, ms.
+        start_ms: i64,
+        /// The largest disorder, ms.
+        max_disorder_ms: u64,
+    },
+    /// The last record of the longest split is out of range.
+    #[error("the last of {records} records of a split, {step_ms} ms apart from start_ms {start_ms}: {source}")]
+    Last {
+        /// Records in the longest split.
+        records: u64,
+        /// Time between them, ms.
+        step_ms: u64,
+        /// The first record's time, ms.
+        start_ms: i64,
+        /// Why the last one's time is out of range.
+        #[source]
+        source: EventTimeOutOfRange,
+    },
+}
+
 /// Why `datagen`'s timestamps would leave the event-time range (`watermarks::check_event_time`), if they would:
 /// the first record's less the largest disorder, and (for a bounded source) the last of the longest split.
-fn check_event_time_range(t: &EventTimeConfig, count: Option<u64>, splits: u32) -> Result<(), String> {
-    use weir_common::watermarks::{check_event_time, MIN_TIMESTAMP_MS};
-    check_event_time(t.start_ms).map_err(|e| format!("start_ms: {e}"))?;
+fn check_event_time_range(t: &EventTimeConfig, count: Option<u64>, splits: u32) -> Result<(), DatagenTimeError> {
+    check_event_time(t.start_ms).map_err(DatagenTimeError::Start)?;
     if t.step_ms > MAX_STEP_MS {
-        return Err(format!("step_ms of {} ms is over a year: a unit mistake?", t.step_ms));
+        return Err(DatagenTimeError::StepTooLong(t.step_ms));
     }
     let earliest = i128::from(t.start_ms) - i128::from(t.max_disorder_ms);
     if earliest < i128::from(MIN_TIMESTAMP_MS) {
-        return Err(format!(
-            "start_ms {} less max_disorder_ms {} is before {MIN_TIMESTAMP_MS} (0001-01-01)",
-            t.start_ms, t.max_disorder_ms
-        ));
+        return Err(DatagenTimeError::DisorderBeforeMin { start_ms: t.start_ms, max_disorder_ms: t.max_disorder_ms });
     }
     if let Some(count) = count.filter(|c| *c > 0) {
         let longest = count.div_ceil(u64::from(splits));
         let last = i128::from(t.start_ms) + i128::from(longest - 1) * i128::from(t.step_ms);
         let last = i64::try_from(last).unwrap_or(i64::MAX);
-        check_event_time(last).map_err(|e| {
-            format!(
-                "the last of {longest} records of a split, {} ms apart from start_ms {}: {e}",
-                t.step_ms, t.start_ms
-            )
+        check_event_time(last).map_err(|source| DatagenTimeError::Last {
+            records: longest,
+            step_ms: t.step_ms,
+            start_ms: t.start_ms,
+            source,
         })?;
     }
     Ok(())
@@ -104,7 +133,7 @@ impl DatagenConfig {
         let splits = check_splits(r.u64("splits")?.unwrap_or(128))?;
         let count = r.u64("count")?;
         if let Some(t) = &event_time {
-            check_event_time_range(t, count, splits).map_err(|e| field_err("event_time", e))?;
+            check_event_time_range(t, count, splits).map_err(|e| field_err("event_time", e.to_string()))?;
         }
         Ok(DatagenConfig {
             count,

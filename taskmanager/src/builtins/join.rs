@@ -121,7 +121,7 @@ impl JoinConfig {
             None => joined,
             Some(items) => select_output(items, &joined, false)?,
         };
-        weir_common::schema::validate_columns(&out).map_err(|e| field_err("select", e))?;
+        weir_common::schema::validate_columns(&out).map_err(|e| field_err("select", e.to_string()))?;
         Ok(out)
     }
 }

@@ -72,7 +72,7 @@ impl OverConfig {
         }
         let mut out = own_columns(input);
         out.extend(aggregate_columns(&self.aggregates, input)?);
-        weir_common::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e))?;
+        weir_common::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e.to_string()))?;
         Ok(out)
     }
 }

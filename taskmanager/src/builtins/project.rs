@@ -96,7 +96,7 @@ impl ProjectConfig {
             out.push(weir_common::schema::key_column());
         }
         out.extend(select_output(&self.select, input, self.key.is_some())?);
-        weir_common::schema::validate_columns(&out).map_err(|e| field_err("select", e))?;
+        weir_common::schema::validate_columns(&out).map_err(|e| field_err("select", e.to_string()))?;
         Ok(out)
     }
 }

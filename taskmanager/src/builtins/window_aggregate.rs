@@ -18,7 +18,7 @@ use crate::window::config::{
     LateRecords, WindowAggregate as Aggregate, WindowAggregateConfig, WindowShape, WindowTrigger,
 };
 use crate::window::contents::{fire_combined, Aggregating, Contents, WindowAggregator};
-use crate::window::operator::{WindowOperator, SESSIONS_STATE, TRIGGER_STATE};
+use crate::window::operator::{WindowOperator, WindowingError, SESSIONS_STATE, TRIGGER_STATE};
 use crate::window::slicing::Slicing;
 use crate::window::trigger::Trigger;
 use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Float64Builder, Int64Builder, TimestampMillisecondBuilder};
@@ -132,7 +132,7 @@ fn window_kind(cfg: &WindowAggregateConfig) -> WindowKind {
 /// The window operator of a `window-aggregate` config: [`Accumulators`] for windows fired by event time, a
 /// [`BuiltinAggregator`] per window otherwise. A global window fired by a count is emptied each time (Flink's
 /// `countWindow`); other windows keep accumulating until purged.
-pub fn window_aggregate(cfg: WindowAggregateConfig) -> Result<Box<dyn Operator>, String> {
+pub fn window_aggregate(cfg: WindowAggregateConfig) -> Result<Box<dyn Operator>, WindowingError> {
     fn boxed<C: Contents + 'static>(op: WindowOperator<C>, side: bool) -> Box<dyn Operator> {
         Box::new(if side { op.with_late_side_output() } else { op })
     }
@@ -1049,7 +1049,7 @@ mod tests {
             false,
             Aggregating::new(BuiltinAggregator::new(cfg.clone())),
         )
-        .map_err(TestCaseError::fail)?;
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
         let (mut general, mut general_late) =
             run_op_with_late(Box::new(general.with_late_side_output()), backend, events);
         general.sort();
@@ -1061,7 +1061,7 @@ mod tests {
             false,
             Listing::new(Elements { agg, rows: WindowRows::new(agg) }),
         )
-        .map_err(TestCaseError::fail)?;
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
         let (mut listed, listed_late) = run_op_with_late(Box::new(listed), backend, events);
         listed.sort();
         got.sort();

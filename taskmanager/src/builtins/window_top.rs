@@ -45,7 +45,7 @@ impl WindowTopConfig {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         let window: WindowSpec =
             r.nested("window", "a window, { tumbling_ms: N }")?.ok_or_else(|| field_err("window", "is required"))?;
-        let size_ms = match window.shape().map_err(|e| field_err("window", e))? {
+        let size_ms = match window.shape().map_err(|e| field_err("window", e.to_string()))? {
             WindowShape::Tumbling { size_ms } if window.offset_ms == 0 => size_ms,
             _ => {
                 return Err(field_err(

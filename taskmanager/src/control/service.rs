@@ -347,7 +347,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
                 return Err(Status::already_exists("this subtask is already deployed for this or a newer attempt"));
             }
             tracing::info!(job_id = %desc.job_id, attempt, vertex = desc.vertex.0, subtask = desc.subtask.0, "deploying task");
-            let handle = task::spawn(desc, tm.env.clone()).map_err(Status::internal)?;
+            let handle = task::spawn(desc, tm.env.clone()).map_err(|e| Status::internal(e.to_string()))?;
             tasks.insert(key, handle);
         }
         Ok(Response::new(pb::DeployTaskResponse {}))

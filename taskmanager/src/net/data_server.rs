@@ -11,6 +11,32 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
+/// A data connection that could not be secured: its TLS handshake or the cluster secret failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DataSecurityError {
+    /// The TLS handshake failed.
+    #[error("TLS handshake: {0}")]
+    Handshake(#[source] std::io::Error),
+    /// The peer's address is not a name TLS can verify.
+    #[error("TLS server name {host:?}: {source}")]
+    ServerName {
+        /// The host part of the address.
+        host: String,
+        /// Why it is not a server name.
+        #[source]
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    /// The producer offered another secret.
+    #[error("wrong cluster secret")]
+    WrongSecret,
+    /// The producer's first frame was not the secret.
+    #[error("no cluster secret")]
+    NoSecret,
+    /// The secret could not be sent.
+    #[error("sending the cluster secret: {0}")]
+    SendSecret(#[source] std::io::Error),
+}
+
 /// How data connections are secured: TLS with member certificates both ways, or the cluster secret as the
 /// producer's first frame, or nothing (the embedded local default).
 #[derive(Clone, Default)]
@@ -35,29 +61,29 @@ impl DataSecurity {
     }
 
     /// The consumer's side: a TLS handshake (the peer must present a member certificate) or the secret.
-    async fn accept(&self, tcp: TcpStream) -> Result<DataStream, String> {
+    async fn accept(&self, tcp: TcpStream) -> Result<DataStream, DataSecurityError> {
         let mut stream: DataStream = match &self.tls {
-            Some((acceptor, _)) => Box::new(acceptor.accept(tcp).await.map_err(|e| format!("TLS handshake: {e}"))?),
+            Some((acceptor, _)) => Box::new(acceptor.accept(tcp).await.map_err(DataSecurityError::Handshake)?),
             None => Box::new(tcp),
         };
         if let Some(secret) = &self.secret {
             match read_raw(&mut stream, "cluster secret", MAX_HANDSHAKE).await {
                 Ok(Some((T_AUTH, offered))) if secret.matches(&offered) => {}
-                Ok(Some((T_AUTH, _))) => return Err("wrong cluster secret".into()),
-                _ => return Err("no cluster secret".into()),
+                Ok(Some((T_AUTH, _))) => return Err(DataSecurityError::WrongSecret),
+                _ => return Err(DataSecurityError::NoSecret),
             }
         }
         Ok(stream)
     }
 
     /// The producer's side.
-    pub(super) async fn connect(&self, tcp: TcpStream, addr: &str) -> Result<DataStream, String> {
+    pub(super) async fn connect(&self, tcp: TcpStream, addr: &str) -> Result<DataStream, DataSecurityError> {
         let mut stream: DataStream = match &self.tls {
             Some((_, connector)) => {
                 let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr).trim_matches(['[', ']']);
                 let name = rustls::pki_types::ServerName::try_from(host.to_string())
-                    .map_err(|e| format!("TLS server name {host:?}: {e}"))?;
-                Box::new(connector.connect(name, tcp).await.map_err(|e| format!("TLS handshake: {e}"))?)
+                    .map_err(|source| DataSecurityError::ServerName { host: host.to_string(), source })?;
+                Box::new(connector.connect(name, tcp).await.map_err(DataSecurityError::Handshake)?)
             }
             None => Box::new(tcp),
         };
@@ -66,7 +92,7 @@ impl DataSecurity {
             begin_frame(&mut frame, T_AUTH);
             frame.extend_from_slice(secret.expose().as_bytes());
             finish_frame(&mut frame);
-            stream.write_all(&frame).await.map_err(|e| format!("sending the cluster secret: {e}"))?;
+            stream.write_all(&frame).await.map_err(DataSecurityError::SendSecret)?;
         }
         Ok(stream)
     }

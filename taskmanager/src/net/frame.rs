@@ -98,16 +98,68 @@ pub enum NetError {
         /// Why it failed.
         reason: String,
     },
+    /// A frame that does not decode.
+    #[error("data connection {context}: {source}: protocol error")]
+    Frame {
+        /// Which connection.
+        context: String,
+        /// What is wrong with the frame.
+        #[source]
+        source: FrameError,
+    },
     /// The task was canceled while it waited to send.
     #[error("canceled")]
     Canceled,
+}
+
+/// A frame or handshake whose payload does not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The handshake is not a `DataHandshake`.
+    #[error("bad handshake: {0}")]
+    Handshake(#[source] prost::DecodeError),
+    /// A batch frame claiming more than [`MAX_BATCH_ROWS`] rows.
+    #[error("batch frame claims {count} rows in {body} bytes")]
+    TooManyRows {
+        /// Rows claimed.
+        count: u32,
+        /// Bytes of IPC messages that follow.
+        body: usize,
+    },
+    /// A barrier's savepoint target is not a `SavepointTarget`.
+    #[error("barrier with a bad savepoint target: {0}")]
+    SavepointTargetUndecodable(#[source] prost::DecodeError),
+    /// A barrier's savepoint target that this version cannot use (an unknown format, say).
+    #[error("barrier with a bad savepoint target: {0}")]
+    SavepointTarget(#[source] weir_common::checkpoint::MetadataError),
+    /// A watermark status other than active (0) or idle (1).
+    #[error("watermark status {0}")]
+    WatermarkStatus(u8),
+    /// A known frame type with a payload of the wrong size.
+    #[error("frame of type {kind} with a payload of {len} bytes")]
+    PayloadSize {
+        /// The frame type.
+        kind: u8,
+        /// The payload's size.
+        len: usize,
+    },
+    /// An unknown frame type.
+    #[error("bad frame type {0}")]
+    UnknownType(u8),
 }
 
 impl NetError {
     /// Whether the error is what a peer's failure looks like from here: its connection broke, went silent or
     /// never came (a task that fails closes its channels, and its neighbours fail with one of these).
     pub fn is_peer_failure(&self) -> bool {
-        matches!(self, NetError::Io { .. } | NetError::Lost { .. } | NetError::Timeout { .. } | NetError::Protocol(_))
+        matches!(
+            self,
+            NetError::Io { .. }
+                | NetError::Lost { .. }
+                | NetError::Timeout { .. }
+                | NetError::Protocol(_)
+                | NetError::Frame { .. }
+        )
     }
 }
 
@@ -219,8 +271,8 @@ pub(super) fn handshake_frame(hs: &Handshake) -> Vec<u8> {
 }
 
 /// Decodes a handshake frame's payload.
-pub(super) fn decode_handshake(payload: &[u8]) -> Result<Handshake, String> {
-    let hs = weir_proto::DataHandshake::decode(payload).map_err(|e| format!("bad handshake: {e}"))?;
+pub(super) fn decode_handshake(payload: &[u8]) -> Result<Handshake, FrameError> {
+    let hs = weir_proto::DataHandshake::decode(payload).map_err(FrameError::Handshake)?;
     Ok(Handshake {
         to: ChannelKey { job_id: hs.job_id, attempt: hs.attempt, vertex: hs.vertex, subtask: hs.subtask },
         from_vertex: hs.from_vertex,
@@ -245,7 +297,7 @@ impl From<&Handshake> for weir_proto::DataHandshake {
 
 /// Decodes a frame's payload. Every frame has an exact size, but a batch, whose row count is bounded by
 /// [`MAX_BATCH_ROWS`] here and checked against its bytes when its IPC messages are decoded.
-pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, String> {
+pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, FrameError> {
     // The match arms fix the slice lengths these are called with.
     let le_u32 = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     let le_u64 = |b: &[u8]| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
@@ -254,7 +306,7 @@ pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, Stri
             let count = le_u32(&payload[..4]);
             let body = n - 4;
             if count > MAX_BATCH_ROWS {
-                return Err(format!("batch frame claims {count} rows in {body} bytes"));
+                return Err(FrameError::TooManyRows { count, body });
             }
             payload.drain(..4);
             Ok(Frame::Batch { count, body: payload })
@@ -264,9 +316,9 @@ pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, Stri
                 16 => None,
                 _ => {
                     let target = weir_proto::SavepointTarget::decode(&payload[16..])
-                        .map_err(|e| format!("barrier with a bad savepoint target: {e}"))?;
+                        .map_err(FrameError::SavepointTargetUndecodable)?;
                     let target = weir_common::checkpoint::SavepointTarget::try_from(target)
-                        .map_err(|e| format!("barrier with a bad savepoint target: {e}"))?;
+                        .map_err(FrameError::SavepointTarget)?;
                     Some(Box::new(target))
                 }
             };
@@ -282,12 +334,12 @@ pub(super) fn decode_frame(kind: u8, mut payload: Vec<u8>) -> Result<Frame, Stri
         (T_WATERMARK_STATUS, 1) => match payload[0] {
             0 => Ok(Frame::WatermarkStatus(crate::time::WatermarkStatus::Active)),
             1 => Ok(Frame::WatermarkStatus(crate::time::WatermarkStatus::Idle)),
-            s => Err(format!("watermark status {s}")),
+            s => Err(FrameError::WatermarkStatus(s)),
         },
         (T_BATCH | T_BARRIER | T_END | T_CREDIT | T_WATERMARK | T_WATERMARK_STATUS, n) => {
-            Err(format!("frame of type {kind} with a payload of {n} bytes"))
+            Err(FrameError::PayloadSize { kind, len: n })
         }
-        _ => Err(format!("bad frame type {kind}")),
+        _ => Err(FrameError::UnknownType(kind)),
     }
 }
 
@@ -329,7 +381,7 @@ pub async fn read_frame(r: &mut (impl AsyncRead + Unpin), ctx: &str) -> Result<O
     match read_raw(r, ctx, MAX_FRAME).await? {
         None => Ok(None),
         Some((kind, payload)) => {
-            decode_frame(kind, payload).map(Some).map_err(|e| NetError::Protocol(format!("{ctx}: {e}")))
+            decode_frame(kind, payload).map(Some).map_err(|source| NetError::Frame { context: ctx.to_string(), source })
         }
     }
 }

@@ -177,7 +177,7 @@ mod tests {
         let mut bad = frame[5..21].to_vec();
         prost::Message::encode(&weir_proto::SavepointTarget { url: "u".into(), format: 17, stop: false }, &mut bad)
             .unwrap();
-        let e = decode_frame(T_BARRIER, bad).unwrap_err();
+        let e = decode_frame(T_BARRIER, bad).unwrap_err().to_string();
         assert!(e.contains("bad savepoint target"), "{e}");
     }
 

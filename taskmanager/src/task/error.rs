@@ -17,6 +17,10 @@ pub(crate) enum TaskError {
     Store(#[from] weir_common::store::StoreError),
     #[error(transparent)]
     Restore(#[from] crate::task::restore::RestoreError),
+    #[error("source {uid:?}: {source}")]
+    EventTime { uid: String, source: weir_common::watermarks::EventTimeOutOfRange },
+    #[error(transparent)]
+    SplitRuns(#[from] super::event_time::SplitRunsError),
     #[error("canceled")]
     Canceled,
     #[error("{0}")]

@@ -7,10 +7,27 @@ use crate::time::generator::{SourceWatermarks, WatermarkStrategy};
 use crate::time::WatermarkOutput;
 use arrow_array::Array;
 use std::time::{Duration, Instant};
+use weir_common::watermarks::EventTimeOutOfRange;
+
+/// A source's poll whose runs of splits do not match its records or its declared splits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SplitRunsError {
+    /// Records of a split beyond the declared ones.
+    #[error("the source emitted records of split {split}, but declared {splits} splits")]
+    Undeclared {
+        /// The split the records came from.
+        split: usize,
+        /// How many splits the source declared.
+        splits: usize,
+    },
+    /// Runs covering more rows than the chunk has.
+    #[error("the source's runs of splits overrun its records")]
+    Overrun,
+}
 
 /// Why a batch a source emitted carries an event time outside `weir_common::watermarks::check_event_time`'s range,
 /// if one does: every derived time (window bounds, timers, watermarks) stays far from `i64`'s ends after this.
-pub(super) fn check_event_times(batch: &arrow_array::RecordBatch) -> Result<(), String> {
+pub(super) fn check_event_times(batch: &arrow_array::RecordBatch) -> Result<(), EventTimeOutOfRange> {
     let Some(times) = event_times(batch) else { return Ok(()) };
     for t in [arrow_arith::aggregate::min(times), arrow_arith::aggregate::max(times)].into_iter().flatten() {
         weir_common::watermarks::check_event_time(t)?;
@@ -50,7 +67,7 @@ impl SourceTime {
         &mut self,
         chunks: &[SourceChunk],
         finished: impl IntoIterator<Item = u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), SplitRunsError> {
         let splits = self.watermarks.splits();
         for chunk in chunks {
             let times = event_times(&chunk.batch);
@@ -58,10 +75,10 @@ impl SourceTime {
             for &(split, n) in &chunk.runs {
                 let (split, n) = (split as usize, n as usize);
                 if split >= splits {
-                    return Err(format!("the source emitted records of split {split}, but declared {splits} splits"));
+                    return Err(SplitRunsError::Undeclared { split, splits });
                 }
                 if at + n > chunk.batch.num_rows() {
-                    return Err("the source's runs of splits overrun its records".into());
+                    return Err(SplitRunsError::Overrun);
                 }
                 if let Some(times) = times {
                     for i in (at..at + n).filter(|i| times.is_valid(*i)) {
@@ -139,7 +156,7 @@ mod tests {
         assert_eq!(time.watermarks.on_periodic_emit(1).watermark, Some(289), "a finished split lets go");
         time.observe(&[], [1]).unwrap();
         assert_eq!(time.watermarks.on_periodic_emit(2).watermark, Some(MAX_WATERMARK));
-        let e = time.observe(&[chunk(&records[..1], &[(2, 1)])], []).unwrap_err();
+        let e = time.observe(&[chunk(&records[..1], &[(2, 1)])], []).unwrap_err().to_string();
         assert!(e.contains("split 2") && e.contains("2 splits"), "{e}");
         assert!(time.observe(&[chunk(&records[..1], &[(0, 2)])], []).is_err(), "runs longer than the records");
     }
@@ -151,7 +168,7 @@ mod tests {
         check_event_times(&ok.batch).unwrap();
         for t in [i64::MIN, MIN_TIMESTAMP_MS - 1, MAX_TIMESTAMP_MS + 1, i64::MAX] {
             let bad = chunk(&[Some(0), Some(t)], &[(0, 2)]);
-            let e = check_event_times(&bad.batch).unwrap_err();
+            let e = check_event_times(&bad.batch).unwrap_err().to_string();
             assert!(e.contains(&t.to_string()) && e.contains("9999-12-31"), "{e}");
         }
     }

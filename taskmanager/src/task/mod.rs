@@ -143,22 +143,23 @@ fn unless_canceled<T, E: Into<TaskError>>(
 /// Rust thread). Only the pages a task touches are ever committed.
 pub const TASK_STACK_BYTES: usize = 8 << 20;
 
+/// A task whose thread could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start task thread: {0}")]
+pub struct SpawnError(#[from] std::io::Error);
+
 /// Starts a task on its own thread.
-pub fn spawn(desc: TaskDescriptor, env: Arc<TaskEnv>) -> Result<TaskHandle, String> {
+pub fn spawn(desc: TaskDescriptor, env: Arc<TaskEnv>) -> Result<TaskHandle, SpawnError> {
     let (tx, rx) = mpsc::channel(256);
     let (done_tx, done_rx) = watch::channel(false);
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let attempt = desc.attempt.0;
     let name = format!("task-{}-{}", desc.vertex.0, desc.subtask.0);
     let events = tx.clone();
-    std::thread::Builder::new()
-        .name(name)
-        .stack_size(TASK_STACK_BYTES)
-        .spawn(move || {
-            run(desc, env, rx, events, cancel_rx);
-            let _ = done_tx.send(true);
-        })
-        .map_err(|e| format!("cannot start task thread: {e}"))?;
+    std::thread::Builder::new().name(name).stack_size(TASK_STACK_BYTES).spawn(move || {
+        run(desc, env, rx, events, cancel_rx);
+        let _ = done_tx.send(true);
+    })?;
     Ok(TaskHandle { attempt, events: tx, done: done_rx, cancel: cancel_tx })
 }
 
@@ -364,11 +365,11 @@ impl Task {
             let (chunks, finished) = batch.take();
             for chunk in &chunks {
                 event_time::check_event_times(&chunk.batch)
-                    .map_err(|e| TaskError::Other(format!("source {:?}: {e}", self.ops[0].info.uid)))?;
+                    .map_err(|source| TaskError::EventTime { uid: self.ops[0].info.uid.clone(), source })?;
             }
             if let (Some(time), Head::Source(s)) = (&mut self.source_time, &self.ops[0].head) {
                 time.grow_to(s.splits() as usize);
-                time.observe(&chunks, finished).map_err(TaskError::Other)?;
+                time.observe(&chunks, finished)?;
             } else {
                 drop(finished);
             }

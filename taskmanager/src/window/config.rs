@@ -67,46 +67,102 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
+/// A [`WindowSpec`] that names no shape, several, or one out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowSpecError {
+    /// A size, slide or gap of 0.
+    #[error("{field} must be positive")]
+    NotPositive {
+        /// The field.
+        field: &'static str,
+    },
+    /// A size, slide or gap over a year.
+    #[error("{field} of {ms} ms is over a year: a unit mistake?")]
+    OverAYear {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        ms: u64,
+    },
+    /// `global: true` beside another shape's field.
+    #[error("global: true takes no other window field")]
+    GlobalWithOthers,
+    /// Sliding windows that would leave gaps.
+    #[error("slide_ms {slide_ms} is longer than sliding_ms {size_ms}: records would fall between windows")]
+    SlideLongerThanSize {
+        /// The window's length.
+        size_ms: u64,
+        /// Its slide.
+        slide_ms: u64,
+    },
+    /// Sliding windows kept in more than [`MAX_SLICES_PER_WINDOW`] slices.
+    #[error(
+        "a window of sliding_ms {size_ms} that slides by slide_ms {slide_ms} is kept as {slices} \
+         slices of {slice_ms} ms each (sliding_ms / gcd(sliding_ms, slide_ms)), and every firing combines \
+         them all: at most {MAX_SLICES_PER_WINDOW} slices per window (make slide_ms divide \
+         sliding_ms, or slide further)"
+    )]
+    TooManySlices {
+        /// The window's length.
+        size_ms: u64,
+        /// Its slide.
+        slide_ms: u64,
+        /// Slices per window.
+        slices: u64,
+        /// A slice's length (the gcd of size and slide).
+        slice_ms: u64,
+    },
+    /// `sliding_ms` alone.
+    #[error("sliding_ms needs slide_ms")]
+    SlidingWithoutSlide,
+    /// No shape, or fields of several.
+    #[error(
+        "expected exactly one of {{ tumbling_ms }}, {{ sliding_ms, slide_ms }}, {{ session_gap_ms }} or \
+         {{ global: true }}"
+    )]
+    NotExactlyOne,
+    /// An offset for windows that have no period.
+    #[error("session and global windows take no offset_ms")]
+    OffsetWithoutPeriod,
+    /// An offset of a period or more.
+    #[error("offset_ms {offset_ms} must be smaller than the window's period {period_ms} ms")]
+    OffsetTooLarge {
+        /// The offset.
+        offset_ms: i64,
+        /// The windows' period (size of tumbling windows, slide of sliding ones).
+        period_ms: u64,
+    },
+}
+
 impl WindowSpec {
     /// The shape, or why the spec names none or several.
-    pub fn shape(&self) -> Result<WindowShape, String> {
-        let positive = |what: &str, v: u64| -> Result<u64, String> {
+    pub fn shape(&self) -> Result<WindowShape, WindowSpecError> {
+        let positive = |field: &'static str, v: u64| -> Result<u64, WindowSpecError> {
             match v {
-                0 => Err(format!("{what} must be positive")),
-                v if v > MAX_WINDOW_MS => Err(format!("{what} of {v} ms is over a year: a unit mistake?")),
+                0 => Err(WindowSpecError::NotPositive { field }),
+                v if v > MAX_WINDOW_MS => Err(WindowSpecError::OverAYear { field, ms: v }),
                 v => Ok(v),
             }
         };
         let shape = match (self.tumbling_ms, self.sliding_ms, self.slide_ms, self.session_gap_ms) {
             (None, None, None, None) if self.global => WindowShape::Global,
-            _ if self.global => return Err("global: true takes no other window field".into()),
+            _ if self.global => return Err(WindowSpecError::GlobalWithOthers),
             (Some(t), None, None, None) => WindowShape::Tumbling { size_ms: positive("tumbling_ms", t)? },
             (None, Some(size), Some(slide), None) => {
                 let (size_ms, slide_ms) = (positive("sliding_ms", size)?, positive("slide_ms", slide)?);
                 if slide_ms > size_ms {
-                    return Err(format!(
-                        "slide_ms {slide_ms} is longer than sliding_ms {size_ms}: records would fall between windows"
-                    ));
+                    return Err(WindowSpecError::SlideLongerThanSize { size_ms, slide_ms });
                 }
-                let slices = size_ms / gcd(size_ms, slide_ms);
+                let slice_ms = gcd(size_ms, slide_ms);
+                let slices = size_ms / slice_ms;
                 if slices > MAX_SLICES_PER_WINDOW {
-                    return Err(format!(
-                        "a window of sliding_ms {size_ms} that slides by slide_ms {slide_ms} is kept as {slices} \
-                         slices of {} ms each (sliding_ms / gcd(sliding_ms, slide_ms)), and every firing combines \
-                         them all: at most {MAX_SLICES_PER_WINDOW} slices per window (make slide_ms divide \
-                         sliding_ms, or slide further)",
-                        gcd(size_ms, slide_ms)
-                    ));
+                    return Err(WindowSpecError::TooManySlices { size_ms, slide_ms, slices, slice_ms });
                 }
                 WindowShape::Sliding { size_ms, slide_ms }
             }
-            (None, Some(_), None, None) => return Err("sliding_ms needs slide_ms".into()),
+            (None, Some(_), None, None) => return Err(WindowSpecError::SlidingWithoutSlide),
             (None, None, None, Some(g)) => WindowShape::Session { gap_ms: positive("session_gap_ms", g)? },
-            _ => {
-                return Err("expected exactly one of { tumbling_ms }, { sliding_ms, slide_ms }, { session_gap_ms } or \
-                     { global: true }"
-                    .into())
-            }
+            _ => return Err(WindowSpecError::NotExactlyOne),
         };
         let period = match shape {
             WindowShape::Tumbling { size_ms } => Some(size_ms),
@@ -114,9 +170,9 @@ impl WindowSpec {
             WindowShape::Session { .. } | WindowShape::Global => None,
         };
         match period {
-            None if self.offset_ms != 0 => Err("session and global windows take no offset_ms".into()),
+            None if self.offset_ms != 0 => Err(WindowSpecError::OffsetWithoutPeriod),
             Some(p) if self.offset_ms.unsigned_abs() >= p => {
-                Err(format!("offset_ms {} must be smaller than the window's period {p} ms", self.offset_ms))
+                Err(WindowSpecError::OffsetTooLarge { offset_ms: self.offset_ms, period_ms: p })
             }
             _ => Ok(shape),
         }
@@ -198,26 +254,49 @@ struct TriggerMap {
     continuous_event_time_ms: Option<u64>,
 }
 
+/// The shapes `trigger` may take, as messages list them.
+const TRIGGER_SHAPES: &str = "event-time, processing-time, { count: N } or { continuous_event_time_ms: I }";
+
+/// A `trigger` that is none of [`TRIGGER_SHAPES`], or one out of range.
+#[derive(Debug, thiserror::Error)]
+enum TriggerError {
+    /// A map that is not one of the trigger maps.
+    #[error("expected {TRIGGER_SHAPES}: {0}")]
+    NotATriggerMap(#[source] serde_json::Error),
+    /// `{ count: 0 }`.
+    #[error("count must be positive")]
+    CountNotPositive,
+    /// `{ continuous_event_time_ms: 0 }`.
+    #[error("continuous_event_time_ms must be positive")]
+    IntervalNotPositive,
+    /// An interval over a year.
+    #[error("continuous_event_time_ms of {0} ms is over a year: a unit mistake?")]
+    IntervalOverAYear(u64),
+    /// A map with neither field or both.
+    #[error("expected {TRIGGER_SHAPES}")]
+    NeitherOrBoth,
+    /// Text that names no trigger (as written).
+    #[error("expected {TRIGGER_SHAPES}, got {}", weir_common::text::echo(.0))]
+    Unknown(String),
+}
+
 /// Parses `trigger`: `event-time`, `processing-time`, `{ count: N }` or `{ continuous_event_time_ms: I }`.
-fn parse_trigger(text: &str) -> Result<WindowTrigger, String> {
-    let shape = "event-time, processing-time, { count: N } or { continuous_event_time_ms: I }";
+fn parse_trigger(text: &str) -> Result<WindowTrigger, TriggerError> {
     match text.trim() {
         "event-time" => Ok(WindowTrigger::EventTime),
         "processing-time" => Ok(WindowTrigger::ProcessingTime),
         t if t.starts_with('{') => {
-            let m: TriggerMap = serde_json::from_str(t).map_err(|e| format!("expected {shape}: {e}"))?;
+            let m: TriggerMap = serde_json::from_str(t).map_err(TriggerError::NotATriggerMap)?;
             match (m.count, m.continuous_event_time_ms) {
-                (Some(0), None) => Err("count must be positive".into()),
+                (Some(0), None) => Err(TriggerError::CountNotPositive),
                 (Some(n), None) => Ok(WindowTrigger::Count(n)),
-                (None, Some(0)) => Err("continuous_event_time_ms must be positive".into()),
-                (None, Some(i)) if i > MAX_WINDOW_MS => {
-                    Err(format!("continuous_event_time_ms of {i} ms is over a year: a unit mistake?"))
-                }
+                (None, Some(0)) => Err(TriggerError::IntervalNotPositive),
+                (None, Some(i)) if i > MAX_WINDOW_MS => Err(TriggerError::IntervalOverAYear(i)),
                 (None, Some(i)) => Ok(WindowTrigger::ContinuousEventTime(i)),
-                _ => Err(format!("expected {shape}")),
+                _ => Err(TriggerError::NeitherOrBoth),
             }
         }
-        other => Err(format!("expected {shape}, got {}", weir_common::text::echo(other))),
+        other => Err(TriggerError::Unknown(other.to_string())),
     }
 }
 
@@ -260,7 +339,7 @@ impl WindowAggregateConfig {
         let shape = "a map { tumbling_ms } | { sliding_ms, slide_ms } | { session_gap_ms } | { global: true }";
         let spec: WindowSpec =
             r.nested("window", shape)?.ok_or_else(|| field_err("window", format!("required: {shape}")))?;
-        let window = spec.shape().map_err(|e| field_err("window", e))?;
+        let window = spec.shape().map_err(|e| field_err("window", e.to_string()))?;
         let aggregate = match r.string("aggregate")?.as_deref().map(str::trim) {
             None | Some("count") => WindowAggregate::Count,
             Some("sum") => WindowAggregate::Sum,
@@ -290,7 +369,7 @@ impl WindowAggregateConfig {
         }
         let trigger = match r.string("trigger")? {
             None => WindowTrigger::EventTime,
-            Some(t) => parse_trigger(&t).map_err(|e| field_err("trigger", e))?,
+            Some(t) => parse_trigger(&t).map_err(|e| field_err("trigger", e.to_string()))?,
         };
         match (window, trigger) {
             (WindowShape::Global, WindowTrigger::EventTime | WindowTrigger::ProcessingTime)

@@ -18,6 +18,7 @@
 
 use crate::api::batch::{event_times, key_groups, keys, set_current_key_of_row};
 use crate::api::by_key::RowsByKey;
+use crate::api::kind::InvalidConfig;
 use crate::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
 use crate::api::timers::{TimeDomain, Timers};
 use crate::window::assign::{TimeWindow, WindowKind, GLOBAL};
@@ -157,15 +158,30 @@ fn window_timer_needed(open: &Sessions, at: i64, lateness: i64) -> bool {
     })
 }
 
+/// A window shape and trigger that cannot go together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WindowingError {
+    /// A global window fired by event or processing time, which never comes.
+    #[error("a global window never ends: fire it with a count or continuous trigger")]
+    GlobalNeverEnds,
+    /// Sliding windows asked to purge.
+    #[error("sliding windows share slices, so a firing cannot purge one window's contents")]
+    SlidingPurge,
+}
+
+impl From<WindowingError> for InvalidConfig {
+    fn from(e: WindowingError) -> Self {
+        InvalidConfig(e.to_string())
+    }
+}
+
 /// Why windows of this shape cannot have this setup.
-pub fn check_windowing(kind: WindowKind, trigger: Trigger, purge: bool) -> Result<(), String> {
+pub fn check_windowing(kind: WindowKind, trigger: Trigger, purge: bool) -> Result<(), WindowingError> {
     match (kind, trigger) {
         (WindowKind::Global, Trigger::EventTime | Trigger::ProcessingTime) => {
-            return Err("a global window never ends: fire it with a count or continuous trigger".into())
+            return Err(WindowingError::GlobalNeverEnds)
         }
-        (WindowKind::Sliding { .. }, _) if purge => {
-            return Err("sliding windows share slices, so a firing cannot purge one window's contents".into())
-        }
+        (WindowKind::Sliding { .. }, _) if purge => return Err(WindowingError::SlidingPurge),
         _ => {}
     }
     Ok(())
@@ -201,7 +217,13 @@ pub struct WindowOperator<C: Contents> {
 impl<C: Contents> WindowOperator<C> {
     /// Windows of `kind` fired by `trigger`, `lateness` ms of allowed lateness, contents `contents`; `purge`
     /// empties a window when it fires. Fails for combinations [`check_windowing`] refuses.
-    pub fn new(kind: WindowKind, trigger: Trigger, lateness: i64, purge: bool, contents: C) -> Result<Self, String> {
+    pub fn new(
+        kind: WindowKind,
+        trigger: Trigger,
+        lateness: i64,
+        purge: bool,
+        contents: C,
+    ) -> Result<Self, WindowingError> {
         check_windowing(kind, trigger, purge)?;
         let slicing = Slicing::new(kind, lateness);
         Ok(WindowOperator {

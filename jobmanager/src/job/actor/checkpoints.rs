@@ -183,7 +183,7 @@ impl JobActor {
         let metadata_path = match written.await {
             Ok(path) => path,
             Err(reason) => {
-                self.record_failed(pending, reason, true).await;
+                self.record_failed(pending, reason.to_string(), true).await;
                 return;
             }
         };
@@ -207,7 +207,7 @@ impl JobActor {
         next.retained.retain(|r| !gone.contains(&r.id));
         let dispose_claimed = next.release_initial();
         let recorded = match weir_common::fault::hit("checkpoint-after-metadata").await {
-            Ok(()) => self.persist_record(&next).await,
+            Ok(()) => self.persist_record(&next).await.map_err(|e| e.to_string()),
             Err(f) => Err(f.to_string()),
         };
         if let Err(e) = recorded {
@@ -257,7 +257,7 @@ impl JobActor {
         let options = self.shared.config.store_options();
         let written = write_metadata(MetadataTarget::Savepoint { url: &target.url, options: &options }, id, &meta);
         if let Err(reason) = written.await {
-            self.record_failed(pending, reason, true).await;
+            self.record_failed(pending, reason.to_string(), true).await;
             return;
         }
         let done = Completion::of(&pending, &meta, now_ms());

@@ -21,7 +21,7 @@ use crate::checkpoint::store::{
 };
 use crate::cluster::client::{is_connection_error, TmClient};
 use crate::cluster::registry::SlotTarget;
-use crate::error::JobRequestError;
+use crate::error::{JobRequestError, JobStoreError};
 use crate::job::context::Shared;
 use crate::job::deploy::{
     after_deploy_failure, after_restore_error, deploy_order, restore_notes, AfterDeployFailure, AfterRestoreError,
@@ -288,14 +288,14 @@ impl JobActor {
     }
 
     /// Writes the record to the job store; failures are logged and returned.
-    async fn persist(&self) -> Result<(), String> {
+    async fn persist(&self) -> Result<(), JobStoreError> {
         self.persist_record(&self.record).await
     }
 
     /// Writes `record` (this job's record or its next version) to the job store; failures are logged and
     /// returned.
-    async fn persist_record(&self, record: &JobRecord) -> Result<(), String> {
-        let result = self.shared.job_store.save(record).await.map_err(|e| e.to_string());
+    async fn persist_record(&self, record: &JobRecord) -> Result<(), JobStoreError> {
+        let result = self.shared.job_store.save(record).await;
         if let Err(error) = &result {
             error!(job_id = %self.record.id, %error, "cannot persist the job");
         }

@@ -148,17 +148,68 @@ fn take<'a>(v: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], &'static
     Ok(s)
 }
 
+/// A record value that is not an Avro body of the schema (the reason a malformed record carries).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AvroRecordError {
+    /// No Confluent header where one is expected.
+    #[error("not in Confluent's wire format (no zero magic byte and schema id)")]
+    NotConfluent,
+    /// A Confluent header naming another schema than the configured one.
+    #[error("written with schema id {found}, not {expected}")]
+    SchemaId {
+        /// The id the record carries.
+        found: u32,
+        /// The configured id.
+        expected: u32,
+    },
+    /// A field that does not read.
+    #[error("field {field:?}: {source}")]
+    Field {
+        /// The field.
+        field: String,
+        /// What is wrong with its bytes.
+        #[source]
+        source: AvroFieldError,
+    },
+    /// Bytes left over after the last field.
+    #[error("{0} bytes after the record")]
+    TrailingBytes(usize),
+}
+
+/// What is wrong with one field's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AvroFieldError {
+    /// The value ends early, or a varint runs on.
+    #[error("{0}")]
+    Malformed(&'static str),
+    /// A union branch other than the two of a union with null.
+    #[error("union branch {0} of a two-branch union")]
+    UnionBranch(i64),
+    /// A boolean byte other than 0 or 1.
+    #[error("boolean byte {0}")]
+    BooleanByte(u8),
+    /// An `int` outside 32 bits.
+    #[error("int {0} out of range")]
+    IntOutOfRange(i64),
+    /// A string or bytes of negative length.
+    #[error("negative length {0}")]
+    NegativeLength(i64),
+    /// A string that is not UTF-8.
+    #[error("a string that is not UTF-8")]
+    NotUtf8,
+}
+
 /// Where the Avro body of `v` starts, once its framing is checked.
-fn body_start(wire: AvroWire, v: &[u8]) -> Result<usize, String> {
+fn body_start(wire: AvroWire, v: &[u8]) -> Result<usize, AvroRecordError> {
     match wire {
         AvroWire::Plain => Ok(0),
         AvroWire::Confluent(id) => {
             if v.len() < CONFLUENT_HEADER || v[0] != 0 {
-                return Err("not in Confluent's wire format (no zero magic byte and schema id)".into());
+                return Err(AvroRecordError::NotConfluent);
             }
             let found = u32::from_be_bytes([v[1], v[2], v[3], v[4]]);
             match id {
-                Some(id) if id != found => Err(format!("written with schema id {found}, not {id}")),
+                Some(id) if id != found => Err(AvroRecordError::SchemaId { found, expected: id }),
                 _ => Ok(CONFLUENT_HEADER),
             }
         }
@@ -166,50 +217,51 @@ fn body_start(wire: AvroWire, v: &[u8]) -> Result<usize, String> {
 }
 
 /// Reads one record's fields into `slots`.
-fn read_record(fields: &[AvroField], wire: AvroWire, v: &[u8], slots: &mut Vec<Slot>) -> Result<(), String> {
+fn read_record(fields: &[AvroField], wire: AvroWire, v: &[u8], slots: &mut Vec<Slot>) -> Result<(), AvroRecordError> {
     slots.clear();
     let mut pos = body_start(wire, v)?;
     for f in fields {
-        let why = |e: &str| format!("field {:?}: {e}", f.name);
+        let why = |e: AvroFieldError| AvroRecordError::Field { field: f.name.clone(), source: e };
+        let malformed = |e: &'static str| why(AvroFieldError::Malformed(e));
         if let Some(null) = f.null_branch {
-            match read_long(v, &mut pos).map_err(why)? {
+            match read_long(v, &mut pos).map_err(malformed)? {
                 b if b == i64::from(null) => {
                     slots.push(Slot::Null);
                     continue;
                 }
                 b if b == 1 - i64::from(null) => {}
-                b => return Err(why(&format!("union branch {b} of a two-branch union"))),
+                b => return Err(why(AvroFieldError::UnionBranch(b))),
             }
         }
         let slot = match f.kind {
-            AvroKind::Boolean => match take(v, &mut pos, 1).map_err(why)?[0] {
+            AvroKind::Boolean => match take(v, &mut pos, 1).map_err(malformed)?[0] {
                 0 => Slot::Bool(false),
                 1 => Slot::Bool(true),
-                b => return Err(why(&format!("boolean byte {b}"))),
+                b => return Err(why(AvroFieldError::BooleanByte(b))),
             },
             AvroKind::Int => {
-                let n = read_long(v, &mut pos).map_err(why)?;
+                let n = read_long(v, &mut pos).map_err(malformed)?;
                 if i32::try_from(n).is_err() {
-                    return Err(why(&format!("int {n} out of range")));
+                    return Err(why(AvroFieldError::IntOutOfRange(n)));
                 }
                 Slot::Long(n)
             }
-            AvroKind::Long | AvroKind::TimestampMillis => Slot::Long(read_long(v, &mut pos).map_err(why)?),
+            AvroKind::Long | AvroKind::TimestampMillis => Slot::Long(read_long(v, &mut pos).map_err(malformed)?),
             AvroKind::Float => {
-                let b = take(v, &mut pos, 4).map_err(why)?;
+                let b = take(v, &mut pos, 4).map_err(malformed)?;
                 Slot::Float(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             }
             AvroKind::Double => {
-                let b = take(v, &mut pos, 8).map_err(why)?;
+                let b = take(v, &mut pos, 8).map_err(malformed)?;
                 Slot::Double(f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
             }
             AvroKind::String | AvroKind::Bytes => {
-                let n = read_long(v, &mut pos).map_err(why)?;
-                let n = usize::try_from(n).map_err(|_| why(&format!("negative length {n}")))?;
+                let n = read_long(v, &mut pos).map_err(malformed)?;
+                let n = usize::try_from(n).map_err(|_| why(AvroFieldError::NegativeLength(n)))?;
                 let start = pos;
-                let s = take(v, &mut pos, n).map_err(why)?;
+                let s = take(v, &mut pos, n).map_err(malformed)?;
                 if f.kind == AvroKind::String && std::str::from_utf8(s).is_err() {
-                    return Err(why("a string that is not UTF-8"));
+                    return Err(why(AvroFieldError::NotUtf8));
                 }
                 Slot::Range(start, pos)
             }
@@ -217,7 +269,7 @@ fn read_record(fields: &[AvroField], wire: AvroWire, v: &[u8], slots: &mut Vec<S
         slots.push(slot);
     }
     if pos != v.len() {
-        return Err(format!("{} bytes after the record", v.len() - pos));
+        return Err(AvroRecordError::TrailingBytes(v.len() - pos));
     }
     Ok(())
 }
@@ -274,7 +326,8 @@ impl AvroRows {
                 }
             }
             Err(why) => {
-                self.bad.push((i, why));
+                // A malformed record's reason travels as text, to the job's error or a dead letter.
+                self.bad.push((i, why.to_string()));
                 self.bad_values.push(Some(v.to_vec()));
             }
         }
@@ -307,6 +360,32 @@ struct Written {
     name: String,
 }
 
+/// Rows that cannot be written as Avro bodies of the record schema.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AvroWriteError {
+    /// A field without a column of its name.
+    #[error("field {field:?} of the Avro schema has no column (the rows have {})", .columns.join(", "))]
+    NoColumn {
+        /// The field.
+        field: String,
+        /// The rows' columns.
+        columns: Vec<String>,
+    },
+    /// A field whose column is of another type than it is written from.
+    #[error("field {field:?} is Avro {kind:?}, written from a {} column, but the column is {found}", .kind.column_type())]
+    ColumnType {
+        /// The field.
+        field: String,
+        /// Its Avro type.
+        kind: AvroKind,
+        /// The column's Arrow type.
+        found: DataType,
+    },
+    /// A null in a field that is not a union with null.
+    #[error("field {0:?} is not nullable, and the row's value is null")]
+    NullInField(String),
+}
+
 /// Rows of one batch schema as Avro bodies of a record schema.
 pub struct AvroWriter {
     wire: AvroWire,
@@ -316,22 +395,17 @@ pub struct AvroWriter {
 impl AvroWriter {
     /// A writer of `schema`'s fields from rows of `batch`'s schema: every field needs a column of its name and
     /// type, or this says which does not have one.
-    pub fn new(schema: &AvroSchema, wire: AvroWire, batch: &RecordBatch) -> Result<AvroWriter, String> {
+    pub fn new(schema: &AvroSchema, wire: AvroWire, batch: &RecordBatch) -> Result<AvroWriter, AvroWriteError> {
         let s = batch.schema();
         let mut written = Vec::with_capacity(schema.fields.len());
         for f in &schema.fields {
-            let column = s.index_of(&f.name).map_err(|_| {
-                let names: Vec<&str> = s.fields().iter().map(|f| f.name().as_str()).collect();
-                format!("field {:?} of the Avro schema has no column (the rows have {})", f.name, names.join(", "))
+            let column = s.index_of(&f.name).map_err(|_| AvroWriteError::NoColumn {
+                field: f.name.clone(),
+                columns: s.fields().iter().map(|f| f.name().clone()).collect(),
             })?;
             let found = s.field(column).data_type();
             if *found != arrow_type(f.kind) {
-                return Err(format!(
-                    "field {:?} is Avro {:?}, written from a {} column, but the column is {found}",
-                    f.name,
-                    f.kind,
-                    f.kind.column_type()
-                ));
+                return Err(AvroWriteError::ColumnType { field: f.name.clone(), kind: f.kind, found: found.clone() });
             }
             written.push(Written { column, kind: f.kind, null_branch: f.null_branch, name: f.name.clone() });
         }
@@ -340,7 +414,7 @@ impl AvroWriter {
 
     /// Appends row `row` of `batch` to `out`, framed; a null in a field that is not a union with null is an
     /// error naming it.
-    pub fn write_row(&self, batch: &RecordBatch, row: usize, out: &mut Vec<u8>) -> Result<(), String> {
+    pub fn write_row(&self, batch: &RecordBatch, row: usize, out: &mut Vec<u8>) -> Result<(), AvroWriteError> {
         if let AvroWire::Confluent(id) = self.wire {
             out.push(0);
             out.extend_from_slice(&id.unwrap_or(0).to_be_bytes());
@@ -354,9 +428,7 @@ impl AvroWriter {
                     continue;
                 }
                 (Some(null), true) => write_long(1 - i64::from(null), out),
-                (None, false) => {
-                    return Err(format!("field {:?} is not nullable, and the row's value is null", w.name))
-                }
+                (None, false) => return Err(AvroWriteError::NullInField(w.name.clone())),
                 (None, true) => {}
             }
             write_value(col.as_ref(), w.kind, row, out);
@@ -536,16 +608,16 @@ mod tests {
         };
         let strings: ArrayRef = Arc::new(arrow_array::StringArray::from(vec!["x", "y"]));
         let ints: ArrayRef = Arc::new(arrow_array::Int32Array::from(vec![1, 2]));
-        let e = AvroWriter::new(&schema, AvroWire::Plain, &batch(ints)).err().unwrap();
+        let e = AvroWriter::new(&schema, AvroWire::Plain, &batch(ints)).err().unwrap().to_string();
         assert!(e.contains("field \"b\"") && e.contains("Int32"), "{e}");
         let only_a =
             RecordBatch::try_from_iter([("a", Arc::new(arrow_array::Int64Array::from(vec![1])) as ArrayRef)]).unwrap();
-        assert!(AvroWriter::new(&schema, AvroWire::Plain, &only_a).err().unwrap().contains("no column"));
+        assert!(AvroWriter::new(&schema, AvroWire::Plain, &only_a).err().unwrap().to_string().contains("no column"));
         let b = batch(strings);
         let w = AvroWriter::new(&schema, AvroWire::Confluent(Some(5)), &b).unwrap();
         let mut out = Vec::new();
         w.write_row(&b, 0, &mut out).unwrap();
         assert_eq!(out, [0, 0, 0, 0, 5, 2, 2, b'x']);
-        assert!(w.write_row(&b, 1, &mut out).unwrap_err().contains("field \"a\" is not nullable"));
+        assert!(w.write_row(&b, 1, &mut out).unwrap_err().to_string().contains("field \"a\" is not nullable"));
     }
 }

@@ -28,6 +28,28 @@ pub(super) fn arrow_type(t: &str) -> Option<DataType> {
     })
 }
 
+/// Columns JSON values cannot be read into, or a value that is not one object of them.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonRowsError {
+    /// A column of a type the JSON decoder does not read.
+    #[error("column {name:?}: type {data_type}")]
+    ColumnType {
+        /// The column.
+        name: String,
+        /// Its declared type.
+        data_type: String,
+    },
+    /// The JSON decoder refused the schema or the value.
+    #[error(transparent)]
+    Arrow(#[from] arrow_schema::ArrowError),
+    /// A record value holding several JSON values.
+    #[error("more than one JSON value")]
+    MoreThanOne,
+    /// A record value holding none.
+    #[error("no JSON value")]
+    NoValue,
+}
+
 /// What a poll's values decoded to.
 pub struct Decoded {
     /// The columns of the good records, in order.
@@ -48,10 +70,11 @@ pub struct JsonRows {
 
 impl JsonRows {
     /// Rows of `columns`.
-    pub fn new(columns: &[Column]) -> Result<Self, String> {
+    pub fn new(columns: &[Column]) -> Result<Self, JsonRowsError> {
         let mut fields = Vec::with_capacity(columns.len());
         for c in columns {
-            let t = arrow_type(&c.data_type).ok_or_else(|| format!("column {:?}: type {}", c.name, c.data_type))?;
+            let t = arrow_type(&c.data_type)
+                .ok_or_else(|| JsonRowsError::ColumnType { name: c.name.clone(), data_type: c.data_type.clone() })?;
             fields.push(Field::new(&c.name, t, c.nullable));
         }
         let schema = Arc::new(Schema::new(fields));
@@ -59,8 +82,8 @@ impl JsonRows {
         Ok(JsonRows { schema, decoder, buf: Vec::new(), ends: Vec::new() })
     }
 
-    fn decoder(schema: &SchemaRef) -> Result<Decoder, String> {
-        ReaderBuilder::new(schema.clone()).with_batch_size(MAX_ROWS).build_decoder().map_err(|e| e.to_string())
+    fn decoder(schema: &SchemaRef) -> Result<Decoder, JsonRowsError> {
+        Ok(ReaderBuilder::new(schema.clone()).with_batch_size(MAX_ROWS).build_decoder()?)
     }
 
     /// The Arrow fields of the declared columns.
@@ -130,19 +153,20 @@ impl JsonRows {
                 continue;
             };
             let result = Self::decoder(&self.schema).and_then(|mut d| {
-                let used = d.decode(one).map_err(|e| e.to_string())?;
+                let used = d.decode(one)?;
                 if used != one.len() {
-                    return Err("more than one JSON value".into());
+                    return Err(JsonRowsError::MoreThanOne);
                 }
-                match d.flush().map_err(|e| e.to_string())? {
+                match d.flush()? {
                     Some(b) if b.num_rows() == 1 => Ok(b),
-                    Some(b) if b.num_rows() > 1 => Err("more than one JSON value".into()),
-                    _ => Err("no JSON value".into()),
+                    Some(b) if b.num_rows() > 1 => Err(JsonRowsError::MoreThanOne),
+                    _ => Err(JsonRowsError::NoValue),
                 }
             });
             match result {
                 Ok(b) => good.push(b),
-                Err(e) => bad.push((i, e)),
+                // A malformed record's reason travels as text, to the job's error or a dead letter.
+                Err(e) => bad.push((i, e.to_string())),
             }
         }
         let columns = match arrow_select::concat::concat_batches(&self.schema, &good) {

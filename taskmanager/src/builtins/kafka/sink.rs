@@ -136,6 +136,23 @@ pub struct KafkaSink {
     header_text: Vec<String>,
 }
 
+/// A record the sink could not hand to its producer.
+#[derive(Debug, thiserror::Error)]
+enum SendError {
+    /// A record before the producer exists.
+    #[error("a record before initialize_state")]
+    NotInitialized,
+    /// The producer refused the record.
+    #[error("producing to {topic:?}: {source}")]
+    Produce {
+        /// The topic.
+        topic: String,
+        /// The producer's error.
+        #[source]
+        source: KafkaError,
+    },
+}
+
 /// A record about to be sent.
 struct Outgoing<'a> {
     key: Option<&'a [u8]>,
@@ -380,9 +397,9 @@ impl KafkaSink {
         next_partition: &mut i32,
         partitions: i32,
         out: Outgoing<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), SendError> {
         let Some(producer) = producer else {
-            return Err("a record before initialize_state".into());
+            return Err(SendError::NotInitialized);
         };
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&cfg.topic);
         record.key = out.key;
@@ -400,7 +417,7 @@ impl KafkaSink {
                     record = r;
                     producer.poll(Duration::from_millis(5));
                 }
-                Err((e, _)) => return Err(format!("producing to {:?}: {e}", cfg.topic)),
+                Err((source, _)) => return Err(SendError::Produce { topic: cfg.topic.clone(), source }),
             }
         }
     }
@@ -514,7 +531,7 @@ impl Operator for KafkaSink {
             } else if let Some((_, w)) = &avro {
                 value.clear();
                 if let Err(e) = w.write_row(batch, row, &mut value) {
-                    result = Err(e);
+                    result = Err(self.err(e));
                     break;
                 }
                 Some(&value)
@@ -541,7 +558,8 @@ impl Operator for KafkaSink {
                     headers,
                     timestamp: times.filter(|t| t.is_valid(row)).map(|t| t.value(row)),
                 },
-            );
+            )
+            .map_err(|e| self.err(e));
             if result.is_err() {
                 break;
             }
@@ -551,7 +569,7 @@ impl Operator for KafkaSink {
         self.line = line;
         self.key = key;
         self.value = value;
-        result.map_err(|e| self.err(e))?;
+        result?;
         if let Some(p) = self.producer.as_ref() {
             p.poll(Duration::ZERO);
         }

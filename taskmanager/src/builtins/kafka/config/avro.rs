@@ -72,24 +72,43 @@ pub struct AvroSchema {
     pub fields: Vec<AvroField>,
 }
 
+/// An Avro schema that is not a record of flat fields of the types read.
+#[derive(Debug, thiserror::Error)]
+pub enum AvroSchemaError {
+    /// Not an Avro schema at all.
+    #[error("not an Avro schema: {0}")]
+    NotAvro(#[source] apache_avro::Error),
+    /// A schema of another type than a record.
+    #[error("the schema must be a record")]
+    NotARecord,
+    /// A field of a type that is not read.
+    #[error(
+        "field {field:?}: Avro type {schema:?} is not read (known: boolean, int, long, timestamp-millis, float, \
+         double, string, bytes, and a union of null with one of them)"
+    )]
+    Unsupported {
+        /// The field.
+        field: String,
+        /// Its type, in Avro's canonical form.
+        schema: String,
+    },
+    /// A record without fields.
+    #[error("the record must have at least one field")]
+    NoFields,
+}
+
 impl AvroSchema {
     /// Reads a record schema of flat fields; anything else is an error saying which field and why.
-    pub fn parse(text: &str) -> Result<AvroSchema, String> {
+    pub fn parse(text: &str) -> Result<AvroSchema, AvroSchemaError> {
         use apache_avro::Schema;
-        let schema = Schema::parse_str(text).map_err(|e| format!("not an Avro schema: {e}"))?;
+        let schema = Schema::parse_str(text).map_err(AvroSchemaError::NotAvro)?;
         let Schema::Record(record) = schema else {
-            return Err("the schema must be a record".into());
+            return Err(AvroSchemaError::NotARecord);
         };
         let mut fields = Vec::with_capacity(record.fields.len());
         for f in &record.fields {
-            let unsupported = || {
-                format!(
-                    "field {:?}: Avro type {:?} is not read (known: boolean, int, long, timestamp-millis, float, \
-                     double, string, bytes, and a union of null with one of them)",
-                    f.name,
-                    f.schema.canonical_form()
-                )
-            };
+            let unsupported =
+                || AvroSchemaError::Unsupported { field: f.name.clone(), schema: f.schema.canonical_form() };
             let (kind, null_branch) = match &f.schema {
                 Schema::Union(u) => {
                     let v = u.variants();
@@ -104,7 +123,7 @@ impl AvroSchema {
             fields.push(AvroField { name: f.name.clone(), kind, null_branch });
         }
         if fields.is_empty() {
-            return Err("the record must have at least one field".into());
+            return Err(AvroSchemaError::NoFields);
         }
         Ok(AvroSchema { text: text.to_string(), fields })
     }
@@ -181,11 +200,11 @@ mod tests {
 
         let nested =
             r#"{"type":"record","name":"R","fields":[{"name":"tags","type":{"type":"array","items":"string"}}]}"#;
-        assert!(AvroSchema::parse(nested).unwrap_err().contains("field \"tags\""));
+        assert!(AvroSchema::parse(nested).unwrap_err().to_string().contains("field \"tags\""));
         let union3 = r#"{"type":"record","name":"R","fields":[{"name":"u","type":["null","int","string"]}]}"#;
-        assert!(AvroSchema::parse(union3).unwrap_err().contains("field \"u\""));
-        assert!(AvroSchema::parse(r#""long""#).unwrap_err().contains("must be a record"));
-        assert!(AvroSchema::parse("{nope").unwrap_err().contains("not an Avro schema"));
+        assert!(AvroSchema::parse(union3).unwrap_err().to_string().contains("field \"u\""));
+        assert!(AvroSchema::parse(r#""long""#).unwrap_err().to_string().contains("must be a record"));
+        assert!(AvroSchema::parse("{nope").unwrap_err().to_string().contains("not an Avro schema"));
     }
 
     #[test]

@@ -125,7 +125,7 @@ impl KafkaSinkConfig {
                 let Some(text) = r.json_text("avro_schema") else {
                     return Err(field_err("avro_schema", "required with format: avro: the record schema (JSON)"));
                 };
-                let schema = AvroSchema::parse(&text).map_err(|e| field_err("avro_schema", e))?;
+                let schema = AvroSchema::parse(&text).map_err(|e| field_err("avro_schema", e.to_string()))?;
                 let wire = parse_wire(r.string("avro_wire")?.as_deref(), r.string("avro_schema_id")?.as_deref())
                     .map_err(|(f, e)| field_err(f, e))?;
                 SinkFormat::Avro { schema, wire }

@@ -289,7 +289,7 @@ fn parse_format(r: &ConfigReader) -> Result<KafkaFormat, ConfigFieldError> {
             let Some(text) = r.json_text("avro_schema") else {
                 return Err(field_err("avro_schema", "required with format: avro: the record schema (JSON)"));
             };
-            let schema = AvroSchema::parse(&text).map_err(|e| field_err("avro_schema", e))?;
+            let schema = AvroSchema::parse(&text).map_err(|e| field_err("avro_schema", e.to_string()))?;
             if schema.fields.iter().any(|f| f.name == "key") {
                 return Err(field_err("avro_schema", "field \"key\" is the record's key: name the field otherwise"));
             }
@@ -305,7 +305,7 @@ fn parse_format(r: &ConfigReader) -> Result<KafkaFormat, ConfigFieldError> {
     if columns.is_empty() {
         return Err(field_err("schema", "must name at least one column"));
     }
-    weir_common::schema::validate_columns(&columns).map_err(|e| field_err("schema", e))?;
+    weir_common::schema::validate_columns(&columns).map_err(|e| field_err("schema", e.to_string()))?;
     for c in &columns {
         if c.name == "key" {
             return Err(field_err("schema", "column \"key\" is the record's key: name the field otherwise"));
