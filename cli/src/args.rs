@@ -37,7 +37,7 @@ pub struct GlobalArgs {
     /// TLS (`--tls-ca` alone trusts the job manager's certificate, as https:// addresses need; with
     /// `--tls-cert` and `--tls-key` this command presents a certificate too) and the cluster secret.
     #[command(flatten)]
-    pub security: weir_common::security::SecurityFlags,
+    pub security: weir_common::service::security::SecurityFlags,
     /// Output format: `text` for people, `json` for scripts [default: text]
     #[arg(long, global = true, env = "WEIR_OUTPUT", value_enum, value_name = "FORMAT")]
     pub output: Option<OutputFormat>,

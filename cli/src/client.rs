@@ -7,8 +7,8 @@ use std::future::Future;
 use std::time::Duration;
 use tonic::{Code, Status};
 use weir_common::checkpoint::SavepointFormat;
-use weir_common::cluster::JmLink;
-use weir_common::security::{SecureChannel, Security};
+use weir_common::service::cluster::JmLink;
+use weir_common::service::security::{SecureChannel, Security};
 use weir_proto as pb;
 use weir_proto::client_api_client::ClientApiClient;
 
@@ -25,7 +25,7 @@ impl JobManager {
     /// A client of `addrs` (comma-separated, each with a scheme, e.g. `http://127.0.0.1:6123`), presenting
     /// `security`; every later call times out after `timeout`. Connections are made by the first call.
     pub async fn connect(addrs: &str, timeout: Duration, security: Security) -> Result<JobManager, CliError> {
-        let list = weir_common::cluster::parse_addresses(addrs).map_err(|e| CliError::Usage(e.to_string()))?;
+        let list = weir_common::service::cluster::parse_addresses(addrs).map_err(|e| CliError::Usage(e.to_string()))?;
         let plaintext = security.tls.is_none();
         let link = JmLink::new(list, security, timeout).map_err(|e| CliError::Usage(e.to_string()))?;
         Ok(JobManager { link, timeout, plaintext })
@@ -223,7 +223,7 @@ impl JobManager {
             let channel = self.link.channel().map_err(|e| Rejected(Status::invalid_argument(e.to_string())))?;
             let answer = match tokio::time::timeout(self.timeout, f(ClientApiClient::new(channel))).await {
                 // The channel's own timeout (a tower layer) may answer first: the same as no answer.
-                Ok(Err(s)) if s.code() == Code::Cancelled && weir_common::cluster::timed_out(&s) => Err(()),
+                Ok(Err(s)) if s.code() == Code::Cancelled && weir_common::service::cluster::timed_out(&s) => Err(()),
                 Ok(r) => Ok(r),
                 Err(_) => Err(()),
             };

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use weir_common::checkpoint::RestoreMode;
-use weir_common::kind::KindInfo;
+use weir_common::job::kind::KindInfo;
 use weir_proto as pb;
 
 /// How often `job submit --wait` asks for the job's state.
@@ -158,7 +158,7 @@ pub async fn kinds(settings: &Settings, only: Option<&str>) -> Result<ExitCode, 
 /// `weir health`: whether the health service at `address` says `service` is SERVING (exit 0) or not (exit 1).
 pub async fn health(address: &str, service: &str) -> Result<ExitCode, CliError> {
     let what = if service.is_empty() { "the process" } else { service };
-    match weir_common::health::check(address, service, std::time::Duration::from_secs(3)).await {
+    match weir_common::service::health::check(address, service, std::time::Duration::from_secs(3)).await {
         Ok(true) => {
             println!("{address}: {what} is serving");
             Ok(ExitCode::SUCCESS)
@@ -173,16 +173,16 @@ pub async fn health(address: &str, service: &str) -> Result<ExitCode, CliError> 
 /// a value over them is refused by name instead of by gRPC's message size.
 pub fn load_spec(args: &SubmitArgs) -> Result<pb::JobSpec, CliError> {
     let path = args.spec.display();
-    let text = read_bounded(&args.spec, weir_common::spec::MAX_SPEC_BYTES, "the limit of a spec (1 MiB)")
+    let text = read_bounded(&args.spec, weir_common::job::spec::MAX_SPEC_BYTES, "the limit of a spec (1 MiB)")
         .map_err(|e| CliError::Spec(format!("cannot read job spec {path}: {e}")))?;
     let invalid = |e: String| CliError::Spec(format!("invalid job spec {path}: {e}"));
-    let mut spec = weir_common::spec::parse_spec_text(&text).map_err(|e| invalid(e.to_string()))?;
+    let mut spec = weir_common::job::spec::parse_spec_text(&text).map_err(|e| invalid(e.to_string()))?;
     if let Some(p) = args.parallelism {
         spec.parallelism = Some(p);
     }
     let dir = args.spec.parent().unwrap_or(std::path::Path::new("."));
     inline_schema_files(&mut spec, dir).map_err(invalid)?;
-    weir_common::spec::check_limits(&spec).map_err(|e| invalid(e.to_string()))?;
+    weir_common::job::spec::check_limits(&spec).map_err(|e| invalid(e.to_string()))?;
     Ok(spec)
 }
 
@@ -211,7 +211,7 @@ fn inline_schema_files(spec: &mut pb::JobSpec, dir: &std::path::Path) -> Result<
         }
         let Some(file) = file.as_text() else { return Err(at("expected a path, as text".into())) };
         let path = dir.join(file.trim());
-        let limit = weir_common::spec::MAX_CONFIG_VALUE_BYTES;
+        let limit = weir_common::job::spec::MAX_CONFIG_VALUE_BYTES;
         let text = read_bounded(&path, limit, "the limit of a config value (64 KiB)")
             .map_err(|e| at(format!("cannot read {}: {e}", path.display())))?;
         op.config.insert("avro_schema".into(), text.into());

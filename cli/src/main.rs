@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = weir_cli::args::Cli::parse();
-    weir_common::telemetry::init(false);
+    weir_common::service::telemetry::init(false);
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

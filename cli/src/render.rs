@@ -8,8 +8,8 @@
 
 use serde::Serialize;
 use std::time::Duration;
-use weir_common::kind::{DeclaredState, FieldInfo, KindInfo, Role};
-use weir_common::schema::{Column, OutputSchema};
+use weir_common::job::kind::{DeclaredState, FieldInfo, KindInfo, Role};
+use weir_common::job::schema::{Column, OutputSchema};
 use weir_proto as pb;
 
 // ------------------------------------------------------------------------------------------------ jobs
@@ -62,7 +62,7 @@ pub struct TaskWatermarkJson {
 
 /// How far event time is behind `now_ms`: none without a watermark, or once the input has ended (the maximum).
 fn watermark_lag(lowest: Option<i64>, now_ms: u64) -> Option<i64> {
-    lowest.and_then(|w| weir_common::watermarks::lag_ms(now_ms as i64, w))
+    lowest.and_then(|w| weir_common::job::watermarks::lag_ms(now_ms as i64, w))
 }
 
 /// A watermark for people: the maximum is the end of input.

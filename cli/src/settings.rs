@@ -5,7 +5,7 @@ use crate::args::{GlobalArgs, OutputFormat, DEFAULT_JOBMANAGER, DEFAULT_RPC_TIME
 use crate::error::CliError;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-use weir_common::security::{Secret, Security, TlsFiles};
+use weir_common::service::security::{Secret, Security, TlsFiles};
 
 /// The keys of the CLI's config file, with their defaults.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -56,7 +56,7 @@ impl Settings {
         let flags =
             Flags { jobmanager: args.jobmanager.as_deref(), output: args.output, rpc_timeout: args.rpc_timeout };
         // The environment is already folded into the flags by clap, so no keys are read from it here.
-        let file: FileConfig = weir_common::config::load(args.config.as_deref(), &[], &flags)
+        let file: FileConfig = weir_common::service::config::load(args.config.as_deref(), &[], &flags)
             .map_err(|e| CliError::Usage(e.to_string()))?;
         if file.rpc_timeout == 0 {
             return Err(CliError::Usage("invalid configuration: rpc_timeout must be at least 1 second".into()));
@@ -74,7 +74,7 @@ impl Settings {
 /// The token (from `--token-file`, else `WEIR_TOKEN`) and TLS files of this invocation. The token is read
 /// here rather than by clap, which would show an environment variable's value in `--help`.
 fn security(args: &GlobalArgs) -> Result<Security, CliError> {
-    let usage = |e: weir_common::security::SecurityError| CliError::Usage(e.to_string());
+    let usage = |e: weir_common::service::security::SecurityError| CliError::Usage(e.to_string());
     let token = match (&args.token_file, std::env::var("WEIR_TOKEN")) {
         (Some(f), _) => Some(Secret::from_file("token", f).map_err(usage)?),
         (None, Ok(t)) if !t.trim().is_empty() => Some(Secret::new("token", &t).map_err(usage)?),

@@ -3,7 +3,7 @@
 //! checked on the way back in: no `..`, no absolute paths.
 
 use crate::ids::{CheckpointId, JobId, SubtaskIndex, VertexId};
-use crate::keygroup::KeyGroupRange;
+use crate::state::keygroup::KeyGroupRange;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -181,7 +181,7 @@ pub struct OperatorCheckpoint {
     /// The kind's state signature when the snapshot was taken (absent for kinds without one, and in
     /// checkpoints of earlier versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signature: Option<crate::kind::KindSignature>,
+    pub signature: Option<crate::job::kind::KindSignature>,
 }
 
 /// The content of a checkpoint's `_metadata` file.

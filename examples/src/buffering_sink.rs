@@ -45,7 +45,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use weir_common::ids::CheckpointId;
-use weir_common::kind::{
+use weir_common::job::kind::{
     field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, StateClass,
 };
 use weir_taskmanager::api::commit::{hidden_name, PendingFiles};

@@ -27,7 +27,7 @@
 
 use arrow_array::RecordBatch;
 use std::time::Duration;
-use weir_common::kind::{
+use weir_common::job::kind::{
     field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, StateClass,
 };
 use weir_state::signature::StateSignature;
@@ -52,8 +52,8 @@ pub fn kind_info() -> KindInfo {
         KindInfo::new(KIND, Role::Operator, true, env!("CARGO_PKG_VERSION"))
             .with_fields(FIELDS)
             .with_states(&[(VALUES_STATE, StateClass::Map, "i64 -> u64"), (KEYS_STATE, StateClass::Value, "()")])
-            .with_input(weir_common::schema::key_value("int64"))
-            .with_output(weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64"))),
+            .with_input(weir_common::job::schema::key_value("int64"))
+            .with_output(weir_common::job::schema::OutputSchema::Columns(weir_common::job::schema::key_value("int64"))),
         &signature,
     )
 }
@@ -192,7 +192,7 @@ impl Operator for DistinctValues {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
     use weir_state::rocks::RocksOptions;
     use weir_taskmanager::testing::{partition, Harness, OperatorHarness, Snapshot};
 
@@ -449,7 +449,7 @@ mod tests {
                 let mut h = open_at(kind, T0 + 800, Some(&snapshot), (i as u32, 2));
                 let range = h.info().key_group_range;
                 for k in 0..30u64 {
-                    let mine = range.contains(weir_common::keygroup::key_group_for_key(&k.to_be_bytes(), 128));
+                    let mine = range.contains(weir_common::state::keygroup::key_group_for_key(&k.to_be_bytes(), 128));
                     assert_eq!(!stored(&mut h, k).is_empty(), mine, "subtask {i}, key {k}");
                 }
                 h.set_processing_time(T0 + TTL_MS).unwrap();

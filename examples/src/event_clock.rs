@@ -10,7 +10,7 @@
 
 use arrow_array::RecordBatch;
 use std::time::{Duration, Instant};
-use weir_common::kind::{
+use weir_common::job::kind::{
     field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, StateClass,
 };
 use weir_taskmanager::api::operator::{
@@ -31,7 +31,7 @@ pub fn kind_info() -> KindInfo {
     KindInfo::new(KIND, Role::Source, false, env!("CARGO_PKG_VERSION"))
         .with_fields(FIELDS)
         .with_states(&[(STATE, StateClass::OperatorList, "(u32, u64)")])
-        .with_output(weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")))
+        .with_output(weir_common::job::schema::OutputSchema::Columns(weir_common::job::schema::key_value("int64")))
 }
 
 /// The watermark logger's description for the registry.

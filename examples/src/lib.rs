@@ -89,7 +89,7 @@ fn common_registry() -> Registry {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
-    use weir_common::kind::Role;
+    use weir_common::job::kind::Role;
 
     #[test]
     fn registry_has_builtins_and_the_buffering_sink() {

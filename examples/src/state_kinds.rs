@@ -20,7 +20,7 @@
 
 use arrow_array::RecordBatch;
 use std::collections::{BTreeMap, BTreeSet};
-use weir_common::kind::{KindInfo, Role, StateClass};
+use weir_common::job::kind::{KindInfo, Role, StateClass};
 use weir_state::{AggregateFunction, AggregatingState, ListState, MapState, ReducingState, ValueState};
 use weir_taskmanager::api::operator::{
     Collector, InitContext, Operator, OperatorError, ProcessContext, SnapshotContext,
@@ -45,7 +45,7 @@ pub fn kind_info() -> KindInfo {
             ("members", StateClass::Union, "string"),
             ("config", StateClass::Broadcast, "string -> string"),
         ])
-        .with_output(weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("binary")))
+        .with_output(weir_common::job::schema::OutputSchema::Columns(weir_common::job::schema::key_value("binary")))
 }
 
 /// The maximum of the values added.

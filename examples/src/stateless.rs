@@ -6,7 +6,7 @@
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch};
 use arrow_buffer::BooleanBuffer;
 use std::sync::Arc;
-use weir_common::kind::{
+use weir_common::job::kind::{
     field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role,
 };
 use weir_taskmanager::api::batch::{keys, VALUE};
@@ -21,7 +21,7 @@ pub const MAP_KIND: &str = "value-map";
 pub fn kind_info(kind: &str) -> KindInfo {
     KindInfo::new(kind, Role::Operator, false, env!("CARGO_PKG_VERSION"))
         .with_fields(if kind == FILTER_KIND { FILTER_FIELDS } else { MAP_FIELDS })
-        .with_output(weir_common::schema::OutputSchema::SameAsInput)
+        .with_output(weir_common::job::schema::OutputSchema::SameAsInput)
 }
 
 /// The config fields of `key-filter`.
@@ -158,7 +158,7 @@ mod tests {
             subtask: weir_common::ids::SubtaskIndex(0),
             parallelism: 1,
             max_parallelism: 128,
-            key_group_range: weir_common::keygroup::KeyGroupRange { start: 0, end: 127 },
+            key_group_range: weir_common::state::keygroup::KeyGroupRange { start: 0, end: 127 },
         };
         let input =
             batch_of(&(0..6u64).map(|k| Record::new_i64(&k.to_be_bytes(), k as i64).at(k as i64)).collect::<Vec<_>>())

@@ -13,7 +13,7 @@
 use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
-use weir_common::kind::{KindInfo, Role, StateClass};
+use weir_common::job::kind::{KindInfo, Role, StateClass};
 use weir_state::signature::{StateSignature, TypeSignature};
 use weir_state::{Avro, Bincode, Protobuf, StateCodec, ValueState};
 use weir_taskmanager::api::operator::{Collector, InitContext, Operator, OperatorError, ProcessContext};
@@ -92,7 +92,7 @@ impl<T: Tally> Operator for PerKey<T> {
 fn register<T: Tally, K: TypeSignature>(r: &mut Registry, kind: &'static str) {
     let info = KindInfo::new(kind, Role::Operator, true, env!("CARGO_PKG_VERSION"))
         .with_states(&[(STATE, StateClass::Value, std::any::type_name::<T>())])
-        .with_output(weir_common::schema::OutputSchema::Columns(weir_common::schema::key_value("int64")));
+        .with_output(weir_common::job::schema::OutputSchema::Columns(weir_common::job::schema::key_value("int64")));
     let signature = StateSignature::keyed::<K>().value::<T>(STATE);
     r.register(weir_taskmanager::api::registry::signed(info, &signature), move |config| match config.keys().next() {
         Some(unknown) => Err(format!("config field {unknown:?}: unknown field ({kind} takes none)").into()),
@@ -293,7 +293,7 @@ pub mod v2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_common::serializer::Resolution;
+    use weir_common::state::serializer::Resolution;
     use weir_state::resolve;
     use weir_state::signature::serializer_of;
 

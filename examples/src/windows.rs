@@ -11,7 +11,7 @@ use crate::upgrades::Tally;
 use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Int64Builder, TimestampMillisecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use std::sync::Arc;
-use weir_common::kind::{KindInfo, Role, StateClass};
+use weir_common::job::kind::{KindInfo, Role, StateClass};
 use weir_state::signature::TypeSignature;
 use weir_state::StateCodec;
 use weir_taskmanager::api::operator::{Collector, OperatorError};
@@ -129,13 +129,13 @@ impl<T: Tally + Clone> ProcessWindowFunction for CountElements<T> {
 fn kind_info(kind: &str) -> KindInfo {
     KindInfo::new(kind, Role::Operator, true, env!("CARGO_PKG_VERSION"))
         .with_states(&[("window-contents", StateClass::Value, "per window")])
-        .with_input(vec![weir_common::schema::key_column()])
+        .with_input(vec![weir_common::job::schema::key_column()])
 }
 
 /// Reads `window-aggregate`'s config for a kind that only takes `shape`'s windows (and event-time firing).
 fn windows(
     kind: &str,
-    config: &weir_common::kind::OperatorConfig,
+    config: &weir_common::job::kind::OperatorConfig,
     session: bool,
 ) -> Result<(WindowKind, i64), InvalidConfig> {
     let cfg = WindowAggregateConfig::from_map(config)?;

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 use weir_common::checkpoint::CheckpointMetadata;
-use weir_common::store::{Store, StoreOptions};
+use weir_common::service::store::{Store, StoreOptions};
 
 /// The shared files of a job's checkpoints under the local store `root`.
 #[derive(Debug, Default)]

@@ -596,7 +596,7 @@ impl Cluster {
 
     /// Submits a job spec (YAML) over gRPC and returns the job id.
     pub fn submit(&mut self, spec_yaml: &str) -> Result<String> {
-        let spec = weir_common::spec::parse_spec_text(spec_yaml).context("the test's own job spec is invalid")?;
+        let spec = weir_common::job::spec::parse_spec_text(spec_yaml).context("the test's own job spec is invalid")?;
         self.submit_spec(spec)
     }
 
@@ -616,7 +616,7 @@ impl Cluster {
         restore_mode: &str,
         allow_non_restored: bool,
     ) -> Result<String> {
-        let spec = weir_common::spec::parse_spec_text(spec_yaml).context("the test's own job spec is invalid")?;
+        let spec = weir_common::job::spec::parse_spec_text(spec_yaml).context("the test's own job spec is invalid")?;
         self.submit_spec_from(spec, savepoint, restore_mode, allow_non_restored)
     }
 

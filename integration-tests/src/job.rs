@@ -205,7 +205,7 @@ impl CountJob {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_common::spec::{parse_spec_text, resolve};
+    use weir_common::job::spec::{parse_spec_text, resolve};
     use weir_taskmanager::builtins::registry;
 
     #[test]

@@ -62,7 +62,7 @@ impl QueryRun {
     pub fn spec(&self) -> Result<weir_proto::JobSpec> {
         let path = specs_dir().join(format!("{}.yaml", self.query));
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let mut spec = weir_common::spec::parse_spec_text(&text).with_context(|| format!("{}", path.display()))?;
+        let mut spec = weir_common::job::spec::parse_spec_text(&text).with_context(|| format!("{}", path.display()))?;
         spec.name = format!("nexmark-{}", self.query);
         spec.parallelism = Some(self.parallelism);
         if let Some(c) = spec.checkpointing.as_mut() {

@@ -6,7 +6,7 @@ use crate::job::{CountJob, KeyedCountEmit};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use weir_common::datagen::expected_counts;
+use weir_common::job::datagen::expected_counts;
 
 /// How many examples a difference report names.
 const EXAMPLES: usize = 5;
@@ -103,10 +103,10 @@ pub fn counts_after(
 ) -> HashMap<u64, u64> {
     let mut counts = HashMap::new();
     for j in 0..splits {
-        let (start, end) = weir_common::datagen::split_range(j, splits, Some(count));
+        let (start, end) = weir_common::job::datagen::split_range(j, splits, Some(count));
         let from = positions.get(&j).copied().unwrap_or(start);
         for i in from..end {
-            *counts.entry(weir_common::datagen::key_of(seed, i, keys)).or_insert(0) += 1;
+            *counts.entry(weir_common::job::datagen::key_of(seed, i, keys)).or_insert(0) += 1;
         }
     }
     counts
@@ -338,7 +338,7 @@ pub fn verify_job_output(job: &CountJob, dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_common::datagen::key_of;
+    use weir_common::job::datagen::key_of;
 
     fn write(dir: &Path, name: &str, text: &str) {
         std::fs::write(dir.join(name), text).unwrap();

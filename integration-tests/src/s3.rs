@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use weir_common::store::{Store, StoreOptions};
+use weir_common::service::store::{Store, StoreOptions};
 
 /// Where the processes of a cluster reach an S3 bucket.
 #[derive(Clone, Debug)]

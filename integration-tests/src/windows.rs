@@ -5,8 +5,8 @@
 use anyhow::{bail, Context};
 use std::collections::BTreeMap;
 use std::path::Path;
-use weir_common::datagen::EventTimeConfig;
-use weir_common::datagen::{key_of, split_range, timestamp_of};
+use weir_common::job::datagen::EventTimeConfig;
+use weir_common::job::datagen::{key_of, split_range, timestamp_of};
 
 /// The datagen seed of window jobs.
 pub const SEED: u64 = 11;

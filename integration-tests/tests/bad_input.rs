@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-use weir_common::kind::KindCatalog;
+use weir_common::job::kind::KindCatalog;
 use weir_integration_tests::process::{run_with_timeout, write_file};
 use weir_integration_tests::{binary, Cluster, ClusterOptions, RpcError};
 
@@ -409,7 +409,7 @@ fn bad_specs_are_rejected_and_create_no_job() -> anyhow::Result<()> {
         }
 
         // The job manager validates too (another client may skip the CLI's checks).
-        if weir_common::spec::parse_spec_text(&case.spec).is_ok() {
+        if weir_common::job::spec::parse_spec_text(&case.spec).is_ok() {
             match cluster.submit(&case.spec) {
                 Ok(id) => failures.push(format!("{}: the job manager accepted it as job {id}", case.name)),
                 Err(e) => match e.downcast_ref::<RpcError>() {
@@ -722,7 +722,8 @@ fn hostile_specs_are_refused_or_run_and_the_running_job_is_unharmed() -> anyhow:
         ("a select of 2,500 terms", select(&format!("value{} AS x", " + 1".repeat(2_500)))),
     ];
     for (what, spec) in deep {
-        let took = refused_quickly(&mut cluster, what, weir_common::spec::parse_spec_text(&spec)?, &["levels deep"]);
+        let took =
+            refused_quickly(&mut cluster, what, weir_common::job::spec::parse_spec_text(&spec)?, &["levels deep"]);
         assert!(took < Duration::from_secs(2), "{what}: {took:?}");
         assert!(cluster.jobmanager_is_running(), "the job manager died on {what}");
     }

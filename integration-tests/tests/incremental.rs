@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 use weir_common::checkpoint::CheckpointMetadata;
-use weir_common::datagen::split_range;
-use weir_common::spec::StateBackend;
-use weir_common::store::{Store, StoreOptions};
+use weir_common::job::datagen::split_range;
+use weir_common::job::spec::StateBackend;
+use weir_common::service::store::{Store, StoreOptions};
 use weir_integration_tests::{
     wait_for_no_orphaned_shared_files, wait_until, Cluster, ClusterOptions, CountJob, JobState,
 };

@@ -155,7 +155,7 @@ operators:
 "#,
             out.display()
         );
-        let id = cluster.submit_spec(weir_common::spec::parse_spec_text(&text)?)?;
+        let id = cluster.submit_spec(weir_common::job::spec::parse_spec_text(&text)?)?;
         cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180))?;
         let got = weir_integration_tests::nexmark::committed_rows(&out)?;
         if got != want {

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use weir_common::datagen::{key_of, split_range};
+use weir_common::job::datagen::{key_of, split_range};
 use weir_integration_tests::{
     job_state, read_sink_output, verify_job_output, wait_until, Cluster, ClusterOptions, CountJob, JobState, S3Server,
 };

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_common::security::{Secret, Security, TlsFiles};
+use weir_common::service::security::{Secret, Security, TlsFiles};
 use weir_integration_tests::ha::{HaCluster, HaOptions};
 use weir_integration_tests::process::run_with_timeout;
 use weir_integration_tests::{binary, verify_job_output, CountJob};
@@ -315,7 +315,7 @@ fn mutual_tls_admits_members_only() -> anyhow::Result<()> {
             let mut client =
                 ClientApiClient::new(plain.channel(&jm, Duration::from_secs(5)).map_err(anyhow::Error::msg)?);
             let mut req = tonic::Request::new(weir_proto::ListJobsRequest::default());
-            req.metadata_mut().insert(weir_common::security::SECRET_METADATA, SECRET.parse()?);
+            req.metadata_mut().insert(weir_common::service::security::SECRET_METADATA, SECRET.parse()?);
             anyhow::Ok(client.list_jobs(req).await.err())
         })?
     };

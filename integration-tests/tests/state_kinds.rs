@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
-use weir_common::datagen::key_of;
+use weir_common::job::datagen::key_of;
 use weir_integration_tests::{Cluster, ClusterOptions, JobState};
 
 const RECORDS: u64 = 200_000;

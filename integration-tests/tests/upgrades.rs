@@ -170,7 +170,7 @@ fn changed_bincode_protobuf_and_key_types_are_judged_before_deploying() -> anyho
                 assert_eq!(positions.len(), 128, "every split's position is in the savepoint");
                 let read_before: u64 = positions
                     .iter()
-                    .map(|(&j, &next)| next - weir_common::datagen::split_range(j, 128, Some(400_000)).0)
+                    .map(|(&j, &next)| next - weir_common::job::datagen::split_range(j, 128, Some(400_000)).0)
                     .sum();
                 assert!(read_before > 0, "the first run read records before its savepoint");
                 let expected = counts_after(job.seed, 400_000, job.keys, 128, &positions);

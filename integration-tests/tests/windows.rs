@@ -346,8 +346,8 @@ fn late_records_and_allowed_lateness_are_exact_per_window_through_a_taskmanager_
 /// the clock decided, not the end of input.
 #[test]
 fn processing_time_timers_fire_when_the_manual_clock_passes_them() -> anyhow::Result<()> {
-    use weir_common::datagen::EventTimeConfig;
-    use weir_common::datagen::{key_of, split_range, timestamp_of};
+    use weir_common::job::datagen::EventTimeConfig;
+    use weir_common::job::datagen::{key_of, split_range, timestamp_of};
     use weir_integration_tests::windows::DISORDER_MS;
     let clock_dir = tempfile::tempdir()?;
     let clock = clock_dir.path().join("clock");

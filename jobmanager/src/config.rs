@@ -3,9 +3,9 @@
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use weir_common::config::ConfigError;
-use weir_common::security::SecurityFlags;
-use weir_common::store::StoreOptions;
+use weir_common::service::config::ConfigError;
+use weir_common::service::security::SecurityFlags;
+use weir_common::service::store::StoreOptions;
 
 /// Every key of [`JobManagerConfig`] but the security flags' ([`SecurityFlags::KEYS`]), also read from
 /// `WEIR_<KEY>` environment variables.
@@ -115,7 +115,7 @@ impl Default for JobManagerConfig {
             s3_allow_http: false,
             log_json: false,
             savepoint_dir: None,
-            operator_state_inline_limit: weir_common::descriptor::DEFAULT_OPERATOR_STATE_INLINE_LIMIT,
+            operator_state_inline_limit: weir_common::deploy::descriptor::DEFAULT_OPERATOR_STATE_INLINE_LIMIT,
             operator_state_limit: 1 << 30,
             union_state_fanout_limit: 2 << 30,
             advertise_address: None,
@@ -266,14 +266,18 @@ impl JobManagerConfig {
     }
 
     /// What this job manager presents to task managers and checks of them: TLS files, the cluster secret.
-    pub fn security(&self) -> Result<weir_common::security::Security, weir_common::security::SecurityError> {
+    pub fn security(
+        &self,
+    ) -> Result<weir_common::service::security::Security, weir_common::service::security::SecurityError> {
         self.security.member()
     }
 
     /// The token clients must present, if one is configured.
-    pub fn client_token(&self) -> Result<Option<weir_common::security::Secret>, weir_common::security::SecurityError> {
+    pub fn client_token(
+        &self,
+    ) -> Result<Option<weir_common::service::security::Secret>, weir_common::service::security::SecurityError> {
         match &self.auth_token_file {
-            Some(f) => Ok(Some(weir_common::security::Secret::from_file("auth token", f)?)),
+            Some(f) => Ok(Some(weir_common::service::security::Secret::from_file("auth token", f)?)),
             None => Ok(None),
         }
     }
@@ -421,7 +425,8 @@ pub struct Cli {
 impl Cli {
     /// Loads and validates the configuration these flags describe.
     pub fn load(&self) -> Result<JobManagerConfig, ConfigError> {
-        let config: JobManagerConfig = weir_common::config::load(self.config.as_deref(), &config_keys(), self)?;
+        let config: JobManagerConfig =
+            weir_common::service::config::load(self.config.as_deref(), &config_keys(), self)?;
         config.validate()?;
         Ok(config)
     }

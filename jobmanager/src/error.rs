@@ -1,9 +1,9 @@
 //! The library's error types that cross module boundaries.
 
 use std::path::PathBuf;
-use weir_common::config::ConfigError;
 use weir_common::ids::JobId;
-use weir_common::store::StoreError;
+use weir_common::service::config::ConfigError;
+use weir_common::service::store::StoreError;
 
 /// Why the job manager could not start or serve.
 #[derive(Debug, thiserror::Error)]
@@ -16,7 +16,7 @@ pub enum JobManagerError {
     Store(#[from] StoreError),
     /// The checkpoint store answers but refuses writes.
     #[error("{0}")]
-    StoreRefused(weir_common::store::ProbeError),
+    StoreRefused(weir_common::service::store::ProbeError),
     /// The local job store cannot be used.
     #[error(transparent)]
     JobStore(#[from] JobStoreError),
@@ -25,7 +25,7 @@ pub enum JobManagerError {
     Ha(#[from] crate::ha::etcd::HaError),
     /// TLS, secret or token files cannot be used.
     #[error(transparent)]
-    Security(#[from] weir_common::security::SecurityError),
+    Security(#[from] weir_common::service::security::SecurityError),
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),

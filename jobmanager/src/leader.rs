@@ -65,7 +65,7 @@ impl Gate {
         if let Some(jm) = self.leading.read().as_ref() {
             return Ok(jm.clone());
         }
-        Err(weir_common::cluster::not_leader(self.leader.borrow().as_deref()))
+        Err(weir_common::service::cluster::not_leader(self.leader.borrow().as_deref()))
     }
 
     /// The leader's address as this process knows it (its own while it leads).
@@ -155,7 +155,7 @@ async fn health_watch(jm: &JobManager, ttl: Duration) {
     loop {
         tokio::time::sleep(ttl).await;
         let probe = async {
-            if weir_common::fault::hit("leader-health").await.is_err() {
+            if weir_common::service::fault::hit("leader-health").await.is_err() {
                 // An injected error is an answer, as a refusal of the store would be.
                 return ProbeOutcome::Answered;
             }

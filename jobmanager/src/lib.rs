@@ -36,7 +36,7 @@
 //! - Canceling a canceled job returns it unchanged; canceling a finished or failed job is
 //!   `FAILED_PRECONDITION`. Task messages for unknown jobs are dropped.
 //!
-//! [`Store`]: weir_common::store::Store
+//! [`Store`]: weir_common::service::store::Store
 
 pub mod api;
 pub mod checkpoint;

@@ -17,14 +17,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    weir_common::telemetry::init(config.log_json);
+    weir_common::service::telemetry::init(config.log_json);
     // The credential files are read before anything is served: a job manager whose token or certificate cannot
     // be read exits with the reason, instead of passing a health probe until it gets that far.
     if let Err(e) = config.security().and_then(|_| config.client_token()) {
         eprintln!("weir-jobmanager: {e}");
         return ExitCode::from(2);
     }
-    if let Err(e) = weir_common::fault::arm_from_env() {
+    if let Err(e) = weir_common::service::fault::arm_from_env() {
         eprintln!("weir-jobmanager: {e}");
         return ExitCode::from(2);
     }
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
             }
         };
         if let Some(addr) = &config.metrics_bind {
-            match weir_common::metrics::start(addr).await {
+            match weir_common::service::metrics::start(addr).await {
                 Ok(address) => tracing::info!(%address, "serving metrics at /metrics"),
                 Err(e) => {
                     eprintln!("weir-jobmanager: {e}");
@@ -53,7 +53,7 @@ fn main() -> ExitCode {
             }
         }
         let health = match &config.health_bind {
-            Some(addr) => match weir_common::health::start(addr).await {
+            Some(addr) => match weir_common::service::health::start(addr).await {
                 Ok((address, health)) => {
                     tracing::info!(%address, "serving the gRPC health service");
                     Some(health)
@@ -104,7 +104,7 @@ fn listening(
 
 /// Keeps the health service's readiness up to date: `weir.ready` is SERVING while this job manager leads, which
 /// tells operators and scripts which one does (a standby serves too: it answers with the leader's address).
-fn report_readiness(health: Option<weir_common::health::Health>, gate: Gate) {
+fn report_readiness(health: Option<weir_common::service::health::Health>, gate: Gate) {
     let Some(health) = health else { return };
     tokio::spawn(async move {
         loop {
@@ -117,7 +117,7 @@ fn report_readiness(health: Option<weir_common::health::Health>, gate: Gate) {
 async fn serve(
     config: weir_jobmanager::JobManagerConfig,
     listener: tokio::net::TcpListener,
-    health: Option<weir_common::health::Health>,
+    health: Option<weir_common::service::health::Health>,
 ) -> Result<(), Failure> {
     let jm = JobManager::start(config.clone()).await.map_err(|e| Failure::Start(e.into()))?;
     // The handlers are installed before the address is printed: whoever reads that line may send SIGTERM at
@@ -135,7 +135,7 @@ async fn serve(
 async fn serve_ha(
     config: weir_jobmanager::JobManagerConfig,
     listener: tokio::net::TcpListener,
-    health: Option<weir_common::health::Health>,
+    health: Option<weir_common::service::health::Health>,
 ) -> Result<(), Failure> {
     let start = Failure::Start;
     let endpoints = config.etcd_endpoint_list().map_err(|e| start(e.into()))?;
@@ -148,7 +148,7 @@ async fn serve_ha(
     let etcd =
         Etcd::connect(&endpoints, &config.ha_cluster_id, timeout, etcd_tls).await.map_err(|e| start(e.into()))?;
     let url = config.checkpoint_store_url().map_err(|e| start(e.into()))?;
-    let store = weir_common::store::Store::open(&url, &config.store_options()).map_err(|e| start(e.into()))?;
+    let store = weir_common::service::store::Store::open(&url, &config.store_options()).map_err(|e| start(e.into()))?;
     etcd.bind_store(&config.ha_cluster_id, &store).await.map_err(|e| start(e.into()))?;
     let shutdown = shutdown_signal().map_err(Failure::Start)?;
     listening(&config, &listener, " (standby until elected)").map_err(Failure::Start)?;

@@ -25,10 +25,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 use weir_common::checkpoint::{restore_mode_of, savepoint_format_of, SavepointTarget, TaskSnapshot};
 use weir_common::ids::{AttemptNumber, CheckpointId, InvalidJobId, JobId, SubtaskIndex, VertexId};
+use weir_common::job::spec::{resolve, ResolvedJob};
 use weir_common::now_ms;
-use weir_common::serializer::SerializerSnapshot;
-use weir_common::spec::{resolve, ResolvedJob};
-use weir_common::store::Store;
+use weir_common::service::store::Store;
+use weir_common::state::serializer::SerializerSnapshot;
 use weir_proto as pb;
 
 /// A savepoint problem as the client sees it.
@@ -286,7 +286,7 @@ impl JobManager {
         sp: Option<&savepoint::LoadedSavepoint>,
     ) -> Result<(ResolvedJob, Option<savepoint::Verdicts>), JobRequestError> {
         // The limits first, on the caller's thread: they are cheap, and a spec over them is not cloned.
-        weir_common::spec::check_limits(spec).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
+        weir_common::job::spec::check_limits(spec).map_err(|e| JobRequestError::InvalidSpec(e.to_string()))?;
         let mut spec = spec.clone();
         let explicit_max_parallelism = spec.max_parallelism;
         if let Some(sp) = sp {
@@ -346,7 +346,7 @@ impl JobManager {
             )));
         }
         for ((written, reading), r) in pairs.into_iter().zip(answer.results) {
-            let resolution = weir_common::wire::resolution_from_wire(r.resolution(), r.reason);
+            let resolution = weir_common::deploy::wire::resolution_from_wire(r.resolution(), r.reason);
             judged.insert(written, reading, resolution, (r.written_text, r.reading_text));
         }
         Ok(judged)
@@ -523,7 +523,7 @@ impl JobManager {
         self.shared.jobs.lock().remove(&id);
         let mut files = 0u64;
         if delete_checkpoints {
-            let failed = |e: weir_common::store::StoreError| {
+            let failed = |e: weir_common::service::store::StoreError| {
                 JobRequestError::Storage(format!("the job's record is deleted, but not all of its checkpoints: {e}"))
             };
             for f in self.shared.store.list(id.as_str()).await.map_err(failed)? {
@@ -787,7 +787,7 @@ pub fn page_of_jobs(
         Some(parsed.ok_or_else(|| {
             JobRequestError::InvalidSpec(format!(
                 "page_token {} is not one this job manager gave",
-                weir_common::spec::echo(token)
+                weir_common::job::spec::echo(token)
             ))
         })?)
     };

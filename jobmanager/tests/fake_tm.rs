@@ -15,10 +15,10 @@ use tonic::{Request, Response, Status};
 use weir_common::checkpoint::{
     paths, DistributionMode, FileHandle, OperatorStateHandle, OperatorSubtaskState, StateMetaInfo, TaskSnapshot,
 };
-use weir_common::descriptor::TaskDescriptor;
+use weir_common::deploy::descriptor::TaskDescriptor;
+use weir_common::deploy::wire::WireError;
 use weir_common::ids::{CheckpointId, JobId};
-use weir_common::store::{Store, StoreOptions};
-use weir_common::wire::WireError;
+use weir_common::service::store::{Store, StoreOptions};
 use weir_jobmanager::{JobManager, JobManagerConfig};
 use weir_proto as pb;
 use weir_proto::client_api_client::ClientApiClient;
@@ -374,7 +374,7 @@ fn spawn_heartbeats(fake: FakeTm, rpc_url: String) -> tokio::task::JoinHandle<()
 /// Waits until `f` holds (synchronous checks: files, the fake's state).
 /// Submits [`SPEC`]; returns the job id.
 async fn submit(client: &ClientApiClient<Channel>) -> String {
-    let spec = weir_common::spec::parse_spec_text(SPEC).unwrap();
+    let spec = weir_common::job::spec::parse_spec_text(SPEC).unwrap();
     client
         .clone()
         .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
@@ -473,7 +473,7 @@ async fn deploy_checkpoint_subsume_and_finish() {
     let hb = spawn_heartbeats(fake.clone(), rpc.clone());
 
     // Validation errors name the operator and field; unknown ids are NOT_FOUND.
-    let bad = weir_common::spec::parse_spec_text(&SPEC.replace("keyed-count", "keyed-cuont")).unwrap();
+    let bad = weir_common::job::spec::parse_spec_text(&SPEC.replace("keyed-count", "keyed-cuont")).unwrap();
     let err = client.submit_job(pb::SubmitJobRequest { spec: Some(bad), ..Default::default() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("operator \"counts\": field \"kind\""), "{}", err.message());
@@ -719,7 +719,7 @@ async fn a_checkpoint_the_job_store_did_not_record_is_never_notified_as_complete
     fake.register(&rpc).await;
     let hb = spawn_heartbeats(fake.clone(), rpc.clone());
     // The third completion cannot be recorded (the job store fails right after `_metadata` was written).
-    weir_common::fault::arm("checkpoint-after-metadata=2*off->1*return(error:disk full)->off").unwrap();
+    weir_common::service::fault::arm("checkpoint-after-metadata=2*off->1*return(error:disk full)->off").unwrap();
     let id = submit(&client).await;
     let failed =
         wait_checkpoint(&client, &id, "for a failed checkpoint", |c| c.status() == pb::CheckpointStatus::Failed).await;
@@ -807,7 +807,7 @@ async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() 
     // No periodic checkpoints: the job store is written exactly twice per savepoint (its id when it is
     // triggered, its completion), so the failpoint below hits the completion and nothing else.
     let spec = SPEC.replace("checkpointing: { interval_ms: 100, retained: 2 }", "checkpointing: { retained: 2 }");
-    let spec = weir_common::spec::parse_spec_text(&spec).unwrap();
+    let spec = weir_common::job::spec::parse_spec_text(&spec).unwrap();
     let id = client
         .clone()
         .submit_job(pb::SubmitJobRequest { spec: Some(spec), ..Default::default() })
@@ -822,7 +822,7 @@ async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() 
     // Both ways of taking a savepoint: trigger, and stop with a savepoint.
     let mut last_failed = 0;
     for stop in [false, true] {
-        weir_common::fault::arm("job-store-save=1*off->1*return(error:disk full)->off").unwrap();
+        weir_common::service::fault::arm("job-store-save=1*off->1*return(error:disk full)->off").unwrap();
         let err = if stop {
             let req = pb::StopJobRequest { job_id: id.clone(), target_dir: target_dir.clone(), ..Default::default() };
             client.clone().stop_job(req).await.unwrap_err()
@@ -855,7 +855,7 @@ async fn a_savepoint_the_job_store_did_not_record_fails_and_is_never_notified() 
         wait_until("for the failed savepoint's files to be deleted", || files_below(&root).is_empty()).await;
         let info = job_info(&client, &id).await;
         assert_eq!(info.state(), pb::JobState::Running, "stop {stop}: the job keeps running: {info:?}");
-        weir_common::fault::disarm("job-store-save");
+        weir_common::service::fault::disarm("job-store-save");
     }
 
     // Recorded, a savepoint completes as before, and the stop then ends the job.

@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::StateBackend;
-use weir_common::store::{Store, StoreOptions};
+use weir_common::job::spec::StateBackend;
+use weir_common::service::store::{Store, StoreOptions};
+use weir_common::state::keygroup::KeyGroupRange;
 use weir_state::snapshot::{shareable_files, upload_keyed_incremental};
 use weir_state::{open_keyed_backend, ValueState};
 
@@ -32,7 +32,7 @@ fn main() {
     let value = |k: u64, round: u64| {
         let mut v = Vec::with_capacity(104);
         for i in 0..13u64 {
-            v.extend_from_slice(&weir_common::datagen::splitmix64(k ^ (round << 40) ^ (i << 56)).to_le_bytes());
+            v.extend_from_slice(&weir_common::job::datagen::splitmix64(k ^ (round << 40) ^ (i << 56)).to_le_bytes());
         }
         v.truncate(100);
         v

@@ -14,8 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use weir_common::ids::SubtaskIndex;
-use weir_common::keygroup::{key_group_for_key, KeyGroupRange};
-use weir_common::spec::StateBackend;
+use weir_common::job::spec::StateBackend;
+use weir_common::state::keygroup::{key_group_for_key, KeyGroupRange};
 use weir_state::keyed::LocalSnapshot;
 use weir_state::rocks::RocksOptions;
 use weir_state::{

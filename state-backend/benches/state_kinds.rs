@@ -2,8 +2,8 @@
 //! Run: `cargo bench -p weir-state --bench state_kinds` (prints a table; numbers are medians of 3 runs).
 
 use std::time::Instant;
-use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::StateBackend;
+use weir_common::job::spec::StateBackend;
+use weir_common::state::keygroup::KeyGroupRange;
 use weir_state::AggregateFunction;
 use weir_state::{
     open_keyed_backend, AggregatingState, KeyedStateBackend, ListState, MapState, ReducingState, ValueState,
@@ -28,7 +28,7 @@ impl AggregateFunction<u64, u64, u64> for Mean {
 
 fn key(i: u64) -> [u8; 8] {
     // Spread the keys the way datagen does, so accesses are not sequential.
-    weir_common::datagen::key_of(7, i, KEYS).to_be_bytes()
+    weir_common::job::datagen::key_of(7, i, KEYS).to_be_bytes()
 }
 
 fn backend(kind: StateBackend, dir: &std::path::Path) -> Box<dyn KeyedStateBackend> {

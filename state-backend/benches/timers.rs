@@ -9,9 +9,9 @@
 //! by MS at a time would, not all at once; `WEIR_BENCH_BACKENDS=rocksdb,heap` picks the backends.
 
 use std::time::Instant;
-use weir_common::datagen::splitmix64;
-use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::{parse_state_backend, StateBackend};
+use weir_common::job::datagen::splitmix64;
+use weir_common::job::spec::{parse_state_backend, StateBackend};
+use weir_common::state::keygroup::KeyGroupRange;
 use weir_state::{open_keyed_backend, TimeDomain, TimerService};
 
 const HOUR_MS: i64 = 3_600_000;

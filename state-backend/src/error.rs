@@ -17,7 +17,7 @@ pub enum StateError {
     },
     /// The object store failed.
     #[error(transparent)]
-    Store(#[from] weir_common::store::StoreError),
+    Store(#[from] weir_common::service::store::StoreError),
     /// Stored bytes could not be decoded.
     #[error("corrupt state: {0}")]
     Corrupt(String),

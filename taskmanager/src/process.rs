@@ -13,9 +13,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_common::cluster::JmLink;
-use weir_common::security::SecurityFlags;
-use weir_common::store::StoreOptions;
+use weir_common::service::cluster::JmLink;
+use weir_common::service::security::SecurityFlags;
+use weir_common::service::store::StoreOptions;
 
 /// Task-manager configuration.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -192,7 +192,7 @@ pub enum ProcessError {
     Config(String),
     /// The TLS files or the cluster secret cannot be used.
     #[error(transparent)]
-    Security(#[from] weir_common::security::SecurityError),
+    Security(#[from] weir_common::service::security::SecurityError),
     /// A directory, a listener or the runtime could not be set up.
     #[error("{what}: {source}")]
     Io {
@@ -206,8 +206,8 @@ pub enum ProcessError {
     Start(String),
 }
 
-impl From<weir_common::config::ConfigError> for ProcessError {
-    fn from(e: weir_common::config::ConfigError) -> Self {
+impl From<weir_common::service::config::ConfigError> for ProcessError {
+    fn from(e: weir_common::service::config::ConfigError) -> Self {
         ProcessError::Config(e.0)
     }
 }
@@ -224,11 +224,11 @@ fn address(field: &str, value: &str) -> Result<SocketAddr, ProcessError> {
 /// Loads and checks the configuration.
 pub fn load_config(flags: &Flags) -> Result<TmConfig, ProcessError> {
     let keys: Vec<&str> = KEYS.iter().chain(SecurityFlags::KEYS).copied().collect();
-    let cfg: TmConfig = weir_common::config::load(flags.config.as_deref(), &keys, flags)?;
+    let cfg: TmConfig = weir_common::service::config::load(flags.config.as_deref(), &keys, flags)?;
     if cfg.slots == 0 {
         return Err(ProcessError::Config("slots must be at least 1".into()));
     }
-    weir_common::cluster::parse_addresses(&cfg.jobmanager)
+    weir_common::service::cluster::parse_addresses(&cfg.jobmanager)
         .map_err(|e| ProcessError::Config(format!("jobmanager: {e}")))?;
     security(&cfg)?;
     address("bind", &cfg.bind)?;
@@ -243,7 +243,7 @@ pub fn load_config(flags: &Flags) -> Result<TmConfig, ProcessError> {
 }
 
 /// The TLS files and cluster secret of this task manager, read and checked.
-pub fn security(cfg: &TmConfig) -> Result<weir_common::security::Security, ProcessError> {
+pub fn security(cfg: &TmConfig) -> Result<weir_common::service::security::Security, ProcessError> {
     Ok(cfg.security.member()?)
 }
 
@@ -279,16 +279,17 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> Result<(), ProcessError> 
     let data_address = advertised(data_listener.local_addr().map_err(io("data listener"))?, &cfg.advertise_host);
 
     if !cfg.metrics_bind.is_empty() {
-        let address =
-            weir_common::metrics::start(&cfg.metrics_bind).await.map_err(|e| ProcessError::Start(e.to_string()))?;
+        let address = weir_common::service::metrics::start(&cfg.metrics_bind)
+            .await
+            .map_err(|e| ProcessError::Start(e.to_string()))?;
         tracing::info!(%address, "serving metrics at /metrics");
     }
 
     let data_server = Arc::new(DataServer::new(DataSecurity::from(&security)?));
     tokio::spawn(data_server.clone().run(data_listener));
 
-    let addresses =
-        weir_common::cluster::parse_addresses(&cfg.jobmanager).map_err(|e| ProcessError::Config(e.to_string()))?;
+    let addresses = weir_common::service::cluster::parse_addresses(&cfg.jobmanager)
+        .map_err(|e| ProcessError::Config(e.to_string()))?;
     let jm = JmLink::new(addresses, security.clone(), Duration::from_secs(30))
         .map_err(|e| ProcessError::Start(e.to_string()))?;
 
@@ -336,7 +337,7 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> Result<(), ProcessError> 
     };
     let server = match tls {
         Some(config) => tokio::spawn(router.serve_with_incoming_shutdown(
-            weir_common::security::tls_incoming(rpc_listener, config, "task manager"),
+            weir_common::service::security::tls_incoming(rpc_listener, config, "task manager"),
             stopped,
         )),
         None => tokio::spawn(
@@ -345,8 +346,9 @@ pub async fn run(cfg: TmConfig, registry: Registry) -> Result<(), ProcessError> 
     };
     let registration = tokio::spawn(tm.clone().run_registration(jm, shutdown_rx));
     if !cfg.health_bind.is_empty() {
-        let (address, health) =
-            weir_common::health::start(&cfg.health_bind).await.map_err(|e| ProcessError::Start(e.to_string()))?;
+        let (address, health) = weir_common::service::health::start(&cfg.health_bind)
+            .await
+            .map_err(|e| ProcessError::Start(e.to_string()))?;
         tracing::info!(%address, "serving the gRPC health service");
         let tm = tm.clone();
         tokio::spawn(async move {
@@ -409,8 +411,8 @@ pub fn main_with_registry(registry: Registry) {
             std::process::exit(2);
         }
     };
-    weir_common::telemetry::init(cfg.log_json);
-    if let Err(e) = weir_common::fault::arm_from_env() {
+    weir_common::service::telemetry::init(cfg.log_json);
+    if let Err(e) = weir_common::service::fault::arm_from_env() {
         eprintln!("weir-taskmanager: {e}");
         std::process::exit(2);
     }

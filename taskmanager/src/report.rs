@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use weir_common::cluster::JmLink;
 use weir_common::ids::CheckpointId;
+use weir_common::service::cluster::JmLink;
 use weir_proto as pb;
 use weir_proto::job_manager_internal_client::JobManagerInternalClient;
 

@@ -241,7 +241,7 @@ fn check_savepoint(args: &Args, n: usize) -> Result<()> {
         OperatorSubtaskState, SavepointFormat, METADATA_FORMAT_VERSION,
     };
     use weir_common::ids::{CheckpointId, JobId, SubtaskIndex};
-    use weir_common::keygroup::KeyGroupRange;
+    use weir_common::state::keygroup::KeyGroupRange;
     let cluster = Cluster::start(ClusterOptions::new(1, 2))?;
     let dir = tempfile::tempdir()?;
     let sp = dir.path().join("savepoint");
@@ -397,7 +397,7 @@ fn stateless(args: &Args) -> Result<()> {
     for addr in &metrics {
         sunk += samples(&scrape(addr)?, "weir_blackhole_records_total", &[&label]).iter().sum::<f64>();
     }
-    let kept = weir_common::datagen::expected_counts(1, records, args.keys).iter().step_by(2).sum::<u64>();
+    let kept = weir_common::job::datagen::expected_counts(1, records, args.keys).iter().step_by(2).sum::<u64>();
     if sunk as u64 != kept {
         anyhow::bail!("the sinks counted {sunk} records, the filter keeps {kept}");
     }
@@ -454,7 +454,7 @@ fn windows(args: &Args, kind: &str) -> Result<()> {
     // Windows per key from the formula: a record in slide b (ts div slide) is in the windows ending at slides
     // b + 1 … b + size/slide; a key's windows are the union of those intervals.
     anyhow::ensure!(size % slide == 0, "--size-ms must be a multiple of --slide-ms");
-    let t = weir_common::datagen::EventTimeConfig {
+    let t = weir_common::job::datagen::EventTimeConfig {
         start_ms: 0,
         step_ms: p as u64,
         max_disorder_ms: 1000,
@@ -462,10 +462,10 @@ fn windows(args: &Args, kind: &str) -> Result<()> {
     };
     let mut slides: Vec<Vec<i64>> = vec![Vec::new(); args.keys as usize];
     for j in 0..p {
-        let (start, end) = weir_common::datagen::split_range(j, p, Some(records));
+        let (start, end) = weir_common::job::datagen::split_range(j, p, Some(records));
         for i in start..end {
-            let ts = weir_common::datagen::timestamp_of(&t, 0, i, i - start);
-            slides[weir_common::datagen::key_of(0, i, args.keys) as usize].push(ts.div_euclid(slide as i64));
+            let ts = weir_common::job::datagen::timestamp_of(&t, 0, i, i - start);
+            slides[weir_common::job::datagen::key_of(0, i, args.keys) as usize].push(ts.div_euclid(slide as i64));
         }
     }
     let per_window = (size / slide) as i64;

@@ -75,7 +75,7 @@ where
         .add_service(internal);
     let server: std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match tls {
         Some(config) => Box::pin(router.serve_with_incoming_shutdown(
-            weir_common::security::tls_incoming(listener, config, "job manager"),
+            weir_common::service::security::tls_incoming(listener, config, "job manager"),
             shutdown,
         )),
         None => Box::pin(

@@ -14,7 +14,7 @@ use weir_proto::job_manager_internal_server::JobManagerInternal;
 
 /// Failpoint `name` as the error a lost request would be.
 async fn fault(name: &str) -> Result<(), Status> {
-    weir_common::fault::hit(name).await.map_err(|f| Status::unavailable(f.to_string()))
+    weir_common::service::fault::hit(name).await.map_err(|f| Status::unavailable(f.to_string()))
 }
 
 /// Implements both gRPC services on top of a [`JobManager`]: the one this process runs while it leads; a

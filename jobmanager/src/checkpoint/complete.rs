@@ -7,7 +7,7 @@ use crate::checkpoint::coordinator::PendingCheckpoint;
 use bytes::Bytes;
 use weir_common::checkpoint::{paths, CheckpointMetadata, CheckpointOutcome, MetadataError};
 use weir_common::ids::{CheckpointId, JobId};
-use weir_common::store::{Store, StoreError, StoreOptions};
+use weir_common::service::store::{Store, StoreError, StoreOptions};
 
 /// What a completed checkpoint records of itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,9 +9,9 @@ use weir_common::checkpoint::{
     CheckpointMetadata, MetadataError, OperatorCheckpoint, SavepointTarget, StateMetaInfo, TaskSnapshot,
     METADATA_FORMAT_VERSION,
 };
-use weir_common::descriptor::ExecutionGraph;
+use weir_common::deploy::descriptor::ExecutionGraph;
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
-use weir_common::spec::{CheckpointSettings, ResolvedJob};
+use weir_common::job::spec::{CheckpointSettings, ResolvedJob};
 use weir_proto as pb;
 
 /// One deployed subtask: its vertex and index.

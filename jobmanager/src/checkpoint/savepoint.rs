@@ -4,13 +4,13 @@
 //! [`dispose`] do the object-store I/O.
 
 use std::collections::BTreeSet;
-use weir_common::assignment::union_fanout_bytes;
 use weir_common::checkpoint::{
     paths, restore_root, CheckpointMetadata, DistributionMode, OperatorCheckpoint, RestoreMode, SavepointFormat,
 };
-use weir_common::serializer::SerializerJudge;
-use weir_common::spec::{ResolvedJob, ResolvedOperator};
-use weir_common::store::{Store, StoreError, StoreOptions};
+use weir_common::deploy::assignment::union_fanout_bytes;
+use weir_common::job::spec::{ResolvedJob, ResolvedOperator};
+use weir_common::service::store::{Store, StoreError, StoreOptions};
+use weir_common::state::serializer::SerializerJudge;
 use weir_proto as pb;
 
 /// Why a savepoint cannot be read or used.
@@ -224,8 +224,8 @@ pub fn verdicts(
     let uids: BTreeSet<&str> = job.operators.iter().map(|o| o.uid.as_str()).collect();
     for (uid, stored) in meta.operators.iter().filter(|(u, _)| !uids.contains(u.as_str())) {
         // The state of a `uid_stated` operator whose signature changed since: dropped on purpose.
-        let restated = weir_common::spec::unstated_uid(uid).and_then(|base| {
-            job.operators.iter().find(|o| o.uid_stated && weir_common::spec::unstated_uid(&o.uid) == Some(base))
+        let restated = weir_common::job::spec::unstated_uid(uid).and_then(|base| {
+            job.operators.iter().find(|o| o.uid_stated && weir_common::job::spec::unstated_uid(&o.uid) == Some(base))
         });
         let reason = match restated {
             Some(now) => format!(
@@ -298,7 +298,7 @@ fn restore_problem(
         .iter()
         .filter_map(|s| s.keyed.as_ref())
         .any(|k| k.backend == weir_common::checkpoint::SnapshotFormat::Rocksdb);
-    if native_rocks && job.state_backend != weir_common::spec::StateBackend::Rocksdb {
+    if native_rocks && job.state_backend != weir_common::job::spec::StateBackend::Rocksdb {
         return Some(
             "the savepoint holds native RocksDB state and the job uses the heap backend; take a canonical \
              savepoint (--format canonical) to change backends"
@@ -430,7 +430,7 @@ fn per_state(
     op: &ResolvedOperator,
     judge: &dyn SerializerJudge,
 ) -> Option<(Verdict, String, Vec<StateVerdict>)> {
-    use weir_common::serializer::{Resolution, SerializerSnapshot};
+    use weir_common::state::serializer::{Resolution, SerializerSnapshot};
     let resolve = |w: &SerializerSnapshot, n: &SerializerSnapshot| judge.resolve(w, n);
     let (old, new) = match (&stored.signature, &op.signature) {
         (Some(o), Some(n)) if !o.states.is_empty() && !n.states.is_empty() => (o, n),
@@ -754,7 +754,7 @@ pub async fn delete_files(url: &str, opts: &StoreOptions) -> Result<u64, StoreEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_common::serializer::{Resolution, SerializerSnapshot};
+    use weir_common::state::serializer::{Resolution, SerializerSnapshot};
 
     /// Serializer rules as a task manager's would answer for these tests' schemas: an equal schema reads as is,
     /// a changed Avro one after a migration, any other change not at all (the formats' real rules are tested
@@ -926,7 +926,7 @@ mod tests {
 
     #[test]
     fn state_of_another_kind_or_signature_is_refused_or_dropped_with_permission() {
-        use weir_common::kind::KindSignature;
+        use weir_common::job::kind::KindSignature;
         let sig =
             |f: &str, t: &str| Some(KindSignature { fingerprint: f.into(), text: t.into(), key: None, states: vec![] });
         let job = crate::job::descriptors::tests::demo_job();
@@ -980,10 +980,10 @@ mod tests {
     /// other states), refused (a changed key, map-key or namespace type), new.
     #[test]
     fn states_are_judged_one_by_one_from_their_serializers() {
-        use weir_common::kind::KindSignature;
-        use weir_common::serializer::{SerializerSnapshot as S, StateSerializers};
+        use weir_common::job::kind::KindSignature;
+        use weir_common::state::serializer::{SerializerSnapshot as S, StateSerializers};
         let avro = |fields: &str| S {
-            format: weir_common::serializer::FORMAT_AVRO.into(),
+            format: weir_common::state::serializer::FORMAT_AVRO.into(),
             version: 1,
             root: "P".into(),
             schema: format!(r#"{{"type":"record","name":"P","fields":[{fields}]}}"#),

@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use weir_common::serializer::{Resolution, SerializerJudge, SerializerSnapshot};
+use weir_common::state::serializer::{Resolution, SerializerJudge, SerializerSnapshot};
 
 /// A judge that answers every pair "as is" and records which pairs it was asked (and which schemas' text).
 #[derive(Default)]

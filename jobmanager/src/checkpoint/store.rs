@@ -9,7 +9,7 @@ use crate::checkpoint::coordinator::{
 use std::collections::BTreeMap;
 use weir_common::checkpoint::{paths, CheckpointMetadata};
 use weir_common::ids::{CheckpointId, JobId};
-use weir_common::store::{Store, StoreError};
+use weir_common::service::store::{Store, StoreError};
 
 /// Deletes what a job's checkpoints left behind that no retained checkpoint references: shared files, and the
 /// directories of checkpoints that are not retained, among those [`sweep_candidates`] picks from a listing of
@@ -204,7 +204,7 @@ mod tests {
         FileHandle, OperatorCheckpoint, OperatorStateHandle, OperatorSubtaskState, METADATA_FORMAT_VERSION,
     };
     use weir_common::ids::SubtaskIndex;
-    use weir_common::store::StoreOptions;
+    use weir_common::service::store::StoreOptions;
 
     fn meta(job: &JobId, id: u64) -> CheckpointMetadata {
         CheckpointMetadata {

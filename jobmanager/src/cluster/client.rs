@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
-use weir_common::security::{SecureChannel, Security};
+use weir_common::service::security::{SecureChannel, Security};
 use weir_proto::task_manager_api_client::TaskManagerApiClient;
 
 /// Timeout for establishing a connection to a task manager.

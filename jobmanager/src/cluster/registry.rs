@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use weir_common::ids::JobId;
-use weir_common::kind::KindInfo;
+use weir_common::job::kind::KindInfo;
 use weir_proto as pb;
 
 /// One registered task manager.

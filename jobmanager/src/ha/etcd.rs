@@ -20,7 +20,7 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, T
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{info, warn};
-use weir_common::store::Store;
+use weir_common::service::store::Store;
 
 /// How often a standby tries to become leader.
 const CAMPAIGN_PERIOD: Duration = Duration::from_millis(250);
@@ -63,7 +63,7 @@ impl Etcd {
         endpoints: &[String],
         cluster_id: &str,
         timeout: Duration,
-        tls: Option<&weir_common::security::TlsFiles>,
+        tls: Option<&weir_common::service::security::TlsFiles>,
     ) -> Result<Etcd, HaError> {
         let joined = endpoints.join(",");
         let err = |reason: String| HaError::Etcd { endpoints: joined.clone(), reason };
@@ -166,7 +166,7 @@ impl Etcd {
                 }
                 Ok(())
             }
-            Err(weir_common::store::StoreError::NotFound(_)) => {
+            Err(weir_common::service::store::StoreError::NotFound(_)) => {
                 match store.put_new(CLUSTER_MARKER, cluster_id.as_bytes().to_vec().into()).await {
                     Ok(()) => Ok(()),
                     // Another job manager of some cluster wrote it meanwhile: read who.

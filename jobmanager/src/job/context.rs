@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::watch;
 use tracing::warn;
 use weir_common::ids::JobId;
-use weir_common::store::Store;
+use weir_common::service::store::Store;
 
 /// State shared by the services and the job coordinators.
 pub(crate) struct Shared {

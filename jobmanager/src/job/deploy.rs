@@ -4,7 +4,7 @@
 
 use crate::checkpoint::store::RestoreError;
 use crate::job::record::InitialRestore;
-use weir_common::descriptor::ExecutionGraph;
+use weir_common::deploy::descriptor::ExecutionGraph;
 use weir_common::ids::{CheckpointId, VertexId};
 
 /// What the job's record says about the checkpoint an attempt restores from.
@@ -91,7 +91,7 @@ pub fn deploy_order(graph: &ExecutionGraph) -> Vec<VertexId> {
 mod tests {
     use super::*;
     use weir_common::checkpoint::RestoreMode;
-    use weir_common::store::StoreError;
+    use weir_common::service::store::StoreError;
 
     fn initial(mode: RestoreMode) -> InitialRestore {
         InitialRestore {

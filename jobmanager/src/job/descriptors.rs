@@ -4,15 +4,15 @@
 
 use crate::cluster::registry::SlotTarget;
 use std::collections::BTreeMap;
-use weir_common::assignment::{assign, AssignError};
 use weir_common::checkpoint::CheckpointMetadata;
-use weir_common::descriptor::{
+use weir_common::deploy::assignment::{assign, AssignError};
+use weir_common::deploy::descriptor::{
     input_channels, output_targets, ExecutionGraph, InputDescriptor, OperatorDescriptor, OutputDescriptor,
     RestoreDescriptor, SubtaskRestore, TaskDescriptor,
 };
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
-use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::{Partitioning, ResolvedJob};
+use weir_common::job::spec::{Partitioning, ResolvedJob};
+use weir_common::state::keygroup::KeyGroupRange;
 
 /// Why a deployment cannot be described.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -237,8 +237,8 @@ fn vertex_parallelism(graph: &ExecutionGraph, v: VertexId) -> u32 {
 pub(crate) mod tests {
     use super::*;
     use weir_common::checkpoint::{OperatorCheckpoint, OperatorSubtaskState, METADATA_FORMAT_VERSION};
-    use weir_common::kind::KindInfo;
-    use weir_common::spec::{parse_spec_text, resolve, Partitioning};
+    use weir_common::job::kind::KindInfo;
+    use weir_common::job::spec::{parse_spec_text, resolve, Partitioning};
 
     pub(crate) const DEMO: &str = r#"
 name: demo
@@ -257,8 +257,8 @@ operators:
 
     /// What a task manager holding the demo's kinds reports: the job manager knows no more.
     pub(crate) fn demo_kinds() -> Vec<KindInfo> {
-        use weir_common::kind::Role;
-        use weir_common::schema::{key_column, key_value, OutputSchema};
+        use weir_common::job::kind::Role;
+        use weir_common::job::schema::{key_column, key_value, OutputSchema};
         vec![
             KindInfo::new("datagen", Role::Source, false, "1").with_output(OutputSchema::Columns(key_value("int64"))),
             KindInfo::new("keyed-count", Role::Operator, true, "1")

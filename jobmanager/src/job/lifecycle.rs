@@ -2,7 +2,7 @@
 //! restart decision taken when a running job fails.
 
 use serde::{Deserialize, Serialize};
-use weir_common::spec::RestartSettings;
+use weir_common::job::spec::RestartSettings;
 
 /// The state of a job: the protocol's enum, the one definition the CLI and the test harness use too.
 pub use weir_proto::JobState;

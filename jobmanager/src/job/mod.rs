@@ -2,7 +2,7 @@
 //! the I/O), the messages it takes ([`mailbox`]), what the manager shares with every job (`context`), its
 //! record ([`record`]) and where records are kept ([`store`]), and the pure decisions it acts on:
 //! the lifecycle state machine and restart strategies ([`lifecycle`]), the task descriptors of a deployment
-//! ([`descriptors`], restores assigned by `weir_common::assignment`) and what a deployment
+//! ([`descriptors`], restores assigned by `weir_common::deploy::assignment`) and what a deployment
 //! does on the way ([`deploy`]: what a restore means for the record, retry or fail, redeploy or fail over).
 
 pub(crate) mod actor;

@@ -7,7 +7,7 @@ use crate::job::lifecycle::{JobState, RestartHistory};
 use serde::{Deserialize, Serialize};
 use weir_common::checkpoint::RestoreMode;
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId};
-use weir_common::spec::ResolvedJob;
+use weir_common::job::spec::ResolvedJob;
 use weir_proto as pb;
 
 /// Version of the job file format written by this build.

@@ -92,7 +92,7 @@ impl EtcdJobStore {
     /// Writes a record if this term still leads and nobody else wrote it since.
     pub async fn save(&self, record: &JobRecord) -> Result<(), JobStoreError> {
         use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-        weir_common::fault::hit("job-store-save").await.map_err(|f| JobStoreError::Etcd(f.to_string()))?;
+        weir_common::service::fault::hit("job-store-save").await.map_err(|f| JobStoreError::Etcd(f.to_string()))?;
         if self.term.is_lost() {
             return Err(JobStoreError::Fenced { epoch: self.term.epoch });
         }
@@ -202,7 +202,7 @@ impl LocalJobStore {
         let path = self.path_of(&record.id);
         let tmp = self.dir.join(format!(".{}.json.tmp", record.id));
         let io = |source| JobStoreError::Io { path: path.clone(), source };
-        weir_common::fault::hit_blocking("job-store-save").map_err(|f| io(std::io::Error::other(f)))?;
+        weir_common::service::fault::hit_blocking("job-store-save").map_err(|f| io(std::io::Error::other(f)))?;
         let bytes = serde_json::to_vec_pretty(record)
             .map_err(|e| JobStoreError::Corrupt { path: path.clone(), reason: e.to_string() })?;
         {

@@ -45,7 +45,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Arc;
-use weir_common::keygroup::KeyGroupRange;
+use weir_common::state::keygroup::KeyGroupRange;
 
 /// The entries of one map row: user key to value.
 type UserMap = BTreeMap<Vec<u8>, Vec<u8>>;

@@ -4,7 +4,7 @@
 //! per row key.
 
 use crate::error::StateError;
-use weir_common::keygroup::KeyGroupRange;
+use weir_common::state::keygroup::KeyGroupRange;
 
 /// A visitor of `(key, value)` rows.
 pub type RowVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), StateError> + 'a;
@@ -67,7 +67,7 @@ impl RowKeyBuilder {
     pub fn new(max_parallelism: u32) -> Self {
         RowKeyBuilder {
             max_parallelism,
-            prefix_len: weir_common::keygroup::key_group_prefix_len(max_parallelism),
+            prefix_len: weir_common::state::keygroup::key_group_prefix_len(max_parallelism),
             row: Vec::with_capacity(32),
             namespace: Vec::new(),
             ns_row: Vec::new(),
@@ -76,16 +76,16 @@ impl RowKeyBuilder {
 
     /// Sets the current key (its serialized bytes); computes its key group.
     pub fn set(&mut self, key: &[u8]) {
-        let kg = weir_common::keygroup::key_group_for_key(key, self.max_parallelism);
+        let kg = weir_common::state::keygroup::key_group_for_key(key, self.max_parallelism);
         self.set_in_group(key, kg.0);
     }
 
     /// Sets the current key whose key group is known.
     pub fn set_in_group(&mut self, key: &[u8], kg: u32) {
-        debug_assert_eq!(kg, weir_common::keygroup::key_group_for_key(key, self.max_parallelism).0);
+        debug_assert_eq!(kg, weir_common::state::keygroup::key_group_for_key(key, self.max_parallelism).0);
         let kg = weir_common::ids::KeyGroup(kg);
         self.row.clear();
-        weir_common::keygroup::write_key_group_prefix(kg, self.max_parallelism, &mut self.row);
+        weir_common::state::keygroup::write_key_group_prefix(kg, self.max_parallelism, &mut self.row);
         self.row.extend_from_slice(key);
         self.ns_row.clear();
     }
@@ -159,7 +159,7 @@ impl RowKeyBuilder {
     /// The row of `timer`, of key group `kg`, into `out` (cleared first).
     pub fn timer_row_of(&self, kg: u32, timer: &TimerRow, out: &mut Vec<u8>) {
         out.clear();
-        weir_common::keygroup::write_key_group_prefix(weir_common::ids::KeyGroup(kg), self.max_parallelism, out);
+        weir_common::state::keygroup::write_key_group_prefix(weir_common::ids::KeyGroup(kg), self.max_parallelism, out);
         append_timer(timer.timestamp, &timer.key, &timer.namespace, out);
     }
 
@@ -173,7 +173,7 @@ impl RowKeyBuilder {
     pub fn timer_scan_bounds(&self, kg: u32, ts: i64, after: Option<&[u8]>, lo: &mut Vec<u8>, hi: &mut Vec<u8>) {
         use weir_common::ids::KeyGroup;
         lo.clear();
-        weir_common::keygroup::write_key_group_prefix(KeyGroup(kg), self.max_parallelism, lo);
+        weir_common::state::keygroup::write_key_group_prefix(KeyGroup(kg), self.max_parallelism, lo);
         match after {
             // The least byte string greater than the row.
             Some(row) => {
@@ -183,7 +183,7 @@ impl RowKeyBuilder {
             None => lo.extend_from_slice(&timer_ts_bytes(ts)),
         }
         hi.clear();
-        weir_common::keygroup::write_key_group_prefix(KeyGroup(kg + 1), self.max_parallelism, hi);
+        weir_common::state::keygroup::write_key_group_prefix(KeyGroup(kg + 1), self.max_parallelism, hi);
     }
 
     /// The current key's key group.
@@ -201,9 +201,9 @@ impl RowKeyBuilder {
     pub fn range_bounds(&self, range: KeyGroupRange) -> (Vec<u8>, Vec<u8>) {
         use weir_common::ids::KeyGroup;
         let mut lo = Vec::new();
-        weir_common::keygroup::write_key_group_prefix(KeyGroup(range.start), self.max_parallelism, &mut lo);
+        weir_common::state::keygroup::write_key_group_prefix(KeyGroup(range.start), self.max_parallelism, &mut lo);
         let mut hi = Vec::new();
-        weir_common::keygroup::write_key_group_prefix(KeyGroup(range.end + 1), self.max_parallelism, &mut hi);
+        weir_common::state::keygroup::write_key_group_prefix(KeyGroup(range.end + 1), self.max_parallelism, &mut hi);
         (lo, hi)
     }
 
@@ -211,12 +211,16 @@ impl RowKeyBuilder {
     pub fn bounds(&self, range: KeyGroupRange) -> (Vec<u8>, Option<Vec<u8>>) {
         use weir_common::ids::KeyGroup;
         let mut lo = Vec::new();
-        weir_common::keygroup::write_key_group_prefix(KeyGroup(range.start), self.max_parallelism, &mut lo);
+        weir_common::state::keygroup::write_key_group_prefix(KeyGroup(range.start), self.max_parallelism, &mut lo);
         let hi = if range.end + 1 >= self.max_parallelism {
             None
         } else {
             let mut hi = Vec::new();
-            weir_common::keygroup::write_key_group_prefix(KeyGroup(range.end + 1), self.max_parallelism, &mut hi);
+            weir_common::state::keygroup::write_key_group_prefix(
+                KeyGroup(range.end + 1),
+                self.max_parallelism,
+                &mut hi,
+            );
             Some(hi)
         };
         (lo, hi)
@@ -433,7 +437,7 @@ mod tests {
             assert_eq!(bounds.len(), 2);
             for kg in 0..m {
                 let mut row = Vec::new();
-                weir_common::keygroup::write_key_group_prefix(weir_common::ids::KeyGroup(kg), m, &mut row);
+                weir_common::state::keygroup::write_key_group_prefix(weir_common::ids::KeyGroup(kg), m, &mut row);
                 row.extend_from_slice(b"\xff\xffkey");
                 let outside = bounds.iter().any(|(lo, hi)| row >= *lo && row < *hi);
                 assert_eq!(outside, !range.contains(weir_common::ids::KeyGroup(kg)), "m={m} kg={kg}");

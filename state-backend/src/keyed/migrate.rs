@@ -1,6 +1,6 @@
 //! State migration: rewriting every stored value of a restored state before the operator reads it, when its
 //! serializer changed in a way that needs it (an Avro schema that resolves to another encoding, see
-//! `weir_common::serializer`) or when TTL was turned on or off (the 8-byte timestamp in front of each value is
+//! `weir_common::state::serializer`) or when TTL was turned on or off (the 8-byte timestamp in front of each value is
 //! added, stamped with the restore's time, or stripped).
 //!
 //! Both backends rewrite the same units — a value row, each list element, each map value — with [`RowRewrite`];

@@ -36,7 +36,7 @@ use crate::keyed::ttl::Clock;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::oneshot;
-use weir_common::keygroup::KeyGroupRange;
+use weir_common::state::keygroup::KeyGroupRange;
 
 /// The handle of a registered state inside one backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

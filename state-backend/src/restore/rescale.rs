@@ -56,8 +56,8 @@ pub use crate::snapshot::format::SnapshotFormat;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::StateBackend;
+use weir_common::job::spec::StateBackend;
+use weir_common::state::keygroup::KeyGroupRange;
 
 /// One downloaded snapshot a backend is restored from.
 #[derive(Clone, Debug)]
@@ -522,7 +522,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
     use weir_common::ids::{KeyGroup, SubtaskIndex};
-    use weir_common::keygroup::key_group_for_key;
+    use weir_common::state::keygroup::key_group_for_key;
 
     /// The TTL clock of every backend: nothing written at T0 expires during a test.
     const T0: u64 = 1_000_000;
@@ -781,7 +781,7 @@ mod tests {
     }
 
     fn key_group_prefix_len(m: u32) -> usize {
-        weir_common::keygroup::key_group_prefix_len(m)
+        weir_common::state::keygroup::key_group_prefix_len(m)
     }
 
     /// Restores `p_new` subtasks of `target` from `sources` (each given copies of exactly the sources that overlap

@@ -90,7 +90,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use weir_common::keygroup::KeyGroupRange;
+use weir_common::state::keygroup::KeyGroupRange;
 
 /// Tuning of the RocksDB backend.
 #[derive(Clone)]
@@ -1827,7 +1827,7 @@ mod tests {
     #[test]
     fn clear_all_deletes_only_the_backends_key_groups() {
         use crate::typed::handles::{ListState, MapState};
-        use weir_common::keygroup::key_group_for_key;
+        use weir_common::state::keygroup::key_group_for_key;
         for m in [128u32, 32768] {
             let tmp = tempfile::tempdir().unwrap();
             let full = KeyGroupRange { start: 0, end: m - 1 };

@@ -47,7 +47,7 @@ use crate::keyed::LocalSnapshot;
 use crate::rocks::{RocksDbBackend, RocksOptions};
 use std::path::Path;
 use std::time::Instant;
-use weir_common::keygroup::{key_group_prefix_len, KeyGroupRange};
+use weir_common::state::keygroup::{key_group_prefix_len, KeyGroupRange};
 
 /// The file of a canonical snapshot.
 pub const CANONICAL_FILE: &str = "canonical-state.bin";

@@ -6,7 +6,7 @@ use crate::error::StateError;
 use crate::heap::statefile::{HEAP_V1, HEAP_V2};
 use crate::snapshot::canonical::{self, CANONICAL_FILE};
 use std::path::Path;
-use weir_common::spec::StateBackend;
+use weir_common::job::spec::StateBackend;
 
 /// How a snapshot's files are laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

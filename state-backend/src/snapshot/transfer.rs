@@ -14,7 +14,7 @@ use crate::keyed::LocalSnapshot;
 use std::collections::HashMap;
 use std::path::Path;
 use weir_common::checkpoint::{check_relative_path, FileHandle, KeyedStateHandle};
-use weir_common::store::Store;
+use weir_common::service::store::Store;
 
 /// Whether a snapshot file is immutable and may be shared between checkpoints (a RocksDB SST file).
 pub fn is_shareable(name: &str) -> bool {
@@ -103,9 +103,9 @@ mod tests {
     use super::*;
     use crate::restore::rescale::open_keyed_backend;
     use crate::typed::handles::ValueState;
-    use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::StateBackend;
-    use weir_common::store::StoreOptions;
+    use weir_common::job::spec::StateBackend;
+    use weir_common::service::store::StoreOptions;
+    use weir_common::state::keygroup::KeyGroupRange;
 
     #[tokio::test]
     async fn upload_and_restore_both_backends() {

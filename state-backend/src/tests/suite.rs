@@ -12,8 +12,8 @@ use crate::typed::handles::{
 };
 use std::path::Path;
 use std::sync::Arc;
-use weir_common::keygroup::{key_group_for_key, KeyGroupRange};
-use weir_common::spec::StateBackend;
+use weir_common::job::spec::StateBackend;
+use weir_common::state::keygroup::{key_group_for_key, KeyGroupRange};
 
 const MAX_PARALLELISM: u32 = 128;
 const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };

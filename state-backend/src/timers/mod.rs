@@ -30,7 +30,7 @@ use crate::keyed::layout::{append_timer, timer_row_timestamp, TimerRow};
 use crate::keyed::meta::{StateKind, StateOptions};
 use crate::keyed::{KeyedStateBackend, StateId};
 use std::collections::{BTreeSet, VecDeque};
-use weir_common::keygroup::KeyGroupRange;
+use weir_common::state::keygroup::KeyGroupRange;
 
 /// The state holding an operator's event-time timers.
 pub const EVENT_TIMERS: &str = "_timers.event";
@@ -531,7 +531,7 @@ mod tests {
     #[test]
     fn a_timer_set_behind_the_last_fired_one_still_fires() {
         let range = KeyGroupRange { start: 0, end: 127 };
-        let group = |k: &[u8]| weir_common::keygroup::key_group_for_key(k, 128).0;
+        let group = |k: &[u8]| weir_common::state::keygroup::key_group_for_key(k, 128).0;
         let a = b"a".to_vec();
         let b = (0u32..).map(|i| format!("b{i}").into_bytes()).find(|k| group(k) == group(&a)).unwrap();
         let tmp = tempfile::tempdir().unwrap();
@@ -560,7 +560,7 @@ mod tests {
     #[test]
     fn timers_set_and_deleted_while_a_key_group_is_read_ahead_fire_in_order() {
         let range = KeyGroupRange { start: 0, end: 127 };
-        let group = |k: &[u8]| weir_common::keygroup::key_group_for_key(k, 128).0;
+        let group = |k: &[u8]| weir_common::state::keygroup::key_group_for_key(k, 128).0;
         let a = b"a".to_vec();
         let same: Vec<Vec<u8>> =
             (0u32..).map(|i| format!("s{i}").into_bytes()).filter(|k| group(k) == group(&a)).take(3).collect();
@@ -599,7 +599,7 @@ mod tests {
     #[test]
     fn a_snapshot_keeps_the_timers_of_its_barrier_while_they_change() {
         use crate::restore::rescale::open_keyed_backend;
-        use weir_common::spec::StateBackend;
+        use weir_common::job::spec::StateBackend;
         let range = KeyGroupRange { start: 0, end: 127 };
         let tmp = tempfile::tempdir().unwrap();
         for kind in [StateBackend::Heap, StateBackend::Rocksdb] {

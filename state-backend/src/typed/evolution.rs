@@ -10,14 +10,14 @@
 //! | `opaque` (a codec that declares nothing) | — | not checked: the state's type signature is all there is |
 //!
 //! The rules are the ecosystems' own: `apache-avro`'s schema compatibility and resolution for Avro, `prost-reflect`
-//! descriptors for Protobuf. The snapshots themselves are plain data in `weir_common::serializer`, which the job
+//! descriptors for Protobuf. The snapshots themselves are plain data in `weir_common::state::serializer`, which the job
 //! manager reads without linking either crate: it has a task manager resolve a savepoint's snapshots.
 
 use apache_avro::schema_compatibility::SchemaCompatibility;
 use apache_avro::Schema;
 use prost_reflect::{DescriptorPool, FieldDescriptor, Kind, MessageDescriptor};
 use std::collections::HashSet;
-use weir_common::serializer::{
+use weir_common::state::serializer::{
     Resolution, SerializerJudge, SerializerSnapshot, FORMAT_AVRO, FORMAT_BINCODE, FORMAT_OPAQUE, FORMAT_PROTOBUF,
     FORMAT_SIGNATURE,
 };

@@ -1,5 +1,5 @@
 //! Serialization formats for state values, each a [`StateCodec`] whose [`TypeSignature`] carries a serializer
-//! snapshot (`weir_common::serializer`), so that checkpoints record the schema a state was written with:
+//! snapshot (`weir_common::state::serializer`), so that checkpoints record the schema a state was written with:
 //!
 //! - [`Bincode<T>`]: any serde type, fast and compact, not evolvable — a restore accepts it only when `T`'s
 //!   type signature is unchanged (otherwise the state is reported `DROPPED`, and needs permission).
@@ -27,7 +27,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::rc::Rc;
-use weir_common::serializer::SerializerSnapshot;
+use weir_common::state::serializer::SerializerSnapshot;
 
 macro_rules! wrapper {
     ($name:ident, $what:literal) => {
@@ -162,7 +162,7 @@ mod tests {
     use crate::typed::evolution::resolve;
     use crate::typed::signature::{serializer_of, StateSignature};
     use serde::Deserialize;
-    use weir_common::serializer::Resolution;
+    use weir_common::state::serializer::Resolution;
 
     #[derive(Serialize, Deserialize, Debug, PartialEq, Clone, apache_avro::AvroSchema)]
     struct Profile {

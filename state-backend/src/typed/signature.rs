@@ -17,7 +17,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
-use weir_common::serializer::{SerializerSnapshot, StateSerializers};
+use weir_common::state::serializer::{SerializerSnapshot, StateSerializers};
 
 pub use weir_state_derive::TypeSignature;
 
@@ -552,7 +552,7 @@ impl StateSignature {
 /// its state gives the operator a new uid, so its old state is dropped on purpose — and reported — instead of
 /// failing the restore (DataDome's `uidStated`). What a spec's `uid_stated: true` does to an operator's uid.
 pub fn uid_stated(uid: &str, signature: &StateSignature) -> String {
-    weir_common::spec::stated_uid(uid, &signature.hex())
+    weir_common::job::spec::stated_uid(uid, &signature.hex())
 }
 
 /// Fails (panics, for tests) unless `signature` renders as `pinned` (its [`StateSignature::pretty`] text),

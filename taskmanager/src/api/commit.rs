@@ -61,7 +61,8 @@ impl PendingFiles {
         // pending, for the next notification or the restore to commit.
         while let Some(i) = self.pending.iter().position(|p| p.checkpoint <= id) {
             let Pending { checkpoint, dir, name } = &self.pending[i];
-            weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::External(f.to_string()))?;
+            weir_common::service::fault::hit_blocking("sink-commit")
+                .map_err(|f| OperatorError::External(f.to_string()))?;
             let from = dir.join(hidden_name(name));
             let to = dir.join(name);
             match std::fs::rename(&from, &to) {

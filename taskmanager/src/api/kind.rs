@@ -4,8 +4,8 @@
 //! kind's [`KindInfo`] when it registers, and checks specs with the rest when the job manager asks.
 
 use crate::api::operator::{Operator, Source};
-use weir_common::kind::{ConfigFieldError, KindInfo, OperatorConfig, SideOutputs};
-use weir_common::schema::Column;
+use weir_common::job::kind::{ConfigFieldError, KindInfo, OperatorConfig, SideOutputs};
+use weir_common::job::schema::Column;
 use weir_state::signature::StateSignature;
 
 /// A freshly built operator instance.

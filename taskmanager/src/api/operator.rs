@@ -19,7 +19,7 @@ use crate::api::record::Record;
 use crate::api::timers::{TimeDomain, TimerSlot, Timers};
 use arrow_array::RecordBatch;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
-use weir_common::keygroup::KeyGroupRange;
+use weir_common::state::keygroup::KeyGroupRange;
 use weir_state::{KeyedStateBackend, OperatorStateStore};
 
 /// Where an operator runs.
@@ -52,7 +52,7 @@ impl RuntimeInfo {
             subtask: weir_common::ids::SubtaskIndex(subtask),
             parallelism: p,
             max_parallelism: 128,
-            key_group_range: weir_common::keygroup::KeyGroupRange { start: 0, end: 127 },
+            key_group_range: weir_common::state::keygroup::KeyGroupRange { start: 0, end: 127 },
         }
     }
 }

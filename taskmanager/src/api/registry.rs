@@ -6,8 +6,10 @@ use crate::api::kind::{DynKind, FnKind, Kind};
 pub use crate::api::kind::{Instance, InvalidConfig};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use weir_common::kind::{ConfigFieldError, KindCatalog, KindInfo, KindSignature, OperatorConfig, Role, SideOutputs};
-use weir_common::schema::Column;
+use weir_common::job::kind::{
+    ConfigFieldError, KindCatalog, KindInfo, KindSignature, OperatorConfig, Role, SideOutputs,
+};
+use weir_common::job::schema::Column;
 use weir_state::signature::StateSignature;
 
 /// `info` with its kind's state signature, which the task manager reports at registration: checkpoints record

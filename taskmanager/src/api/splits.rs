@@ -5,8 +5,8 @@
 use crate::api::operator::{InitContext, OperatorError, SnapshotContext, SourceOutput};
 use std::ops::Range;
 use std::time::{Duration, Instant};
-use weir_common::datagen::split_range;
-use weir_common::kind::{field_err, ConfigFieldError};
+use weir_common::job::datagen::split_range;
+use weir_common::job::kind::{field_err, ConfigFieldError};
 
 /// Where one split of a source stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! rescaled with the rest of it.
 
 use crate::api::error::OperatorError;
-use weir_common::keygroup::KeyGroupRange;
+use weir_common::state::keygroup::KeyGroupRange;
 pub use weir_state::timers::TimeDomain;
 use weir_state::{KeyedStateBackend, TimerService};
 

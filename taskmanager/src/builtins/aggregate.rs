@@ -70,8 +70,8 @@ impl AggregateConfig {
     /// The columns it emits over rows of `input`: the carried ones, then the aggregates (integers).
     pub fn output(
         &self,
-        input: &[weir_common::schema::Column],
-    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        input: &[weir_common::job::schema::Column],
+    ) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
         let mut out = Vec::new();
         for c in &self.carry {
             let col = input
@@ -81,7 +81,7 @@ impl AggregateConfig {
             out.push(col.clone());
         }
         out.extend(aggregate_columns(&self.aggregates, input)?);
-        weir_common::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e.to_string()))?;
+        weir_common::job::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e.to_string()))?;
         Ok(out)
     }
 }
@@ -93,7 +93,7 @@ pub(crate) const TIMES: &[&str] = &["timestamp_ms", "int64"];
 
 /// Checks that `input` (`side` names it) has a column `name` of one of `types`, naming `field` when not.
 pub(crate) fn check_column(
-    input: &[weir_common::schema::Column],
+    input: &[weir_common::job::schema::Column],
     name: &str,
     types: &[&str],
     field: &str,
@@ -108,7 +108,7 @@ pub(crate) fn check_column(
 }
 
 /// An input's own columns: all but the key and the runtime's (`_…`).
-pub(crate) fn own_columns(input: &[weir_common::schema::Column]) -> Vec<weir_common::schema::Column> {
+pub(crate) fn own_columns(input: &[weir_common::job::schema::Column]) -> Vec<weir_common::job::schema::Column> {
     input.iter().filter(|c| c.name != "key" && !c.name.starts_with('_')).cloned().collect()
 }
 
@@ -153,14 +153,14 @@ pub(crate) fn parse_aggregates(
 /// integers, null where every value was null (never for a count).
 pub(crate) fn aggregate_columns(
     aggregates: &[(AggregateFn, Option<String>, String)],
-    input: &[weir_common::schema::Column],
-) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+    input: &[weir_common::job::schema::Column],
+) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
     let mut out = Vec::new();
     for (f, column, name) in aggregates {
         if let Some(c) = column {
             check_column(input, c, INTEGERS, "aggregates", "the input")?;
         }
-        out.push(weir_common::schema::Column::new(name, "int64", *f != AggregateFn::Count));
+        out.push(weir_common::job::schema::Column::new(name, "int64", *f != AggregateFn::Count));
     }
     Ok(out)
 }

@@ -151,7 +151,7 @@ impl Kind for BlackholeKind {
     }
 
     fn config(&self, config: &OperatorConfig) -> Result<(), ConfigFieldError> {
-        weir_common::kind::ConfigReader::new(config, &[]).map(|_| ())
+        weir_common::job::kind::ConfigReader::new(config, &[]).map(|_| ())
     }
 
     fn build(&self, (): ()) -> Result<Instance, InvalidConfig> {

@@ -14,10 +14,10 @@ use crate::api::splits::{NumberedSplits, SplitLayout};
 use arrow_array::{new_null_array, ArrayRef, BinaryArray, Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow_buffer::{Buffer, OffsetBuffer};
 use std::sync::Arc;
-use weir_common::datagen::EventTimeConfig;
-use weir_common::watermarks::{check_event_time, EventTimeOutOfRange, MIN_TIMESTAMP_MS};
+use weir_common::job::datagen::EventTimeConfig;
+use weir_common::job::watermarks::{check_event_time, EventTimeOutOfRange, MIN_TIMESTAMP_MS};
 
-use weir_common::datagen::{key_of, timestamp_of};
+use weir_common::job::datagen::{key_of, timestamp_of};
 
 /// Longest event time between two records of a `datagen` split (a year: a longer step is a unit mistake).
 const MAX_STEP_MS: u64 = 366 * 24 * 3600 * 1000;
@@ -116,7 +116,7 @@ impl DatagenConfig {
         let event_time: Option<EventTimeConfig> =
             r.nested("event_time", "a map { start_ms, step_ms, max_disorder_ms }")?;
         if let Some(t) = &event_time {
-            if t.max_disorder_ms > weir_common::watermarks::MAX_OUT_OF_ORDERNESS_MS {
+            if t.max_disorder_ms > weir_common::job::watermarks::MAX_OUT_OF_ORDERNESS_MS {
                 return Err(field_err("event_time", "max_disorder_ms is over 7 days: a unit mistake?"));
             }
             if t.wall_clock && (t.start_ms, t.step_ms, t.max_disorder_ms) != (0, 1, 0) {
@@ -301,13 +301,13 @@ mod tests {
                 counts[u64::from_be_bytes(r.key.as_slice().try_into().unwrap()) as usize] += 1;
             }
         }
-        assert_eq!(counts, weir_common::datagen::expected_counts(3, 1000, 10));
+        assert_eq!(counts, weir_common::job::datagen::expected_counts(3, 1000, 10));
         Ok(())
     }
 
     #[test]
     fn with_event_time_splits_are_read_in_turn_with_the_formulas_timestamps() -> Result<(), OperatorError> {
-        use weir_common::datagen::EventTimeConfig;
+        use weir_common::job::datagen::EventTimeConfig;
         let t = EventTimeConfig { start_ms: 1_000, step_ms: 10, max_disorder_ms: 0, wall_clock: false };
         let cfg = DatagenConfig { count: Some(100), keys: 7, seed: 5, rate_per_sec: 0, splits: 4, event_time: Some(t) };
         let mut store = OperatorStateStore::new();

@@ -3,11 +3,11 @@
 
 pub(crate) use crate::api::kind::Kind;
 pub(crate) use crate::api::registry::{Instance, InvalidConfig};
-pub(crate) use weir_common::kind::{
+pub(crate) use weir_common::job::kind::{
     field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, SideOutputs,
     StateClass,
 };
-pub(crate) use weir_common::schema::{key_column, key_value, Column, OutputSchema};
+pub(crate) use weir_common::job::schema::{key_column, key_value, Column, OutputSchema};
 pub(crate) use weir_state::signature::StateSignature;
 
 /// The description of the built-in kind `kind`, at this build's version: what it is for and the config fields it
@@ -19,5 +19,5 @@ pub(crate) fn builtin_info(kind: &str, role: Role, keyed: bool, doc: &str, field
 /// A config map of `pairs`, each value text as a spec that quotes it gives it: what config tests read.
 #[cfg(test)]
 pub(crate) fn config_map(pairs: &[(&str, &str)]) -> OperatorConfig {
-    pairs.iter().map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v))).collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), weir_common::job::kind::ConfigValue::from(*v))).collect()
 }

@@ -322,7 +322,7 @@ mod harness_tests {
     use crate::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use arrow_array::Int64Array;
     use std::sync::Arc;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
 
     /// Rows of `keys` with integer column `column` and event times.
     fn rows(keys: &[u64], column: &str, values: &[i64], times: &[i64]) -> RecordBatch {

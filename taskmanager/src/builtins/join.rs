@@ -74,11 +74,11 @@ impl JoinConfig {
     /// The columns of a joined row: the key, then each side's own columns (the runtime's `_` columns and the
     /// sides' `key` aside), or the field at fault when a name is on both sides.
     pub fn joined_columns(
-        first: &[weir_common::schema::Column],
-        second: &[weir_common::schema::Column],
-    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
-        let own = |c: &&weir_common::schema::Column| c.name != "key" && !c.name.starts_with('_');
-        let mut out = vec![weir_common::schema::key_column()];
+        first: &[weir_common::job::schema::Column],
+        second: &[weir_common::job::schema::Column],
+    ) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
+        let own = |c: &&weir_common::job::schema::Column| c.name != "key" && !c.name.starts_with('_');
+        let mut out = vec![weir_common::job::schema::key_column()];
         for c in first.iter().filter(own) {
             if second.iter().any(|d| d.name == c.name) {
                 return Err(field_err(
@@ -98,19 +98,19 @@ impl JoinConfig {
     /// The columns it emits over inputs of `first` and `second`, or the field at fault.
     pub fn output(
         &self,
-        first: &[weir_common::schema::Column],
-        second: &[weir_common::schema::Column],
-    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        first: &[weir_common::job::schema::Column],
+        second: &[weir_common::job::schema::Column],
+    ) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
         self.output_with(first, second, &[])
     }
 
     /// [`JoinConfig::output`] with `extra` columns after both sides' (a window's start and end).
     pub fn output_with(
         &self,
-        first: &[weir_common::schema::Column],
-        second: &[weir_common::schema::Column],
-        extra: &[weir_common::schema::Column],
-    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        first: &[weir_common::job::schema::Column],
+        second: &[weir_common::job::schema::Column],
+        extra: &[weir_common::job::schema::Column],
+    ) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
         let mut second = second.to_vec();
         second.extend(extra.iter().cloned());
         let joined = Self::joined_columns(first, &second)?;
@@ -121,7 +121,7 @@ impl JoinConfig {
             None => joined,
             Some(items) => select_output(items, &joined, false)?,
         };
-        weir_common::schema::validate_columns(&out).map_err(|e| field_err("select", e.to_string()))?;
+        weir_common::job::schema::validate_columns(&out).map_err(|e| field_err("select", e.to_string()))?;
         Ok(out)
     }
 }
@@ -130,9 +130,9 @@ impl JoinConfig {
 /// when `drop_key`).
 pub(crate) fn select_output(
     items: &[crate::expr::SelectItem],
-    input: &[weir_common::schema::Column],
+    input: &[weir_common::job::schema::Column],
     drop_key: bool,
-) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
     use crate::expr::{type_of, SelectItem};
     let mut out = Vec::new();
     for item in items {
@@ -142,7 +142,7 @@ pub(crate) fn select_output(
             SelectItem::Expr { expr, name } => {
                 let (t, nullable) =
                     type_of(expr, input).map_err(|e| field_err("select", format!("{name}: {}", e.0)))?;
-                out.push(weir_common::schema::Column::new(name, &t.column_type(), nullable));
+                out.push(weir_common::job::schema::Column::new(name, &t.column_type(), nullable));
             }
         }
     }
@@ -299,7 +299,7 @@ mod tests {
     use crate::testing::{keyed_batch, partition, Harness, OperatorHarness, Snapshot};
     use arrow_array::{ArrayRef, Int64Array, StringArray};
     use std::sync::Arc;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
 
     fn side(keys: &[u64], column: &str, values: ArrayRef, times: &[i64]) -> RecordBatch {
         let keys: Vec<[u8; 8]> = keys.iter().map(|k| k.to_be_bytes()).collect();
@@ -409,7 +409,7 @@ mod tests {
             let persons = ListState::<Vec<u8>>::register(backend, "join-second")?;
             for k in &keys {
                 backend.set_current_key(&k.to_be_bytes());
-                let mine = range.contains(weir_common::keygroup::key_group_for_key(&k.to_be_bytes(), 128));
+                let mine = range.contains(weir_common::state::keygroup::key_group_for_key(&k.to_be_bytes(), 128));
                 assert_eq!(persons.get(backend)?.len(), usize::from(mine), "subtask {i}, key {k}");
             }
             let got = push(&mut h, 0, rows.clone())?;

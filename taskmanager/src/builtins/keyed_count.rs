@@ -154,7 +154,7 @@ mod tests {
     use crate::api::batch::batch_of;
     use crate::api::record::{Record, Value};
     use crate::testing::{partition, Harness, OperatorHarness, Snapshot};
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
 
     /// `(key, count)` records as numbers.
     type Counts = Vec<(u64, i64)>;
@@ -232,7 +232,7 @@ mod tests {
                 let got = counts(h.take_records().unwrap());
                 let range = h.info().key_group_range;
                 for (k, _) in &got {
-                    let group = weir_common::keygroup::key_group_for_key(&k.to_be_bytes(), 128);
+                    let group = weir_common::state::keygroup::key_group_for_key(&k.to_be_bytes(), 128);
                     assert!(range.contains(group), "subtask {i} emitted key {k} of key group {}", group.0);
                 }
                 assert!(!got.is_empty() && got.len() < keys.len(), "subtask {i}: {got:?}");

@@ -65,14 +65,14 @@ impl OverConfig {
     /// aggregates.
     pub fn output(
         &self,
-        input: &[weir_common::schema::Column],
-    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        input: &[weir_common::job::schema::Column],
+    ) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
         if let Some(t) = &self.ties_by {
             check_column(input, t, INTEGERS, "ties_by", "the input")?;
         }
         let mut out = own_columns(input);
         out.extend(aggregate_columns(&self.aggregates, input)?);
-        weir_common::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e.to_string()))?;
+        weir_common::job::schema::validate_columns(&out).map_err(|e| field_err("aggregates", e.to_string()))?;
         Ok(out)
     }
 }
@@ -539,7 +539,7 @@ mod harness_tests {
     use crate::builtins::text::lines_of;
     use crate::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use arrow_array::Int64Array;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
 
     /// Rows of `keys` (also as column `id`) with `value`s and event times.
     fn rows(keys: &[u64], values: &[i64], times: &[i64]) -> RecordBatch {
@@ -610,7 +610,7 @@ mod config_tests {
     #[test]
     fn over_and_winning_bids_configs_name_the_field_at_fault() {
         use crate::builtins::winning_bids::WinningBidsConfig;
-        use weir_common::schema::Column;
+        use weir_common::job::schema::Column;
         let input = vec![
             Column::new("key", "binary", false),
             Column::new("auction", "int64", true),

@@ -79,8 +79,8 @@ impl ProjectConfig {
     /// The columns it emits over input rows of `input` (the key first when it sets one), or the field at fault.
     pub fn output(
         &self,
-        input: &[weir_common::schema::Column],
-    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        input: &[weir_common::job::schema::Column],
+    ) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
         use crate::expr::{type_of, Type};
         if let Some(c) = &self.condition {
             check_condition(c, input, "where")?;
@@ -93,15 +93,15 @@ impl ProjectConfig {
                     return Err(field_err("key", format!("a key cannot be {}", t.name())));
                 }
             }
-            out.push(weir_common::schema::key_column());
+            out.push(weir_common::job::schema::key_column());
         }
         out.extend(select_output(&self.select, input, self.key.is_some())?);
-        weir_common::schema::validate_columns(&out).map_err(|e| field_err("select", e.to_string()))?;
+        weir_common::job::schema::validate_columns(&out).map_err(|e| field_err("select", e.to_string()))?;
         Ok(out)
     }
 }
 
-fn config_err(field: &str, e: weir_common::kind::ConfigFieldError) -> OperatorError {
+fn config_err(field: &str, e: weir_common::job::kind::ConfigFieldError) -> OperatorError {
     OperatorError::Records(format!("config.{field}: {}", e.message))
 }
 
@@ -429,7 +429,7 @@ mod tests {
     }
 
     fn config(pairs: &[(&str, &str)]) -> OperatorConfig {
-        pairs.iter().map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v))).collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), weir_common::job::kind::ConfigValue::from(*v))).collect()
     }
 
     #[test]

@@ -5,8 +5,8 @@
 #![cfg(test)]
 
 use super::registry;
-use weir_common::spec::*;
-use weir_common::watermarks::WatermarkStrategy;
+use weir_common::job::spec::*;
+use weir_common::job::watermarks::WatermarkStrategy;
 use weir_proto as pb;
 
 const DEMO: &str = r#"
@@ -103,7 +103,7 @@ fn nested_config_travels_typed_and_watermarks_resolve() {
          watermarks: { strategy: bounded-out-of-orderness, max_out_of_orderness_ms: 20, idle_timeout_ms: 500 } }",
     );
     let spec = parse_spec_text(&timed).unwrap();
-    let event_time = weir_common::config_value::from_proto(&spec.operators[0].config["event_time"]).unwrap();
+    let event_time = weir_common::job::config_value::from_proto(&spec.operators[0].config["event_time"]).unwrap();
     assert_eq!(event_time, serde_json::json!({ "start_ms": 1000, "max_disorder_ms": 20 }), "a map travels as a map");
     let job = resolve(&spec, &registry()).unwrap();
     assert_eq!(
@@ -136,7 +136,7 @@ fn a_join_reads_two_inputs_and_says_what_is_wrong_with_them() {
     let job = resolve_text(&spec("inputs: [a, p], config: { select: \"name, a_id\" }")).unwrap();
     assert_eq!((job.operators[3].input, job.operators[3].second_input), (Some(1), Some(2)));
     assert_eq!(job.operators[3].partitioning, Partitioning::KeyBy);
-    let g = weir_common::descriptor::ExecutionGraph::build(&job);
+    let g = weir_common::deploy::descriptor::ExecutionGraph::build(&job);
     let join = g.vertices.iter().find(|v| v.operators[0] == 3).expect("the join's vertex");
     // Both projects are chained to the source (a chain that fans out): one vertex feeds both inputs.
     assert_eq!(
@@ -303,7 +303,7 @@ fn config_values_arrive_typed_and_bad_ones_are_refused_by_field() {
     // Nested past the limit: refused naming the field, not recursed into without end.
     let mut spec = chain(2);
     let mut deep = pb::ConfigValue::from(1i64);
-    for _ in 0..=weir_common::config_value::MAX_CONFIG_DEPTH {
+    for _ in 0..=weir_common::job::config_value::MAX_CONFIG_DEPTH {
         deep = list(vec![deep]);
     }
     spec.operators[0].config.insert("event_time".into(), deep);

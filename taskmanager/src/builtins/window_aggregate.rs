@@ -648,7 +648,7 @@ impl Kind for WindowAggregateKind {
     fn check_input(&self, config: &WindowAggregateConfig, input: &[Column]) -> Result<(), ConfigFieldError> {
         match config.aggregate {
             Aggregate::Count => Ok(()),
-            _ => weir_common::kind::input_column(input, "field", &config.field, &["int64"]),
+            _ => weir_common::job::kind::input_column(input, "field", &config.field, &["int64"]),
         }
     }
 
@@ -670,7 +670,7 @@ mod tests {
     use arrow_array::Int64Array;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
 
     /// What reaches the operator: a batch of `(key, ts, value)`, a watermark, or the processing-time clock
     /// moving to a time.
@@ -1340,7 +1340,7 @@ mod tests {
                     h.take_output().iter().for_each(|b| rows_of(b, &mut got));
                     let range = h.info().key_group_range;
                     for row in &got {
-                        let group = weir_common::keygroup::key_group_for_key(&[row.0], 128);
+                        let group = weir_common::state::keygroup::key_group_for_key(&[row.0], 128);
                         assert!(range.contains(group), "subtask {i} fired key {}'s window", row.0);
                     }
                     assert!(!got.is_empty() && got.len() < 24, "subtask {i}: {got:?}");

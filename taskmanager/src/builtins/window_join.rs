@@ -334,7 +334,7 @@ mod tests {
     use crate::testing::{keyed_batch, partition, Harness};
     use arrow_array::cast::AsArray;
     use arrow_array::StringArray;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
 
     fn side(keys: &[u8], column: &str, names: &[&str], times: &[i64]) -> RecordBatch {
         let keys: Vec<[u8; 1]> = keys.iter().map(|k| [*k]).collect();

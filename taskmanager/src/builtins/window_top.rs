@@ -66,12 +66,12 @@ impl WindowTopConfig {
     /// `window_start` and `window_end`.
     pub fn output(
         &self,
-        input: &[weir_common::schema::Column],
-    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        input: &[weir_common::job::schema::Column],
+    ) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
         check_column(input, &self.by, INTEGERS, "by", "the input")?;
         let mut out = own_columns(input);
         out.extend(window::declared_columns());
-        weir_common::schema::validate_columns(&out)
+        weir_common::job::schema::validate_columns(&out)
             .map_err(|e| field_err("window", format!("{e}: rename the input's column (a project before)")))?;
         Ok(out)
     }
@@ -325,7 +325,7 @@ mod harness_tests {
     use crate::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use arrow_array::Int64Array;
     use std::sync::Arc;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
 
     /// Rows of `keys` (also as column `id`) with `price`s and event times.
     fn rows(keys: &[u64], prices: &[i64], times: &[i64]) -> RecordBatch {

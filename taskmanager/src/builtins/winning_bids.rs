@@ -56,9 +56,9 @@ impl WinningBidsConfig {
     /// The columns it emits over inputs of `first` and `second`: the key, the first's, the second's.
     pub fn output(
         &self,
-        first: &[weir_common::schema::Column],
-        second: &[weir_common::schema::Column],
-    ) -> Result<Vec<weir_common::schema::Column>, ConfigFieldError> {
+        first: &[weir_common::job::schema::Column],
+        second: &[weir_common::job::schema::Column],
+    ) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
         check_column(first, &self.closes, TIMES, "closes", "the first input")?;
         check_column(second, &self.by, INTEGERS, "by", "the second input")?;
         JoinConfig::joined_columns(first, second)
@@ -443,7 +443,7 @@ mod harness_tests {
     use crate::builtins::text::lines_of;
     use crate::testing::{keyed_batch, partition, Harness, OperatorHarness};
     use arrow_array::{Int64Array, TimestampMillisecondArray};
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
 
     fn ints(values: impl Iterator<Item = i64>) -> ArrayRef {
         Arc::new(Int64Array::from(values.collect::<Vec<_>>()))

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 use weir_common::checkpoint::{CheckpointOutcome, SavepointTarget};
-use weir_common::cluster::JmLink;
-use weir_common::descriptor::{RestoreDescriptor, TaskDescriptor};
+use weir_common::deploy::descriptor::{RestoreDescriptor, TaskDescriptor};
 use weir_common::ids::CheckpointId;
-use weir_common::store::StoreOptions;
+use weir_common::service::cluster::JmLink;
+use weir_common::service::store::StoreOptions;
 use weir_proto as pb;
 use weir_proto::job_manager_internal_client::JobManagerInternalClient;
 
@@ -196,7 +196,7 @@ impl TaskManager {
                     }
                     Ok(r) => break r.into_inner(),
                     Err(e) => {
-                        let mut reason = weir_common::security::status_chain(&e);
+                        let mut reason = weir_common::service::security::status_chain(&e);
                         let moved = jm.observe(&e);
                         if moved {
                             tracing::debug!(jobmanager = %jm.current(), error = %reason, "registration failed, retrying");
@@ -214,7 +214,9 @@ impl TaskManager {
                                 tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled,
                             ) = (&jm.security().tls, e.code())
                             {
-                                if let Some(why) = weir_common::security::diagnose_tls(&jm.current(), tls).await {
+                                if let Some(why) =
+                                    weir_common::service::security::diagnose_tls(&jm.current(), tls).await
+                                {
                                     reason = format!("{reason} (TLS: {why})");
                                 }
                             }
@@ -267,7 +269,7 @@ impl TaskManager {
                         failures += 1;
                         // A standby's answer, or a leader silent for long: go where the link points now. A lone
                         // job manager that restarts keeps its address, and this keeps heartbeating it.
-                        if (weir_common::cluster::is_not_leader(&e) || failures >= 3) && jm.observe(&e) {
+                        if (weir_common::service::cluster::is_not_leader(&e) || failures >= 3) && jm.observe(&e) {
                             break;
                         }
                     }
@@ -307,7 +309,7 @@ impl TaskManager {
 
 /// Failpoint `name` as the error a lost request would be.
 async fn fault(name: &str) -> Result<(), Status> {
-    weir_common::fault::hit(name).await.map_err(|f| Status::unavailable(f.to_string()))
+    weir_common::service::fault::hit(name).await.map_err(|f| Status::unavailable(f.to_string()))
 }
 
 /// The gRPC face of a [`TaskManager`].
@@ -436,7 +438,7 @@ impl pb::task_manager_api_server::TaskManagerApi for TaskManagerService {
         let env = self.0.env.clone();
         // Off the runtime's workers: a large spec takes a while, and heartbeats must go on.
         let error =
-            tokio::task::spawn_blocking(move || match weir_common::spec::resolve(&spec, env.registry.as_ref()) {
+            tokio::task::spawn_blocking(move || match weir_common::job::spec::resolve(&spec, env.registry.as_ref()) {
                 Ok(_) => String::new(),
                 Err(e) => e.to_string(),
             })
@@ -463,7 +465,7 @@ pub const MAX_SERIALIZER_PAIRS: usize = 100_000;
 
 /// Judges each pair by the formats' own rules, with both schemas as a person reads them.
 fn resolve_serializers(pairs: Vec<pb::SerializerPair>) -> pb::ResolveSerializersResponse {
-    use weir_common::serializer::{SerializerJudge, SerializerSnapshot};
+    use weir_common::state::serializer::{SerializerJudge, SerializerSnapshot};
     if pairs.len() > MAX_SERIALIZER_PAIRS {
         let error = format!("{} serializer pairs to resolve; at most {MAX_SERIALIZER_PAIRS} are", pairs.len());
         return pb::ResolveSerializersResponse { results: vec![], error };
@@ -476,7 +478,7 @@ fn resolve_serializers(pairs: Vec<pb::SerializerPair>) -> pb::ResolveSerializers
             let reading: SerializerSnapshot = p.reading.unwrap_or_default().into();
             let resolution = rules.resolve(&written, &reading);
             let reason = match &resolution {
-                weir_common::serializer::Resolution::Incompatible(why) => why.clone(),
+                weir_common::state::serializer::Resolution::Incompatible(why) => why.clone(),
                 _ => String::new(),
             };
             pb::ResolvedSerializers {
@@ -497,9 +499,9 @@ mod tests {
 
     #[test]
     fn serializers_are_judged_by_the_formats_rules_and_a_flood_is_refused() {
-        use weir_common::serializer::SerializerSnapshot;
+        use weir_common::state::serializer::SerializerSnapshot;
         let avro = |fields: &str| pb::SerializerSnapshot {
-            format: weir_common::serializer::FORMAT_AVRO.into(),
+            format: weir_common::state::serializer::FORMAT_AVRO.into(),
             version: 1,
             root: "P".into(),
             schema: format!(r#"{{"type":"record","name":"P","fields":[{fields}]}}"#),

@@ -13,7 +13,7 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Schema, TimeUnit};
 use std::sync::Arc;
-use weir_common::schema::Column;
+use weir_common::job::schema::Column;
 
 /// An expression ready to run over batches of one schema.
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 //! precision `p1 + p2 + 1`, scale `s1 + s2`; at most 38 digits).
 
 use super::ast::{BinaryOp, Expr, Function, Literal, UnaryOp};
-use weir_common::schema::{parse_decimal_type, Column, MAX_DECIMAL_PRECISION};
+use weir_common::job::schema::{parse_decimal_type, Column, MAX_DECIMAL_PRECISION};
 
 /// The type of a value in an expression.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,14 +246,15 @@ pub fn type_of(e: &Expr, columns: &[Column]) -> Result<(Type, bool), TypeError> 
 /// Checks that `c` is a condition (boolean) over `input`.
 pub fn check_condition(
     c: &Expr,
-    input: &[weir_common::schema::Column],
+    input: &[weir_common::job::schema::Column],
     field: &str,
-) -> Result<(), weir_common::kind::ConfigFieldError> {
-    match type_of(c, input).map_err(|e| weir_common::kind::field_err(field, e.0))? {
+) -> Result<(), weir_common::job::kind::ConfigFieldError> {
+    match type_of(c, input).map_err(|e| weir_common::job::kind::field_err(field, e.0))? {
         (Type::Bool | Type::Null, _) => Ok(()),
-        (t, _) => {
-            Err(weir_common::kind::field_err(field, format!("must be a condition (true or false), not {}", t.name())))
-        }
+        (t, _) => Err(weir_common::job::kind::field_err(
+            field,
+            format!("must be a condition (true or false), not {}", t.name()),
+        )),
     }
 }
 

@@ -42,14 +42,14 @@ pub enum DataSecurityError {
 #[derive(Clone, Default)]
 pub struct DataSecurity {
     tls: Option<(tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector)>,
-    secret: Option<weir_common::security::Secret>,
+    secret: Option<weir_common::service::security::Secret>,
 }
 
 impl DataSecurity {
-    /// The data plane's side of a process's [`Security`](weir_common::security::Security).
+    /// The data plane's side of a process's [`Security`](weir_common::service::security::Security).
     pub fn from(
-        security: &weir_common::security::Security,
-    ) -> Result<DataSecurity, weir_common::security::SecurityError> {
+        security: &weir_common::service::security::Security,
+    ) -> Result<DataSecurity, weir_common::service::security::SecurityError> {
         let tls = match &security.tls {
             Some(files) => Some((
                 tokio_rustls::TlsAcceptor::from(files.rustls_server()?),

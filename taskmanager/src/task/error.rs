@@ -14,11 +14,11 @@ pub(crate) enum TaskError {
     #[error(transparent)]
     Codec(#[from] crate::api::record::CodecError),
     #[error(transparent)]
-    Store(#[from] weir_common::store::StoreError),
+    Store(#[from] weir_common::service::store::StoreError),
     #[error(transparent)]
     Restore(#[from] crate::task::restore::RestoreError),
     #[error("source {uid:?}: {source}")]
-    EventTime { uid: String, source: weir_common::watermarks::EventTimeOutOfRange },
+    EventTime { uid: String, source: weir_common::job::watermarks::EventTimeOutOfRange },
     #[error(transparent)]
     SplitRuns(#[from] super::event_time::SplitRunsError),
     #[error("canceled")]

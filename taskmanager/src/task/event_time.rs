@@ -7,7 +7,7 @@ use crate::time::generator::{SourceWatermarks, WatermarkStrategy};
 use crate::time::WatermarkOutput;
 use arrow_array::Array;
 use std::time::{Duration, Instant};
-use weir_common::watermarks::EventTimeOutOfRange;
+use weir_common::job::watermarks::EventTimeOutOfRange;
 
 /// A source's poll whose runs of splits do not match its records or its declared splits.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,12 +25,12 @@ pub(crate) enum SplitRunsError {
     Overrun,
 }
 
-/// Why a batch a source emitted carries an event time outside `weir_common::watermarks::check_event_time`'s range,
+/// Why a batch a source emitted carries an event time outside `weir_common::job::watermarks::check_event_time`'s range,
 /// if one does: every derived time (window bounds, timers, watermarks) stays far from `i64`'s ends after this.
 pub(super) fn check_event_times(batch: &arrow_array::RecordBatch) -> Result<(), EventTimeOutOfRange> {
     let Some(times) = event_times(batch) else { return Ok(()) };
     for t in [arrow_arith::aggregate::min(times), arrow_arith::aggregate::max(times)].into_iter().flatten() {
-        weir_common::watermarks::check_event_time(t)?;
+        weir_common::job::watermarks::check_event_time(t)?;
     }
     Ok(())
 }
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn event_times_past_year_9999_or_before_year_1_are_refused_naming_the_time() {
-        use weir_common::watermarks::{MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS};
+        use weir_common::job::watermarks::{MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS};
         let ok = chunk(&[Some(MIN_TIMESTAMP_MS), None, Some(MAX_TIMESTAMP_MS)], &[(0, 3)]);
         check_event_times(&ok.batch).unwrap();
         for t in [i64::MIN, MIN_TIMESTAMP_MS - 1, MAX_TIMESTAMP_MS + 1, i64::MAX] {

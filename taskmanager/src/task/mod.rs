@@ -45,9 +45,9 @@ use weir_common::checkpoint::{
     paths, CheckpointOutcome, FileHandle, KeyedStateHandle, KeyedStateInfo, Offsets, OperatorStateHandle,
     OperatorSubtaskState, SavepointFormat, SavepointTarget, TaskSnapshot, OFFSET_BYTES,
 };
-use weir_common::descriptor::TaskDescriptor;
+use weir_common::deploy::descriptor::TaskDescriptor;
 use weir_common::ids::{CheckpointId, SubtaskIndex};
-use weir_common::store::{Store, StoreOptions};
+use weir_common::service::store::{Store, StoreOptions};
 use weir_proto as pb;
 use weir_state::keyed::LocalSnapshot;
 use weir_state::{open_keyed_backend, OperatorStateStore};
@@ -663,7 +663,7 @@ impl Task {
     fn publish_state_metrics(&mut self) {
         self.last_state_metrics = Instant::now();
         if let Some(lag) =
-            self.ops.last().and_then(|o| weir_common::watermarks::lag_ms(crate::now_ms() as i64, o.watermark))
+            self.ops.last().and_then(|o| weir_common::job::watermarks::lag_ms(crate::now_ms() as i64, o.watermark))
         {
             self.watermark_lag_gauge.set(lag as f64);
         }
@@ -744,16 +744,16 @@ impl Task {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_common::descriptor::{InputDescriptor, OperatorDescriptor};
+    use weir_common::deploy::descriptor::{InputDescriptor, OperatorDescriptor};
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
-    use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::Partitioning;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::Partitioning;
+    use weir_common::job::spec::StateBackend;
+    use weir_common::state::keygroup::KeyGroupRange;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_task_waiting_for_its_inputs_stops_when_canceled() {
         let tmp = tempfile::tempdir().unwrap();
-        let jm = weir_common::cluster::JmLink::new(
+        let jm = weir_common::service::cluster::JmLink::new(
             vec!["http://127.0.0.1:9".into()],
             Default::default(),
             Duration::from_secs(1),
@@ -858,11 +858,11 @@ mod data_plane_tests {
     use super::*;
     use crate::net::{begin_frame, encode_frame, finish_frame};
     use tokio::io::AsyncWriteExt;
-    use weir_common::descriptor::{InputDescriptor, OperatorDescriptor, OutputDescriptor};
+    use weir_common::deploy::descriptor::{InputDescriptor, OperatorDescriptor, OutputDescriptor};
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
-    use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::Partitioning;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::Partitioning;
+    use weir_common::job::spec::StateBackend;
+    use weir_common::state::keygroup::KeyGroupRange;
     use weir_proto::job_manager_internal_server::{JobManagerInternal, JobManagerInternalServer};
 
     /// A job manager that only records the reports it gets, one line each.
@@ -949,7 +949,8 @@ mod data_plane_tests {
         tokio::spawn(data_server.clone().run(data_listener));
         let tmp = tempfile::tempdir().unwrap();
         let channel =
-            weir_common::cluster::JmLink::new(vec![jm_addr], Default::default(), Duration::from_secs(30)).unwrap();
+            weir_common::service::cluster::JmLink::new(vec![jm_addr], Default::default(), Duration::from_secs(30))
+                .unwrap();
         let env = Arc::new(TaskEnv {
             runtime: tokio::runtime::Handle::current(),
             data_server,

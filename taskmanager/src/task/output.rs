@@ -12,8 +12,8 @@ use arrow_array::{Array, ArrayRef, RecordBatch, UInt16Array};
 use arrow_schema::SchemaRef;
 use std::sync::Arc;
 use weir_common::ids::KeyGroup;
-use weir_common::keygroup::{key_groups_of_column, subtask_for_key_group};
-use weir_common::spec::Partitioning;
+use weir_common::job::spec::Partitioning;
+use weir_common::state::keygroup::{key_groups_of_column, subtask_for_key_group};
 use weir_state::{KeyedStateBackend, OperatorStateStore};
 
 /// Rows per network batch: a channel's rows are sent once this many are gathered (or the linger expires).
@@ -500,8 +500,8 @@ mod tests {
     use std::sync::{Arc as StdArc, Mutex};
     use std::time::Duration;
     use weir_common::ids::SubtaskIndex;
-    use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
+    use weir_common::state::keygroup::KeyGroupRange;
     use weir_state::{open_keyed_backend, ManualClock};
 
     /// Sets an event-time timer at each record's timestamp and a processing-time one 100 ms later; each firing

@@ -3,15 +3,15 @@
 //! parallelism changed), and read the operator-state elements it was given out of the old blobs.
 //!
 //! Paths come only from the restore descriptor (built from `weir_common::checkpoint::paths` by the job
-//! manager) and key-group arithmetic only from `weir_common::keygroup` (inside the state backend).
+//! manager) and key-group arithmetic only from `weir_common::state::keygroup` (inside the state backend).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use weir_common::checkpoint::{FileHandle, KeyedStateHandle};
-use weir_common::descriptor::{ElementRef, OperatorStatePart};
-use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::StateBackend;
-use weir_common::store::{Store, StoreError};
+use weir_common::deploy::descriptor::{ElementRef, OperatorStatePart};
+use weir_common::job::spec::StateBackend;
+use weir_common::service::store::{Store, StoreError};
+use weir_common::state::keygroup::KeyGroupRange;
 use weir_state::{KeyedStateBackend, OperatorStateStore, RestoreSource, SnapshotFormat, StateError};
 
 /// Why a restore failed.
@@ -181,8 +181,8 @@ fn uid_of_state_dir(dir: &Path) -> &str {
 pub fn migrate_keyed(
     uid: &str,
     backend: &mut dyn KeyedStateBackend,
-    written: &[weir_common::serializer::StateSerializers],
-    declared: Option<&weir_common::kind::KindSignature>,
+    written: &[weir_common::state::serializer::StateSerializers],
+    declared: Option<&weir_common::job::kind::KindSignature>,
 ) -> Result<u64, RestoreError> {
     use weir_state::Migrator;
     let Some(declared) = declared else { return Ok(0) };
@@ -217,8 +217,8 @@ pub fn migrate_keyed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_common::kind::KindSignature;
-    use weir_common::serializer::{SerializerSnapshot, StateSerializers};
+    use weir_common::job::kind::KindSignature;
+    use weir_common::state::serializer::{SerializerSnapshot, StateSerializers};
     use weir_state::{open_keyed_backend, ValueState};
 
     const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 127 };

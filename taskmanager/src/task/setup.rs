@@ -6,9 +6,9 @@ use crate::api::timers::TimerSlot;
 use crate::time::MIN_WATERMARK;
 use std::collections::HashMap;
 use std::path::Path;
-use weir_common::descriptor::SubtaskRestore;
-use weir_common::keygroup::KeyGroupRange;
-use weir_common::spec::StateBackend;
+use weir_common::deploy::descriptor::SubtaskRestore;
+use weir_common::job::spec::StateBackend;
+use weir_common::state::keygroup::KeyGroupRange;
 use weir_state::rocks::RocksOptions;
 use weir_state::KeyedStateBackend;
 
@@ -228,7 +228,7 @@ pub(crate) fn open_state(
     uid: &str,
     op: &OperatorPlan<'_>,
     restore_store: Option<&Store>,
-    declared: Option<&weir_common::kind::KindSignature>,
+    declared: Option<&weir_common::job::kind::KindSignature>,
 ) -> Result<OpenedState, TaskError> {
     let op_state = match (op.restore, restore_store) {
         (Some(r), Some(store)) => io.run(crate::task::restore::operator_state(store, &r.operator_state))?,
@@ -327,7 +327,7 @@ fn accept_inputs(
     events: mpsc::Sender<TaskEvent>,
 ) -> Result<(Option<InputChannels>, usize), TaskError> {
     let (desc, env) = (cx.desc, cx.env);
-    let producers_of = |i: &weir_common::descriptor::InputDescriptor, input: u32| -> Vec<(u32, u32, u32)> {
+    let producers_of = |i: &weir_common::deploy::descriptor::InputDescriptor, input: u32| -> Vec<(u32, u32, u32)> {
         i.channels.iter().map(|s: &SubtaskIndex| (i.from_vertex.0, s.0, input)).collect()
     };
     match (&desc.input, incoming) {
@@ -472,7 +472,7 @@ pub(crate) fn plan_setup<'a>(desc: &'a TaskDescriptor, work_dir: &Path, keyed: i
 /// operator sets another one); others open theirs on first use.
 fn restored_timers(
     keyed: Option<&mut dyn KeyedStateBackend>,
-    range: weir_common::keygroup::KeyGroupRange,
+    range: weir_common::state::keygroup::KeyGroupRange,
 ) -> Result<TimerSlot, TaskError> {
     let mut slot = TimerSlot::default();
     if let Some(backend) = keyed {
@@ -488,10 +488,10 @@ fn restored_timers(
 mod tests {
     use super::*;
     use weir_common::checkpoint::FileHandle;
-    use weir_common::descriptor::{OperatorDescriptor, OutputDescriptor, RestoreDescriptor};
+    use weir_common::deploy::descriptor::{OperatorDescriptor, OutputDescriptor, RestoreDescriptor};
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
-    use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::{Partitioning, StateBackend};
+    use weir_common::job::spec::{Partitioning, StateBackend};
+    use weir_common::state::keygroup::KeyGroupRange;
 
     const ROOT: &str = "file:///ckpt";
 

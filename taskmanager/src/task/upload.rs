@@ -58,7 +58,7 @@ impl Task {
             let started = Instant::now();
             let result: Result<TaskSnapshot, TaskError> = async {
                 let store = store?;
-                weir_common::fault::hit("task-upload").await.map_err(|f| TaskError::Other(f.to_string()))?;
+                weir_common::service::fault::hit("task-upload").await.map_err(|f| TaskError::Other(f.to_string()))?;
                 let mut operators = BTreeMap::new();
                 let mut uploaded = 0;
                 let mut shareable = SharedFiles::new();
@@ -323,8 +323,8 @@ mod tests {
     use super::*;
     use weir_common::checkpoint::{DistributionMode, StateMetaInfo};
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
-    use weir_common::keygroup::KeyGroupRange;
-    use weir_common::spec::StateBackend;
+    use weir_common::job::spec::StateBackend;
+    use weir_common::state::keygroup::KeyGroupRange;
 
     fn desc(incremental: bool) -> TaskDescriptor {
         TaskDescriptor {

@@ -7,7 +7,7 @@
 //! key groups, its operator state, its restored timers and watermark), timers fire as a task fires them
 //! (`fire_due`), a snapshot is taken and uploaded as a checkpoint's (`snapshot_part`, `upload_part`, into an
 //! in-memory object store), and a restore gets what the job manager would assign it
-//! (`weir_common::assignment`): at another parallelism a subtask gets only its key groups (old snapshots split
+//! (`weir_common::deploy::assignment`): at another parallelism a subtask gets only its key groups (old snapshots split
 //! or merged), its share of list state, all of union state. What it leaves out: the network, chaining, barrier
 //! alignment and the combining of several inputs' watermarks (the harness's watermark is the operator's).
 //!
@@ -17,7 +17,7 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), weir_taskmanager::api::error::OperatorError> {
-//! use weir_common::spec::StateBackend;
+//! use weir_common::job::spec::StateBackend;
 //! use weir_taskmanager::api::batch::batch_of;
 //! use weir_taskmanager::api::record::Record;
 //! use weir_taskmanager::testing::{partition, Harness};
@@ -48,11 +48,11 @@ use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecon
 use slot::{error, Emitted, OnRuntime, Slot};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use weir_common::descriptor::{OperatorDescriptor, RestoreDescriptor, TaskDescriptor};
+use weir_common::deploy::descriptor::{OperatorDescriptor, RestoreDescriptor, TaskDescriptor};
 use weir_common::ids::{AttemptNumber, JobId, KeyGroup, SubtaskIndex, VertexId};
-use weir_common::keygroup::{key_group_for_key, subtask_for_key_group, KeyGroupRange};
-use weir_common::spec::StateBackend;
-use weir_common::store::{Store, StoreOptions};
+use weir_common::job::spec::StateBackend;
+use weir_common::service::store::{Store, StoreOptions};
+use weir_common::state::keygroup::{key_group_for_key, subtask_for_key_group, KeyGroupRange};
 use weir_state::rocks::RocksOptions;
 use weir_state::ManualClock;
 
@@ -207,7 +207,7 @@ impl Harness {
             }
             Some(snapshot) => {
                 let m = snapshot.max_parallelism;
-                let assigned = weir_common::assignment::assign(&snapshot.checkpoint, self.parallelism, m)
+                let assigned = weir_common::deploy::assignment::assign(&snapshot.checkpoint, self.parallelism, m)
                     .map_err(|e| OperatorError::Records(format!("restoring the snapshot: {e}")))?;
                 let part = assigned.into_iter().nth(self.subtask as usize).ok_or_else(|| {
                     OperatorError::Records(format!("subtask {} of {}", self.subtask, self.parallelism))

@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use weir_common::checkpoint::{paths, OperatorCheckpoint};
 use weir_common::ids::{CheckpointId, JobId};
-use weir_common::keygroup::key_group_for_key;
-use weir_common::store::Store;
+use weir_common::service::store::Store;
+use weir_common::state::keygroup::key_group_for_key;
 use weir_state::rocks::RocksOptions;
 use weir_state::{Clock, KeyedStateBackend, ManualClock, OperatorStateStore};
 

@@ -3,7 +3,7 @@
 use crate::api::error::OperatorError;
 use weir_common::checkpoint::{OperatorCheckpoint, OperatorSubtaskState};
 use weir_common::ids::CheckpointId;
-use weir_common::store::Store;
+use weir_common::service::store::Store;
 
 /// A checkpoint of one operator: what each of its subtasks stored, in an object store of the harness. Restore
 /// it with [`super::Harness::restore`], at its parallelism or another.

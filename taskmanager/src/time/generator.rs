@@ -15,7 +15,7 @@
 use super::valve::WatermarkValve;
 use super::{WatermarkOutput, WatermarkStatus, MAX_WATERMARK, MIN_WATERMARK};
 
-pub use weir_common::watermarks::{WatermarkStrategy, MAX_OUT_OF_ORDERNESS_MS};
+pub use weir_common::job::watermarks::{WatermarkStrategy, MAX_OUT_OF_ORDERNESS_MS};
 
 /// Flink's `IdlenessTimer`: counts activity, and measures quiet time from the first check that saw none.
 #[derive(Clone, Debug)]

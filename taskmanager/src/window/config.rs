@@ -2,7 +2,7 @@
 //! (shape, offset), the aggregate, what happens to late records, and the trigger; checked naming the field.
 
 use serde::{Deserialize, Serialize};
-use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader, OperatorConfig};
+use weir_common::job::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader, OperatorConfig};
 
 /// The windows of `window-aggregate` (DESIGN §10): exactly one of the shapes, plus an offset from the epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

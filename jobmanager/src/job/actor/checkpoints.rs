@@ -206,7 +206,7 @@ impl JobActor {
         let gone = subsumed(&ids, next.job.checkpointing.retained);
         next.retained.retain(|r| !gone.contains(&r.id));
         let dispose_claimed = next.release_initial();
-        let recorded = match weir_common::fault::hit("checkpoint-after-metadata").await {
+        let recorded = match weir_common::service::fault::hit("checkpoint-after-metadata").await {
             Ok(()) => self.persist_record(&next).await.map_err(|e| e.to_string()),
             Err(f) => Err(f.to_string()),
         };
@@ -372,7 +372,7 @@ impl JobActor {
             let req = req.clone();
             async move {
                 // Tests hold a notification back here to deliver it after this job manager lost leadership.
-                weir_common::fault::hit("jm-send-notify")
+                weir_common::service::fault::hit("jm-send-notify")
                     .await
                     .map_err(|f| tonic::Status::unavailable(f.to_string()))?;
                 c.notify_checkpoint(req).await.map(|_| ())

@@ -1,7 +1,7 @@
 //! The coordinator of one job: a task that owns the job's record and handles its events one at a time —
 //! task state reports, checkpoint acknowledgements and declines, lost task managers, cancel requests —
 //! plus a periodic tick for deployment, checkpoint triggers and expiry. Decisions come from
-//! [`crate::job::lifecycle`], [`crate::checkpoint::coordinator`], [`weir_common::assignment`] and [`crate::job::descriptors`]; this module
+//! [`crate::job::lifecycle`], [`crate::checkpoint::coordinator`], [`weir_common::deploy::assignment`] and [`crate::job::descriptors`]; this module
 //! does the I/O (the checkpoint files' through [`crate::checkpoint::store`]). This file holds the actor, its run
 //! loop and its event dispatch; its work is split by concern: deploying and failing over (`deploy.rs`),
 //! checkpoints and their completion (`checkpoints.rs`), savepoint requests (`savepoints.rs`).
@@ -38,10 +38,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 use weir_common::checkpoint::{paths, CheckpointMetadata, SavepointTarget, TaskSnapshot};
-use weir_common::descriptor::ExecutionGraph;
+use weir_common::deploy::descriptor::ExecutionGraph;
 use weir_common::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
+use weir_common::job::spec::ResolvedJob;
 use weir_common::now_ms;
-use weir_common::spec::ResolvedJob;
 use weir_proto as pb;
 
 /// How often a job's coordinator looks at its timers.

@@ -7,7 +7,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_json::reader::{Decoder, ReaderBuilder};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use std::sync::Arc;
-use weir_common::schema::Column;
+use weir_common::job::schema::Column;
 
 /// The most records a poll decodes at once.
 const MAX_ROWS: usize = 1 << 16;

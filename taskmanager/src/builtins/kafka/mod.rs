@@ -80,7 +80,7 @@ impl Kind for KafkaSinkKind {
     }
 
     fn check_input(&self, config: &KafkaSinkConfig, input: &[Column]) -> Result<(), ConfigFieldError> {
-        use weir_common::kind::{field_err, input_column};
+        use weir_common::job::kind::{field_err, input_column};
         if let Some(k) = &config.key_field {
             input_column(input, "key_field", k, &[])?;
         }

@@ -333,7 +333,7 @@ impl KafkaSink {
     /// restore goes on, as Flink's committer does: nothing would make it commit later.
     fn commit_restored(&self, p: &PendingTxn) -> Result<(), OperatorError> {
         let id = transactional_id(self.prefix(), p.subtask, p.n);
-        weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::External(f.to_string()))?;
+        weir_common::service::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::External(f.to_string()))?;
         match self.at_coordinator(&id, |c| wire::end_txn(c, &id, p.producer_id, p.epoch, true)) {
             Ok(()) => {
                 tracing::info!(sink = %self.who, transactional_id = %id, checkpoint_id = %p.checkpoint,
@@ -607,7 +607,8 @@ impl Operator for KafkaSink {
     fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), OperatorError> {
         // A transaction leaves the pending list only once committed: after a failure the restore commits it.
         while let Some(i) = self.pending.iter().position(|p| p.txn.checkpoint <= id) {
-            weir_common::fault::hit_blocking("sink-commit").map_err(|f| OperatorError::External(f.to_string()))?;
+            weir_common::service::fault::hit_blocking("sink-commit")
+                .map_err(|f| OperatorError::External(f.to_string()))?;
             let p = &self.pending[i];
             let tid = transactional_id(self.prefix(), p.txn.subtask, p.txn.n);
             p.producer

@@ -24,8 +24,8 @@ use generator::{Event, EventKind, Generator};
 /// The columns of a `nexmark` event, Flink's Nexmark table flattened: `event_type` (0 person, 1 auction, 2 bid),
 /// `date_time`, and the fields of each kind prefixed with it (`person_*`, `auction_*`, `bid_*`), null in the
 /// events of the other kinds.
-pub fn nexmark_columns() -> Vec<weir_common::schema::Column> {
-    use weir_common::schema::Column;
+pub fn nexmark_columns() -> Vec<weir_common::job::schema::Column> {
+    use weir_common::job::schema::Column;
     let mut c = vec![Column::new("event_type", "int32", false), Column::new("date_time", "timestamp_ms", false)];
     for (name, t) in NEXMARK_FIELDS {
         c.push(Column::new(name, t, true));

@@ -13,8 +13,8 @@ pub(crate) fn open_end(t: i64, size: i64, watermark: i64) -> Option<i64> {
 }
 
 /// The window columns as a kind declares them (what [`fields`] are at run time).
-pub(crate) fn declared_columns() -> [weir_common::schema::Column; 2] {
-    use weir_common::schema::Column;
+pub(crate) fn declared_columns() -> [weir_common::job::schema::Column; 2] {
+    use weir_common::job::schema::Column;
     [Column::new("window_start", "timestamp_ms", false), Column::new("window_end", "timestamp_ms", false)]
 }
 

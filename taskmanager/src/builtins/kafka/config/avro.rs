@@ -2,7 +2,7 @@
 //! fields, each a primitive or the union of null and one, read with `apache-avro` and checked at submission, so
 //! that the task manager's decoder and encoder only meet the types they handle.
 
-use weir_common::schema::Column;
+use weir_common::job::schema::Column;
 
 /// The Avro type of a field, and the column type it is read as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Topic names and broker lists, as both Kafka kinds' configs check them.
 
-use weir_common::kind::{field_err, ConfigFieldError, ConfigReader};
+use weir_common::job::kind::{field_err, ConfigFieldError, ConfigReader};
 
 /// Checks a topic name by Kafka's own rule; `field` names the config field in the error.
 pub(super) fn check_topic(field: &str, t: &str) -> Result<(), ConfigFieldError> {

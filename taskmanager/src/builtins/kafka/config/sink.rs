@@ -2,7 +2,7 @@
 //! becomes a record. Checked at submission, naming the field.
 
 use super::avro::{parse_wire, AvroSchema, AvroWire};
-use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader, OperatorConfig};
+use weir_common::job::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader, OperatorConfig};
 
 /// What the sink guarantees (Flink's `DeliveryGuarantee`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,7 +173,7 @@ mod tests {
     use super::*;
 
     fn m(pairs: &[(&str, &str)]) -> OperatorConfig {
-        pairs.iter().map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v))).collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), weir_common::job::kind::ConfigValue::from(*v))).collect()
     }
 
     fn with(extra: &[(&'static str, &'static str)]) -> OperatorConfig {

@@ -4,8 +4,10 @@
 use super::avro::{parse_wire, AvroSchema, AvroWire};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use weir_common::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader, ConfigValue, OperatorConfig};
-use weir_common::schema::Column;
+use weir_common::job::kind::{
+    field, field_err, ConfigField, ConfigFieldError, ConfigReader, ConfigValue, OperatorConfig,
+};
+use weir_common::job::schema::Column;
 
 /// Where a partition the source has no restored offset for starts (Flink's `OffsetsInitializer`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,14 +116,14 @@ impl KafkaSourceConfig {
     /// The columns the source emits (besides the runtime's).
     pub fn output_columns(&self) -> Vec<Column> {
         let mut all = match &self.format {
-            KafkaFormat::Raw => weir_common::schema::key_value("binary"),
+            KafkaFormat::Raw => weir_common::job::schema::key_value("binary"),
             KafkaFormat::Json { columns, .. } => {
-                let mut all = vec![weir_common::schema::key_column()];
+                let mut all = vec![weir_common::job::schema::key_column()];
                 all.extend(columns.iter().cloned());
                 all
             }
             KafkaFormat::Avro { schema, .. } => {
-                let mut all = vec![weir_common::schema::key_column()];
+                let mut all = vec![weir_common::job::schema::key_column()];
                 all.extend(schema.columns());
                 all
             }
@@ -305,7 +307,7 @@ fn parse_format(r: &ConfigReader) -> Result<KafkaFormat, ConfigFieldError> {
     if columns.is_empty() {
         return Err(field_err("schema", "must name at least one column"));
     }
-    weir_common::schema::validate_columns(&columns).map_err(|e| field_err("schema", e.to_string()))?;
+    weir_common::job::schema::validate_columns(&columns).map_err(|e| field_err("schema", e.to_string()))?;
     for c in &columns {
         if c.name == "key" {
             return Err(field_err("schema", "column \"key\" is the record's key: name the field otherwise"));
@@ -444,7 +446,7 @@ mod tests {
     use super::*;
 
     fn m(pairs: &[(&str, &str)]) -> OperatorConfig {
-        pairs.iter().map(|(k, v)| (k.to_string(), weir_common::kind::ConfigValue::from(*v))).collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), weir_common::job::kind::ConfigValue::from(*v))).collect()
     }
 
     fn base() -> Vec<(&'static str, &'static str)> {

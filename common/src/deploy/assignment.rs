@@ -20,9 +20,9 @@
 use crate::checkpoint::{
     DistributionMode, FileHandle, Offsets, OperatorCheckpoint, OperatorSubtaskState, StateMetaInfo,
 };
-use crate::descriptor::{ElementRef, OperatorStatePart, StatePart, SubtaskRestore};
+use crate::deploy::descriptor::{ElementRef, OperatorStatePart, StatePart, SubtaskRestore};
 use crate::ids::SubtaskIndex;
-use crate::keygroup::KeyGroupRange;
+use crate::state::keygroup::KeyGroupRange;
 use std::collections::BTreeMap;
 
 /// Why a stored operator state cannot be assigned.

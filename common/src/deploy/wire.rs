@@ -7,14 +7,14 @@ use crate::checkpoint::{
     DistributionMode, FileHandle, KeyedStateHandle, KeyedStateInfo, Offsets, OperatorStateHandle, OperatorSubtaskState,
     SnapshotFormat, StateMetaInfo, TaskSnapshot,
 };
-use crate::descriptor::{
+use crate::deploy::descriptor::{
     ElementRef, InputDescriptor, OperatorDescriptor, OperatorStatePart, OutputDescriptor, RestoreDescriptor, StatePart,
     SubtaskRestore, TaskDescriptor,
 };
 use crate::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
-use crate::keygroup::KeyGroupRange;
-use crate::serializer::{Resolution, SerializerSnapshot, StateSerializers};
-use crate::spec::{Partitioning, StateBackend};
+use crate::job::spec::{Partitioning, StateBackend};
+use crate::state::keygroup::KeyGroupRange;
+use crate::state::serializer::{Resolution, SerializerSnapshot, StateSerializers};
 use weir_proto as pb;
 
 /// A protobuf message that does not describe a valid handle.
@@ -428,7 +428,7 @@ impl From<&TaskDescriptor> for pb::TaskDescriptor {
                 .map(|o| pb::OperatorDescriptor {
                     uid: o.uid.clone(),
                     kind: o.kind.clone(),
-                    config: o.config.iter().map(|(k, v)| (k.clone(), crate::config_value::to_proto(v))).collect(),
+                    config: o.config.iter().map(|(k, v)| (k.clone(), crate::job::config_value::to_proto(v))).collect(),
                     watermarks: o.watermarks.as_ref().map(|w| w.to_proto()),
                     chained_to: o.chained_to,
                 })
@@ -521,14 +521,14 @@ impl TryFrom<pb::TaskDescriptor> for TaskDescriptor {
                 .map(|o| {
                     let watermarks = o
                         .watermarks
-                        .map(|w| crate::watermarks::WatermarkStrategy::from_proto(&w))
+                        .map(|w| crate::job::watermarks::WatermarkStrategy::from_proto(&w))
                         .transpose()
                         .map_err(|e| WireError { what: "task descriptor", reason: format!("watermarks: {e}") })?;
                     let config = o
                         .config
                         .iter()
-                        .map(|(k, v)| Ok((k.clone(), crate::config_value::from_proto(v)?)))
-                        .collect::<Result<_, crate::config_value::ConfigValueError>>()
+                        .map(|(k, v)| Ok((k.clone(), crate::job::config_value::from_proto(v)?)))
+                        .collect::<Result<_, crate::job::config_value::ConfigValueError>>()
                         .map_err(|e| WireError {
                             what: "task descriptor",
                             reason: format!("config of {}: {e}", o.uid),
@@ -576,7 +576,7 @@ mod tests {
                     ("emit".to_string(), serde_json::json!("updates")),
                     ("window".to_string(), serde_json::json!({ "tumbling_ms": 10, "seed": u64::MAX })),
                 ]),
-                watermarks: Some(crate::watermarks::WatermarkStrategy {
+                watermarks: Some(crate::job::watermarks::WatermarkStrategy {
                     max_out_of_orderness_ms: 250,
                     idle_timeout_ms: Some(1000),
                     auto_watermark_interval_ms: 50,
@@ -709,12 +709,12 @@ mod tests {
                     }],
                     end_of_input: true,
                     watermark: Some(-7),
-                    serializers: vec![crate::serializer::StateSerializers {
+                    serializers: vec![crate::state::serializer::StateSerializers {
                         state: "m".into(),
                         kind: "map".into(),
-                        value: crate::serializer::SerializerSnapshot::bincode("P", "struct P{a:u8}"),
-                        user_key: Some(crate::serializer::SerializerSnapshot::signature("string")),
-                        namespace: Some(crate::serializer::SerializerSnapshot::signature("u64")),
+                        value: crate::state::serializer::SerializerSnapshot::bincode("P", "struct P{a:u8}"),
+                        user_key: Some(crate::state::serializer::SerializerSnapshot::signature("string")),
+                        namespace: Some(crate::state::serializer::SerializerSnapshot::signature("u64")),
                     }],
                 },
             )]),

@@ -1,13 +1,13 @@
 //! The job spec: the YAML/JSON file users write, its protobuf form, and validation into a [`ResolvedJob`]
 //! with every default applied. Validation names the operator and field of every problem.
 
-use crate::keygroup::{default_max_parallelism, UPPER_BOUND_MAX_PARALLELISM};
-use crate::kind::Role;
-pub use crate::kind::{KindCatalog, OperatorConfig, SideOutputs};
-use crate::schema::Column;
+use crate::job::kind::Role;
+pub use crate::job::kind::{KindCatalog, OperatorConfig, SideOutputs};
+use crate::job::schema::Column;
+use crate::job::watermarks::{WatermarkStrategy, WatermarksFile};
+use crate::state::keygroup::{default_max_parallelism, UPPER_BOUND_MAX_PARALLELISM};
 pub use crate::text::echo;
 use crate::text::shortened;
-use crate::watermarks::{WatermarkStrategy, WatermarksFile};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use weir_proto as pb;
@@ -164,7 +164,7 @@ pub struct OperatorFile {
     pub watermarks: Option<WatermarksFile>,
     /// The columns the operator emits, for kinds that do not declare them (a source's schema).
     #[serde(default)]
-    pub schema: Option<Vec<crate::schema::Column>>,
+    pub schema: Option<Vec<crate::job::schema::Column>>,
 }
 
 /// Deepest nesting of `[ ]` and `{ }` a spec file may have. The YAML parser's time grows with the square of it
@@ -239,9 +239,9 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
     for op in file.operators {
         let mut config = HashMap::new();
         for (k, v) in op.config {
-            let value = crate::config_value::from_yaml(v)
+            let value = crate::job::config_value::from_yaml(v)
                 .map_err(|e| op_err(&op.uid, &format!("config.{k}"), e.to_string()))?;
-            config.insert(k, crate::config_value::to_proto(&value));
+            config.insert(k, crate::job::config_value::to_proto(&value));
         }
         let partitioning = match op.partitioning.as_deref() {
             None | Some("") => Partitioning::Unspecified,
@@ -256,7 +256,7 @@ pub fn file_to_proto(file: JobSpecFile) -> Result<pb::JobSpec, SpecError> {
         let schema = match &op.schema {
             None => Vec::new(),
             Some(columns) => {
-                crate::schema::validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e.to_string()))?;
+                crate::job::schema::validate_columns(columns).map_err(|e| op_err(&op.uid, "schema", e.to_string()))?;
                 columns.iter().map(pb::ColumnSpec::from).collect()
             }
         };
@@ -457,7 +457,7 @@ pub struct ResolvedOperator {
     pub drop_state_on_change: bool,
     /// Its kind's state signature, as the task managers reported it at submission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signature: Option<crate::kind::KindSignature>,
+    pub signature: Option<crate::job::kind::KindSignature>,
     /// Its uid is the spec's with the state signature folded in ([`stated_uid`]): the spec's `uid_stated: true`.
     #[serde(default)]
     pub uid_stated: bool,
@@ -565,7 +565,7 @@ pub fn check_limits(spec: &pb::JobSpec) -> Result<(), SpecError> {
             if k.len() > MAX_FIELD_BYTES {
                 return Err(op_err(who, "config", over(&format!("the key {}", echo(k)), k.len(), MAX_FIELD_BYTES)));
             }
-            let size = crate::config_value::size(v);
+            let size = crate::job::config_value::size(v);
             if size > MAX_CONFIG_VALUE_BYTES {
                 return Err(op_err(who, &format!("config.{k}"), over("the value", size, MAX_CONFIG_VALUE_BYTES)));
             }
@@ -590,7 +590,7 @@ fn valid_uid(uid: &str) -> bool {
 /// `schema:` for kinds that do not declare it) must have every column its consumer needs, of the same type.
 /// Edges whose producer's schema is unknown are not checked. The graph has no cycle.
 fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn KindCatalog) -> Result<(), SpecError> {
-    use crate::schema::{key_column, validate_columns, OutputSchema};
+    use crate::job::schema::{key_column, validate_columns, OutputSchema};
     // `operators` is in spec order, the same index is the operator as written.
     let mut emitted: Vec<Option<Option<Vec<Column>>>> = vec![None; operators.len()];
     fn emits(
@@ -716,10 +716,10 @@ fn check_schemas(spec: &pb::JobSpec, operators: &[ResolvedOperator], kinds: &dyn
 fn check_edge(
     up: &pb::OperatorSpec,
     me: &pb::OperatorSpec,
-    needed: &[crate::schema::Column],
-    available: &[crate::schema::Column],
+    needed: &[crate::job::schema::Column],
+    available: &[crate::job::schema::Column],
 ) -> Result<(), SpecError> {
-    use crate::schema::{first_mismatch, Column, Mismatch};
+    use crate::job::schema::{first_mismatch, Column, Mismatch};
     fn listed(columns: &[Column]) -> String {
         columns.iter().map(|c| format!("{}: {}", c.name, c.data_type)).collect::<Vec<_>>().join(", ")
     }
@@ -758,7 +758,7 @@ fn config_of(op: &pb::OperatorSpec) -> Result<OperatorConfig, SpecError> {
     op.config
         .iter()
         .map(|(k, v)| {
-            let value = crate::config_value::from_proto(v)
+            let value = crate::job::config_value::from_proto(v)
                 .map_err(|e| op_err(&op.uid, &format!("config.{k}"), e.to_string()))?;
             Ok((k.clone(), value))
         })
@@ -766,7 +766,7 @@ fn config_of(op: &pb::OperatorSpec) -> Result<OperatorConfig, SpecError> {
 }
 
 /// A kind's refusal of a field of `uid`'s config, named `config.<field>`.
-fn config_err(uid: &str, e: crate::kind::ConfigFieldError) -> SpecError {
+fn config_err(uid: &str, e: crate::job::kind::ConfigFieldError) -> SpecError {
     op_err(uid, &format!("config.{}", e.field), e.message)
 }
 
@@ -1273,7 +1273,7 @@ pub(crate) mod tests {
     /// What task managers report of the kinds these tests use: enough for the job manager's checks of a spec's
     /// structure. The checks kinds declare themselves are tested with them, in the task manager.
     pub(crate) fn test_kinds() -> Vec<KindInfo> {
-        use crate::schema::{key_column, key_value, OutputSchema};
+        use crate::job::schema::{key_column, key_value, OutputSchema};
         let kind = |name: &str, role: Role, keyed: bool| KindInfo::new(name, role, keyed, "1");
         vec![
             kind("datagen", Role::Source, false).with_output(OutputSchema::Columns(key_value("int64"))),
@@ -1290,7 +1290,7 @@ pub(crate) mod tests {
             kind("blackhole", Role::Sink, false),
         ]
     }
-    use crate::kind::KindInfo;
+    use crate::job::kind::KindInfo;
 
     const DEMO: &str = r#"
 name: demo
@@ -1357,7 +1357,7 @@ operators:
         let mut kinds = test_kinds();
         for k in &mut kinds {
             if k.kind == "keyed-count" {
-                k.signature = Some(crate::kind::KindSignature {
+                k.signature = Some(crate::job::kind::KindSignature {
                     fingerprint: "0123456789abcdef".into(),
                     text: "key: seq<u8>".into(),
                     key: None,

@@ -3,8 +3,8 @@
 
 use crate::checkpoint::{DistributionMode, FileHandle, KeyedStateHandle};
 use crate::ids::{AttemptNumber, CheckpointId, JobId, SubtaskIndex, VertexId};
-use crate::keygroup::KeyGroupRange;
-use crate::spec::{Partitioning, ResolvedJob, StateBackend};
+use crate::job::spec::{Partitioning, ResolvedJob, StateBackend};
+use crate::state::keygroup::KeyGroupRange;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -81,7 +81,7 @@ impl ExecutionGraph {
                         && op.input_tag.is_none()
                         && op.second_input.is_none()
                         && job.operators[up].parallelism == op.parallelism
-                        && job.operators[up].role != crate::kind::Role::Sink
+                        && job.operators[up].role != crate::job::kind::Role::Sink
                 }
                 None => false,
             }
@@ -174,10 +174,10 @@ pub struct OperatorDescriptor {
     /// Registry kind.
     pub kind: String,
     /// Config as given in the spec.
-    pub config: crate::kind::OperatorConfig,
+    pub config: crate::job::kind::OperatorConfig,
     /// Sources only: how it generates watermarks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub watermarks: Option<crate::watermarks::WatermarkStrategy>,
+    pub watermarks: Option<crate::job::watermarks::WatermarkStrategy>,
     /// The index in the chain of the operator it reads (`None`: the one before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chained_to: Option<u32>,
@@ -246,7 +246,7 @@ pub struct SubtaskRestore {
     /// The serializers the restored state was written with: a state whose serializer now needs a migration is
     /// rewritten before the operator starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub serializers: Vec<crate::serializer::StateSerializers>,
+    pub serializers: Vec<crate::state::serializer::StateSerializers>,
     /// The lowest watermark of the old subtasks, if each had one: the restored operator never emits or sees a
     /// watermark below it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -342,7 +342,7 @@ pub struct TaskDescriptor {
     #[serde(default = "default_linger_ms")]
     pub linger_ms: u64,
     /// State to restore. Travels as a protobuf message of its own next to the rest
-    /// (`DeployTaskRequest.restore` beside `.descriptor`, see [`crate::wire`]), not inside it.
+    /// (`DeployTaskRequest.restore` beside `.descriptor`, see [`crate::deploy::wire`]), not inside it.
     #[serde(skip)]
     pub restore: Option<RestoreDescriptor>,
 }
@@ -351,7 +351,7 @@ pub struct TaskDescriptor {
 pub const DEFAULT_OPERATOR_STATE_INLINE_LIMIT: u64 = 64 << 10;
 
 fn default_linger_ms() -> u64 {
-    crate::spec::DEFAULT_LINGER_MS
+    crate::job::spec::DEFAULT_LINGER_MS
 }
 
 fn default_inline_limit() -> u64 {
@@ -380,7 +380,7 @@ pub fn output_targets(partitioning: Partitioning, from: SubtaskIndex, to_p: u32)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{parse_spec_text, resolve};
+    use crate::job::spec::{parse_spec_text, resolve};
 
     /// A window's late records, read as `win.late`: the reader gets a vertex and a side edge of its own, and the
     /// window's main output still chains into its single main reader.
@@ -394,7 +394,7 @@ operators:
   - { uid: out, kind: file-sink, input: win, config: { path: /tmp/o } }
   - { uid: late, kind: file-sink, input: win.late, config: { path: /tmp/l } }
 "#;
-        let job = resolve(&parse_spec_text(text).unwrap(), &crate::spec::tests::test_kinds()).unwrap();
+        let job = resolve(&parse_spec_text(text).unwrap(), &crate::job::spec::tests::test_kinds()).unwrap();
         assert_eq!((job.operators[3].input, job.operators[3].input_tag.as_deref()), (Some(1), Some("late")));
         assert_eq!(job.operators[2].input_tag, None);
         let g = ExecutionGraph::build(&job);
@@ -424,7 +424,7 @@ operators:
   - { uid: bh, kind: blackhole, input: cnt }
   - { uid: out, kind: file-sink, input: cnt, parallelism: 1, config: { path: /tmp/x } }
 "#;
-        let job = resolve(&parse_spec_text(text).unwrap(), &crate::spec::tests::test_kinds()).unwrap();
+        let job = resolve(&parse_spec_text(text).unwrap(), &crate::job::spec::tests::test_kinds()).unwrap();
         let g = ExecutionGraph::build(&job);
         // cnt has two consumers: the forward one chains to it, the one of another parallelism does not.
         assert_eq!(g.vertices.len(), 3);
@@ -433,7 +433,7 @@ operators:
         assert_eq!(g.vertices[1].output_from, vec![0], "cnt's own output, not bh's");
         let text2 = text
             .replace("  - { uid: out, kind: file-sink, input: cnt, parallelism: 1, config: { path: /tmp/x } }\n", "");
-        let job2 = resolve(&parse_spec_text(&text2).unwrap(), &crate::spec::tests::test_kinds()).unwrap();
+        let job2 = resolve(&parse_spec_text(&text2).unwrap(), &crate::job::spec::tests::test_kinds()).unwrap();
         let g2 = ExecutionGraph::build(&job2);
         assert_eq!(g2.vertices.len(), 2);
         assert_eq!(g2.vertices[1].operators, vec![1, 2]);

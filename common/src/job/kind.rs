@@ -4,8 +4,8 @@
 //! its columns, side outputs and event time) and checks the rest. Config fields are named in every error
 //! ([`ConfigFieldError`]); [`ConfigReader`] reads a spec's config map for the kinds that parse one.
 
-pub use crate::config_value::ConfigValue;
-use crate::schema::{Column, OutputSchema};
+pub use crate::job::config_value::ConfigValue;
+use crate::job::schema::{Column, OutputSchema};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use weir_proto as pb;
@@ -134,10 +134,10 @@ pub struct KindInfo {
     pub signature: Option<KindSignature>,
     /// The columns it needs from its input (empty: any input; a keyed kind needs the key besides).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub input_columns: Vec<crate::schema::Column>,
+    pub input_columns: Vec<crate::job::schema::Column>,
     /// What it emits.
     #[serde(default)]
-    pub output: crate::schema::OutputSchema,
+    pub output: crate::job::schema::OutputSchema,
     /// It works on event time (windows): a spec whose source emits no timestamps is refused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub needs_event_time: bool,
@@ -189,13 +189,13 @@ impl KindInfo {
     }
 
     /// The same kind declaring that it needs `columns` from its input.
-    pub fn with_input(mut self, columns: Vec<crate::schema::Column>) -> Self {
+    pub fn with_input(mut self, columns: Vec<crate::job::schema::Column>) -> Self {
         self.input_columns = columns;
         self
     }
 
     /// The same kind declaring what it emits.
-    pub fn with_output(mut self, output: crate::schema::OutputSchema) -> Self {
+    pub fn with_output(mut self, output: crate::job::schema::OutputSchema) -> Self {
         self.output = output;
         self
     }
@@ -211,10 +211,10 @@ pub struct KindSignature {
     pub text: String,
     /// The key's serializer (keyed kinds): keys are never migrated, so a restore into another one is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<crate::serializer::SerializerSnapshot>,
+    pub key: Option<crate::state::serializer::SerializerSnapshot>,
     /// Each declared state's serializers: what a restore resolves state by state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub states: Vec<crate::serializer::StateSerializers>,
+    pub states: Vec<crate::state::serializer::StateSerializers>,
 }
 
 /// A problem with one field of an operator's config.

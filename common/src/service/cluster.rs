@@ -2,7 +2,7 @@
 //! its metadata), and [`JmLink`], the set of job-manager addresses a task manager or client knows, which
 //! follows that answer to the leader and moves on to the next address when one cannot be reached.
 
-use crate::security::{SecureChannel, Security};
+use crate::service::security::{SecureChannel, Security};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,7 +60,7 @@ pub enum AddressError {
     NotHttp(String),
     /// No channel can be made to one.
     #[error(transparent)]
-    Endpoint(#[from] crate::security::EndpointError),
+    Endpoint(#[from] crate::service::security::EndpointError),
 }
 
 /// Parses a comma-separated list of `http(s)://HOST:PORT` job-manager addresses.
@@ -135,7 +135,7 @@ impl JmLink {
     }
 
     /// The (lazily connected) channel to the current address.
-    pub fn channel(&self) -> Result<SecureChannel, crate::security::EndpointError> {
+    pub fn channel(&self) -> Result<SecureChannel, crate::service::security::EndpointError> {
         let mut s = self.state.lock();
         let addr = s.addresses[s.current].clone();
         if let Some(c) = s.channels.get(&addr) {

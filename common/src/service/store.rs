@@ -256,7 +256,7 @@ impl Store {
 
     /// Failpoint `name` as the store error a real fault would be (so it takes the same paths).
     async fn fault(&self, name: &str, op: &'static str, rel: &str) -> Result<(), StoreError> {
-        crate::fault::hit(name)
+        crate::service::fault::hit(name)
             .await
             .map_err(|f| self.io(op, rel, object_store::Error::Generic { store: "failpoint", source: Box::new(f) }))
     }
