@@ -13,7 +13,8 @@
 //!   [`builtins::registry`] is the list of them. The relational kinds (`join`, `interval-join`, `window-join`,
 //!   `over`, `window-top`, `winning-bids`) share one skeleton, `builtins/relational/`: their operator, inputs'
 //!   kept columns, joined rows and tumbling windows.
-//! - [`task`]: one subtask's thread: the run loop, setup (planned by `plan_setup`) and restore, the snapshot
+//! - [`task`]: one subtask's thread: what a task is (its events, environment and `Task`, in a file below the ones
+//!   that implement it), the run loop, setup (planned by `plan_setup`) and restore, the snapshot
 //!   and its upload (planned by `plan_upload`), output edges and chaining, barrier alignment, its errors; how
 //!   one operator's state is opened, snapshotted and uploaded and its timers fired are functions the test
 //!   harness runs too.

@@ -6,6 +6,7 @@
 //! continues.
 
 pub mod align;
+mod base;
 mod error;
 mod event_time;
 mod incremental;
@@ -14,95 +15,34 @@ pub mod restore;
 mod setup;
 mod upload;
 
+use self::base::{task_ref, Task};
+pub use self::base::{TaskEnv, TaskEvent};
 use error::in_operator;
 pub(crate) use error::TaskError;
-use event_time::SourceTime;
-use incremental::Incremental;
-use output::{advance_watermark, chain_out, deliver, push_chain_from, CancelSignal, ChainOp, Head, OutputEdge};
+use output::{advance_watermark, chain_out, deliver, push_chain_from, Head};
 pub(crate) use output::{fire_due, keyed_mut, op_context};
 use output::{fire_processing_timers, until_processing_timer};
 pub(crate) use setup::{init_context, open_state, plan_setup, KeyedSite, RestoreSource, RunIo};
 pub(crate) use upload::{snapshot_part, upload_part, PartDirs, PartUpload};
 
-use crate::api::operator::{
-    Collector, ErrorClass, InitContext, RuntimeInfo, SnapshotContext, SourceOutput, SourceStatus,
-};
-use crate::api::registry::{Instance, Registry};
-use crate::net::{
-    BatchDecoder, ChannelEvent, ChannelKey, DataServer, Frame, Handshake, InputChannels, Liveness, OutputChannel,
-};
-use crate::report::{Cause, Report, Reporter};
-use crate::task::align::{Alignment, BarrierAligner, BarrierOutcome, Deferred};
-use crate::time::valve::WatermarkValve;
+use crate::api::operator::{Collector, ErrorClass, SourceOutput, SourceStatus};
+use crate::net::{ChannelEvent, ChannelKey, Frame};
+use crate::report::Cause;
+use crate::task::align::{Alignment, BarrierOutcome};
 use crate::time::{WatermarkEvent, WatermarkOutput, MAX_WATERMARK};
 use arrow_array::RecordBatch;
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
-use weir_common::checkpoint::{
-    paths, CheckpointOutcome, FileHandle, KeyedStateHandle, KeyedStateInfo, Offsets, OperatorStateHandle,
-    OperatorSubtaskState, SavepointFormat, SavepointTarget, TaskSnapshot, OFFSET_BYTES,
-};
+use weir_common::checkpoint::{CheckpointOutcome, SavepointTarget};
 use weir_common::deploy::descriptor::TaskDescriptor;
-use weir_common::ids::{CheckpointId, SubtaskIndex};
-use weir_common::service::store::{Store, StoreOptions};
+use weir_common::ids::CheckpointId;
 use weir_proto as pb;
-use weir_state::keyed::LocalSnapshot;
-use weir_state::{open_keyed_backend, OperatorStateStore};
 
 /// How often a task publishes its state engine's properties.
 const STATE_METRICS_INTERVAL: Duration = Duration::from_secs(2);
 /// Records a source emits per poll.
 const SOURCE_BATCH: usize = 1024;
-
-/// What a task may be told by the task manager.
-#[derive(Debug)]
-pub enum TaskEvent {
-    /// A frame or close from an input channel.
-    Channel(ChannelEvent),
-    /// Sources only: take checkpoint `id` and emit its barrier.
-    Trigger {
-        /// Checkpoint id.
-        id: CheckpointId,
-        /// Trigger time.
-        timestamp_ms: u64,
-        /// Set when the checkpoint is a savepoint.
-        savepoint: Option<SavepointTarget>,
-    },
-    /// Checkpoint `id` completed or was aborted.
-    Notify {
-        /// Checkpoint id.
-        id: CheckpointId,
-        /// What became of it.
-        outcome: CheckpointOutcome,
-    },
-    /// Sources only: end the input now (stop with savepoint and drain).
-    EndInput,
-    /// Stop now.
-    Cancel,
-}
-
-/// What a task needs from its task manager.
-pub struct TaskEnv {
-    /// Runtime for network I/O and uploads.
-    pub runtime: tokio::runtime::Handle,
-    /// Accepts input connections.
-    pub data_server: Arc<DataServer>,
-    /// Operator kinds.
-    pub registry: Arc<Registry>,
-    /// The task manager's data directory.
-    pub data_dir: PathBuf,
-    /// Reports to the job manager.
-    pub reporter: Reporter,
-    /// Object-store settings.
-    pub store_options: StoreOptions,
-    /// How long a task waits for its channels to connect.
-    pub connect_timeout: Duration,
-    /// Tuning of RocksDB keyed backends.
-    pub rocks: weir_state::rocks::RocksOptions,
-}
 
 /// The task manager's handle on a running task.
 pub struct TaskHandle {
@@ -121,20 +61,6 @@ pub struct TaskHandle {
 enum Exit {
     Finished,
     Canceled,
-}
-
-/// Runs a setup step on the runtime, giving up as soon as the task is canceled.
-fn unless_canceled<T, E: Into<TaskError>>(
-    rt: &tokio::runtime::Handle,
-    cancel: &mut watch::Receiver<bool>,
-    step: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, TaskError> {
-    rt.block_on(async {
-        tokio::select! {
-            r = step => r.map_err(Into::into),
-            _ = cancel.wait_for(|c| *c) => Err(TaskError::Canceled),
-        }
-    })
 }
 
 /// The stack of a task thread. Operators recurse over expressions as deep as the parser allows
@@ -179,20 +105,6 @@ fn ending(result: &Result<Exit, TaskError>, canceled: bool) -> (pb::TaskState, S
             };
             (pb::TaskState::Failed, e.to_string(), cause)
         }
-    }
-}
-
-/// Metric labels of a task.
-fn labels(desc: &TaskDescriptor) -> [(&'static str, String); 3] {
-    [("job_id", desc.job_id.0.clone()), ("vertex", desc.vertex.0.to_string()), ("subtask", desc.subtask.0.to_string())]
-}
-
-fn task_ref(desc: &TaskDescriptor) -> pb::TaskRef {
-    pb::TaskRef {
-        job_id: desc.job_id.0.clone(),
-        attempt: desc.attempt.0,
-        vertex: desc.vertex.0,
-        subtask: desc.subtask.0,
     }
 }
 
@@ -256,51 +168,6 @@ fn run(
         report_end(&result);
     }
     let _ = std::fs::remove_dir_all(&work_dir);
-}
-
-struct Task {
-    desc: TaskDescriptor,
-    env: Arc<TaskEnv>,
-    store: Store,
-    rx: mpsc::Receiver<TaskEvent>,
-    ops: Vec<ChainOp>,
-    outputs: Vec<OutputEdge>,
-    inputs: Option<InputChannels>,
-    /// The first input channel of a two-input head's second input (the channel count otherwise).
-    second_input_from: usize,
-    aligner: BarrierAligner,
-    /// The watermarks and statuses of the input channels, combined into the task's.
-    valve: WatermarkValve,
-    /// Sources with a watermark strategy: per-split generation and its schedule.
-    source_time: Option<SourceTime>,
-    /// The task's current watermark, as a metric.
-    watermark_gauge: metrics::Gauge,
-    /// How far the task's watermark is behind the wall clock, as a metric (refreshed with the state metrics).
-    watermark_lag_gauge: metrics::Gauge,
-    /// Input frames held back by alignment, per channel in arrival order.
-    deferred: Deferred<Frame>,
-    /// Each input channel's Arrow IPC stream.
-    decoders: Vec<BatchDecoder>,
-    /// All input consumed and end-of-input work done.
-    input_ended: bool,
-    /// Restored from a snapshot taken at end of input: end-of-input work was done before.
-    restored_at_end: bool,
-    work_dir: PathBuf,
-    /// Longest a partly filled batch waits before it is sent (the job's `linger_ms`).
-    linger: Duration,
-    last_flush: Instant,
-    records_in: metrics::Counter,
-    sync_seconds: metrics::Histogram,
-    incremental: Arc<parking_lot::Mutex<Incremental>>,
-    last_state_metrics: Instant,
-    /// Names this task's folder in the job's shared directory (unique per deployment of a backend).
-    instance: String,
-    /// The savepoint target each barrier being aligned carried (by checkpoint id).
-    savepoint_barriers: BTreeMap<CheckpointId, SavepointTarget>,
-    /// Sources: a stop-with-savepoint barrier went out; nothing more is emitted unless it is aborted.
-    suspended_by: Option<CheckpointId>,
-    /// Sources: asked to end the input (stop with drain).
-    end_input_requested: bool,
 }
 
 impl Task {
@@ -744,10 +611,14 @@ impl Task {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::DataServer;
+    use crate::report::Reporter;
     use weir_common::deploy::descriptor::{InputDescriptor, OperatorDescriptor};
+    use weir_common::ids::SubtaskIndex;
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
     use weir_common::job::spec::Partitioning;
     use weir_common::job::spec::StateBackend;
+    use weir_common::service::store::StoreOptions;
     use weir_common::state::keygroup::KeyGroupRange;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -815,6 +686,7 @@ mod tests {
 #[cfg(test)]
 mod error_tests {
     use super::*;
+
     use crate::api::operator::OperatorError;
 
     #[test]
@@ -857,11 +729,15 @@ mod error_tests {
 mod data_plane_tests {
     use super::*;
     use crate::net::{begin_frame, encode_frame, finish_frame};
+    use crate::net::{DataServer, Handshake};
+    use crate::report::Reporter;
     use tokio::io::AsyncWriteExt;
     use weir_common::deploy::descriptor::{InputDescriptor, OperatorDescriptor, OutputDescriptor};
+    use weir_common::ids::SubtaskIndex;
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
     use weir_common::job::spec::Partitioning;
     use weir_common::job::spec::StateBackend;
+    use weir_common::service::store::StoreOptions;
     use weir_common::state::keygroup::KeyGroupRange;
     use weir_proto::job_manager_internal_server::{JobManagerInternal, JobManagerInternalServer};
 

@@ -1,16 +1,37 @@
 //! Setting a task up: building its chain, opening or restoring each operator's keyed and operator state,
 //! connecting its input and output channels.
 
-use super::*;
+use super::base::{labels, unless_canceled, Task, TaskEnv, TaskEvent};
+use super::error::in_operator;
+use super::error::TaskError;
+use super::event_time::SourceTime;
+use super::incremental::Incremental;
+use super::output::keyed_mut;
+use super::output::{CancelSignal, ChainOp, Head, OutputEdge};
+use crate::api::operator::{InitContext, RuntimeInfo};
+use crate::api::registry::Instance;
 use crate::api::timers::TimerSlot;
+use crate::net::{BatchDecoder, ChannelKey, Handshake, InputChannels, Liveness, OutputChannel};
+use crate::task::align::{BarrierAligner, Deferred};
+use crate::time::valve::WatermarkValve;
 use crate::time::MIN_WATERMARK;
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use weir_common::checkpoint::FileHandle;
 use weir_common::deploy::descriptor::SubtaskRestore;
+use weir_common::deploy::descriptor::TaskDescriptor;
+use weir_common::ids::SubtaskIndex;
 use weir_common::job::spec::StateBackend;
+use weir_common::service::store::Store;
 use weir_common::state::keygroup::KeyGroupRange;
 use weir_state::rocks::RocksOptions;
 use weir_state::KeyedStateBackend;
+use weir_state::{open_keyed_backend, OperatorStateStore};
 
 /// What every setup step needs: the task's descriptor and environment, the runtime its I/O runs on, and the
 /// cancel signal that stops any step at once.
@@ -305,7 +326,7 @@ fn connect_outputs(cx: &mut SetupCtx<'_>, plan: &SetupPlan<'_>) -> Result<Vec<Ou
         let n = channels.len();
         outputs.push(OutputEdge {
             partitioning: out.partitioning,
-            targets: channels.into_iter().map(output::Target::new).collect(),
+            targets: channels.into_iter().map(super::output::Target::new).collect(),
             next: desc.subtask.0 as usize % n.max(1),
             to_parallelism: out.to_parallelism,
             max_parallelism: desc.max_parallelism,
@@ -488,7 +509,9 @@ fn restored_timers(
 mod tests {
     use super::*;
     use weir_common::checkpoint::FileHandle;
+    use weir_common::checkpoint::KeyedStateHandle;
     use weir_common::deploy::descriptor::{OperatorDescriptor, OutputDescriptor, RestoreDescriptor};
+    use weir_common::ids::CheckpointId;
     use weir_common::ids::{AttemptNumber, JobId, VertexId};
     use weir_common::job::spec::{Partitioning, StateBackend};
     use weir_common::state::keygroup::KeyGroupRange;

@@ -2,8 +2,25 @@
 //! runtime while processing continues (incremental, savepoint or canonical; operator-state offsets inline or
 //! by reference).
 
+use super::base::{labels, task_ref, Task};
+use super::error::TaskError;
 use super::incremental::SharedFiles;
-use super::*;
+use super::output::keyed_mut;
+use super::output::{ChainOp, Head};
+use crate::api::operator::SnapshotContext;
+use crate::report::Report;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+use weir_common::checkpoint::{
+    paths, FileHandle, KeyedStateHandle, KeyedStateInfo, Offsets, OperatorStateHandle, OperatorSubtaskState,
+    SavepointFormat, SavepointTarget, TaskSnapshot, OFFSET_BYTES,
+};
+use weir_common::deploy::descriptor::TaskDescriptor;
+use weir_common::ids::{CheckpointId, SubtaskIndex};
+use weir_common::service::store::Store;
+use weir_proto as pb;
+use weir_state::keyed::LocalSnapshot;
 
 impl Task {
     /// Where checkpoint `id`'s local snapshot waits for its upload (deleted after it).
