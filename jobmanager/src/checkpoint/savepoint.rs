@@ -431,14 +431,13 @@ fn per_state(
     judge: &dyn SerializerJudge,
 ) -> Option<(Verdict, String, Vec<StateVerdict>)> {
     use weir_common::state::serializer::{Resolution, SerializerSnapshot};
-    let resolve = |w: &SerializerSnapshot, n: &SerializerSnapshot| judge.resolve(w, n);
     let (old, new) = match (&stored.signature, &op.signature) {
         (Some(o), Some(n)) if !o.states.is_empty() && !n.states.is_empty() => (o, n),
         _ => return None,
     };
     let names = state_names(stored);
     if let (Some(ok), Some(nk)) = (&old.key, &new.key) {
-        if let Resolution::Incompatible(why) = resolve(ok, nk) {
+        if let Resolution::Incompatible(why) = judge.resolve(ok, nk) {
             let reason = format!(
                 "the key type changed ({why}); keys are never migrated, so its state cannot be restored: give the                  operator a new uid to start it afresh"
             );
@@ -470,7 +469,7 @@ fn per_state(
                 // Map user keys and namespaces are part of the row key: they are never rewritten.
                 let key_part =
                     |what: &str, wk: &Option<SerializerSnapshot>, nk: &Option<SerializerSnapshot>| match (wk, nk) {
-                        (Some(wk), Some(nk)) => match resolve(wk, nk) {
+                        (Some(wk), Some(nk)) => match judge.resolve(wk, nk) {
                             Resolution::AfterMigration => Resolution::Incompatible(format!(
                                 "its {what} would need a migration from {} to {}, and keys are never migrated",
                                 wk.describe(),
@@ -481,7 +480,8 @@ fn per_state(
                         },
                         _ => Resolution::AsIs,
                     };
-                let r = resolve(&w.value, &n.value)
+                let r = judge
+                    .resolve(&w.value, &n.value)
                     .weakest(key_part("map keys", &w.user_key, &n.user_key))
                     .weakest(key_part("namespaces", &w.namespace, &n.namespace));
                 let mut v = match r {

@@ -372,14 +372,28 @@ fn to_hex(b: &[u8]) -> String {
     s
 }
 
-fn from_hex(s: &str) -> Result<Vec<u8>, std::num::ParseIntError> {
-    // An odd length leaves a last digit alone, which does not parse as a byte.
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2).unwrap_or("odd"), 16)).collect()
+/// Why a snapshot's hex text is not bytes.
+#[derive(Debug, thiserror::Error)]
+enum HexError {
+    #[error("odd hex length")]
+    Odd,
+    #[error("bad hex: {0}")]
+    Digit(#[from] std::num::ParseIntError),
+    #[error("bad hex: not ASCII")]
+    NotAscii,
+}
+
+fn from_hex(s: &str) -> Result<Vec<u8>, HexError> {
+    if !s.len().is_multiple_of(2) {
+        return Err(HexError::Odd);
+    }
+    // The text comes from checkpoint metadata: a pair that is not two ASCII characters is refused, not sliced.
+    (0..s.len()).step_by(2).map(|i| Ok(u8::from_str_radix(s.get(i..i + 2).ok_or(HexError::NotAscii)?, 16)?)).collect()
 }
 
 fn protobuf_message(s: &SerializerSnapshot) -> Result<MessageDescriptor, EvolutionError> {
     let corrupt = |why: String| EvolutionError::Schema(format!("the descriptors of {} {why}", s.describe()));
-    let bytes = from_hex(&s.schema).map_err(|e| corrupt(format!("are corrupt: bad hex: {e}")))?;
+    let bytes = from_hex(&s.schema).map_err(|e| corrupt(format!("are corrupt: {e}")))?;
     let pool = DescriptorPool::decode(bytes.as_slice()).map_err(|e| corrupt(format!("do not decode: {e}")))?;
     pool.get_message_by_name(&s.root).ok_or_else(|| corrupt(format!("lack message {}", s.root)))
 }
@@ -588,6 +602,24 @@ mod tests {
         };
         let pool = DescriptorPool::from_file_descriptor_set(FileDescriptorSet { file: vec![file] }).unwrap();
         protobuf_snapshot(&pool.get_message_by_name("t.Session").unwrap())
+    }
+
+    #[test]
+    fn corrupt_descriptor_text_is_incompatible_not_a_panic() {
+        let snapshot = |schema: &str| SerializerSnapshot {
+            format: FORMAT_PROTOBUF.into(),
+            version: 1,
+            root: "t.M".into(),
+            schema: schema.into(),
+        };
+        for (schema, why) in
+            [("abc", "odd hex length"), ("zz", "bad hex: invalid digit"), ("aé0", "bad hex: not ASCII")]
+        {
+            let Resolution::Incompatible(got) = resolve(&snapshot(schema), &snapshot(schema)) else {
+                panic!("{schema:?} resolved")
+            };
+            assert!(got.contains("are corrupt") && got.contains(why), "{schema:?}: {got}");
+        }
     }
 
     #[test]

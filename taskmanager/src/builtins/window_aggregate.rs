@@ -95,6 +95,21 @@ impl WindowRows {
         self.keys.len()
     }
 
+    /// Gathers a window's row, sending the rows downstream once [`OUT_ROWS`] are gathered.
+    fn emit(
+        &mut self,
+        key: &[u8],
+        window: TimeWindow,
+        value: AccResult,
+        out: &mut Collector<'_>,
+    ) -> Result<(), OperatorError> {
+        self.push(key, window, value);
+        if self.len() >= OUT_ROWS {
+            self.flush(out)?;
+        }
+        Ok(())
+    }
+
     fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
         if self.len() == 0 {
             return Ok(());
@@ -290,13 +305,10 @@ impl WindowAggregator for BuiltinAggregator {
         acc: &StoredAcc,
         out: &mut Collector<'_>,
     ) -> Result<(), OperatorError> {
-        if let Some(acc) = acc.0 {
-            self.rows.push(key, window, acc.result());
-            if self.rows.len() >= OUT_ROWS {
-                self.rows.flush(out)?;
-            }
+        match acc.0 {
+            Some(acc) => self.rows.emit(key, window, acc.result(), out),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn flush(&mut self, out: &mut Collector<'_>) -> Result<(), OperatorError> {
@@ -379,20 +391,6 @@ impl Accumulators {
         Ok(old.is_none())
     }
 
-    fn emit(
-        &mut self,
-        key: &[u8],
-        window: TimeWindow,
-        value: AccResult,
-        out: &mut Collector<'_>,
-    ) -> Result<(), OperatorError> {
-        self.rows.push(key, window, value);
-        if self.rows.len() >= OUT_ROWS {
-            self.rows.flush(out)?;
-        }
-        Ok(())
-    }
-
     /// Fires the sliding window ending at `end` from the running part the last window left plus the window's
     /// newest slices — two slices read, not `size / slide` —, and keeps what it leaves for the next one.
     fn fire_running(
@@ -428,7 +426,7 @@ impl Accumulators {
         let held = run.n > 0;
         if held {
             let window = TimeWindow { start: end - sl.size(), end };
-            self.emit(key, window, run.result(self.aggregate), out)?;
+            self.rows.emit(key, window, run.result(self.aggregate), out)?;
         }
         for slice in sl.last_in(end) {
             if let Some(acc) = self.read(b, slice)? {
@@ -487,21 +485,20 @@ impl Contents for Accumulators {
         batch: &RecordBatch,
         rows: &[u32],
     ) -> Result<bool, OperatorError> {
-        let Some((&first, rest)) = rows.split_first() else { return Ok(false) };
-        let mut acc = self.of_row(batch, first as usize)?;
-        match self.column {
-            None => {
-                for _ in rest {
-                    acc.merge(&Acc::of(self.aggregate, 0));
-                }
-            }
+        let acc = match self.column {
+            // A count of n rows is n: nothing to read per row.
+            None if !rows.is_empty() => Acc::Count(rows.len() as u64),
+            None => return Ok(false),
             Some(i) => {
                 let values = int64s(batch, i)?;
+                let Some((&first, rest)) = rows.split_first() else { return Ok(false) };
+                let mut acc = Acc::of(self.aggregate, values.value(first as usize));
                 for &row in rest {
                     acc.merge(&Acc::of(self.aggregate, values.value(row as usize)));
                 }
+                acc
             }
-        }
+        };
         self.fold(b, ns, acc)
     }
 
@@ -557,7 +554,7 @@ impl Contents for Accumulators {
             }
         }
         if let Some(total) = total {
-            self.emit(key, window, total.result(), out)?;
+            self.rows.emit(key, window, total.result(), out)?;
         }
         Ok(last)
     }

@@ -203,15 +203,7 @@ impl<A: WindowAggregator> Contents for Aggregating<A> {
         batch: &RecordBatch,
         row: usize,
     ) -> Result<bool, OperatorError> {
-        let state = self.state.as_mut().ok_or_else(unregistered)?;
-        b.set_current_namespace(&ns.to_be_bytes());
-        let (mut acc, new) = match state.value(b)? {
-            Some(acc) => (acc, false),
-            None => (self.f.create(), true),
-        };
-        self.f.add(&mut acc, batch, row)?;
-        state.update(b, &acc)?;
-        Ok(new)
+        self.add_rows(b, ns, batch, &[row as u32])
     }
 
     fn add_rows(

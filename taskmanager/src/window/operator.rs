@@ -26,7 +26,7 @@ use crate::window::contents::Contents;
 use crate::window::session::Sessions;
 use crate::window::slicing::Slicing;
 use crate::window::trigger::{Decision, Trigger, TriggerState};
-use arrow_array::{Array, BinaryArray, RecordBatch, UInt16Array};
+use arrow_array::{Array, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt16Array};
 use weir_state::signature::{StateSignature, TypeSignature};
 use weir_state::{KeyedStateBackend, StateId, StateKind, StateOptions};
 
@@ -472,11 +472,11 @@ impl<C: Contents> WindowOperator<C> {
         t: &mut Timers<'_>,
         sl: &Slicing,
         batch: &RecordBatch,
+        times: &TimestampMillisecondArray,
         key_col: &BinaryArray,
         groups: Option<&UInt16Array>,
     ) -> Result<(), OperatorError> {
         let watermark = t.current_watermark();
-        let Some(times) = event_times(batch) else { return Ok(()) };
         let contents = &self.contents;
         self.by_key.group(key_col, |i| {
             if !times.is_valid(i) || contents.ignores(batch, i) {
@@ -723,8 +723,8 @@ impl<C: Contents + 'static> Operator for WindowOperator<C> {
         let mut t = ctx.timers()?;
         self.late_rows.clear();
         self.by_key.clear();
-        if let (Some(sl), true) = (self.slicing, self.chained) {
-            self.add_groups(&mut t, &sl, batch, key_col, groups)?;
+        if let (Some(sl), true, Some(times)) = (self.slicing, self.chained, times) {
+            self.add_groups(&mut t, &sl, batch, times, key_col, groups)?;
         }
         for i in 0..batch.num_rows() {
             if self.by_key.group_of(i).is_some() || self.contents.ignores(batch, i) {
