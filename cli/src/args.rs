@@ -83,6 +83,9 @@ pub enum Command {
         /// Show only this kind
         kind: Option<String>,
     },
+    /// Plan Flink SQL scripts without running them
+    #[command(subcommand)]
+    Sql(SqlCommand),
     /// Run a job manager and task managers on this machine until Ctrl-C or SIGTERM
     Local(LocalArgs),
     /// Ask a process's gRPC health service (its health_bind) whether it serves: exit 0 if so, 1 if not
@@ -99,7 +102,7 @@ pub enum Command {
 /// `weir job …`
 #[derive(Subcommand, Debug)]
 pub enum JobCommand {
-    /// Submit a job spec (YAML or JSON) and print the job's id
+    /// Submit a job spec (YAML or JSON) or a Flink SQL script (a file ending in .sql) and print the job's id
     Submit(SubmitArgs),
     /// List all jobs
     List,
@@ -147,6 +150,21 @@ pub struct StopArgs {
     pub timeout: u64,
 }
 
+/// `weir sql …`
+#[derive(Subcommand, Debug)]
+pub enum SqlCommand {
+    /// Print the operator graph a SQL script plans into: each operator's uid, kind, input, parallelism and
+    /// config (`--output json`: the job spec)
+    Explain {
+        /// The SQL script (SET, CREATE TABLE, CREATE VIEW, one INSERT INTO … SELECT)
+        #[arg(value_name = "FILE.sql")]
+        file: PathBuf,
+        /// Default parallelism of the job's operators, as for `job submit`
+        #[arg(long, short = 'p', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        parallelism: Option<u32>,
+    },
+}
+
 /// `weir savepoint …`
 #[derive(Subcommand, Debug)]
 pub enum SavepointCommand {
@@ -174,7 +192,7 @@ pub enum SavepointCommand {
     Check {
         /// URL of the savepoint's (or checkpoint's) directory
         url: String,
-        /// Job spec file, YAML or JSON
+        /// Job spec file, YAML or JSON, or a SQL script (FILE.sql)
         #[arg(value_name = "SPEC")]
         spec: PathBuf,
         /// Default parallelism of the job's operators, as for `job submit`
@@ -194,7 +212,7 @@ pub enum SavepointCommand {
 /// `weir job submit`
 #[derive(Args, Debug, Clone)]
 pub struct SubmitArgs {
-    /// Job spec file, YAML or JSON
+    /// Job spec file, YAML or JSON, or a SQL script (FILE.sql)
     #[arg(value_name = "SPEC")]
     pub spec: PathBuf,
     /// Default parallelism of the job's operators, overriding the spec's `parallelism`

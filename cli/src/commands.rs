@@ -1,7 +1,7 @@
 //! The client commands: `job submit|list|status|cancel|stop`, `savepoint trigger|inspect|dispose`,
 //! `checkpoints`, `cluster`.
 
-use crate::args::{JobCommand, OutputFormat, SavepointCommand, SubmitArgs};
+use crate::args::{JobCommand, OutputFormat, SavepointCommand, SqlCommand, SubmitArgs};
 use crate::client::JobManager;
 use crate::error::CliError;
 use crate::progress::Progress;
@@ -176,7 +176,12 @@ pub fn load_spec(args: &SubmitArgs) -> Result<pb::JobSpec, CliError> {
     let text = read_bounded(&args.spec, weir_common::job::spec::MAX_SPEC_BYTES, "the limit of a spec (1 MiB)")
         .map_err(|e| CliError::Spec(format!("cannot read job spec {path}: {e}")))?;
     let invalid = |e: String| CliError::Spec(format!("invalid job spec {path}: {e}"));
-    let mut spec = weir_common::job::spec::parse_spec_text(&text).map_err(|e| invalid(e.to_string()))?;
+    let mut spec = if is_sql(&args.spec) {
+        let planned = plan_sql(&args.spec, &text, args.parallelism)?;
+        weir_common::job::spec::file_to_proto(planned.spec).map_err(|e| invalid(e.to_string()))?
+    } else {
+        weir_common::job::spec::parse_spec_text(&text).map_err(|e| invalid(e.to_string()))?
+    };
     if let Some(p) = args.parallelism {
         spec.parallelism = Some(p);
     }
@@ -184,6 +189,41 @@ pub fn load_spec(args: &SubmitArgs) -> Result<pb::JobSpec, CliError> {
     inline_schema_files(&mut spec, dir).map_err(invalid)?;
     weir_common::job::spec::check_limits(&spec).map_err(|e| invalid(e.to_string()))?;
     Ok(spec)
+}
+
+/// Whether a job file is a SQL script (its name ends in `.sql`).
+fn is_sql(path: &std::path::Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("sql"))
+}
+
+/// Plans a SQL script's `text` (read from `path`) into a job spec, its warnings on stderr. A script that does
+/// not plan is an invalid spec (exit 2), its message naming the line and column.
+fn plan_sql(
+    path: &std::path::Path,
+    text: &str,
+    parallelism: Option<u32>,
+) -> Result<weir_sql::script::Planned, CliError> {
+    let name = path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "sql".into());
+    let options = weir_sql::script::PlanOptions { name, parallelism };
+    let planned = weir_sql::script::plan_script(text, &options)
+        .map_err(|e| CliError::Spec(format!("invalid SQL script {}: {e}", path.display())))?;
+    for w in &planned.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(planned)
+}
+
+/// `weir sql …`: planning only, no job manager.
+pub fn sql(settings: &Settings, cmd: SqlCommand) -> Result<ExitCode, CliError> {
+    match cmd {
+        SqlCommand::Explain { file, parallelism } => {
+            let text = read_bounded(&file, weir_common::job::spec::MAX_SPEC_BYTES, "the limit of a spec (1 MiB)")
+                .map_err(|e| CliError::Spec(format!("cannot read {}: {e}", file.display())))?;
+            let planned = plan_sql(&file, &text, parallelism)?;
+            emit(settings, || render::explain_text(&planned.spec), || &planned.spec);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The text of the file at `path`, refused if it is longer than `limit` bytes (only `limit + 1` are read);

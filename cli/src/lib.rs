@@ -9,7 +9,7 @@
 //!   plus the duration, size and time formatting they use.
 //! - [`progress`]: a progress line on stderr (updated in place on a terminal, a line per change otherwise).
 //! - [`commands`]: `job submit|list|status|cancel|stop|delete`, `savepoint trigger|inspect|dispose|check`,
-//!   `checkpoints`, `cluster`, `health`.
+//!   `checkpoints`, `cluster`, `health`, `sql explain`.
 //! - [`local`]: `weir local`, which starts a job manager and task managers as child processes.
 
 pub mod args;
@@ -34,6 +34,7 @@ pub async fn run(cli: args::Cli) -> Result<ExitCode, CliError> {
         args::Command::Savepoint(cmd) => commands::savepoint(&settings()?, cmd).await,
         args::Command::Cluster => commands::cluster(&settings()?).await,
         args::Command::Kinds { kind } => commands::kinds(&settings()?, kind.as_deref()).await,
+        args::Command::Sql(cmd) => commands::sql(&settings()?, cmd),
         args::Command::Local(local) => local::run(&settings()?, local).await,
         // A probe inside a container: no config, no job manager, one bounded question.
         args::Command::Health { address, service } => commands::health(&address, &service).await,

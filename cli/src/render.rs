@@ -998,3 +998,33 @@ pub fn savepoint_text(r: &pb::InspectSavepointResponse) -> String {
     }
     out
 }
+
+/// `weir sql explain`: the operators a script plans into, one block each in the order data flows: uid, kind,
+/// input and parallelism, then the config.
+pub fn explain_text(spec: &weir_common::job::spec::JobSpecFile) -> String {
+    let mut out = format!("job {}", spec.name);
+    match spec.parallelism {
+        Some(p) => out.push_str(&format!(", parallelism {p}\n")),
+        None => out.push_str(", parallelism: the job manager's default\n"),
+    }
+    for op in &spec.operators {
+        let from = match (&op.input, &op.inputs) {
+            (Some(i), _) => format!(" <- {i}"),
+            (None, Some(is)) => format!(" <- {}", is.join(", ")),
+            _ => String::new(),
+        };
+        let p = op.parallelism.map(|p| format!(" (parallelism {p})")).unwrap_or_default();
+        out.push_str(&format!("{} [{}]{from}{p}\n", op.uid, op.kind));
+        if let Some(w) = op.watermarks.as_ref().and_then(|w| w.max_out_of_orderness_ms) {
+            out.push_str(&format!("    watermarks: bounded out-of-orderness {w} ms\n"));
+        }
+        for (k, v) in &op.config {
+            let v = match v {
+                serde_yaml::Value::String(s) => s.clone(),
+                other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
+            };
+            out.push_str(&format!("    {k}: {v}\n"));
+        }
+    }
+    out
+}

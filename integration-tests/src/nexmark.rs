@@ -90,6 +90,42 @@ impl QueryRun {
     }
 }
 
+/// The queries whose Flink SQL text (`bench/nexmark/sql/queries/`) Weir runs so far.
+pub const SQL_QUERIES: &[&str] = &["q0", "q1", "q2"];
+
+impl QueryRun {
+    /// The Flink SQL script of this run: `bench/nexmark/sql`'s table, views and query as Flink's side runs them,
+    /// the placeholders filled and the connector options set (`splits` and `rate_per_sec` of Weir's `nexmark`
+    /// connector; a `filesystem` sink where `output` is set, else a `blackhole`), after `SET`s of the
+    /// parallelism, the checkpoint interval and RocksDB.
+    pub fn sql(&self) -> Result<String> {
+        let dir = specs_dir().join("sql");
+        let read = |p: PathBuf| std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()));
+        let sink = match &self.output {
+            Some(d) => format!("'connector' = 'filesystem', 'path' = '{}'", d.display()),
+            None => "'connector' = 'blackhole'".to_string(),
+        };
+        let splits = self.splits.unwrap_or(self.parallelism);
+        let text = format!(
+            "SET 'parallelism.default' = '{}';\nSET 'execution.checkpointing.interval' = '{} ms';\n\
+             SET 'state.backend.type' = 'rocksdb';\n{}\n{}\n{}",
+            self.parallelism,
+            self.checkpoint_ms,
+            read(dir.join("source.sql"))?,
+            read(dir.join("views.sql"))?,
+            read(dir.join("queries").join(format!("{}.sql", self.query)))?,
+        );
+        Ok(text
+            .replace(
+                "'block' = '${BLOCK}'",
+                &format!("'block' = '{}', 'splits' = '{splits}', 'rate_per_sec' = '{}'", self.block, self.rate_per_sec),
+            )
+            .replace("${EVENTS}", &self.events.to_string())
+            .replace("${TPS}", &self.tps.to_string())
+            .replace("${SINK}", &sink))
+    }
+}
+
 /// The rows a `file-sink` committed under `dir` (hidden in-progress files aside), sorted by their bytes. An
 /// updating result's lines start with their change (`+I,` `-U,` `+U,` `-D,`): the changes are applied in file
 /// order, as a multiset, and the rows left are the result.

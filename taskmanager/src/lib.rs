@@ -12,15 +12,13 @@
 //!   and `winning-bids`; sinks `file-sink`, `kafka-sink` (with `kafka`, in `kafka/`) and `blackhole`.
 //!   [`builtins::registry`] is the list of them. The relational kinds (`join`, `interval-join`, `window-join`,
 //!   `over`, `window-top`, `winning-bids`) share one skeleton, `builtins/relational/`: their operator, inputs'
-//!   kept columns, joined rows and tumbling windows.
+//!   kept columns, joined rows and tumbling windows. Their expressions (`where`, `select`, `key`) are SQL,
+//!   parsed, typed and evaluated by `weir_sql::expr` (DataFusion).
 //! - [`task`]: one subtask's thread: what a task is (its events, environment and `Task`, in a file below the ones
 //!   that implement it), the run loop, setup (planned by `plan_setup`) and restore, the snapshot
 //!   and its upload (planned by `plan_upload`), output edges and chaining, barrier alignment, its errors; how
 //!   one operator's state is opened, snapshotted and uploaded and its timers fired are functions the test
 //!   harness runs too.
-//! - [`expr`]: the expression language of `filter`, `project` and the joins: parsed, typed over a schema's
-//!   columns, compiled per schema and evaluated a column at a time with Arrow's kernels; keys made of column
-//!   values.
 //! - [`net`]: the data plane: framing, a connection's stream and liveness, the data server, input and output
 //!   channels with credit-based flow control.
 //! - [`time`]: event time: watermark generation per source split, and the valve that combines the watermarks
@@ -36,7 +34,6 @@
 pub mod api;
 pub mod builtins;
 pub mod control;
-pub mod expr;
 pub mod net;
 pub mod process;
 pub mod report;

@@ -49,7 +49,7 @@ fn op_err(uid: &str, field: &str, message: impl Into<String>) -> SpecError {
 // ------------------------------------------------------------------------------------------- file form
 
 /// The job spec as written in YAML or JSON.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpecFile {
     /// Job name.
@@ -77,7 +77,7 @@ pub struct JobSpecFile {
 }
 
 /// Checkpoint settings as written in a spec file.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointingFile {
     #[allow(missing_docs)]
@@ -107,7 +107,7 @@ fn duration_ms(field: &str, value: Option<i64>) -> Result<Option<u64>, SpecError
 }
 
 /// Restart strategy as written in a spec file.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RestartFile {
     #[allow(missing_docs)]
@@ -131,7 +131,7 @@ pub struct RestartFile {
 }
 
 /// One operator as written in a spec file.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OperatorFile {
     #[allow(missing_docs)]

@@ -118,7 +118,7 @@ impl WatermarkStrategy {
 
 /// The `watermarks:` entry as written in a spec file: `strategy` is `bounded-out-of-orderness` (the default) or
 /// `monotonous` (no out-of-orderness).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WatermarksFile {
     #[allow(missing_docs)]

@@ -15,8 +15,8 @@ use crate::api::batch::{key_groups, keys, set_current_key_of_row};
 use crate::api::by_key::RowsByKey;
 use crate::api::operator::{Collector, OperatorError, ProcessContext};
 use crate::api::stored_rows::EncodedRows;
-use crate::expr::check_condition;
 use arrow_array::RecordBatch;
+use weir_sql::expr::{parse_expr, parse_select, SelectItem, SqlExpr};
 use weir_state::{KeyedStateBackend, ListState};
 
 /// Config of the `join` kind: an inner join of two inputs keyed alike (each row's `key`), every row of each side
@@ -27,9 +27,9 @@ use weir_state::{KeyedStateBackend, ListState};
 #[derive(Clone, Debug, PartialEq)]
 pub struct JoinConfig {
     /// The output columns (`None`: all).
-    pub select: Option<Vec<crate::expr::SelectItem>>,
+    pub select: Option<Vec<SelectItem>>,
     /// Joined rows where this is not true are dropped.
-    pub condition: Option<crate::expr::Expr>,
+    pub condition: Option<SqlExpr>,
 }
 
 impl JoinConfig {
@@ -52,11 +52,11 @@ impl JoinConfig {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         let select = match r.string("select")? {
             None => None,
-            Some(t) => Some(crate::expr::parse_select(&t).map_err(|e| field_err("select", e.to_string()))?),
+            Some(t) => Some(parse_select(&t).map_err(|e| field_err("select", e.to_string()))?),
         };
         let condition = match r.string("where")? {
             None => None,
-            Some(t) => Some(crate::expr::parse_expr(&t).map_err(|e| field_err("where", e.to_string()))?),
+            Some(t) => Some(parse_expr(&t).map_err(|e| field_err("where", e.to_string()))?),
         };
         Ok(JoinConfig { select, condition })
     }
@@ -115,7 +115,7 @@ impl JoinConfig {
         second.extend(extra.iter().cloned());
         let joined = Self::joined_columns(first, &second)?;
         if let Some(c) = &self.condition {
-            check_condition(c, &joined, "where")?;
+            weir_sql::expr::check_condition(c, &joined).map_err(|e| field_err("where", e.to_string()))?;
         }
         let out = match &self.select {
             None => joined,
@@ -129,20 +129,19 @@ impl JoinConfig {
 /// The columns a select list makes over rows of `input` (`*`: every column but the runtime's, and but `key`
 /// when `drop_key`).
 pub(crate) fn select_output(
-    items: &[crate::expr::SelectItem],
+    items: &[SelectItem],
     input: &[weir_common::job::schema::Column],
     drop_key: bool,
 ) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
-    use crate::expr::{type_of, SelectItem};
+    use weir_sql::expr::type_of;
     let mut out = Vec::new();
     for item in items {
         match item {
             SelectItem::Star => out
                 .extend(input.iter().filter(|c| !(c.name.starts_with('_') || (drop_key && c.name == "key"))).cloned()),
             SelectItem::Expr { expr, name } => {
-                let (t, nullable) =
-                    type_of(expr, input).map_err(|e| field_err("select", format!("{name}: {}", e.0)))?;
-                out.push(weir_common::job::schema::Column::new(name, &t.column_type(), nullable));
+                let (t, nullable) = type_of(expr, input).map_err(|e| field_err("select", format!("{name}: {e}")))?;
+                out.push(weir_common::job::schema::Column::new(name, &t, nullable));
             }
         }
     }

@@ -1,27 +1,25 @@
-//! `filter` and `project`: a row-at-a-time SQL `WHERE` and `SELECT … [WHERE …]` over the input's columns (the
-//! expression language of `crate::expr`), a whole batch per kernel call. `project` can also set the
+//! `filter` and `project`: a row-at-a-time SQL `WHERE` and `SELECT … [WHERE …]` over the input's columns (SQL
+//! expressions of `weir_sql::expr`, evaluated by DataFusion), a whole batch per call. `project` can also set the
 //! rows' key from column values (`key: bid_auction`), so that a key-by edge after it routes by them. The event
 //! time goes through unchanged. Neither keeps state.
 
 use super::declare::*;
 use super::join::select_output;
 use crate::api::batch::{EVENT_TIME, KEY, KEY_GROUP, OP};
+use crate::api::keys::encode_keys;
 use crate::api::operator::{Collector, Operator, OperatorError, ProcessContext};
-use crate::expr::check_condition;
-use crate::expr::eval::{arrow_type, columns_of, compile, Compiled};
-use crate::expr::key::encode_keys;
-use crate::expr::SelectItem;
 use arrow_array::builder::BinaryBuilder;
-use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow_schema::{Field, Schema, SchemaRef};
 use std::sync::Arc;
+use weir_sql::expr::{parse_expr, parse_list, parse_select, Scalar, SelectItem, SqlExpr};
 
-/// Config of the `filter` kind: `where`, a boolean expression over the input's columns (`crate::expr`); a row
-/// passes where it is true (not where it is false or null, as in SQL).
+/// Config of the `filter` kind: `where`, a boolean SQL expression over the input's columns; a row passes where it
+/// is true (not where it is false or null, as in SQL).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FilterConfig {
     /// The condition.
-    pub condition: crate::expr::Expr,
+    pub condition: SqlExpr,
 }
 
 impl FilterConfig {
@@ -33,7 +31,7 @@ impl FilterConfig {
     pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         let text = r.string("where")?.ok_or_else(|| field_err("where", "is required: a condition over the columns"))?;
-        let condition = crate::expr::parse_expr(&text).map_err(|e| field_err("where", e.to_string()))?;
+        let condition = parse_expr(&text).map_err(|e| field_err("where", e.to_string()))?;
         Ok(FilterConfig { condition })
     }
 }
@@ -45,12 +43,15 @@ impl FilterConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProjectConfig {
     /// The output columns.
-    pub select: Vec<crate::expr::SelectItem>,
+    pub select: Vec<SelectItem>,
     /// Rows where this is not true are dropped.
-    pub condition: Option<crate::expr::Expr>,
+    pub condition: Option<SqlExpr>,
     /// The key's parts.
-    pub key: Option<Vec<crate::expr::Expr>>,
+    pub key: Option<Vec<SqlExpr>>,
 }
+
+/// The column types a key part may have (what `encode_keys` encodes).
+const KEY_TYPES: &[&str] = &["bool", "int32", "int64", "utf8", "binary", "timestamp_ms"];
 
 impl ProjectConfig {
     /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
@@ -64,14 +65,14 @@ impl ProjectConfig {
     pub fn from_map(map: &OperatorConfig) -> Result<Self, ConfigFieldError> {
         let r = ConfigReader::new(map, Self::FIELDS)?;
         let text = r.string("select")?.ok_or_else(|| field_err("select", "is required: `expr [AS name], …` or `*`"))?;
-        let select = crate::expr::parse_select(&text).map_err(|e| field_err("select", e.to_string()))?;
+        let select = parse_select(&text).map_err(|e| field_err("select", e.to_string()))?;
         let condition = match r.string("where")? {
             None => None,
-            Some(t) => Some(crate::expr::parse_expr(&t).map_err(|e| field_err("where", e.to_string()))?),
+            Some(t) => Some(parse_expr(&t).map_err(|e| field_err("where", e.to_string()))?),
         };
         let key = match r.string("key")? {
             None => None,
-            Some(t) => Some(crate::expr::parse_list(&t).map_err(|e| field_err("key", e.to_string()))?),
+            Some(t) => Some(parse_list(&t).map_err(|e| field_err("key", e.to_string()))?),
         };
         Ok(ProjectConfig { select, condition, key })
     }
@@ -81,16 +82,20 @@ impl ProjectConfig {
         &self,
         input: &[weir_common::job::schema::Column],
     ) -> Result<Vec<weir_common::job::schema::Column>, ConfigFieldError> {
-        use crate::expr::{type_of, Type};
         if let Some(c) = &self.condition {
-            check_condition(c, input, "where")?;
+            weir_sql::expr::check_condition(c, input).map_err(|e| field_err("where", e.to_string()))?;
         }
         let mut out = Vec::new();
         if let Some(parts) = &self.key {
             for p in parts {
-                let (t, _) = type_of(p, input).map_err(|e| field_err("key", e.0))?;
-                if matches!(t, Type::Null | Type::Float64) {
-                    return Err(field_err("key", format!("a key cannot be {}", t.name())));
+                let compiled =
+                    weir_sql::expr::compile_for_columns(p, input).map_err(|e| field_err("key", e.to_string()))?;
+                if compiled.data_type() == &arrow_schema::DataType::Null {
+                    return Err(field_err("key", format!("`{}` is NULL: a key cannot be null", p.sql())));
+                }
+                let (t, _) = weir_sql::expr::type_of(p, input).map_err(|e| field_err("key", e.to_string()))?;
+                if !(KEY_TYPES.contains(&t.as_str()) || t.starts_with("decimal(")) {
+                    return Err(field_err("key", format!("a key cannot be {t}: `{}`", p.sql())));
                 }
             }
             out.push(weir_common::job::schema::key_column());
@@ -105,10 +110,23 @@ fn config_err(field: &str, e: weir_common::job::kind::ConfigFieldError) -> Opera
     OperatorError::Records(format!("config.{field}: {}", e.message))
 }
 
+fn compiled(field: &str, e: &SqlExpr, schema: &Schema) -> Result<Scalar, OperatorError> {
+    let compile = if field == "where" { weir_sql::expr::compile } else { weir_sql::expr::compile_column };
+    compile(e, schema).map_err(|e| OperatorError::Records(format!("config.{field}: {e}")))
+}
+
+fn evaluated(s: &Scalar, batch: &RecordBatch) -> Result<ArrayRef, OperatorError> {
+    s.evaluate(batch).map_err(|e| OperatorError::Records(e.to_string()))
+}
+
+fn mask(s: &Scalar, batch: &RecordBatch) -> Result<BooleanArray, OperatorError> {
+    s.evaluate_condition(batch).map_err(|e| OperatorError::Records(e.to_string()))
+}
+
 /// Keeps the rows for which a condition holds.
 pub struct Filter {
     cfg: FilterConfig,
-    compiled: Option<(SchemaRef, Compiled)>,
+    compiled: Option<(SchemaRef, Scalar)>,
 }
 
 impl Filter {
@@ -120,20 +138,21 @@ impl Filter {
 
 /// The condition compiled for `schema`, compiled again only when the schema changes.
 fn condition_for<'c>(
-    slot: &'c mut Option<(SchemaRef, Compiled)>,
-    cond: &crate::expr::Expr,
+    slot: &'c mut Option<(SchemaRef, Scalar)>,
+    cond: &SqlExpr,
     schema: &SchemaRef,
-) -> Result<&'c Compiled, OperatorError> {
+) -> Result<&'c Scalar, OperatorError> {
     if slot.as_ref().is_none_or(|(s, _)| s != schema) {
-        let columns = columns_of(schema);
-        check_condition(cond, &columns, "where").map_err(|e| config_err("where", e))?;
-        *slot = Some((schema.clone(), compile(cond, schema, &columns)?));
+        let columns = weir_sql::expr::types::columns_of(schema);
+        weir_sql::expr::check_condition(cond, &columns)
+            .map_err(|e| config_err("where", field_err("where", e.to_string())))?;
+        *slot = Some((schema.clone(), compiled("where", cond, schema)?));
     }
     Ok(&slot.as_ref().unwrap_or_else(|| unreachable!("set above")).1)
 }
 
-fn keep(batch: &RecordBatch, cond: &Compiled) -> Result<Option<RecordBatch>, OperatorError> {
-    let mask = cond.eval_condition(batch)?;
+fn keep(batch: &RecordBatch, cond: &Scalar) -> Result<Option<RecordBatch>, OperatorError> {
+    let mask = mask(cond, batch)?;
     let mask = &mask;
     if mask.null_count() == 0 && mask.true_count() == batch.num_rows() {
         return Ok(Some(batch.clone()));
@@ -166,10 +185,11 @@ struct Plan {
     input: SchemaRef,
     /// The input columns the select list and key read, and the event time: what survives the condition.
     used: Vec<usize>,
-    condition: Option<Compiled>,
+    /// Over the whole input.
+    condition: Option<Scalar>,
     /// Over the `used` columns.
-    key: Vec<Compiled>,
-    select: Vec<Compiled>,
+    key: Vec<Scalar>,
+    select: Vec<Scalar>,
     output: SchemaRef,
     /// Index of the event time within `used`.
     event_time: Option<usize>,
@@ -190,63 +210,67 @@ impl Project {
         Project { cfg, plan: None, keys: BinaryBuilder::new() }
     }
 
-    fn plan(&self, schema: &SchemaRef) -> Result<Plan, OperatorError> {
-        let all = columns_of(schema);
-        let columns = self.cfg.output(&all).map_err(|e| config_err(&e.field.clone(), e))?;
-        let condition = match &self.cfg.condition {
-            Some(c) => Some(compile(c, schema, &all)?),
-            None => None,
-        };
-        // The columns read after the condition, in input order.
-        let mut read: Vec<&str> = Vec::new();
-        for e in self.cfg.key.iter().flatten() {
-            read.extend(e.columns());
-        }
-        for item in &self.cfg.select {
-            match item {
-                SelectItem::Star => read.extend(
-                    schema.fields().iter().map(|f| f.name().as_str()).filter(|n| !n.starts_with('_') && *n != KEY),
-                ),
-                SelectItem::Expr { expr, .. } => read.extend(expr.columns()),
-            }
-        }
-        if self.cfg.key.is_none() && self.cfg.select.contains(&SelectItem::Star) && schema.index_of(KEY).is_ok() {
-            read.push(KEY);
-        }
-        read.push(EVENT_TIME);
-        read.push(OP);
-        let mut used: Vec<usize> = read.iter().filter_map(|n| schema.index_of(n).ok()).collect();
-        used.sort_unstable();
-        used.dedup();
-        let narrow = Arc::new(schema.project(&used).map_err(|e| OperatorError::Records(e.to_string()))?);
-        let narrow_columns = columns_of(&narrow);
-        let key = match &self.cfg.key {
-            Some(parts) => parts.iter().map(|p| compile(p, &narrow, &narrow_columns)).collect::<Result<_, _>>()?,
-            None => Vec::new(),
-        };
-        let mut select = Vec::new();
+    /// The expressions of the select list (`*` spelled out as the input's columns, `key` aside when the
+    /// projection sets its own).
+    fn select_exprs(&self, schema: &Schema) -> Vec<SqlExpr> {
+        let mut out = Vec::new();
         for item in &self.cfg.select {
             match item {
                 SelectItem::Star => {
-                    for f in narrow.fields() {
+                    for f in schema.fields() {
                         let n = f.name();
                         if n.starts_with('_') || (n == KEY && self.cfg.key.is_some()) {
                             continue;
                         }
-                        let e = crate::expr::Expr::Column(n.clone());
-                        select.push(compile(&e, &narrow, &narrow_columns)?);
+                        out.push(SqlExpr::column(n));
                     }
                 }
-                SelectItem::Expr { expr, .. } => select.push(compile(expr, &narrow, &narrow_columns)?),
+                SelectItem::Expr { expr, .. } => out.push(expr.clone()),
             }
         }
-        let mut fields: Vec<Field> = columns
-            .iter()
-            .map(|c| {
-                let t = crate::expr::Type::from_column_type(&c.data_type).map(arrow_type).unwrap_or(DataType::Binary);
-                Field::new(&c.name, t, c.nullable)
-            })
-            .collect();
+        out
+    }
+
+    fn plan(&self, schema: &SchemaRef) -> Result<Plan, OperatorError> {
+        let all = weir_sql::expr::types::columns_of(schema);
+        let columns = self.cfg.output(&all).map_err(|e| config_err(&e.field.clone(), e))?;
+        let condition = match &self.cfg.condition {
+            Some(c) => Some(compiled("where", c, schema)?),
+            None => None,
+        };
+        let keys: Vec<SqlExpr> = self.cfg.key.iter().flatten().cloned().collect();
+        let select = self.select_exprs(schema);
+        // The columns read after the condition, in input order.
+        let mut read: Vec<String> = Vec::new();
+        for e in &keys {
+            read.extend(compiled("key", e, schema)?.columns().iter().cloned());
+        }
+        for e in &select {
+            read.extend(compiled("select", e, schema)?.columns().iter().cloned());
+        }
+        if self.cfg.key.is_none() && self.cfg.select.contains(&SelectItem::Star) && schema.index_of(KEY).is_ok() {
+            read.push(KEY.into());
+        }
+        read.push(EVENT_TIME.into());
+        read.push(OP.into());
+        let mut used: Vec<usize> = read.iter().filter_map(|n| schema.index_of(n).ok()).collect();
+        used.sort_unstable();
+        used.dedup();
+        let narrow = Arc::new(schema.project(&used).map_err(|e| OperatorError::Records(e.to_string()))?);
+        let key = keys.iter().map(|p| compiled("key", p, &narrow)).collect::<Result<Vec<_>, _>>()?;
+        let select = select.iter().map(|e| compiled("select", e, &narrow)).collect::<Result<Vec<_>, _>>()?;
+        let mut fields: Vec<Field> = Vec::with_capacity(columns.len() + 2);
+        let mut exprs = select.iter();
+        for c in &columns {
+            if self.cfg.key.is_some() && fields.is_empty() && c.name == KEY {
+                fields.push(Field::new(KEY, arrow_schema::DataType::Binary, false));
+                continue;
+            }
+            let Some(s) = exprs.next() else {
+                return Err(OperatorError::Records("project: more output columns than expressions".into()));
+            };
+            fields.push(Field::new(&c.name, s.data_type().clone(), c.nullable));
+        }
         let event_time = narrow.index_of(EVENT_TIME).ok();
         if let Some(i) = event_time {
             fields.push(narrow.field(i).clone());
@@ -285,7 +309,7 @@ impl Operator for Project {
         let narrow = match &plan.condition {
             None => narrow,
             Some(c) => {
-                let mask = c.eval_condition(batch)?;
+                let mask = mask(c, batch)?;
                 let mask = &mask;
                 if mask.true_count() == 0 {
                     return Ok(());
@@ -301,11 +325,11 @@ impl Operator for Project {
         let rows = narrow.num_rows();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(plan.output.fields().len());
         if !plan.key.is_empty() {
-            let parts = plan.key.iter().map(|k| k.eval_array(&narrow)).collect::<Result<Vec<_>, _>>()?;
+            let parts = plan.key.iter().map(|k| evaluated(k, &narrow)).collect::<Result<Vec<_>, _>>()?;
             columns.push(Arc::new(encode_keys(&parts, rows, &mut self.keys)?));
         }
         for s in &plan.select {
-            columns.push(s.eval_array(&narrow)?);
+            columns.push(evaluated(s, &narrow)?);
         }
         for i in plan.event_time.into_iter().chain(plan.op) {
             columns.push(narrow.column(i).clone());
@@ -339,7 +363,11 @@ impl Kind for FilterKind {
 
     fn output(&self, config: &FilterConfig, inputs: &[Vec<Column>]) -> Option<Result<Vec<Column>, ConfigFieldError>> {
         let first = inputs.first().map(Vec::as_slice).unwrap_or_default();
-        Some(check_condition(&config.condition, first, "where").map(|_| first.to_vec()))
+        Some(
+            weir_sql::expr::check_condition(&config.condition, first)
+                .map(|_| first.to_vec())
+                .map_err(|e| field_err("where", e.to_string())),
+        )
     }
 
     fn build(&self, config: FilterConfig) -> Result<Instance, InvalidConfig> {

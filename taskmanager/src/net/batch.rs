@@ -150,7 +150,8 @@ impl BatchDecoder {
             match message.header_type() {
                 MessageHeader::Schema if schema_frame && self.schema.is_none() => {
                     let fb = message.header_as_schema().ok_or(BatchError::Unexpected("a schema without its header"))?;
-                    self.schema = Some(Arc::new(arrow_ipc::convert::try_fb_to_schema(fb)?));
+                    // Arrow 59 reads a schema only with `fb_to_schema`, which panics on a field it cannot read.
+                    self.schema = Some(Arc::new(guarded(|| Ok(arrow_ipc::convert::fb_to_schema(fb)))?));
                 }
                 MessageHeader::DictionaryBatch if !schema_frame && batch.is_none() => {
                     let schema =
@@ -183,8 +184,9 @@ impl BatchDecoder {
 }
 
 /// Runs one of Arrow's readers on checked bytes. Arrow validates what it builds, but a few of its checks panic
-/// on corrupt lengths instead of failing (arrow 60: `Buffer::typed_data` on an offsets buffer whose length is not
-/// a multiple of its type, reached from `ArrayData::validate`); such a panic is this frame's error. The checks
+/// on corrupt lengths instead of failing (`Buffer::typed_data` on an offsets buffer whose length is not a
+/// multiple of its type, reached from `ArrayData::validate`; `fb_to_schema` on a type it cannot read, as
+/// arrow 59 has no fallible form of it); such a panic is this frame's error. The checks
 /// above keep it rare: lengths, offsets and row counts are all checked first.
 fn guarded<T>(read: impl FnOnce() -> Result<T, ArrowError>) -> Result<T, BatchError> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {

@@ -64,7 +64,8 @@ enum Exit {
 }
 
 /// The stack of a task thread. Operators recurse over expressions as deep as the parser allows
-/// (`crate::expr::parse::MAX_EXPR_DEPTH`), which a unit test evaluates on an eighth of this; a stack
+/// (`weir_sql::expr::MAX_EXPR_OPERATORS`), which a unit test of `weir_sql` plans and evaluates on an eighth
+/// of this; a stack
 /// overflow aborts the whole task manager, so this is set, not left to the platform's default (2 MiB for a
 /// Rust thread). Only the pages a task touches are ever committed.
 pub const TASK_STACK_BYTES: usize = 8 << 20;

@@ -5,27 +5,17 @@
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_json::reader::{Decoder, ReaderBuilder};
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 use weir_common::job::schema::Column;
 
 /// The most records a poll decodes at once.
 const MAX_ROWS: usize = 1 << 16;
 
-/// The Arrow type a JSON column of `t` is read as (the types the config allows).
+/// The Arrow type a JSON column of `t` is read as (the types the config allows: a column type, but for bytes and
+/// decimals, which JSON has no form of).
 pub(super) fn arrow_type(t: &str) -> Option<DataType> {
-    Some(match t {
-        "bool" => DataType::Boolean,
-        "int32" => DataType::Int32,
-        "int64" => DataType::Int64,
-        "uint32" => DataType::UInt32,
-        "uint64" => DataType::UInt64,
-        "float32" => DataType::Float32,
-        "float64" => DataType::Float64,
-        "utf8" => DataType::Utf8,
-        "timestamp_ms" => DataType::Timestamp(TimeUnit::Millisecond, None),
-        _ => return None,
-    })
+    weir_sql::expr::types::data_type(t).filter(|d| !matches!(d, DataType::Binary | DataType::Decimal128(..)))
 }
 
 /// Columns JSON values cannot be read into, or a value that is not one object of them.

@@ -469,6 +469,29 @@ mod tests {
 }
 
 #[cfg(test)]
+mod sql_shape_tests {
+    /// Every field of the SQL `nexmark` table (`weir_sql`'s connector) reads a column this kind emits, of the
+    /// type the table declares: the two sides cannot drift apart.
+    #[test]
+    fn the_sql_tables_fields_read_columns_of_this_kind() {
+        use weir_sql::script::connectors::{NexmarkType, NEXMARK_SHAPE};
+        let columns = super::nexmark_columns();
+        for (row, _, fields) in NEXMARK_SHAPE {
+            for (field, column, t) in fields {
+                let name = column.unwrap_or("date_time");
+                let c = columns.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("{row}.{field}: no {name}"));
+                let want = match t {
+                    NexmarkType::Int64 => "int64",
+                    NexmarkType::Utf8 => "utf8",
+                    NexmarkType::Timestamp => "timestamp_ms",
+                };
+                assert_eq!(c.data_type, want, "{row}.{field}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
 mod config_tests {
     use super::*;
     use crate::builtins::declare::config_map as m;

@@ -8,22 +8,20 @@ use super::Inputs;
 use crate::api::batch::{EVENT_TIME, KEY};
 use crate::api::operator::{Collector, OperatorError};
 use crate::api::stored_rows::EncodedRows;
-use crate::expr::eval::{columns_of, compile, Compiled};
-use crate::expr::SelectItem;
-use crate::expr::{check_condition, Expr};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
 use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
+use weir_sql::expr::{Scalar, SelectItem, SqlExpr};
 
 /// What runs on joined rows of one pair of inputs' kept columns.
 pub(crate) struct Plan {
     /// key, the first side's columns, the second's, the extra columns, then the event time.
     pub(crate) joined: SchemaRef,
-    condition: Option<Compiled>,
+    condition: Option<Scalar>,
     /// The output columns (`None`: the joined row as it is) and the output schema.
-    select: Option<(Vec<Compiled>, SchemaRef)>,
+    select: Option<(Vec<Scalar>, SchemaRef)>,
 }
 
 /// What a join makes of its pairs: the condition they must meet and the output columns (`None`: the joined row
@@ -33,7 +31,7 @@ pub(crate) struct Shape<'a> {
     /// The output columns.
     pub(crate) select: Option<&'a [SelectItem]>,
     /// Joined rows where this is not true are dropped.
-    pub(crate) condition: Option<&'a Expr>,
+    pub(crate) condition: Option<&'a SqlExpr>,
 }
 
 impl Plan {
@@ -54,12 +52,21 @@ impl Plan {
         }
         fields.push(Arc::new(crate::api::batch::event_time_field()));
         let joined: SchemaRef = Arc::new(Schema::new(fields));
-        let columns = columns_of(&joined);
+        let compiled = |field: &str, e: &SqlExpr| {
+            let compile = if field == "where" { weir_sql::expr::compile } else { weir_sql::expr::compile_column };
+            compile(e, &joined).map_err(|err| OperatorError::Records(format!("config.{field}: {err}")))
+        };
         let condition = match cfg.condition {
             Some(c) => {
-                check_condition(c, &columns, "where")
-                    .map_err(|e| OperatorError::Records(format!("config.where: {}", e.message)))?;
-                Some(compile(c, &joined, &columns)?)
+                let s = compiled("where", c)?;
+                if !matches!(s.data_type(), DataType::Boolean | DataType::Null) {
+                    return Err(OperatorError::Records(format!(
+                        "config.where: `{}` must be a condition (a boolean), not {}",
+                        c.sql(),
+                        s.data_type()
+                    )));
+                }
+                Some(s)
             }
             None => None,
         };
@@ -69,20 +76,23 @@ impl Plan {
                 let mut exprs = Vec::new();
                 let mut out = Vec::new();
                 for item in items {
-                    let named: Vec<(crate::expr::Expr, String)> = match item {
+                    let named: Vec<(SqlExpr, String)> = match item {
                         SelectItem::Star => joined
                             .fields()
                             .iter()
                             .filter(|f| !f.name().starts_with('_'))
-                            .map(|f| (crate::expr::Expr::Column(f.name().clone()), f.name().clone()))
+                            .map(|f| (SqlExpr::column(f.name()), f.name().clone()))
                             .collect(),
                         SelectItem::Expr { expr, name } => vec![(expr.clone(), name.clone())],
                     };
                     for (e, name) in named {
-                        let (_, nullable) = crate::expr::type_of(&e, &columns)
-                            .map_err(|err| OperatorError::Records(format!("config.select: {name}: {}", err.0)))?;
-                        let c = compile(&e, &joined, &columns)?;
-                        out.push(Field::new(&name, crate::expr::eval::arrow_type(c.ty), nullable));
+                        let c = compiled("select", &e).map_err(|err| {
+                            OperatorError::Records(format!(
+                                "{name}: {}",
+                                err.to_string().replace("config.select: ", "")
+                            ))
+                        })?;
+                        out.push(Field::new(&name, c.data_type().clone(), c.nullable()));
                         exprs.push(c);
                     }
                 }
@@ -113,7 +123,7 @@ impl Plan {
                 joined
             }
             Some(c) => {
-                let mask = c.eval_condition(&joined)?;
+                let mask = c.evaluate_condition(&joined).map_err(|e| OperatorError::Records(e.to_string()))?;
                 let mask = &mask;
                 if let Some(o) = origin {
                     o.clear();
@@ -129,7 +139,10 @@ impl Plan {
         Ok(Some(match &self.select {
             None => joined,
             Some((exprs, schema)) => {
-                let mut cols = exprs.iter().map(|e| e.eval_array(&joined)).collect::<Result<Vec<_>, _>>()?;
+                let mut cols = exprs
+                    .iter()
+                    .map(|e| e.evaluate(&joined).map_err(|e| OperatorError::Records(e.to_string())))
+                    .collect::<Result<Vec<_>, _>>()?;
                 cols.push(joined.column(joined.num_columns() - 1).clone());
                 RecordBatch::try_new(schema.clone(), cols)
                     .map_err(|e| OperatorError::Records(format!("building the selected columns: {e}")))?

@@ -4,7 +4,7 @@
 //! 8 bytes, a decimal its 16 unscaled bytes. Several parts: each in turn, strings and bytes after their length
 //! (4 bytes), so that no two different tuples make the same key.
 
-use crate::api::error::OperatorError;
+use super::error::OperatorError;
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int32Type, Int64Type, TimestampMillisecondType};

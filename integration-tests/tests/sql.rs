@@ -1,0 +1,149 @@
+//! Flink SQL scripts on Weir: the Nexmark texts Flink's side runs (`bench/nexmark/sql/`) submitted with `weir job
+//! submit FILE.sql` give Flink's results, row for row; `weir sql explain` prints the operators a script plans
+//! into; and a script that cannot run is refused by the CLI before anything reaches the cluster, saying where
+//! and what — while the jobs already running are untouched.
+
+use anyhow::{ensure, Context};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use weir_integration_tests::nexmark::{check_result, QueryRun, SQL_QUERIES};
+use weir_integration_tests::process::run_with_timeout;
+use weir_integration_tests::{binary, Cluster, ClusterOptions, CommandOutput, JobState};
+
+/// `weir ARGS` without a cluster.
+fn weir(args: &[&str]) -> anyhow::Result<CommandOutput> {
+    let mut cmd = Command::new(binary("weir")?);
+    cmd.args(args);
+    run_with_timeout(cmd, Duration::from_secs(60))
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
+    let path = dir.join(name);
+    std::fs::write(&path, text)?;
+    Ok(path.display().to_string())
+}
+
+/// q0, q1 and q2 as Flink's side writes them, submitted as SQL, commit Flink's rows; a bad script submitted
+/// meanwhile is refused (exit 2, naming its line) and the running jobs finish with their results unchanged.
+#[test]
+fn nexmark_sql_texts_give_flinks_results() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
+    let mut jobs = Vec::new();
+    for q in SQL_QUERIES {
+        let out = cluster.output_dir(&format!("sql-{q}"))?;
+        let mut run = QueryRun::new(q);
+        run.output = Some(out.clone());
+        run.checkpoint_ms = 500;
+        let file = write(cluster.dir(), &format!("{q}.sql"), &run.sql()?)?;
+        let submitted = cluster.cli_json(&["job", "submit", &file])?;
+        let id = submitted["id"].as_str().context("no id")?.to_string();
+        jobs.push((q, id, out));
+    }
+    let bad = write(
+        cluster.dir(),
+        "bad.sql",
+        "CREATE TABLE s (a INT) WITH ('connector' = 'blackhole');\nINSERT INTO s SELECT nope FROM s;",
+    )?;
+    let refused = cluster.cli(&["job", "submit", &bad])?;
+    ensure!(refused.status.code() == Some(2), "a bad script must exit 2: {refused}");
+    ensure!(refused.stderr.contains("line 2") && refused.stderr.contains("nope"), "{refused}");
+    for (q, id, out) in jobs {
+        cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180)).with_context(|| q.to_string())?;
+        check_result(q, &out)?;
+    }
+    cluster.stop();
+    Ok(())
+}
+
+/// `weir sql explain` prints each operator with its kind and input, and the planned expressions.
+#[test]
+fn sql_explain_prints_the_operator_graph() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut run = QueryRun::new("q2");
+    run.parallelism = 3;
+    let file = write(dir.path(), "q2.sql", &run.sql()?)?;
+    let out = weir(&["sql", "explain", &file])?;
+    ensure!(out.status.success(), "{out}");
+    for line in [
+        "job q2, parallelism 3",
+        "datagen [nexmark]",
+        "watermarks: bounded out-of-orderness 3999 ms",
+        "nexmark_q2.select [project] <- datagen",
+        "nexmark_q2.sink [blackhole] <- nexmark_q2.select",
+        "bid_auction % 123",
+    ] {
+        ensure!(out.stdout.contains(line), "no {line:?} in:\n{}", out.stdout);
+    }
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/nexmark-q1.sql");
+    let example = weir(&["sql", "explain", &shipped.display().to_string()])?;
+    ensure!(example.status.success() && example.stdout.contains("job nexmark-q1"), "{example}");
+    let json = weir(&["sql", "explain", &file, "--output", "json", "-p", "2"])?;
+    ensure!(json.status.success(), "{json}");
+    let spec: serde_json::Value = serde_json::from_str(&json.stdout)?;
+    ensure!(spec["parallelism"] == 2 && spec["operators"].as_array().is_some_and(|o| o.len() == 3), "{spec}");
+    Ok(())
+}
+
+/// Scripts that cannot run, each refused by `weir sql explain` with exit 2 and a message that says what is
+/// wrong (and where, when it is a place in the text). Never a panic, never a plan.
+#[test]
+fn bad_sql_is_refused_with_what_and_where() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let table = "CREATE TABLE t (a INT, b VARCHAR, ts TIMESTAMP(3)) WITH ('connector' = 'nexmark');\n";
+    let sink = "CREATE TABLE s (a INT) WITH ('connector' = 'blackhole');\n";
+    let nexmark =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/nexmark/sql/source.sql"))?
+            .replace("${EVENTS}", "10")
+            .replace("${TPS}", "10")
+            .replace("${BLOCK}", "0");
+    let deep = format!("{sink}{nexmark};INSERT INTO s SELECT {}1{} FROM datagen", "(".repeat(3000), ")".repeat(3000));
+    let long_chain =
+        format!("{sink}{nexmark};INSERT INTO s SELECT {} FROM datagen", vec!["event_type"; 1000].join(" + "));
+    let longer_chain =
+        format!("{sink}{nexmark};INSERT INTO s SELECT {} FROM datagen", vec!["event_type"; 5000].join(" + "));
+    let cases: Vec<(String, &str)> = vec![
+        ("".into(), "no INSERT INTO"),
+        ("SELECT 1".into(), "line 1, column 1"),
+        (format!("{sink}INSERT INTO s SELEC a FROM s"), "Line: 2"),
+        (format!("{sink}INSERT INTO s SELECT a FROM nowhere"), "nowhere"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT nope FROM datagen"), "nope"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT no_such_fn(event_type) FROM datagen"), "no_such_fn"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT COUNT(*) FROM datagen"), "aggregate functions are not supported yet"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT event_type FROM datagen ORDER BY event_type"), "ORDER BY is not supported yet"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT event_type FROM datagen LIMIT 3"), "LIMIT is not supported yet"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT d1.event_type FROM datagen d1 JOIN datagen d2 ON d1.event_type = d2.event_type"), "joins are not supported yet"),
+        (format!("{sink}CREATE TABLE t (event_type BIGINT) WITH ('connector' = 'nexmark');\nINSERT INTO s SELECT 1 FROM t"), "event_type is an INT"),
+        (format!("{sink}{table}INSERT INTO s SELECT a FROM t"), "no column \"a\""),
+        (format!("{sink}CREATE TABLE t (a INT) WITH ('connector' = 'kafka');\nINSERT INTO s SELECT a FROM t"), "'kafka' connector is not supported yet"),
+        (format!("{sink}CREATE TABLE t (a INT) WITH ('connector' = 'nosuch');\nINSERT INTO s SELECT a FROM t"), "no connector 'nosuch'"),
+        (format!("{sink}CREATE TABLE t (a INT);\nINSERT INTO s SELECT a FROM t"), "WITH ('connector'"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT event_type FROM datagen WHERE person IS NOT NULL"), "read whole"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT a FROM s"), "is a sink"),
+        (format!("{sink}{nexmark};INSERT INTO datagen SELECT * FROM datagen"), "cannot be written to"),
+        (format!("SET 'parallelism.default' = 'two';\n{sink}"), "whole number"),
+        (format!("SET 'no.such.setting' = '1';\n{sink}"), "no.such.setting"),
+        (format!("{sink}{sink}"), "created twice"),
+        (format!("{sink}INSERT INTO s SELECT 1 FROM s;\nINSERT INTO s SELECT 1 FROM s"), "one INSERT INTO"),
+        (format!("{sink}CREATE TABLE t (event_type INT, ts AS CAST(NULL AS TIMESTAMP(3)), WATERMARK FOR ts AS ts * 2) WITH ('connector' = 'nexmark');\nINSERT INTO s SELECT 1 FROM t"), "WATERMARK FOR ts"),
+        (format!("{sink}CREATE TABLE t (bid ROW<x BIGINT>) WITH ('connector' = 'nexmark');\nINSERT INTO s SELECT 1 FROM t"), "bid.x is not a field"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT event_type FROM datagen WHERE 'x' + 1 > 0"), "line"),
+        (format!("{sink}CREATE TABLE t (a INT) WITH ('connector' = 'filesystem', 'path' = '/x', 'format' = 'orc');\nINSERT INTO t SELECT a FROM s"), "orc"),
+        ("CREATE TABLE t (a INT) WITH ('connector' = 'blackhole'".into(), "never closed"),
+        ("INSERT INTO s SELECT 'unterminated FROM s".into(), "Unterminated"),
+        (deep, "levels deep"),
+        (long_chain, "at most 256"),
+        (longer_chain, "a statement of 4999 operators"),
+    ];
+    ensure!(cases.len() >= 20);
+    let mut wrong = Vec::new();
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let file = write(dir.path(), &format!("bad{i}.sql"), text)?;
+        let out = weir(&["sql", "explain", &file])?;
+        if out.status.code() != Some(2) || !out.stderr.contains(want) || out.stderr.contains("panicked") {
+            wrong.push(format!("case {i} (want exit 2 and {want:?}): {}", out.stderr.trim()));
+        }
+    }
+    ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
+    Ok(())
+}

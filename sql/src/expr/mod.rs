@@ -1,0 +1,32 @@
+//! SQL scalar expressions over a row's columns (`bid_price * 0.908`, `event_type = 2 AND MOD(bid_auction, 123) =
+//! 0`, `person_state IN ('OR', 'CA')`, `CASE … END`, casts, string and time functions): parsed with Flink's
+//! conventions (backticked names, names kept as written, `0.908` a decimal), typed over an Arrow schema so that a
+//! spec is checked before anything runs, and evaluated by DataFusion a whole batch at a time.
+//!
+//! - [`parse`]: text to a parsed expression ([`SqlExpr`]) or select list ([`SelectItem`]), with bounded size.
+//! - [`context`]: the functions an expression may call (DataFusion's, and Weir's `KEY_INT`) and the planner's
+//!   options.
+//! - [`compile`]: a parsed expression planned for one input schema ([`Scalar`]): its type, and its evaluation.
+//! - [`types`]: Weir's column type names (`int64`, `decimal(23,3)`, …) and the Arrow types they stand for.
+//! - [`udf`]: Weir's own scalar functions.
+
+pub mod compile;
+pub mod context;
+pub mod parse;
+pub mod types;
+pub mod udf;
+
+pub use compile::{check_condition, compile, compile_column, compile_for_columns, type_of, Scalar};
+pub use parse::{parse_expr, parse_list, parse_select, SelectItem, SqlExpr, MAX_EXPR_OPERATORS};
+
+/// Why an expression cannot be parsed, typed or evaluated: the message names the text's problem (and where, for a
+/// syntax error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ExprError(pub String);
+
+impl ExprError {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        ExprError(message.into())
+    }
+}

@@ -1,0 +1,597 @@
+//! A script's statements to a Weir job: DataFusion plans the tables, views and the `INSERT` (names resolved,
+//! types coerced, the sink's casts added), and its logical plan is rewritten into Weir operator kinds — a source
+//! per table read, a `project` for the projections and filters over it (its expressions rewritten onto the
+//! source kind's columns, simplified under what the filter guarantees, and written back as SQL text, which the
+//! task managers compile with the same engine), and the sink.
+
+use super::connectors::{ConfigValue, Connector, Mapped};
+use super::settings::Settings;
+use super::statements::{Stmt, TableDdl};
+use super::SqlError;
+use crate::expr::compile::explain;
+use crate::expr::context::{Catalog, Functions};
+use crate::expr::types::column_type;
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion_common::tree_node::{Transformed, TreeNode};
+use datafusion_common::{DFSchema, ScalarValue};
+use datafusion_expr::interval_arithmetic::NullableInterval;
+use datafusion_expr::logical_plan::builder::LogicalTableSource;
+use datafusion_expr::simplify::SimplifyContext;
+use datafusion_expr::utils::{conjunction, split_conjunction};
+use datafusion_expr::{col, lit, when, BinaryExpr, Expr, LogicalPlan, Operator, TableSource, WriteOp};
+use datafusion_optimizer::analyzer::Analyzer;
+use datafusion_optimizer::simplify_expressions::ExprSimplifier;
+use datafusion_sql::planner::{PlannerContext, SqlToRel};
+use sqlparser::ast::Statement;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use weir_common::job::spec::{JobSpecFile, OperatorFile};
+use weir_common::job::watermarks::WatermarksFile;
+
+/// A table of the script.
+struct Table {
+    /// Its columns, the computed ones last.
+    schema: SchemaRef,
+    /// Each computed column's expression, over the table's other columns.
+    computed: HashMap<String, Expr>,
+    /// The watermark's bound: `WATERMARK FOR c AS c - INTERVAL …`, in ms.
+    watermark_ms: Option<i64>,
+    connector: Connector,
+}
+
+/// A view: its plan, which DataFusion inlines where the view is read.
+#[derive(Debug)]
+struct View {
+    plan: LogicalPlan,
+    schema: SchemaRef,
+}
+
+impl TableSource for View {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn get_logical_plan(&self) -> Option<Cow<'_, LogicalPlan>> {
+        Some(Cow::Borrowed(&self.plan))
+    }
+}
+
+/// One operator of the planned job, as `weir sql explain` shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Planned {
+    /// The job spec.
+    pub spec: JobSpecFile,
+    /// Settings Weir accepted and does not act on.
+    pub warnings: Vec<String>,
+}
+
+/// How a job is planned beyond what the script says.
+#[derive(Clone, Debug, Default)]
+pub struct PlanOptions {
+    /// The job's name when the script sets none (`pipeline.name`).
+    pub name: String,
+    /// The parallelism a submission asks for (`--parallelism`), over the script's.
+    pub parallelism: Option<u32>,
+}
+
+fn df(e: datafusion_common::DataFusionError) -> SqlError {
+    SqlError::plain(explain(e).0)
+}
+
+/// Plans a script's statements into a job.
+pub(crate) fn plan(stmts: Vec<Stmt>, options: &PlanOptions) -> Result<Planned, SqlError> {
+    let functions = Functions::shared();
+    let mut catalog = Catalog::functions_only(functions);
+    let mut tables: HashMap<String, Table> = HashMap::new();
+    let mut settings = Settings::default();
+    let mut insert: Option<(Statement, sqlparser::tokenizer::Location)> = None;
+    for s in stmts {
+        match s {
+            Stmt::Set { key, value, at } => settings.set(&key, &value).map_err(|e| e.located(at))?,
+            Stmt::CreateTable(ddl) => {
+                let at = ddl.at;
+                let name = ddl.name.clone();
+                if tables.contains_key(&name) {
+                    return Err(SqlError::at(at, format!("table {name} is created twice")));
+                }
+                let table = table(&catalog, *ddl).map_err(|e| e.located(at))?;
+                catalog.add_table(&name, Arc::new(LogicalTableSource::new(table.schema.clone())));
+                tables.insert(name, table);
+            }
+            Stmt::CreateView { statement, at } => {
+                let Statement::CreateView(v) = *statement else {
+                    return Err(SqlError::at(at, "expected CREATE VIEW name AS query"));
+                };
+                let name = v.name.to_string();
+                let mut query = Statement::Query(v.query);
+                crate::expr::compile::flink_statement(&mut query);
+                let planner = SqlToRel::new_with_options(&catalog, functions.parser_options());
+                let plan = planner.sql_statement_to_plan(query).map_err(|e| df(e).located(at))?;
+                let schema = Arc::new(plan.schema().as_arrow().clone());
+                catalog.add_table(&name, Arc::new(View { plan, schema }));
+            }
+            Stmt::Insert { statement, at } => {
+                if insert.is_some() {
+                    return Err(SqlError::at(at, "a script has one INSERT INTO (a job writes one table)"));
+                }
+                insert = Some((*statement, at));
+            }
+        }
+    }
+    let Some((mut statement, at)) = insert else {
+        return Err(SqlError::plain("the script has no INSERT INTO … SELECT: nothing would run"));
+    };
+    crate::expr::compile::flink_statement(&mut statement);
+    let planner = SqlToRel::new_with_options(&catalog, functions.parser_options());
+    let plan = planner.sql_statement_to_plan(statement).map_err(|e| df(e).located(at))?;
+    let plan =
+        Analyzer::new().execute_and_check(plan, functions.options(), |_, _| {}).map_err(|e| df(e).located(at))?;
+    let parallelism = options.parallelism.or(settings.parallelism);
+    let mut job = Job { tables: &tables, ops: Vec::new(), sources: HashMap::new(), parallelism };
+    job.insert(&plan).map_err(|e| e.located(at))?;
+    let mut spec = JobSpecFile { name: options.name.clone(), operators: job.ops, ..JobSpecFile::default() };
+    settings.apply(&mut spec);
+    if let Some(p) = options.parallelism {
+        spec.parallelism = Some(p);
+    }
+    let warnings = settings.ignored.iter().map(|k| format!("SET '{k}' is Flink's tuning: Weir ignores it")).collect();
+    Ok(Planned { spec, warnings })
+}
+
+/// A `CREATE TABLE`'s schema (computed columns typed over the others), watermark and connector.
+fn table(catalog: &Catalog<'_>, ddl: TableDdl) -> Result<Table, SqlError> {
+    let functions = Functions::shared();
+    let planner = SqlToRel::new_with_options(catalog, functions.parser_options());
+    let Statement::CreateTable(create) = ddl.create else {
+        return Err(SqlError::plain("expected CREATE TABLE"));
+    };
+    let base = planner.build_schema(create.columns).map_err(df)?;
+    let base = Schema::new(
+        base.fields().iter().map(|f| Field::new(f.name(), millis(f.data_type()), f.is_nullable())).collect::<Vec<_>>(),
+    );
+    let options: Vec<(String, String)> = ddl.options.iter().map(|(k, v, _)| (k.clone(), v.clone())).collect();
+    let connector = Connector::from_options(&ddl.name, &options)?;
+    connector.check_source_columns(&ddl.name, &base)?;
+    let qualified = DFSchema::try_from_qualified_schema(ddl.name.as_str(), &base).map_err(df)?;
+    let mut fields: Vec<Field> = base.fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut computed = HashMap::new();
+    for (name, mut ast, at) in ddl.computed {
+        crate::expr::compile::flink_to_datafusion(&mut ast);
+        let e = planner.sql_to_expr(ast, &qualified, &mut PlannerContext::new()).map_err(|e| df(e).located(at))?;
+        let (_, field) = datafusion_expr::ExprSchemable::to_field(&e, &qualified).map_err(df)?;
+        if fields.iter().any(|f| f.name() == &name) {
+            return Err(SqlError::at(at, format!("column {name} is declared twice")));
+        }
+        fields.push(Field::new(&name, field.data_type().clone(), field.is_nullable()));
+        computed.insert(name, e);
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let watermark_ms = match ddl.watermark {
+        None => None,
+        Some((column, ast, at)) => {
+            Some(watermark(&planner, &schema, &ddl.name, &column, ast).map_err(|e| e.located(at))?)
+        }
+    };
+    Ok(Table { schema, computed, watermark_ms, connector })
+}
+
+/// Weir's event times and timestamp columns are milliseconds: `TIMESTAMP(3)` is what a table declares, and a
+/// `TIMESTAMP` of another precision is read as milliseconds too.
+fn millis(t: &DataType) -> DataType {
+    match t {
+        DataType::Timestamp(_, None) => DataType::Timestamp(TimeUnit::Millisecond, None),
+        DataType::Struct(fields) => DataType::Struct(
+            fields.iter().map(|f| Arc::new(Field::new(f.name(), millis(f.data_type()), f.is_nullable()))).collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `WATERMARK FOR column AS column - INTERVAL …`: the bound, in ms.
+fn watermark(
+    planner: &SqlToRel<'_, Catalog<'_>>,
+    schema: &Schema,
+    table: &str,
+    column: &str,
+    ast: sqlparser::ast::Expr,
+) -> Result<i64, SqlError> {
+    let Ok(field) = schema.field_with_name(column) else {
+        return Err(SqlError::plain(format!("WATERMARK FOR {column}: table {table} has no column {column}")));
+    };
+    if !matches!(field.data_type(), DataType::Timestamp(TimeUnit::Millisecond, None)) {
+        return Err(SqlError::plain(format!(
+            "WATERMARK FOR {column}: the column is {}, not a TIMESTAMP(3)",
+            field.data_type()
+        )));
+    }
+    let dfs = DFSchema::try_from(schema.clone()).map_err(df)?;
+    let e = planner.sql_to_expr(ast, &dfs, &mut PlannerContext::new()).map_err(df)?;
+    let refuse = || {
+        SqlError::plain(format!(
+            "WATERMARK FOR {column}: Weir reads `{column} - INTERVAL 'n' SECOND` (a bounded delay of at least 1 ms)"
+        ))
+    };
+    let Expr::BinaryExpr(BinaryExpr { left, op: Operator::Minus, right }) = e else { return Err(refuse()) };
+    if !matches!(left.as_ref(), Expr::Column(c) if c.name == column) {
+        return Err(refuse());
+    }
+    let ms = match right.as_ref() {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+            i64::from(v.days) * 86_400_000 + v.nanoseconds / 1_000_000
+        }
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => {
+            i64::from(v.days) * 86_400_000 + i64::from(v.milliseconds)
+        }
+        _ => return Err(refuse()),
+    };
+    if ms < 1 {
+        return Err(refuse());
+    }
+    // Flink's watermark is the largest time less the delay; Weir's bounded out-of-orderness one less than that.
+    Ok(ms - 1)
+}
+
+/// Projections and filters over one table read, as one `project`.
+struct Collapsed {
+    table: String,
+    /// The conditions rows must meet, over the table's columns.
+    predicate: Vec<Expr>,
+    /// The output columns, over the table's columns.
+    exprs: Vec<Expr>,
+}
+
+/// The job being built.
+struct Job<'t> {
+    tables: &'t HashMap<String, Table>,
+    ops: Vec<OperatorFile>,
+    /// The uid of each table's source, once made.
+    sources: HashMap<String, String>,
+    parallelism: Option<u32>,
+}
+
+fn operator(uid: &str, kind: &str, input: Option<&str>, config: BTreeMap<String, ConfigValue>) -> OperatorFile {
+    OperatorFile {
+        uid: uid.into(),
+        kind: kind.into(),
+        config,
+        input: input.map(str::to_string),
+        ..OperatorFile::default()
+    }
+}
+
+/// What a plan node is, in words a SQL user knows, for "not supported yet".
+fn feature(plan: &LogicalPlan) -> String {
+    match plan {
+        LogicalPlan::Aggregate(_) => "GROUP BY and aggregate functions".into(),
+        LogicalPlan::Join(_) => "joins".into(),
+        LogicalPlan::Window(_) => "OVER windows".into(),
+        LogicalPlan::Sort(_) => "ORDER BY".into(),
+        LogicalPlan::Limit(_) => "LIMIT".into(),
+        LogicalPlan::Union(_) => "UNION".into(),
+        LogicalPlan::Distinct(_) => "DISTINCT".into(),
+        LogicalPlan::Values(_) => "VALUES".into(),
+        LogicalPlan::EmptyRelation(_) => "a SELECT without FROM".into(),
+        LogicalPlan::Subquery(_) => "subqueries".into(),
+        LogicalPlan::Unnest(_) => "UNNEST".into(),
+        other => format!("{} nodes", other.display()),
+    }
+}
+
+impl<'t> Job<'t> {
+    /// The `INSERT`: its query, and the sink.
+    fn insert(&mut self, plan: &LogicalPlan) -> Result<(), SqlError> {
+        let LogicalPlan::Dml(dml) = plan else {
+            return Err(SqlError::plain("expected INSERT INTO … SELECT"));
+        };
+        if !matches!(dml.op, WriteOp::Insert(_)) {
+            return Err(SqlError::plain(format!("{} is not supported: a job INSERTs into its sink", dml.op)));
+        }
+        let sink_name = dml.table_name.table().to_string();
+        let sink = self
+            .tables
+            .get(&sink_name)
+            .ok_or_else(|| SqlError::plain(format!("INSERT INTO {sink_name}: no such table")))?;
+        let Some((kind, config)) = sink.connector.sink() else {
+            return Err(SqlError::plain(format!(
+                "INSERT INTO {sink_name}: its connector reads; it cannot be written to"
+            )));
+        };
+        for f in sink.schema.fields() {
+            if column_type(f.data_type()).is_none() {
+                return Err(SqlError::plain(format!(
+                    "table {sink_name}: column {} is {}, a type Weir's sinks cannot write yet",
+                    f.name(),
+                    f.data_type()
+                )));
+            }
+        }
+        let c = self.collapse(&dml.input)?;
+        let names: Vec<String> = dml.input.schema().fields().iter().map(|f| f.name().clone()).collect();
+        let input = self.project(&format!("{sink_name}.select"), c, &names)?;
+        self.ops.push(operator(&format!("{sink_name}.sink"), kind, Some(&input), config));
+        Ok(())
+    }
+
+    /// Projections, filters and aliases down to a table read, as conditions and expressions over its columns.
+    fn collapse(&mut self, plan: &LogicalPlan) -> Result<Collapsed, SqlError> {
+        match plan {
+            LogicalPlan::TableScan(scan) => {
+                let table = scan.table_name.table().to_string();
+                let t = self.tables.get(&table).ok_or_else(|| SqlError::plain(format!("no table {table}")))?;
+                if t.connector.source(None).is_none() {
+                    return Err(SqlError::plain(format!("table {table} is a sink: it cannot be read")));
+                }
+                let exprs = scan
+                    .projected_schema
+                    .fields()
+                    .iter()
+                    .map(|f| col(datafusion_common::Column::new_unqualified(f.name())))
+                    .collect();
+                let predicate = scan.filters.iter().map(|f| f.clone().unalias_nested().data).map(unqualified).collect();
+                Ok(Collapsed { table, predicate, exprs })
+            }
+            LogicalPlan::SubqueryAlias(a) => self.collapse(&a.input),
+            LogicalPlan::Projection(p) => {
+                let mut c = self.collapse(&p.input)?;
+                let inner = std::mem::take(&mut c.exprs);
+                c.exprs = p
+                    .expr
+                    .iter()
+                    .map(|e| substitute(e.clone().unalias_nested().data, p.input.schema(), &inner))
+                    .collect::<Result<_, _>>()?;
+                Ok(c)
+            }
+            LogicalPlan::Filter(f) => {
+                let mut c = self.collapse(&f.input)?;
+                for part in split_conjunction(&f.predicate) {
+                    let e = substitute(part.clone().unalias_nested().data, f.input.schema(), &c.exprs)?;
+                    c.predicate.push(e);
+                }
+                Ok(c)
+            }
+            other => Err(SqlError::plain(format!(
+                "{} {} not supported yet",
+                feature(other),
+                if feature(other).ends_with('s') { "are" } else { "is" }
+            ))),
+        }
+    }
+
+    /// The source reading `table` (one per table, however often the query reads it).
+    fn source(&mut self, table: &str) -> Result<String, SqlError> {
+        if let Some(uid) = self.sources.get(table) {
+            return Ok(uid.clone());
+        }
+        let t = &self.tables[table];
+        let Some((kind, config)) = t.connector.source(self.parallelism) else {
+            return Err(SqlError::plain(format!("table {table} cannot be read")));
+        };
+        let mut op = operator(table, kind, None, config);
+        if let Some(ms) = t.watermark_ms {
+            op.watermarks = Some(WatermarksFile { max_out_of_orderness_ms: Some(ms), ..WatermarksFile::default() });
+        }
+        self.ops.push(op);
+        self.sources.insert(table.to_string(), table.to_string());
+        Ok(table.to_string())
+    }
+
+    /// A `project` over the source of `c.table`: its conditions and expressions onto the source kind's columns.
+    fn project(&mut self, uid: &str, c: Collapsed, names: &[String]) -> Result<String, SqlError> {
+        let source = self.source(&c.table)?;
+        let t = &self.tables[&c.table];
+        let schema = source_schema(t)?;
+        let context = || {
+            SimplifyContext::builder()
+                .with_schema(schema.clone())
+                .with_config_options(Arc::new(Functions::shared().options().clone()))
+                .build()
+        };
+        let mut predicate = Vec::new();
+        for e in c.predicate {
+            let e = ExprSimplifier::new(context()).simplify(onto_source(e, t)?).map_err(df)?;
+            predicate.push(e);
+        }
+        let guarantees = guarantees(&predicate);
+        let simplify = |e: Expr| -> Result<Expr, SqlError> {
+            let e = ExprSimplifier::new(context()).with_guarantees(guarantees.clone()).simplify(e).map_err(df)?;
+            Ok(case_of_constant(e))
+        };
+        let mut config = BTreeMap::new();
+        if let Some(p) = conjunction(predicate) {
+            let text = sql_text(&p)?;
+            // What the task managers will parse, checked here against the same bounds.
+            crate::expr::parse_expr(&text).map_err(|e| SqlError::plain(format!("the WHERE condition: {e}")))?;
+            config.insert("where".to_string(), ConfigValue::from(text));
+        }
+        let mut select = Vec::new();
+        for (e, name) in c.exprs.into_iter().zip(names) {
+            let e = simplify(onto_source(e, t)?)?;
+            let text = sql_text(&e)?;
+            crate::expr::parse_expr(&text).map_err(|e| SqlError::plain(format!("column {name}: {e}")))?;
+            select.push(format!("{text} AS {}", quoted(name)));
+        }
+        config.insert("select".to_string(), ConfigValue::from(select.join(", ")));
+        self.ops.push(operator(uid, "project", Some(&source), config));
+        Ok(uid.to_string())
+    }
+}
+
+/// A name as SQL, backticked.
+fn quoted(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// An expression as SQL text the task managers parse again.
+fn sql_text(e: &Expr) -> Result<String, SqlError> {
+    datafusion_sql::unparser::expr_to_sql(e).map(|a| a.to_string()).map_err(df)
+}
+
+/// Drops table qualifiers: the operators' rows have plain column names.
+fn unqualified(e: Expr) -> Expr {
+    e.transform_up(|x| match x {
+        Expr::Column(c) if c.relation.is_some() => {
+            Ok(Transformed::yes(Expr::Column(datafusion_common::Column::new_unqualified(c.name))))
+        }
+        other => Ok(Transformed::no(other)),
+    })
+    .map(|t| t.data)
+    .unwrap_or_else(|e| unreachable!("the rewrite cannot fail: {e}"))
+}
+
+/// `e` (over rows of `schema`) with each column replaced by the expression `inner` gives it.
+fn substitute(e: Expr, schema: &DFSchema, inner: &[Expr]) -> Result<Expr, SqlError> {
+    e.transform_up(|x| match x {
+        Expr::Column(c) => {
+            let i = schema.index_of_column(&c)?;
+            Ok(Transformed::yes(inner[i].clone()))
+        }
+        other => Ok(Transformed::no(other)),
+    })
+    .map(|t| t.data)
+    .map_err(df)
+}
+
+/// `e`, over the table's declared columns, onto the source kind's columns: computed columns by their
+/// expressions, a `ROW`'s fields by the kind's columns.
+fn onto_source(e: Expr, t: &Table) -> Result<Expr, SqlError> {
+    // Computed columns first (their expressions read the declared columns).
+    let e = e
+        .transform_up(|x| match x {
+            Expr::Column(c) if t.computed.contains_key(&c.name) => {
+                Ok(Transformed::yes(unqualified(t.computed[&c.name].clone())))
+            }
+            other => Ok(Transformed::no(other)),
+        })
+        .map_err(df)?
+        .data;
+    let mut refused: Option<SqlError> = None;
+    let mapped = e
+        .transform_down(|x| {
+            if let Expr::ScalarFunction(f) = &x {
+                if f.func.name() == "get_field" {
+                    if let [Expr::Column(c), Expr::Literal(ScalarValue::Utf8(Some(field)), _)] = f.args.as_slice() {
+                        return match t.connector.map_field(&c.name, field) {
+                            Some(m) => Ok(Transformed::new(
+                                mapped(m),
+                                true,
+                                datafusion_common::tree_node::TreeNodeRecursion::Jump,
+                            )),
+                            None => {
+                                refused = Some(SqlError::plain(format!("{}.{field} cannot be read", c.name)));
+                                Ok(Transformed::no(x))
+                            }
+                        };
+                    }
+                }
+            }
+            if let Expr::Column(c) = &x {
+                return match t.connector.map_column(&c.name) {
+                    Some(m) => Ok(Transformed::yes(mapped(m))),
+                    None => {
+                        refused = Some(SqlError::plain(format!(
+                            "column {} is read whole: read its fields ({}.field) instead",
+                            c.name, c.name
+                        )));
+                        Ok(Transformed::no(x))
+                    }
+                };
+            }
+            Ok(Transformed::no(x))
+        })
+        .map_err(df)?
+        .data;
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(mapped),
+    }
+}
+
+fn mapped(m: Mapped) -> Expr {
+    match m {
+        Mapped::Column(c) => col(datafusion_common::Column::new_unqualified(c)),
+        Mapped::TimeOf(event_type) => when(col("event_type").eq(lit(event_type)), col("date_time"))
+            .end()
+            .unwrap_or_else(|e| unreachable!("a CASE with a WHEN: {e}")),
+    }
+}
+
+/// `CASE c WHEN v1 THEN … END` with `c` and every `v` constant (what a guarantee leaves of the computed event time
+/// of Nexmark's table) is the branch `c` selects: DataFusion's simplifier leaves it whole.
+fn case_of_constant(e: Expr) -> Expr {
+    e.transform_up(|x| {
+        if let Expr::Case(case) = &x {
+            if let Some(Expr::Literal(base, _)) = case.expr.as_deref() {
+                let whens: Option<Vec<&ScalarValue>> = case
+                    .when_then_expr
+                    .iter()
+                    .map(|(w, _)| if let Expr::Literal(v, _) = w.as_ref() { Some(v) } else { None })
+                    .collect();
+                if let (Some(whens), false) = (whens, base.is_null()) {
+                    let t = base.data_type();
+                    let whens: Option<Vec<ScalarValue>> = whens.iter().map(|w| w.cast_to(&t).ok()).collect();
+                    if let Some(whens) = whens {
+                        let chosen = whens.iter().position(|w| w == base);
+                        let branch = match chosen {
+                            Some(i) => Some(case.when_then_expr[i].1.as_ref().clone()),
+                            None => case.else_expr.as_deref().cloned(),
+                        };
+                        if let Some(b) = branch {
+                            return Ok(Transformed::yes(b));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Transformed::no(x))
+    })
+    .map(|t| t.data)
+    .unwrap_or_else(|e| unreachable!("the rewrite cannot fail: {e}"))
+}
+
+/// What a condition's conjuncts `column = constant` guarantee of the rows it keeps.
+fn guarantees(predicate: &[Expr]) -> Vec<(Expr, NullableInterval)> {
+    let mut out = Vec::new();
+    for p in predicate {
+        for part in split_conjunction(p) {
+            if let Expr::BinaryExpr(BinaryExpr { left, op: Operator::Eq, right }) = part {
+                match (left.as_ref(), right.as_ref()) {
+                    (Expr::Column(_), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(_)) if !v.is_null() => {
+                        let c = if matches!(left.as_ref(), Expr::Column(_)) { left } else { right };
+                        out.push((c.as_ref().clone(), NullableInterval::from(v.clone())));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The source kind's columns a table reads, with their types (what its mapped expressions are typed over).
+fn source_schema(t: &Table) -> Result<Arc<DFSchema>, SqlError> {
+    let mut fields: Vec<Field> = Vec::new();
+    let mut add = |name: &str, dt: DataType| {
+        if !fields.iter().any(|f| f.name() == name) {
+            fields.push(Field::new(name, dt, true));
+        }
+    };
+    if matches!(t.connector, Connector::Nexmark { .. }) {
+        add("date_time", DataType::Timestamp(TimeUnit::Millisecond, None));
+    }
+    for f in t.schema.fields() {
+        if t.computed.contains_key(f.name()) {
+            continue;
+        }
+        if let DataType::Struct(inner) = f.data_type() {
+            for g in inner {
+                if let Some(Mapped::Column(c)) = t.connector.map_field(f.name(), g.name()) {
+                    add(&c, g.data_type().clone());
+                }
+            }
+        } else if let Some(Mapped::Column(c)) = t.connector.map_column(f.name()) {
+            add(&c, f.data_type().clone());
+        }
+    }
+    DFSchema::try_from(Schema::new(fields)).map(Arc::new).map_err(df)
+}
