@@ -10,7 +10,7 @@
 use anyhow::{Context, Result};
 use clap::Parser;
 use std::time::{Duration, Instant};
-use weir_integration_tests::nexmark::{check_result, QueryRun, EXPECTED_STREAM, QUERIES};
+use weir_integration_tests::nexmark::{check_result, QueryRun, EXPECTED_STREAM, QUERIES, SQL_QUERIES};
 use weir_integration_tests::probe::{cpu_seconds, free_metrics_addr, samples, scrape};
 use weir_integration_tests::{Cluster, ClusterOptions, JobState};
 
@@ -45,6 +45,10 @@ struct Args {
     /// Give up on a run after this many seconds.
     #[arg(long, default_value_t = 1800)]
     timeout_s: u64,
+    /// Run the query's Flink SQL text (`bench/nexmark/sql/`, planned as `weir job submit FILE.sql` plans it)
+    /// instead of its YAML spec; for the queries Weir's SQL runs so far.
+    #[arg(long)]
+    sql: bool,
 }
 
 /// `50M`, `200k`, `1_000` or a plain number.
@@ -67,13 +71,14 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
+    let known = if args.sql { SQL_QUERIES } else { QUERIES };
     let queries: Vec<&str> = match args.query.as_str() {
-        "all" => QUERIES.to_vec(),
-        q => vec![QUERIES
+        "all" => known.to_vec(),
+        q => vec![known
             .iter()
             .find(|k| **k == q)
             .copied()
-            .with_context(|| format!("no query {q:?} in bench/nexmark (there are {})", QUERIES.join(", ")))?],
+            .with_context(|| format!("no query {q:?} in bench/nexmark (there are {})", known.join(", ")))?],
     };
     for q in queries {
         for _ in 0..args.runs {
@@ -97,7 +102,14 @@ fn run_query(args: &Args, query: &str) -> Result<()> {
     let tm = cluster.start_taskmanager_with_env(&[("WEIR_METRICS_BIND".into(), metrics.clone())])?;
     let pids = [cluster.jobmanager_pid(), cluster.taskmanager_pid(tm)];
     let cpu = || -> Result<f64> { pids.iter().flatten().map(|p| cpu_seconds(*p)).sum() };
-    let id = cluster.submit_spec(run.spec()?)?;
+    let spec = if args.sql {
+        let options = weir_sql::script::PlanOptions { name: format!("nexmark-{query}-sql"), parallelism: None };
+        let planned = weir_sql::script::plan_script(&run.sql()?, &options)?;
+        weir_common::job::spec::file_to_proto(planned.spec)?
+    } else {
+        run.spec()?
+    };
+    let id = cluster.submit_spec(spec)?;
     cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
     let (started, cpu0) = (Instant::now(), cpu()?);
     let done = cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(args.timeout_s))?;
@@ -127,6 +139,7 @@ fn run_query(args: &Args, query: &str) -> Result<()> {
     cluster.stop();
     let summary = serde_json::json!({
         "query": query,
+        "form": if args.sql { "sql" } else { "yaml" },
         "events": run.events,
         "p": run.parallelism,
         "tps": run.tps,
