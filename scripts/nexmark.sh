@@ -4,6 +4,7 @@
 # checkpoints, one JSON line per run. Arguments go to weir-nexmark (see --help), e.g.
 #   scripts/nexmark.sh q5 --events 50M -p 2
 #   scripts/nexmark.sh all --events 10M --runs 3
+#   scripts/nexmark.sh q1 --sql              (the Flink SQL text of bench/nexmark/sql/ instead of the YAML spec)
 #   scripts/nexmark.sh all --events 200k --tps 2000 --csv /tmp/nx     (results, checked against Flink's; q6 against the generator's reference)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -147,3 +147,47 @@ fn bad_sql_is_refused_with_what_and_where() -> anyhow::Result<()> {
     ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
     Ok(())
 }
+
+/// `weir savepoint check URL FILE.sql` judges a savepoint of a running SQL job against a script: the same
+/// script and one with a column added to the projection restore the source's splits; a script reading another
+/// table of the same shape finds no state for it (NEW) and drops the old source's (DROPPED, refused).
+#[test]
+fn savepoint_check_reads_sql_scripts() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 2))?;
+    // Long enough to be running at the savepoint: 100M events at 2,000 a second.
+    let mut run = QueryRun::new("q2");
+    run.rate_per_sec = 2_000;
+    run.events = 100_000_000;
+    let script = run.sql()?;
+    let file = write(cluster.dir(), "q2.sql", &script)?;
+    let submitted = cluster.cli_json(&["job", "submit", &file])?;
+    let id = submitted["id"].as_str().context("no id")?.to_string();
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
+    let savepoint = cluster.cli_json(&["savepoint", "trigger", &id])?;
+    let url = savepoint["savepoint"].as_str().context("no savepoint url")?.to_string();
+    let verdicts = |file: &str| -> anyhow::Result<(bool, serde_json::Value)> {
+        let out = cluster.cli(&["savepoint", "check", &url, file, "--output", "json"])?;
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).with_context(|| format!("{out}"))?;
+        Ok((out.status.success(), v))
+    };
+    let verdict = |v: &serde_json::Value, uid: &str| {
+        v["operators"].as_array().and_then(|o| o.iter().find(|o| o["uid"] == uid)).map(|o| o["verdict"].clone())
+    };
+    let (ok, same) = verdicts(&file)?;
+    ensure!(ok && verdict(&same, "datagen") == Some("RESTORED".into()), "{same}");
+    let wider = write(
+        cluster.dir(),
+        "q2-wider.sql",
+        &script
+            .replace("auction BIGINT,\n    price BIGINT", "auction BIGINT,\n    price BIGINT,\n    bidder BIGINT")
+            .replace("SELECT auction, price\nFROM bid", "SELECT auction, price, bidder\nFROM bid"),
+    )?;
+    let (ok, wider_v) = verdicts(&wider)?;
+    ensure!(ok && verdict(&wider_v, "datagen") == Some("RESTORED".into()), "{wider_v}");
+    let renamed = write(cluster.dir(), "q2-renamed.sql", &script.replace("datagen", "events"))?;
+    let (ok, renamed_v) = verdicts(&renamed)?;
+    ensure!(!ok && verdict(&renamed_v, "datagen") == Some("DROPPED".into()), "{renamed_v}");
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}

@@ -3,9 +3,9 @@
 //! its simplifier folds constants, and its physical planner makes what evaluates a whole batch.
 
 use super::context::{Catalog, Functions};
+use super::error::ExprError;
 use super::parse::SqlExpr;
 use super::types::{arrow_schema, column_type};
-use super::ExprError;
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow_schema::{DataType, Schema};
 use datafusion_common::{DFSchema, DataFusionError};

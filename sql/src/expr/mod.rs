@@ -9,24 +9,15 @@
 //! - [`compile`]: a parsed expression planned for one input schema ([`Scalar`]): its type, and its evaluation.
 //! - [`types`]: Weir's column type names (`int64`, `decimal(23,3)`, …) and the Arrow types they stand for.
 //! - [`udf`]: Weir's own scalar functions.
+//! - [`error`]: [`ExprError`], below the rest.
 
 pub mod compile;
 pub mod context;
+pub mod error;
 pub mod parse;
 pub mod types;
 pub mod udf;
 
 pub use compile::{check_condition, compile, compile_column, compile_for_columns, type_of, Scalar};
+pub use error::ExprError;
 pub use parse::{parse_expr, parse_list, parse_select, SelectItem, SqlExpr, MAX_EXPR_OPERATORS};
-
-/// Why an expression cannot be parsed, typed or evaluated: the message names the text's problem (and where, for a
-/// syntax error).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ExprError(pub String);
-
-impl ExprError {
-    pub(crate) fn new(message: impl Into<String>) -> Self {
-        ExprError(message.into())
-    }
-}

@@ -6,7 +6,7 @@
 //! nest at most [`MAX_EXPR_NESTING`] deep (the parser's recursion limit), and an expression has at most
 //! [`MAX_EXPR_OPERATORS`] operators (a chain `a + b + c …` is a level of the tree per operator).
 
-use super::ExprError;
+use super::error::ExprError;
 use sqlparser::ast::{Expr as AstExpr, Ident, SelectItem as AstSelectItem};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::keywords::Keyword;

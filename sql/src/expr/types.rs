@@ -2,7 +2,7 @@
 //! they stand for: how a spec's declared columns become a schema an expression is typed over, and how an
 //! expression's type becomes a declared column again.
 
-use super::ExprError;
+use super::error::ExprError;
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use weir_common::job::schema::{parse_decimal_type, Column};
 

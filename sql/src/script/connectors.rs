@@ -3,7 +3,7 @@
 //! Nexmark's own shape (one nullable `ROW` per event type, `../shared/flink-peer/nexmark/sql/source.sql`) over
 //! the `nexmark` kind's flat columns (`bid.price` is `bid_price`).
 
-use super::SqlError;
+use super::error::SqlError;
 use arrow_schema::{DataType, Schema, TimeUnit};
 use std::collections::BTreeMap;
 

@@ -5,9 +5,9 @@
 //! task managers compile with the same engine), and the sink.
 
 use super::connectors::{ConfigValue, Connector, Mapped};
+use super::error::SqlError;
 use super::settings::Settings;
 use super::statements::{Stmt, TableDdl};
-use super::SqlError;
 use crate::expr::compile::explain;
 use crate::expr::context::{Catalog, Functions};
 use crate::expr::types::column_type;

@@ -1,7 +1,7 @@
 //! `SET 'key' = 'value'`: Flink's job settings, as a spec's fields. A decision on text alone (no I/O), so each key
 //! and value form has a unit test.
 
-use super::SqlError;
+use super::error::SqlError;
 use weir_common::job::spec::{CheckpointingFile, JobSpecFile};
 
 /// What the `SET` statements of a script set.

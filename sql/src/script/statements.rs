@@ -3,7 +3,7 @@
 //! `ROW<…>` types, `SET 'key' = 'value'` — taken apart from the token stream, so that every error keeps the line
 //! and column of the script it points at.
 
-use super::SqlError;
+use super::error::SqlError;
 use sqlparser::ast::{Expr as AstExpr, Statement};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::keywords::Keyword;
