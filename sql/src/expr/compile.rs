@@ -202,13 +202,18 @@ pub fn type_of(e: &SqlExpr, columns: &[Column]) -> Result<(String, bool), ExprEr
     Ok((t, s.nullable()))
 }
 
-/// Checks that `e` is a condition (a boolean) over rows of `columns`.
-pub fn check_condition(e: &SqlExpr, columns: &[Column]) -> Result<(), ExprError> {
-    let s = compile_for_columns(e, columns)?;
+/// Compiles `e` as a condition (a boolean) for batches of `schema`, refusing any other type.
+pub fn compile_condition(e: &SqlExpr, schema: &Schema) -> Result<Scalar, ExprError> {
+    let s = compile(e, schema)?;
     match s.data_type() {
-        DataType::Boolean | DataType::Null => Ok(()),
+        DataType::Boolean | DataType::Null => Ok(s),
         other => Err(ExprError::new(format!("`{}` must be a condition (a boolean), not {other}", e.sql()))),
     }
+}
+
+/// Checks that `e` is a condition (a boolean) over rows of `columns`.
+pub fn check_condition(e: &SqlExpr, columns: &[Column]) -> Result<(), ExprError> {
+    compile_condition(e, &arrow_schema(columns)?).map(|_| ())
 }
 
 #[cfg(test)]

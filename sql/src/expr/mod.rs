@@ -18,6 +18,6 @@ pub mod parse;
 pub mod types;
 pub mod udf;
 
-pub use compile::{check_condition, compile, compile_column, compile_for_columns, type_of, Scalar};
+pub use compile::{check_condition, compile, compile_column, compile_condition, compile_for_columns, type_of, Scalar};
 pub use error::ExprError;
 pub use parse::{parse_expr, parse_list, parse_select, SelectItem, SqlExpr, MAX_EXPR_OPERATORS};

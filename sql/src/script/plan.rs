@@ -350,11 +350,11 @@ impl<'t> Job<'t> {
                 }
                 Ok(c)
             }
-            other => Err(SqlError::plain(format!(
-                "{} {} not supported yet",
-                feature(other),
-                if feature(other).ends_with('s') { "are" } else { "is" }
-            ))),
+            other => {
+                let what = feature(other);
+                let verb = if what.ends_with('s') { "are" } else { "is" };
+                Err(SqlError::plain(format!("{what} {verb} not supported yet")))
+            }
         }
     }
 

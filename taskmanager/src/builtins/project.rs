@@ -110,9 +110,14 @@ fn config_err(field: &str, e: weir_common::job::kind::ConfigFieldError) -> Opera
     OperatorError::Records(format!("config.{field}: {}", e.message))
 }
 
+/// An output column's expression (`select`, `key`) compiled for `schema`.
 fn compiled(field: &str, e: &SqlExpr, schema: &Schema) -> Result<Scalar, OperatorError> {
-    let compile = if field == "where" { weir_sql::expr::compile } else { weir_sql::expr::compile_column };
-    compile(e, schema).map_err(|e| OperatorError::Records(format!("config.{field}: {e}")))
+    weir_sql::expr::compile_column(e, schema).map_err(|e| OperatorError::Records(format!("config.{field}: {e}")))
+}
+
+/// The `where` condition compiled for `schema`.
+fn condition(e: &SqlExpr, schema: &Schema) -> Result<Scalar, OperatorError> {
+    weir_sql::expr::compile_condition(e, schema).map_err(|e| OperatorError::Records(format!("config.where: {e}")))
 }
 
 fn evaluated(s: &Scalar, batch: &RecordBatch) -> Result<ArrayRef, OperatorError> {
@@ -143,10 +148,7 @@ fn condition_for<'c>(
     schema: &SchemaRef,
 ) -> Result<&'c Scalar, OperatorError> {
     if slot.as_ref().is_none_or(|(s, _)| s != schema) {
-        let columns = weir_sql::expr::types::columns_of(schema);
-        weir_sql::expr::check_condition(cond, &columns)
-            .map_err(|e| config_err("where", field_err("where", e.to_string())))?;
-        *slot = Some((schema.clone(), compiled("where", cond, schema)?));
+        *slot = Some((schema.clone(), condition(cond, schema)?));
     }
     Ok(&slot.as_ref().unwrap_or_else(|| unreachable!("set above")).1)
 }
@@ -235,7 +237,7 @@ impl Project {
         let all = weir_sql::expr::types::columns_of(schema);
         let columns = self.cfg.output(&all).map_err(|e| config_err(&e.field.clone(), e))?;
         let condition = match &self.cfg.condition {
-            Some(c) => Some(compiled("where", c, schema)?),
+            Some(c) => Some(condition(c, schema)?),
             None => None,
         };
         let keys: Vec<SqlExpr> = self.cfg.key.iter().flatten().cloned().collect();

@@ -53,21 +53,14 @@ impl Plan {
         fields.push(Arc::new(crate::api::batch::event_time_field()));
         let joined: SchemaRef = Arc::new(Schema::new(fields));
         let compiled = |field: &str, e: &SqlExpr| {
-            let compile = if field == "where" { weir_sql::expr::compile } else { weir_sql::expr::compile_column };
-            compile(e, &joined).map_err(|err| OperatorError::Records(format!("config.{field}: {err}")))
+            weir_sql::expr::compile_column(e, &joined)
+                .map_err(|err| OperatorError::Records(format!("config.{field}: {err}")))
         };
         let condition = match cfg.condition {
-            Some(c) => {
-                let s = compiled("where", c)?;
-                if !matches!(s.data_type(), DataType::Boolean | DataType::Null) {
-                    return Err(OperatorError::Records(format!(
-                        "config.where: `{}` must be a condition (a boolean), not {}",
-                        c.sql(),
-                        s.data_type()
-                    )));
-                }
-                Some(s)
-            }
+            Some(c) => Some(
+                weir_sql::expr::compile_condition(c, &joined)
+                    .map_err(|err| OperatorError::Records(format!("config.where: {err}")))?,
+            ),
             None => None,
         };
         let select = match cfg.select {
