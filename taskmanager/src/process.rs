@@ -416,7 +416,14 @@ pub fn main_with_registry(registry: Registry) {
         eprintln!("weir-taskmanager: {e}");
         std::process::exit(2);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().worker_threads(2).build() {
+    // Its threads resolve and check specs, compiling their SQL expressions (`spawn_blocking`): the stack a task
+    // thread has, not tokio's 2 MiB, so the largest expressions a spec may hold fit with room to spare.
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .worker_threads(2)
+        .thread_stack_size(crate::task::TASK_STACK_BYTES)
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("weir-taskmanager: cannot start runtime: {e}");
