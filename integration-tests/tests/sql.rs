@@ -24,7 +24,7 @@ fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
     Ok(path.display().to_string())
 }
 
-/// q0, q1 and q2 as Flink's side writes them, submitted as SQL, commit Flink's rows; a bad script submitted
+/// q0, q1, q2 and q11 (a session window) as Flink's side writes them, submitted as SQL, commit Flink's rows; a bad script submitted
 /// meanwhile is refused (exit 2, naming its line) and the running jobs finish with their results unchanged.
 #[test]
 fn nexmark_sql_texts_give_flinks_results() -> anyhow::Result<()> {
@@ -109,7 +109,11 @@ fn bad_sql_is_refused_with_what_and_where() -> anyhow::Result<()> {
         (format!("{sink}INSERT INTO s SELECT a FROM nowhere"), "nowhere"),
         (format!("{sink}{nexmark};INSERT INTO s SELECT nope FROM datagen"), "nope"),
         (format!("{sink}{nexmark};INSERT INTO s SELECT no_such_fn(event_type) FROM datagen"), "no_such_fn"),
-        (format!("{sink}{nexmark};INSERT INTO s SELECT COUNT(*) FROM datagen"), "aggregate functions are not supported yet"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT COUNT(*) FROM datagen"), "GROUP BY without a window"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT COUNT(*) FROM TABLE(CUMULATE(TABLE datagen, DESCRIPTOR(`dateTime`), INTERVAL '1' SECOND, INTERVAL '4' SECOND)) GROUP BY window_start, window_end"), "CUMULATE windows are not supported yet"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE datagen, DESCRIPTOR(event_type), INTERVAL '1' SECOND)) GROUP BY window_start, window_end"), "not a time attribute"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE datagen, DESCRIPTOR(`dateTime`), INTERVAL '1' SECOND)) GROUP BY window_start"), "groups by window_start and window_end"),
+        (format!("{sink}{nexmark};INSERT INTO s SELECT COUNT(*) FROM TABLE(HOP(TABLE datagen, DESCRIPTOR(`dateTime`), INTERVAL '1' SECOND)) GROUP BY window_start, window_end"), "Weir reads HOP(TABLE t"),
         (format!("{sink}{nexmark};INSERT INTO s SELECT event_type FROM datagen ORDER BY event_type"), "ORDER BY is not supported yet"),
         (format!("{sink}{nexmark};INSERT INTO s SELECT event_type FROM datagen LIMIT 3"), "LIMIT is not supported yet"),
         (format!("{sink}{nexmark};INSERT INTO s SELECT d1.event_type FROM datagen d1 JOIN datagen d2 ON d1.event_type = d2.event_type"), "joins are not supported yet"),

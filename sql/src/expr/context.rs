@@ -32,7 +32,9 @@ impl Functions {
         let mut scalars = HashMap::new();
         let mut own: Vec<Arc<ScalarUDF>> = datafusion_functions::all_default_functions();
         own.extend(datafusion_functions_nested::all_default_nested_functions());
-        own.push(Arc::new(ScalarUDF::new_from_impl(super::udf::KeyInt::default())));
+        for reads in [super::udf::KeyAs::Int, super::udf::KeyAs::String] {
+            own.push(Arc::new(ScalarUDF::new_from_impl(super::udf::KeyColumn::new(reads))));
+        }
         for f in own {
             for alias in f.aliases() {
                 scalars.insert(alias.to_lowercase(), f.clone());
@@ -79,6 +81,11 @@ impl Functions {
             map_string_types_to_utf8view: o.map_string_types_to_utf8view,
             ..ParserOptions::default()
         }
+    }
+
+    /// The scalar function called `name` (lower case).
+    pub fn scalar(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        self.scalars.get(name).cloned()
     }
 
     /// The options planning and evaluation run with.

@@ -4,7 +4,7 @@
 //! spec is checked before anything runs, and evaluated by DataFusion a whole batch at a time.
 //!
 //! - [`parse`]: text to a parsed expression ([`SqlExpr`]) or select list ([`SelectItem`]), with bounded size.
-//! - [`context`]: the functions an expression may call (DataFusion's, and Weir's `KEY_INT`) and the planner's
+//! - [`context`]: the functions an expression may call (DataFusion's, and Weir's `KEY_INT` and `KEY_STRING`) and the planner's
 //!   options.
 //! - [`compile`]: a parsed expression planned for one input schema ([`Scalar`]): its type, and its evaluation.
 //! - [`types`]: Weir's column type names (`int64`, `decimal(23,3)`, …) and the Arrow types they stand for.

@@ -209,6 +209,14 @@ impl Connector {
         }
     }
 
+    /// The column of the source kind holding the time it stamps each row with (its event time), if it reads.
+    pub fn event_time_column(&self) -> Option<&'static str> {
+        match self {
+            Connector::Nexmark { .. } => Some("date_time"),
+            _ => None,
+        }
+    }
+
     /// The kind a table of this connector writes to, if it is a sink, with its config.
     pub fn sink(&self) -> Option<(&'static str, BTreeMap<String, ConfigValue>)> {
         match self {

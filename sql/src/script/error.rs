@@ -31,3 +31,10 @@ impl SqlError {
         self
     }
 }
+
+impl From<datafusion_common::DataFusionError> for SqlError {
+    /// DataFusion's error in its own words, without the layer that raised it.
+    fn from(e: datafusion_common::DataFusionError) -> Self {
+        SqlError::plain(crate::expr::compile::explain(e).0)
+    }
+}

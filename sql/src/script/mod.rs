@@ -6,6 +6,8 @@
 //! - [`settings`]: `SET 'key' = 'value'` with Flink's keys.
 //! - [`connectors`]: a table's `WITH` options to the Weir kind it reads or writes, and the columns a source's
 //!   SQL shape maps onto.
+//! - [`windows`]: window functions (`TUMBLE`, `HOP`, `SESSION`) resolved, and the `window-aggregate` a
+//!   `GROUP BY window_start, window_end` over one becomes.
 //! - [`plan`]: DataFusion's logical plan of the `INSERT` to Weir operators.
 //! - [`error`]: [`SqlError`], what is wrong and where, below the rest.
 
@@ -14,6 +16,7 @@ pub mod error;
 pub mod plan;
 pub mod settings;
 pub mod statements;
+pub mod windows;
 
 pub use error::SqlError;
 pub use plan::{PlanOptions, Planned};
@@ -90,6 +93,138 @@ mod tests {
             let op = &p.spec.operators[1];
             crate::expr::parse_select(&config(p, &op.uid, "select")).unwrap();
             crate::expr::parse_expr(&config(p, &op.uid, "where")).unwrap();
+        }
+    }
+
+    #[test]
+    fn nexmark_q11_plans_into_a_session_window_aggregate_keyed_by_bidder() {
+        let q = planned("q11");
+        let kinds: Vec<(&str, &str)> = q.spec.operators.iter().map(|o| (o.uid.as_str(), o.kind.as_str())).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("datagen", "nexmark"),
+                ("nexmark_q11.window-input", "project"),
+                ("nexmark_q11.window", "window-aggregate"),
+                ("nexmark_q11.select", "project"),
+                ("nexmark_q11.sink", "blackhole")
+            ]
+        );
+        assert_eq!(config(&q, "nexmark_q11.window-input", "key"), "bid_bidder");
+        assert_eq!(config(&q, "nexmark_q11.window-input", "where"), "(event_type = 2)");
+        let window = &q.spec.operators[2].config;
+        assert_eq!(window["window"]["session_gap_ms"].as_i64(), Some(10_000), "{window:?}");
+        assert_eq!(window["aggregate"].as_str(), Some("count"));
+        let select = config(&q, "nexmark_q11.select", "select");
+        assert_eq!(select, "key_int(\"key\") AS `bidder`, \"value\" AS `bid_count`, window_start AS `starttime`, window_end AS `endtime`");
+        crate::expr::parse_select(&select).unwrap();
+    }
+
+    /// `bench/nexmark/sql`'s source and views, then `query` into a sink of `columns`.
+    fn over_nexmark(columns: &str, query: &str) -> Result<Planned, SqlError> {
+        let text = format!(
+            "{}\nCREATE TABLE s ({columns}) WITH ('connector' = 'blackhole');\nINSERT INTO s {query}",
+            nexmark("q0").split("CREATE TABLE nexmark_q0").next().unwrap_or_default()
+        );
+        plan_script(&text, &PlanOptions { name: "w".into(), parallelism: Some(2) })
+    }
+
+    #[test]
+    fn tumble_and_hop_plan_their_windows_aggregate_and_key() {
+        let hop = over_nexmark(
+            "m BIGINT, ws TIMESTAMP(3), wt TIMESTAMP(3)",
+            "SELECT MAX(price), window_start, window_time FROM TABLE(HOP(TABLE bid, DESCRIPTOR(`dateTime`), \
+             INTERVAL '2' SECOND, INTERVAL '10' SECOND)) GROUP BY window_start, window_end, window_time",
+        )
+        .unwrap();
+        assert_eq!(config(&hop, "s.window-input", "key"), "0", "one key: no column is grouped by");
+        assert_eq!(config(&hop, "s.window-input", "select"), "bid_price AS `value`");
+        let w = &hop.spec.operators[2].config;
+        assert_eq!((w["window"]["sliding_ms"].as_i64(), w["window"]["slide_ms"].as_i64()), (Some(10_000), Some(2_000)));
+        assert_eq!(w["aggregate"].as_str(), Some("max"));
+        let select = config(&hop, "s.select", "select");
+        assert!(select.starts_with("\"value\" AS `m`, window_start AS `ws`, (window_end - "), "{select}");
+        let tumble = over_nexmark(
+            "channel VARCHAR, n BIGINT",
+            "SELECT channel, COUNT(url) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND, \
+             INTERVAL '1' SECOND)) GROUP BY channel, window_start, window_end",
+        )
+        .unwrap();
+        assert_eq!(config(&tumble, "s.window-input", "key"), "bid_channel");
+        let where_ = config(&tumble, "s.window-input", "where");
+        assert!(where_.contains("bid_url IS NOT NULL"), "COUNT(url) counts the rows with a url: {where_}");
+        let w = &tumble.spec.operators[2].config;
+        assert_eq!((w["window"]["tumbling_ms"].as_i64(), w["offset_ms"].as_i64()), (Some(10_000), Some(1_000)));
+        assert!(config(&tumble, "s.select", "select").starts_with("key_string(\"key\") AS `channel`"));
+    }
+
+    #[test]
+    fn windows_weir_cannot_run_are_refused_by_name() {
+        let hop = "FROM TABLE(HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, INTERVAL '10' SECOND))";
+        let cases = [
+            (format!("SELECT COUNT(*) {hop} GROUP BY auction, window_start"), "groups by window_start and window_end"),
+            (format!("SELECT COUNT(*) + SUM(price) {hop} GROUP BY window_start, window_end"), "more than one aggregate"),
+            (format!("SELECT COUNT(DISTINCT auction) {hop} GROUP BY window_start, window_end"), "DISTINCT"),
+            (format!("SELECT COUNT(*) {hop} GROUP BY auction, bidder, window_start, window_end"), "more than one column"),
+            (format!("SELECT auction {hop}"), "other than by GROUP BY"),
+            (format!("SELECT COUNT(*) {hop} WHERE window_start > TIMESTAMP '2020-01-01 00:00:00' GROUP BY window_start, window_end"), "before the GROUP BY"),
+            ("SELECT COUNT(*) FROM bid GROUP BY auction".into(), "GROUP BY without a window"),
+            ("SELECT COUNT(*) FROM TABLE(CUMULATE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) GROUP BY window_start, window_end".into(), "CUMULATE windows are not supported yet"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(price), INTERVAL '2' SECOND)) GROUP BY window_start, window_end".into(), "not a time attribute"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(nope), INTERVAL '2' SECOND)) GROUP BY window_start, window_end".into(), "bid has no column nope"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE nope, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND)) GROUP BY window_start, window_end".into(), "no table or view nope"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '0' SECOND)) GROUP BY window_start, window_end".into(), "longer than 0 ms"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), 10)) GROUP BY window_start, window_end".into(), "not an interval"),
+            ("SELECT COUNT(*) FROM TABLE(HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND)) GROUP BY window_start, window_end".into(), "Weir reads HOP(TABLE t"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND)) GROUP BY window_start, window_end".into(), "Weir reads TUMBLE(TABLE t"),
+            ("SELECT COUNT(*) FROM TABLE(SESSION(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND)) GROUP BY bidder, window_start, window_end".into(), "PARTITION BY the column"),
+            ("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND) GROUP BY window_start, window_end".into(), "never closed"),
+        ];
+        for (query, want) in cases {
+            let e = over_nexmark("n BIGINT", &query).map(|p| format!("{:?}", p.spec)).unwrap_err().to_string();
+            assert!(e.contains(want), "{query}: want {want:?}, got {e}");
+        }
+    }
+
+    #[test]
+    fn legacy_group_windows_plan_as_the_window_functions_they_are() {
+        let columns = "bidder BIGINT, bid_count BIGINT, starttime TIMESTAMP(3), endtime TIMESTAMP(3)";
+        let tvf = over_nexmark(
+            columns,
+            "SELECT bidder, COUNT(*) AS bid_count, window_start AS starttime, window_end AS endtime FROM \
+             TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND)) GROUP BY \
+             bidder, window_start, window_end",
+        )
+        .unwrap();
+        let legacy = over_nexmark(
+            columns,
+            "SELECT bidder, COUNT(*) AS bid_count, SESSION_START(`dateTime`, INTERVAL '10' SECOND) AS starttime, \
+             SESSION_END(`dateTime`, INTERVAL '10' SECOND) AS endtime FROM bid GROUP BY bidder, \
+             SESSION(`dateTime`, INTERVAL '10' SECOND)",
+        )
+        .unwrap();
+        assert_eq!(legacy.spec, tvf.spec);
+        let tumble = over_nexmark(
+            "n BIGINT, e TIMESTAMP(3)",
+            "SELECT COUNT(*), TUMBLE_ROWTIME(`dateTime`, INTERVAL '10' SECOND) FROM bid GROUP BY \
+             TUMBLE(`dateTime`, INTERVAL '10' SECOND)",
+        )
+        .unwrap();
+        assert_eq!(tumble.spec.operators[2].config["window"]["tumbling_ms"].as_i64(), Some(10_000));
+        for (query, want) in [
+            ("SELECT COUNT(*) FROM bid GROUP BY HOP(`dateTime`, INTERVAL '1' SECOND)", "HOP takes from 2 to 3"),
+            ("SELECT COUNT(*) FROM bid GROUP BY TUMBLE(1, INTERVAL '1' SECOND)", "Weir reads GROUP BY TUMBLE"),
+            (
+                "SELECT TUMBLE_PROCTIME(`dateTime`, INTERVAL '1' SECOND) FROM bid GROUP BY TUMBLE(`dateTime`, INTERVAL '1' SECOND)",
+                "TUMBLE_PROCTIME is not supported yet",
+            ),
+            (
+                "SELECT COUNT(*) FROM bid GROUP BY TUMBLE(`dateTime`, INTERVAL '1' SECOND), SESSION(`dateTime`, INTERVAL '1' SECOND)",
+                "more than one group window",
+            ),
+        ] {
+            let e = over_nexmark("n BIGINT", query).map(|p| format!("{:?}", p.spec)).unwrap_err().to_string();
+            assert!(e.contains(want), "{query}: want {want:?}, got {e}");
         }
     }
 }

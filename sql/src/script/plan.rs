@@ -7,8 +7,11 @@
 use super::connectors::{ConfigValue, Connector, Mapped};
 use super::error::SqlError;
 use super::settings::Settings;
-use super::statements::{Stmt, TableDdl};
-use crate::expr::compile::explain;
+use super::statements::{Stmt, TableDdl, WindowCall};
+use super::windows::{
+    group_windows, interval_ms, key_column, reads_window_column, which_window_column, window_aggregate_of,
+    window_aggregate_schema, window_column, window_table, window_time, Shape, WindowTable, WINDOW_COLUMNS,
+};
 use crate::expr::context::{Catalog, Functions};
 use crate::expr::types::column_type;
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -76,7 +79,7 @@ pub struct PlanOptions {
 }
 
 fn df(e: datafusion_common::DataFusionError) -> SqlError {
-    SqlError::plain(explain(e).0)
+    SqlError::from(e)
 }
 
 /// Plans a script's statements into a job.
@@ -85,7 +88,9 @@ pub(crate) fn plan(stmts: Vec<Stmt>, options: &PlanOptions) -> Result<Planned, S
     let mut catalog = Catalog::functions_only(functions);
     let mut tables: HashMap<String, Table> = HashMap::new();
     let mut settings = Settings::default();
-    let mut insert: Option<(Statement, sqlparser::tokenizer::Location)> = None;
+    let mut windows: HashMap<String, WindowTable> = HashMap::new();
+    let mut views: HashMap<String, LogicalPlan> = HashMap::new();
+    let mut insert: Option<(Statement, Vec<WindowCall>, sqlparser::tokenizer::Location)> = None;
     for s in stmts {
         match s {
             Stmt::Set { key, value, at } => settings.set(&key, &value).map_err(|e| e.located(at))?,
@@ -99,36 +104,55 @@ pub(crate) fn plan(stmts: Vec<Stmt>, options: &PlanOptions) -> Result<Planned, S
                 catalog.add_table(&name, Arc::new(LogicalTableSource::new(table.schema.clone())));
                 tables.insert(name, table);
             }
-            Stmt::CreateView { statement, at } => {
+            Stmt::CreateView { statement, windows: calls, at } => {
                 let Statement::CreateView(v) = *statement else {
                     return Err(SqlError::at(at, "expected CREATE VIEW name AS query"));
                 };
                 let name = v.name.to_string();
                 let mut query = Statement::Query(v.query);
+                let mut calls = calls;
+                calls.extend(group_windows(&mut query).map_err(|e| e.located(at))?);
+                add_windows(&mut catalog, &mut windows, calls)?;
                 crate::expr::compile::flink_statement(&mut query);
                 let planner = SqlToRel::new_with_options(&catalog, functions.parser_options());
                 let plan = planner.sql_statement_to_plan(query).map_err(|e| df(e).located(at))?;
                 let schema = Arc::new(plan.schema().as_arrow().clone());
+                // Type-coerced as the INSERT's plan is, for a window function reading the view.
+                let analyzed = Analyzer::new()
+                    .execute_and_check(plan.clone(), functions.options(), |_, _| {})
+                    .map_err(|e| df(e).located(at))?;
+                views.insert(name.clone(), analyzed);
                 catalog.add_table(&name, Arc::new(View { plan, schema }));
             }
-            Stmt::Insert { statement, at } => {
+            Stmt::Insert { statement, windows: calls, at } => {
                 if insert.is_some() {
                     return Err(SqlError::at(at, "a script has one INSERT INTO (a job writes one table)"));
                 }
-                insert = Some((*statement, at));
+                insert = Some((*statement, calls, at));
             }
         }
     }
-    let Some((mut statement, at)) = insert else {
+    let Some((mut statement, calls, at)) = insert else {
         return Err(SqlError::plain("the script has no INSERT INTO … SELECT: nothing would run"));
     };
+    let mut calls = calls;
+    calls.extend(group_windows(&mut statement).map_err(|e| e.located(at))?);
+    add_windows(&mut catalog, &mut windows, calls)?;
     crate::expr::compile::flink_statement(&mut statement);
     let planner = SqlToRel::new_with_options(&catalog, functions.parser_options());
     let plan = planner.sql_statement_to_plan(statement).map_err(|e| df(e).located(at))?;
     let plan =
         Analyzer::new().execute_and_check(plan, functions.options(), |_, _| {}).map_err(|e| df(e).located(at))?;
     let parallelism = options.parallelism.or(settings.parallelism);
-    let mut job = Job { tables: &tables, ops: Vec::new(), sources: HashMap::new(), parallelism };
+    let mut job = Job {
+        tables: &tables,
+        windows: &windows,
+        views: &views,
+        ops: Vec::new(),
+        sources: HashMap::new(),
+        parallelism,
+        sink: String::new(),
+    };
     job.insert(&plan).map_err(|e| e.located(at))?;
     let mut spec = JobSpecFile { name: options.name.clone(), operators: job.ops, ..JobSpecFile::default() };
     settings.apply(&mut spec);
@@ -137,6 +161,21 @@ pub(crate) fn plan(stmts: Vec<Stmt>, options: &PlanOptions) -> Result<Planned, S
     }
     let warnings = settings.ignored.iter().map(|k| format!("SET '{k}' is Flink's tuning: Weir ignores it")).collect();
     Ok(Planned { spec, warnings })
+}
+
+/// Resolves the window functions a statement calls, each a table its query may read.
+fn add_windows(
+    catalog: &mut Catalog<'_>,
+    windows: &mut HashMap<String, WindowTable>,
+    calls: Vec<WindowCall>,
+) -> Result<(), SqlError> {
+    for call in calls {
+        let at = call.at;
+        let w = window_table(catalog, call).map_err(|e| e.located(at))?;
+        catalog.add_table(&w.call.name, Arc::new(LogicalTableSource::new(w.schema.clone())));
+        windows.insert(w.call.name.clone(), w);
+    }
+    Ok(())
 }
 
 /// A `CREATE TABLE`'s schema (computed columns typed over the others), watermark and connector.
@@ -216,15 +255,7 @@ fn watermark(
     if !matches!(left.as_ref(), Expr::Column(c) if c.name == column) {
         return Err(refuse());
     }
-    let ms = match right.as_ref() {
-        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
-            i64::from(v.days) * 86_400_000 + v.nanoseconds / 1_000_000
-        }
-        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => {
-            i64::from(v.days) * 86_400_000 + i64::from(v.milliseconds)
-        }
-        _ => return Err(refuse()),
-    };
+    let ms = interval_ms(&right).ok_or_else(refuse)?;
     if ms < 1 {
         return Err(refuse());
     }
@@ -232,22 +263,40 @@ fn watermark(
     Ok(ms - 1)
 }
 
-/// Projections and filters over one table read, as one `project`.
+/// The rows a collapsed part of the plan reads.
+#[derive(Clone)]
+enum Input {
+    /// A table's source.
+    Table(String),
+    /// An operator's output, of these columns.
+    Operator { uid: String, schema: Arc<DFSchema> },
+}
+
+/// Projections and filters over one input, as one `project`.
 struct Collapsed {
-    table: String,
-    /// The conditions rows must meet, over the table's columns.
+    input: Input,
+    /// The window function the rows were read through (its window columns are [`window_column`]s in `exprs`)
+    /// and its time column, over the table's columns.
+    window: Option<(String, Expr)>,
+    /// The conditions rows must meet, over the input's columns.
     predicate: Vec<Expr>,
-    /// The output columns, over the table's columns.
+    /// The output columns, over the input's columns.
     exprs: Vec<Expr>,
 }
 
 /// The job being built.
 struct Job<'t> {
     tables: &'t HashMap<String, Table>,
+    /// The window functions the query reads, by the name standing for each.
+    windows: &'t HashMap<String, WindowTable>,
+    /// The views' plans, by name.
+    views: &'t HashMap<String, LogicalPlan>,
     ops: Vec<OperatorFile>,
     /// The uid of each table's source, once made.
     sources: HashMap<String, String>,
     parallelism: Option<u32>,
+    /// The sink's table: the prefix of the uids.
+    sink: String,
 }
 
 fn operator(uid: &str, kind: &str, input: Option<&str>, config: BTreeMap<String, ConfigValue>) -> OperatorFile {
@@ -306,30 +355,37 @@ impl<'t> Job<'t> {
                 )));
             }
         }
+        self.sink = sink_name.clone();
         let c = self.collapse(&dml.input)?;
         let names: Vec<String> = dml.input.schema().fields().iter().map(|f| f.name().clone()).collect();
-        let input = self.project(&format!("{sink_name}.select"), c, &names)?;
+        let input = self.project(&format!("{sink_name}.select"), c, &names, None)?;
         self.ops.push(operator(&format!("{sink_name}.sink"), kind, Some(&input), config));
         Ok(())
     }
 
-    /// Projections, filters and aliases down to a table read, as conditions and expressions over its columns.
+    /// Every column of a table, read from its source.
+    fn scan(&self, table: &str, columns: impl Iterator<Item = String>) -> Result<Collapsed, SqlError> {
+        let t = self.tables.get(table).ok_or_else(|| SqlError::plain(format!("no table {table}")))?;
+        if t.connector.source(None).is_none() {
+            return Err(SqlError::plain(format!("table {table} is a sink: it cannot be read")));
+        }
+        let exprs = columns.map(|c| col(datafusion_common::Column::new_unqualified(c))).collect();
+        Ok(Collapsed { input: Input::Table(table.to_string()), window: None, predicate: Vec::new(), exprs })
+    }
+
+    /// Projections, filters and aliases down to a table read or a window aggregate, as conditions and
+    /// expressions over its columns.
     fn collapse(&mut self, plan: &LogicalPlan) -> Result<Collapsed, SqlError> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 let table = scan.table_name.table().to_string();
-                let t = self.tables.get(&table).ok_or_else(|| SqlError::plain(format!("no table {table}")))?;
-                if t.connector.source(None).is_none() {
-                    return Err(SqlError::plain(format!("table {table} is a sink: it cannot be read")));
+                if let Some(w) = self.windows.get(&table) {
+                    return self.windowed(w);
                 }
-                let exprs = scan
-                    .projected_schema
-                    .fields()
-                    .iter()
-                    .map(|f| col(datafusion_common::Column::new_unqualified(f.name())))
-                    .collect();
-                let predicate = scan.filters.iter().map(|f| f.clone().unalias_nested().data).map(unqualified).collect();
-                Ok(Collapsed { table, predicate, exprs })
+                let columns = scan.projected_schema.fields().iter().map(|f| f.name().clone());
+                let mut c = self.scan(&table, columns)?;
+                c.predicate = scan.filters.iter().map(|f| f.clone().unalias_nested().data).map(unqualified).collect();
+                Ok(c)
             }
             LogicalPlan::SubqueryAlias(a) => self.collapse(&a.input),
             LogicalPlan::Projection(p) => {
@@ -350,12 +406,170 @@ impl<'t> Job<'t> {
                 }
                 Ok(c)
             }
+            LogicalPlan::Aggregate(a) => self.window_aggregate(a),
             other => {
                 let what = feature(other);
                 let verb = if what.ends_with('s') { "are" } else { "is" };
                 Err(SqlError::plain(format!("{what} {verb} not supported yet")))
             }
         }
+    }
+
+    /// A window function's rows: its table's (or view's) columns, then the window columns.
+    fn windowed(&mut self, w: &WindowTable) -> Result<Collapsed, SqlError> {
+        let f = w.call.function.name();
+        let mut c = match self.views.get(&w.call.table) {
+            Some(view) => self.collapse(view)?,
+            None => self.scan(&w.call.table, w.columns.iter().cloned())?,
+        };
+        if c.window.is_some() || !matches!(c.input, Input::Table(_)) {
+            return Err(SqlError::plain(format!(
+                "{f}(TABLE {} …): a window over windowed or aggregated rows is not supported yet",
+                w.call.table
+            )));
+        }
+        let time = w.columns.iter().position(|n| *n == w.call.time_column).map(|i| c.exprs[i].clone());
+        let time = time.ok_or_else(|| SqlError::plain(format!("{f}: no column {}", w.call.time_column)))?;
+        c.window = Some((w.call.name.clone(), time));
+        c.exprs.extend(WINDOW_COLUMNS.map(window_column));
+        Ok(c)
+    }
+
+    /// A uid of the job not taken yet: `base`, else `base-2`, `base-3`, ….
+    fn fresh_uid(&self, base: String) -> String {
+        let taken = |u: &str| self.ops.iter().any(|o| o.uid == u);
+        if !taken(&base) {
+            return base;
+        }
+        (2..).map(|n| format!("{base}-{n}")).find(|u| !taken(u)).unwrap_or(base)
+    }
+
+    /// `GROUP BY [column,] window_start, window_end` over a window function: a `project` keying the rows by the
+    /// column (its rows' aggregated column as `value`), and a `window-aggregate`. Its output, as the plan reads
+    /// it, is expressions over the `window-aggregate`'s columns.
+    fn window_aggregate(&mut self, agg: &datafusion_expr::Aggregate) -> Result<Collapsed, SqlError> {
+        let mut c = self.collapse(&agg.input)?;
+        let Some((name, time)) = c.window.take() else {
+            return Err(SqlError::plain(
+                "GROUP BY without a window (an updating aggregate) is not supported yet: group a window function's \
+                 rows (TUMBLE, HOP, SESSION) by window_start and window_end",
+            ));
+        };
+        let w = &self.windows[&name];
+        let f = w.call.function.name();
+        let Input::Table(table) = c.input.clone() else {
+            return Err(SqlError::plain(format!("{f}: a window over aggregated rows is not supported yet")));
+        };
+        if c.predicate.iter().any(reads_window_column) {
+            return Err(SqlError::plain(
+                "a condition on window_start, window_end or window_time before the GROUP BY is not supported yet",
+            ));
+        }
+        let in_schema = agg.input.schema();
+        let mut keys: Vec<Expr> = Vec::new();
+        let mut grouped: Vec<Expr> = Vec::new();
+        for g in &agg.group_expr {
+            if matches!(g, Expr::GroupingSet(_)) {
+                return Err(SqlError::plain("GROUPING SETS, CUBE and ROLLUP are not supported yet"));
+            }
+            let e = substitute(g.clone().unalias_nested().data, in_schema, &c.exprs)?;
+            match which_window_column(&e) {
+                Some("window_time") => grouped.push(window_time()),
+                Some(wc) => grouped.push(col(wc)),
+                None if reads_window_column(&e) => {
+                    return Err(SqlError::plain(format!(
+                        "GROUP BY {g}: an expression of the window is not supported yet"
+                    )))
+                }
+                None => {
+                    keys.push(e);
+                    grouped.push(Expr::Literal(ScalarValue::Null, None));
+                }
+            }
+        }
+        let grouped_by = |n: &str| grouped.iter().any(|e| matches!(e, Expr::Column(x) if x.name == n));
+        if !grouped_by("window_start") || !grouped_by("window_end") {
+            return Err(SqlError::plain(format!(
+                "{f}: a window aggregate groups by window_start and window_end (as Flink requires)"
+            )));
+        }
+        if keys.len() > 1 {
+            return Err(SqlError::plain(
+                "GROUP BY more than one column beside window_start and window_end is not supported yet",
+            ));
+        }
+        if let Shape::Session { .. } = w.shape {
+            let partition: Vec<Expr> = w
+                .call
+                .partition_by
+                .iter()
+                .filter_map(|p| w.columns.iter().position(|n| n == p))
+                .map(|i| c.exprs[i].clone())
+                .collect();
+            if partition != keys {
+                return Err(SqlError::plain(
+                    "SESSION: Weir's sessions are per GROUP BY column: PARTITION BY the column the query groups by",
+                ));
+            }
+        }
+        let aggregate = match agg.aggr_expr.as_slice() {
+            [] => None,
+            [a] => Some(window_aggregate_of(a, in_schema)?),
+            _ => return Err(SqlError::plain("more than one aggregate per window is not supported yet")),
+        };
+        let t = &self.tables[&table];
+        let schema = source_schema(t)?;
+        let mut predicate = Vec::new();
+        for p in &c.predicate {
+            predicate.push(simplified(onto_source(p.clone(), t)?, &schema, &[])?);
+        }
+        let on_source = simplified(onto_source(time, t)?, &schema, &guarantees(&predicate))?;
+        match (t.connector.event_time_column(), t.watermark_ms) {
+            (Some(et), Some(_)) if on_source == col(et) => {}
+            (_, None) => {
+                return Err(SqlError::plain(format!(
+                    "{f}: DESCRIPTOR({}): table {table} has no WATERMARK, so its windows would never end",
+                    w.call.time_column
+                )))
+            }
+            _ => {
+                return Err(SqlError::plain(format!(
+                    "{f}: DESCRIPTOR({}) is not the time Weir's {table} source stamps its rows with",
+                    w.call.time_column
+                )))
+            }
+        }
+        let (aggregate_name, arg, skip_nulls) = match aggregate {
+            Some(a) => (a.name, a.arg, a.skip_nulls),
+            None => ("count", None, false),
+        };
+        let value = match &arg {
+            Some(a) => substitute(a.clone(), in_schema, &c.exprs)?,
+            None => lit(1i64),
+        };
+        if skip_nulls {
+            c.predicate.push(value.clone().is_not_null());
+        }
+        c.exprs = vec![value];
+        let input_uid = self.fresh_uid(format!("{}.window-input", self.sink));
+        let input = self.project(&input_uid, c, &["value".to_string()], Some(keys))?;
+        let mut config = w.config();
+        config.insert("aggregate".into(), ConfigValue::from(aggregate_name));
+        let uid = self.fresh_uid(format!("{}.window", self.sink));
+        self.ops.push(operator(&uid, "window-aggregate", Some(&input), config));
+        let out_schema = window_aggregate_schema(aggregate_name)?;
+        let mut exprs = Vec::new();
+        for (i, field) in agg.schema.fields().iter().enumerate() {
+            // The key's place among the grouped expressions holds a null; the aggregate comes after them.
+            let e = match grouped.get(i) {
+                Some(Expr::Literal(..)) => key_column(field.data_type())?,
+                Some(other) => other.clone(),
+                None if field.data_type() == out_schema.field(3).data_type() => col("value"),
+                None => datafusion_expr::cast(col("value"), field.data_type().clone()),
+            };
+            exprs.push(e);
+        }
+        Ok(Collapsed { input: Input::Operator { uid, schema: out_schema }, window: None, predicate: Vec::new(), exprs })
     }
 
     /// The source reading `table` (one per table, however often the query reads it).
@@ -376,27 +590,38 @@ impl<'t> Job<'t> {
         Ok(table.to_string())
     }
 
-    /// A `project` over the source of `c.table`: its conditions and expressions onto the source kind's columns.
-    fn project(&mut self, uid: &str, c: Collapsed, names: &[String]) -> Result<String, SqlError> {
-        let source = self.source(&c.table)?;
-        let t = &self.tables[&c.table];
-        let schema = source_schema(t)?;
-        let context = || {
-            SimplifyContext::builder()
-                .with_schema(schema.clone())
-                .with_config_options(Arc::new(Functions::shared().options().clone()))
-                .build()
+    /// A `project` over `c`'s input: its conditions and expressions (onto a source kind's columns where it reads
+    /// a table), and, with `key`, what its output is keyed by (no expressions: one key for every row).
+    fn project(
+        &mut self,
+        uid: &str,
+        c: Collapsed,
+        names: &[String],
+        key: Option<Vec<Expr>>,
+    ) -> Result<String, SqlError> {
+        if let Some((name, _)) = &c.window {
+            let f = self.windows[name].call.function.name();
+            return Err(SqlError::plain(format!(
+                "{f}: reading a window function's rows other than by GROUP BY window_start, window_end is not \
+                 supported yet"
+            )));
+        }
+        let (input, table, schema) = match &c.input {
+            Input::Table(table) => {
+                let t = &self.tables[table];
+                (self.source(table)?, Some(t), source_schema(t)?)
+            }
+            Input::Operator { uid, schema } => (uid.clone(), None, schema.clone()),
+        };
+        let onto = |e: Expr| match table {
+            Some(t) => onto_source(e, t),
+            None => Ok(e),
         };
         let mut predicate = Vec::new();
         for e in c.predicate {
-            let e = ExprSimplifier::new(context()).simplify(onto_source(e, t)?).map_err(df)?;
-            predicate.push(e);
+            predicate.push(simplified(onto(e)?, &schema, &[])?);
         }
         let guarantees = guarantees(&predicate);
-        let simplify = |e: Expr| -> Result<Expr, SqlError> {
-            let e = ExprSimplifier::new(context()).with_guarantees(guarantees.clone()).simplify(e).map_err(df)?;
-            Ok(case_of_constant(e))
-        };
         let mut config = BTreeMap::new();
         if let Some(p) = conjunction(predicate) {
             let text = sql_text(&p)?;
@@ -406,15 +631,34 @@ impl<'t> Job<'t> {
         }
         let mut select = Vec::new();
         for (e, name) in c.exprs.into_iter().zip(names) {
-            let e = simplify(onto_source(e, t)?)?;
-            let text = sql_text(&e)?;
+            let text = sql_text(&simplified(onto(e)?, &schema, &guarantees)?)?;
             crate::expr::parse_expr(&text).map_err(|e| SqlError::plain(format!("column {name}: {e}")))?;
             select.push(format!("{text} AS {}", quoted(name)));
         }
         config.insert("select".to_string(), ConfigValue::from(select.join(", ")));
-        self.ops.push(operator(uid, "project", Some(&source), config));
+        if let Some(key) = key {
+            let mut texts = Vec::new();
+            for e in key {
+                let text = sql_text(&simplified(onto(e)?, &schema, &guarantees)?)?;
+                crate::expr::parse_expr(&text).map_err(|e| SqlError::plain(format!("the GROUP BY column: {e}")))?;
+                texts.push(text);
+            }
+            let text = if texts.is_empty() { "0".to_string() } else { texts.join(", ") };
+            config.insert("key".to_string(), ConfigValue::from(text));
+        }
+        self.ops.push(operator(uid, "project", Some(&input), config));
         Ok(uid.to_string())
     }
+}
+
+/// `e` simplified over `schema`, under what `guarantees` say of the rows.
+fn simplified(e: Expr, schema: &Arc<DFSchema>, guarantees: &[(Expr, NullableInterval)]) -> Result<Expr, SqlError> {
+    let context = SimplifyContext::builder()
+        .with_schema(schema.clone())
+        .with_config_options(Arc::new(Functions::shared().options().clone()))
+        .build();
+    let e = ExprSimplifier::new(context).with_guarantees(guarantees.to_vec()).simplify(e).map_err(df)?;
+    Ok(case_of_constant(e))
 }
 
 /// A name as SQL, backticked.

@@ -31,10 +31,76 @@ pub(crate) enum Stmt {
     Set { key: String, value: String, at: Location },
     /// `CREATE TABLE … WITH (…)`.
     CreateTable(Box<TableDdl>),
-    /// `CREATE VIEW name AS query`.
-    CreateView { statement: Box<Statement>, at: Location },
-    /// `INSERT INTO table SELECT …`.
-    Insert { statement: Box<Statement>, at: Location },
+    /// `CREATE VIEW name AS query`, and the window functions its query calls.
+    CreateView { statement: Box<Statement>, windows: Vec<WindowCall>, at: Location },
+    /// `INSERT INTO table SELECT …`, and the window functions its query calls.
+    Insert { statement: Box<Statement>, windows: Vec<WindowCall>, at: Location },
+}
+
+/// Flink's window table-valued functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WindowFunction {
+    /// `TUMBLE(TABLE t, DESCRIPTOR(time), size [, offset])`.
+    Tumble,
+    /// `HOP(TABLE t, DESCRIPTOR(time), slide, size [, offset])`.
+    Hop,
+    /// `CUMULATE(TABLE t, DESCRIPTOR(time), step, size [, offset])`.
+    Cumulate,
+    /// `SESSION(TABLE t [PARTITION BY cols], DESCRIPTOR(time), gap)`.
+    Session,
+}
+
+impl WindowFunction {
+    fn named(name: &str) -> Option<Self> {
+        match name.to_ascii_uppercase().as_str() {
+            "TUMBLE" => Some(WindowFunction::Tumble),
+            "HOP" => Some(WindowFunction::Hop),
+            "CUMULATE" => Some(WindowFunction::Cumulate),
+            "SESSION" => Some(WindowFunction::Session),
+            _ => None,
+        }
+    }
+
+    /// How many intervals it takes: the fewest and the most.
+    pub fn arity(self) -> (usize, usize) {
+        match self {
+            WindowFunction::Session => (1, 1),
+            WindowFunction::Tumble => (1, 2),
+            WindowFunction::Hop | WindowFunction::Cumulate => (2, 3),
+        }
+    }
+
+    /// Its name in SQL.
+    pub fn name(self) -> &'static str {
+        match self {
+            WindowFunction::Tumble => "TUMBLE",
+            WindowFunction::Hop => "HOP",
+            WindowFunction::Cumulate => "CUMULATE",
+            WindowFunction::Session => "SESSION",
+        }
+    }
+}
+
+/// A window table-valued function a query reads from, `TABLE(HOP(TABLE bid, DESCRIPTOR(dateTime), INTERVAL …))`:
+/// taken out of the token stream (sqlparser cannot read `TABLE bid` as an argument) and replaced by a name that
+/// the planner resolves to the windowed table (the table's columns, then `window_start`, `window_end` and
+/// `window_time`).
+#[derive(Clone, Debug)]
+pub(crate) struct WindowCall {
+    /// The name standing for the call in the query: the function, the table and where the call is.
+    pub name: String,
+    /// Which function.
+    pub function: WindowFunction,
+    /// The table or view it windows.
+    pub table: String,
+    /// `SESSION`'s `PARTITION BY` columns.
+    pub partition_by: Vec<String>,
+    /// `DESCRIPTOR(column)`: the time attribute.
+    pub time_column: String,
+    /// The sizes (intervals), in order.
+    pub args: Vec<AstExpr>,
+    /// Where the call is.
+    pub at: Location,
 }
 
 /// A `CREATE TABLE`: its plain columns as sqlparser reads them, and what Flink adds.
@@ -142,18 +208,20 @@ fn statement(mut tokens: Vec<TokenWithSpan>, end: Location) -> Result<Stmt, SqlE
             match word(&tokens, 1) {
                 Some(Keyword::TABLE) => Ok(Stmt::CreateTable(Box::new(create_table(tokens, end)?))),
                 Some(Keyword::VIEW) => {
+                    let windows = window_calls(&mut tokens)?;
                     tokens.push(eof(end));
                     let statement = parser(tokens).parse_statement().map_err(parse_error)?;
-                    Ok(Stmt::CreateView { statement: Box::new(statement), at })
+                    Ok(Stmt::CreateView { statement: Box::new(statement), windows, at })
                 }
                 _ => Err(err_at(at, "Weir runs CREATE TABLE and CREATE VIEW; not this CREATE")),
             }
         }
         Some(Keyword::INSERT) => {
+            let windows = window_calls(&mut tokens)?;
             tokens.push(eof(end));
             let mut p = parser(tokens);
             let statement = p.parse_statement().map_err(parse_error)?;
-            Ok(Stmt::Insert { statement: Box::new(statement), at })
+            Ok(Stmt::Insert { statement: Box::new(statement), windows, at })
         }
         _ => Err(err_at(
             at,
@@ -164,6 +232,98 @@ fn statement(mut tokens: Vec<TokenWithSpan>, end: Location) -> Result<Stmt, SqlE
             ),
         )),
     }
+}
+
+/// Takes each `TABLE(<window function>(…))` out of a query's tokens, leaving a name in its place.
+fn window_calls(tokens: &mut Vec<TokenWithSpan>) -> Result<Vec<WindowCall>, SqlError> {
+    let mut calls = Vec::new();
+    let mut i = 0;
+    while i + 3 < tokens.len() {
+        let function = match &tokens[i + 2].token {
+            Token::Word(w) if w.quote_style.is_none() => WindowFunction::named(&w.value),
+            _ => None,
+        };
+        let (Some(function), true, true, true) = (
+            function,
+            is_keyword(&tokens[i], Keyword::TABLE),
+            tokens[i + 1].token == Token::LParen,
+            tokens[i + 3].token == Token::LParen,
+        ) else {
+            i += 1;
+            continue;
+        };
+        let at = tokens[i + 2].span.start;
+        let (args, close) = items(tokens, i + 3)?;
+        if tokens.get(close + 1).map(|t| &t.token) != Some(&Token::RParen) {
+            return Err(err_at(tokens[i + 1].span.start, "this parenthesis is never closed"));
+        }
+        let call = window_call(function, args, at)?;
+        let name = Token::Word(Word { value: call.name.clone(), quote_style: Some('`'), keyword: Keyword::NoKeyword });
+        let span = tokens[i].span;
+        tokens.splice(i..close + 2, [TokenWithSpan::new(name, span)]);
+        calls.push(call);
+        i += 1;
+    }
+    Ok(calls)
+}
+
+/// A window function's arguments: `TABLE t [PARTITION BY c | (c, …)]`, `DESCRIPTOR(column)`, then intervals.
+fn window_call(function: WindowFunction, args: Vec<Vec<TokenWithSpan>>, at: Location) -> Result<WindowCall, SqlError> {
+    let usage = match function {
+        WindowFunction::Tumble => "TUMBLE(TABLE t, DESCRIPTOR(time column), size [, offset])",
+        WindowFunction::Hop => "HOP(TABLE t, DESCRIPTOR(time column), slide, size [, offset])",
+        WindowFunction::Cumulate => "CUMULATE(TABLE t, DESCRIPTOR(time column), step, size [, offset])",
+        WindowFunction::Session => "SESSION(TABLE t [PARTITION BY columns], DESCRIPTOR(time column), gap)",
+    };
+    let refuse = |at: Location| err_at(at, format!("Weir reads {usage}"));
+    let mut args = args.into_iter();
+    let data = args.next().unwrap_or_default();
+    let (table, partition_by) = match data.as_slice() {
+        [t, name, rest @ ..] if is_keyword(t, Keyword::TABLE) => {
+            let table = ident(name).ok_or_else(|| refuse(name.span.start))?;
+            let partition_by = match rest {
+                [] => Vec::new(),
+                [p, b, cols @ ..]
+                    if function == WindowFunction::Session
+                        && is_keyword(p, Keyword::PARTITION)
+                        && is_keyword(b, Keyword::BY) =>
+                {
+                    let names: Vec<String> = cols
+                        .iter()
+                        .filter(|t| !matches!(t.token, Token::LParen | Token::RParen | Token::Comma))
+                        .map(|t| ident(t).ok_or_else(|| refuse(t.span.start)))
+                        .collect::<Result<_, _>>()?;
+                    if names.is_empty() {
+                        return Err(refuse(b.span.end));
+                    }
+                    names
+                }
+                [t, ..] => return Err(refuse(t.span.start)),
+            };
+            (table, partition_by)
+        }
+        [t, ..] => return Err(refuse(t.span.start)),
+        [] => return Err(refuse(at)),
+    };
+    let descriptor = args.next().unwrap_or_default();
+    let time_column = match descriptor.as_slice() {
+        [d, open, c, close]
+            if matches!(&d.token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("DESCRIPTOR"))
+                && open.token == Token::LParen
+                && close.token == Token::RParen =>
+        {
+            ident(c).ok_or_else(|| refuse(c.span.start))?
+        }
+        [t, ..] => return Err(refuse(t.span.start)),
+        [] => return Err(refuse(at)),
+    };
+    let sizes: Vec<AstExpr> = args.map(|a| expr_of(a, at)).collect::<Result<_, _>>()?;
+    let (least, most) = function.arity();
+    if sizes.len() < least || sizes.len() > most {
+        return Err(refuse(at));
+    }
+    let name = format!("{}({table})@{}:{}", function.name(), at.line, at.column);
+    Ok(WindowCall { name, function, table, partition_by, time_column, args: sizes, at })
 }
 
 /// `SET 'key' = 'value'` (Flink's form; the quotes may be left out of a key).
