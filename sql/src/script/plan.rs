@@ -9,7 +9,7 @@ use super::error::SqlError;
 use super::settings::Settings;
 use super::statements::{Stmt, TableDdl, WindowCall};
 use super::windows::{
-    group_windows, interval_ms, key_column, reads_window_column, which_window_column, window_aggregate_of,
+    group_windows, interval_ms, key_columns, reads_window_column, which_window_column, window_aggregate_of,
     window_aggregate_schema, window_column, window_table, window_time, Shape, WindowTable, WINDOW_COLUMNS,
 };
 use crate::expr::context::{Catalog, Functions};
@@ -493,11 +493,6 @@ impl<'t> Job<'t> {
                 "{f}: a window aggregate groups by window_start and window_end (as Flink requires)"
             )));
         }
-        if keys.len() > 1 {
-            return Err(SqlError::plain(
-                "GROUP BY more than one column beside window_start and window_end is not supported yet",
-            ));
-        }
         if let Shape::Session { .. } = w.shape {
             let partition: Vec<Expr> = w
                 .call
@@ -506,7 +501,8 @@ impl<'t> Job<'t> {
                 .filter_map(|p| w.columns.iter().position(|n| n == p))
                 .map(|i| c.exprs[i].clone())
                 .collect();
-            if partition != keys {
+            let same = partition.len() == keys.len() && partition.iter().all(|p| keys.contains(p));
+            if !same {
                 return Err(SqlError::plain(
                     "SESSION: Weir's sessions are per GROUP BY column: PARTITION BY the column the query groups by",
                 ));
@@ -558,11 +554,18 @@ impl<'t> Job<'t> {
         let uid = self.fresh_uid(format!("{}.window", self.sink));
         self.ops.push(operator(&uid, "window-aggregate", Some(&input), config));
         let out_schema = window_aggregate_schema(aggregate_name)?;
+        let key_types: Vec<DataType> = (0..grouped.len())
+            .filter(|&i| matches!(grouped[i], Expr::Literal(..)))
+            .map(|i| agg.schema.field(i).data_type().clone())
+            .collect();
+        let mut key_columns = key_columns(&key_types)?.into_iter();
         let mut exprs = Vec::new();
         for (i, field) in agg.schema.fields().iter().enumerate() {
-            // The key's place among the grouped expressions holds a null; the aggregate comes after them.
+            // A key's place among the grouped expressions holds a null; the aggregate comes after them.
             let e = match grouped.get(i) {
-                Some(Expr::Literal(..)) => key_column(field.data_type())?,
+                Some(Expr::Literal(..)) => {
+                    key_columns.next().ok_or_else(|| SqlError::plain("a grouping column without its key part"))?
+                }
                 Some(other) => other.clone(),
                 None if field.data_type() == out_schema.field(3).data_type() => col("value"),
                 None => datafusion_expr::cast(col("value"), field.data_type().clone()),

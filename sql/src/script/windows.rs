@@ -256,21 +256,39 @@ pub(crate) fn window_aggregate_schema(name: &str) -> Result<Arc<DFSchema>, SqlEr
     Ok(Arc::new(DFSchema::try_from(schema)?))
 }
 
-/// The grouping column of type `t` read back from a `window-aggregate`'s key.
-pub(crate) fn key_column(t: &DataType) -> Result<Expr, SqlError> {
-    let functions = Functions::shared();
-    let call = |name: &str| -> Result<Expr, SqlError> {
-        let f = functions.scalar(name).ok_or_else(|| SqlError::plain(format!("no function {name}")))?;
-        Ok(f.call(vec![col("key")]))
-    };
+/// How long a grouping column of type `t` is in a key of several (`KEY_INT`'s layout), if it can be in one.
+fn key_part(t: &DataType) -> Option<&'static str> {
     match t {
-        DataType::Int64 => call("key_int"),
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Timestamp(TimeUnit::Millisecond, None) => {
-            Ok(cast(call("key_int")?, t.clone()))
-        }
-        DataType::Utf8 => call("key_string"),
-        other => Err(SqlError::plain(format!("GROUP BY a {other} column in a window is not supported yet"))),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => Some("i"),
+        DataType::Timestamp(TimeUnit::Millisecond, None) => Some("i"),
+        DataType::Decimal128(..) => Some("d"),
+        DataType::Boolean => Some("b"),
+        DataType::Utf8 | DataType::Binary => Some("s"),
+        _ => None,
     }
+}
+
+/// The grouping columns of types `types` read back from a `window-aggregate`'s key, in order.
+pub(crate) fn key_columns(types: &[DataType]) -> Result<Vec<Expr>, SqlError> {
+    let functions = Functions::shared();
+    let refuse = |t: &DataType| SqlError::plain(format!("GROUP BY a {t} column in a window is not supported yet"));
+    let parts: Vec<&str> = types.iter().map(|t| key_part(t).ok_or_else(|| refuse(t))).collect::<Result<_, _>>()?;
+    let layout = parts.join(",");
+    let mut out = Vec::new();
+    for (n, t) in types.iter().enumerate() {
+        let name = match t {
+            DataType::Utf8 => "key_string",
+            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => "key_int",
+            DataType::Timestamp(TimeUnit::Millisecond, None) => "key_int",
+            other => return Err(refuse(other)),
+        };
+        let f = functions.scalar(name).ok_or_else(|| SqlError::plain(format!("no function {name}")))?;
+        let args =
+            if types.len() == 1 { vec![col("key")] } else { vec![col("key"), lit(layout.clone()), lit(n as i64 + 1)] };
+        let e = f.call(args);
+        out.push(if matches!(t, DataType::Int64 | DataType::Utf8) { e } else { cast(e, t.clone()) });
+    }
+    Ok(out)
 }
 
 /// `window_time`: the last instant of the window (Flink's rowtime of a window's result).

@@ -78,4 +78,29 @@ mod tests {
         let nulls: ArrayRef = Arc::new(Int64Array::from(vec![None]));
         assert!(encode_keys(&[nulls], 1, &mut b).unwrap_err().to_string().contains("null"));
     }
+
+    /// What `encode_keys` writes, SQL's `KEY_INT` and `KEY_STRING` read back (how a SQL window aggregate's
+    /// grouping columns come out of its key): one part, and several.
+    #[test]
+    fn sql_key_functions_read_what_keys_are_made_of() {
+        use arrow_array::RecordBatch;
+        use arrow_schema::{Field, Schema};
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![7, -1]));
+        let names: ArrayRef = Arc::new(StringArray::from(vec!["ab", ""]));
+        let flags: ArrayRef = Arc::new(arrow_array::BooleanArray::from(vec![true, false]));
+        let mut b = BinaryBuilder::new();
+        let one = encode_keys(std::slice::from_ref(&ids), 2, &mut b).unwrap();
+        let three = encode_keys(&[ids.clone(), names.clone(), flags], 2, &mut b).unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("key", DataType::Binary, false)]));
+        let read = |keys: &BinaryArray, text: &str| {
+            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys.clone())]).unwrap();
+            let e = weir_sql::expr::compile(&weir_sql::expr::parse_expr(text).unwrap(), &schema).unwrap();
+            e.evaluate(&batch).unwrap()
+        };
+        assert_eq!(&read(&one, "KEY_INT(key)"), &ids);
+        assert_eq!(&read(&three, "KEY_INT(key, 'i,s,b', 1)"), &ids);
+        assert_eq!(&read(&three, "KEY_STRING(key, 'i,s,b', 2)"), &names);
+        let beyond = read(&three, "KEY_INT(key, 'i,s,b,i', 4)");
+        assert_eq!(beyond.null_count(), 2, "a part past the key's end is null");
+    }
 }
