@@ -91,7 +91,7 @@ impl QueryRun {
 }
 
 /// The queries whose Flink SQL text (`bench/nexmark/sql/queries/`) Weir runs so far.
-pub const SQL_QUERIES: &[&str] = &["q0", "q1", "q2", "q11"];
+pub const SQL_QUERIES: &[&str] = &["q0", "q1", "q2", "q3", "q7", "q8", "q11"];
 
 impl QueryRun {
     /// The Flink SQL script of this run: `bench/nexmark/sql`'s table, views and query as Flink's side runs them,

@@ -242,4 +242,56 @@ mod tests {
             assert!(e.contains(want), "{query}: want {want:?}, got {e}");
         }
     }
+
+    #[test]
+    fn nexmark_q3_plans_into_a_join_of_two_keyed_filtered_sides() {
+        let q = planned("q3");
+        let kinds: Vec<(&str, &str)> = q.spec.operators.iter().map(|o| (o.uid.as_str(), o.kind.as_str())).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("datagen", "nexmark"),
+                ("nexmark_q3.join-left", "project"),
+                ("nexmark_q3.join-right", "project"),
+                ("nexmark_q3.join", "join"),
+                ("nexmark_q3.select", "project"),
+                ("nexmark_q3.sink", "blackhole")
+            ]
+        );
+        let left_where = config(&q, "nexmark_q3.join-left", "where");
+        assert!(left_where.contains("event_type = 1") && left_where.contains("auction_category = 10"), "{left_where}");
+        assert_eq!(config(&q, "nexmark_q3.join-left", "key"), "auction_seller");
+        assert_eq!(
+            config(&q, "nexmark_q3.join-left", "select"),
+            "auction_id AS `A.id`, auction_seller AS `A.seller`",
+            "only what is read later: no description, no extra"
+        );
+        let right_where = config(&q, "nexmark_q3.join-right", "where");
+        assert!(right_where.contains("event_type = 0") && right_where.contains("person_state = 'CA'"), "{right_where}");
+        assert_eq!(config(&q, "nexmark_q3.join-right", "key"), "person_id");
+        let join = &q.spec.operators[3];
+        assert_eq!(
+            join.inputs.as_deref(),
+            Some(&["nexmark_q3.join-left".to_string(), "nexmark_q3.join-right".to_string()][..])
+        );
+        let select = config(&q, "nexmark_q3.select", "select");
+        assert!(select.starts_with("\"P.name\" AS `name`"), "{select}");
+        crate::expr::parse_select(&select).unwrap();
+    }
+
+    #[test]
+    fn nexmark_q7_and_q8_join_windowed_aggregates() {
+        let q7 = planned("q7");
+        let join = config(&q7, "nexmark_q7.join", "where");
+        assert_eq!(join, "(\"B.dateTime\" BETWEEN (\"W.wend\" - INTERVAL '10.000000000 SECS') AND \"W.wend\")");
+        crate::expr::parse_expr(&join).unwrap();
+        assert_eq!(config(&q7, "nexmark_q7.join-left", "key"), "bid_price");
+        assert_eq!(config(&q7, "nexmark_q7.join-right", "key"), "\"value\"");
+        let q8 = planned("q8");
+        assert_eq!(config(&q8, "nexmark_q8.join-left", "key"), "key_int(\"key\", 'i,s', 1), window_start, window_end");
+        assert_eq!(config(&q8, "nexmark_q8.join-right", "key"), "key_int(\"key\"), window_start, window_end");
+        let windows: Vec<&str> =
+            q8.spec.operators.iter().filter(|o| o.kind == "window-aggregate").map(|o| o.uid.as_str()).collect();
+        assert_eq!(windows, ["nexmark_q8.window", "nexmark_q8.window-2"]);
+    }
 }

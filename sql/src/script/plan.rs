@@ -23,7 +23,11 @@ use datafusion_expr::simplify::SimplifyContext;
 use datafusion_expr::utils::{conjunction, split_conjunction};
 use datafusion_expr::{col, lit, when, BinaryExpr, Expr, LogicalPlan, Operator, TableSource, WriteOp};
 use datafusion_optimizer::analyzer::Analyzer;
+use datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate;
+use datafusion_optimizer::optimize_projections::OptimizeProjections;
+use datafusion_optimizer::push_down_filter::PushDownFilter;
 use datafusion_optimizer::simplify_expressions::ExprSimplifier;
+use datafusion_optimizer::{Optimizer, OptimizerContext};
 use datafusion_sql::planner::{PlannerContext, SqlToRel};
 use sqlparser::ast::Statement;
 use std::borrow::Cow;
@@ -143,6 +147,15 @@ pub(crate) fn plan(stmts: Vec<Stmt>, options: &PlanOptions) -> Result<Planned, S
     let plan = planner.sql_statement_to_plan(statement).map_err(|e| df(e).located(at))?;
     let plan =
         Analyzer::new().execute_and_check(plan, functions.options(), |_, _| {}).map_err(|e| df(e).located(at))?;
+    // A join's equalities become its keys; conditions over its result that read one side are applied to that side
+    // before the join (Flink does the same): fewer rows are kept in the join's state.
+    // And only the columns read later are kept: a join stores what its sides' projects select.
+    let pushdown = Optimizer::with_rules(vec![
+        Arc::new(ExtractEquijoinPredicate::new()),
+        Arc::new(PushDownFilter::new()),
+        Arc::new(OptimizeProjections::new()),
+    ]);
+    let plan = pushdown.optimize(plan, &OptimizerContext::new(), |_, _| {}).map_err(|e| df(e).located(at))?;
     let parallelism = options.parallelism.or(settings.parallelism);
     let mut job = Job {
         tables: &tables,
@@ -272,12 +285,21 @@ enum Input {
     Operator { uid: String, schema: Arc<DFSchema> },
 }
 
+/// A read through a window function.
+struct WindowRead {
+    /// The name standing for the call.
+    name: String,
+    /// Its time column, over the table's columns.
+    time: Expr,
+    /// `SESSION`'s `PARTITION BY` columns, over the table's columns.
+    partition: Vec<Expr>,
+}
+
 /// Projections and filters over one input, as one `project`.
 struct Collapsed {
     input: Input,
-    /// The window function the rows were read through (its window columns are [`window_column`]s in `exprs`)
-    /// and its time column, over the table's columns.
-    window: Option<(String, Expr)>,
+    /// The window function the rows were read through (its window columns are [`window_column`]s in `exprs`).
+    window: Option<WindowRead>,
     /// The conditions rows must meet, over the input's columns.
     predicate: Vec<Expr>,
     /// The output columns, over the input's columns.
@@ -380,7 +402,15 @@ impl<'t> Job<'t> {
             LogicalPlan::TableScan(scan) => {
                 let table = scan.table_name.table().to_string();
                 if let Some(w) = self.windows.get(&table) {
-                    return self.windowed(w);
+                    let mut c = self.windowed(w)?;
+                    if let Some(p) = &scan.projection {
+                        c.exprs = p.iter().map(|&i| c.exprs[i].clone()).collect();
+                    }
+                    for f in &scan.filters {
+                        let e = substitute(f.clone().unalias_nested().data, &scan.projected_schema, &c.exprs)?;
+                        c.predicate.push(e);
+                    }
+                    return Ok(c);
                 }
                 let columns = scan.projected_schema.fields().iter().map(|f| f.name().clone());
                 let mut c = self.scan(&table, columns)?;
@@ -407,6 +437,7 @@ impl<'t> Job<'t> {
                 Ok(c)
             }
             LogicalPlan::Aggregate(a) => self.window_aggregate(a),
+            LogicalPlan::Join(j) => self.join(j),
             other => {
                 let what = feature(other);
                 let verb = if what.ends_with('s') { "are" } else { "is" };
@@ -428,9 +459,13 @@ impl<'t> Job<'t> {
                 w.call.table
             )));
         }
-        let time = w.columns.iter().position(|n| *n == w.call.time_column).map(|i| c.exprs[i].clone());
-        let time = time.ok_or_else(|| SqlError::plain(format!("{f}: no column {}", w.call.time_column)))?;
-        c.window = Some((w.call.name.clone(), time));
+        let column = |name: &str| {
+            let i = w.columns.iter().position(|n| n == name);
+            i.map(|i| c.exprs[i].clone()).ok_or_else(|| SqlError::plain(format!("{f}: no column {name}")))
+        };
+        let time = column(&w.call.time_column)?;
+        let partition = w.call.partition_by.iter().map(|p| column(p)).collect::<Result<_, _>>()?;
+        c.window = Some(WindowRead { name: w.call.name.clone(), time, partition });
         c.exprs.extend(WINDOW_COLUMNS.map(window_column));
         Ok(c)
     }
@@ -449,7 +484,7 @@ impl<'t> Job<'t> {
     /// it, is expressions over the `window-aggregate`'s columns.
     fn window_aggregate(&mut self, agg: &datafusion_expr::Aggregate) -> Result<Collapsed, SqlError> {
         let mut c = self.collapse(&agg.input)?;
-        let Some((name, time)) = c.window.take() else {
+        let Some(WindowRead { name, time, partition }) = c.window.take() else {
             return Err(SqlError::plain(
                 "GROUP BY without a window (an updating aggregate) is not supported yet: group a window function's \
                  rows (TUMBLE, HOP, SESSION) by window_start and window_end",
@@ -494,13 +529,6 @@ impl<'t> Job<'t> {
             )));
         }
         if let Shape::Session { .. } = w.shape {
-            let partition: Vec<Expr> = w
-                .call
-                .partition_by
-                .iter()
-                .filter_map(|p| w.columns.iter().position(|n| n == p))
-                .map(|i| c.exprs[i].clone())
-                .collect();
             let same = partition.len() == keys.len() && partition.iter().all(|p| keys.contains(p));
             if !same {
                 return Err(SqlError::plain(
@@ -575,6 +603,59 @@ impl<'t> Job<'t> {
         Ok(Collapsed { input: Input::Operator { uid, schema: out_schema }, window: None, predicate: Vec::new(), exprs })
     }
 
+    /// An inner join on equal columns: each side a `project` keyed by its side of the equalities, and a `join`
+    /// (every row of both sides in keyed state, as Flink's regular join keeps them). The joined row's columns are
+    /// named after the side's table or alias and the column (`A.id`), so that both sides' columns are distinct.
+    fn join(&mut self, j: &datafusion_expr::logical_plan::Join) -> Result<Collapsed, SqlError> {
+        if j.join_type != datafusion_common::JoinType::Inner {
+            return Err(SqlError::plain(format!(
+                "{} joins are not supported yet (inner joins are)",
+                j.join_type.to_string().to_uppercase()
+            )));
+        }
+        if j.on.is_empty() {
+            return Err(SqlError::plain("a join without an equality between its two sides is not supported yet"));
+        }
+        let mut inputs = Vec::new();
+        let mut fields = vec![Field::new("key", DataType::Binary, false)];
+        for (side, input) in [&j.left, &j.right].into_iter().enumerate() {
+            let c = self.collapse(input)?;
+            let schema = input.schema();
+            let names: Vec<String> = schema.iter().map(|(q, f)| joined_name(q, f.name())).collect();
+            for ((_, f), name) in schema.iter().zip(&names) {
+                if fields.iter().any(|x| x.name() == name) {
+                    return Err(SqlError::plain(format!("the join reads two columns called {name}: alias a side")));
+                }
+                fields.push(Field::new(name, f.data_type().clone(), true));
+            }
+            let keys: Vec<Expr> =
+                j.on.iter()
+                    .map(|(l, r)| if side == 0 { l } else { r })
+                    .map(|e| substitute(e.clone().unalias_nested().data, schema, &c.exprs))
+                    .collect::<Result<_, _>>()?;
+            let uid = self.fresh_uid(format!("{}.join-{}", self.sink, ["left", "right"][side]));
+            inputs.push(self.project(&uid, c, &names, Some(keys))?);
+        }
+        let joined: Vec<Expr> = j
+            .schema
+            .iter()
+            .map(|(q, f)| Expr::Column(datafusion_common::Column::new_unqualified(joined_name(q, f.name()))))
+            .collect();
+        let mut config = BTreeMap::new();
+        if let Some(filter) = &j.filter {
+            let e = substitute(filter.clone().unalias_nested().data, &j.schema, &joined)?;
+            let text = sql_text(&e)?;
+            crate::expr::parse_expr(&text).map_err(|e| SqlError::plain(format!("the join condition: {e}")))?;
+            config.insert("where".to_string(), ConfigValue::from(text));
+        }
+        let uid = self.fresh_uid(format!("{}.join", self.sink));
+        let mut op = operator(&uid, "join", None, config);
+        op.inputs = Some(inputs);
+        self.ops.push(op);
+        let schema = Arc::new(DFSchema::try_from(Schema::new(fields)).map_err(df)?);
+        Ok(Collapsed { input: Input::Operator { uid, schema }, window: None, predicate: Vec::new(), exprs: joined })
+    }
+
     /// The source reading `table` (one per table, however often the query reads it).
     fn source(&mut self, table: &str) -> Result<String, SqlError> {
         if let Some(uid) = self.sources.get(table) {
@@ -602,8 +683,8 @@ impl<'t> Job<'t> {
         names: &[String],
         key: Option<Vec<Expr>>,
     ) -> Result<String, SqlError> {
-        if let Some((name, _)) = &c.window {
-            let f = self.windows[name].call.function.name();
+        if let Some(read) = &c.window {
+            let f = self.windows[&read.name].call.function.name();
             return Err(SqlError::plain(format!(
                 "{f}: reading a window function's rows other than by GROUP BY window_start, window_end is not \
                  supported yet"
@@ -662,6 +743,14 @@ fn simplified(e: Expr, schema: &Arc<DFSchema>, guarantees: &[(Expr, NullableInte
         .build();
     let e = ExprSimplifier::new(context).with_guarantees(guarantees.to_vec()).simplify(e).map_err(df)?;
     Ok(case_of_constant(e))
+}
+
+/// A column's name in a joined row: its table's (or alias's) name and its own, `A.id`.
+fn joined_name(qualifier: Option<&datafusion_common::TableReference>, name: &str) -> String {
+    match qualifier {
+        Some(q) => format!("{}.{name}", q.table()),
+        None => name.to_string(),
+    }
 }
 
 /// A name as SQL, backticked.
