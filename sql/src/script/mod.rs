@@ -281,10 +281,12 @@ mod tests {
 
     #[test]
     fn nexmark_q7_and_q8_join_windowed_aggregates() {
+        // `B.dateTime BETWEEN W.wend - 10 s AND W.wend`, W's row time being wend − 1: W.t − B.t in −1 ..= 9999.
         let q7 = planned("q7");
-        let join = config(&q7, "nexmark_q7.join", "where");
-        assert_eq!(join, "(\"B.dateTime\" BETWEEN (\"W.wend\" - INTERVAL '10.000000000 SECS') AND \"W.wend\")");
-        crate::expr::parse_expr(&join).unwrap();
+        let join = q7.spec.operators.iter().find(|o| o.uid == "nexmark_q7.join").unwrap();
+        assert_eq!(join.kind, "interval-join");
+        assert_eq!((join.config["lower_ms"].as_i64(), join.config["upper_ms"].as_i64()), (Some(-1), Some(9_999)));
+        assert!(!join.config.contains_key("where"), "the bounds are the whole condition: {:?}", join.config);
         assert_eq!(config(&q7, "nexmark_q7.join-left", "key"), "bid_price");
         assert_eq!(config(&q7, "nexmark_q7.join-right", "key"), "\"value\"");
         let q8 = planned("q8");
@@ -293,5 +295,30 @@ mod tests {
         let windows: Vec<&str> =
             q8.spec.operators.iter().filter(|o| o.kind == "window-aggregate").map(|o| o.uid.as_str()).collect();
         assert_eq!(windows, ["nexmark_q8.window", "nexmark_q8.window-2"]);
+    }
+
+    #[test]
+    fn time_bounds_between_the_sides_make_an_interval_join_and_the_rest_stays_a_condition() {
+        let bid = "CREATE VIEW b2 AS SELECT * FROM bid;\n";
+        let text = |cond: &str| {
+            format!(
+                "{}\n{bid}CREATE TABLE s (a BIGINT) WITH ('connector' = 'blackhole');\nINSERT INTO s SELECT x.auction \
+                 FROM bid AS x JOIN b2 AS y ON x.auction = y.auction AND {cond}",
+                nexmark("q0").split("CREATE TABLE nexmark_q0").next().unwrap_or_default()
+            )
+        };
+        let plan = |cond: &str| {
+            let p = plan_script(&text(cond), &PlanOptions { name: "t".into(), parallelism: Some(1) }).unwrap();
+            p.spec.operators.into_iter().find(|o| o.uid == "s.join").unwrap()
+        };
+        // y.t − x.t in (−2 s, 5 s]: lower −1999, upper 5000.
+        let j = plan("y.`dateTime` > x.`dateTime` - INTERVAL '2' SECOND AND x.`dateTime` + INTERVAL '5' SECOND >= y.`dateTime` AND x.price < y.price");
+        assert_eq!(j.kind, "interval-join");
+        assert_eq!((j.config["lower_ms"].as_i64(), j.config["upper_ms"].as_i64()), (Some(-1_999), Some(5_000)));
+        assert_eq!(j.config["where"].as_str(), Some("(\"x.price\" < \"y.price\")"));
+        // One bound only: a regular join, the whole condition its `where`.
+        let j = plan("y.`dateTime` > x.`dateTime`");
+        assert_eq!(j.kind, "join");
+        assert_eq!(j.config["where"].as_str(), Some("(\"y.dateTime\" > \"x.dateTime\")"));
     }
 }

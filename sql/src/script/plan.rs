@@ -281,8 +281,9 @@ fn watermark(
 enum Input {
     /// A table's source.
     Table(String),
-    /// An operator's output, of these columns.
-    Operator { uid: String, schema: Arc<DFSchema> },
+    /// An operator's output, of these columns; `times` name the columns that are the row's event time plus so
+    /// many ms (a window aggregate's `window_end` is its row's time + 1).
+    Operator { uid: String, schema: Arc<DFSchema>, times: Vec<(String, i64)> },
 }
 
 /// A read through a window function.
@@ -600,7 +601,8 @@ impl<'t> Job<'t> {
             };
             exprs.push(e);
         }
-        Ok(Collapsed { input: Input::Operator { uid, schema: out_schema }, window: None, predicate: Vec::new(), exprs })
+        let input = Input::Operator { uid, schema: out_schema, times: vec![("window_end".to_string(), 1)] };
+        Ok(Collapsed { input, window: None, predicate: Vec::new(), exprs })
     }
 
     /// An inner join on equal columns: each side a `project` keyed by its side of the equalities, and a `join`
@@ -618,10 +620,16 @@ impl<'t> Job<'t> {
         }
         let mut inputs = Vec::new();
         let mut fields = vec![Field::new("key", DataType::Binary, false)];
+        let mut times: HashMap<String, (usize, i64)> = HashMap::new();
         for (side, input) in [&j.left, &j.right].into_iter().enumerate() {
             let c = self.collapse(input)?;
             let schema = input.schema();
             let names: Vec<String> = schema.iter().map(|(q, f)| joined_name(q, f.name())).collect();
+            for (name, e) in names.iter().zip(&c.exprs) {
+                if let Some(k) = self.event_time_offset(&c, e)? {
+                    times.insert(name.clone(), (side, k));
+                }
+            }
             for ((_, f), name) in schema.iter().zip(&names) {
                 if fields.iter().any(|x| x.name() == name) {
                     return Err(SqlError::plain(format!("the join reads two columns called {name}: alias a side")));
@@ -642,18 +650,79 @@ impl<'t> Job<'t> {
             .map(|(q, f)| Expr::Column(datafusion_common::Column::new_unqualified(joined_name(q, f.name()))))
             .collect();
         let mut config = BTreeMap::new();
+        let mut rest = Vec::new();
+        let (mut lower, mut upper) = (None::<i64>, None::<i64>);
         if let Some(filter) = &j.filter {
             let e = substitute(filter.clone().unalias_nested().data, &j.schema, &joined)?;
+            for part in split_conjunction(&e) {
+                let bounds = time_bounds(part, &times);
+                if bounds.is_empty() {
+                    rest.push(part.clone());
+                }
+                for (is_lower, v) in bounds {
+                    if is_lower {
+                        lower = Some(lower.map_or(v, |l| l.max(v)));
+                    } else {
+                        upper = Some(upper.map_or(v, |u| u.min(v)));
+                    }
+                }
+            }
+        }
+        // Both sides' times bounded against each other: Flink's interval join, whose rows leave its state once the
+        // watermark has passed the last time they could match. Else a regular join, which keeps every row.
+        let kind = match (lower, upper) {
+            (Some(l), Some(u)) => {
+                config.insert("lower_ms".to_string(), ConfigValue::from(l));
+                config.insert("upper_ms".to_string(), ConfigValue::from(u));
+                "interval-join"
+            }
+            _ => {
+                rest = j
+                    .filter
+                    .iter()
+                    .map(|f| substitute(f.clone().unalias_nested().data, &j.schema, &joined))
+                    .collect::<Result<_, _>>()?;
+                "join"
+            }
+        };
+        if let Some(e) = conjunction(rest) {
             let text = sql_text(&e)?;
             crate::expr::parse_expr(&text).map_err(|e| SqlError::plain(format!("the join condition: {e}")))?;
             config.insert("where".to_string(), ConfigValue::from(text));
         }
         let uid = self.fresh_uid(format!("{}.join", self.sink));
-        let mut op = operator(&uid, "join", None, config);
+        let mut op = operator(&uid, kind, None, config);
         op.inputs = Some(inputs);
         self.ops.push(op);
         let schema = Arc::new(DFSchema::try_from(Schema::new(fields)).map_err(df)?);
-        Ok(Collapsed { input: Input::Operator { uid, schema }, window: None, predicate: Vec::new(), exprs: joined })
+        let input = Input::Operator { uid, schema, times: Vec::new() };
+        Ok(Collapsed { input, window: None, predicate: Vec::new(), exprs: joined })
+    }
+
+    /// If `e` (an output expression of `c`) is the row's event time plus so many ms, how many.
+    fn event_time_offset(&self, c: &Collapsed, e: &Expr) -> Result<Option<i64>, SqlError> {
+        match &c.input {
+            Input::Operator { times, .. } => Ok(match e {
+                Expr::Column(col) if col.relation.is_none() => {
+                    times.iter().find(|(n, _)| *n == col.name).map(|(_, k)| *k)
+                }
+                _ => None,
+            }),
+            Input::Table(table) => {
+                let t = &self.tables[table];
+                let Some(et) = t.connector.event_time_column() else { return Ok(None) };
+                if reads_window_column(e) {
+                    return Ok(None);
+                }
+                let schema = source_schema(t)?;
+                let mut predicate = Vec::new();
+                for p in &c.predicate {
+                    predicate.push(simplified(onto_source(p.clone(), t)?, &schema, &[])?);
+                }
+                let on_source = simplified(onto_source(e.clone(), t)?, &schema, &guarantees(&predicate))?;
+                Ok((on_source == col(et)).then_some(0))
+            }
+        }
     }
 
     /// The source reading `table` (one per table, however often the query reads it).
@@ -695,7 +764,7 @@ impl<'t> Job<'t> {
                 let t = &self.tables[table];
                 (self.source(table)?, Some(t), source_schema(t)?)
             }
-            Input::Operator { uid, schema } => (uid.clone(), None, schema.clone()),
+            Input::Operator { uid, schema, .. } => (uid.clone(), None, schema.clone()),
         };
         let onto = |e: Expr| match table {
             Some(t) => onto_source(e, t),
@@ -743,6 +812,55 @@ fn simplified(e: Expr, schema: &Arc<DFSchema>, guarantees: &[(Expr, NullableInte
         .build();
     let e = ExprSimplifier::new(context).with_guarantees(guarantees.to_vec()).simplify(e).map_err(df)?;
     Ok(case_of_constant(e))
+}
+
+/// `column ± interval` as the column and the ms added.
+fn shifted_column(e: &Expr) -> Option<(&str, i64)> {
+    match e {
+        Expr::Column(c) if c.relation.is_none() => Some((c.name.as_str(), 0)),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if matches!(op, Operator::Plus | Operator::Minus) => {
+            let (name, k) = shifted_column(left)?;
+            let ms = interval_ms(right)?;
+            Some((name, if *op == Operator::Plus { k.checked_add(ms)? } else { k.checked_sub(ms)? }))
+        }
+        _ => None,
+    }
+}
+
+/// What a condition says of the second side's event time less the first's (`d`), where it compares the two
+/// sides' times (`times`: a joined column's side and its offset from its row's time): `(true, v)` for `d >= v`,
+/// `(false, v)` for `d <= v`. Nothing for any other condition.
+fn time_bounds(e: &Expr, times: &HashMap<String, (usize, i64)>) -> Vec<(bool, i64)> {
+    // `a op b` with a = t_a + ka, b = t_b + kb.
+    let compare = |a: &Expr, op: Operator, b: &Expr| -> Option<(bool, i64)> {
+        let (na, sa) = shifted_column(a)?;
+        let (nb, sb) = shifted_column(b)?;
+        let (&(side_a, ka), &(side_b, kb)) = (times.get(na)?, times.get(nb)?);
+        if side_a == side_b {
+            return None;
+        }
+        // t_a + ca op t_b + cb.
+        let (ca, cb) = (ka.checked_add(sa)?, kb.checked_add(sb)?);
+        // As d = t_second − t_first: with a the first, `t_a + ca op t_b + cb` is `d op' ca − cb` with op flipped.
+        let (op, v) = if side_a == 0 { (op.swap()?, ca.checked_sub(cb)?) } else { (op, cb.checked_sub(ca)?) };
+        match op {
+            Operator::GtEq => Some((true, v)),
+            Operator::Gt => Some((true, v.checked_add(1)?)),
+            Operator::LtEq => Some((false, v)),
+            Operator::Lt => Some((false, v.checked_sub(1)?)),
+            _ => None,
+        }
+    };
+    match e {
+        Expr::Between(b) if !b.negated => {
+            match (compare(&b.expr, Operator::GtEq, &b.low), compare(&b.expr, Operator::LtEq, &b.high)) {
+                (Some(l), Some(h)) => vec![l, h],
+                _ => Vec::new(),
+            }
+        }
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => compare(left, *op, right).into_iter().collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// A column's name in a joined row: its table's (or alias's) name and its own, `A.id`.
