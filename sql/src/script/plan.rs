@@ -544,11 +544,7 @@ impl<'t> Job<'t> {
         };
         let t = &self.tables[&table];
         let schema = source_schema(t)?;
-        let mut predicate = Vec::new();
-        for p in &c.predicate {
-            predicate.push(simplified(onto_source(p.clone(), t)?, &schema, &[])?);
-        }
-        let on_source = simplified(onto_source(time, t)?, &schema, &guarantees(&predicate))?;
+        let on_source = on_source_where(time, &c.predicate, t, &schema)?;
         match (t.connector.event_time_column(), t.watermark_ms) {
             (Some(et), Some(_)) if on_source == col(et) => {}
             (_, None) => {
@@ -715,11 +711,7 @@ impl<'t> Job<'t> {
                     return Ok(None);
                 }
                 let schema = source_schema(t)?;
-                let mut predicate = Vec::new();
-                for p in &c.predicate {
-                    predicate.push(simplified(onto_source(p.clone(), t)?, &schema, &[])?);
-                }
-                let on_source = simplified(onto_source(e.clone(), t)?, &schema, &guarantees(&predicate))?;
+                let on_source = on_source_where(e.clone(), &c.predicate, t, &schema)?;
                 Ok((on_source == col(et)).then_some(0))
             }
         }
@@ -802,6 +794,16 @@ impl<'t> Job<'t> {
         self.ops.push(operator(uid, "project", Some(&input), config));
         Ok(uid.to_string())
     }
+}
+
+/// `e` (over a table's declared columns) onto its source's columns, simplified under what the conditions
+/// `predicate` guarantee of the rows it is read for: how a column is compared with the source's event time.
+fn on_source_where(e: Expr, predicate: &[Expr], t: &Table, schema: &Arc<DFSchema>) -> Result<Expr, SqlError> {
+    let mut simple = Vec::new();
+    for p in predicate {
+        simple.push(simplified(onto_source(p.clone(), t)?, schema, &[])?);
+    }
+    simplified(onto_source(e, t)?, schema, &guarantees(&simple))
 }
 
 /// `e` simplified over `schema`, under what `guarantees` say of the rows.
