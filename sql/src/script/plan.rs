@@ -502,16 +502,21 @@ impl<'t> Job<'t> {
             ));
         }
         let in_schema = agg.input.schema();
+        // Per grouping expression: a column of the key, or what the window-aggregate's output has for it.
+        enum Grouped {
+            Key,
+            Window(Expr),
+        }
         let mut keys: Vec<Expr> = Vec::new();
-        let mut grouped: Vec<Expr> = Vec::new();
+        let mut grouped: Vec<Grouped> = Vec::new();
         for g in &agg.group_expr {
             if matches!(g, Expr::GroupingSet(_)) {
                 return Err(SqlError::plain("GROUPING SETS, CUBE and ROLLUP are not supported yet"));
             }
             let e = substitute(g.clone().unalias_nested().data, in_schema, &c.exprs)?;
             match which_window_column(&e) {
-                Some("window_time") => grouped.push(window_time()),
-                Some(wc) => grouped.push(col(wc)),
+                Some("window_time") => grouped.push(Grouped::Window(window_time())),
+                Some(wc) => grouped.push(Grouped::Window(col(wc))),
                 None if reads_window_column(&e) => {
                     return Err(SqlError::plain(format!(
                         "GROUP BY {g}: an expression of the window is not supported yet"
@@ -519,11 +524,11 @@ impl<'t> Job<'t> {
                 }
                 None => {
                     keys.push(e);
-                    grouped.push(Expr::Literal(ScalarValue::Null, None));
+                    grouped.push(Grouped::Key);
                 }
             }
         }
-        let grouped_by = |n: &str| grouped.iter().any(|e| matches!(e, Expr::Column(x) if x.name == n));
+        let grouped_by = |n: &str| grouped.iter().any(|g| matches!(g, Grouped::Window(Expr::Column(x)) if x.name == n));
         if !grouped_by("window_start") || !grouped_by("window_end") {
             return Err(SqlError::plain(format!(
                 "{f}: a window aggregate groups by window_start and window_end (as Flink requires)"
@@ -544,7 +549,7 @@ impl<'t> Job<'t> {
         };
         let t = &self.tables[&table];
         let schema = source_schema(t)?;
-        let on_source = on_source_where(time, &c.predicate, t, &schema)?;
+        let on_source = simplified(onto_source(time, t)?, &schema, &source_guarantees(&c.predicate, t, &schema)?)?;
         match (t.connector.event_time_column(), t.watermark_ms) {
             (Some(et), Some(_)) if on_source == col(et) => {}
             (_, None) => {
@@ -579,20 +584,21 @@ impl<'t> Job<'t> {
         let uid = self.fresh_uid(format!("{}.window", self.sink));
         self.ops.push(operator(&uid, "window-aggregate", Some(&input), config));
         let out_schema = window_aggregate_schema(aggregate_name)?;
+        let value_type = out_schema.field_with_unqualified_name("value").map_err(df)?.data_type().clone();
         let key_types: Vec<DataType> = (0..grouped.len())
-            .filter(|&i| matches!(grouped[i], Expr::Literal(..)))
+            .filter(|&i| matches!(grouped[i], Grouped::Key))
             .map(|i| agg.schema.field(i).data_type().clone())
             .collect();
         let mut key_columns = key_columns(&key_types)?.into_iter();
         let mut exprs = Vec::new();
         for (i, field) in agg.schema.fields().iter().enumerate() {
-            // A key's place among the grouped expressions holds a null; the aggregate comes after them.
+            // The aggregate comes after the grouping expressions.
             let e = match grouped.get(i) {
-                Some(Expr::Literal(..)) => {
+                Some(Grouped::Key) => {
                     key_columns.next().ok_or_else(|| SqlError::plain("a grouping column without its key part"))?
                 }
-                Some(other) => other.clone(),
-                None if field.data_type() == out_schema.field(3).data_type() => col("value"),
+                Some(Grouped::Window(e)) => e.clone(),
+                None if *field.data_type() == value_type => col("value"),
                 None => datafusion_expr::cast(col("value"), field.data_type().clone()),
             };
             exprs.push(e);
@@ -621,10 +627,8 @@ impl<'t> Job<'t> {
             let c = self.collapse(input)?;
             let schema = input.schema();
             let names: Vec<String> = schema.iter().map(|(q, f)| joined_name(q, f.name())).collect();
-            for (name, e) in names.iter().zip(&c.exprs) {
-                if let Some(k) = self.event_time_offset(&c, e)? {
-                    times.insert(name.clone(), (side, k));
-                }
+            for (i, k) in self.event_times(&c)? {
+                times.insert(names[i].clone(), (side, k));
             }
             for ((_, f), name) in schema.iter().zip(&names) {
                 if fields.iter().any(|x| x.name() == name) {
@@ -646,11 +650,14 @@ impl<'t> Job<'t> {
             .map(|(q, f)| Expr::Column(datafusion_common::Column::new_unqualified(joined_name(q, f.name()))))
             .collect();
         let mut config = BTreeMap::new();
+        let condition = match &j.filter {
+            Some(f) => Some(substitute(f.clone().unalias_nested().data, &j.schema, &joined)?),
+            None => None,
+        };
         let mut rest = Vec::new();
         let (mut lower, mut upper) = (None::<i64>, None::<i64>);
-        if let Some(filter) = &j.filter {
-            let e = substitute(filter.clone().unalias_nested().data, &j.schema, &joined)?;
-            for part in split_conjunction(&e) {
+        if let Some(e) = &condition {
+            for part in split_conjunction(e) {
                 let bounds = time_bounds(part, &times);
                 if bounds.is_empty() {
                     rest.push(part.clone());
@@ -666,22 +673,15 @@ impl<'t> Job<'t> {
         }
         // Both sides' times bounded against each other: Flink's interval join, whose rows leave its state once the
         // watermark has passed the last time they could match. Else a regular join, which keeps every row.
-        let kind = match (lower, upper) {
+        let (kind, condition) = match (lower, upper) {
             (Some(l), Some(u)) => {
                 config.insert("lower_ms".to_string(), ConfigValue::from(l));
                 config.insert("upper_ms".to_string(), ConfigValue::from(u));
-                "interval-join"
+                ("interval-join", conjunction(rest))
             }
-            _ => {
-                rest = j
-                    .filter
-                    .iter()
-                    .map(|f| substitute(f.clone().unalias_nested().data, &j.schema, &joined))
-                    .collect::<Result<_, _>>()?;
-                "join"
-            }
+            _ => ("join", condition),
         };
-        if let Some(e) = conjunction(rest) {
+        if let Some(e) = condition {
             let text = sql_text(&e)?;
             crate::expr::parse_expr(&text).map_err(|e| SqlError::plain(format!("the join condition: {e}")))?;
             config.insert("where".to_string(), ConfigValue::from(text));
@@ -695,24 +695,34 @@ impl<'t> Job<'t> {
         Ok(Collapsed { input, window: None, predicate: Vec::new(), exprs: joined })
     }
 
-    /// If `e` (an output expression of `c`) is the row's event time plus so many ms, how many.
-    fn event_time_offset(&self, c: &Collapsed, e: &Expr) -> Result<Option<i64>, SqlError> {
+    /// The output expressions of `c` that are the row's event time plus so many ms: their index and the ms.
+    fn event_times(&self, c: &Collapsed) -> Result<Vec<(usize, i64)>, SqlError> {
         match &c.input {
-            Input::Operator { times, .. } => Ok(match e {
-                Expr::Column(col) if col.relation.is_none() => {
-                    times.iter().find(|(n, _)| *n == col.name).map(|(_, k)| *k)
-                }
-                _ => None,
-            }),
+            Input::Operator { times, .. } => Ok(c
+                .exprs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| match e {
+                    Expr::Column(col) if col.relation.is_none() => {
+                        times.iter().find(|(n, _)| *n == col.name).map(|(_, k)| (i, *k))
+                    }
+                    _ => None,
+                })
+                .collect()),
             Input::Table(table) => {
                 let t = &self.tables[table];
-                let Some(et) = t.connector.event_time_column() else { return Ok(None) };
-                if reads_window_column(e) {
-                    return Ok(None);
-                }
+                let Some(et) = t.connector.event_time_column() else { return Ok(Vec::new()) };
                 let schema = source_schema(t)?;
-                let on_source = on_source_where(e.clone(), &c.predicate, t, &schema)?;
-                Ok((on_source == col(et)).then_some(0))
+                let guarantees = source_guarantees(&c.predicate, t, &schema)?;
+                let mut out = Vec::new();
+                for (i, e) in c.exprs.iter().enumerate() {
+                    if !reads_window_column(e)
+                        && simplified(onto_source(e.clone(), t)?, &schema, &guarantees)? == col(et)
+                    {
+                        out.push((i, 0));
+                    }
+                }
+                Ok(out)
             }
         }
     }
@@ -796,14 +806,18 @@ impl<'t> Job<'t> {
     }
 }
 
-/// `e` (over a table's declared columns) onto its source's columns, simplified under what the conditions
-/// `predicate` guarantee of the rows it is read for: how a column is compared with the source's event time.
-fn on_source_where(e: Expr, predicate: &[Expr], t: &Table, schema: &Arc<DFSchema>) -> Result<Expr, SqlError> {
+/// What the conditions `predicate` (over a table's declared columns) guarantee of the rows read, onto the table's
+/// source columns: how a column read under a filter is compared with the source's event time.
+fn source_guarantees(
+    predicate: &[Expr],
+    t: &Table,
+    schema: &Arc<DFSchema>,
+) -> Result<Vec<(Expr, NullableInterval)>, SqlError> {
     let mut simple = Vec::new();
     for p in predicate {
         simple.push(simplified(onto_source(p.clone(), t)?, schema, &[])?);
     }
-    simplified(onto_source(e, t)?, schema, &guarantees(&simple))
+    Ok(guarantees(&simple))
 }
 
 /// `e` simplified over `schema`, under what `guarantees` say of the rows.
