@@ -1021,6 +1021,18 @@ pub fn explain_text(spec: &weir_common::job::spec::JobSpecFile) -> String {
         for (k, v) in &op.config {
             let v = match v {
                 serde_yaml::Value::String(s) => s.clone(),
+                // On one line, as a spec file writes a window: `{ sliding_ms: 10000, slide_ms: 2000 }`.
+                serde_yaml::Value::Mapping(m) => {
+                    let parts: Vec<String> = m
+                        .iter()
+                        .map(|(k, v)| {
+                            let text =
+                                |x: &serde_yaml::Value| serde_yaml::to_string(x).unwrap_or_default().trim().to_string();
+                            format!("{}: {}", text(k), text(v))
+                        })
+                        .collect();
+                    format!("{{ {} }}", parts.join(", "))
+                }
                 other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
             };
             out.push_str(&format!("    {k}: {v}\n"));

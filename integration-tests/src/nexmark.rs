@@ -91,7 +91,7 @@ impl QueryRun {
 }
 
 /// The queries whose Flink SQL text (`bench/nexmark/sql/queries/`) Weir runs so far.
-pub const SQL_QUERIES: &[&str] = &["q0", "q1", "q2", "q3", "q7", "q8", "q11"];
+pub const SQL_QUERIES: &[&str] = &["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11"];
 
 impl QueryRun {
     /// The Flink SQL script of this run: `bench/nexmark/sql`'s table, views and query as Flink's side runs them,
@@ -99,6 +99,13 @@ impl QueryRun {
     /// connector; a `filesystem` sink where `output` is set, else a `blackhole`), after `SET`s of the
     /// parallelism, the checkpoint interval and RocksDB.
     pub fn sql(&self) -> Result<String> {
+        let path = specs_dir().join("sql").join("queries").join(format!("{}.sql", self.query));
+        let query = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        self.sql_of(&query)
+    }
+
+    /// [`QueryRun::sql`] with the query (its sink table and `INSERT`) `query` instead of the run's.
+    pub fn sql_of(&self, query: &str) -> Result<String> {
         let dir = specs_dir().join("sql");
         let read = |p: PathBuf| std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()));
         let sink = match &self.output {
@@ -113,7 +120,7 @@ impl QueryRun {
             self.checkpoint_ms,
             read(dir.join("source.sql"))?,
             read(dir.join("views.sql"))?,
-            read(dir.join("queries").join(format!("{}.sql", self.query)))?,
+            query,
         );
         Ok(text
             .replace(
@@ -215,6 +222,51 @@ pub fn reference_q6(events: u64, tps: u64) -> Vec<String> {
             prices.pop_front();
         }
         rows.push(format!("{seller},{}", prices.iter().sum::<i64>() / prices.len() as i64));
+    }
+    rows.sort_unstable();
+    rows
+}
+
+/// The SQL query [`reference_recent_counts`] is the result of: bids per bucket of auctions (`auction % 10`) and
+/// 10 s tumbling window, each with an `OVER` sum of its bucket's last 3 windows' counts (the table
+/// `recent_counts` is created with the sink's options).
+pub const RECENT_COUNTS_SQL: &str = "CREATE TABLE recent_counts (bucket BIGINT, num BIGINT, recent BIGINT) \
+    WITH (${SINK});\n\
+    INSERT INTO recent_counts\n\
+    SELECT bucket, num, SUM(num) OVER (PARTITION BY bucket ORDER BY window_time ROWS BETWEEN 2 PRECEDING AND \
+    CURRENT ROW)\n\
+    FROM (\n\
+      SELECT MOD(auction, 10) AS bucket, COUNT(*) AS num, window_start, window_end, window_time\n\
+      FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))\n\
+      GROUP BY MOD(auction, 10), window_start, window_end, window_time\n\
+    );\n";
+
+/// [`RECENT_COUNTS_SQL`]'s result over the stream of `events` events at `tps`, computed here from the generator
+/// (Flink's side has no such query): rows `bucket,num,recent`, sorted by their bytes.
+pub fn reference_recent_counts(events: u64, tps: u64) -> Vec<String> {
+    use std::collections::BTreeMap;
+    use weir_taskmanager::builtins::nexmark::generator::{Event, EventKind, Generator};
+    let mut g = Generator::new(tps);
+    let mut e = Event::default();
+    // (bucket, window) -> bids; in key order, each bucket's windows in time order.
+    let mut counts: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for n in 0..events {
+        g.event(n, &mut e);
+        if e.kind == EventKind::Bid {
+            *counts.entry((e.bid.auction % 10, e.date_time.div_euclid(10_000))).or_default() += 1;
+        }
+    }
+    let mut rows = Vec::with_capacity(counts.len());
+    let mut last: Vec<i64> = Vec::new();
+    let mut bucket = None;
+    for ((b, _), num) in counts {
+        if bucket != Some(b) {
+            bucket = Some(b);
+            last.clear();
+        }
+        last.push(num);
+        let recent: i64 = last.iter().rev().take(3).sum();
+        rows.push(format!("{b},{num},{recent}"));
     }
     rows.sort_unstable();
     rows

@@ -29,6 +29,8 @@ pub(crate) fn explain(e: DataFusionError) -> ExprError {
     let text = match e {
         DataFusionError::Plan(m) | DataFusionError::Execution(m) | DataFusionError::NotImplemented(m) => m.clone(),
         DataFusionError::SchemaError(s, _) => s.to_string(),
+        // Not a fault of DataFusion's here (a call of no signature it has, say): without its request to report one.
+        DataFusionError::Internal(m) => m.clone(),
         other => other.to_string(),
     };
     ExprError::new(text.trim().to_string())

@@ -184,9 +184,9 @@ pub(crate) fn reads_window_column(e: &Expr) -> bool {
     e.column_refs().iter().any(|c| c.relation.as_ref().is_some_and(|r| r.table() == WINDOW_RELATION))
 }
 
-/// What a window aggregate computes, as the `window-aggregate` kind names it, and the column it reads.
+/// A SQL aggregate call, as the `window-aggregate` and `aggregate` kinds name it, and the column it reads.
 #[derive(Debug)]
-pub(crate) struct WindowAggregate {
+pub(crate) struct AggregateCall {
     /// count, sum, min, max or avg.
     pub name: &'static str,
     /// The column read (over the windowed table's columns); none for `COUNT(*)`.
@@ -195,8 +195,9 @@ pub(crate) struct WindowAggregate {
     pub skip_nulls: bool,
 }
 
-/// The `window-aggregate` computing a SQL aggregate call of the plan, or why none can.
-pub(crate) fn window_aggregate_of(e: &Expr, schema: &DFSchema) -> Result<WindowAggregate, SqlError> {
+/// What computes a SQL aggregate call of the plan (`place` says where it is: "in a window", "in a GROUP BY"), or
+/// why nothing can.
+pub(crate) fn aggregate_call(e: &Expr, schema: &DFSchema, place: &str) -> Result<AggregateCall, SqlError> {
     let e = e.clone().unalias_nested().data;
     let Expr::AggregateFunction(f) = &e else {
         return Err(SqlError::plain(format!("{e} is not an aggregate call Weir's windows compute")));
@@ -204,11 +205,11 @@ pub(crate) fn window_aggregate_of(e: &Expr, schema: &DFSchema) -> Result<WindowA
     let fname = f.func.name().to_lowercase();
     let p = &f.params;
     if p.distinct {
-        return Err(SqlError::plain(format!("{}(DISTINCT …) in a window is not supported yet", fname.to_uppercase())));
+        return Err(SqlError::plain(format!("{}(DISTINCT …) {place} is not supported yet", fname.to_uppercase())));
     }
     if p.filter.is_some() || !p.order_by.is_empty() {
         return Err(SqlError::plain(format!(
-            "{}(…) with FILTER or ORDER BY in a window is not supported yet",
+            "{}(…) with FILTER or ORDER BY {place} is not supported yet",
             fname.to_uppercase()
         )));
     }
@@ -220,7 +221,7 @@ pub(crate) fn window_aggregate_of(e: &Expr, schema: &DFSchema) -> Result<WindowA
         "avg" => "avg",
         other => {
             return Err(SqlError::plain(format!(
-                "{} in a window is not supported yet (COUNT, SUM, MIN, MAX and AVG are)",
+                "{} {place} is not supported yet (COUNT, SUM, MIN, MAX and AVG are)",
                 other.to_uppercase()
             )))
         }
@@ -228,6 +229,12 @@ pub(crate) fn window_aggregate_of(e: &Expr, schema: &DFSchema) -> Result<WindowA
     let arg = match p.args.as_slice() {
         [] => None,
         [Expr::Literal(v, _)] if name == "count" && !v.is_null() => None,
+        // DataFusion averages DOUBLEs; Flink's AVG of an integer is an integer, which the kinds compute.
+        [Expr::Cast(c)]
+            if name == "avg" && datafusion_expr::ExprSchemable::get_type(&*c.expr, schema)?.is_integer() =>
+        {
+            Some(c.expr.as_ref().clone())
+        }
         [a] => Some(a.clone()),
         _ => return Err(SqlError::plain(format!("{} takes one argument", name.to_uppercase()))),
     };
@@ -236,12 +243,12 @@ pub(crate) fn window_aggregate_of(e: &Expr, schema: &DFSchema) -> Result<WindowA
         let t = datafusion_expr::ExprSchemable::get_type(a, schema)?;
         if !t.is_integer() {
             return Err(SqlError::plain(format!(
-                "{}({a}) of a {t} in a window is not supported yet: a window aggregates integers",
+                "{}({a}) of a {t} {place} is not supported yet: Weir aggregates integers",
                 name.to_uppercase()
             )));
         }
     }
-    Ok(WindowAggregate { name, arg, skip_nulls })
+    Ok(AggregateCall { name, arg, skip_nulls })
 }
 
 /// A `window-aggregate`'s output columns: its key (the grouping column's value, as bytes), the window, the value.
@@ -286,7 +293,17 @@ pub(crate) fn key_columns(types: &[DataType]) -> Result<Vec<Expr>, SqlError> {
         let args =
             if types.len() == 1 { vec![col("key")] } else { vec![col("key"), lit(layout.clone()), lit(n as i64 + 1)] };
         let e = f.call(args);
-        out.push(if matches!(t, DataType::Int64 | DataType::Utf8) { e } else { cast(e, t.clone()) });
+        out.push(match t {
+            DataType::Int64 | DataType::Utf8 => e,
+            // A cast's SQL text would say TIMESTAMP, which reads back as nanoseconds.
+            DataType::Timestamp(TimeUnit::Millisecond, None) => {
+                let millis = functions
+                    .scalar("to_timestamp_millis")
+                    .ok_or_else(|| SqlError::plain("no function to_timestamp_millis"))?;
+                millis.call(vec![e])
+            }
+            _ => cast(e, t.clone()),
+        });
     }
     Ok(out)
 }

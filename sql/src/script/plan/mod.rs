@@ -9,8 +9,9 @@ use super::error::SqlError;
 use super::settings::Settings;
 use super::statements::{Stmt, TableDdl, WindowCall};
 use super::windows::{
-    group_windows, interval_ms, key_columns, reads_window_column, which_window_column, window_aggregate_of,
-    window_aggregate_schema, window_column, window_table, window_time, Shape, WindowTable, WINDOW_COLUMNS,
+    aggregate_call, group_windows, interval_ms, key_columns, reads_window_column, which_window_column,
+    window_aggregate_schema, window_column, window_table, window_time, AggregateCall, Shape, WindowTable,
+    WINDOW_COLUMNS,
 };
 use crate::expr::context::{Catalog, Functions};
 use crate::expr::types::column_type;
@@ -35,6 +36,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use weir_common::job::spec::{JobSpecFile, OperatorFile};
 use weir_common::job::watermarks::WatermarksFile;
+
+mod group;
+mod join;
+mod over;
+mod window;
 
 /// A table of the script.
 struct Table {
@@ -282,8 +288,16 @@ enum Input {
     /// A table's source.
     Table(String),
     /// An operator's output, of these columns; `times` name the columns that are the row's event time plus so
-    /// many ms (a window aggregate's `window_end` is its row's time + 1).
-    Operator { uid: String, schema: Arc<DFSchema>, times: Vec<(String, i64)> },
+    /// many ms (a window aggregate's `window_end` is its row's time + 1); `updating`: a changelog (`+I`, `-U`,
+    /// `+U`, `-D`), as an unbounded `GROUP BY` gives.
+    Operator { uid: String, schema: Arc<DFSchema>, times: Vec<(String, i64)>, updating: bool },
+}
+
+impl Input {
+    /// Whether its rows are a changelog.
+    fn updating(&self) -> bool {
+        matches!(self, Input::Operator { updating: true, .. })
+    }
 }
 
 /// A read through a window function.
@@ -437,8 +451,16 @@ impl<'t> Job<'t> {
                 }
                 Ok(c)
             }
-            LogicalPlan::Aggregate(a) => self.window_aggregate(a),
+            LogicalPlan::Aggregate(a) => {
+                let c = self.collapse(&a.input)?;
+                if c.window.is_some() || window::regroups(a, &c)? {
+                    self.window_aggregate(a, c)
+                } else {
+                    self.group_aggregate(a, c)
+                }
+            }
             LogicalPlan::Join(j) => self.join(j),
+            LogicalPlan::Window(w) => self.over(w),
             other => {
                 let what = feature(other);
                 let verb = if what.ends_with('s') { "are" } else { "is" };
@@ -471,6 +493,18 @@ impl<'t> Job<'t> {
         Ok(c)
     }
 
+    /// Adds `op` to the job, unless an operator that reads the same input with the same config is there already
+    /// (a query reading one aggregate twice, as q5 does): its uid, the one whose output is the same.
+    fn add(&mut self, op: OperatorFile) -> String {
+        let same = |o: &&OperatorFile| OperatorFile { uid: op.uid.clone(), ..(*o).clone() } == op;
+        if let Some(existing) = self.ops.iter().find(same) {
+            return existing.uid.clone();
+        }
+        let uid = op.uid.clone();
+        self.ops.push(op);
+        uid
+    }
+
     /// A uid of the job not taken yet: `base`, else `base-2`, `base-3`, ….
     fn fresh_uid(&self, base: String) -> String {
         let taken = |u: &str| self.ops.iter().any(|o| o.uid == u);
@@ -478,253 +512,6 @@ impl<'t> Job<'t> {
             return base;
         }
         (2..).map(|n| format!("{base}-{n}")).find(|u| !taken(u)).unwrap_or(base)
-    }
-
-    /// `GROUP BY [column,] window_start, window_end` over a window function: a `project` keying the rows by the
-    /// column (its rows' aggregated column as `value`), and a `window-aggregate`. Its output, as the plan reads
-    /// it, is expressions over the `window-aggregate`'s columns.
-    fn window_aggregate(&mut self, agg: &datafusion_expr::Aggregate) -> Result<Collapsed, SqlError> {
-        let mut c = self.collapse(&agg.input)?;
-        let Some(WindowRead { name, time, partition }) = c.window.take() else {
-            return Err(SqlError::plain(
-                "GROUP BY without a window (an updating aggregate) is not supported yet: group a window function's \
-                 rows (TUMBLE, HOP, SESSION) by window_start and window_end",
-            ));
-        };
-        let w = &self.windows[&name];
-        let f = w.call.function.name();
-        let Input::Table(table) = c.input.clone() else {
-            return Err(SqlError::plain(format!("{f}: a window over aggregated rows is not supported yet")));
-        };
-        if c.predicate.iter().any(reads_window_column) {
-            return Err(SqlError::plain(
-                "a condition on window_start, window_end or window_time before the GROUP BY is not supported yet",
-            ));
-        }
-        let in_schema = agg.input.schema();
-        // Per grouping expression: a column of the key, or what the window-aggregate's output has for it.
-        enum Grouped {
-            Key,
-            Window(Expr),
-        }
-        let mut keys: Vec<Expr> = Vec::new();
-        let mut grouped: Vec<Grouped> = Vec::new();
-        for g in &agg.group_expr {
-            if matches!(g, Expr::GroupingSet(_)) {
-                return Err(SqlError::plain("GROUPING SETS, CUBE and ROLLUP are not supported yet"));
-            }
-            let e = substitute(g.clone().unalias_nested().data, in_schema, &c.exprs)?;
-            match which_window_column(&e) {
-                Some("window_time") => grouped.push(Grouped::Window(window_time())),
-                Some(wc) => grouped.push(Grouped::Window(col(wc))),
-                None if reads_window_column(&e) => {
-                    return Err(SqlError::plain(format!(
-                        "GROUP BY {g}: an expression of the window is not supported yet"
-                    )))
-                }
-                None => {
-                    keys.push(e);
-                    grouped.push(Grouped::Key);
-                }
-            }
-        }
-        let grouped_by = |n: &str| grouped.iter().any(|g| matches!(g, Grouped::Window(Expr::Column(x)) if x.name == n));
-        if !grouped_by("window_start") || !grouped_by("window_end") {
-            return Err(SqlError::plain(format!(
-                "{f}: a window aggregate groups by window_start and window_end (as Flink requires)"
-            )));
-        }
-        if let Shape::Session { .. } = w.shape {
-            let same = partition.len() == keys.len() && partition.iter().all(|p| keys.contains(p));
-            if !same {
-                return Err(SqlError::plain(
-                    "SESSION: Weir's sessions are per GROUP BY column: PARTITION BY the column the query groups by",
-                ));
-            }
-        }
-        let aggregate = match agg.aggr_expr.as_slice() {
-            [] => None,
-            [a] => Some(window_aggregate_of(a, in_schema)?),
-            _ => return Err(SqlError::plain("more than one aggregate per window is not supported yet")),
-        };
-        let t = &self.tables[&table];
-        let schema = source_schema(t)?;
-        let on_source = simplified(onto_source(time, t)?, &schema, &source_guarantees(&c.predicate, t, &schema)?)?;
-        match (t.connector.event_time_column(), t.watermark_ms) {
-            (Some(et), Some(_)) if on_source == col(et) => {}
-            (_, None) => {
-                return Err(SqlError::plain(format!(
-                    "{f}: DESCRIPTOR({}): table {table} has no WATERMARK, so its windows would never end",
-                    w.call.time_column
-                )))
-            }
-            _ => {
-                return Err(SqlError::plain(format!(
-                    "{f}: DESCRIPTOR({}) is not the time Weir's {table} source stamps its rows with",
-                    w.call.time_column
-                )))
-            }
-        }
-        let (aggregate_name, arg, skip_nulls) = match aggregate {
-            Some(a) => (a.name, a.arg, a.skip_nulls),
-            None => ("count", None, false),
-        };
-        let value = match &arg {
-            Some(a) => substitute(a.clone(), in_schema, &c.exprs)?,
-            None => lit(1i64),
-        };
-        if skip_nulls {
-            c.predicate.push(value.clone().is_not_null());
-        }
-        c.exprs = vec![value];
-        let input_uid = self.fresh_uid(format!("{}.window-input", self.sink));
-        let input = self.project(&input_uid, c, &["value".to_string()], Some(keys))?;
-        let mut config = w.config();
-        config.insert("aggregate".into(), ConfigValue::from(aggregate_name));
-        let uid = self.fresh_uid(format!("{}.window", self.sink));
-        self.ops.push(operator(&uid, "window-aggregate", Some(&input), config));
-        let out_schema = window_aggregate_schema(aggregate_name)?;
-        let value_type = out_schema.field_with_unqualified_name("value").map_err(df)?.data_type().clone();
-        let key_types: Vec<DataType> = (0..grouped.len())
-            .filter(|&i| matches!(grouped[i], Grouped::Key))
-            .map(|i| agg.schema.field(i).data_type().clone())
-            .collect();
-        let mut key_columns = key_columns(&key_types)?.into_iter();
-        let mut exprs = Vec::new();
-        for (i, field) in agg.schema.fields().iter().enumerate() {
-            // The aggregate comes after the grouping expressions.
-            let e = match grouped.get(i) {
-                Some(Grouped::Key) => {
-                    key_columns.next().ok_or_else(|| SqlError::plain("a grouping column without its key part"))?
-                }
-                Some(Grouped::Window(e)) => e.clone(),
-                None if *field.data_type() == value_type => col("value"),
-                None => datafusion_expr::cast(col("value"), field.data_type().clone()),
-            };
-            exprs.push(e);
-        }
-        let input = Input::Operator { uid, schema: out_schema, times: vec![("window_end".to_string(), 1)] };
-        Ok(Collapsed { input, window: None, predicate: Vec::new(), exprs })
-    }
-
-    /// An inner join on equal columns: each side a `project` keyed by its side of the equalities, and a `join`
-    /// (every row of both sides in keyed state, as Flink's regular join keeps them). The joined row's columns are
-    /// named after the side's table or alias and the column (`A.id`), so that both sides' columns are distinct.
-    fn join(&mut self, j: &datafusion_expr::logical_plan::Join) -> Result<Collapsed, SqlError> {
-        if j.join_type != datafusion_common::JoinType::Inner {
-            return Err(SqlError::plain(format!(
-                "{} joins are not supported yet (inner joins are)",
-                j.join_type.to_string().to_uppercase()
-            )));
-        }
-        if j.on.is_empty() {
-            return Err(SqlError::plain("a join without an equality between its two sides is not supported yet"));
-        }
-        let mut inputs = Vec::new();
-        let mut fields = vec![Field::new("key", DataType::Binary, false)];
-        let mut times: HashMap<String, (usize, i64)> = HashMap::new();
-        for (side, input) in [&j.left, &j.right].into_iter().enumerate() {
-            let c = self.collapse(input)?;
-            let schema = input.schema();
-            let names: Vec<String> = schema.iter().map(|(q, f)| joined_name(q, f.name())).collect();
-            for (i, k) in self.event_times(&c)? {
-                times.insert(names[i].clone(), (side, k));
-            }
-            for ((_, f), name) in schema.iter().zip(&names) {
-                if fields.iter().any(|x| x.name() == name) {
-                    return Err(SqlError::plain(format!("the join reads two columns called {name}: alias a side")));
-                }
-                fields.push(Field::new(name, f.data_type().clone(), true));
-            }
-            let keys: Vec<Expr> =
-                j.on.iter()
-                    .map(|(l, r)| if side == 0 { l } else { r })
-                    .map(|e| substitute(e.clone().unalias_nested().data, schema, &c.exprs))
-                    .collect::<Result<_, _>>()?;
-            let uid = self.fresh_uid(format!("{}.join-{}", self.sink, ["left", "right"][side]));
-            inputs.push(self.project(&uid, c, &names, Some(keys))?);
-        }
-        let joined: Vec<Expr> = j
-            .schema
-            .iter()
-            .map(|(q, f)| Expr::Column(datafusion_common::Column::new_unqualified(joined_name(q, f.name()))))
-            .collect();
-        let mut config = BTreeMap::new();
-        let condition = match &j.filter {
-            Some(f) => Some(substitute(f.clone().unalias_nested().data, &j.schema, &joined)?),
-            None => None,
-        };
-        let mut rest = Vec::new();
-        let (mut lower, mut upper) = (None::<i64>, None::<i64>);
-        if let Some(e) = &condition {
-            for part in split_conjunction(e) {
-                let bounds = time_bounds(part, &times);
-                if bounds.is_empty() {
-                    rest.push(part.clone());
-                }
-                for (is_lower, v) in bounds {
-                    if is_lower {
-                        lower = Some(lower.map_or(v, |l| l.max(v)));
-                    } else {
-                        upper = Some(upper.map_or(v, |u| u.min(v)));
-                    }
-                }
-            }
-        }
-        // Both sides' times bounded against each other: Flink's interval join, whose rows leave its state once the
-        // watermark has passed the last time they could match. Else a regular join, which keeps every row.
-        let (kind, condition) = match (lower, upper) {
-            (Some(l), Some(u)) => {
-                config.insert("lower_ms".to_string(), ConfigValue::from(l));
-                config.insert("upper_ms".to_string(), ConfigValue::from(u));
-                ("interval-join", conjunction(rest))
-            }
-            _ => ("join", condition),
-        };
-        if let Some(e) = condition {
-            let text = sql_text(&e)?;
-            crate::expr::parse_expr(&text).map_err(|e| SqlError::plain(format!("the join condition: {e}")))?;
-            config.insert("where".to_string(), ConfigValue::from(text));
-        }
-        let uid = self.fresh_uid(format!("{}.join", self.sink));
-        let mut op = operator(&uid, kind, None, config);
-        op.inputs = Some(inputs);
-        self.ops.push(op);
-        let schema = Arc::new(DFSchema::try_from(Schema::new(fields)).map_err(df)?);
-        let input = Input::Operator { uid, schema, times: Vec::new() };
-        Ok(Collapsed { input, window: None, predicate: Vec::new(), exprs: joined })
-    }
-
-    /// The output expressions of `c` that are the row's event time plus so many ms: their index and the ms.
-    fn event_times(&self, c: &Collapsed) -> Result<Vec<(usize, i64)>, SqlError> {
-        match &c.input {
-            Input::Operator { times, .. } => Ok(c
-                .exprs
-                .iter()
-                .enumerate()
-                .filter_map(|(i, e)| match e {
-                    Expr::Column(col) if col.relation.is_none() => {
-                        times.iter().find(|(n, _)| *n == col.name).map(|(_, k)| (i, *k))
-                    }
-                    _ => None,
-                })
-                .collect()),
-            Input::Table(table) => {
-                let t = &self.tables[table];
-                let Some(et) = t.connector.event_time_column() else { return Ok(Vec::new()) };
-                let schema = source_schema(t)?;
-                let guarantees = source_guarantees(&c.predicate, t, &schema)?;
-                let mut out = Vec::new();
-                for (i, e) in c.exprs.iter().enumerate() {
-                    if !reads_window_column(e)
-                        && simplified(onto_source(e.clone(), t)?, &schema, &guarantees)? == col(et)
-                    {
-                        out.push((i, 0));
-                    }
-                }
-                Ok(out)
-            }
-        }
     }
 
     /// The source reading `table` (one per table, however often the query reads it).
@@ -801,8 +588,7 @@ impl<'t> Job<'t> {
             let text = if texts.is_empty() { "0".to_string() } else { texts.join(", ") };
             config.insert("key".to_string(), ConfigValue::from(text));
         }
-        self.ops.push(operator(uid, "project", Some(&input), config));
-        Ok(uid.to_string())
+        Ok(self.add(operator(uid, "project", Some(&input), config)))
     }
 }
 
@@ -828,63 +614,6 @@ fn simplified(e: Expr, schema: &Arc<DFSchema>, guarantees: &[(Expr, NullableInte
         .build();
     let e = ExprSimplifier::new(context).with_guarantees(guarantees.to_vec()).simplify(e).map_err(df)?;
     Ok(case_of_constant(e))
-}
-
-/// `column ± interval` as the column and the ms added.
-fn shifted_column(e: &Expr) -> Option<(&str, i64)> {
-    match e {
-        Expr::Column(c) if c.relation.is_none() => Some((c.name.as_str(), 0)),
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) if matches!(op, Operator::Plus | Operator::Minus) => {
-            let (name, k) = shifted_column(left)?;
-            let ms = interval_ms(right)?;
-            Some((name, if *op == Operator::Plus { k.checked_add(ms)? } else { k.checked_sub(ms)? }))
-        }
-        _ => None,
-    }
-}
-
-/// What a condition says of the second side's event time less the first's (`d`), where it compares the two
-/// sides' times (`times`: a joined column's side and its offset from its row's time): `(true, v)` for `d >= v`,
-/// `(false, v)` for `d <= v`. Nothing for any other condition.
-fn time_bounds(e: &Expr, times: &HashMap<String, (usize, i64)>) -> Vec<(bool, i64)> {
-    // `a op b` with a = t_a + ka, b = t_b + kb.
-    let compare = |a: &Expr, op: Operator, b: &Expr| -> Option<(bool, i64)> {
-        let (na, sa) = shifted_column(a)?;
-        let (nb, sb) = shifted_column(b)?;
-        let (&(side_a, ka), &(side_b, kb)) = (times.get(na)?, times.get(nb)?);
-        if side_a == side_b {
-            return None;
-        }
-        // t_a + ca op t_b + cb.
-        let (ca, cb) = (ka.checked_add(sa)?, kb.checked_add(sb)?);
-        // As d = t_second − t_first: with a the first, `t_a + ca op t_b + cb` is `d op' ca − cb` with op flipped.
-        let (op, v) = if side_a == 0 { (op.swap()?, ca.checked_sub(cb)?) } else { (op, cb.checked_sub(ca)?) };
-        match op {
-            Operator::GtEq => Some((true, v)),
-            Operator::Gt => Some((true, v.checked_add(1)?)),
-            Operator::LtEq => Some((false, v)),
-            Operator::Lt => Some((false, v.checked_sub(1)?)),
-            _ => None,
-        }
-    };
-    match e {
-        Expr::Between(b) if !b.negated => {
-            match (compare(&b.expr, Operator::GtEq, &b.low), compare(&b.expr, Operator::LtEq, &b.high)) {
-                (Some(l), Some(h)) => vec![l, h],
-                _ => Vec::new(),
-            }
-        }
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) => compare(left, *op, right).into_iter().collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// A column's name in a joined row: its table's (or alias's) name and its own, `A.id`.
-fn joined_name(qualifier: Option<&datafusion_common::TableReference>, name: &str) -> String {
-    match qualifier {
-        Some(q) => format!("{}.{name}", q.table()),
-        None => name.to_string(),
-    }
 }
 
 /// A name as SQL, backticked.

@@ -1,0 +1,201 @@
+//! Window aggregates: `GROUP BY window_start, window_end` over a window function's rows, or over the rows of
+//! another window aggregate (whose windows they keep, as Flink's window properties carry through a query).
+
+use super::*;
+
+/// Per grouping expression of a window aggregate: a part of the key, or what the `window-aggregate`'s output has
+/// for it.
+enum Grouped {
+    Key,
+    Window(Expr),
+}
+
+/// How a window aggregate's rows are windowed: its grouping, the key's expressions and the windows' config.
+struct Windowing {
+    grouped: Vec<Grouped>,
+    keys: Vec<Expr>,
+    config: BTreeMap<String, ConfigValue>,
+}
+
+impl Job<'_> {
+    /// `GROUP BY [column,] window_start, window_end` over a window function's rows, or `GROUP BY [column,]
+    /// window_end` over a window aggregate's: a `project` keying the rows by the other columns (its rows'
+    /// aggregated column as `value`), and a `window-aggregate`. Its output, as the plan reads it, is expressions
+    /// over the `window-aggregate`'s columns.
+    pub(super) fn window_aggregate(
+        &mut self,
+        agg: &datafusion_expr::Aggregate,
+        mut c: Collapsed,
+    ) -> Result<Collapsed, SqlError> {
+        let in_schema = agg.input.schema();
+        let windowing = match c.window.take() {
+            Some(read) => self.window_function(agg, &c, read)?,
+            None => inherited(agg, &c)?.ok_or_else(|| SqlError::plain("a window aggregate without windows"))?,
+        };
+        let Windowing { grouped, keys, mut config } = windowing;
+        let aggregate = match agg.aggr_expr.as_slice() {
+            [] => None,
+            [a] => Some(aggregate_call(a, in_schema, "in a window")?),
+            _ => return Err(SqlError::plain("more than one aggregate per window is not supported yet")),
+        };
+        let (aggregate_name, arg, skip_nulls) = match aggregate {
+            Some(a) => (a.name, a.arg, a.skip_nulls),
+            None => ("count", None, false),
+        };
+        let value = match &arg {
+            Some(a) => substitute(a.clone(), in_schema, &c.exprs)?,
+            None => lit(1i64),
+        };
+        if skip_nulls {
+            c.predicate.push(value.clone().is_not_null());
+        }
+        c.exprs = vec![value];
+        let input_uid = self.fresh_uid(format!("{}.window-input", self.sink));
+        let input = self.project(&input_uid, c, &["value".to_string()], Some(keys))?;
+        config.insert("aggregate".into(), ConfigValue::from(aggregate_name));
+        let uid = self.fresh_uid(format!("{}.window", self.sink));
+        let uid = self.add(operator(&uid, "window-aggregate", Some(&input), config));
+        let out_schema = window_aggregate_schema(aggregate_name)?;
+        let value_type = out_schema.field_with_unqualified_name("value").map_err(df)?.data_type().clone();
+        let key_types: Vec<DataType> = (0..grouped.len())
+            .filter(|&i| matches!(grouped[i], Grouped::Key))
+            .map(|i| agg.schema.field(i).data_type().clone())
+            .collect();
+        let mut key_columns = key_columns(&key_types)?.into_iter();
+        let mut exprs = Vec::new();
+        for (i, field) in agg.schema.fields().iter().enumerate() {
+            // The aggregate comes after the grouping expressions.
+            let e = match grouped.get(i) {
+                Some(Grouped::Key) => {
+                    key_columns.next().ok_or_else(|| SqlError::plain("a grouping column without its key part"))?
+                }
+                Some(Grouped::Window(e)) => e.clone(),
+                None if *field.data_type() == value_type => col("value"),
+                None => datafusion_expr::cast(col("value"), field.data_type().clone()),
+            };
+            exprs.push(e);
+        }
+        let input =
+            Input::Operator { uid, schema: out_schema, times: vec![("window_end".to_string(), 1)], updating: false };
+        Ok(Collapsed { input, window: None, predicate: Vec::new(), exprs })
+    }
+
+    /// The windowing of a `GROUP BY` over a window function's rows: its descriptor must be the source's event
+    /// time, and the grouping must name `window_start` and `window_end`.
+    fn window_function(
+        &self,
+        agg: &datafusion_expr::Aggregate,
+        c: &Collapsed,
+        read: WindowRead,
+    ) -> Result<Windowing, SqlError> {
+        let WindowRead { name, time, partition } = read;
+        let w = &self.windows[&name];
+        let f = w.call.function.name();
+        let Input::Table(table) = &c.input else {
+            return Err(SqlError::plain(format!("{f}: a window over aggregated rows is not supported yet")));
+        };
+        if c.predicate.iter().any(reads_window_column) {
+            return Err(SqlError::plain(
+                "a condition on window_start, window_end or window_time before the GROUP BY is not supported yet",
+            ));
+        }
+        let in_schema = agg.input.schema();
+        let mut keys: Vec<Expr> = Vec::new();
+        let mut grouped: Vec<Grouped> = Vec::new();
+        for g in &agg.group_expr {
+            if matches!(g, Expr::GroupingSet(_)) {
+                return Err(SqlError::plain("GROUPING SETS, CUBE and ROLLUP are not supported yet"));
+            }
+            let e = substitute(g.clone().unalias_nested().data, in_schema, &c.exprs)?;
+            match which_window_column(&e) {
+                Some("window_time") => grouped.push(Grouped::Window(window_time())),
+                Some(wc) => grouped.push(Grouped::Window(col(wc))),
+                None if reads_window_column(&e) => {
+                    return Err(SqlError::plain(format!(
+                        "GROUP BY {g}: an expression of the window is not supported yet"
+                    )))
+                }
+                None => {
+                    keys.push(e);
+                    grouped.push(Grouped::Key);
+                }
+            }
+        }
+        let grouped_by = |n: &str| grouped.iter().any(|g| matches!(g, Grouped::Window(Expr::Column(x)) if x.name == n));
+        if !grouped_by("window_start") || !grouped_by("window_end") {
+            return Err(SqlError::plain(format!(
+                "{f}: a window aggregate groups by window_start and window_end (as Flink requires)"
+            )));
+        }
+        if let Shape::Session { .. } = w.shape {
+            let same = partition.len() == keys.len() && partition.iter().all(|p| keys.contains(p));
+            if !same {
+                return Err(SqlError::plain(
+                    "SESSION: Weir's sessions are per GROUP BY column: PARTITION BY the column the query groups by",
+                ));
+            }
+        }
+        let t = &self.tables[table];
+        let schema = source_schema(t)?;
+        let on_source = simplified(onto_source(time, t)?, &schema, &source_guarantees(&c.predicate, t, &schema)?)?;
+        match (t.connector.event_time_column(), t.watermark_ms) {
+            (Some(et), Some(_)) if on_source == col(et) => {}
+            (_, None) => {
+                return Err(SqlError::plain(format!(
+                    "{f}: DESCRIPTOR({}): table {table} has no WATERMARK, so its windows would never end",
+                    w.call.time_column
+                )))
+            }
+            _ => {
+                return Err(SqlError::plain(format!(
+                    "{f}: DESCRIPTOR({}) is not the time Weir's {table} source stamps its rows with",
+                    w.call.time_column
+                )))
+            }
+        }
+        Ok(Windowing { grouped, keys, config: w.config() })
+    }
+}
+
+/// Whether a `GROUP BY` over rows without a window function regroups a window aggregate's rows by their windows.
+pub(super) fn regroups(agg: &datafusion_expr::Aggregate, c: &Collapsed) -> Result<bool, SqlError> {
+    Ok(c.window.is_none() && inherited(agg, c)?.is_some())
+}
+
+/// The windowing of a `GROUP BY` over a window aggregate's rows that names their `window_end`: the windows are
+/// theirs. Those rows' event time is `window_end` − 1, so windows of 1 ms regroup them by `window_end` (and by
+/// `window_start` and any other column in the key), whatever their windows' shape; `None` where the grouping does
+/// not name such a `window_end`.
+fn inherited(agg: &datafusion_expr::Aggregate, c: &Collapsed) -> Result<Option<Windowing>, SqlError> {
+    let Input::Operator { times, .. } = &c.input else { return Ok(None) };
+    let in_schema = agg.input.schema();
+    let mut grouped = Vec::new();
+    let mut keys = Vec::new();
+    let mut ends = 0;
+    for g in &agg.group_expr {
+        if matches!(g, Expr::GroupingSet(_)) {
+            return Err(SqlError::plain("GROUPING SETS, CUBE and ROLLUP are not supported yet"));
+        }
+        let e = substitute(g.clone().unalias_nested().data, in_schema, &c.exprs)?;
+        match &e {
+            Expr::Column(x) if x.relation.is_none() && times.iter().any(|(n, k)| *n == x.name && *k == 1) => {
+                ends += 1;
+                grouped.push(Grouped::Window(col("window_end")));
+            }
+            _ => {
+                keys.push(e);
+                grouped.push(Grouped::Key);
+            }
+        }
+    }
+    if ends == 0 {
+        return Ok(None);
+    }
+    let mut window = serde_yaml::Mapping::new();
+    window.insert(ConfigValue::from("tumbling_ms"), ConfigValue::from(1));
+    Ok(Some(Windowing {
+        grouped,
+        keys,
+        config: BTreeMap::from([("window".to_string(), ConfigValue::Mapping(window))]),
+    }))
+}
