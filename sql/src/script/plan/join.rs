@@ -13,6 +13,9 @@ impl Job<'_> {
                 j.join_type.to_string().to_uppercase()
             )));
         }
+        if let Some(top) = self.window_top(j)? {
+            return Ok(top);
+        }
         if j.on.is_empty() {
             return Err(SqlError::plain("a join without an equality between its two sides is not supported yet"));
         }

@@ -40,6 +40,7 @@ use weir_common::job::watermarks::WatermarksFile;
 mod group;
 mod join;
 mod over;
+mod top;
 mod window;
 
 /// A table of the script.
@@ -394,6 +395,13 @@ impl<'t> Job<'t> {
         }
         self.sink = sink_name.clone();
         let c = self.collapse(&dml.input)?;
+        // A Parquet file holds rows, not changes: an updating result would lose its retractions there.
+        if c.input.updating() && config.get("format").and_then(|f| f.as_str()) == Some("parquet") {
+            return Err(SqlError::plain(format!(
+                "INSERT INTO {sink_name}: the result updates (a GROUP BY without a window), and format 'parquet' \
+                 cannot hold its changes yet: write text, csv or json, whose lines carry +I, -U, +U and -D"
+            )));
+        }
         let names: Vec<String> = dml.input.schema().fields().iter().map(|f| f.name().clone()).collect();
         let input = self.project(&format!("{sink_name}.select"), c, &names, None)?;
         self.ops.push(operator(&format!("{sink_name}.sink"), kind, Some(&input), config));
