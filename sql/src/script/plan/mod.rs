@@ -120,18 +120,10 @@ pub(crate) fn plan(stmts: Vec<Stmt>, options: &PlanOptions) -> Result<Planned, S
                     return Err(SqlError::at(at, "expected CREATE VIEW name AS query"));
                 };
                 let name = v.name.to_string();
-                let mut query = Statement::Query(v.query);
-                let mut calls = calls;
-                calls.extend(group_windows(&mut query).map_err(|e| e.located(at))?);
-                add_windows(&mut catalog, &mut windows, calls)?;
-                crate::expr::compile::flink_statement(&mut query);
-                let planner = SqlToRel::new_with_options(&catalog, functions.parser_options());
-                let plan = planner.sql_statement_to_plan(query).map_err(|e| df(e).located(at))?;
+                let (plan, analyzed) =
+                    plan_statement(&mut catalog, &mut windows, Statement::Query(v.query), calls, at)?;
                 let schema = Arc::new(plan.schema().as_arrow().clone());
                 // Type-coerced as the INSERT's plan is, for a window function reading the view.
-                let analyzed = Analyzer::new()
-                    .execute_and_check(plan.clone(), functions.options(), |_, _| {})
-                    .map_err(|e| df(e).located(at))?;
                 views.insert(name.clone(), analyzed);
                 catalog.add_table(&name, Arc::new(View { plan, schema }));
             }
@@ -143,17 +135,10 @@ pub(crate) fn plan(stmts: Vec<Stmt>, options: &PlanOptions) -> Result<Planned, S
             }
         }
     }
-    let Some((mut statement, calls, at)) = insert else {
+    let Some((statement, calls, at)) = insert else {
         return Err(SqlError::plain("the script has no INSERT INTO … SELECT: nothing would run"));
     };
-    let mut calls = calls;
-    calls.extend(group_windows(&mut statement).map_err(|e| e.located(at))?);
-    add_windows(&mut catalog, &mut windows, calls)?;
-    crate::expr::compile::flink_statement(&mut statement);
-    let planner = SqlToRel::new_with_options(&catalog, functions.parser_options());
-    let plan = planner.sql_statement_to_plan(statement).map_err(|e| df(e).located(at))?;
-    let plan =
-        Analyzer::new().execute_and_check(plan, functions.options(), |_, _| {}).map_err(|e| df(e).located(at))?;
+    let (_, plan) = plan_statement(&mut catalog, &mut windows, statement, calls, at)?;
     // A join's equalities become its keys; conditions over its result that read one side are applied to that side
     // before the join (Flink does the same): fewer rows are kept in the join's state.
     // And only the columns read later are kept: a join stores what its sides' projects select.
@@ -181,6 +166,27 @@ pub(crate) fn plan(stmts: Vec<Stmt>, options: &PlanOptions) -> Result<Planned, S
     }
     let warnings = settings.ignored.iter().map(|k| format!("SET '{k}' is Flink's tuning: Weir ignores it")).collect();
     Ok(Planned { spec, warnings })
+}
+
+/// A statement (a view's query or the `INSERT`) planned by DataFusion once its window functions (`calls`, and
+/// the legacy group windows it holds) are tables of the catalog: the plan as written, and type-coerced.
+fn plan_statement(
+    catalog: &mut Catalog<'_>,
+    windows: &mut HashMap<String, WindowTable>,
+    mut statement: Statement,
+    mut calls: Vec<WindowCall>,
+    at: sqlparser::tokenizer::Location,
+) -> Result<(LogicalPlan, LogicalPlan), SqlError> {
+    let functions = Functions::shared();
+    calls.extend(group_windows(&mut statement).map_err(|e| e.located(at))?);
+    add_windows(catalog, windows, calls)?;
+    crate::expr::compile::flink_statement(&mut statement);
+    let planner = SqlToRel::new_with_options(&*catalog, functions.parser_options());
+    let plan = planner.sql_statement_to_plan(statement).map_err(|e| df(e).located(at))?;
+    let analyzed = Analyzer::new()
+        .execute_and_check(plan.clone(), functions.options(), |_, _| {})
+        .map_err(|e| df(e).located(at))?;
+    Ok((plan, analyzed))
 }
 
 /// Resolves the window functions a statement calls, each a table its query may read.
