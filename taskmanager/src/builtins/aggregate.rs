@@ -377,7 +377,9 @@ impl Operator for Aggregate {
     fn initialize_state(&mut self, ctx: &mut InitContext<'_>) -> Result<(), OperatorError> {
         let keyed = ctx.keyed.as_mut().ok_or_else(|| OperatorError::Misuse("aggregate needs keyed state".into()))?;
         self.state = Some(keyed.register_state(STATE, StateKind::Value)?);
-        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(CARRIED, &mut self.columns)])
+        restore_kept(ctx.operator_state, COLUMNS_STATE, &mut [(CARRIED, &mut self.columns)])?;
+        let restored = ctx.operator_state.union_list_state(COLUMNS_STATE)?;
+        check_stored_aggregates(restored, &self.fns)
     }
 
     fn process_batch(
@@ -473,8 +475,37 @@ impl Operator for Aggregate {
     }
 
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext<'_>) -> Result<(), OperatorError> {
-        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(CARRIED, &self.columns)])
+        snapshot_kept(ctx.operator_state, COLUMNS_STATE, &[(CARRIED, &self.columns)])?;
+        ctx.operator_state.union_list_state(COLUMNS_STATE)?.push(aggregates_element(&self.fns));
+        Ok(())
     }
+}
+
+/// The union-state element naming the aggregates a key's stored accumulators are of, beside the carried columns'.
+const AGGREGATES: &str = "aggregates";
+
+fn aggregates_element(fns: &[AggregateFn]) -> Vec<u8> {
+    let names: Vec<String> = fns.iter().map(|f| format!("{f:?}")).collect();
+    format!("{AGGREGATES}\t{}", names.join(",")).into_bytes()
+}
+
+/// Whether the restored union state `elements` holds accumulators of the aggregates `fns`: a key's stored value is
+/// one accumulator per aggregate, in order, so another list would read them as the wrong aggregates (or its
+/// carried columns as accumulators). State written before the list was kept says nothing and passes.
+fn check_stored_aggregates(elements: &[Vec<u8>], fns: &[AggregateFn]) -> Result<(), OperatorError> {
+    let want = aggregates_element(fns);
+    for e in elements {
+        let Some(stored) = e.strip_prefix(format!("{AGGREGATES}\t").as_bytes()) else { continue };
+        if e != &want {
+            return Err(OperatorError::UnreadableState(format!(
+                "aggregate: its stored accumulators are of [{}], this job's aggregates are [{}]; the stored state \
+                 cannot be read with other aggregates (start the job without this state, or keep its aggregates)",
+                String::from_utf8_lossy(stored),
+                String::from_utf8_lossy(&want[AGGREGATES.len() + 1..])
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The `aggregate` kind: a running `GROUP BY` per key, emitting updates.
@@ -533,6 +564,17 @@ mod tests {
             acc.decode_into(bytes, n)?;
             Ok(acc)
         }
+    }
+
+    #[test]
+    fn stored_accumulators_of_other_aggregates_are_refused_by_name() {
+        let fns = [AggregateFn::Count, AggregateFn::Max];
+        let stored = vec![b"carried\tg0:int64:true".to_vec(), aggregates_element(&fns)];
+        assert!(check_stored_aggregates(&stored, &fns).is_ok());
+        assert!(check_stored_aggregates(&stored[..1], &fns[..1]).is_ok(), "state from before the list was kept");
+        let e = check_stored_aggregates(&stored, &fns[1..]).unwrap_err().to_string();
+        assert!(e.contains("are of [Count,Max], this job's aggregates are [Max]"), "{e}");
+        assert!(check_stored_aggregates(&stored, &[AggregateFn::Max, AggregateFn::Count]).is_err(), "order matters");
     }
 
     #[test]
