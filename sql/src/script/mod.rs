@@ -63,6 +63,11 @@ mod tests {
         plan_script(&nexmark(q), &options).unwrap_or_else(|e| panic!("{q}: {e}"))
     }
 
+    /// Each operator's uid and kind, in order.
+    fn uids_and_kinds(p: &Planned) -> Vec<(&str, &str)> {
+        p.spec.operators.iter().map(|o| (o.uid.as_str(), o.kind.as_str())).collect()
+    }
+
     fn config(p: &Planned, uid: &str, key: &str) -> String {
         let op = p.spec.operators.iter().find(|o| o.uid == uid).unwrap_or_else(|| panic!("no {uid}: {:?}", p.spec));
         op.config.get(key).and_then(|v| v.as_str()).unwrap_or_default().to_string()
@@ -71,7 +76,7 @@ mod tests {
     #[test]
     fn nexmark_q0_to_q2_plan_into_a_source_a_projection_and_a_sink() {
         let q0 = planned("q0");
-        let kinds: Vec<(&str, &str)> = q0.spec.operators.iter().map(|o| (o.uid.as_str(), o.kind.as_str())).collect();
+        let kinds = uids_and_kinds(&q0);
         assert_eq!(kinds, [("datagen", "nexmark"), ("nexmark_q0.select", "project"), ("nexmark_q0.sink", "blackhole")]);
         let source = &q0.spec.operators[0];
         assert_eq!(source.watermarks.as_ref().and_then(|w| w.max_out_of_orderness_ms), Some(3999));
@@ -99,7 +104,7 @@ mod tests {
     #[test]
     fn nexmark_q11_plans_into_a_session_window_aggregate_keyed_by_bidder() {
         let q = planned("q11");
-        let kinds: Vec<(&str, &str)> = q.spec.operators.iter().map(|o| (o.uid.as_str(), o.kind.as_str())).collect();
+        let kinds = uids_and_kinds(&q);
         assert_eq!(
             kinds,
             [
@@ -245,7 +250,7 @@ mod tests {
     #[test]
     fn nexmark_q3_plans_into_a_join_of_two_keyed_filtered_sides() {
         let q = planned("q3");
-        let kinds: Vec<(&str, &str)> = q.spec.operators.iter().map(|o| (o.uid.as_str(), o.kind.as_str())).collect();
+        let kinds = uids_and_kinds(&q);
         assert_eq!(
             kinds,
             [
@@ -304,7 +309,7 @@ mod tests {
     #[test]
     fn nexmark_q5_ranks_one_hop_count_per_window() {
         let q5 = planned("q5");
-        let kinds: Vec<(&str, &str)> = q5.spec.operators.iter().map(|o| (o.uid.as_str(), o.kind.as_str())).collect();
+        let kinds = uids_and_kinds(&q5);
         assert_eq!(
             kinds,
             [
@@ -365,7 +370,7 @@ mod tests {
     #[test]
     fn nexmark_q4_plans_two_updating_group_aggregates_over_a_regular_join() {
         let q4 = planned("q4");
-        let kinds: Vec<(&str, &str)> = q4.spec.operators.iter().map(|o| (o.uid.as_str(), o.kind.as_str())).collect();
+        let kinds = uids_and_kinds(&q4);
         assert_eq!(
             kinds,
             [

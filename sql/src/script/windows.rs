@@ -293,17 +293,7 @@ pub(crate) fn key_columns(types: &[DataType]) -> Result<Vec<Expr>, SqlError> {
         let args =
             if types.len() == 1 { vec![col("key")] } else { vec![col("key"), lit(layout.clone()), lit(n as i64 + 1)] };
         let e = f.call(args);
-        out.push(match t {
-            DataType::Int64 | DataType::Utf8 => e,
-            // A cast's SQL text would say TIMESTAMP, which reads back as nanoseconds.
-            DataType::Timestamp(TimeUnit::Millisecond, None) => {
-                let millis = functions
-                    .scalar("to_timestamp_millis")
-                    .ok_or_else(|| SqlError::plain("no function to_timestamp_millis"))?;
-                millis.call(vec![e])
-            }
-            _ => cast(e, t.clone()),
-        });
+        out.push(if matches!(t, DataType::Int64 | DataType::Utf8) { e } else { cast(e, t.clone()) });
     }
     Ok(out)
 }

@@ -48,11 +48,7 @@ impl Job<'_> {
             let uid = self.fresh_uid(format!("{}.join-{}", self.sink, ["left", "right"][side]));
             inputs.push(self.project(&uid, c, &names, Some(keys))?);
         }
-        let joined: Vec<Expr> = j
-            .schema
-            .iter()
-            .map(|(q, f)| Expr::Column(datafusion_common::Column::new_unqualified(joined_name(q, f.name()))))
-            .collect();
+        let joined: Vec<Expr> = j.schema.iter().map(|(q, f)| plain_column(joined_name(q, f.name()))).collect();
         let mut config = BTreeMap::new();
         let condition = match &j.filter {
             Some(f) => Some(substitute(f.clone().unalias_nested().data, &j.schema, &joined)?),
@@ -71,8 +67,8 @@ impl Job<'_> {
         };
         // An equality of the two sides' times (two windowed tables joined on window_end) bounds them too, and
         // stays a key.
+        let on_joined = |e: &Expr| substitute(e.clone().unalias_nested().data, &j.schema, &joined);
         for (l, r) in &j.on {
-            let on_joined = |e: &Expr| substitute(e.clone().unalias_nested().data, &j.schema, &joined);
             bound(time_bounds(&on_joined(l)?.eq(on_joined(r)?), &times));
         }
         if let Some(e) = &condition {

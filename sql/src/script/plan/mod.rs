@@ -420,7 +420,7 @@ impl<'t> Job<'t> {
         if t.connector.source(None).is_none() {
             return Err(SqlError::plain(format!("table {table} is a sink: it cannot be read")));
         }
-        let exprs = columns.map(|c| col(datafusion_common::Column::new_unqualified(c))).collect();
+        let exprs = columns.map(plain_column).collect();
         Ok(Collapsed { input: Input::Table(table.to_string()), window: None, predicate: Vec::new(), exprs })
     }
 
@@ -466,11 +466,10 @@ impl<'t> Job<'t> {
                 Ok(c)
             }
             LogicalPlan::Aggregate(a) => {
-                let c = self.collapse(&a.input)?;
-                if c.window.is_some() || window::regroups(a, &c)? {
-                    self.window_aggregate(a, c)
-                } else {
-                    self.group_aggregate(a, c)
+                let mut c = self.collapse(&a.input)?;
+                match self.windowing(a, &mut c)? {
+                    Some(windowing) => self.window_aggregate(a, c, windowing),
+                    None => self.group_aggregate(a, c),
                 }
             }
             LogicalPlan::Join(j) => self.join(j),
@@ -505,6 +504,24 @@ impl<'t> Job<'t> {
         c.window = Some(WindowRead { name: w.call.name.clone(), time, partition });
         c.exprs.extend(WINDOW_COLUMNS.map(window_column));
         Ok(c)
+    }
+
+    /// A stateful step: a `project` of `c` (its columns named `names`) keyed by `keys`, uid `<sink>.<role>-input`,
+    /// and an operator of `kind` over it, uid `<sink>.<role>`; the latter's uid (an existing one's where the same
+    /// operator is there already).
+    fn keyed_step(
+        &mut self,
+        role: &str,
+        c: Collapsed,
+        names: &[String],
+        keys: Vec<Expr>,
+        kind: &str,
+        config: BTreeMap<String, ConfigValue>,
+    ) -> Result<String, SqlError> {
+        let input_uid = self.fresh_uid(format!("{}.{role}-input", self.sink));
+        let input = self.project(&input_uid, c, names, Some(keys))?;
+        let uid = self.fresh_uid(format!("{}.{role}", self.sink));
+        Ok(self.add(operator(&uid, kind, Some(&input), config)))
     }
 
     /// Adds `op` to the job, unless an operator that reads the same input with the same config is there already
@@ -637,15 +654,65 @@ fn quoted(name: &str) -> String {
 
 /// An expression as SQL text the task managers parse again.
 fn sql_text(e: &Expr) -> Result<String, SqlError> {
-    datafusion_sql::unparser::expr_to_sql(e).map(|a| a.to_string()).map_err(df)
+    datafusion_sql::unparser::Unparser::new(&Reparsed).expr_to_sql(e).map(|a| a.to_string()).map_err(df)
+}
+
+/// DataFusion's default SQL dialect, but that a cast to a timestamp says its precision: a bare `TIMESTAMP` reads
+/// back as nanoseconds, where Weir's timestamps are milliseconds.
+struct Reparsed;
+
+impl datafusion_sql::unparser::dialect::Dialect for Reparsed {
+    fn identifier_quote_style(&self, identifier: &str) -> Option<char> {
+        datafusion_sql::unparser::dialect::DefaultDialect {}.identifier_quote_style(identifier)
+    }
+
+    fn timestamp_cast_dtype(&self, unit: &TimeUnit, tz: &Option<Arc<str>>) -> sqlparser::ast::DataType {
+        let digits = match unit {
+            TimeUnit::Second => 0,
+            TimeUnit::Millisecond => 3,
+            TimeUnit::Microsecond => 6,
+            TimeUnit::Nanosecond => 9,
+        };
+        let zone = match tz {
+            Some(_) => sqlparser::ast::TimezoneInfo::WithTimeZone,
+            None => sqlparser::ast::TimezoneInfo::None,
+        };
+        sqlparser::ast::DataType::Timestamp(Some(digits), zone)
+    }
+}
+
+/// A column of an operator's rows by its plain name.
+fn plain_column(name: impl Into<String>) -> Expr {
+    Expr::Column(datafusion_common::Column::new_unqualified(name))
+}
+
+/// Column `name` of an operator's output, of type `has`, as the plan types it (`wants`): cast where they differ.
+fn as_planned(name: impl Into<String>, has: &DataType, wants: &DataType) -> Expr {
+    let e = plain_column(name);
+    if has == wants {
+        e
+    } else {
+        datafusion_expr::cast(e, wants.clone())
+    }
+}
+
+/// An aggregate's grouping expressions over the rows `c` collapses to.
+fn grouping(agg: &datafusion_expr::Aggregate, c: &Collapsed) -> Result<Vec<Expr>, SqlError> {
+    agg.group_expr
+        .iter()
+        .map(|g| {
+            if matches!(g, Expr::GroupingSet(_)) {
+                return Err(SqlError::plain("GROUPING SETS, CUBE and ROLLUP are not supported yet"));
+            }
+            substitute(g.clone().unalias_nested().data, agg.input.schema(), &c.exprs)
+        })
+        .collect()
 }
 
 /// Drops table qualifiers: the operators' rows have plain column names.
 fn unqualified(e: Expr) -> Expr {
     e.transform_up(|x| match x {
-        Expr::Column(c) if c.relation.is_some() => {
-            Ok(Transformed::yes(Expr::Column(datafusion_common::Column::new_unqualified(c.name))))
-        }
+        Expr::Column(c) if c.relation.is_some() => Ok(Transformed::yes(plain_column(c.name))),
         other => Ok(Transformed::no(other)),
     })
     .map(|t| t.data)
@@ -722,7 +789,7 @@ fn onto_source(e: Expr, t: &Table) -> Result<Expr, SqlError> {
 
 fn mapped(m: Mapped) -> Expr {
     match m {
-        Mapped::Column(c) => col(datafusion_common::Column::new_unqualified(c)),
+        Mapped::Column(c) => plain_column(c),
         Mapped::TimeOf(event_type) => when(col("event_type").eq(lit(event_type)), col("date_time"))
             .end()
             .unwrap_or_else(|e| unreachable!("a CASE with a WHEN: {e}")),
@@ -807,4 +874,21 @@ fn source_schema(t: &Table) -> Result<Arc<DFSchema>, SqlError> {
         }
     }
     DFSchema::try_from(Schema::new(fields)).map(Arc::new).map_err(df)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cast_to_a_timestamp_reads_back_with_its_precision() {
+        let schema = Schema::new(vec![Field::new("n", DataType::Int64, true)]);
+        for unit in [TimeUnit::Second, TimeUnit::Millisecond, TimeUnit::Microsecond, TimeUnit::Nanosecond] {
+            let t = DataType::Timestamp(unit, None);
+            let text = sql_text(&datafusion_expr::cast(col("n"), t.clone())).unwrap();
+            let parsed = crate::expr::parse_expr(&text).unwrap();
+            let compiled = crate::expr::compile::compile(&parsed, &schema).unwrap();
+            assert_eq!(compiled.data_type(), &t, "{text}");
+        }
+    }
 }

@@ -92,19 +92,12 @@ impl Job<'_> {
                 None,
             ));
             let call = aggregate_call(&call, in_schema, "OVER (…)")?;
-            let (function, value) = aggregate_input(call, i, in_schema, &c.exprs)?;
-            if let Some(e) = value {
-                exprs.push(e);
-                names.push(format!("a{i}"));
-            }
-            aggregates.push(format!("{function} AS v{i}"));
+            aggregates.push(aggregate_input(call, i, in_schema, &c.exprs, &mut names, &mut exprs)?);
         }
         let mut fields: Vec<Field> =
             in_schema.fields().iter().zip(&names).map(|(f, n)| Field::new(n, f.data_type().clone(), true)).collect();
         let times = times.iter().map(|(i, k)| (names[*i].clone(), *k)).collect();
         let c = Collapsed { input: c.input, window: None, predicate: c.predicate, exprs };
-        let input_uid = self.fresh_uid(format!("{}.over-input", self.sink));
-        let input = self.project(&input_uid, c, &names, Some(partition.unwrap_or_default()))?;
         let rows = match frame.flatten() {
             Some(n) => ConfigValue::from(n),
             None => ConfigValue::from("unbounded"),
@@ -113,20 +106,13 @@ impl Job<'_> {
             ("aggregates".to_string(), ConfigValue::from(aggregates.join(", "))),
             ("rows_preceding".to_string(), rows),
         ]);
-        let uid = self.fresh_uid(format!("{}.over", self.sink));
-        let uid = self.add(operator(&uid, "over", Some(&input), config));
+        let uid = self.keyed_step("over", c, &names, partition.unwrap_or_default(), "over", config)?;
         // The output: the input's columns, then the aggregates (BIGINTs, cast where the plan wants another type).
-        let mut out: Vec<Expr> =
-            names[..columns].iter().map(|n| col(datafusion_common::Column::new_unqualified(n))).collect();
+        let mut out: Vec<Expr> = names[..columns].iter().map(plain_column).collect();
         for (i, f) in w.schema.fields().iter().enumerate().skip(columns) {
             let name = format!("v{}", i - columns);
             fields.push(Field::new(&name, DataType::Int64, true));
-            let e = col(datafusion_common::Column::new_unqualified(name));
-            out.push(if *f.data_type() == DataType::Int64 {
-                e
-            } else {
-                datafusion_expr::cast(e, f.data_type().clone())
-            });
+            out.push(as_planned(name, &DataType::Int64, f.data_type()));
         }
         let schema = Arc::new(DFSchema::try_from(Schema::new(fields)).map_err(df)?);
         let input = Input::Operator { uid, schema, times, updating: false };

@@ -3,6 +3,7 @@
 //! rank 1 by that column in their window, which a `window-top` finds without keeping every row until the
 //! maximum is known.
 
+use super::window::{ends_window, instant_windows};
 use super::*;
 use datafusion_expr::logical_plan::Join;
 
@@ -104,11 +105,7 @@ impl Job<'_> {
         }
         // The maximum's grouping, over the rows' operator: each expression equal across the join to a column of the
         // rows (`row_of[g]`), one of them the window's end.
-        let groups: Vec<Expr> = agg
-            .group_expr
-            .iter()
-            .map(|g| substitute(g.clone().unalias_nested().data, agg.input.schema(), &inner.exprs))
-            .collect::<Result<_, _>>()?;
+        let groups = grouping(agg, &inner)?;
         let mut row_of: Vec<Option<usize>> = vec![None; groups.len()];
         for (k, (l, r)) in j.on.iter().enumerate() {
             if compared_key == Some(k) {
@@ -124,7 +121,7 @@ impl Job<'_> {
             }
             row_of[g] = Some(ri);
         }
-        let is_end = |e: &Expr| matches!(e, Expr::Column(c) if c.relation.is_none() && times.iter().any(|(n, k)| *n == c.name && *k == 1));
+        let is_end = |e: &Expr| ends_window(e, &times);
         if row_of.contains(&None) || !groups.iter().any(is_end) {
             return Ok(None);
         }
@@ -134,19 +131,11 @@ impl Job<'_> {
         let time_names: Vec<(String, i64)> =
             self.event_times(&t)?.into_iter().map(|(i, k)| (names[i].clone(), k)).collect();
         let row_schema = sides[rows].schema().clone();
-        let input_uid = self.fresh_uid(format!("{}.top-input", self.sink));
-        let input = self.project(&input_uid, t, &names, Some(keys))?;
-        let mut window = serde_yaml::Mapping::new();
-        window.insert(ConfigValue::from("tumbling_ms"), ConfigValue::from(1));
-        let config = BTreeMap::from([
-            ("window".to_string(), ConfigValue::Mapping(window)),
-            ("by".to_string(), ConfigValue::from(names[v].clone())),
-            ("top".to_string(), ConfigValue::from(1)),
-        ]);
-        let uid = self.fresh_uid(format!("{}.top", self.sink));
-        let uid = self.add(operator(&uid, "window-top", Some(&input), config));
+        let mut config = instant_windows();
+        config.insert("by".to_string(), ConfigValue::from(names[v].clone()));
+        config.insert("top".to_string(), ConfigValue::from(1));
+        let uid = self.keyed_step("top", t, &names, keys, "window-top", config)?;
         // The joined row: the ranked row's columns; the maximum's are its value and the grouping it equals.
-        let column = |n: &str| col(datafusion_common::Column::new_unqualified(n));
         let mut fields: Vec<Field> =
             row_schema.fields().iter().zip(&names).map(|(f, n)| Field::new(n, f.data_type().clone(), true)).collect();
         fields.push(Field::new("window_start", DataType::Timestamp(TimeUnit::Millisecond, None), false));
@@ -162,9 +151,9 @@ impl Job<'_> {
                 },
                 None => return Err(SqlError::plain("the window's maximum: a column Weir cannot trace")),
             };
-            from_max.push(column(&e));
+            from_max.push(plain_column(e));
         }
-        let from_rows: Vec<Expr> = names.iter().map(|n| column(n)).collect();
+        let from_rows: Vec<Expr> = names.iter().map(plain_column).collect();
         let exprs = if rows == 0 { [from_rows, from_max].concat() } else { [from_max, from_rows].concat() };
         let schema = Arc::new(DFSchema::try_from(Schema::new(fields)).map_err(df)?);
         let input = Input::Operator { uid, schema, times: time_names, updating: false };

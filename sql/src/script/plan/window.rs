@@ -11,7 +11,7 @@ enum Grouped {
 }
 
 /// How a window aggregate's rows are windowed: its grouping, the key's expressions and the windows' config.
-struct Windowing {
+pub(super) struct Windowing {
     grouped: Vec<Grouped>,
     keys: Vec<Expr>,
     config: BTreeMap<String, ConfigValue>,
@@ -26,12 +26,9 @@ impl Job<'_> {
         &mut self,
         agg: &datafusion_expr::Aggregate,
         mut c: Collapsed,
+        windowing: Windowing,
     ) -> Result<Collapsed, SqlError> {
         let in_schema = agg.input.schema();
-        let windowing = match c.window.take() {
-            Some(read) => self.window_function(agg, &c, read)?,
-            None => inherited(agg, &c)?.ok_or_else(|| SqlError::plain("a window aggregate without windows"))?,
-        };
         let Windowing { grouped, keys, mut config } = windowing;
         let aggregate = match agg.aggr_expr.as_slice() {
             [] => None,
@@ -50,11 +47,8 @@ impl Job<'_> {
             c.predicate.push(value.clone().is_not_null());
         }
         c.exprs = vec![value];
-        let input_uid = self.fresh_uid(format!("{}.window-input", self.sink));
-        let input = self.project(&input_uid, c, &["value".to_string()], Some(keys))?;
         config.insert("aggregate".into(), ConfigValue::from(aggregate_name));
-        let uid = self.fresh_uid(format!("{}.window", self.sink));
-        let uid = self.add(operator(&uid, "window-aggregate", Some(&input), config));
+        let uid = self.keyed_step("window", c, &["value".to_string()], keys, "window-aggregate", config)?;
         let out_schema = window_aggregate_schema(aggregate_name)?;
         let value_type = out_schema.field_with_unqualified_name("value").map_err(df)?.data_type().clone();
         let key_types: Vec<DataType> = (0..grouped.len())
@@ -70,14 +64,27 @@ impl Job<'_> {
                     key_columns.next().ok_or_else(|| SqlError::plain("a grouping column without its key part"))?
                 }
                 Some(Grouped::Window(e)) => e.clone(),
-                None if *field.data_type() == value_type => col("value"),
-                None => datafusion_expr::cast(col("value"), field.data_type().clone()),
+                None => as_planned("value", &value_type, field.data_type()),
             };
             exprs.push(e);
         }
         let input =
             Input::Operator { uid, schema: out_schema, times: vec![("window_end".to_string(), 1)], updating: false };
         Ok(Collapsed { input, window: None, predicate: Vec::new(), exprs })
+    }
+
+    /// How a `GROUP BY` over `c` is windowed: by the window function its rows are read through (taken out of
+    /// `c`), or by the windows of the window aggregate they are the rows of, where it names their `window_end`;
+    /// `None` for an unbounded `GROUP BY`.
+    pub(super) fn windowing(
+        &self,
+        agg: &datafusion_expr::Aggregate,
+        c: &mut Collapsed,
+    ) -> Result<Option<Windowing>, SqlError> {
+        match c.window.take() {
+            Some(read) => self.window_function(agg, c, read).map(Some),
+            None => inherited(agg, c),
+        }
     }
 
     /// The windowing of a `GROUP BY` over a window function's rows: its descriptor must be the source's event
@@ -99,14 +106,9 @@ impl Job<'_> {
                 "a condition on window_start, window_end or window_time before the GROUP BY is not supported yet",
             ));
         }
-        let in_schema = agg.input.schema();
         let mut keys: Vec<Expr> = Vec::new();
         let mut grouped: Vec<Grouped> = Vec::new();
-        for g in &agg.group_expr {
-            if matches!(g, Expr::GroupingSet(_)) {
-                return Err(SqlError::plain("GROUPING SETS, CUBE and ROLLUP are not supported yet"));
-            }
-            let e = substitute(g.clone().unalias_nested().data, in_schema, &c.exprs)?;
+        for (g, e) in agg.group_expr.iter().zip(grouping(agg, c)?) {
             match which_window_column(&e) {
                 Some("window_time") => grouped.push(Grouped::Window(window_time())),
                 Some(wc) => grouped.push(Grouped::Window(col(wc))),
@@ -157,45 +159,37 @@ impl Job<'_> {
     }
 }
 
-/// Whether a `GROUP BY` over rows without a window function regroups a window aggregate's rows by their windows.
-pub(super) fn regroups(agg: &datafusion_expr::Aggregate, c: &Collapsed) -> Result<bool, SqlError> {
-    Ok(c.window.is_none() && inherited(agg, c)?.is_some())
-}
-
 /// The windowing of a `GROUP BY` over a window aggregate's rows that names their `window_end`: the windows are
 /// theirs. Those rows' event time is `window_end` − 1, so windows of 1 ms regroup them by `window_end` (and by
 /// `window_start` and any other column in the key), whatever their windows' shape; `None` where the grouping does
 /// not name such a `window_end`.
 fn inherited(agg: &datafusion_expr::Aggregate, c: &Collapsed) -> Result<Option<Windowing>, SqlError> {
     let Input::Operator { times, .. } = &c.input else { return Ok(None) };
-    let in_schema = agg.input.schema();
     let mut grouped = Vec::new();
     let mut keys = Vec::new();
-    let mut ends = 0;
-    for g in &agg.group_expr {
-        if matches!(g, Expr::GroupingSet(_)) {
-            return Err(SqlError::plain("GROUPING SETS, CUBE and ROLLUP are not supported yet"));
-        }
-        let e = substitute(g.clone().unalias_nested().data, in_schema, &c.exprs)?;
-        match &e {
-            Expr::Column(x) if x.relation.is_none() && times.iter().any(|(n, k)| *n == x.name && *k == 1) => {
-                ends += 1;
-                grouped.push(Grouped::Window(col("window_end")));
-            }
-            _ => {
-                keys.push(e);
-                grouped.push(Grouped::Key);
-            }
+    for e in grouping(agg, c)? {
+        if ends_window(&e, times) {
+            grouped.push(Grouped::Window(col("window_end")));
+        } else {
+            keys.push(e);
+            grouped.push(Grouped::Key);
         }
     }
-    if ends == 0 {
+    if keys.len() == grouped.len() {
         return Ok(None);
     }
+    Ok(Some(Windowing { grouped, keys, config: instant_windows() }))
+}
+
+/// Whether `e` is a window aggregate's `window_end` (of an operator whose rows' times are `times`).
+pub(super) fn ends_window(e: &Expr, times: &[(String, i64)]) -> bool {
+    matches!(e, Expr::Column(c) if c.relation.is_none() && times.iter().any(|(n, k)| *n == c.name && *k == 1))
+}
+
+/// The config of windows of 1 ms: a window per instant, which regroups a window aggregate's rows (at their
+/// `window_end` − 1) by their window.
+pub(super) fn instant_windows() -> BTreeMap<String, ConfigValue> {
     let mut window = serde_yaml::Mapping::new();
     window.insert(ConfigValue::from("tumbling_ms"), ConfigValue::from(1));
-    Ok(Some(Windowing {
-        grouped,
-        keys,
-        config: BTreeMap::from([("window".to_string(), ConfigValue::Mapping(window))]),
-    }))
+    BTreeMap::from([("window".to_string(), ConfigValue::Mapping(window))])
 }
