@@ -272,6 +272,44 @@ pub fn reference_recent_counts(events: u64, tps: u64) -> Vec<String> {
     rows
 }
 
+/// The SQL query [`reference_top_prices`] is the result of: Flink's window Top-N, per 10 s tumbling window the bids
+/// of the three highest prices (`RANK`: bids of equal price share a rank, so a tie keeps them all), each with its
+/// auction, price and window end (the table `top_prices` is created with the sink's options).
+pub const TOP_PRICES_SQL: &str = "CREATE TABLE top_prices (auction BIGINT, price BIGINT, window_end TIMESTAMP(3)) \
+    WITH (${SINK});\n\
+    INSERT INTO top_prices\n\
+    SELECT auction, price, window_end FROM (\n\
+      SELECT *, RANK() OVER (PARTITION BY window_start, window_end ORDER BY price DESC) AS rk\n\
+      FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))\n\
+    ) WHERE rk <= 3;\n";
+
+/// [`TOP_PRICES_SQL`]'s result over the stream of `events` events at `tps`, computed here from the generator:
+/// rows `auction,price,window_end` (ms), sorted by their bytes.
+pub fn reference_top_prices(events: u64, tps: u64) -> Vec<String> {
+    use std::collections::BTreeMap;
+    use weir_taskmanager::builtins::nexmark::generator::{Event, EventKind, Generator};
+    let mut g = Generator::new(tps);
+    let mut e = Event::default();
+    let mut windows: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+    for n in 0..events {
+        g.event(n, &mut e);
+        if e.kind == EventKind::Bid {
+            windows.entry(e.date_time.div_euclid(10_000)).or_default().push((e.bid.price, e.bid.auction));
+        }
+    }
+    let mut rows = Vec::new();
+    for (w, bids) in windows {
+        for &(price, auction) in &bids {
+            let rank = 1 + bids.iter().filter(|(p, _)| *p > price).count();
+            if rank <= 3 {
+                rows.push(format!("{auction},{price},{}", (w + 1) * 10_000));
+            }
+        }
+    }
+    rows.sort_unstable();
+    rows
+}
+
 /// The expected digest of `query` over [`EXPECTED_STREAM`], and its rows where the project keeps them (q6's
 /// computed by [`reference_q6`]).
 pub fn expected(query: &str) -> Result<(String, Option<Vec<String>>)> {

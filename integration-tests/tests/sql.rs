@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use weir_integration_tests::nexmark::{
-    check_result, committed_rows, reference_recent_counts, QueryRun, EXPECTED_STREAM, RECENT_COUNTS_SQL, SQL_QUERIES,
+    check_result, committed_rows, reference_recent_counts, reference_top_prices, QueryRun, EXPECTED_STREAM,
+    RECENT_COUNTS_SQL, SQL_QUERIES, TOP_PRICES_SQL,
 };
 use weir_integration_tests::process::run_with_timeout;
 use weir_integration_tests::{binary, Cluster, ClusterOptions, CommandOutput, JobState};
@@ -27,7 +28,7 @@ fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
 }
 
 /// q0–q5, q7, q8 and q11 (joins, tumbling, sliding and session windows, updating aggregates) as Flink's side writes
-/// them, submitted as SQL, commit Flink's rows, and an OVER aggregate the generator's reference; a bad script submitted
+/// them, submitted as SQL, commit Flink's rows, and an OVER aggregate and a window Top-N the generator's reference; a bad script submitted
 /// meanwhile is refused (exit 2, naming its line) and the running jobs finish with their results unchanged.
 #[test]
 fn nexmark_sql_texts_give_flinks_results() -> anyhow::Result<()> {
@@ -43,13 +44,21 @@ fn nexmark_sql_texts_give_flinks_results() -> anyhow::Result<()> {
         let id = submitted["id"].as_str().context("no id")?.to_string();
         jobs.push((q, id, out));
     }
-    // An OVER aggregate over a window aggregate's rows, against a result computed from the generator.
-    let over_out = cluster.output_dir("sql-over")?;
-    let mut over = QueryRun::new("q0");
-    over.output = Some(over_out.clone());
-    over.checkpoint_ms = 500;
-    let file = write(cluster.dir(), "over.sql", &over.sql_of(RECENT_COUNTS_SQL)?)?;
-    let over_id = cluster.cli_json(&["job", "submit", &file])?["id"].as_str().context("no id")?.to_string();
+    // An OVER aggregate over a window aggregate's rows and a window Top-N, against results computed from the
+    // generator.
+    type Reference = fn(u64, u64) -> Vec<String>;
+    let computed: [(&str, &str, Reference); 2] =
+        [("over", RECENT_COUNTS_SQL, reference_recent_counts), ("top-n", TOP_PRICES_SQL, reference_top_prices)];
+    let mut references = Vec::new();
+    for (name, sql, reference) in computed {
+        let out = cluster.output_dir(&format!("sql-{name}"))?;
+        let mut run = QueryRun::new("q0");
+        run.output = Some(out.clone());
+        run.checkpoint_ms = 500;
+        let file = write(cluster.dir(), &format!("{name}.sql"), &run.sql_of(sql)?)?;
+        let id = cluster.cli_json(&["job", "submit", &file])?["id"].as_str().context("no id")?.to_string();
+        references.push((name, id, out, reference));
+    }
     let bad = write(
         cluster.dir(),
         "bad.sql",
@@ -62,18 +71,20 @@ fn nexmark_sql_texts_give_flinks_results() -> anyhow::Result<()> {
         cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180)).with_context(|| q.to_string())?;
         check_result(q, &out)?;
     }
-    cluster.wait_for_state(&over_id, &[JobState::Finished], Duration::from_secs(180)).context("over")?;
     let (events, tps, _) = EXPECTED_STREAM;
-    let want = reference_recent_counts(events, tps);
-    let got = committed_rows(&over_out)?;
-    ensure!(
-        !want.is_empty() && got == want,
-        "OVER: {} rows, want {}; first {:?}, want {:?}",
-        got.len(),
-        want.len(),
-        got.first(),
-        want.first()
-    );
+    for (name, id, out, reference) in references {
+        cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180)).context(name)?;
+        let want = reference(events, tps);
+        let got = committed_rows(&out)?;
+        ensure!(
+            !want.is_empty() && got == want,
+            "{name}: {} rows, want {}; first {:?}, want {:?}",
+            got.len(),
+            want.len(),
+            got.first(),
+            want.first()
+        );
+    }
     cluster.stop();
     Ok(())
 }

@@ -448,6 +448,93 @@ mod tests {
     }
 
     #[test]
+    fn window_top_n_plans_into_a_window_top() {
+        let tumble = "TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))";
+        let raw = over_nexmark(
+            "a BIGINT, p BIGINT, ws TIMESTAMP(3), we TIMESTAMP(3)",
+            &format!(
+                "SELECT auction, price, window_start, window_end FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY \
+                 window_start, window_end ORDER BY price DESC) AS rn FROM {tumble}) WHERE rn <= 3"
+            ),
+        )
+        .unwrap();
+        let kinds: Vec<&str> = raw.spec.operators.iter().map(|o| o.kind.as_str()).collect();
+        assert_eq!(kinds, ["nexmark", "project", "window-top", "project", "blackhole"]);
+        assert_eq!(config(&raw, "s.top", "numbering"), "row_number");
+        let top = raw.spec.operators.iter().find(|o| o.uid == "s.top").unwrap();
+        assert_eq!(top.config["top"].as_u64(), Some(3));
+        assert_eq!(top.config["window"]["tumbling_ms"].as_u64(), Some(10_000));
+        assert_eq!(config(&raw, "s.top-input", "key"), "0", "one partition per window");
+        let select = config(&raw, "s.select", "select");
+        assert!(select.contains("window_start") && select.contains("window_end"), "{select}");
+        // RANK of a window aggregate's rows, per auction bucket, the rank read where only rank 1 is kept.
+        let counted = over_nexmark(
+            "b BIGINT, n BIGINT, r BIGINT",
+            &format!(
+                "SELECT bucket, n, rk FROM (SELECT *, RANK() OVER (PARTITION BY window_start, window_end, bucket \
+                 ORDER BY n DESC) AS rk FROM (SELECT MOD(auction, 10) AS bucket, auction, COUNT(*) AS n, \
+                 window_start, window_end FROM {tumble} GROUP BY MOD(auction, 10), auction, window_start, \
+                 window_end)) WHERE rk = 1 AND n > 1"
+            ),
+        )
+        .unwrap();
+        let top = counted.spec.operators.iter().find(|o| o.uid == "s.top").unwrap();
+        assert_eq!(top.config["window"]["tumbling_ms"].as_u64(), Some(1), "the aggregate's windows, regrouped");
+        assert!(!top.config.contains_key("numbering"), "RANK: ties share it");
+        // Keyed by the bucket (the aggregate's first key part) and the window's start: the end is the window's.
+        assert_eq!(config(&counted, "s.top-input", "key"), "window_start, key_int(\"key\", 'i,i', 1)");
+        let select = config(&counted, "s.select", "select");
+        assert!(select.contains("1 AS"), "the rank of rank 1: {select}");
+        assert!(config(&counted, "s.select", "where").contains("> 1"), "the other condition after the ranking");
+        for (query, want) in [
+            (
+                "SELECT auction FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn \
+                 FROM bid) WHERE rn <= 3"
+                    .to_string(),
+                "a Top-N without a window",
+            ),
+            (
+                format!(
+                    "SELECT rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end \
+                     ORDER BY price DESC) AS rn FROM {tumble}) WHERE rn <= 3"
+                ),
+                "reading the rank of a Top-N",
+            ),
+            (
+                format!(
+                    "SELECT auction FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end \
+                     ORDER BY price) AS rn FROM {tumble}) WHERE rn <= 3"
+                ),
+                "descending",
+            ),
+            (
+                format!(
+                    "SELECT auction FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end \
+                     ORDER BY url DESC) AS rn FROM {tumble}) WHERE rn <= 3"
+                ),
+                "ordered by a Utf8",
+            ),
+            (
+                "SELECT auction FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY \
+                 price DESC) AS rn FROM TABLE(HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, \
+                 INTERVAL '10' SECOND))) WHERE rn <= 3"
+                    .to_string(),
+                "a Top-N of HOP's rows",
+            ),
+            (
+                format!(
+                    "SELECT auction FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end \
+                     ORDER BY price DESC) AS rn FROM {tumble}) WHERE rn < 1"
+                ),
+                "keeps no row",
+            ),
+        ] {
+            let e = over_nexmark("a BIGINT", &query).map(|p| format!("{:?}", p.spec)).unwrap_err().to_string();
+            assert!(e.contains(want), "{query}: want {want:?}, got {e}");
+        }
+    }
+
+    #[test]
     fn updating_results_weir_cannot_use_yet_are_refused_by_name() {
         let group = "(SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction)";
         for (query, want) in [

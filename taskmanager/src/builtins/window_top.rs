@@ -17,9 +17,10 @@ use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef;
 use weir_state::{KeyedStateBackend, StateId, StateKind, StateOptions};
 
-/// Config of the `window-top` kind (Flink's window Top-N with `RANK() <= top`): per key and tumbling window
-/// (`window: { tumbling_ms }` over the rows' event time), the rows whose `by` column (an integer) ranks within the
-/// `top` largest, ties sharing a rank; emitted when the watermark passes the window's end, each with the
+/// Config of the `window-top` kind (Flink's window Top-N with `RANK() <= top` or `ROW_NUMBER() <= top`): per key
+/// and tumbling window (`window: { tumbling_ms }` over the rows' event time), the rows whose `by` column (an
+/// integer) ranks within the `top` largest — ties sharing a rank, or with `numbering: row_number` exactly `top`
+/// rows, of equal values the first to come —; emitted when the watermark passes the window's end, each with the
 /// window's `window_start` and `window_end`, at event time `window_end - 1`. Rows late for their window are
 /// dropped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +31,8 @@ pub struct WindowTopConfig {
     pub by: String,
     /// Ranks kept.
     pub top: u64,
+    /// Rows numbered one by one (`ROW_NUMBER`) rather than ties sharing a rank (`RANK`).
+    pub row_number: bool,
 }
 
 impl WindowTopConfig {
@@ -38,6 +41,10 @@ impl WindowTopConfig {
         field("window", "the tumbling windows: { tumbling_ms } (required)"),
         field("by", "the integer column rows are ranked by, largest first (required)"),
         field("top", "ranks kept per key and window (required)"),
+        field(
+            "numbering",
+            "rank (ties share a rank, the default) or row_number (top rows, the first to come of equal ones)",
+        ),
     ];
 
     /// Reads and checks a window-top config.
@@ -59,7 +66,12 @@ impl WindowTopConfig {
         if top == 0 {
             return Err(field_err("top", "must be at least 1"));
         }
-        Ok(WindowTopConfig { size_ms, by, top })
+        let row_number = match r.string("numbering")?.as_deref() {
+            None | Some("rank") => false,
+            Some("row_number") => true,
+            Some(other) => return Err(field_err("numbering", format!("is rank or row_number, not {other:?}"))),
+        };
+        Ok(WindowTopConfig { size_ms, by, top, row_number })
     }
 
     /// The columns it emits over rows of `input`: the input's (but the key and the runtime's), then
@@ -118,17 +130,22 @@ impl Ranked {
         }
     }
 
-    /// The rank `v` would have: one more than the rows ranked strictly above it.
-    fn rank_of(rows: impl Iterator<Item = i64>, v: i64) -> u64 {
-        1 + rows.filter(|&w| w > v).count() as u64
+    /// The rank a row of `v` coming now would have: one more than the rows ranked strictly above it, or, numbered
+    /// one by one, above or equal (those came first).
+    fn rank_of(rows: impl Iterator<Item = i64>, v: i64, row_number: bool) -> u64 {
+        1 + rows.filter(|&w| w > v || (row_number && w == v)).count() as u64
     }
 
-    /// Adds a row and drops those that no longer rank within `top`.
-    fn insert(&mut self, v: i64, row: Vec<u8>, top: u64) {
+    /// Adds a row (after those of its value) and drops those that no longer rank within `top`.
+    fn insert(&mut self, v: i64, row: Vec<u8>, top: u64, row_number: bool) {
         let at = self.rows.iter().position(|(w, _)| *w < v).unwrap_or(self.rows.len());
         self.rows.insert(at, (v, row));
+        if row_number {
+            self.rows.truncate(top as usize);
+            return;
+        }
         let values: Vec<i64> = self.rows.iter().map(|(w, _)| *w).collect();
-        self.rows.retain(|(w, _)| Self::rank_of(values.iter().copied(), *w) <= top);
+        self.rows.retain(|(w, _)| Self::rank_of(values.iter().copied(), *w, false) <= top);
     }
 }
 
@@ -194,7 +211,7 @@ impl Relational for WindowTop {
             let mut ranked = match backend.get_value(state)? {
                 Some(bytes) => {
                     let r = Ranked::decode(bytes)?;
-                    if Ranked::rank_of(r.rows.iter().map(|(w, _)| *w), v) > self.cfg.top {
+                    if Ranked::rank_of(r.rows.iter().map(|(w, _)| *w), v, self.cfg.row_number) > self.cfg.top {
                         continue;
                     }
                     r
@@ -206,7 +223,7 @@ impl Relational for WindowTop {
             };
             self.row.clear();
             encode_row(&own, i, &mut self.row);
-            ranked.insert(v, self.row.clone(), self.cfg.top);
+            ranked.insert(v, self.row.clone(), self.cfg.top, self.cfg.row_number);
             ranked.encode(&mut self.value);
             timers.keyed().put_value(state, &self.value)?;
         }
@@ -296,7 +313,7 @@ mod tests {
     fn ties_share_a_rank_and_rows_past_top_are_dropped() {
         let mut r = Ranked::default();
         for (v, tag) in [(5, b'a'), (7, b'b'), (5, b'c'), (7, b'd'), (1, b'e')] {
-            r.insert(v, vec![tag], 2);
+            r.insert(v, vec![tag], 2, false);
         }
         // Ranks: 7, 7 (rank 1), then 5, 5 (rank 3): only the two 7s rank within 2.
         let kept: Vec<(i64, u8)> = r.rows.iter().map(|(v, row)| (*v, row[0])).collect();
@@ -307,11 +324,26 @@ mod tests {
         assert!(Ranked::decode(&bytes[..bytes.len() - 1]).is_err());
         let mut one = Ranked::default();
         for v in [3, 9, 9, 4] {
-            one.insert(v, vec![], 1);
+            one.insert(v, vec![], 1, false);
         }
         assert_eq!(one.rows.len(), 2, "the two 9s tie for first");
-        assert_eq!(Ranked::rank_of([9, 9].into_iter(), 9), 1);
-        assert_eq!(Ranked::rank_of([9, 9].into_iter(), 8), 3);
+        assert_eq!(Ranked::rank_of([9, 9].into_iter(), 9, false), 1);
+        assert_eq!(Ranked::rank_of([9, 9].into_iter(), 8, false), 3);
+    }
+
+    #[test]
+    fn numbered_one_by_one_exactly_top_rows_are_kept_the_first_of_equal_ones() {
+        let mut r = Ranked::default();
+        for (v, tag) in [(5, b'a'), (7, b'b'), (5, b'c'), (7, b'd'), (1, b'e'), (9, b'f')] {
+            if Ranked::rank_of(r.rows.iter().map(|(w, _)| *w), v, true) <= 3 {
+                r.insert(v, vec![tag], 3, true);
+            }
+        }
+        let kept: Vec<(i64, u8)> = r.rows.iter().map(|(v, row)| (*v, row[0])).collect();
+        assert_eq!(kept, vec![(9, b'f'), (7, b'b'), (7, b'd')]);
+        // A third 7 would be fourth: it came after the two kept.
+        assert_eq!(Ranked::rank_of(r.rows.iter().map(|(w, _)| *w), 7, true), 4);
+        assert_eq!(Ranked::rank_of(r.rows.iter().map(|(w, _)| *w), 8, true), 2);
     }
 }
 

@@ -40,6 +40,7 @@ use weir_common::job::watermarks::WatermarksFile;
 mod group;
 mod join;
 mod over;
+mod rank;
 mod top;
 mod window;
 
@@ -458,6 +459,9 @@ impl<'t> Job<'t> {
                 Ok(c)
             }
             LogicalPlan::Filter(f) => {
+                if let Some(top) = self.top_n(f)? {
+                    return Ok(top);
+                }
                 let mut c = self.collapse(&f.input)?;
                 for part in split_conjunction(&f.predicate) {
                     let e = substitute(part.clone().unalias_nested().data, f.input.schema(), &c.exprs)?;
@@ -578,6 +582,12 @@ impl<'t> Job<'t> {
                 "{f}: reading a window function's rows other than by GROUP BY window_start, window_end is not \
                  supported yet"
             )));
+        }
+        if c.exprs.iter().chain(&c.predicate).any(rank::reads_rank) {
+            return Err(SqlError::plain(
+                "reading the rank of a Top-N that keeps more than one row per partition is not supported yet: \
+                 leave it out of the SELECT (Flink's advice too: its Top-N without the rank emits less)",
+            ));
         }
         let (input, table, schema) = match &c.input {
             Input::Table(table) => {

@@ -30,9 +30,14 @@ impl Job<'_> {
             };
             let p = &f.params;
             let WindowFunctionDefinition::AggregateUDF(udaf) = &f.fun else {
+                let name = f.fun.name().to_uppercase();
+                let top_n = if matches!(name.as_str(), "ROW_NUMBER" | "RANK") {
+                    ", but as a window Top-N: the rows where it is at most N, partitioned by a window"
+                } else {
+                    ""
+                };
                 return Err(SqlError::plain(format!(
-                    "{}() OVER (…) is not supported yet (COUNT, SUM, MIN, MAX and AVG are)",
-                    f.fun.name().to_uppercase()
+                    "{name}() OVER (…) is not supported yet{top_n} (COUNT, SUM, MIN, MAX and AVG are)"
                 )));
             };
             let by = p

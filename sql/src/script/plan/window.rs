@@ -98,14 +98,6 @@ impl Job<'_> {
         let WindowRead { name, time, partition } = read;
         let w = &self.windows[&name];
         let f = w.call.function.name();
-        let Input::Table(table) = &c.input else {
-            return Err(SqlError::plain(format!("{f}: a window over aggregated rows is not supported yet")));
-        };
-        if c.predicate.iter().any(reads_window_column) {
-            return Err(SqlError::plain(
-                "a condition on window_start, window_end or window_time before the GROUP BY is not supported yet",
-            ));
-        }
         let mut keys: Vec<Expr> = Vec::new();
         let mut grouped: Vec<Grouped> = Vec::new();
         for (g, e) in agg.group_expr.iter().zip(grouping(agg, c)?) {
@@ -137,25 +129,38 @@ impl Job<'_> {
                 ));
             }
         }
+        self.window_read(c, &name, &time)?;
+        Ok(Windowing { grouped, keys, config: w.config() })
+    }
+
+    /// Checks that `c`'s rows, read through window function `name` of time `time`, are a table's, under no
+    /// condition on the window, with the time the table's source stamps its rows with as the descriptor.
+    pub(super) fn window_read(&self, c: &Collapsed, name: &str, time: &Expr) -> Result<(), SqlError> {
+        let w = &self.windows[name];
+        let f = w.call.function.name();
+        let Input::Table(table) = &c.input else {
+            return Err(SqlError::plain(format!("{f}: a window over aggregated rows is not supported yet")));
+        };
+        if c.predicate.iter().any(reads_window_column) {
+            return Err(SqlError::plain(
+                "a condition on window_start, window_end or window_time before the GROUP BY is not supported yet",
+            ));
+        }
         let t = &self.tables[table];
         let schema = source_schema(t)?;
-        let on_source = simplified(onto_source(time, t)?, &schema, &source_guarantees(&c.predicate, t, &schema)?)?;
+        let on_source =
+            simplified(onto_source(time.clone(), t)?, &schema, &source_guarantees(&c.predicate, t, &schema)?)?;
         match (t.connector.event_time_column(), t.watermark_ms) {
-            (Some(et), Some(_)) if on_source == col(et) => {}
-            (_, None) => {
-                return Err(SqlError::plain(format!(
-                    "{f}: DESCRIPTOR({}): table {table} has no WATERMARK, so its windows would never end",
-                    w.call.time_column
-                )))
-            }
-            _ => {
-                return Err(SqlError::plain(format!(
-                    "{f}: DESCRIPTOR({}) is not the time Weir's {table} source stamps its rows with",
-                    w.call.time_column
-                )))
-            }
+            (Some(et), Some(_)) if on_source == col(et) => Ok(()),
+            (_, None) => Err(SqlError::plain(format!(
+                "{f}: DESCRIPTOR({}): table {table} has no WATERMARK, so its windows would never end",
+                w.call.time_column
+            ))),
+            _ => Err(SqlError::plain(format!(
+                "{f}: DESCRIPTOR({}) is not the time Weir's {table} source stamps its rows with",
+                w.call.time_column
+            ))),
         }
-        Ok(Windowing { grouped, keys, config: w.config() })
     }
 }
 
