@@ -182,6 +182,11 @@ pub struct OperatorCheckpoint {
     /// checkpoints of earlier versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<crate::job::kind::KindSignature>,
+    /// What of the operator's config its state was written under ([`ResolvedOperator::state_config`]).
+    ///
+    /// [`ResolvedOperator::state_config`]: crate::job::spec::ResolvedOperator::state_config
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub state_config: BTreeMap<String, String>,
 }
 
 /// The content of a checkpoint's `_metadata` file.
@@ -475,6 +480,7 @@ mod tests {
             "op".to_string(),
             OperatorCheckpoint {
                 signature: None,
+                state_config: Default::default(),
                 kind: "k".into(),
                 parallelism: 1,
                 subtasks: vec![OperatorSubtaskState {

@@ -239,3 +239,75 @@ fn savepoint_check_reads_sql_scripts() -> anyhow::Result<()> {
     cluster.stop();
     Ok(())
 }
+
+/// A query's state across edits of its text: `weir savepoint check` of a savepoint of a running SQL job (a window
+/// aggregate, and an unbounded `GROUP BY` over its rows) against edited scripts. A column added to the projection
+/// and a changed filter keep every stateful operator's state (RESTORED, and the wider script restores and runs);
+/// an aggregate added to the `GROUP BY` names that operator and the change, and so does a changed window size —
+/// each refused, the other operators still RESTORED.
+#[test]
+fn savepoint_check_names_the_operators_a_query_edit_changes() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(1, 2))?;
+    let mut run = QueryRun::new("q0");
+    run.rate_per_sec = 2_000;
+    run.events = 100_000_000;
+    let query = |window_s: u32, min_price: u32, select: &str, columns: &str| {
+        format!(
+            "CREATE TABLE counts (auction BIGINT, {columns}) WITH (${{SINK}});\n\
+             INSERT INTO counts\n\
+             SELECT auction, {select}\n\
+             FROM (\n\
+               SELECT auction, COUNT(*) AS c, window_start, window_end\n\
+               FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '{window_s}' SECOND))\n\
+               WHERE price > {min_price}\n\
+               GROUP BY auction, window_start, window_end\n\
+             )\n\
+             GROUP BY auction;\n"
+        )
+    };
+    let dir = cluster.dir().to_path_buf();
+    let script = |name: &str, text: String| -> anyhow::Result<String> { write(&dir, name, &run.sql_of(&text)?) };
+    let file = script("counts.sql", query(10, 10, "SUM(c)", "total BIGINT"))?;
+    let submitted = cluster.cli_json(&["job", "submit", &file])?;
+    let id = submitted["id"].as_str().context("no id")?.to_string();
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
+    let savepoint = cluster.cli_json(&["savepoint", "trigger", &id])?;
+    let url = savepoint["savepoint"].as_str().context("no savepoint url")?.to_string();
+    let check = |file: &str| -> anyhow::Result<(bool, serde_json::Value)> {
+        let out = cluster.cli(&["savepoint", "check", &url, file, "--output", "json"])?;
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).with_context(|| format!("{out}"))?;
+        Ok((out.status.success(), v))
+    };
+    let verdict = |v: &serde_json::Value, uid: &str| -> (String, String) {
+        let op = v["operators"].as_array().and_then(|o| o.iter().find(|o| o["uid"] == uid));
+        let field = |f: &str| op.and_then(|o| o[f].as_str()).unwrap_or_default().to_string();
+        (field("verdict"), field("reason"))
+    };
+    let stateful = ["datagen", "counts.window", "counts.group"];
+    let restored = |v: &serde_json::Value| stateful.iter().all(|uid| verdict(v, uid).0 == "RESTORED");
+    let (ok, same) = check(&file)?;
+    ensure!(ok && restored(&same), "the same script: {same}");
+    let wider = script("wider.sql", query(10, 10, "SUM(c), MOD(auction, 10)", "total BIGINT, bucket BIGINT"))?;
+    let (ok, v) = check(&wider)?;
+    ensure!(ok && restored(&v), "a column added: {v}");
+    let filtered = script("filtered.sql", query(10, 20, "SUM(c)", "total BIGINT"))?;
+    let (ok, v) = check(&filtered)?;
+    ensure!(ok && restored(&v), "the filter changed: {v}");
+    let more = script("more.sql", query(10, 10, "SUM(c), MAX(c)", "total BIGINT, most BIGINT"))?;
+    let (ok, v) = check(&more)?;
+    let (group, why) = verdict(&v, "counts.group");
+    ensure!(!ok && group == "DROPPED" && why.contains("aggregates changed from"), "an aggregate added: {v}");
+    ensure!(verdict(&v, "counts.window").0 == "RESTORED", "an aggregate added, the window's state: {v}");
+    let longer = script("longer.sql", query(20, 10, "SUM(c)", "total BIGINT"))?;
+    let (ok, v) = check(&longer)?;
+    let (window, why) = verdict(&v, "counts.window");
+    ensure!(!ok && window == "DROPPED" && why.contains("window changed from"), "the window's size changed: {v}");
+    // The wider script restores from the savepoint and runs.
+    cluster.cancel(&id)?;
+    let restored = cluster.cli_json(&["job", "submit", &wider, "--from-savepoint", &url])?;
+    let id = restored["id"].as_str().context("no id")?.to_string();
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
+    cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}

@@ -281,7 +281,13 @@ mod tests {
                 }
             })
             .collect();
-        OperatorCheckpoint { kind: "k".into(), parallelism: p, subtasks, signature: None }
+        OperatorCheckpoint {
+            kind: "k".into(),
+            parallelism: p,
+            subtasks,
+            signature: None,
+            state_config: Default::default(),
+        }
     }
 
     /// Every (blob, index) a part of state `name` references.

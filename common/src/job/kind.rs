@@ -94,11 +94,19 @@ pub struct ConfigField {
     pub name: &'static str,
     /// What it is for, its default and its unit.
     pub doc: &'static str,
+    /// Its value shapes what the operator's state holds (an aggregate list, a window): a restore into an operator
+    /// whose value differs from the one the state was written with is named in the pre-flight verdicts.
+    pub shapes_state: bool,
 }
 
 /// A [`ConfigField`] named `name`, documented by `doc`.
 pub const fn field(name: &'static str, doc: &'static str) -> ConfigField {
-    ConfigField { name, doc }
+    ConfigField { name, doc, shapes_state: false }
+}
+
+/// A [`ConfigField`] named `name`, documented by `doc`, whose value shapes the operator's state.
+pub const fn state_field(name: &'static str, doc: &'static str) -> ConfigField {
+    ConfigField { name, doc, shapes_state: true }
 }
 
 /// A config field as the job manager and `weir kinds` know it.
@@ -108,6 +116,9 @@ pub struct FieldInfo {
     pub name: String,
     /// What it is for.
     pub doc: String,
+    /// Its value shapes what the operator's state holds ([`ConfigField::shapes_state`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shapes_state: bool,
 }
 
 /// What the job manager knows of an operator kind without running it.
@@ -178,7 +189,10 @@ impl KindInfo {
 
     /// The same kind declaring the config fields it reads.
     pub fn with_fields(mut self, fields: &[ConfigField]) -> Self {
-        self.fields = fields.iter().map(|f| FieldInfo { name: f.name.to_string(), doc: f.doc.to_string() }).collect();
+        self.fields = fields
+            .iter()
+            .map(|f| FieldInfo { name: f.name.to_string(), doc: f.doc.to_string(), shapes_state: f.shapes_state })
+            .collect();
         self
     }
 
@@ -499,7 +513,7 @@ impl From<&KindInfo> for pb::OperatorKindInfo {
             config_fields: k
                 .fields
                 .iter()
-                .map(|f| pb::ConfigField { name: f.name.clone(), doc: f.doc.clone() })
+                .map(|f| pb::ConfigField { name: f.name.clone(), doc: f.doc.clone(), shapes_state: f.shapes_state })
                 .collect(),
             state_signature: signature.map(|s| s.fingerprint.clone()).unwrap_or_default(),
             state_signature_text: signature.map(|s| s.text.clone()).unwrap_or_default(),
@@ -582,7 +596,11 @@ impl TryFrom<&pb::OperatorKindInfo> for KindInfo {
             keyed: k.keyed,
             version: k.version.clone(),
             doc: k.doc.clone(),
-            fields: k.config_fields.iter().map(|f| FieldInfo { name: f.name.clone(), doc: f.doc.clone() }).collect(),
+            fields: k
+                .config_fields
+                .iter()
+                .map(|f| FieldInfo { name: f.name.clone(), doc: f.doc.clone(), shapes_state: f.shapes_state })
+                .collect(),
             states,
             signature: (!k.state_signature.is_empty()).then(|| KindSignature {
                 fingerprint: k.state_signature.clone(),

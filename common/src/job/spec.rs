@@ -464,6 +464,33 @@ pub struct ResolvedOperator {
     /// Sources only: how it generates watermarks (`None`: it emits none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermarks: Option<WatermarkStrategy>,
+    /// What of its config its state depends on, as text per field ([`state_config`]): recorded with its state in
+    /// checkpoints, compared on restore.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub state_config: BTreeMap<String, String>,
+}
+
+/// What of an operator's `config` its state depends on, as text per field: the `fields` its kind marks as shaping
+/// its state (`unset` where absent), and for a keyed operator the `key` its inputs (`inputs`' configs) key its
+/// rows by, as `key (input)` and `key (second input)`. A restore names the operator where one of them changed.
+pub fn state_config(
+    fields: &[crate::job::kind::FieldInfo],
+    config: &OperatorConfig,
+    inputs: [Option<&OperatorConfig>; 2],
+) -> BTreeMap<String, String> {
+    let text = |v: Option<&crate::job::kind::ConfigValue>| match v {
+        None => "unset".to_string(),
+        Some(crate::job::kind::ConfigValue::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    let mut out: BTreeMap<String, String> =
+        fields.iter().filter(|f| f.shapes_state).map(|f| (f.name.clone(), text(config.get(&f.name)))).collect();
+    for (name, input) in ["key (input)", "key (second input)"].into_iter().zip(inputs) {
+        if let Some(key) = input.and_then(|c| c.get("key")) {
+            out.insert(name.to_string(), text(Some(key)));
+        }
+    }
+    out
 }
 
 /// `uid` with a state signature's fingerprint folded in, `<uid>@<first 8 hex digits>` (DataDome's `uidStated`):
@@ -962,6 +989,11 @@ pub fn resolve(spec: &pb::JobSpec, kinds: &dyn KindCatalog) -> Result<ResolvedJo
             drop_state_on_change: op.drop_state_on_change,
             uid_stated: op.uid_stated,
             watermarks,
+            state_config: state_config(
+                &info.fields,
+                &configs[k],
+                if info.keyed { [input, second_input].map(|i| i.map(|i| &configs[i])) } else { [None, None] },
+            ),
         });
     }
 
@@ -1270,6 +1302,30 @@ fn resolve_restart(r: &pb::RestartConfig) -> Result<RestartSettings, SpecError> 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn state_config_holds_the_fields_that_shape_state_and_the_inputs_keys() {
+        use crate::job::kind::FieldInfo;
+        let field = |name: &str, shapes_state| FieldInfo { name: name.into(), doc: String::new(), shapes_state };
+        let fields = [field("aggregates", true), field("carry", false), field("window", true)];
+        let config: OperatorConfig = [
+            ("aggregates".to_string(), serde_json::json!("COUNT(*) AS n")),
+            ("carry".to_string(), serde_json::json!("a")),
+        ]
+        .into();
+        let input: OperatorConfig = [("key".to_string(), serde_json::json!("bid_auction"))].into();
+        let got = state_config(&fields, &config, [Some(&input), None]);
+        let want: BTreeMap<String, String> = [
+            ("aggregates".to_string(), "COUNT(*) AS n".to_string()),
+            ("window".to_string(), "unset".to_string()),
+            ("key (input)".to_string(), "bid_auction".to_string()),
+        ]
+        .into();
+        assert_eq!(got, want);
+        let windowed: OperatorConfig = [("window".to_string(), serde_json::json!({"tumbling_ms": 10}))].into();
+        assert_eq!(state_config(&fields, &windowed, [None, None])["window"], r#"{"tumbling_ms":10}"#);
+    }
+
     /// What task managers report of the kinds these tests use: enough for the job manager's checks of a spec's
     /// structure. The checks kinds declare themselves are tested with them, in the task manager.
     pub(crate) fn test_kinds() -> Vec<KindInfo> {

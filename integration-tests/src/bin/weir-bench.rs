@@ -284,8 +284,16 @@ fn check_savepoint(args: &Args, n: usize) -> Result<()> {
             });
         }
         let kind = if i == 0 { "datagen" } else { "keyed-count" };
-        operators
-            .insert(uid.clone(), OperatorCheckpoint { kind: kind.into(), parallelism: 2, subtasks, signature: None });
+        operators.insert(
+            uid.clone(),
+            OperatorCheckpoint {
+                kind: kind.into(),
+                parallelism: 2,
+                subtasks,
+                signature: None,
+                state_config: Default::default(),
+            },
+        );
     }
     let meta = CheckpointMetadata {
         format_version: METADATA_FORMAT_VERSION,

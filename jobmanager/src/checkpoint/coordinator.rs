@@ -410,6 +410,7 @@ pub fn build_metadata(
                 parallelism: job.operators[idx].parallelism,
                 subtasks: vec![],
                 signature: job.operators[idx].signature.clone(),
+                state_config: job.operators[idx].state_config.clone(),
             });
             let mut state = state.clone();
             state.subtask = subtask;

@@ -3,7 +3,7 @@
 //! The decisions ([`verdicts`] and [`Verdicts::outcome`], [`summarize`]) are pure; [`load`], [`check_files`] and
 //! [`dispose`] do the object-store I/O.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use weir_common::checkpoint::{
     paths, restore_root, CheckpointMetadata, DistributionMode, OperatorCheckpoint, RestoreMode, SavepointFormat,
 };
@@ -542,6 +542,9 @@ fn state_change(stored: &OperatorCheckpoint, op: &ResolvedOperator) -> Option<St
     if !stored.kind.is_empty() && stored.kind != op.kind {
         return Some(format!("its state was written by kind {:?} and the job runs kind {:?}", stored.kind, op.kind));
     }
+    if let Some(change) = state_config_change(&stored.state_config, &op.state_config) {
+        return Some(change);
+    }
     match (&stored.signature, &op.signature) {
         (Some(old), Some(new)) if !old.states.is_empty() && !new.states.is_empty() => None,
         (Some(old), Some(new)) if old.fingerprint != new.fingerprint => Some(format!(
@@ -554,6 +557,31 @@ fn state_change(stored: &OperatorCheckpoint, op: &ResolvedOperator) -> Option<St
         )),
         _ => None,
     }
+}
+
+/// Which config fields its state depends on changed between the savepoint (`stored`) and the job (`now`), said as
+/// a reason, if any did; a savepoint that recorded none (an earlier version's) has nothing to compare.
+fn state_config_change(stored: &BTreeMap<String, String>, now: &BTreeMap<String, String>) -> Option<String> {
+    if stored.is_empty() {
+        return None;
+    }
+    let unset = String::from("unset");
+    let changed: Vec<String> = stored
+        .keys()
+        .chain(now.keys())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter_map(|field| {
+            let (was, is) = (stored.get(field).unwrap_or(&unset), now.get(field).unwrap_or(&unset));
+            (was != is).then(|| format!("{field} changed from {was:?} to {is:?}"))
+        })
+        .collect();
+    (!changed.is_empty()).then(|| {
+        format!(
+            "its state was written under another config: {}; the stored state holds what the old value made",
+            changed.join(", ")
+        )
+    })
 }
 
 /// The max parallelism a job restored from `meta` must have: the savepoint's when the spec left it unset.
@@ -754,6 +782,24 @@ pub async fn delete_files(url: &str, opts: &StoreOptions) -> Result<u64, StoreEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_changed_config_field_that_shapes_state_is_named() {
+        let config = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let was = config(&[("aggregates", "COUNT(*) AS n"), ("key (input)", "a")]);
+        assert_eq!(state_config_change(&was, &was), None);
+        let more = config(&[("aggregates", "COUNT(*) AS n, SUM(x) AS s"), ("key (input)", "a")]);
+        let why = state_config_change(&was, &more).unwrap();
+        assert!(why.contains(r#"aggregates changed from "COUNT(*) AS n" to "COUNT(*) AS n, SUM(x) AS s""#), "{why}");
+        assert!(!why.contains("key"), "{why}");
+        let rekeyed = config(&[("aggregates", "COUNT(*) AS n"), ("key (input)", "b")]);
+        assert!(state_config_change(&was, &rekeyed).unwrap().contains(r#"key (input) changed from "a" to "b""#));
+        let unkeyed = config(&[("aggregates", "COUNT(*) AS n")]);
+        assert!(state_config_change(&was, &unkeyed).unwrap().contains(r#"from "a" to "unset""#));
+        assert_eq!(state_config_change(&BTreeMap::new(), &more), None, "an earlier version's savepoint recorded none");
+    }
     use weir_common::state::serializer::{Resolution, SerializerSnapshot};
 
     /// Serializer rules as a task manager's would answer for these tests' schemas: an equal schema reads as is,
@@ -809,7 +855,13 @@ mod tests {
                 .collect();
             operators.insert(
                 op.uid.clone(),
-                OperatorCheckpoint { kind: op.kind.clone(), parallelism: op.parallelism, subtasks, signature: None },
+                OperatorCheckpoint {
+                    kind: op.kind.clone(),
+                    parallelism: op.parallelism,
+                    subtasks,
+                    signature: None,
+                    state_config: Default::default(),
+                },
             );
         }
         LoadedSavepoint {

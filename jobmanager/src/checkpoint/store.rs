@@ -281,6 +281,7 @@ mod tests {
             "a".into(),
             OperatorCheckpoint {
                 signature: None,
+                state_config: Default::default(),
                 kind: String::new(),
                 parallelism: 1,
                 subtasks: vec![OperatorSubtaskState {

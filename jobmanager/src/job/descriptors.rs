@@ -349,6 +349,7 @@ operators:
                 uid.to_string(),
                 OperatorCheckpoint {
                     signature: None,
+                    state_config: Default::default(),
                     kind: String::new(),
                     parallelism: p,
                     subtasks: (0..p).map(|s| subtask_state(s, p)).collect(),
@@ -377,6 +378,7 @@ operators:
         let counts = meta.operators.get_mut("counts").unwrap();
         *counts = OperatorCheckpoint {
             signature: None,
+            state_config: Default::default(),
             kind: String::new(),
             parallelism: 4,
             subtasks: (0..4).map(|s| subtask_state(s, 4)).collect(),

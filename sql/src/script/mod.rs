@@ -178,6 +178,20 @@ mod tests {
         crate::expr::parse_select(&select).unwrap();
     }
 
+    /// A condition on a column the query reads only there: DataFusion pushes it into the window function's scan,
+    /// which does not project that column.
+    #[test]
+    fn a_window_aggregate_filters_on_columns_it_does_not_select() {
+        let p = over_nexmark(
+            "a BIGINT, n BIGINT",
+            "SELECT auction, COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND)) \
+             WHERE price > 10 GROUP BY auction, window_start, window_end",
+        )
+        .unwrap();
+        let condition = config(&p, "s.window-input", "where");
+        assert!(condition.contains("bid_price > 10"), "{condition}");
+    }
+
     #[test]
     fn windows_weir_cannot_run_are_refused_by_name() {
         let hop = "FROM TABLE(HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, INTERVAL '10' SECOND))";

@@ -52,7 +52,7 @@ pub struct AggregateConfig {
 impl AggregateConfig {
     /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
     pub const FIELDS: &'static [ConfigField] = &[
-        field("aggregates", "COUNT(*) AS n, SUM(col) AS s, MIN, MAX, AVG over integer columns (required)"),
+        state_field("aggregates", "COUNT(*) AS n, SUM(col) AS s, MIN, MAX, AVG over integer columns (required)"),
         field("carry", "columns the same for every row of a key, emitted first (comma-separated)"),
     ];
 

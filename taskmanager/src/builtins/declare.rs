@@ -4,8 +4,8 @@
 pub(crate) use crate::api::kind::Kind;
 pub(crate) use crate::api::registry::{Instance, InvalidConfig};
 pub(crate) use weir_common::job::kind::{
-    field, field_err, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role, SideOutputs,
-    StateClass,
+    field, field_err, state_field, ConfigField, ConfigFieldError, ConfigReader, KindInfo, OperatorConfig, Role,
+    SideOutputs, StateClass,
 };
 pub(crate) use weir_common::job::schema::{key_column, key_value, Column, OutputSchema};
 pub(crate) use weir_state::signature::StateSignature;

@@ -42,8 +42,8 @@ pub struct OverConfig {
 impl OverConfig {
     /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
     pub const FIELDS: &'static [ConfigField] = &[
-        field("aggregates", "the aggregates over each row's frame, as aggregate's (required)"),
-        field("rows_preceding", "rows of the key before the current one in the frame (default: unbounded)"),
+        state_field("aggregates", "the aggregates over each row's frame, as aggregate's (required)"),
+        state_field("rows_preceding", "rows of the key before the current one in the frame (default: unbounded)"),
         field("ties_by", "the integer column that orders rows of equal event time (default: arrival order)"),
     ];
 

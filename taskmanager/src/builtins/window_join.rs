@@ -40,7 +40,7 @@ pub struct WindowJoinConfig {
 impl WindowJoinConfig {
     /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
     pub const FIELDS: &'static [ConfigField] = &[
-        field("window", "the tumbling windows: { tumbling_ms } (required)"),
+        state_field("window", "the tumbling windows: { tumbling_ms } (required)"),
         field("select", "the output columns, as join's (window_start and window_end besides)"),
         field("where", "a condition over the joined row, as join's"),
         field("distinct", "true: each distinct output row once per window (default false)"),

@@ -38,10 +38,10 @@ pub struct WindowTopConfig {
 impl WindowTopConfig {
     /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
     pub const FIELDS: &'static [ConfigField] = &[
-        field("window", "the tumbling windows: { tumbling_ms } (required)"),
-        field("by", "the integer column rows are ranked by, largest first (required)"),
-        field("top", "ranks kept per key and window (required)"),
-        field(
+        state_field("window", "the tumbling windows: { tumbling_ms } (required)"),
+        state_field("by", "the integer column rows are ranked by, largest first (required)"),
+        state_field("top", "ranks kept per key and window (required)"),
+        state_field(
             "numbering",
             "rank (ties share a rank, the default) or row_number (top rows, the first to come of equal ones)",
         ),

@@ -40,8 +40,8 @@ pub struct WinningBidsConfig {
 impl WinningBidsConfig {
     /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
     pub const FIELDS: &'static [ConfigField] = &[
-        field("closes", "the first input's timestamp column at which an auction closes (required)"),
-        field("by", "the second input's integer column the highest bid is chosen by (required)"),
+        state_field("closes", "the first input's timestamp column at which an auction closes (required)"),
+        state_field("by", "the second input's integer column the highest bid is chosen by (required)"),
     ];
 
     /// Reads and checks a winning-bids config.

@@ -154,6 +154,7 @@ impl Slot {
                 parallelism: self.info.parallelism,
                 subtasks: vec![state],
                 signature: None,
+                state_config: Default::default(),
             },
         })
     }

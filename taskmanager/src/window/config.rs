@@ -2,7 +2,9 @@
 //! (shape, offset), the aggregate, what happens to late records, and the trigger; checked naming the field.
 
 use serde::{Deserialize, Serialize};
-use weir_common::job::kind::{field, field_err, ConfigField, ConfigFieldError, ConfigReader, OperatorConfig};
+use weir_common::job::kind::{
+    field, field_err, state_field, ConfigField, ConfigFieldError, ConfigReader, OperatorConfig,
+};
 
 /// The windows of `window-aggregate` (DESIGN §10): exactly one of the shapes, plus an offset from the epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -322,15 +324,14 @@ pub struct WindowAggregateConfig {
 impl WindowAggregateConfig {
     /// The config fields it reads: what `weir kinds` lists and what any other field is refused against.
     pub const FIELDS: &'static [ConfigField] = &[
-        field(
-            "window",
+        state_field("window",
             "the windows: { tumbling_ms }, { sliding_ms, slide_ms }, { session_gap_ms } or { global: true }; offset_ms shifts them",
         ),
-        field("aggregate", "count (default), sum, min, max or avg"),
-        field("field", "the integer column sum, min, max and avg read (default value)"),
+        state_field("aggregate", "count (default), sum, min, max or avg"),
+        state_field("field", "the integer column sum, min, max and avg read (default value)"),
         field("allowed_lateness_ms", "how long after its end a window still takes late records and fires again (default 0)"),
         field("late", "drop (default) or side-output: records too late for every window go to the side output `late`"),
-        field("trigger", "when windows fire: event-time (default), processing-time, { count: N } or { continuous_event_time_ms: I }"),
+        state_field("trigger", "when windows fire: event-time (default), processing-time, { count: N } or { continuous_event_time_ms: I }"),
     ];
 
     /// Reads and checks a window-aggregate config.

@@ -433,12 +433,15 @@ impl<'t> Job<'t> {
                 let table = scan.table_name.table().to_string();
                 if let Some(w) = self.windows.get(&table) {
                     let mut c = self.windowed(w)?;
+                    // A filter pushed into the scan may read columns it does not project: over all of them.
+                    let all = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &scan.source.schema())
+                        .map_err(df)?;
+                    for f in &scan.filters {
+                        let e = substitute(f.clone().unalias_nested().data, &all, &c.exprs)?;
+                        c.predicate.push(e);
+                    }
                     if let Some(p) = &scan.projection {
                         c.exprs = p.iter().map(|&i| c.exprs[i].clone()).collect();
-                    }
-                    for f in &scan.filters {
-                        let e = substitute(f.clone().unalias_nested().data, &scan.projected_schema, &c.exprs)?;
-                        c.predicate.push(e);
                     }
                     return Ok(c);
                 }
