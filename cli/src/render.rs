@@ -453,10 +453,13 @@ pub fn kinds_text(kinds: &[KindInfo]) -> String {
         if k.fields.is_empty() {
             out.push_str("  config: none\n");
         } else {
-            out.push_str("  config:\n");
+            // A field whose value the stored state depends on is marked: changing it is named on restore.
+            let marked = k.fields.iter().any(|f| f.shapes_state);
+            out.push_str(if marked { "  config (* shapes its state):\n" } else { "  config:\n" });
             let width = k.fields.iter().map(|f| f.name.chars().count()).max().unwrap_or(0);
             for f in &k.fields {
-                out.push_str(&format!("    {:width$}  {}\n", f.name, f.doc));
+                let mark = if f.shapes_state { "*" } else { " " };
+                out.push_str(&format!("   {mark}{:width$}  {}\n", f.name, f.doc));
             }
         }
         for s in &k.states {

@@ -476,6 +476,12 @@ fn weir_kinds_lists_every_kind_with_its_config_fields() -> anyhow::Result<()> {
     let windows = kind("window-aggregate").expect("window-aggregate is listed");
     assert_eq!(windows["needs_event_time"], true);
     assert_eq!(windows["keyed"], true);
+    // The fields whose value the stored state depends on are marked, in JSON and text.
+    let field = |name: &str| windows["config"].as_array().and_then(|f| f.iter().find(|f| f["name"] == name).cloned());
+    assert_eq!(field("window").map(|w| w["shapes_state"].clone()), Some(true.into()), "{windows}");
+    assert_eq!(field("late").map(|w| w["shapes_state"].is_null()), Some(true), "{windows}");
+    let text = cluster.cli(&["kinds", "window-aggregate"])?;
+    assert!(text.stdout.contains("*window ") && text.stdout.contains(" late "), "{text}");
     let counts = kind("keyed-count").expect("keyed-count is listed");
     assert_eq!(counts["states"][0]["name"], "count");
     assert_eq!(counts["states"][0]["kind"], "value");

@@ -1,7 +1,8 @@
 //! Flink SQL scripts on Weir: the Nexmark texts Flink's side runs (`bench/nexmark/sql/`) submitted with `weir job
 //! submit FILE.sql` give Flink's results, row for row; `weir sql explain` prints the operators a script plans
 //! into; and a script that cannot run is refused by the CLI before anything reaches the cluster, saying where
-//! and what — while the jobs already running are untouched.
+//! and what — while the jobs already running are untouched. SQL jobs keep their results through a task manager
+//! kill and a rescale from a savepoint, and their state across edits of their query that leave it as it was.
 
 use anyhow::{ensure, Context};
 use std::path::Path;
@@ -308,6 +309,51 @@ fn savepoint_check_names_the_operators_a_query_edit_changes() -> anyhow::Result<
     let id = restored["id"].as_str().context("no id")?.to_string();
     cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
     cluster.cancel(&id)?;
+    cluster.stop();
+    Ok(())
+}
+
+/// Nexmark's SQL texts whose plans are SQL's own — q4's updating aggregates over a regular join, q5's window Top-N
+/// of a window aggregate's rows, q8's interval join of two window aggregates — keep Flink's result through a
+/// task manager SIGKILLed mid-run, and through a stop with savepoint at parallelism 2 and a restore of the same
+/// script at 3 (`weir job submit q.sql --from-savepoint`).
+#[test]
+fn sql_jobs_hold_through_a_kill_and_a_rescale() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(ClusterOptions::new(2, 4))?;
+    let submit = |cluster: &mut Cluster, run: &QueryRun, name: &str, from: Option<&str>| -> anyhow::Result<String> {
+        let file = write(cluster.dir(), name, &run.sql()?)?;
+        let mut args = vec!["job", "submit", file.as_str()];
+        if let Some(url) = from {
+            args.extend(["--from-savepoint", url]);
+        }
+        Ok(cluster.cli_json(&args)?["id"].as_str().context("no id")?.to_string())
+    };
+    for q in ["q4", "q5", "q8"] {
+        let out = cluster.output_dir(&format!("sql-{q}-kill"))?;
+        let mut run = QueryRun::new(q);
+        (run.output, run.checkpoint_ms, run.rate_per_sec) = (Some(out.clone()), 200, 40_000);
+        let id = submit(&mut cluster, &run, &format!("{q}-kill.sql"), None)?;
+        cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+        cluster.wait_for_checkpoints(&id, 3, Duration::from_secs(60))?;
+        let victim = *cluster.busy_taskmanagers()?.first().context("no busy task manager")?;
+        cluster.kill_taskmanager(victim)?;
+        cluster.start_taskmanager()?;
+        let done = cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180))?;
+        ensure!(done.restarts >= 1, "{q}: the kill did not restart the job");
+        check_result(q, &out).with_context(|| format!("{q} after a task manager kill"))?;
+
+        let out = cluster.output_dir(&format!("sql-{q}-rescale"))?;
+        let mut run = QueryRun::new(q);
+        (run.output, run.checkpoint_ms, run.rate_per_sec) = (Some(out.clone()), 200, 40_000);
+        let id = submit(&mut cluster, &run, &format!("{q}-at-2.sql"), None)?;
+        cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
+        cluster.wait_for_checkpoints(&id, 2, Duration::from_secs(60))?;
+        let savepoint = cluster.stop_with_savepoint(&id, false, "native")?;
+        (run.parallelism, run.splits, run.rate_per_sec) = (3, Some(2), 0);
+        let id = submit(&mut cluster, &run, &format!("{q}-at-3.sql"), Some(&savepoint))?;
+        cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180))?;
+        check_result(q, &out).with_context(|| format!("{q} after a rescale from 2 to 3"))?;
+    }
     cluster.stop();
     Ok(())
 }
