@@ -460,6 +460,21 @@ impl Cluster {
         Ok(live.into_iter().filter(|&i| busy.contains(&self.taskmanagers[i].id)).collect())
     }
 
+    /// Job `id`, once running with `checkpoints` completed checkpoints, through a SIGKILL of a task manager that
+    /// runs its tasks (another started in its place): its state when it finished, having restarted at least once.
+    pub fn finish_through_a_kill(&mut self, id: &str, checkpoints: u64) -> Result<JobInfo> {
+        self.wait_for_state(id, &[JobState::Running], Duration::from_secs(30))?;
+        self.wait_for_checkpoints(id, checkpoints, Duration::from_secs(60))?;
+        let victim = *self.busy_taskmanagers()?.first().context("no busy task manager")?;
+        self.kill_taskmanager(victim)?;
+        self.start_taskmanager()?;
+        let done = self.wait_for_state(id, &[JobState::Finished], Duration::from_secs(180))?;
+        if done.restarts < 1 {
+            bail!("the kill did not restart job {id}: {done:?}");
+        }
+        Ok(done)
+    }
+
     /// SIGKILLs a randomly chosen task manager that runs tasks (waiting up to 10 s for one to be busy);
     /// returns its index.
     pub fn kill_random_busy_taskmanager(&mut self, rng: &mut impl Rng) -> Result<usize> {

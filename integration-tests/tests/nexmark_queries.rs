@@ -52,13 +52,7 @@ fn through_a_kill_and_a_rescale(queries: &[&str]) -> anyhow::Result<()> {
         let mut run = QueryRun::new(q);
         (run.output, run.checkpoint_ms, run.rate_per_sec) = (Some(out.clone()), 200, 40_000);
         let id = cluster.submit_spec(run.spec()?)?;
-        cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
-        cluster.wait_for_checkpoints(&id, 3, Duration::from_secs(60))?;
-        let victim = *cluster.busy_taskmanagers()?.first().context("no busy task manager")?;
-        cluster.kill_taskmanager(victim)?;
-        cluster.start_taskmanager()?;
-        let done = cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180))?;
-        anyhow::ensure!(done.restarts >= 1, "{q}: the kill did not restart the job");
+        cluster.finish_through_a_kill(&id, 3).with_context(|| q.to_string())?;
         check_result(q, &out).context("after a task manager kill")?;
 
         // Stopped with a savepoint at parallelism 2, restored at 3: the source's two splits dealt to three

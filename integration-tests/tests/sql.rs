@@ -333,13 +333,7 @@ fn sql_jobs_hold_through_a_kill_and_a_rescale() -> anyhow::Result<()> {
         let mut run = QueryRun::new(q);
         (run.output, run.checkpoint_ms, run.rate_per_sec) = (Some(out.clone()), 200, 40_000);
         let id = submit(&mut cluster, &run, &format!("{q}-kill.sql"), None)?;
-        cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
-        cluster.wait_for_checkpoints(&id, 3, Duration::from_secs(60))?;
-        let victim = *cluster.busy_taskmanagers()?.first().context("no busy task manager")?;
-        cluster.kill_taskmanager(victim)?;
-        cluster.start_taskmanager()?;
-        let done = cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180))?;
-        ensure!(done.restarts >= 1, "{q}: the kill did not restart the job");
+        cluster.finish_through_a_kill(&id, 3).context(q)?;
         check_result(q, &out).with_context(|| format!("{q} after a task manager kill"))?;
 
         let out = cluster.output_dir(&format!("sql-{q}-rescale"))?;

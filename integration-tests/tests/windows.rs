@@ -313,13 +313,7 @@ fn late_records_and_allowed_lateness_are_exact_per_window_through_a_taskmanager_
         cluster.output_dir(&format!("late/{uid}"))?;
     }
     let id = cluster.submit(&late_spec(count, keys, rate, &dir))?;
-    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(30))?;
-    cluster.wait_for_checkpoints(&id, 3, Duration::from_secs(60))?;
-    let victim = *cluster.busy_taskmanagers()?.first().context("no busy task manager")?;
-    cluster.kill_taskmanager(victim)?;
-    cluster.start_taskmanager()?;
-    let done = cluster.wait_for_state(&id, &[JobState::Finished], Duration::from_secs(180))?;
-    ensure!(done.restarts >= 1, "the kill did not restart the job: {done:?}");
+    cluster.finish_through_a_kill(&id, 3)?;
 
     let recs = records_with_disorder(count, keys, LATE_DISORDER_MS);
     let (fired, refired, late) = check_late_operator(&dir, 0, 0, &recs)?;
