@@ -197,6 +197,30 @@ fn bad_sql_is_refused_with_what_and_where() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Submits `file` and takes a savepoint once the job runs: the job's id and the savepoint's URL.
+fn savepoint_of_running(cluster: &mut Cluster, file: &str) -> anyhow::Result<(String, String)> {
+    let submitted = cluster.cli_json(&["job", "submit", file])?;
+    let id = submitted["id"].as_str().context("no id")?.to_string();
+    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
+    let savepoint = cluster.cli_json(&["savepoint", "trigger", &id])?;
+    let url = savepoint["savepoint"].as_str().context("no savepoint url")?.to_string();
+    Ok((id, url))
+}
+
+/// `weir savepoint check URL FILE --output json`: whether the restore would be accepted, and the verdicts.
+fn savepoint_check(cluster: &Cluster, url: &str, file: &str) -> anyhow::Result<(bool, serde_json::Value)> {
+    let out = cluster.cli(&["savepoint", "check", url, file, "--output", "json"])?;
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).with_context(|| format!("{out}"))?;
+    Ok((out.status.success(), v))
+}
+
+/// Operator `uid`'s verdict and reason in `weir savepoint check`'s JSON (empty where it is not listed).
+fn verdict(v: &serde_json::Value, uid: &str) -> (String, String) {
+    let op = v["operators"].as_array().and_then(|o| o.iter().find(|o| o["uid"] == uid));
+    let field = |f: &str| op.and_then(|o| o[f].as_str()).unwrap_or_default().to_string();
+    (field("verdict"), field("reason"))
+}
+
 /// `weir savepoint check URL FILE.sql` judges a savepoint of a running SQL job against a script: the same
 /// script and one with a column added to the projection restore the source's splits; a script reading another
 /// table of the same shape finds no state for it (NEW) and drops the old source's (DROPPED, refused).
@@ -209,21 +233,10 @@ fn savepoint_check_reads_sql_scripts() -> anyhow::Result<()> {
     run.events = 100_000_000;
     let script = run.sql()?;
     let file = write(cluster.dir(), "q2.sql", &script)?;
-    let submitted = cluster.cli_json(&["job", "submit", &file])?;
-    let id = submitted["id"].as_str().context("no id")?.to_string();
-    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
-    let savepoint = cluster.cli_json(&["savepoint", "trigger", &id])?;
-    let url = savepoint["savepoint"].as_str().context("no savepoint url")?.to_string();
-    let verdicts = |file: &str| -> anyhow::Result<(bool, serde_json::Value)> {
-        let out = cluster.cli(&["savepoint", "check", &url, file, "--output", "json"])?;
-        let v: serde_json::Value = serde_json::from_str(&out.stdout).with_context(|| format!("{out}"))?;
-        Ok((out.status.success(), v))
-    };
-    let verdict = |v: &serde_json::Value, uid: &str| {
-        v["operators"].as_array().and_then(|o| o.iter().find(|o| o["uid"] == uid)).map(|o| o["verdict"].clone())
-    };
+    let (id, url) = savepoint_of_running(&mut cluster, &file)?;
+    let verdicts = |file: &str| savepoint_check(&cluster, &url, file);
     let (ok, same) = verdicts(&file)?;
-    ensure!(ok && verdict(&same, "datagen") == Some("RESTORED".into()), "{same}");
+    ensure!(ok && verdict(&same, "datagen").0 == "RESTORED", "{same}");
     let wider = write(
         cluster.dir(),
         "q2-wider.sql",
@@ -232,10 +245,10 @@ fn savepoint_check_reads_sql_scripts() -> anyhow::Result<()> {
             .replace("SELECT auction, price\nFROM bid", "SELECT auction, price, bidder\nFROM bid"),
     )?;
     let (ok, wider_v) = verdicts(&wider)?;
-    ensure!(ok && verdict(&wider_v, "datagen") == Some("RESTORED".into()), "{wider_v}");
+    ensure!(ok && verdict(&wider_v, "datagen").0 == "RESTORED", "{wider_v}");
     let renamed = write(cluster.dir(), "q2-renamed.sql", &script.replace("datagen", "events"))?;
     let (ok, renamed_v) = verdicts(&renamed)?;
-    ensure!(!ok && verdict(&renamed_v, "datagen") == Some("DROPPED".into()), "{renamed_v}");
+    ensure!(!ok && verdict(&renamed_v, "datagen").0 == "DROPPED", "{renamed_v}");
     cluster.cancel(&id)?;
     cluster.stop();
     Ok(())
@@ -269,21 +282,8 @@ fn savepoint_check_names_the_operators_a_query_edit_changes() -> anyhow::Result<
     let dir = cluster.dir().to_path_buf();
     let script = |name: &str, text: String| -> anyhow::Result<String> { write(&dir, name, &run.sql_of(&text)?) };
     let file = script("counts.sql", query(10, 10, "SUM(c)", "total BIGINT"))?;
-    let submitted = cluster.cli_json(&["job", "submit", &file])?;
-    let id = submitted["id"].as_str().context("no id")?.to_string();
-    cluster.wait_for_state(&id, &[JobState::Running], Duration::from_secs(60))?;
-    let savepoint = cluster.cli_json(&["savepoint", "trigger", &id])?;
-    let url = savepoint["savepoint"].as_str().context("no savepoint url")?.to_string();
-    let check = |file: &str| -> anyhow::Result<(bool, serde_json::Value)> {
-        let out = cluster.cli(&["savepoint", "check", &url, file, "--output", "json"])?;
-        let v: serde_json::Value = serde_json::from_str(&out.stdout).with_context(|| format!("{out}"))?;
-        Ok((out.status.success(), v))
-    };
-    let verdict = |v: &serde_json::Value, uid: &str| -> (String, String) {
-        let op = v["operators"].as_array().and_then(|o| o.iter().find(|o| o["uid"] == uid));
-        let field = |f: &str| op.and_then(|o| o[f].as_str()).unwrap_or_default().to_string();
-        (field("verdict"), field("reason"))
-    };
+    let (id, url) = savepoint_of_running(&mut cluster, &file)?;
+    let check = |file: &str| savepoint_check(&cluster, &url, file);
     let stateful = ["datagen", "counts.window", "counts.group"];
     let restored = |v: &serde_json::Value| stateful.iter().all(|uid| verdict(v, uid).0 == "RESTORED");
     let (ok, same) = check(&file)?;

@@ -148,9 +148,17 @@ pub(crate) fn window_table(catalog: &Catalog<'_>, call: WindowCall) -> Result<Wi
 impl WindowTable {
     /// The `window-aggregate` config of these windows (without the aggregate).
     pub fn config(&self) -> BTreeMap<String, ConfigValue> {
+        self.shape.config(self.offset_ms)
+    }
+}
+
+impl Shape {
+    /// The config of windows of this shape shifted by `offset_ms`, as the window kinds read it: `window: {
+    /// tumbling_ms }` (or the sliding or session fields), and `offset_ms` where it is not 0.
+    pub fn config(self, offset_ms: i64) -> BTreeMap<String, ConfigValue> {
         let mut window = serde_yaml::Mapping::new();
         let mut set = |k: &str, v: i64| window.insert(ConfigValue::from(k), ConfigValue::from(v));
-        match self.shape {
+        match self {
             Shape::Tumbling { size_ms } => set("tumbling_ms", size_ms),
             Shape::Sliding { size_ms, slide_ms } => {
                 set("sliding_ms", size_ms);
@@ -159,8 +167,8 @@ impl WindowTable {
             Shape::Session { gap_ms } => set("session_gap_ms", gap_ms),
         };
         let mut config = BTreeMap::from([("window".to_string(), ConfigValue::Mapping(window))]);
-        if self.offset_ms != 0 {
-            config.insert("offset_ms".into(), ConfigValue::from(self.offset_ms));
+        if offset_ms != 0 {
+            config.insert("offset_ms".into(), ConfigValue::from(offset_ms));
         }
         config
     }

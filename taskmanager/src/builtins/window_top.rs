@@ -136,16 +136,21 @@ impl Ranked {
         1 + rows.filter(|&w| w > v || (row_number && w == v)).count() as u64
     }
 
-    /// Adds a row (after those of its value) and drops those that no longer rank within `top`.
+    /// Adds a row (after those of its value) and drops those that no longer rank within `top`: numbered one by
+    /// one, all after the `top`-th; else those of a value less than the `top`-th's (the rows are largest first, so
+    /// a row ranks within `top` exactly when its value is at least that one).
     fn insert(&mut self, v: i64, row: Vec<u8>, top: u64, row_number: bool) {
         let at = self.rows.iter().position(|(w, _)| *w < v).unwrap_or(self.rows.len());
         self.rows.insert(at, (v, row));
-        if row_number {
-            self.rows.truncate(top as usize);
+        // A config's `top` is at least 1.
+        let top = usize::try_from(top).unwrap_or(usize::MAX).max(1);
+        if self.rows.len() <= top {
             return;
         }
-        let values: Vec<i64> = self.rows.iter().map(|(w, _)| *w).collect();
-        self.rows.retain(|(w, _)| Self::rank_of(values.iter().copied(), *w, false) <= top);
+        let last = self.rows[top - 1].0;
+        let kept =
+            if row_number { top } else { self.rows.iter().position(|(w, _)| *w < last).unwrap_or(self.rows.len()) };
+        self.rows.truncate(kept);
     }
 }
 

@@ -16,16 +16,16 @@ pub(super) fn reads_rank(e: &Expr) -> bool {
     e.column_refs().iter().any(|c| c.relation.is_none() && c.name == RANK_COLUMN)
 }
 
-/// Column `i` of `plan`'s output traced, through aliases and projections that only rename, to a window node: the
-/// node and which of its functions the column is.
-fn trace_window(plan: &LogicalPlan, i: usize) -> Option<(&Window, usize)> {
+/// The window node column `i` of `plan`'s output is a function of, traced through aliases and projections that
+/// only rename.
+fn trace_window(plan: &LogicalPlan, i: usize) -> Option<&Window> {
     match plan {
         LogicalPlan::SubqueryAlias(a) => trace_window(&a.input, i),
         LogicalPlan::Projection(p) => match p.expr.get(i)?.clone().unalias_nested().data {
             Expr::Column(c) => trace_window(&p.input, p.input.schema().index_of_column(&c).ok()?),
             _ => None,
         },
-        LogicalPlan::Window(w) => i.checked_sub(w.input.schema().fields().len()).map(|k| (w, k)),
+        LogicalPlan::Window(w) => (i >= w.input.schema().fields().len()).then_some(w),
         _ => None,
     }
 }
@@ -34,13 +34,14 @@ fn trace_window(plan: &LogicalPlan, i: usize) -> Option<(&Window, usize)> {
 fn rank_limit(e: &Expr, schema: &DFSchema) -> Option<(usize, i64)> {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else { return None };
     // The planner compares the number (an unsigned BIGINT) and N as DECIMALs.
-    let uncast = |e: &Expr| match e {
-        Expr::Cast(c) => c.expr.as_ref().clone(),
-        Expr::TryCast(c) => c.expr.as_ref().clone(),
-        other => other.clone(),
-    };
-    let (left, right) = (uncast(left), uncast(right));
-    let (column, op, v) = match (&left, &right) {
+    fn uncast(e: &Expr) -> &Expr {
+        match e {
+            Expr::Cast(c) => &c.expr,
+            Expr::TryCast(c) => &c.expr,
+            other => other,
+        }
+    }
+    let (column, op, v) = match (uncast(left), uncast(right)) {
         (Expr::Column(c), Expr::Literal(v, _)) => (c, *op, v),
         (Expr::Literal(v, _), Expr::Column(c)) => (c, op.swap()?, v),
         _ => return None,
@@ -76,10 +77,9 @@ impl Job<'_> {
         let parts = split_conjunction(&f.predicate);
         let found = parts.iter().enumerate().find_map(|(k, p)| {
             let (i, top) = rank_limit(p, f.input.schema())?;
-            let (w, n) = trace_window(&f.input, i)?;
-            Some((k, top, w, n))
+            Some((k, top, trace_window(&f.input, i)?))
         });
-        let Some((limit, top, w, n)) = found else { return Ok(None) };
+        let Some((limit, top, w)) = found else { return Ok(None) };
         let top = u64::try_from(top).ok().filter(|&t| t > 0).ok_or_else(|| {
             SqlError::plain(format!("{}: the filter keeps no row", parts[limit].clone().unalias_nested().data))
         })?;
@@ -99,7 +99,6 @@ impl Job<'_> {
                 )))
             }
         };
-        debug_assert_eq!(n, 0);
         let p = &fun.params;
         let c = self.collapse(&w.input)?;
         if c.input.updating() {
@@ -139,13 +138,14 @@ impl Job<'_> {
                 if !partition.contains(&ws) || !partition.contains(&we) {
                     return Err(unwindowed());
                 }
-                let Shape::Tumbling { size_ms } = self.windows[&read.name].shape else {
+                let windows = &self.windows[&read.name];
+                if !matches!(windows.shape, Shape::Tumbling { .. }) {
                     return Err(SqlError::plain(format!(
                         "a Top-N of {}'s rows is not supported yet (of a TUMBLE's, or of a window aggregate's, is)",
-                        self.windows[&read.name].call.function.name()
+                        windows.call.function.name()
                     )));
-                };
-                if self.windows[&read.name].offset_ms != 0 {
+                }
+                if windows.offset_ms != 0 {
                     return Err(SqlError::plain("a Top-N of a TUMBLE with an offset is not supported yet"));
                 }
                 self.window_read(&c, &read.name, &read.time)?;
@@ -153,9 +153,7 @@ impl Job<'_> {
                 if keys.iter().chain([&by]).any(reads_window_column) {
                     return Err(SqlError::plain("a Top-N: an expression of the window is not supported yet"));
                 }
-                let mut window = serde_yaml::Mapping::new();
-                window.insert(ConfigValue::from("tumbling_ms"), ConfigValue::from(size_ms));
-                (keys, BTreeMap::from([("window".to_string(), ConfigValue::Mapping(window))]), true)
+                (keys, windows.config(), true)
             }
             None => {
                 let Input::Operator { times, .. } = &c.input else { return Err(unwindowed()) };
@@ -222,10 +220,9 @@ impl Job<'_> {
         };
         at_window.push(rank);
         let out = above(&f.input, w, &at_window)?;
-        let mut predicate = Vec::new();
-        for (_, part) in parts.iter().enumerate().filter(|(k, _)| *k != limit) {
-            predicate.push(substitute((*part).clone().unalias_nested().data, f.input.schema(), &out)?);
-        }
+        let predicate = (parts.iter().enumerate().filter(|(k, _)| *k != limit))
+            .map(|(_, part)| substitute((*part).clone().unalias_nested().data, f.input.schema(), &out))
+            .collect::<Result<_, _>>()?;
         let schema = Arc::new(DFSchema::try_from(Schema::new(fields)).map_err(df)?);
         let input = Input::Operator { uid, schema, times, updating: false };
         Ok(Some(Collapsed { input, window: None, predicate, exprs: out }))

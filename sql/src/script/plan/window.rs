@@ -194,7 +194,5 @@ pub(super) fn ends_window(e: &Expr, times: &[(String, i64)]) -> bool {
 /// The config of windows of 1 ms: a window per instant, which regroups a window aggregate's rows (at their
 /// `window_end` − 1) by their window.
 pub(super) fn instant_windows() -> BTreeMap<String, ConfigValue> {
-    let mut window = serde_yaml::Mapping::new();
-    window.insert(ConfigValue::from("tumbling_ms"), ConfigValue::from(1));
-    BTreeMap::from([("window".to_string(), ConfigValue::Mapping(window))])
+    Shape::Tumbling { size_ms: 1 }.config(0)
 }
